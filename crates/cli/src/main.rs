@@ -1,0 +1,2 @@
+//! The `qm` binary.
+fn main() {}

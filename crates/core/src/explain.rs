@@ -1,0 +1,53 @@
+//! Why a job waits (DESIGN.md §2 rule 11), computed on demand from the state: the pass stores
+//! no per-job reason, so explaining costs nothing while nobody asks.
+
+use crate::model::*;
+use crate::pass::Decision;
+use crate::reason::PendingReason;
+use crate::scheduler::{Hold, Scheduler};
+
+impl Scheduler {
+    /// Why a RUNNABLE job is not running; `None` for a job that is not RUNNABLE or unknown.
+    pub fn explain(&self, id: JobId) -> Option<PendingReason> {
+        let job = self.jobs.get(&id)?;
+        if job.status != JobStatus::Runnable {
+            return None;
+        }
+        if job.stopping.is_some() {
+            return Some(PendingReason::PreviousAttemptStopping);
+        }
+        if let Some(m) = job.misconfigured {
+            return Some(PendingReason::Misconfigured(m));
+        }
+        if self.dirty.contains(&(job.queue, job.unit)) {
+            return Some(PendingReason::AwaitingPass);
+        }
+        match self.decide(id) {
+            Decision::Wait(reason) => Some(reason),
+            // It could start or preempt on its own, so the last pass held it behind another
+            // job: its share's head (waiting for released capacity, or past the starvation
+            // guard), or an older borrower past the guard.
+            Decision::Start | Decision::Preempt(_) => {
+                let ul = self.queues[job.queue.0 as usize].units.get(&job.unit)?;
+                let lane = ul.lanes.get(usize::from(job.share.0))?;
+                Some(match (lane.held_for, ul.borrow_barrier) {
+                    (Some((_, Hold::Release)), _) => {
+                        let (_, real) = self.accounts(job.queue, job.unit, false);
+                        let (_, projected) = self.accounts(job.queue, job.unit, true);
+                        let instances = real
+                            .iter()
+                            .zip(&projected)
+                            .map(|(r, p)| r.usage - p.usage)
+                            .sum();
+                        PendingReason::WaitingForRelease { instances }
+                    }
+                    (Some((head, Hold::Starvation)), _) => {
+                        PendingReason::HeldForOlderJob { job: head.0 }
+                    }
+                    (None, Some(b)) => PendingReason::HeldForOlderJob { job: b.0 },
+                    (None, None) => PendingReason::AwaitingPass,
+                })
+            }
+        }
+    }
+}

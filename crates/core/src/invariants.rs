@@ -1,0 +1,167 @@
+//! `check_invariants()`: the state's internal consistency, asserted by every test after every
+//! step and by the simulator after every event. O(jobs + attempts): never on a hot path.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::*;
+use crate::scheduler::Scheduler;
+
+impl Scheduler {
+    /// Checks that every index agrees with the jobs and attempts it summarizes, that no job
+    /// holds two attempts, and that usage is what the attempts hold. Returns the first
+    /// inconsistency found.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        // Usage recomputed from the attempts, per (queue, unit, share).
+        let mut usage: BTreeMap<(u32, u16, u16), (u32, u32)> = BTreeMap::new();
+        let mut physical: BTreeMap<u16, u32> = BTreeMap::new();
+        let mut holders: BTreeMap<JobId, u32> = BTreeMap::new();
+        for a in self.attempts.values() {
+            let e = usage.entry((a.queue.0, a.unit.0, a.share.0)).or_default();
+            e.0 += a.count;
+            if a.stopping.is_some() {
+                e.1 += a.count;
+            }
+            *physical.entry(a.unit.0).or_default() += a.count;
+            *holders.entry(a.job).or_default() += 1;
+            let job = self
+                .jobs
+                .get(&a.job)
+                .ok_or(format!("attempt {:?} of unknown job {:?}", a.id, a.job))?;
+            match &a.stopping {
+                None => {
+                    if job.attempt != Some(a.id) || job.status != JobStatus::Dispatched {
+                        return Err(format!(
+                            "active attempt {:?} is not job {:?}'s current attempt",
+                            a.id, a.job
+                        ));
+                    }
+                }
+                Some(cause) if cause.is_preemption() => {
+                    if job.stopping != Some(a.id) {
+                        return Err(format!(
+                            "preempted attempt {:?} not recorded on job {:?}",
+                            a.id, a.job
+                        ));
+                    }
+                }
+                Some(_) => {
+                    if job.attempt != Some(a.id) || !job.terminated {
+                        return Err(format!(
+                            "terminating attempt {:?} not on job {:?}",
+                            a.id, a.job
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some((job, n)) = holders.iter().find(|(_, n)| **n > 1) {
+            return Err(format!("job {job:?} holds {n} attempts at once"));
+        }
+        for (u, used) in self.physical_used.iter().enumerate() {
+            let want = physical.get(&(u as u16)).copied().unwrap_or(0);
+            if *used != want {
+                return Err(format!(
+                    "unit {} physical usage {used}, attempts hold {want}",
+                    self.unit_names[u]
+                ));
+            }
+        }
+        let mut pending_seen: BTreeSet<JobId> = BTreeSet::new();
+        for (qi, queue) in self.queues.iter().enumerate() {
+            for (u, ul) in &queue.units {
+                for (si, lane) in ul.lanes.iter().enumerate() {
+                    let (want_usage, want_stopping) = usage
+                        .get(&(qi as u32, u.0, si as u16))
+                        .copied()
+                        .unwrap_or((0, 0));
+                    if lane.usage != want_usage || lane.stopping != want_stopping {
+                        return Err(format!(
+                            "lane {}/{}/{}: usage {} stopping {}, attempts hold {} stopping {}",
+                            queue.name,
+                            self.unit_names[usize::from(u.0)],
+                            queue.shares.get(si).map_or("?", |s| &s.spec.name),
+                            lane.usage,
+                            lane.stopping,
+                            want_usage,
+                            want_stopping
+                        ));
+                    }
+                    let mut by_priority: BTreeMap<u32, u32> = BTreeMap::new();
+                    for k in &lane.running {
+                        let a = self
+                            .attempts
+                            .get(&k.attempt.0)
+                            .ok_or("running index names a gone attempt")?;
+                        if a.stopping.is_some()
+                            || a.run_key() != *k
+                            || a.share.0 as usize != si
+                            || a.unit != *u
+                        {
+                            return Err(format!("running index entry {k:?} is stale"));
+                        }
+                        *by_priority.entry(a.priority).or_default() += a.count;
+                    }
+                    if by_priority != lane.running_by_priority {
+                        return Err(format!(
+                            "running-by-priority of lane {si} disagrees with its attempts"
+                        ));
+                    }
+                    let mut n = 0;
+                    for (count, k) in lane.pending.iter() {
+                        n += 1;
+                        let job = self
+                            .jobs
+                            .get(&k.job)
+                            .ok_or("pending index names an unknown job")?;
+                        if !job.is_pending()
+                            || job.pend_key() != *k
+                            || job.spec.count != count
+                            || job.share.0 as usize != si
+                            || job.unit != *u
+                        {
+                            return Err(format!(
+                                "pending index entry for job {:?} is stale",
+                                k.job
+                            ));
+                        }
+                        if !pending_seen.insert(k.job) {
+                            return Err(format!("job {:?} is pending twice", k.job));
+                        }
+                    }
+                    if n != lane.pending.len() {
+                        return Err("pending index length is wrong".into());
+                    }
+                }
+            }
+            for id in &queue.parked {
+                let job = self.jobs.get(id).ok_or("parked set names an unknown job")?;
+                if job.misconfigured.is_none()
+                    || job.status != JobStatus::Runnable
+                    || job.stopping.is_some()
+                {
+                    return Err(format!("parked job {id:?} should not be parked"));
+                }
+                pending_seen.insert(*id);
+            }
+        }
+        for job in self.jobs.values() {
+            let waiting = job.status == JobStatus::Runnable && job.stopping.is_none();
+            if waiting != pending_seen.contains(&job.spec.id) {
+                return Err(format!(
+                    "job {:?} ({:?}) is missing from or wrongly in the queues",
+                    job.spec.id, job.status
+                ));
+            }
+            if job.status == JobStatus::Dispatched && job.attempt.is_none() {
+                return Err(format!("dispatched job {:?} has no attempt", job.spec.id));
+            }
+            if job.status == JobStatus::Runnable && job.attempt.is_some() {
+                return Err(format!(
+                    "runnable job {:?} still has an active attempt",
+                    job.spec.id
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,42 @@
+//! Quartermaster's scheduling core: pure, deterministic and shared by the server, the
+//! simulator and the tests.
+//!
+//! A shell feeds [`Input`]s with the current time and carries out the [`Effect`]s that come
+//! back, after persisting them:
+//!
+//! ```
+//! use qm_core::*;
+//! let mut s = Scheduler::new(Policy::default());
+//! s.step(0, Input::PutQueue(QueueSpec { name: "q".into(), environment: [("ml.g5.xlarge".into(), 1)].into() })).unwrap();
+//! let mut share = ShareSpec::new("team-a");
+//! share.limits.insert("ml.g5.xlarge".into(), 1);
+//! s.step(0, Input::PutShare { queue: "q".into(), share }).unwrap();
+//! let fx = s.step(0, Input::Submit(JobSpec::new(JobId(1), "q", "team-a", "ml.g5.xlarge"))).unwrap();
+//! assert!(matches!(fx[0], Effect::Start { job: JobId(1), .. }));
+//! s.check_invariants().unwrap();
+//! ```
+//!
+//! Rules (DESIGN.md §2): [`ledger`] holds the lend/borrow arithmetic; `pass` the scheduling
+//! pass, admission and victim choice ([`VictimRank`]); `explain` the pending reasons
+//! ([`PendingReason`]); `invariants` the consistency check. Nothing here reads a clock, does
+//! IO, spawns a thread, draws a random number or lets hash-map order reach a decision.
+
+pub mod error;
+mod explain;
+pub mod glob;
+mod invariants;
+pub mod ledger;
+pub mod model;
+mod pass;
+mod query;
+pub mod reason;
+mod scheduler;
+
+pub use error::CoreError;
+pub use model::*;
+pub use pass::VictimRank;
+pub use query::ShareUsage;
+pub use reason::{Misconfiguration, PendingReason};
+pub use scheduler::{
+    Attempt, Input, Job, Policy, Scheduler, MAX_LIMITS, MAX_PRIORITY, MAX_SHARES_PER_QUEUE,
+};

@@ -1,0 +1,302 @@
+//! The vocabulary of the core: ids, the specs that shells hand in (queues, shares, jobs) and
+//! the records the core keeps about jobs and attempts.
+//!
+//! Specs use plain names (`String`) because that is what shells have; the core interns them
+//! into small indices ([`UnitIx`], [`ShareIx`], [`QueueIx`]) so that the hot path compares
+//! integers, never strings.
+
+use std::collections::BTreeMap;
+
+/// Milliseconds on the shell's clock. The core never reads a clock; every input carries `now`.
+pub type Millis = u64;
+
+/// A job, as numbered by the shell. The server maps its UUIDs onto these; the simulator and
+/// scenarios number jobs in submission order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+/// One execution of a job. Numbered by the core from a counter that is part of its state, so
+/// the same inputs always give the same ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttemptId(pub u64);
+
+/// Interned instance type (capacity unit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UnitIx(pub u16);
+
+/// A quota share's position inside its queue; stable for the share's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShareIx(pub u16);
+
+/// A job queue's position in the scheduler; stable for the queue's life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueIx(pub u32);
+
+/// How a share treats its idle capacity (AWS `resourceSharingConfiguration.strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Strategy {
+    /// Idle capacity stays with the share; it neither lends nor borrows.
+    Reserve,
+    /// Idle capacity may be lent; the share never borrows.
+    Lend,
+    /// Lends idle capacity and borrows others' idle capacity up to the borrow limit.
+    LendAndBorrow,
+}
+
+impl Strategy {
+    /// Whether other shares may borrow this share's idle capacity.
+    pub fn lends(self) -> bool {
+        !matches!(self, Strategy::Reserve)
+    }
+
+    /// Whether this share may run beyond its entitlement on others' idle capacity.
+    pub fn borrows(self) -> bool {
+        matches!(self, Strategy::LendAndBorrow)
+    }
+
+    /// The AWS wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Reserve => "RESERVE",
+            Strategy::Lend => "LEND",
+            Strategy::LendAndBorrow => "LEND_AND_BORROW",
+        }
+    }
+}
+
+/// A job queue with its service environment: the most instances of each type that may be in
+/// use at once. A type missing from the map has a limit of zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// Unique name of the queue.
+    pub name: String,
+    /// Instance type -> maximum instances (the service environment's capacity limits).
+    pub environment: BTreeMap<String, u32>,
+}
+
+/// A quota share as configured by its owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareSpec {
+    /// Unique name within the queue.
+    pub name: String,
+    /// Instance type -> entitlement (instances usable without borrowing).
+    pub limits: BTreeMap<String, u32>,
+    /// What the share does with idle capacity.
+    pub strategy: Strategy,
+    /// Percent of the entitlement that may be borrowed on top of it, per type; `-1` = unlimited.
+    /// Only meaningful for [`Strategy::LendAndBorrow`].
+    pub borrow_limit_percent: i32,
+    /// Whether a higher-priority job may preempt strictly lower-priority jobs of this share.
+    pub in_share_preemption: bool,
+    /// DISABLED shares accept no new jobs but still run, lend and finish what they have.
+    pub enabled: bool,
+}
+
+impl ShareSpec {
+    /// A share with the AWS defaults: LEND, unlimited borrow limit, no in-share preemption,
+    /// ENABLED, and no limits yet.
+    pub fn new(name: impl Into<String>) -> Self {
+        ShareSpec {
+            name: name.into(),
+            limits: BTreeMap::new(),
+            strategy: Strategy::Lend,
+            borrow_limit_percent: -1,
+            in_share_preemption: false,
+            enabled: true,
+        }
+    }
+
+    /// How many instances of a type with entitlement `entitlement` this share may borrow on top
+    /// of it; `None` = unlimited. Percentages round down (quota 1 at 50 % borrows nothing).
+    pub fn borrow_allowance(&self, entitlement: u32) -> Option<u32> {
+        if !self.strategy.borrows() {
+            return Some(0);
+        }
+        if self.borrow_limit_percent < 0 {
+            return None;
+        }
+        let allowance = u64::from(entitlement) * self.borrow_limit_percent as u64 / 100;
+        Some(allowance.min(u64::from(u32::MAX)) as u32)
+    }
+}
+
+/// What to do when an attempt fails with a matching status reason (`evaluateOnExit`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitRule {
+    /// RETRY (true) or EXIT (false).
+    pub retry: bool,
+    /// Glob against the attempt's status reason; an optional trailing `*` matches any suffix.
+    pub on_status_reason: String,
+}
+
+/// A job as submitted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The shell's id for the job; must be new.
+    pub id: JobId,
+    /// Queue name.
+    pub queue: String,
+    /// Quota share name within the queue.
+    pub share: String,
+    /// 0..=9999, higher runs first within the share.
+    pub priority: u32,
+    /// The capacity unit (instance type).
+    pub instance_type: String,
+    /// Instances needed at once; at least 1.
+    pub count: u32,
+    /// `preemptionRetriesBeforeTermination`: N re-queues allowed, the next preemption fails the
+    /// job. `None` = unlimited.
+    pub preemption_retries: Option<u32>,
+    /// `retryStrategy.attempts`: total tries, 1..=10.
+    pub attempts: u32,
+    /// `retryStrategy.evaluateOnExit`, first match wins.
+    pub evaluate_on_exit: Vec<ExitRule>,
+}
+
+impl JobSpec {
+    /// A one-instance job with the AWS defaults (priority 0, one attempt, unlimited preemption
+    /// re-queues).
+    pub fn new(
+        id: JobId,
+        queue: impl Into<String>,
+        share: impl Into<String>,
+        instance_type: impl Into<String>,
+    ) -> Self {
+        JobSpec {
+            id,
+            queue: queue.into(),
+            share: share.into(),
+            priority: 0,
+            instance_type: instance_type.into(),
+            count: 1,
+            preemption_retries: None,
+            attempts: 1,
+            evaluate_on_exit: Vec::new(),
+        }
+    }
+}
+
+/// Where a job is in its life, as the core sees it. The server refines `Dispatched` into
+/// SCHEDULED / STARTING / RUNNING from what the executor reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum JobStatus {
+    /// Waiting for capacity.
+    Runnable,
+    /// An attempt holds capacity.
+    Dispatched,
+    /// The last attempt exited 0.
+    Succeeded,
+    /// Terminated, out of retries, or out of preemption retries.
+    Failed,
+}
+
+impl JobStatus {
+    /// Whether the job will never run again.
+    pub fn is_final(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed)
+    }
+}
+
+/// How an attempt ended, as reported by the shell once its processes are really gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit code 0.
+    Succeeded,
+    /// Anything else. `retryable = false` for timeouts, which are never retried.
+    Failed {
+        /// Matched by `evaluateOnExit` globs.
+        reason: String,
+        /// Whether `retryStrategy` may re-queue the job.
+        retryable: bool,
+    },
+    /// The attempt disappeared for a reason that is not the job's fault (the server restarted
+    /// and found the process gone). The job returns to RUNNABLE without using a retry.
+    Lost {
+        /// Shown in the job's status reason.
+        reason: String,
+    },
+}
+
+/// Why the core asks the shell to stop an attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopCause {
+    /// Cross-share preemption: the owning share `by_share` needs its capacity for `for_job`.
+    Reclaim {
+        /// The job that needed the capacity.
+        for_job: JobId,
+        /// Name of the share that reclaimed.
+        by_share: String,
+    },
+    /// In-share preemption by a strictly higher-priority job of the same share.
+    InShare {
+        /// The job that preempted.
+        for_job: JobId,
+    },
+    /// TerminateServiceJob or a share deletion.
+    Terminated {
+        /// The user's reason.
+        reason: String,
+    },
+}
+
+impl StopCause {
+    /// The status reason recorded for the stopped attempt.
+    pub fn describe(&self, job_name: impl Fn(JobId) -> String) -> String {
+        match self {
+            StopCause::Reclaim { by_share, .. } => {
+                format!("Preempted: capacity reclaimed by quota share {by_share}")
+            }
+            StopCause::InShare { for_job } => {
+                format!("Preempted by higher priority job {}", job_name(*for_job))
+            }
+            StopCause::Terminated { reason } => reason.clone(),
+        }
+    }
+
+    /// Whether this stop is a preemption (counts against preemption retries).
+    pub fn is_preemption(&self) -> bool {
+        !matches!(self, StopCause::Terminated { .. })
+    }
+}
+
+/// A decision the shell must carry out (after persisting it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Start a new attempt of `job` on `count` instances of `unit`.
+    Start {
+        /// The job.
+        job: JobId,
+        /// The new attempt's id.
+        attempt: AttemptId,
+        /// Instance type.
+        unit: String,
+        /// Instances.
+        count: u32,
+    },
+    /// Stop the attempt (SIGTERM, grace, SIGKILL) and report [`crate::Input::AttemptExited`]
+    /// when its processes are gone; its capacity stays held until then.
+    Stop {
+        /// The job whose attempt stops.
+        job: JobId,
+        /// The attempt to stop.
+        attempt: AttemptId,
+        /// Why.
+        cause: StopCause,
+    },
+    /// The job reached a final status.
+    Finished {
+        /// The job.
+        job: JobId,
+        /// Succeeded or Failed.
+        status: JobStatus,
+        /// Status reason.
+        reason: String,
+    },
+    /// The job went back to RUNNABLE (after a preemption or a retryable failure).
+    Requeued {
+        /// The job.
+        job: JobId,
+        /// Why it is waiting again.
+        reason: String,
+    },
+}

@@ -1,0 +1,187 @@
+//! Typed reasons why a RUNNABLE job is not running (DESIGN.md §2 rule 11).
+//!
+//! Every reason has a stable machine code (what `qm check` scenarios, the API's `statusReason`
+//! prefix and the CLI show) and a sentence with the numbers behind it. The AWS codes
+//! (`MISCONFIGURATION:...`, `CAPACITY:...`) keep their AWS spelling so that
+//! `jobStateTimeLimitActions` can match them.
+
+use std::fmt;
+
+/// Why a job can never run with the current configuration (DESIGN.md §2 rule 10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Misconfiguration {
+    /// More instances than the service environment's limit for the type.
+    EnvironmentMax,
+    /// RESERVE or LEND share: more than the share's limit (or the type is not in its limits).
+    ShareLimit,
+    /// LEND_AND_BORROW: more than the limit plus the borrow allowance.
+    ShareAndBorrowLimit,
+    /// LEND_AND_BORROW: more than the limit plus everything the other shares could ever lend.
+    BorrowableCapacity,
+    /// More instances than physically exist for the type.
+    PhysicalMax,
+}
+
+impl Misconfiguration {
+    /// The AWS reason code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Misconfiguration::EnvironmentMax => "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE",
+            Misconfiguration::ShareLimit
+            | Misconfiguration::ShareAndBorrowLimit
+            | Misconfiguration::BorrowableCapacity => {
+                "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+            }
+            Misconfiguration::PhysicalMax => "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+        }
+    }
+
+    /// The AWS status reason text (code, dash, explanation).
+    pub fn status_reason(self) -> String {
+        let text = match self {
+            Misconfiguration::EnvironmentMax => "Service environment(s) associated with the job queue cannot meet the capacity requirement of the job.",
+            Misconfiguration::ShareLimit => "Job requirements exceed quota share capacity limits.",
+            Misconfiguration::ShareAndBorrowLimit => {
+                "Job requirements exceed quota share capacity limits and borrow limits."
+            }
+            Misconfiguration::BorrowableCapacity => {
+                "Job requires borrowing that exceeds all configured borrowable capacity."
+            }
+            Misconfiguration::PhysicalMax => {
+                "Unable to provision requested compute resources: more instances than the executor has."
+            }
+        };
+        format!("{} - {}", self.code(), text)
+    }
+}
+
+/// Why a RUNNABLE job is waiting. The `Display` form is the full sentence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingReason {
+    /// The job can never fit with the current configuration.
+    Misconfigured(Misconfiguration),
+    /// The share's own capacity is held by its own jobs, which this job may not preempt
+    /// (in-share preemption off, or none of strictly lower priority), and the share does not
+    /// borrow.
+    OwnQuotaFull {
+        /// Instances the job needs.
+        needs: u32,
+        /// The share's usage of the unit.
+        usage: u32,
+        /// Its entitlement.
+        entitlement: u32,
+    },
+    /// Borrowing the rest would take the share beyond its borrow limit.
+    BorrowLimitReached {
+        /// Instances the share would borrow with this job.
+        would_borrow: u32,
+        /// Its borrow allowance.
+        allowance: u32,
+    },
+    /// Not enough idle capacity in LEND / LEND_AND_BORROW shares to borrow from.
+    NothingToBorrow {
+        /// Instances the job would borrow.
+        needs: u32,
+        /// Idle lendable instances not already lent.
+        lendable: u32,
+    },
+    /// Preempted attempts (for this job or another) are still stopping; the capacity comes
+    /// back when their processes exit.
+    WaitingForRelease {
+        /// Instances being released.
+        instances: u32,
+    },
+    /// The service environment's limit for the unit is reached by other shares' own usage
+    /// (the shares' limits add up to more than the environment).
+    EnvironmentFull {
+        /// The limit.
+        limit: u32,
+    },
+    /// The executor has no free physical instance of the type (shared with other queues).
+    InsufficientCapacity,
+    /// An older or higher-priority job is waiting for this capacity and has waited longer than
+    /// the starvation guard, so nothing may start past it (see `Policy::reserve_after_ms`).
+    HeldForOlderJob {
+        /// The shell's id of that job.
+        job: u64,
+    },
+    /// The job's previous attempt has not exited yet.
+    PreviousAttemptStopping,
+    /// Its lane changed since the last scheduling pass; the next pass decides.
+    AwaitingPass,
+}
+
+impl PendingReason {
+    /// The stable machine code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PendingReason::Misconfigured(m) => m.code(),
+            PendingReason::OwnQuotaFull { .. } => "OWN_QUOTA_FULL",
+            PendingReason::BorrowLimitReached { .. } => "BORROW_LIMIT_REACHED",
+            PendingReason::NothingToBorrow { .. } => "NOTHING_TO_BORROW",
+            PendingReason::WaitingForRelease { .. } => "WAITING_FOR_RELEASE",
+            PendingReason::EnvironmentFull { .. } => "ENVIRONMENT_FULL",
+            PendingReason::InsufficientCapacity => "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+            PendingReason::HeldForOlderJob { .. } => "HELD_FOR_OLDER_JOB",
+            PendingReason::PreviousAttemptStopping => "PREVIOUS_ATTEMPT_STOPPING",
+            PendingReason::AwaitingPass => "AWAITING_PASS",
+        }
+    }
+
+    /// Every code, for documentation and validation of scenario files.
+    pub const CODES: &'static [&'static str] = &[
+        "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE",
+        "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED",
+        "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+        "OWN_QUOTA_FULL",
+        "BORROW_LIMIT_REACHED",
+        "NOTHING_TO_BORROW",
+        "WAITING_FOR_RELEASE",
+        "ENVIRONMENT_FULL",
+        "HELD_FOR_OLDER_JOB",
+        "PREVIOUS_ATTEMPT_STOPPING",
+        "AWAITING_PASS",
+    ];
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::Misconfigured(m) => write!(f, "{}", m.status_reason()),
+            PendingReason::OwnQuotaFull { needs, usage, entitlement } => write!(
+                f,
+                "OWN_QUOTA_FULL - needs {needs} instance(s); the share uses {usage} of its {entitlement} and cannot borrow or preempt"
+            ),
+            PendingReason::BorrowLimitReached { would_borrow, allowance } => write!(
+                f,
+                "BORROW_LIMIT_REACHED - would borrow {would_borrow} instance(s); the borrow limit allows {allowance}"
+            ),
+            PendingReason::NothingToBorrow { needs, lendable } => write!(
+                f,
+                "NOTHING_TO_BORROW - needs to borrow {needs} instance(s); {lendable} idle instance(s) can be lent"
+            ),
+            PendingReason::WaitingForRelease { instances } => write!(
+                f,
+                "WAITING_FOR_RELEASE - {instances} instance(s) are being released by preempted or stopping attempts"
+            ),
+            PendingReason::EnvironmentFull { limit } => write!(
+                f,
+                "ENVIRONMENT_FULL - the service environment limit of {limit} is in use by other shares within their own quota"
+            ),
+            PendingReason::InsufficientCapacity => write!(
+                f,
+                "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Unable to provision requested compute resources"
+            ),
+            PendingReason::HeldForOlderJob { job } => write!(
+                f,
+                "HELD_FOR_OLDER_JOB - capacity is held for job {job}, which has waited past the starvation guard"
+            ),
+            PendingReason::PreviousAttemptStopping => {
+                write!(f, "PREVIOUS_ATTEMPT_STOPPING - the previous attempt has not exited yet")
+            }
+            PendingReason::AwaitingPass => {
+                write!(f, "AWAITING_PASS - submitted or changed; the next scheduling pass decides")
+            }
+        }
+    }
+}

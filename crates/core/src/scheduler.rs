@@ -1,0 +1,1001 @@
+//! The scheduler state and its input handlers: one synchronous function per input, each
+//! taking `now` and returning the effects it causes. The scheduling pass itself lives in
+//! [`crate::pass`]; [`Scheduler::step`] runs an input and then the pass.
+//!
+//! State layout: queues hold shares and, per capacity unit, one [`Lane`] per share with the
+//! share's usage, its pending jobs (indexed so that a pass never scans them) and its running
+//! attempts (indexed in victim order). Jobs and attempts live in hash maps that are only ever
+//! looked up by id, never iterated where a decision depends on the order.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::error::CoreError;
+use crate::model::*;
+use crate::reason::Misconfiguration;
+
+/// Most quota shares per queue (AWS limit).
+pub const MAX_SHARES_PER_QUEUE: usize = 20;
+/// Most capacity limits per share or service environment (AWS limit).
+pub const MAX_LIMITS: usize = 5;
+/// Highest scheduling priority.
+pub const MAX_PRIORITY: u32 = 9999;
+
+/// Knobs of the scheduling policy that AWS does not expose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Starvation guard for best-effort FIFO (DESIGN.md §2 rule 8). A job at the head of its
+    /// share that has waited this long, and is not misconfigured, reserves the capacity it
+    /// waits for: no job behind it in its share may start on that unit, and no later borrower
+    /// (FIFO) may borrow that unit, until it starts. Before that, smaller jobs may pass it.
+    pub reserve_after_ms: Millis,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            reserve_after_ms: 10 * 60 * 1000,
+        }
+    }
+}
+
+/// Order of pending jobs within a share: priority descending, then submission order (a
+/// preempted or retried job keeps its place).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct PendKey {
+    pub(crate) priority: Reverse<u32>,
+    pub(crate) seq: u64,
+    pub(crate) job: JobId,
+}
+
+/// Pending jobs of one share on one unit, bucketed by instance count so that "the first job
+/// in order that needs at most N instances" costs O(distinct counts · log n), not O(n).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PendingIndex {
+    by_count: BTreeMap<u32, BTreeSet<PendKey>>,
+    len: usize,
+}
+
+impl PendingIndex {
+    pub(crate) fn insert(&mut self, count: u32, key: PendKey) {
+        if self.by_count.entry(count).or_default().insert(key) {
+            self.len += 1;
+        }
+    }
+
+    pub(crate) fn remove(&mut self, count: u32, key: &PendKey) -> bool {
+        let Some(set) = self.by_count.get_mut(&count) else {
+            return false;
+        };
+        let removed = set.remove(key);
+        if set.is_empty() {
+            self.by_count.remove(&count);
+        }
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    /// The first job in share order among those needing at most `max_count` instances.
+    pub(crate) fn first(&self, max_count: u32) -> Option<(u32, PendKey)> {
+        self.by_count
+            .range(..=max_count)
+            .filter_map(|(c, set)| set.first().map(|k| (*c, *k)))
+            .min_by_key(|(_, k)| *k)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &PendKey)> {
+        self.by_count
+            .iter()
+            .flat_map(|(c, set)| set.iter().map(move |k| (*c, k)))
+    }
+}
+
+/// Order of running attempts as preemption victims (DESIGN.md §2 rule 7), within one share:
+/// lower priority first, then the least work lost (the most recent checkpoint, else start),
+/// then the larger job, then the newer attempt. Across shares the pass merges these lists,
+/// inserting "more borrowed instances of the unit" after work lost (see
+/// [`crate::pass::VictimRank`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct RunKey {
+    pub(crate) priority: u32,
+    pub(crate) progress: Reverse<Millis>,
+    pub(crate) count: Reverse<u32>,
+    pub(crate) attempt: Reverse<AttemptId>,
+}
+
+/// One share's state on one unit of one queue.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Lane {
+    /// Instances held by its attempts, stopping ones included.
+    pub(crate) usage: u32,
+    /// Of which held by attempts that are stopping.
+    pub(crate) stopping: u32,
+    pub(crate) pending: PendingIndex,
+    /// Active (not stopping) attempts in victim order.
+    pub(crate) running: BTreeSet<RunKey>,
+    /// Instances of active attempts per priority, for "how much could in-share preemption free
+    /// for priority p" without walking the attempts.
+    pub(crate) running_by_priority: BTreeMap<u32, u32>,
+    /// Set by the last pass when this share's head held the lane (see `Hold`).
+    pub(crate) held_for: Option<(JobId, Hold)>,
+}
+
+/// Why the last pass let nothing past a share's head job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// The head waits for capacity that preempted attempts are releasing.
+    Release,
+    /// The head waited longer than the starvation guard.
+    Starvation,
+}
+
+/// All shares' lanes for one unit of one queue.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UnitLanes {
+    /// Indexed by `ShareIx`.
+    pub(crate) lanes: Vec<Lane>,
+    /// Set by the last pass: an aged borrower that later borrowers may not pass.
+    pub(crate) borrow_barrier: Option<JobId>,
+}
+
+impl UnitLanes {
+    pub(crate) fn lane(&mut self, s: ShareIx) -> &mut Lane {
+        let i = usize::from(s.0);
+        if self.lanes.len() <= i {
+            self.lanes.resize_with(i + 1, Lane::default);
+        }
+        &mut self.lanes[i]
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Share {
+    pub(crate) spec: ShareSpec,
+    pub(crate) limits: BTreeMap<UnitIx, u32>,
+    /// Deleted shares stay as tombstones until their last attempt has exited, so that the
+    /// capacity their stopping attempts hold stays accounted for.
+    pub(crate) deleted: bool,
+}
+
+impl Share {
+    pub(crate) fn entitlement(&self, u: UnitIx) -> u32 {
+        if self.deleted {
+            0
+        } else {
+            self.limits.get(&u).copied().unwrap_or(0)
+        }
+    }
+
+    pub(crate) fn strategy(&self) -> Strategy {
+        if self.deleted {
+            Strategy::Reserve
+        } else {
+            self.spec.strategy
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Queue {
+    pub(crate) name: String,
+    pub(crate) environment: BTreeMap<UnitIx, u32>,
+    pub(crate) shares: Vec<Share>,
+    pub(crate) share_ix: BTreeMap<String, ShareIx>,
+    pub(crate) units: BTreeMap<UnitIx, UnitLanes>,
+    /// Pending jobs that can never fit as configured, re-examined when the configuration
+    /// changes (rare), never on the hot path.
+    pub(crate) parked: BTreeSet<JobId>,
+}
+
+/// What the core knows about a job.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// As submitted (priority kept current).
+    pub spec: JobSpec,
+    pub(crate) queue: QueueIx,
+    pub(crate) share: ShareIx,
+    pub(crate) unit: UnitIx,
+    /// Submission order; keeps its value across preemptions and retries.
+    pub seq: u64,
+    /// When it was submitted.
+    pub submitted_at: Millis,
+    /// When it last became RUNNABLE.
+    pub queued_at: Millis,
+    /// Where it is.
+    pub status: JobStatus,
+    /// The attempt holding capacity for it (status Dispatched).
+    pub attempt: Option<AttemptId>,
+    /// A preempted attempt that has not exited yet.
+    pub stopping: Option<AttemptId>,
+    /// Set while it can never fit as configured.
+    pub misconfigured: Option<Misconfiguration>,
+    /// Attempts that failed (count against `retryStrategy.attempts`).
+    pub failures: u32,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// A termination was requested.
+    pub terminated: bool,
+    /// The last thing that happened to it, in words (empty while nothing did).
+    pub status_reason: String,
+    /// The last checkpoint it reported.
+    pub last_checkpoint: Option<Millis>,
+    /// It preempted victims and waits for them to exit.
+    pub(crate) reclaiming: bool,
+}
+
+impl Job {
+    pub(crate) fn pend_key(&self) -> PendKey {
+        PendKey {
+            priority: Reverse(self.spec.priority),
+            seq: self.seq,
+            job: self.spec.id,
+        }
+    }
+
+    pub(crate) fn is_pending(&self) -> bool {
+        self.status == JobStatus::Runnable
+            && self.stopping.is_none()
+            && self.misconfigured.is_none()
+    }
+}
+
+/// One execution of a job, holding capacity until the shell reports it exited.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    /// Its id.
+    pub id: AttemptId,
+    /// Its job.
+    pub job: JobId,
+    pub(crate) queue: QueueIx,
+    pub(crate) share: ShareIx,
+    pub(crate) unit: UnitIx,
+    /// Instances held.
+    pub count: u32,
+    /// When it started.
+    pub started_at: Millis,
+    /// The last checkpoint, else the start: what a preemption would lose.
+    pub progress_at: Millis,
+    /// The job's priority, mirrored for the victim index.
+    pub priority: u32,
+    /// Set once the core asked for it to stop.
+    pub stopping: Option<StopCause>,
+}
+
+impl Attempt {
+    pub(crate) fn run_key(&self) -> RunKey {
+        RunKey {
+            priority: self.priority,
+            progress: Reverse(self.progress_at),
+            count: Reverse(self.count),
+            attempt: Reverse(self.id),
+        }
+    }
+}
+
+/// An input to the core. Configuration, jobs and what the executor reports all come in here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Create a queue with its service environment, or replace the environment's limits.
+    PutQueue(QueueSpec),
+    /// Create a share, or update every field of an existing one.
+    PutShare {
+        /// Queue name.
+        queue: String,
+        /// The share's full configuration.
+        share: ShareSpec,
+    },
+    /// Delete a DISABLED share and terminate its jobs.
+    DeleteShare {
+        /// Queue name.
+        queue: String,
+        /// Share name.
+        share: String,
+    },
+    /// Set (or clear) the physical instances of a type that all queues share.
+    SetPhysicalCapacity {
+        /// Instance type.
+        instance_type: String,
+        /// Instances; `None` = no physical limit.
+        instances: Option<u32>,
+    },
+    /// Submit a job.
+    Submit(JobSpec),
+    /// Change a job's priority (UpdateServiceJob).
+    UpdatePriority {
+        /// The job.
+        job: JobId,
+        /// New priority.
+        priority: u32,
+    },
+    /// The job reported a checkpoint at `now`.
+    Checkpoint {
+        /// The job.
+        job: JobId,
+    },
+    /// An attempt's processes are gone.
+    AttemptExited {
+        /// The attempt.
+        attempt: AttemptId,
+        /// How it ended.
+        exit: Exit,
+    },
+    /// Terminate a job (TerminateServiceJob).
+    Terminate {
+        /// The job.
+        job: JobId,
+        /// Recorded as its status reason.
+        reason: String,
+    },
+}
+
+/// The scheduling core. See the crate docs for how shells drive it.
+#[derive(Clone, Debug, Default)]
+pub struct Scheduler {
+    pub(crate) policy: Policy,
+    pub(crate) unit_names: Vec<String>,
+    pub(crate) unit_ix: BTreeMap<String, UnitIx>,
+    pub(crate) queues: Vec<Queue>,
+    pub(crate) queue_ix: BTreeMap<String, QueueIx>,
+    /// Physical instances per unit, when the executor reports them.
+    pub(crate) physical: BTreeMap<UnitIx, u32>,
+    /// Instances held across all queues, per unit (indexed by `UnitIx`).
+    pub(crate) physical_used: Vec<u32>,
+    pub(crate) jobs: HashMap<JobId, Job>,
+    pub(crate) attempts: HashMap<AttemptId, Attempt>,
+    pub(crate) next_attempt: u64,
+    pub(crate) next_seq: u64,
+    /// Lanes whose inputs changed since the last pass.
+    pub(crate) dirty: BTreeSet<(QueueIx, UnitIx)>,
+}
+
+impl Scheduler {
+    /// An empty scheduler with the given policy.
+    pub fn new(policy: Policy) -> Self {
+        Scheduler {
+            policy,
+            ..Default::default()
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Applies one input, then runs the scheduling pass; returns every effect, in order.
+    /// On error nothing changed.
+    pub fn step(&mut self, now: Millis, input: Input) -> Result<Vec<Effect>, CoreError> {
+        let mut effects = self.apply(now, input)?;
+        effects.extend(self.schedule(now));
+        Ok(effects)
+    }
+
+    /// Applies one input without running the pass (the shell calls [`Scheduler::schedule`]
+    /// when it wants decisions, e.g. once per batch of inputs).
+    pub fn apply(&mut self, now: Millis, input: Input) -> Result<Vec<Effect>, CoreError> {
+        let mut fx = Vec::new();
+        match input {
+            Input::PutQueue(spec) => self.put_queue(spec)?,
+            Input::PutShare { queue, share } => self.put_share(&queue, share)?,
+            Input::DeleteShare { queue, share } => {
+                self.delete_share(now, &queue, &share, &mut fx)?
+            }
+            Input::SetPhysicalCapacity {
+                instance_type,
+                instances,
+            } => {
+                let u = self.intern_unit(&instance_type);
+                match instances {
+                    Some(n) => self.physical.insert(u, n),
+                    None => self.physical.remove(&u),
+                };
+                self.reexamine_all();
+            }
+            Input::Submit(spec) => self.submit(now, spec)?,
+            Input::UpdatePriority { job, priority } => self.update_priority(job, priority)?,
+            Input::Checkpoint { job } => self.checkpoint(now, job)?,
+            Input::AttemptExited { attempt, exit } => {
+                self.attempt_exited(now, attempt, exit, &mut fx)?
+            }
+            Input::Terminate { job, reason } => self.terminate(now, job, reason, &mut fx)?,
+        }
+        Ok(fx)
+    }
+
+    pub(crate) fn intern_unit(&mut self, name: &str) -> UnitIx {
+        if let Some(u) = self.unit_ix.get(name) {
+            return *u;
+        }
+        let u = UnitIx(self.unit_names.len() as u16);
+        self.unit_names.push(name.to_string());
+        self.unit_ix.insert(name.to_string(), u);
+        self.physical_used.push(0);
+        u
+    }
+
+    /// The name of an interned unit.
+    pub(crate) fn unit_name(&self, u: UnitIx) -> &str {
+        &self.unit_names[usize::from(u.0)]
+    }
+
+    fn queue_by_name(&self, name: &str) -> Result<QueueIx, CoreError> {
+        self.queue_ix
+            .get(name)
+            .copied()
+            .ok_or_else(|| CoreError::UnknownQueue(name.to_string()))
+    }
+
+    fn put_queue(&mut self, spec: QueueSpec) -> Result<(), CoreError> {
+        if spec.environment.len() > MAX_LIMITS {
+            return Err(CoreError::TooMany {
+                what: "a service environment's capacity limits",
+                max: MAX_LIMITS,
+                got: spec.environment.len(),
+            });
+        }
+        let env: BTreeMap<UnitIx, u32> = spec
+            .environment
+            .iter()
+            .map(|(k, v)| (self.intern_unit(k), *v))
+            .collect();
+        let q = match self.queue_ix.get(&spec.name) {
+            Some(q) => *q,
+            None => {
+                let q = QueueIx(self.queues.len() as u32);
+                self.queues.push(Queue {
+                    name: spec.name.clone(),
+                    environment: BTreeMap::new(),
+                    shares: Vec::new(),
+                    share_ix: BTreeMap::new(),
+                    units: BTreeMap::new(),
+                    parked: BTreeSet::new(),
+                });
+                self.queue_ix.insert(spec.name.clone(), q);
+                q
+            }
+        };
+        self.queues[q.0 as usize].environment = env;
+        self.reexamine_queue(q);
+        Ok(())
+    }
+
+    fn put_share(&mut self, queue: &str, spec: ShareSpec) -> Result<(), CoreError> {
+        let q = self.queue_by_name(queue)?;
+        if spec.limits.len() > MAX_LIMITS {
+            return Err(CoreError::TooMany {
+                what: "a quota share's capacity limits",
+                max: MAX_LIMITS,
+                got: spec.limits.len(),
+            });
+        }
+        if spec.borrow_limit_percent < -1 {
+            return Err(CoreError::InvalidBorrowLimit(spec.borrow_limit_percent));
+        }
+        let limits: BTreeMap<UnitIx, u32> = spec
+            .limits
+            .iter()
+            .map(|(k, v)| (self.intern_unit(k), *v))
+            .collect();
+        let queue = &mut self.queues[q.0 as usize];
+        match queue.share_ix.get(&spec.name) {
+            Some(s) => {
+                let share = &mut queue.shares[usize::from(s.0)];
+                share.spec = spec;
+                share.limits = limits;
+            }
+            None => {
+                let live = queue.shares.iter().filter(|s| !s.deleted).count();
+                if live >= MAX_SHARES_PER_QUEUE {
+                    return Err(CoreError::TooMany {
+                        what: "a job queue's quota shares",
+                        max: MAX_SHARES_PER_QUEUE,
+                        got: live + 1,
+                    });
+                }
+                // Reuse a tombstone whose attempts have all exited, so indices stay bounded.
+                let reusable = (0..queue.shares.len()).find(|&i| {
+                    queue.shares[i].deleted
+                        && queue
+                            .units
+                            .values()
+                            .all(|ul| ul.lanes.get(i).is_none_or(|l| l.usage == 0))
+                });
+                let ix = match reusable {
+                    Some(i) => {
+                        queue.shares[i] = Share {
+                            spec: spec.clone(),
+                            limits,
+                            deleted: false,
+                        };
+                        for ul in queue.units.values_mut() {
+                            if let Some(lane) = ul.lanes.get_mut(i) {
+                                *lane = Lane::default();
+                            }
+                        }
+                        i
+                    }
+                    None => {
+                        queue.shares.push(Share {
+                            spec: spec.clone(),
+                            limits,
+                            deleted: false,
+                        });
+                        queue.shares.len() - 1
+                    }
+                };
+                queue.share_ix.insert(spec.name.clone(), ShareIx(ix as u16));
+            }
+        }
+        self.reexamine_queue(q);
+        Ok(())
+    }
+
+    fn delete_share(
+        &mut self,
+        now: Millis,
+        queue: &str,
+        share: &str,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), CoreError> {
+        let q = self.queue_by_name(queue)?;
+        let s = self.share_by_name(q, share)?;
+        if self.queues[q.0 as usize].shares[usize::from(s.0)]
+            .spec
+            .enabled
+        {
+            return Err(CoreError::ShareNotDisabled {
+                queue: queue.into(),
+                share: share.into(),
+            });
+        }
+        // Rare administrative path: collecting the share's jobs may scan all jobs; sorted so
+        // that the effects come out in the same order every time.
+        let mut victims: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.queue == q && j.share == s && !j.status.is_final())
+            .map(|j| j.spec.id)
+            .collect();
+        victims.sort();
+        let reason = format!("Quota share {share} was deleted");
+        for j in victims {
+            self.terminate(now, j, reason.clone(), fx)?;
+        }
+        let queue = &mut self.queues[q.0 as usize];
+        queue.shares[usize::from(s.0)].deleted = true;
+        queue.share_ix.remove(share);
+        self.reexamine_queue(q);
+        Ok(())
+    }
+
+    pub(crate) fn share_by_name(&self, q: QueueIx, name: &str) -> Result<ShareIx, CoreError> {
+        let queue = &self.queues[q.0 as usize];
+        queue
+            .share_ix
+            .get(name)
+            .copied()
+            .ok_or_else(|| CoreError::UnknownShare {
+                queue: queue.name.clone(),
+                share: name.to_string(),
+            })
+    }
+
+    fn submit(&mut self, now: Millis, spec: JobSpec) -> Result<(), CoreError> {
+        if self.jobs.contains_key(&spec.id) {
+            return Err(CoreError::DuplicateJob(spec.id));
+        }
+        if spec.priority > MAX_PRIORITY {
+            return Err(CoreError::InvalidPriority(spec.priority));
+        }
+        if spec.count == 0 {
+            return Err(CoreError::InvalidCount);
+        }
+        if !(1..=10).contains(&spec.attempts) {
+            return Err(CoreError::InvalidAttempts(spec.attempts));
+        }
+        let q = self.queue_by_name(&spec.queue)?;
+        let s = self.share_by_name(q, &spec.share)?;
+        if !self.queues[q.0 as usize].shares[usize::from(s.0)]
+            .spec
+            .enabled
+        {
+            return Err(CoreError::ShareDisabled {
+                queue: spec.queue,
+                share: spec.share,
+            });
+        }
+        let u = self.intern_unit(&spec.instance_type);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let id = spec.id;
+        let job = Job {
+            spec,
+            queue: q,
+            share: s,
+            unit: u,
+            seq,
+            submitted_at: now,
+            queued_at: now,
+            status: JobStatus::Runnable,
+            attempt: None,
+            stopping: None,
+            misconfigured: None,
+            failures: 0,
+            preemptions: 0,
+            terminated: false,
+            status_reason: String::new(),
+            last_checkpoint: None,
+            reclaiming: false,
+        };
+        self.jobs.insert(id, job);
+        self.enqueue(id);
+        Ok(())
+    }
+
+    /// Puts a RUNNABLE job with no stopping attempt where the pass will find it: the pending
+    /// index, or the parked set when it can never fit.
+    pub(crate) fn enqueue(&mut self, id: JobId) {
+        let misfit = self.misfit(id);
+        let job = self.jobs.get_mut(&id).expect("enqueue of a known job");
+        job.misconfigured = misfit;
+        let (q, u, s, count, key) = (
+            job.queue,
+            job.unit,
+            job.share,
+            job.spec.count,
+            job.pend_key(),
+        );
+        let queue = &mut self.queues[q.0 as usize];
+        if misfit.is_some() {
+            queue.parked.insert(id);
+        } else {
+            queue
+                .units
+                .entry(u)
+                .or_default()
+                .lane(s)
+                .pending
+                .insert(count, key);
+            self.dirty.insert((q, u));
+        }
+    }
+
+    /// Takes a job out of the pending index or the parked set, wherever it is.
+    pub(crate) fn dequeue(&mut self, id: JobId) {
+        let job = &self.jobs[&id];
+        let (q, u, s, count, key) = (
+            job.queue,
+            job.unit,
+            job.share,
+            job.spec.count,
+            job.pend_key(),
+        );
+        let queue = &mut self.queues[q.0 as usize];
+        if !queue.parked.remove(&id) {
+            if let Some(ul) = queue.units.get_mut(&u) {
+                ul.lane(s).pending.remove(count, &key);
+            }
+        }
+    }
+
+    /// Whether a job can never fit as the queue is configured (DESIGN.md §2 rule 10).
+    pub(crate) fn misfit(&self, id: JobId) -> Option<Misconfiguration> {
+        let job = &self.jobs[&id];
+        let queue = &self.queues[job.queue.0 as usize];
+        let (u, c) = (job.unit, job.spec.count);
+        let env = queue.environment.get(&u).copied().unwrap_or(0);
+        if c > env {
+            return Some(Misconfiguration::EnvironmentMax);
+        }
+        let share = &queue.shares[usize::from(job.share.0)];
+        let Some(&entitlement) = share.limits.get(&u) else {
+            return Some(Misconfiguration::ShareLimit);
+        };
+        match share.spec.strategy {
+            Strategy::Reserve | Strategy::Lend if c > entitlement => {
+                return Some(Misconfiguration::ShareLimit)
+            }
+            Strategy::Reserve | Strategy::Lend => {}
+            Strategy::LendAndBorrow => {
+                if let Some(allow) = share.spec.borrow_allowance(entitlement) {
+                    if u64::from(c) > u64::from(entitlement) + u64::from(allow) {
+                        return Some(Misconfiguration::ShareAndBorrowLimit);
+                    }
+                }
+                let lendable: u64 = queue
+                    .shares
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, sh)| *i != usize::from(job.share.0) && sh.strategy().lends())
+                    .map(|(_, sh)| u64::from(sh.entitlement(u)))
+                    .sum();
+                if u64::from(c) > u64::from(entitlement) + lendable {
+                    return Some(Misconfiguration::BorrowableCapacity);
+                }
+            }
+        }
+        if let Some(&p) = self.physical.get(&u) {
+            if c > p {
+                return Some(Misconfiguration::PhysicalMax);
+            }
+        }
+        None
+    }
+
+    /// After a configuration change: re-examine every waiting job of the queue (whether it
+    /// fits at all may have changed) and mark all its lanes dirty. O(waiting jobs), on the
+    /// administrative path only.
+    fn reexamine_queue(&mut self, q: QueueIx) {
+        let queue = &self.queues[q.0 as usize];
+        let mut waiting: Vec<JobId> = queue.parked.iter().copied().collect();
+        for ul in queue.units.values() {
+            for lane in &ul.lanes {
+                waiting.extend(lane.pending.iter().map(|(_, k)| k.job));
+            }
+        }
+        waiting.sort();
+        for id in waiting {
+            self.dequeue(id);
+            self.enqueue(id);
+        }
+        let units: Vec<UnitIx> = self.queues[q.0 as usize].units.keys().copied().collect();
+        for u in units {
+            self.dirty.insert((q, u));
+        }
+    }
+
+    fn reexamine_all(&mut self) {
+        for q in 0..self.queues.len() {
+            self.reexamine_queue(QueueIx(q as u32));
+        }
+    }
+
+    fn update_priority(&mut self, id: JobId, priority: u32) -> Result<(), CoreError> {
+        if priority > MAX_PRIORITY {
+            return Err(CoreError::InvalidPriority(priority));
+        }
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        if job.status.is_final() {
+            return Err(CoreError::JobFinished(id));
+        }
+        let pending = job.is_pending();
+        if pending {
+            self.dequeue(id);
+        }
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        job.spec.priority = priority;
+        let (q, u) = (job.queue, job.unit);
+        if let Some(a) = job.attempt {
+            self.rekey_attempt(a, |att| att.priority = priority);
+        }
+        if pending {
+            self.enqueue(id);
+        }
+        self.dirty.insert((q, u));
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, now: Millis, id: JobId) -> Result<(), CoreError> {
+        let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
+        job.last_checkpoint = Some(now);
+        if let Some(a) = job.attempt {
+            self.rekey_attempt(a, |att| att.progress_at = now);
+        }
+        Ok(())
+    }
+
+    /// Changes an active attempt's fields that its victim-index key depends on.
+    fn rekey_attempt(&mut self, a: AttemptId, change: impl FnOnce(&mut Attempt)) {
+        let att = self.attempts.get_mut(&a).expect("a job's attempt exists");
+        let old = att.run_key();
+        let old_priority = att.priority;
+        change(att);
+        if att.stopping.is_some() {
+            return;
+        }
+        let (q, u, s, new, count, priority) = (
+            att.queue,
+            att.unit,
+            att.share,
+            att.run_key(),
+            att.count,
+            att.priority,
+        );
+        let lane = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane of a running attempt")
+            .lane(s);
+        lane.running.remove(&old);
+        lane.running.insert(new);
+        sub_priority(&mut lane.running_by_priority, old_priority, count);
+        *lane.running_by_priority.entry(priority).or_default() += count;
+    }
+
+    fn terminate(
+        &mut self,
+        _now: Millis,
+        id: JobId,
+        reason: String,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), CoreError> {
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        match job.status {
+            JobStatus::Succeeded | JobStatus::Failed => {}
+            JobStatus::Runnable => {
+                let pending = job.stopping.is_none();
+                if pending {
+                    self.dequeue(id);
+                }
+                let job = self.jobs.get_mut(&id).expect("exists");
+                job.status = JobStatus::Failed;
+                job.terminated = true;
+                job.status_reason = reason.clone();
+                fx.push(Effect::Finished {
+                    job: id,
+                    status: JobStatus::Failed,
+                    reason,
+                });
+            }
+            JobStatus::Dispatched => {
+                let a = job.attempt.expect("dispatched job has an attempt");
+                let job = self.jobs.get_mut(&id).expect("exists");
+                job.terminated = true;
+                job.status_reason = reason.clone();
+                if self.attempts[&a].stopping.is_none() {
+                    let cause = StopCause::Terminated { reason };
+                    self.stop_attempt(a, cause.clone());
+                    fx.push(Effect::Stop {
+                        job: id,
+                        attempt: a,
+                        cause,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks an active attempt as stopping: it leaves the victim index, keeps its capacity.
+    pub(crate) fn stop_attempt(&mut self, a: AttemptId, cause: StopCause) {
+        let att = self.attempts.get_mut(&a).expect("attempt exists");
+        debug_assert!(att.stopping.is_none());
+        let key = att.run_key();
+        att.stopping = Some(cause);
+        let (q, u, s, count, priority) = (att.queue, att.unit, att.share, att.count, att.priority);
+        let lane = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane")
+            .lane(s);
+        lane.running.remove(&key);
+        sub_priority(&mut lane.running_by_priority, priority, count);
+        lane.stopping += count;
+    }
+
+    fn attempt_exited(
+        &mut self,
+        now: Millis,
+        a: AttemptId,
+        exit: Exit,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), CoreError> {
+        let att = self
+            .attempts
+            .remove(&a)
+            .ok_or(CoreError::UnknownAttempt(a))?;
+        let (q, u, s) = (att.queue, att.unit, att.share);
+        {
+            let lane = self.queues[q.0 as usize]
+                .units
+                .get_mut(&u)
+                .expect("lane")
+                .lane(s);
+            lane.usage -= att.count;
+            if att.stopping.is_some() {
+                lane.stopping -= att.count;
+            } else {
+                lane.running.remove(&att.run_key());
+                sub_priority(&mut lane.running_by_priority, att.priority, att.count);
+            }
+        }
+        self.physical_used[usize::from(u.0)] -= att.count;
+        self.mark_released(q, u);
+
+        let id = att.job;
+        let job = self.jobs.get_mut(&id).expect("attempt's job exists");
+        match (&att.stopping, exit) {
+            (Some(StopCause::Terminated { reason }), _) => {
+                job.attempt = None;
+                job.status = JobStatus::Failed;
+                job.status_reason = reason.clone();
+                fx.push(Effect::Finished {
+                    job: id,
+                    status: JobStatus::Failed,
+                    reason: reason.clone(),
+                });
+            }
+            (Some(_preempted), _) => {
+                // Whatever the exit code, a preempted attempt counts as preempted; the job's
+                // new status was decided when the preemption was issued.
+                job.stopping = None;
+                if job.status == JobStatus::Runnable {
+                    self.enqueue(id);
+                }
+            }
+            (None, Exit::Succeeded) => {
+                job.attempt = None;
+                job.status = JobStatus::Succeeded;
+                job.status_reason = "Training job completed".into();
+                fx.push(Effect::Finished {
+                    job: id,
+                    status: JobStatus::Succeeded,
+                    reason: job.status_reason.clone(),
+                });
+            }
+            (None, Exit::Failed { reason, retryable }) => {
+                job.attempt = None;
+                job.failures += 1;
+                let rule_retry = job
+                    .spec
+                    .evaluate_on_exit
+                    .iter()
+                    .find(|r| crate::glob::matches(&r.on_status_reason, &reason))
+                    .map(|r| r.retry)
+                    .unwrap_or(true);
+                job.status_reason = reason.clone();
+                if retryable && rule_retry && job.failures < job.spec.attempts {
+                    job.status = JobStatus::Runnable;
+                    job.queued_at = now;
+                    fx.push(Effect::Requeued { job: id, reason });
+                    self.enqueue(id);
+                } else {
+                    job.status = JobStatus::Failed;
+                    fx.push(Effect::Finished {
+                        job: id,
+                        status: JobStatus::Failed,
+                        reason,
+                    });
+                }
+            }
+            (None, Exit::Lost { reason }) => {
+                job.attempt = None;
+                job.status = JobStatus::Runnable;
+                job.queued_at = now;
+                job.status_reason = reason.clone();
+                fx.push(Effect::Requeued { job: id, reason });
+                self.enqueue(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Released capacity can serve the lane, and, when the unit has a physical limit, every
+    /// other queue's lane on the same unit.
+    fn mark_released(&mut self, q: QueueIx, u: UnitIx) {
+        self.dirty.insert((q, u));
+        if self.physical.contains_key(&u) {
+            for (i, queue) in self.queues.iter().enumerate() {
+                if queue.units.contains_key(&u) {
+                    self.dirty.insert((QueueIx(i as u32), u));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn sub_priority(map: &mut BTreeMap<u32, u32>, priority: u32, count: u32) {
+    let e = map
+        .get_mut(&priority)
+        .expect("priority bucket of a running attempt");
+    *e -= count;
+    if *e == 0 {
+        map.remove(&priority);
+    }
+}
