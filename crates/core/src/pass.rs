@@ -70,27 +70,61 @@ pub(crate) enum Decision {
     Wait(PendingReason),
 }
 
+/// The three kinds of nominee, decided in this order: a pass decides every nominee of the
+/// lowest kind present, then nominates again. Owners go first so that capacity freed for an
+/// owner (by a finish or a reclaim) is never re-borrowed under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// Fits its share's idle entitlement.
+    Own,
+    /// A share's head that does not fit its idle entitlement but must be decided before any
+    /// other job of its share: it waited past the starvation guard (it may hold the
+    /// capacity), or in-share preemption could serve it (it may preempt lower-priority jobs,
+    /// which must not start first only to be preempted).
+    Head,
+    /// Everything else, mostly borrowers, in FIFO order of submission.
+    Other,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Nominee {
     share: usize,
     count: u32,
     key: PendKey,
-    own_fit: bool,
+    kind: Kind,
+    /// The share's head, nominated because it is special (see [`Kind::Head`]).
+    head: bool,
     reclaiming: bool,
 }
 
 impl Nominee {
-    fn order(&self) -> (u8, u8, Reverse<u32>, u64) {
-        if self.own_fit {
-            (
-                0,
+    fn order(&self) -> (Kind, u8, Reverse<u32>, u64) {
+        match self.kind {
+            Kind::Own => (
+                self.kind,
                 u8::from(!self.reclaiming),
                 self.key.priority,
                 self.key.seq,
-            )
-        } else {
-            (1, 0, Reverse(0), self.key.seq)
+            ),
+            Kind::Head | Kind::Other => (self.kind, 0, Reverse(0), self.key.seq),
         }
+    }
+}
+
+/// What one pass has learnt about a share: no job of the share needing `any` or more
+/// instances can start (nor, among those that fit its idle entitlement, `own` or more); and
+/// which head it has already decided.
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    any: u32,
+    own: u32,
+    head_seen: Option<JobId>,
+}
+
+impl Bound {
+    fn close(&mut self) {
+        self.any = 0;
+        self.own = 0;
     }
 }
 
@@ -114,52 +148,67 @@ impl Scheduler {
         for lane in &mut ul.lanes {
             lane.held_for = None;
         }
-        let mut bound = vec![u32::MAX; nshares];
+        let mut bounds = vec![
+            Bound {
+                any: u32::MAX,
+                own: u32::MAX,
+                head_seen: None
+            };
+            nshares
+        ];
         let mut barrier: Option<(u64, JobId)> = None;
-        let guard = self.policy.reserve_after_ms;
         loop {
-            let mut nominees = self.nominate(q, u, &bound);
-            if nominees.is_empty() {
+            let mut nominees = self.nominate(now, q, u, &bounds);
+            let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
                 break;
-            }
+            };
+            nominees.retain(|n| n.kind == kind);
             nominees.sort_by_key(Nominee::order);
             for n in nominees {
                 let id = n.key.job;
-                let head = bound[n.share] == u32::MAX;
-                let decision = self.decide(id);
-                let behind_barrier = barrier.is_some_and(|(seq, _)| n.key.seq > seq);
-                match decision {
-                    Decision::Start if !(behind_barrier && self.would_borrow(id)) => {
-                        self.start(now, id, fx);
+                let b = &mut bounds[n.share];
+                if n.head {
+                    b.head_seen = Some(id);
+                }
+                match self.decide(id) {
+                    Decision::Start
+                        if barrier.is_some_and(|(seq, _)| n.key.seq > seq)
+                            && self.would_borrow(id) =>
+                    {
+                        b.any = n.count - 1;
                     }
-                    Decision::Start => bound[n.share] = n.count - 1,
+                    Decision::Start => self.start(now, id, fx),
                     Decision::Preempt(victims) => {
+                        b.close();
                         self.preempt(now, id, &victims, fx);
-                        bound[n.share] = 0;
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
                     Decision::Wait(PendingReason::WaitingForRelease { .. }) => {
-                        bound[n.share] = 0;
+                        b.close();
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
-                    Decision::Wait(_) => {
-                        let aged = now.saturating_sub(self.jobs[&id].queued_at) >= guard;
-                        if head && aged {
-                            bound[n.share] = 0;
-                            self.hold(q, u, n.share, id, Hold::Starvation);
-                            if !n.own_fit && barrier.is_none() {
-                                barrier = Some((n.key.seq, id));
-                            }
-                        } else {
-                            bound[n.share] = n.count - 1;
+                    Decision::Wait(_) if n.head && self.aged(now, id) => {
+                        b.close();
+                        if barrier.is_none() && self.would_borrow(id) {
+                            barrier = Some((n.key.seq, id));
                         }
+                        self.hold(q, u, n.share, id, Hold::Starvation);
                     }
+                    Decision::Wait(_) => match n.kind {
+                        Kind::Own if !n.head => b.own = n.count - 1,
+                        _ => b.any = n.count - 1,
+                    },
                 }
             }
         }
         if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
             ul.borrow_barrier = barrier.map(|(_, id)| id);
         }
+    }
+
+    /// Whether the job has waited past the starvation guard.
+    fn aged(&self, now: Millis, id: JobId) -> bool {
+        now.saturating_sub(self.jobs[&id].queued_at) >= self.policy.reserve_after_ms
     }
 
     fn hold(&mut self, q: QueueIx, u: UnitIx, s: usize, id: JobId, why: Hold) {
@@ -170,25 +219,47 @@ impl Scheduler {
         ul.lane(ShareIx(s as u16)).held_for = Some((id, why));
     }
 
-    fn nominate(&self, q: QueueIx, u: UnitIx, bound: &[u32]) -> Vec<Nominee> {
+    /// Each share's nominee: its head when the head is special (aged, or servable by in-share
+    /// preemption), else the first job that fits its idle entitlement, else the first job
+    /// within its bound.
+    fn nominate(&self, now: Millis, q: QueueIx, u: UnitIx, bounds: &[Bound]) -> Vec<Nominee> {
         let queue = &self.queues[q.0 as usize];
         let Some(ul) = queue.units.get(&u) else {
             return Vec::new();
         };
         let mut out = Vec::new();
         for (s, lane) in ul.lanes.iter().enumerate() {
-            if bound[s] == 0 || lane.pending.len() == 0 {
+            let b = bounds[s];
+            if lane.pending.len() == 0 || (b.any == 0 && b.own == 0) {
                 continue;
             }
-            if let Some((count, key)) = lane.pending.first(bound[s]) {
-                let entitlement = queue.shares[s].entitlement(u);
-                out.push(Nominee {
-                    share: s,
-                    count,
-                    key,
-                    own_fit: lane.usage + count <= entitlement,
-                    reclaiming: self.jobs[&key.job].reclaiming,
-                });
+            let share = &queue.shares[s];
+            let own_room = share.entitlement(u).saturating_sub(lane.usage);
+            let nominee = |count: u32, key: PendKey, kind: Kind, head: bool| Nominee {
+                share: s,
+                count,
+                key,
+                kind,
+                head,
+                reclaiming: self.jobs[&key.job].reclaiming,
+            };
+            if b.any > 0 {
+                if let Some((count, key)) = lane.pending.first(u32::MAX) {
+                    let fits_own = count <= own_room;
+                    let special =
+                        self.aged(now, key.job) || (share.spec.in_share_preemption && !fits_own);
+                    if special && b.head_seen != Some(key.job) && count <= b.any {
+                        let kind = if fits_own { Kind::Own } else { Kind::Head };
+                        out.push(nominee(count, key, kind, true));
+                        continue;
+                    }
+                }
+            }
+            let own_cap = own_room.min(b.own);
+            if let Some((count, key)) = lane.pending.first(own_cap).filter(|_| own_cap > 0) {
+                out.push(nominee(count, key, Kind::Own, false));
+            } else if let Some((count, key)) = lane.pending.first(b.any).filter(|_| b.any > 0) {
+                out.push(nominee(count, key, Kind::Other, false));
             }
         }
         out
@@ -286,7 +357,7 @@ impl Scheduler {
         if let Some(victims) = self.find_victims(id, ceiling, &projected, &before_p) {
             return Decision::Preempt(victims);
         }
-        Decision::Wait(self.wait_reason(id, ceiling, &projected, violation))
+        Decision::Wait(self.wait_reason(id, ceiling, &projected, &before_p, violation))
     }
 
     /// The smallest sufficient set of victims for the job, in the documented order, or `None`
@@ -407,48 +478,55 @@ impl Scheduler {
         Some(chosen.into_iter().map(|(_, k)| k.attempt.0).collect())
     }
 
+    /// Classifies why a job with no victim set must wait: first what its share may do (own
+    /// quota, borrow limit, what is lendable), then what the unit allows (environment,
+    /// physical instances).
     fn wait_reason(
         &self,
         id: JobId,
         ceiling: Ceiling,
         projected: &[Account],
+        before: &Pressure,
         violation: Violation,
     ) -> PendingReason {
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
         let a = projected[s];
-        match violation {
-            Violation::Environment => {
-                return PendingReason::EnvironmentFull {
-                    limit: ceiling.environment,
-                }
-            }
-            Violation::Physical => return PendingReason::InsufficientCapacity,
-            Violation::Lending | Violation::BorrowLimit(_) => {}
+        let unit_full = |v: Violation| match v {
+            Violation::Physical => PendingReason::InsufficientCapacity,
+            _ => PendingReason::EnvironmentFull {
+                limit: ceiling.environment,
+            },
+        };
+        if a.usage + c <= a.entitlement {
+            return unit_full(violation);
         }
-        let own_usage = a.usage;
-        if own_usage + c <= a.entitlement || !a.strategy.borrows() {
+        if !a.strategy.borrows() {
             return PendingReason::OwnQuotaFull {
                 needs: c,
-                usage: own_usage,
+                usage: a.usage,
                 entitlement: a.entitlement,
             };
         }
-        let would_borrow = own_usage + c - a.entitlement;
-        match violation {
-            Violation::BorrowLimit(i) if i == s => PendingReason::BorrowLimitReached {
-                would_borrow,
-                allowance: a.allowance.unwrap_or(u32::MAX),
-            },
-            _ => {
-                let lendable: u32 = projected.iter().map(Account::lendable).sum();
-                let borrowed: u32 = projected.iter().map(Account::borrowed).sum();
-                PendingReason::NothingToBorrow {
-                    needs: would_borrow - a.borrowed(),
-                    lendable: lendable.saturating_sub(borrowed),
-                }
+        let would_borrow = a.usage + c - a.entitlement;
+        if let Some(allowance) = a.allowance {
+            if would_borrow > allowance {
+                return PendingReason::BorrowLimitReached {
+                    would_borrow,
+                    allowance,
+                };
             }
         }
+        let after = with_usage(ceiling, projected, s, c);
+        if after.lending > before.lending.max(0) {
+            let lendable: u32 = projected.iter().map(Account::lendable).sum();
+            let borrowed: u32 = projected.iter().map(Account::borrowed).sum();
+            return PendingReason::NothingToBorrow {
+                needs: would_borrow - a.borrowed(),
+                lendable: lendable.saturating_sub(borrowed),
+            };
+        }
+        unit_full(violation)
     }
 
     fn start(&mut self, now: Millis, id: JobId, fx: &mut Vec<Effect>) {

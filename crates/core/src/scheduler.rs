@@ -837,6 +837,8 @@ impl Scheduler {
                 job.status = JobStatus::Failed;
                 job.terminated = true;
                 job.status_reason = reason.clone();
+                // The lane's head may have changed: a job it held back may start now.
+                self.dirty.insert((job.queue, job.unit));
                 fx.push(Effect::Finished {
                     job: id,
                     status: JobStatus::Failed,

@@ -1,0 +1,566 @@
+//! Property tests: random sequences of every input, with the invariants and the rules'
+//! guarantees checked after every step by code that recomputes them from the public views
+//! (not from the core's own ledger).
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use qm_core::Strategy as Sharing;
+use qm_core::{
+    AttemptId, CoreError, Effect, Exit, Input, JobId, JobSpec, JobStatus, Millis, Policy,
+    QueueSpec, Scheduler, ShareSpec, StopCause,
+};
+
+const Q: &str = "q";
+const UNITS: [&str; 2] = ["ml.g5.xlarge", "ml.p4d.24xlarge"];
+
+#[derive(Clone, Debug)]
+struct Config {
+    env: [u32; 2],
+    shares: Vec<ShareSpec>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit {
+        share: usize,
+        unit: usize,
+        count: u32,
+        priority: u32,
+        retries: Option<u32>,
+    },
+    Finish(usize),
+    Fail(usize),
+    Checkpoint(usize),
+    Priority(usize, u32),
+    Terminate(usize),
+    Advance(u64),
+    Release,
+    UpdateShare {
+        share: usize,
+        limits: [Option<u32>; 2],
+        strategy: Sharing,
+        borrow: i32,
+        in_share: bool,
+        enabled: bool,
+    },
+}
+
+fn strategy() -> impl Strategy<Value = Sharing> {
+    prop_oneof![
+        Just(Sharing::Reserve),
+        Just(Sharing::Lend),
+        Just(Sharing::LendAndBorrow)
+    ]
+}
+
+fn borrow_limit() -> impl Strategy<Value = i32> {
+    prop_oneof![Just(-1), 0..300i32]
+}
+
+fn limits() -> impl Strategy<Value = [Option<u32>; 2]> {
+    [
+        proptest::option::weighted(0.85, 0..4u32),
+        proptest::option::weighted(0.6, 0..4u32),
+    ]
+}
+
+fn share_spec(
+    i: usize,
+    limits: [Option<u32>; 2],
+    s: Sharing,
+    borrow: i32,
+    in_share: bool,
+    enabled: bool,
+) -> ShareSpec {
+    let mut spec = ShareSpec::new(format!("S{i}"));
+    for (u, l) in limits.iter().enumerate() {
+        if let Some(l) = l {
+            spec.limits.insert(UNITS[u].to_string(), *l);
+        }
+    }
+    spec.strategy = s;
+    spec.borrow_limit_percent = if s == Sharing::LendAndBorrow {
+        borrow
+    } else {
+        -1
+    };
+    spec.in_share_preemption = in_share;
+    spec.enabled = enabled;
+    spec
+}
+
+fn config() -> impl Strategy<Value = Config> {
+    (
+        [1..10u32, 1..6u32],
+        prop::collection::vec((limits(), strategy(), borrow_limit(), any::<bool>()), 2..5),
+    )
+        .prop_map(|(env, shares)| Config {
+            env,
+            shares: shares
+                .into_iter()
+                .enumerate()
+                .map(|(i, (l, s, b, p))| share_spec(i, l, s, b, p, true))
+                .collect(),
+        })
+}
+
+fn op(updates: bool) -> BoxedStrategy<Op> {
+    let base = prop_oneof![
+        6 => (0..4usize, prop::sample::select(vec![0usize, 0, 0, 1]), 1..4u32, 0..4u32, proptest::option::weighted(0.3, 0..3u32))
+            .prop_map(|(share, unit, count, priority, retries)| Op::Submit { share, unit, count, priority, retries }),
+        3 => any::<usize>().prop_map(Op::Finish),
+        1 => any::<usize>().prop_map(Op::Fail),
+        1 => any::<usize>().prop_map(Op::Checkpoint),
+        2 => (any::<usize>(), 0..5u32).prop_map(|(j, p)| Op::Priority(j, p)),
+        1 => any::<usize>().prop_map(Op::Terminate),
+        1 => (0..1200u64).prop_map(Op::Advance),
+        2 => Just(Op::Release),
+    ];
+    if !updates {
+        return base.boxed();
+    }
+    prop_oneof![
+        10 => base,
+        1 => (0..4usize, limits(), strategy(), borrow_limit(), any::<bool>(), prop::bool::weighted(0.8))
+            .prop_map(|(share, limits, strategy, borrow, in_share, enabled)| Op::UpdateShare { share, limits, strategy, borrow, in_share, enabled }),
+    ]
+    .boxed()
+}
+
+/// Runs the scheduler through the ops, checking every property after every step; returns the
+/// effect log (for the determinism property).
+struct Run {
+    s: Scheduler,
+    cfg: Config,
+    now: Millis,
+    jobs: Vec<JobId>,
+    stopping: Vec<AttemptId>,
+    log: Vec<Effect>,
+    /// No share was updated yet: the state must be admissible in the absolute sense.
+    pristine: bool,
+}
+
+/// Per unit, per share: (entitlement, usage, strategy, allowance) recomputed from views.
+fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing, Option<u32>)> {
+    let usage = s.usage(Q).unwrap();
+    cfg.shares
+        .iter()
+        .map(|spec| {
+            let ent = spec.limits.get(UNITS[unit]).copied().unwrap_or(0);
+            let used = usage
+                .iter()
+                .find(|u| u.share == spec.name && u.instance_type == UNITS[unit])
+                .map_or(0, |u| u.usage);
+            (ent, used, spec.strategy, spec.borrow_allowance(ent))
+        })
+        .collect()
+}
+
+/// (environment, lending, per-share borrowing) pressure: > 0 means over.
+fn pressure(env: u32, acc: &[(u32, u32, Sharing, Option<u32>)]) -> (i64, i64, Vec<i64>) {
+    let total: i64 = acc.iter().map(|a| a.1 as i64).sum();
+    let borrowed: i64 = acc.iter().map(|a| a.1.saturating_sub(a.0) as i64).sum();
+    let lendable: i64 = acc
+        .iter()
+        .filter(|a| a.2.lends())
+        .map(|a| a.0.saturating_sub(a.1) as i64)
+        .sum();
+    let per: Vec<i64> = acc
+        .iter()
+        .map(|a| match a.3 {
+            Some(allow) => a.1.saturating_sub(a.0) as i64 - allow as i64,
+            None => i64::MIN / 2,
+        })
+        .collect();
+    (total - env as i64, borrowed - lendable, per)
+}
+
+fn not_worse(before: &(i64, i64, Vec<i64>), after: &(i64, i64, Vec<i64>)) -> Result<(), String> {
+    let w = |b: i64, a: i64| a > b.max(0);
+    if w(before.0, after.0) {
+        return Err(format!("environment pressure {} -> {}", before.0, after.0));
+    }
+    if w(before.1, after.1) {
+        return Err(format!(
+            "lending pressure {} -> {} (borrowing beyond lendable idle capacity)",
+            before.1, after.1
+        ));
+    }
+    for (i, (b, a)) in before.2.iter().zip(&after.2).enumerate() {
+        if w(*b, *a) {
+            return Err(format!("share S{i} borrow pressure {b} -> {a}"));
+        }
+    }
+    Ok(())
+}
+
+impl Run {
+    fn new(cfg: Config) -> Self {
+        let mut s = Scheduler::new(Policy {
+            reserve_after_ms: 900_000,
+        });
+        let environment = UNITS
+            .iter()
+            .zip(cfg.env)
+            .map(|(u, n)| (u.to_string(), n))
+            .collect();
+        s.step(
+            0,
+            Input::PutQueue(QueueSpec {
+                name: Q.into(),
+                environment,
+            }),
+        )
+        .unwrap();
+        for spec in &cfg.shares {
+            s.step(
+                0,
+                Input::PutShare {
+                    queue: Q.into(),
+                    share: spec.clone(),
+                },
+            )
+            .unwrap();
+        }
+        Run {
+            s,
+            cfg,
+            now: 0,
+            jobs: Vec::new(),
+            stopping: Vec::new(),
+            log: Vec::new(),
+            pristine: true,
+        }
+    }
+
+    fn pick(&self, i: usize) -> Option<JobId> {
+        if self.jobs.is_empty() {
+            None
+        } else {
+            Some(self.jobs[i % self.jobs.len()])
+        }
+    }
+
+    fn running_attempt(&self, i: usize) -> Option<AttemptId> {
+        self.pick(i)
+            .and_then(|j| self.s.job(j))
+            .and_then(|j| j.attempt)
+            .filter(|a| self.s.attempt(*a).is_some_and(|a| a.stopping.is_none()))
+    }
+
+    /// Translates an op into inputs (applied, not yet scheduled).
+    fn apply(&mut self, op: &Op) -> Result<Vec<Effect>, TestCaseError> {
+        let mut fx = Vec::new();
+        let mut input = |s: &mut Scheduler, now, i: Input| -> Result<(), TestCaseError> {
+            match s.apply(now, i) {
+                Ok(mut f) => {
+                    fx.append(&mut f);
+                    Ok(())
+                }
+                Err(CoreError::ShareDisabled { .. }) => Ok(()),
+                Err(e) => Err(TestCaseError::fail(format!("unexpected error {e}"))),
+            }
+        };
+        match op {
+            Op::Submit {
+                share,
+                unit,
+                count,
+                priority,
+                retries,
+            } => {
+                let share = &self.cfg.shares[share % self.cfg.shares.len()];
+                let id = JobId(self.jobs.len() as u64 + 1);
+                let mut spec = JobSpec::new(id, Q, share.name.clone(), UNITS[*unit]);
+                spec.count = *count;
+                spec.priority = *priority;
+                spec.preemption_retries = *retries;
+                spec.attempts = 2;
+                if share.enabled {
+                    self.jobs.push(id);
+                }
+                input(&mut self.s, self.now, Input::Submit(spec))?;
+            }
+            Op::Finish(i) | Op::Fail(i) => {
+                if let Some(a) = self.running_attempt(*i) {
+                    let exit = if matches!(op, Op::Finish(_)) {
+                        Exit::Succeeded
+                    } else {
+                        Exit::Failed {
+                            reason: "AlgorithmError".into(),
+                            retryable: true,
+                        }
+                    };
+                    input(
+                        &mut self.s,
+                        self.now,
+                        Input::AttemptExited { attempt: a, exit },
+                    )?;
+                }
+            }
+            Op::Checkpoint(i) => {
+                if let Some(j) = self.pick(*i) {
+                    input(&mut self.s, self.now, Input::Checkpoint { job: j })?;
+                }
+            }
+            Op::Priority(i, p) => {
+                if let Some(j) = self
+                    .pick(*i)
+                    .filter(|j| !self.s.job(*j).unwrap().status.is_final())
+                {
+                    input(
+                        &mut self.s,
+                        self.now,
+                        Input::UpdatePriority {
+                            job: j,
+                            priority: *p,
+                        },
+                    )?;
+                }
+            }
+            Op::Terminate(i) => {
+                if let Some(j) = self.pick(*i) {
+                    input(
+                        &mut self.s,
+                        self.now,
+                        Input::Terminate {
+                            job: j,
+                            reason: "test".into(),
+                        },
+                    )?;
+                }
+            }
+            Op::Advance(secs) => self.now += secs * 1000,
+            Op::Release => {
+                for a in std::mem::take(&mut self.stopping) {
+                    let exit = Exit::Failed {
+                        reason: "stopped".into(),
+                        retryable: false,
+                    };
+                    input(
+                        &mut self.s,
+                        self.now,
+                        Input::AttemptExited { attempt: a, exit },
+                    )?;
+                }
+            }
+            Op::UpdateShare {
+                share,
+                limits,
+                strategy,
+                borrow,
+                in_share,
+                enabled,
+            } => {
+                let i = share % self.cfg.shares.len();
+                let spec = share_spec(i, *limits, *strategy, *borrow, *in_share, *enabled);
+                self.cfg.shares[i] = spec.clone();
+                self.pristine = false;
+                input(
+                    &mut self.s,
+                    self.now,
+                    Input::PutShare {
+                        queue: Q.into(),
+                        share: spec,
+                    },
+                )?;
+            }
+        }
+        Ok(fx)
+    }
+
+    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let mut fx = self.apply(op)?;
+        self.s.check_invariants().map_err(TestCaseError::fail)?;
+        let before: Vec<_> = (0..2)
+            .map(|u| pressure(self.cfg.env[u], &accounts(&self.s, &self.cfg, u)))
+            .collect();
+        let before_acc: Vec<_> = (0..2).map(|u| accounts(&self.s, &self.cfg, u)).collect();
+        let decided = self.s.schedule(self.now);
+        self.s.check_invariants().map_err(TestCaseError::fail)?;
+        for u in 0..2 {
+            let acc = accounts(&self.s, &self.cfg, u);
+            let after = pressure(self.cfg.env[u], &acc);
+            // No admission breaks or worsens a constraint (lowered limits are reclaimed lazily).
+            not_worse(&before[u], &after)
+                .map_err(|e| TestCaseError::fail(format!("unit {u}: {e}")))?;
+            if self.pristine {
+                // Without configuration changes, the state is admissible outright: usage within
+                // the environment, borrowing only from lenders' idle capacity (never RESERVE's),
+                // every share within its borrow limit.
+                prop_assert!(
+                    after.0 <= 0,
+                    "usage exceeds the environment limit: {:?}",
+                    acc
+                );
+                prop_assert!(
+                    after.1 <= 0,
+                    "borrowers use capacity that is not lendable: {:?}",
+                    acc
+                );
+                prop_assert!(
+                    after.2.iter().all(|p| *p <= 0),
+                    "a share exceeds its borrow limit: {:?}",
+                    acc
+                );
+            }
+        }
+        // Shares that started a job in this pass: their borrowed count before the pass says
+        // nothing about the moment a later decision of the same pass reclaimed from them.
+        let started: Vec<String> = decided
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Start { job, .. } => Some(self.s.job(*job).unwrap().spec.share.clone()),
+                _ => None,
+            })
+            .collect();
+        for e in &decided {
+            if let Effect::Stop {
+                job,
+                attempt,
+                cause,
+            } = e
+            {
+                let victim = self.s.job(*job).unwrap();
+                let victim_priority = victim.spec.priority;
+                match cause {
+                    StopCause::InShare { for_job } => {
+                        let p = self.s.job(*for_job).unwrap();
+                        prop_assert_eq!(&p.spec.share, &victim.spec.share);
+                        prop_assert!(
+                            victim_priority < p.spec.priority,
+                            "in-share preemption of equal or higher priority"
+                        );
+                    }
+                    StopCause::Reclaim { for_job, .. } => {
+                        let p = self.s.job(*for_job).unwrap();
+                        prop_assert_ne!(&p.spec.share, &victim.spec.share);
+                        let u = UNITS
+                            .iter()
+                            .position(|u| *u == victim.spec.instance_type)
+                            .unwrap();
+                        let vs = self
+                            .cfg
+                            .shares
+                            .iter()
+                            .position(|s| s.name == victim.spec.share)
+                            .unwrap();
+                        let (ent, used, ..) = before_acc[u][vs];
+                        prop_assert!(
+                            used > ent || started.contains(&victim.spec.share),
+                            "reclaimed from share {} that was not borrowing",
+                            victim.spec.share
+                        );
+                        let ps = self
+                            .cfg
+                            .shares
+                            .iter()
+                            .position(|s| s.name == p.spec.share)
+                            .unwrap();
+                        prop_assert!(p.spec.count <= before_acc[u][ps].0, "a borrower reclaimed");
+                    }
+                    StopCause::Terminated { .. } => {}
+                }
+                self.stopping.push(*attempt);
+            }
+        }
+        fx.extend(decided);
+        for e in &fx {
+            if let Effect::Stop {
+                attempt,
+                cause: StopCause::Terminated { .. },
+                ..
+            } = e
+            {
+                if !self.stopping.contains(attempt) {
+                    self.stopping.push(*attempt);
+                }
+            }
+        }
+        self.log.extend(fx);
+        if self.stopping.is_empty() {
+            self.check_owner_liveness()?;
+        }
+        Ok(())
+    }
+
+    /// A share's first waiting job that fits its entitlement, and that reclaiming every other
+    /// share's borrowed instances would let start, must not be left waiting.
+    fn check_owner_liveness(&self) -> Result<(), TestCaseError> {
+        let mut heads: BTreeMap<(String, String), (std::cmp::Reverse<u32>, u64, JobId)> =
+            BTreeMap::new();
+        for id in self.s.job_ids() {
+            let j = self.s.job(id).unwrap();
+            if j.status != JobStatus::Runnable || j.misconfigured.is_some() || j.stopping.is_some()
+            {
+                continue;
+            }
+            let key = (j.spec.share.clone(), j.spec.instance_type.clone());
+            let rank = (std::cmp::Reverse(j.spec.priority), j.seq, id);
+            heads
+                .entry(key)
+                .and_modify(|r| *r = (*r).min(rank))
+                .or_insert(rank);
+        }
+        for ((share, unit), (_, _, id)) in heads {
+            let u = UNITS.iter().position(|x| *x == unit).unwrap();
+            let s = self
+                .cfg
+                .shares
+                .iter()
+                .position(|x| x.name == share)
+                .unwrap();
+            let acc = accounts(&self.s, &self.cfg, u);
+            let c = self.s.job(id).unwrap().spec.count;
+            if acc[s].1 + c > acc[s].0 {
+                continue;
+            }
+            let before = pressure(self.cfg.env[u], &acc);
+            let mut reclaimed = acc.clone();
+            for (x, a) in reclaimed.iter_mut().enumerate() {
+                if x != s {
+                    a.1 = a.1.min(a.0);
+                }
+            }
+            reclaimed[s].1 += c;
+            let after = pressure(self.cfg.env[u], &reclaimed);
+            if not_worse(&before, &after).is_ok() {
+                return Err(TestCaseError::fail(format!(
+                    "job {id:?} of {share} fits its entitlement and reclaim would make room, but waits: {:?}; accounts {acc:?}",
+                    self.s.explain(id)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_all(cfg: Config, ops: &[Op]) -> Result<Vec<Effect>, TestCaseError> {
+    let mut run = Run::new(cfg);
+    for op in ops {
+        run.step(op)?;
+    }
+    Ok(run.log)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fixed_policies_keep_every_rule_after_every_step(cfg in config(), ops in prop::collection::vec(op(false), 1..80)) {
+        run_all(cfg, &ops)?;
+    }
+
+    #[test]
+    fn changing_policies_never_make_an_admission_worse(cfg in config(), ops in prop::collection::vec(op(true), 1..80)) {
+        run_all(cfg, &ops)?;
+    }
+
+    #[test]
+    fn the_same_inputs_always_give_the_same_decisions(cfg in config(), ops in prop::collection::vec(op(true), 1..60)) {
+        let a = run_all(cfg.clone(), &ops)?;
+        let b = run_all(cfg, &ops)?;
+        prop_assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,841 @@
+//! One named scenario per scheduling rule of DESIGN.md §2 (and its corner cases), each a short
+//! story told through the test world. Names are sentences.
+
+mod support;
+
+use qm_core::Strategy::*;
+use qm_core::*;
+use support::*;
+
+/// The AWS demo's three shares: QS1 LEND_AND_BORROW 200 % with in-share preemption, QS2 LEND,
+/// QS3 RESERVE, one ml.g5.xlarge each, in an environment of three.
+fn aws_demo() -> World {
+    let mut w = World::new(&[(G5, 3)]);
+    w.share_with("QS1", LendAndBorrow, &[(G5, 1)], |s| {
+        s.borrow_limit_percent = 200;
+        s.in_share_preemption = true;
+    });
+    w.share_with("QS2", Lend, &[(G5, 1)], |_| {});
+    w.share_with("QS3", Reserve, &[(G5, 1)], |_| {});
+    w
+}
+
+// ---- The AWS demo (spec §8), step by step -------------------------------------------------
+
+#[test]
+fn aws_demo_borrows_then_reclaims_then_preempts_in_share() {
+    let mut w = aws_demo();
+    w.submit("high", "QS1", 3, 1);
+    w.submit("med", "QS1", 2, 1);
+    w.submit("low", "QS1", 1, 1);
+    assert_eq!(w.running(), set(&["high", "med"]));
+    assert_eq!(w.runnable(), set(&["low"]));
+    assert_eq!(w.reason("low"), "NOTHING_TO_BORROW");
+    assert!(w.preempted().is_empty());
+
+    w.submit("qs2", "QS2", 1, 1);
+    assert_eq!(w.preempted(), set(&["med"]));
+    assert_eq!(w.running(), set(&["high", "qs2"]));
+    assert_eq!(w.runnable(), set(&["low", "med"]));
+    assert!(w
+        .job("med")
+        .status_reason
+        .contains("reclaimed by quota share QS2"));
+
+    w.priority("low", 4);
+    assert_eq!(w.preempted(), set(&["high"]));
+    assert_eq!(w.running(), set(&["low", "qs2"]));
+    assert_eq!(w.runnable(), set(&["high", "med"]));
+    assert_eq!(w.reason("high"), "NOTHING_TO_BORROW");
+}
+
+// ---- Rule 1: hard ceiling ------------------------------------------------------------------
+
+#[test]
+fn usage_never_exceeds_the_environment_even_when_share_limits_add_up_to_more() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("A", Reserve, &[(G5, 2)])
+        .share("B", Reserve, &[(G5, 2)]);
+    w.submit("a1", "A", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 0, 1);
+    assert_eq!(w.running(), set(&["a1", "b1"]));
+    assert_eq!(w.reason("b2"), "ENVIRONMENT_FULL");
+}
+
+#[test]
+fn physical_capacity_shared_by_two_queues_binds_both() {
+    let mut w = World::new(&[(G5, 4)]).share("A", Reserve, &[(G5, 4)]);
+    w.input(Input::SetPhysicalCapacity {
+        instance_type: G5.into(),
+        instances: Some(3),
+    })
+    .unwrap();
+    w.input(Input::PutQueue(QueueSpec {
+        name: "other".into(),
+        environment: [(G5.to_string(), 4)].into(),
+    }))
+    .unwrap();
+    let mut other = ShareSpec::new("O");
+    other.limits.insert(G5.into(), 4);
+    w.input(Input::PutShare {
+        queue: "other".into(),
+        share: other,
+    })
+    .unwrap();
+    w.input(Input::Submit(JobSpec {
+        count: 2,
+        ..JobSpec::new(JobId(100), "other", "O", G5)
+    }))
+    .unwrap();
+    w.submit("a", "A", 0, 2);
+    assert_eq!(w.reason("a"), "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY");
+    // The other queue's job finishing frees the physical instances.
+    let a = w.s.job(JobId(100)).unwrap().attempt.unwrap();
+    w.input(Input::AttemptExited {
+        attempt: a,
+        exit: Exit::Succeeded,
+    })
+    .unwrap();
+    assert_eq!(w.running(), set(&["a"]));
+}
+
+// ---- Rule 2: own capacity -------------------------------------------------------------------
+
+#[test]
+fn a_job_starts_at_once_on_its_share_s_idle_entitlement() {
+    let mut w = World::new(&[(G5, 4)]).share("A", Reserve, &[(G5, 2)]);
+    w.submit("a1", "A", 0, 2);
+    assert_eq!(w.running(), set(&["a1"]));
+    w.submit("a2", "A", 0, 1);
+    assert_eq!(w.reason("a2"), "OWN_QUOTA_FULL");
+    assert_eq!(w.reason_text("a2"), "OWN_QUOTA_FULL - needs 1 instance(s); the share uses 2 of its 2 and cannot borrow or preempt");
+}
+
+// ---- Rule 3: borrowing ----------------------------------------------------------------------
+
+#[test]
+fn only_lend_and_borrow_shares_borrow() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("L", Lend, &[(G5, 1)])
+        .share("Idle", Lend, &[(G5, 1)]);
+    w.submit("l1", "L", 0, 1);
+    w.submit("l2", "L", 0, 1);
+    assert_eq!(w.running(), set(&["l1"]));
+    assert_eq!(w.reason("l2"), "OWN_QUOTA_FULL");
+}
+
+#[test]
+fn borrowing_never_uses_reserve_capacity() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("B", LendAndBorrow, &[(G5, 1)])
+        .share("R", Reserve, &[(G5, 1)]);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 0, 1);
+    assert_eq!(w.running(), set(&["b1"]));
+    assert_eq!(w.reason("b2"), "NOTHING_TO_BORROW");
+}
+
+#[test]
+fn the_borrow_limit_is_a_percentage_of_the_entitlement_rounded_down() {
+    let mut w = World::new(&[(G5, 10)]);
+    w.share_with("B", LendAndBorrow, &[(G5, 3)], |s| {
+        s.borrow_limit_percent = 50
+    });
+    w.share_with("L", Lend, &[(G5, 7)], |_| {});
+    for i in 0..5 {
+        w.submit(&format!("b{i}"), "B", 0, 1);
+    }
+    // 3 own + floor(50% of 3) = 1 borrowed.
+    assert_eq!(w.running().len(), 4);
+    assert_eq!(w.reason("b4"), "BORROW_LIMIT_REACHED");
+    assert_eq!(
+        w.reason_text("b4"),
+        "BORROW_LIMIT_REACHED - would borrow 2 instance(s); the borrow limit allows 1"
+    );
+}
+
+#[test]
+fn an_unlimited_borrower_may_borrow_a_type_it_lists_with_limit_zero() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 2)]);
+    w.submit("b", "B", 0, 2);
+    assert_eq!(w.running(), set(&["b"]));
+}
+
+#[test]
+fn capacity_no_share_is_entitled_to_is_not_lendable() {
+    let mut w = World::new(&[(G5, 10)])
+        .share("B", LendAndBorrow, &[(G5, 1)])
+        .share("L", Lend, &[(G5, 1)]);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 0, 1);
+    w.submit("b3", "B", 0, 1);
+    assert_eq!(w.running(), set(&["b1", "b2"]));
+    assert_eq!(w.reason("b3"), "NOTHING_TO_BORROW");
+}
+
+// ---- Rule 4: reclaim ------------------------------------------------------------------------
+
+#[test]
+fn an_owner_reclaims_lent_capacity_whatever_the_priorities() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("B", LendAndBorrow, &[(G5, 1)])
+        .share("L", Lend, &[(G5, 1)]);
+    w.submit("b-own", "B", 9999, 1);
+    w.submit("b-borrow", "B", 9999, 1);
+    assert_eq!(w.running(), set(&["b-borrow", "b-own"]));
+    w.submit("owner", "L", 0, 1);
+    assert_eq!(w.preempted().len(), 1);
+    assert_eq!(w.usage("B"), 1);
+    assert!(w.running().contains(&"owner".to_string()));
+}
+
+#[test]
+fn reclaim_is_lazy_nothing_is_preempted_until_the_owner_needs_it() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 2)]);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 0, 1);
+    w.advance(3600);
+    w.update_share("L", |s| s.strategy = Reserve);
+    assert!(
+        w.preempted().is_empty(),
+        "switching to RESERVE must not preempt by itself"
+    );
+    w.submit("owner", "L", 0, 1);
+    assert_eq!(w.preempted().len(), 1);
+    assert_eq!(w.running().len(), 2);
+}
+
+#[test]
+fn a_lowered_limit_makes_the_excess_reclaimable_but_only_when_an_owner_needs_it() {
+    let mut w = World::new(&[(G5, 3)])
+        .share("A", Reserve, &[(G5, 3)])
+        .share("C", Reserve, &[(G5, 0)]);
+    for i in 0..3 {
+        w.submit(&format!("a{i}"), "A", 0, 1);
+    }
+    w.update_share("A", |s| {
+        s.limits.insert(G5.into(), 1).map(|_| ()).unwrap_or(())
+    });
+    w.update_share("C", |s| {
+        s.limits.insert(G5.into(), 2);
+    });
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.running().len(), 3);
+    w.submit("c", "C", 0, 1);
+    assert_eq!(
+        w.preempted().len(),
+        1,
+        "exactly one instance of A's excess is reclaimed"
+    );
+    assert_eq!(w.usage("A"), 2);
+    assert_eq!(w.usage("C"), 1);
+}
+
+// ---- Rule 5: in-share preemption --------------------------------------------------------------
+
+fn in_share(enabled: bool) -> World {
+    let mut w = World::new(&[(G5, 1)]);
+    w.share_with("S", Reserve, &[(G5, 1)], |s| {
+        s.in_share_preemption = enabled
+    });
+    w
+}
+
+#[test]
+fn a_higher_priority_job_preempts_a_strictly_lower_one_in_its_share() {
+    let mut w = in_share(true);
+    w.submit("low", "S", 1, 1);
+    w.submit("high", "S", 2, 1);
+    assert_eq!(w.preempted(), set(&["low"]));
+    assert_eq!(w.running(), set(&["high"]));
+    assert!(w
+        .job("low")
+        .status_reason
+        .starts_with("Preempted by higher priority job"));
+}
+
+#[test]
+fn equal_priority_never_preempts() {
+    let mut w = in_share(true);
+    w.submit("first", "S", 5, 1);
+    w.submit("second", "S", 5, 1);
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.reason("second"), "OWN_QUOTA_FULL");
+}
+
+#[test]
+fn with_in_share_preemption_disabled_a_higher_priority_job_waits() {
+    let mut w = in_share(false);
+    w.submit("low", "S", 1, 1);
+    w.submit("high", "S", 9, 1);
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.running(), set(&["low"]));
+    assert_eq!(w.reason("high"), "OWN_QUOTA_FULL");
+}
+
+#[test]
+fn raising_a_waiting_job_s_priority_triggers_in_share_preemption() {
+    let mut w = in_share(true);
+    w.submit("a", "S", 3, 1);
+    w.submit("b", "S", 1, 1);
+    assert!(w.preempted().is_empty());
+    w.priority("b", 4);
+    assert_eq!(w.preempted(), set(&["a"]));
+    assert_eq!(w.running(), set(&["b"]));
+}
+
+#[test]
+fn lowering_a_running_job_s_priority_lets_a_waiting_one_preempt_it() {
+    let mut w = in_share(true);
+    w.submit("a", "S", 5, 1);
+    w.submit("b", "S", 5, 1);
+    w.priority("a", 1);
+    assert_eq!(w.preempted(), set(&["a"]));
+    assert_eq!(w.running(), set(&["b"]));
+}
+
+// ---- Rule 6: never --------------------------------------------------------------------------
+
+#[test]
+fn a_borrower_never_preempts_another_borrower_to_borrow() {
+    let mut w = World::new(&[(G5, 3)])
+        .share("B1", LendAndBorrow, &[(G5, 1)])
+        .share("B2", LendAndBorrow, &[(G5, 1)])
+        .share("L", Lend, &[(G5, 1)]);
+    w.submit("b1-own", "B1", 0, 1);
+    w.submit("b1-borrow", "B1", 0, 1);
+    w.submit("b2-own", "B2", 9, 1);
+    w.submit("b2-borrow", "B2", 9, 1);
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.reason("b2-borrow"), "NOTHING_TO_BORROW");
+}
+
+#[test]
+fn nothing_is_preempted_for_a_job_that_still_could_not_start() {
+    // B borrows 1 of L's 2; A (RESERVE, 1) holds its own; an L job of 3 can never fit L's 2,
+    // and an L job of 2 fits only if B's borrowed instance comes back, which it does.
+    let mut w = World::new(&[(G5, 3)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 2)]);
+    w.submit("b", "B", 0, 1);
+    w.submit("l-small", "L", 0, 1);
+    assert!(w.preempted().is_empty());
+    // L holds 1 of 2, B borrows 1; an L job of 2 would need 3 of L's 2: in-share is off, so no
+    // victim set helps and B must not be preempted.
+    w.submit("l-big", "L", 0, 2);
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.reason("l-big"), "OWN_QUOTA_FULL");
+}
+
+#[test]
+fn one_preemption_combines_in_share_and_reclaim_victims() {
+    // S (2) runs a low-priority job; B borrows S's other instance. A 2-instance high-priority
+    // S job needs both: one from its own low job, one reclaimed from B.
+    let mut w = World::new(&[(G5, 3)]).share("B", LendAndBorrow, &[(G5, 1)]);
+    w.share_with("S", Lend, &[(G5, 2)], |s| s.in_share_preemption = true);
+    w.submit("s-low", "S", 1, 1);
+    w.submit("b-own", "B", 0, 1);
+    w.submit("b-borrow", "B", 0, 1);
+    assert_eq!(w.running().len(), 3);
+    w.submit("s-high", "S", 5, 2);
+    assert_eq!(w.preempted(), set(&["b-borrow", "s-low"]));
+    assert_eq!(w.running(), set(&["b-own", "s-high"]));
+}
+
+// ---- Rule 7: victims ------------------------------------------------------------------------
+
+fn two_borrowers() -> World {
+    // B borrows 2 of L's 2; then L needs 1 back: exactly one of B's borrowers is preempted.
+    World::new(&[(G5, 3)])
+        .share("B", LendAndBorrow, &[(G5, 1)])
+        .share("L", Lend, &[(G5, 2)])
+}
+
+#[test]
+fn the_lowest_priority_victim_goes_first() {
+    let mut w = two_borrowers();
+    w.submit("b5", "B", 5, 1);
+    w.submit("b1", "B", 1, 1);
+    w.submit("b3", "B", 3, 1);
+    w.submit("owner", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["b1"]));
+}
+
+#[test]
+fn among_equal_priorities_the_victim_that_loses_least_work_goes_first() {
+    let mut w = two_borrowers();
+    w.submit("old", "B", 1, 1);
+    w.submit("young", "B", 1, 1);
+    w.advance(60);
+    w.submit("checkpointed", "B", 1, 1);
+    w.advance(3600);
+    w.checkpoint("old");
+    w.advance(60);
+    // old: checkpoint 60 s ago; young: started 3720 s ago; checkpointed: started 3660 s ago.
+    w.submit("owner", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["old"]));
+}
+
+#[test]
+fn the_victim_order_prefers_more_borrowed_instances_when_priority_and_work_tie() {
+    let rank = |borrowed| VictimRank {
+        priority: 1,
+        progress_at: std::cmp::Reverse(0),
+        borrowed: std::cmp::Reverse(borrowed),
+        count: std::cmp::Reverse(2),
+        attempt: std::cmp::Reverse(AttemptId(0)),
+    };
+    assert!(rank(2) < rank(1));
+    let lower_priority = VictimRank {
+        priority: 0,
+        ..rank(0)
+    };
+    assert!(
+        lower_priority < rank(2),
+        "priority outranks borrowed instances"
+    );
+}
+
+#[test]
+fn a_share_borrowing_more_instances_is_the_victim_when_all_else_ties() {
+    // Two borrowers started at the same time with the same priority; B2 borrows 2 instances
+    // with one job, B1 one. L needs 1 back: the bigger borrower is the victim.
+    let mut w = World::new(&[(G5, 4)])
+        .share("B1", LendAndBorrow, &[(G5, 0)])
+        .share("B2", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 4)]);
+    w.submit("small", "B1", 1, 1);
+    w.submit("big", "B2", 1, 2);
+    w.submit("l1", "L", 0, 1);
+    w.submit("l2", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["big"]));
+    assert_eq!(w.running(), set(&["l1", "l2", "small"]));
+}
+
+#[test]
+fn the_victim_set_is_minimal() {
+    // Four 1-instance borrowers hold all of L's capacity; an owner job of 2 preempts exactly
+    // two of them, the two lowest-priority ones.
+    let mut w = World::new(&[(G5, 4)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 4)]);
+    w.submit("b3", "B", 3, 1);
+    w.submit("b0", "B", 0, 1);
+    w.submit("b2", "B", 2, 1);
+    w.submit("b1", "B", 1, 1);
+    w.submit("owner", "L", 0, 2);
+    assert_eq!(w.preempted(), set(&["b0", "b1"]));
+    assert_eq!(w.running(), set(&["b2", "b3", "owner"]));
+}
+
+#[test]
+fn a_victim_the_set_does_not_need_is_dropped() {
+    // Victim order is b-low (1 instance) then b-high (2 instances); the owner needs 2, so
+    // greedy takes both, and b-low is dropped because b-high alone is enough.
+    let mut w = World::new(&[(G5, 3)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 3)]);
+    w.submit("b-low", "B", 0, 1);
+    w.submit("b-high", "B", 1, 2);
+    w.submit("owner", "L", 0, 2);
+    assert_eq!(w.preempted(), set(&["b-high"]));
+    assert_eq!(w.running(), set(&["b-low", "owner"]));
+}
+
+// ---- Rule 8: order --------------------------------------------------------------------------
+
+#[test]
+fn within_a_share_priority_comes_first_then_submission_order() {
+    let mut w = World::new(&[(G5, 1)]).share("S", Reserve, &[(G5, 1)]);
+    w.submit("blocker", "S", 0, 1);
+    w.submit("p1-first", "S", 1, 1);
+    w.submit("p5", "S", 5, 1);
+    w.submit("p1-second", "S", 1, 1);
+    w.finish("blocker");
+    assert_eq!(w.running(), set(&["p5"]));
+    w.finish("p5");
+    assert_eq!(w.running(), set(&["p1-first"]));
+    w.finish("p1-first");
+    assert_eq!(w.running(), set(&["p1-second"]));
+}
+
+#[test]
+fn idle_capacity_goes_to_borrowers_across_shares_in_submission_order() {
+    let mut w = World::new(&[(G5, 3)])
+        .share("B1", LendAndBorrow, &[(G5, 1)])
+        .share("B2", LendAndBorrow, &[(G5, 1)])
+        .share("L", Lend, &[(G5, 1)]);
+    w.submit("l", "L", 0, 1);
+    w.submit("b1", "B1", 0, 1);
+    w.submit("b2", "B2", 0, 1);
+    w.submit("b2-borrow", "B2", 0, 1);
+    w.submit("b1-borrow", "B1", 9, 1);
+    w.finish("l");
+    // b2-borrow was submitted first: FIFO across shares, whatever the priorities.
+    assert_eq!(w.running(), set(&["b1", "b2", "b2-borrow"]));
+}
+
+#[test]
+fn a_big_job_that_cannot_fit_does_not_block_smaller_ones_behind_it() {
+    let mut w = World::new(&[(G5, 4)]).share("S", Reserve, &[(G5, 4)]);
+    w.submit("running", "S", 0, 2);
+    w.submit("big", "S", 5, 4);
+    w.submit("small", "S", 0, 1);
+    assert_eq!(w.running(), set(&["running", "small"]));
+    assert_eq!(w.reason("big"), "OWN_QUOTA_FULL");
+}
+
+#[test]
+fn the_starvation_guard_holds_capacity_for_a_big_job_that_waited_too_long() {
+    let policy = Policy {
+        reserve_after_ms: 600_000,
+    };
+    let mut w = World::with_policy(&[(G5, 4)], policy).share("S", Reserve, &[(G5, 4)]);
+    w.submit("r1", "S", 0, 2);
+    w.submit("r2", "S", 0, 2);
+    w.submit("big", "S", 5, 4);
+    w.submit("s1", "S", 0, 2);
+    w.finish("r1");
+    assert_eq!(
+        w.running(),
+        set(&["r2", "s1"]),
+        "before the guard, a smaller job passes"
+    );
+    w.advance(600);
+    w.submit("s2", "S", 0, 2);
+    w.finish("r2");
+    assert_eq!(
+        w.running(),
+        set(&["s1"]),
+        "after the guard, nothing passes the big job"
+    );
+    assert_eq!(w.reason("s2"), "HELD_FOR_OLDER_JOB");
+    w.finish("s1");
+    assert_eq!(w.running(), set(&["big"]));
+}
+
+#[test]
+fn the_starvation_guard_stops_later_borrowers_from_passing_an_old_borrower() {
+    let policy = Policy {
+        reserve_after_ms: 600_000,
+    };
+    let mut w = World::with_policy(&[(G5, 4)], policy)
+        .share("B1", LendAndBorrow, &[(G5, 0)])
+        .share("B2", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 4)]);
+    w.submit("l1", "L", 0, 1);
+    w.submit("l2", "L", 0, 1);
+    w.submit("l3", "L", 0, 1);
+    w.submit("big", "B1", 0, 3);
+    w.advance(600);
+    w.submit("late", "B2", 0, 1);
+    assert_eq!(w.reason("late"), "HELD_FOR_OLDER_JOB");
+    w.finish("l1");
+    w.finish("l2");
+    assert_eq!(w.running(), set(&["big", "l3"]));
+}
+
+// ---- Rule 9: after preemption ----------------------------------------------------------------
+
+#[test]
+fn a_preempted_job_requeues_and_keeps_its_place_in_line() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("B", LendAndBorrow, &[(G5, 1)])
+        .share("L", Lend, &[(G5, 1)]);
+    w.submit("b-own", "B", 0, 1);
+    w.submit("first", "B", 0, 1);
+    w.submit("second", "B", 0, 1);
+    w.submit("owner", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["first"]));
+    assert_eq!(w.job("first").preemptions, 1);
+    w.finish("b-own");
+    assert_eq!(
+        w.running(),
+        set(&["first", "owner"]),
+        "the preempted job kept its place ahead of 'second'"
+    );
+}
+
+#[test]
+fn preemption_retries_zero_fails_the_job_at_its_first_preemption() {
+    let mut w = in_share(true);
+    w.submit_with("victim", "S", |j| j.preemption_retries = Some(0));
+    w.submit("high", "S", 5, 1);
+    assert_eq!(w.failed(), set(&["victim"]));
+    assert!(w
+        .job("victim")
+        .status_reason
+        .contains("preemption retries exhausted"));
+}
+
+#[test]
+fn preemption_retries_one_requeues_once_then_fails() {
+    let mut w = in_share(true);
+    w.submit_with("victim", "S", |j| j.preemption_retries = Some(1));
+    w.submit("h1", "S", 5, 1);
+    assert_eq!(w.runnable(), set(&["victim"]));
+    w.finish("h1");
+    assert_eq!(w.running(), set(&["victim"]));
+    w.submit("h2", "S", 5, 1);
+    assert_eq!(w.failed(), set(&["victim"]));
+}
+
+#[test]
+fn preemptions_do_not_consume_retry_attempts() {
+    let mut w = in_share(true);
+    w.submit_with("victim", "S", |j| j.attempts = 2);
+    for i in 0..3 {
+        w.submit(&format!("h{i}"), "S", 5, 1);
+        w.finish(&format!("h{i}"));
+    }
+    assert_eq!(w.job("victim").preemptions, 3);
+    w.fail("victim", "AlgorithmError: exit 1");
+    assert_eq!(
+        w.running(),
+        set(&["victim"]),
+        "one failure of two attempts: retried"
+    );
+    w.fail("victim", "AlgorithmError: exit 1");
+    assert_eq!(w.failed(), set(&["victim"]));
+}
+
+#[test]
+fn evaluate_on_exit_exit_rule_stops_retries() {
+    let mut w = in_share(false);
+    w.submit_with("j", "S", |j| {
+        j.attempts = 5;
+        j.evaluate_on_exit = vec![
+            ExitRule {
+                retry: true,
+                on_status_reason: "*CapacityError*".into(),
+            },
+            ExitRule {
+                retry: false,
+                on_status_reason: "*".into(),
+            },
+        ];
+    });
+    w.fail("j", "Received status from SageMaker: CapacityError: none");
+    assert_eq!(w.running(), set(&["j"]));
+    w.fail("j", "AlgorithmError: bad input");
+    assert_eq!(w.failed(), set(&["j"]));
+}
+
+#[test]
+fn a_timeout_is_not_retried() {
+    let mut w = in_share(false);
+    w.submit_with("j", "S", |j| j.attempts = 3);
+    let a = w.job("j").attempt.unwrap();
+    let exit = Exit::Failed {
+        reason: "Job attempt duration exceeded timeout".into(),
+        retryable: false,
+    };
+    w.input(Input::AttemptExited { attempt: a, exit }).unwrap();
+    assert_eq!(w.failed(), set(&["j"]));
+}
+
+#[test]
+fn a_lost_attempt_requeues_without_using_a_retry() {
+    let mut w = in_share(false);
+    w.submit("j", "S", 0, 1);
+    let a = w.job("j").attempt.unwrap();
+    w.input(Input::AttemptExited {
+        attempt: a,
+        exit: Exit::Lost {
+            reason: "server restarted".into(),
+        },
+    })
+    .unwrap();
+    assert_eq!(w.running(), set(&["j"]));
+    assert_eq!(w.job("j").failures, 0);
+}
+
+#[test]
+fn a_preempted_attempt_holds_its_capacity_until_it_exits() {
+    let mut w = aws_demo();
+    w.exit_stops_at_once = false;
+    w.submit("high", "QS1", 3, 1);
+    w.submit("med", "QS1", 2, 1);
+    w.submit("qs2", "QS2", 1, 1);
+    assert_eq!(w.preempted(), set(&["med"]));
+    assert_eq!(w.running(), set(&["high"]));
+    assert_eq!(w.reason("qs2"), "WAITING_FOR_RELEASE");
+    assert_eq!(w.reason("med"), "PREVIOUS_ATTEMPT_STOPPING");
+    // A second pass while the victim still stops preempts nothing more.
+    w.advance(30);
+    w.submit("qs1-more", "QS1", 0, 1);
+    assert!(w.preempted().is_empty());
+    w.release_stopped();
+    assert_eq!(w.running(), set(&["high", "qs2"]));
+}
+
+// ---- Rule 10: never fits ---------------------------------------------------------------------
+
+#[test]
+fn a_job_larger_than_the_environment_never_fits() {
+    let mut w = World::new(&[(G5, 2)]).share("S", LendAndBorrow, &[(G5, 2)]);
+    w.submit("j", "S", 0, 3);
+    assert_eq!(
+        w.reason("j"),
+        "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
+    );
+}
+
+#[test]
+fn a_reserve_or_lend_job_larger_than_its_share_never_fits() {
+    let mut w = World::new(&[(G5, 10)]).share("S", Lend, &[(G5, 4)]);
+    w.submit("j", "S", 0, 5);
+    assert_eq!(
+        w.reason("j"),
+        "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+    );
+    assert!(w
+        .reason_text("j")
+        .ends_with("Job requirements exceed quota share capacity limits."));
+}
+
+#[test]
+fn a_borrower_beyond_its_limit_plus_borrow_limit_never_fits() {
+    let mut w = World::new(&[(G5, 10)]);
+    w.share_with("S", LendAndBorrow, &[(G5, 2)], |s| {
+        s.borrow_limit_percent = 100
+    });
+    w.share_with("L", Lend, &[(G5, 8)], |_| {});
+    w.submit("j", "S", 0, 5);
+    assert!(w
+        .reason_text("j")
+        .ends_with("Job requirements exceed quota share capacity limits and borrow limits."));
+}
+
+#[test]
+fn a_borrower_beyond_all_borrowable_capacity_never_fits() {
+    // Spec §1.4: A and B LEND_AND_BORROW 4 each, 200 %: a job of 10 in A exceeds 4 + 4.
+    let mut w = World::new(&[(G5, 20)]);
+    w.share_with("A", LendAndBorrow, &[(G5, 4)], |s| {
+        s.borrow_limit_percent = 200
+    });
+    w.share_with("B", LendAndBorrow, &[(G5, 4)], |s| {
+        s.borrow_limit_percent = 200
+    });
+    w.submit("j", "A", 0, 10);
+    assert!(w
+        .reason_text("j")
+        .ends_with("Job requires borrowing that exceeds all configured borrowable capacity."));
+}
+
+#[test]
+fn a_type_missing_from_the_share_s_limits_never_fits() {
+    let mut w = World::new(&[(G5, 2), (P4, 2)])
+        .share("S", LendAndBorrow, &[(G5, 2)])
+        .share("L", Lend, &[(P4, 2)]);
+    w.submit_with("j", "S", |j| j.instance_type = P4.into());
+    assert_eq!(
+        w.reason("j"),
+        "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+    );
+}
+
+#[test]
+fn a_misconfigured_job_fits_again_once_the_limit_is_raised() {
+    let mut w = World::new(&[(G5, 10)]).share("S", Reserve, &[(G5, 1)]);
+    w.submit("j", "S", 0, 3);
+    assert!(w.reason("j").starts_with("MISCONFIGURATION"));
+    w.update_share("S", |s| {
+        s.limits.insert(G5.into(), 3);
+    });
+    assert_eq!(w.running(), set(&["j"]));
+}
+
+#[test]
+fn a_misconfigured_job_does_not_block_the_jobs_behind_it() {
+    let policy = Policy {
+        reserve_after_ms: 0,
+    };
+    let mut w = World::with_policy(&[(G5, 2)], policy).share("S", Reserve, &[(G5, 2)]);
+    w.submit("huge", "S", 9, 5);
+    w.submit("small", "S", 0, 1);
+    assert_eq!(w.running(), set(&["small"]));
+}
+
+// ---- Rule 11: explain -------------------------------------------------------------------------
+
+#[test]
+fn every_waiting_job_has_a_reason_with_numbers() {
+    let mut w = aws_demo();
+    w.submit("high", "QS1", 3, 1);
+    w.submit("med", "QS1", 2, 1);
+    w.submit("low", "QS1", 1, 1);
+    assert_eq!(
+        w.reason_text("low"),
+        "NOTHING_TO_BORROW - needs to borrow 1 instance(s); 0 idle instance(s) can be lent"
+    );
+    assert_eq!(w.reason("high"), "-", "a running job has no pending reason");
+}
+
+// ---- Rule 12: share lifecycle ---------------------------------------------------------------
+
+#[test]
+fn a_disabled_share_refuses_new_jobs_but_runs_and_lends() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 2)]);
+    w.submit("l", "L", 0, 1);
+    w.update_share("L", |s| s.enabled = false);
+    assert!(matches!(
+        w.try_submit("x", "L"),
+        Err(CoreError::ShareDisabled { .. })
+    ));
+    assert_eq!(w.running(), set(&["l"]));
+    w.submit("b", "B", 0, 1);
+    assert_eq!(
+        w.running(),
+        set(&["b", "l"]),
+        "a disabled share still lends"
+    );
+}
+
+#[test]
+fn deleting_a_share_requires_disabled_and_terminates_its_jobs() {
+    let mut w = World::new(&[(G5, 2)]).share("S", Reserve, &[(G5, 1)]);
+    w.submit("run", "S", 0, 1);
+    w.submit("wait", "S", 0, 1);
+    let del = Input::DeleteShare {
+        queue: Q.into(),
+        share: "S".into(),
+    };
+    assert!(matches!(
+        w.input(del.clone()),
+        Err(CoreError::ShareNotDisabled { .. })
+    ));
+    w.update_share("S", |s| s.enabled = false);
+    w.input(del).unwrap();
+    assert_eq!(w.failed(), set(&["run", "wait"]));
+    assert!(w.job("run").status_reason.contains("was deleted"));
+    // The name is free again.
+    w.share_with("S", Reserve, &[(G5, 1)], |_| {});
+    w.submit("again", "S", 0, 1);
+    assert_eq!(w.running(), set(&["again"]));
+}
+
+#[test]
+fn terminating_a_running_job_frees_its_capacity_when_it_exits() {
+    let mut w = World::new(&[(G5, 1)]).share("S", Reserve, &[(G5, 1)]);
+    w.exit_stops_at_once = false;
+    w.submit("a", "S", 0, 1);
+    w.submit("b", "S", 0, 1);
+    w.terminate("a");
+    assert!(w.job("a").terminated);
+    assert_eq!(
+        w.running(),
+        set(&["a"]),
+        "FAILED only once the attempt has stopped"
+    );
+    w.release_stopped();
+    assert_eq!(w.failed(), set(&["a"]));
+    assert_eq!(w.running(), set(&["b"]));
+}
