@@ -1,2 +1,41 @@
-//! The `qm` binary.
-fn main() {}
+//! The `qm` binary: argument parsing and one module per command under `cmd/`. The work is done
+//! by the `qm_cli` library and the scheduling core; this file only dispatches and maps errors
+//! to exit codes.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Quartermaster: a GPU quota-share scheduler with the AWS Batch quota-management model.
+#[derive(Debug, Parser)]
+#[command(name = "qm", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Play policy scenario files through the scheduling core and check their expectations.
+    ///
+    /// Prints PASS or FAIL per scenario (with a diff for each failure) and a summary line.
+    /// Exit code: 0 when every scenario passes, 1 when one fails, 2 when a file cannot be read
+    /// or is malformed (the other files are still checked).
+    Check(cmd::check::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(args) => cmd::check::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -22,8 +22,10 @@ impl Scheduler {
         if self.dirty.contains(&(job.queue, job.unit)) {
             return Some(PendingReason::AwaitingPass);
         }
-        match self.decide(id) {
-            Decision::Wait(reason) => Some(reason),
+        let view = self.view(job.queue, job.unit);
+        match self.decide(id, &view) {
+            Decision::Wait(violation) => Some(self.wait_reason(id, &view, violation)),
+            Decision::Release(instances) => Some(PendingReason::WaitingForRelease { instances }),
             // It could start or preempt on its own, so the last pass held it behind another
             // job: its share's head (waiting for released capacity, or past the starvation
             // guard), or an older borrower past the guard.
@@ -31,16 +33,9 @@ impl Scheduler {
                 let ul = self.queues[job.queue.0 as usize].units.get(&job.unit)?;
                 let lane = ul.lanes.get(usize::from(job.share.0))?;
                 Some(match (lane.held_for, ul.borrow_barrier) {
-                    (Some((_, Hold::Release)), _) => {
-                        let (_, real) = self.accounts(job.queue, job.unit, false);
-                        let (_, projected) = self.accounts(job.queue, job.unit, true);
-                        let instances = real
-                            .iter()
-                            .zip(&projected)
-                            .map(|(r, p)| r.usage - p.usage)
-                            .sum();
-                        PendingReason::WaitingForRelease { instances }
-                    }
+                    (Some((_, Hold::Release)), _) => PendingReason::WaitingForRelease {
+                        instances: view.releasing,
+                    },
                     (Some((head, Hold::Starvation)), _) => {
                         PendingReason::HeldForOlderJob { job: head.0 }
                     }

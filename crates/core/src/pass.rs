@@ -1,17 +1,23 @@
 //! The scheduling pass (DESIGN.md §2), one lane group — a queue's unit — at a time:
 //!
-//! 1. **Nominate**: each share offers the first pending job, in its order (priority, then
-//!    submission), that is not bounded out by an earlier decision of this pass.
-//! 2. **Order**: nominees that fit their share's own entitlement first (a job that already
-//!    preempted for its capacity first among them, then priority, then submission), then the
-//!    borrowers in FIFO order of submission (`idleResourceAssignmentStrategy` FIFO).
+//! 1. **Nominate**: each share offers one job: its head (first in priority, then submission
+//!    order) when the head is special — it waited past the starvation guard, or in-share
+//!    preemption could serve it; else its first job that fits the share's idle entitlement;
+//!    else its first job within the bound this pass has learnt (step 4).
+//! 2. **Order**: owners first (jobs that fit their idle entitlement; among them a job that
+//!    already preempted for its capacity, then priority, then submission), then special heads,
+//!    then the rest — mostly borrowers — in FIFO order of submission
+//!    (`idleResourceAssignmentStrategy` FIFO). Only the first of these three kinds present is
+//!    decided before nominating again, so capacity freed for an owner is never re-borrowed
+//!    under it.
 //! 3. **Decide** each nominee against the current state: start it, preempt a minimal complete
 //!    victim set for it, or leave it waiting with a typed reason.
 //! 4. **Bound**: a waiting job of count `c` means no later job of its share with count ≥ `c`
 //!    can do better in this pass (it has the same or fewer victims: lower or equal priority),
 //!    so the share's next nominee must need fewer instances (best-effort FIFO). A job that
-//!    waits for released capacity, or has waited longer than the starvation guard, bounds its
-//!    share to nothing, so that nothing passes it.
+//!    waits for released capacity, or a head that waited past the starvation guard, closes its
+//!    share for the rest of the pass, so that nothing passes it; an aged borrower also stops
+//!    later borrowers of every share from borrowing the unit.
 //!
 //! Capacity only shrinks within a pass (a start consumes it; a preemption frees it only when
 //! the attempt exits), which is why one pass reaches the fixed point and why the bounds are
@@ -62,12 +68,45 @@ impl VictimRank {
     }
 }
 
-/// What the pass does with one nominee.
+/// What the pass does with one nominee. Waiting carries only the constraint that blocked it;
+/// the full [`PendingReason`] is built on demand by `explain`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
     Start,
     Preempt(Vec<AttemptId>),
-    Wait(PendingReason),
+    /// It fits once the stopping attempts (this many instances) have exited.
+    Release(u32),
+    Wait(Violation),
+}
+
+/// The accounts of one lane group (a queue's unit), built once per pass and kept current as
+/// the pass starts jobs and preempts, so that each decision costs O(1) unless it looks for
+/// victims. `real` counts what stopping attempts still hold; `projected` leaves it out (it
+/// will come back).
+#[derive(Clone, Debug)]
+pub(crate) struct View {
+    pub(crate) ceiling: Ceiling,
+    pub(crate) real: Vec<Account>,
+    pub(crate) projected: Vec<Account>,
+    real_pressure: Pressure,
+    projected_pressure: Pressure,
+    /// Instances held by stopping attempts.
+    pub(crate) releasing: u32,
+}
+
+impl View {
+    fn started(&mut self, s: usize, c: u32) {
+        self.real[s].usage += c;
+        self.projected[s].usage += c;
+        self.real_pressure = ledger::pressure(self.ceiling, &self.real);
+        self.projected_pressure = ledger::pressure(self.ceiling, &self.projected);
+    }
+
+    fn stopping(&mut self, s: usize, c: u32) {
+        self.projected[s].usage -= c;
+        self.releasing += c;
+        self.projected_pressure = ledger::pressure(self.ceiling, &self.projected);
+    }
 }
 
 /// The three kinds of nominee, decided in this order: a pass decides every nominee of the
@@ -77,12 +116,11 @@ pub(crate) enum Decision {
 enum Kind {
     /// Fits its share's idle entitlement.
     Own,
-    /// A share's head that does not fit its idle entitlement but must be decided before any
-    /// other job of its share: it waited past the starvation guard (it may hold the
-    /// capacity), or in-share preemption could serve it (it may preempt lower-priority jobs,
-    /// which must not start first only to be preempted).
+    /// A share's head that does not fit its idle entitlement (it needs to borrow, or in-share
+    /// preemption): decided before any other job of its share, in FIFO order of submission.
     Head,
-    /// Everything else, mostly borrowers, in FIFO order of submission.
+    /// A job behind its share's head that needs more than the idle entitlement (best-effort
+    /// backfill), in FIFO order of submission.
     Other,
 }
 
@@ -157,8 +195,9 @@ impl Scheduler {
             nshares
         ];
         let mut barrier: Option<(u64, JobId)> = None;
+        let mut view = self.view(q, u);
         loop {
-            let mut nominees = self.nominate(now, q, u, &bounds);
+            let mut nominees = self.nominate(q, u, &bounds, &view);
             let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
                 break;
             };
@@ -170,20 +209,27 @@ impl Scheduler {
                 if n.head {
                     b.head_seen = Some(id);
                 }
-                match self.decide(id) {
+                match self.decide(id, &view) {
                     Decision::Start
                         if barrier.is_some_and(|(seq, _)| n.key.seq > seq)
                             && self.would_borrow(id) =>
                     {
                         b.any = n.count - 1;
                     }
-                    Decision::Start => self.start(now, id, fx),
+                    Decision::Start => {
+                        self.start(now, id, fx);
+                        view.started(n.share, n.count);
+                    }
                     Decision::Preempt(victims) => {
                         b.close();
+                        for a in &victims {
+                            let att = &self.attempts[a];
+                            view.stopping(usize::from(att.share.0), att.count);
+                        }
                         self.preempt(now, id, &victims, fx);
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
-                    Decision::Wait(PendingReason::WaitingForRelease { .. }) => {
+                    Decision::Release(_) => {
                         b.close();
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
@@ -219,14 +265,15 @@ impl Scheduler {
         ul.lane(ShareIx(s as u16)).held_for = Some((id, why));
     }
 
-    /// Each share's nominee: its head when the head is special (aged, or servable by in-share
-    /// preemption), else the first job that fits its idle entitlement, else the first job
-    /// within its bound.
-    fn nominate(&self, now: Millis, q: QueueIx, u: UnitIx, bounds: &[Bound]) -> Vec<Nominee> {
+    /// Each share's nominee: its head until the pass has decided it, then the first job that
+    /// fits its idle entitlement, else the first job within its bound.
+    fn nominate(&self, q: QueueIx, u: UnitIx, bounds: &[Bound], view: &View) -> Vec<Nominee> {
         let queue = &self.queues[q.0 as usize];
         let Some(ul) = queue.units.get(&u) else {
             return Vec::new();
         };
+        let p = &view.projected_pressure;
+        let borrow_open = p.lending < 0 && p.environment < 0 && p.physical < 0;
         let mut out = Vec::new();
         for (s, lane) in ul.lanes.iter().enumerate() {
             let b = bounds[s];
@@ -234,7 +281,17 @@ impl Scheduler {
                 continue;
             }
             let share = &queue.shares[s];
-            let own_room = share.entitlement(u).saturating_sub(lane.usage);
+            let own_room = view.real[s].entitlement.saturating_sub(lane.usage);
+            // A share with no idle entitlement, no in-share preemption and nothing it could
+            // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
+            // within a pass): skip it without looking at its jobs. This keeps a full cluster's
+            // pass O(shares).
+            if own_room == 0
+                && !share.spec.in_share_preemption
+                && !(share.strategy().borrows() && borrow_open)
+            {
+                continue;
+            }
             let nominee = |count: u32, key: PendKey, kind: Kind, head: bool| Nominee {
                 share: s,
                 count,
@@ -243,16 +300,17 @@ impl Scheduler {
                 head,
                 reclaiming: self.jobs[&key.job].reclaiming,
             };
-            if b.any > 0 {
-                if let Some((count, key)) = lane.pending.first(u32::MAX) {
-                    let fits_own = count <= own_room;
-                    let special =
-                        self.aged(now, key.job) || (share.spec.in_share_preemption && !fits_own);
-                    if special && b.head_seen != Some(key.job) && count <= b.any {
-                        let kind = if fits_own { Kind::Own } else { Kind::Head };
-                        out.push(nominee(count, key, kind, true));
-                        continue;
-                    }
+            // The head is always decided before anything else of its share: a job behind it
+            // may only use capacity the head could not (best-effort FIFO).
+            if let Some((count, key)) = lane.pending.first(u32::MAX) {
+                if b.head_seen != Some(key.job) && count <= b.any {
+                    let kind = if count <= own_room {
+                        Kind::Own
+                    } else {
+                        Kind::Head
+                    };
+                    out.push(nominee(count, key, kind, true));
+                    continue;
                 }
             }
             let own_cap = own_room.min(b.own);
@@ -277,38 +335,36 @@ impl Scheduler {
         usage + job.spec.count > queue.shares[usize::from(job.share.0)].entitlement(job.unit)
     }
 
-    /// The accounts of every share of the job's queue on its unit; `projected` leaves out
-    /// what stopping attempts hold (it will come back).
-    pub(crate) fn accounts(
-        &self,
-        q: QueueIx,
-        u: UnitIx,
-        projected: bool,
-    ) -> (Ceiling, Vec<Account>) {
+    /// The accounts of every share of a queue on one unit.
+    pub(crate) fn view(&self, q: QueueIx, u: UnitIx) -> View {
         let queue = &self.queues[q.0 as usize];
         let ul = queue.units.get(&u);
         let mut queue_usage = 0u32;
-        let accounts: Vec<Account> = queue
-            .shares
-            .iter()
-            .enumerate()
-            .map(|(i, share)| {
-                let lane = ul.and_then(|ul| ul.lanes.get(i));
-                let (usage, stopping) = lane.map_or((0, 0), |l| (l.usage, l.stopping));
-                queue_usage += usage;
-                let entitlement = share.entitlement(u);
-                Account {
-                    entitlement,
-                    usage: if projected { usage - stopping } else { usage },
-                    strategy: share.strategy(),
-                    allowance: if share.deleted {
-                        Some(0)
-                    } else {
-                        share.spec.borrow_allowance(entitlement)
-                    },
-                }
-            })
-            .collect();
+        let mut releasing = 0u32;
+        let mut real = Vec::with_capacity(queue.shares.len());
+        let mut projected = Vec::with_capacity(queue.shares.len());
+        for (i, share) in queue.shares.iter().enumerate() {
+            let lane = ul.and_then(|ul| ul.lanes.get(i));
+            let (usage, stopping) = lane.map_or((0, 0), |l| (l.usage, l.stopping));
+            queue_usage += usage;
+            releasing += stopping;
+            let entitlement = share.entitlement(u);
+            let account = Account {
+                entitlement,
+                usage,
+                strategy: share.strategy(),
+                allowance: if share.deleted {
+                    Some(0)
+                } else {
+                    share.spec.borrow_allowance(entitlement)
+                },
+            };
+            real.push(account);
+            projected.push(Account {
+                usage: usage - stopping,
+                ..account
+            });
+        }
         let physical_for_queue = self.physical.get(&u).map(|p| {
             let others = self.physical_used[usize::from(u.0)] - queue_usage;
             p.saturating_sub(others)
@@ -317,58 +373,44 @@ impl Scheduler {
             environment: queue.environment.get(&u).copied().unwrap_or(0),
             physical_for_queue,
         };
-        (ceiling, accounts)
+        View {
+            ceiling,
+            real_pressure: ledger::pressure(ceiling, &real),
+            projected_pressure: ledger::pressure(ceiling, &projected),
+            real,
+            projected,
+            releasing,
+        }
     }
 
-    /// Decides what to do with a pending job now. Pure: the pass applies the decision, and
-    /// `explain` reads it.
-    pub(crate) fn decide(&self, id: JobId) -> Decision {
+    /// Decides what to do with a pending job now, against `view` (the current accounts of
+    /// its lane group). Pure: the pass applies the decision, and `explain` reads it.
+    pub(crate) fn decide(&self, id: JobId, view: &View) -> Decision {
         let job = &self.jobs[&id];
-        let (q, u, s, c) = (
-            job.queue,
-            job.unit,
-            usize::from(job.share.0),
-            job.spec.count,
-        );
-        let (ceiling, real) = self.accounts(q, u, false);
-        let before = ledger::pressure(ceiling, &real);
-        if ledger::allowed(&before, &with_usage(ceiling, &real, s, c)).is_ok() {
-            return Decision::Start;
-        }
-        let (_, projected) = self.accounts(q, u, true);
-        let releasing: u32 = real
-            .iter()
-            .zip(&projected)
-            .map(|(r, p)| r.usage - p.usage)
-            .sum();
-        let before_p = if releasing > 0 {
-            ledger::pressure(ceiling, &projected)
-        } else {
-            before
-        };
-        let violation = match ledger::allowed(&before_p, &with_usage(ceiling, &projected, s, c)) {
-            Ok(()) => {
-                return Decision::Wait(PendingReason::WaitingForRelease {
-                    instances: releasing,
-                })
-            }
+        let (s, c) = (usize::from(job.share.0), job.spec.count);
+        let violation = match ledger::allowed_add(&view.real_pressure, &view.real[s], s, c) {
+            Ok(()) => return Decision::Start,
             Err(v) => v,
         };
-        if let Some(victims) = self.find_victims(id, ceiling, &projected, &before_p) {
-            return Decision::Preempt(victims);
+        let violation = if view.releasing > 0 {
+            match ledger::allowed_add(&view.projected_pressure, &view.projected[s], s, c) {
+                Ok(()) => return Decision::Release(view.releasing),
+                Err(v) => v,
+            }
+        } else {
+            violation
+        };
+        match self.find_victims(id, view) {
+            Some(victims) => Decision::Preempt(victims),
+            None => Decision::Wait(violation),
         }
-        Decision::Wait(self.wait_reason(id, ceiling, &projected, &before_p, violation))
     }
 
     /// The smallest sufficient set of victims for the job, in the documented order, or `None`
     /// when no set of allowed victims would let it start.
-    fn find_victims(
-        &self,
-        id: JobId,
-        ceiling: Ceiling,
-        projected: &[Account],
-        before: &Pressure,
-    ) -> Option<Vec<AttemptId>> {
+    fn find_victims(&self, id: JobId, view: &View) -> Option<Vec<AttemptId>> {
+        let (ceiling, projected, before) =
+            (view.ceiling, &view.projected[..], &view.projected_pressure);
         let job = &self.jobs[&id];
         let (q, u, s, c, p) = (
             job.queue,
@@ -390,21 +432,35 @@ impl Scheduler {
                 && (!reclaimed || acc[s].usage <= entitlement)
         };
 
-        // Optimistic bound first, so that a hopeless job costs O(shares), not O(running).
+        // Cheap exits first, without allocating: the common "cluster full, nothing to take"
+        // case costs O(shares).
+        let lower: u32 = if in_share {
+            ul.lanes.get(s).map_or(0, |l| {
+                l.running_by_priority.range(..p).map(|(_, n)| *n).sum()
+            })
+        } else {
+            0
+        };
+        let any_borrower = projected
+            .iter()
+            .enumerate()
+            .any(|(x, a)| x != s && a.borrowed() > 0);
+        let reclaim_helps =
+            may_reclaim && any_borrower && projected[s].usage - lower + c <= entitlement;
+        if lower == 0 && !reclaim_helps {
+            return None;
+        }
+
+        // Optimistic bound next, so that a hopeless job costs O(shares), not O(running).
         let mut best: Vec<Account> = projected.to_vec();
         best[s].usage += c;
-        if in_share {
-            let lower: u32 = ul.lanes.get(s).map_or(0, |l| {
-                l.running_by_priority.range(..p).map(|(_, n)| *n).sum()
-            });
-            best[s].usage -= lower;
-        }
+        best[s].usage -= lower;
         let in_share_enough = in_share && sufficient(&best, false);
         let borrowers: Vec<usize> = (0..projected.len())
             .filter(|&x| x != s && projected[x].borrowed() > 0)
             .collect();
         if !in_share_enough {
-            if !may_reclaim || borrowers.is_empty() {
+            if !reclaim_helps {
                 return None;
             }
             for &x in &borrowers {
@@ -424,7 +480,7 @@ impl Scheduler {
                 streams.push((s, it.peekable()));
             }
         }
-        if may_reclaim {
+        if reclaim_helps {
             for &x in &borrowers {
                 let it: Box<dyn Iterator<Item = &RunKey>> = Box::new(ul.lanes[x].running.iter());
                 streams.push((x, it.peekable()));
@@ -481,14 +537,14 @@ impl Scheduler {
     /// Classifies why a job with no victim set must wait: first what its share may do (own
     /// quota, borrow limit, what is lendable), then what the unit allows (environment,
     /// physical instances).
-    fn wait_reason(
+    pub(crate) fn wait_reason(
         &self,
         id: JobId,
-        ceiling: Ceiling,
-        projected: &[Account],
-        before: &Pressure,
+        view: &View,
         violation: Violation,
     ) -> PendingReason {
+        let (ceiling, projected, before) =
+            (view.ceiling, &view.projected[..], &view.projected_pressure);
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
         let a = projected[s];

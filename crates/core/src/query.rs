@@ -64,7 +64,7 @@ impl Scheduler {
         let qu = &self.queues[q.0 as usize];
         let mut out = Vec::new();
         for (&u, _) in qu.units.iter() {
-            let (_, accounts) = self.accounts(q, u, false);
+            let accounts = self.view(q, u).real;
             for (name, &s) in &qu.share_ix {
                 let a = accounts[usize::from(s.0)];
                 let lane = qu.units[&u].lanes.get(usize::from(s.0));

@@ -8,7 +8,9 @@
 //! looked up by id, never iterated where a decision depends on the order.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 
 use crate::error::CoreError;
 use crate::model::*;
@@ -346,8 +348,10 @@ pub struct Scheduler {
     pub(crate) physical: BTreeMap<UnitIx, u32>,
     /// Instances held across all queues, per unit (indexed by `UnitIx`).
     pub(crate) physical_used: Vec<u32>,
-    pub(crate) jobs: HashMap<JobId, Job>,
-    pub(crate) attempts: HashMap<AttemptId, Attempt>,
+    /// Looked up by id only; never iterated where order could reach a decision. Ids come from
+    /// the shell, not from users, so a fast non-keyed hash is safe.
+    pub(crate) jobs: FxHashMap<JobId, Job>,
+    pub(crate) attempts: FxHashMap<AttemptId, Attempt>,
     pub(crate) next_attempt: u64,
     pub(crate) next_seq: u64,
     /// Lanes whose inputs changed since the last pass.

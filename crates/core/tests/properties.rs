@@ -379,12 +379,11 @@ impl Run {
         let before_acc: Vec<_> = (0..2).map(|u| accounts(&self.s, &self.cfg, u)).collect();
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
-        for u in 0..2 {
+        for (u, before) in before.iter().enumerate() {
             let acc = accounts(&self.s, &self.cfg, u);
             let after = pressure(self.cfg.env[u], &acc);
             // No admission breaks or worsens a constraint (lowered limits are reclaimed lazily).
-            not_worse(&before[u], &after)
-                .map_err(|e| TestCaseError::fail(format!("unit {u}: {e}")))?;
+            not_worse(before, &after).map_err(|e| TestCaseError::fail(format!("unit {u}: {e}")))?;
             if self.pristine {
                 // Without configuration changes, the state is admissible outright: usage within
                 // the environment, borrowing only from lenders' idle capacity (never RESERVE's),

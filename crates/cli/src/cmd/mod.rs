@@ -1,0 +1,4 @@
+//! One module per `qm` command: each owns its clap arguments and a `run` that returns the
+//! process exit code.
+
+pub mod check;

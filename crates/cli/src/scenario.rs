@@ -1,0 +1,1135 @@
+//! The scenario file format (see `docs/scenarios.md`): serde types and parsing.
+//!
+//! A scenario file holds one or more YAML documents (separated by `---`) or one JSON object;
+//! each document is one [`Scenario`]. Parsing is strict: every struct denies unknown keys, and
+//! whatever can be checked without running the scheduler is checked here, so that a typo is a
+//! malformed file (with the key path and the line) rather than a puzzling scenario failure.
+//!
+//! Checks that need context run inside the deserializer, so that serde_yaml_ng attaches the
+//! location of the offending node: a share's `borrow_limit` against its strategy
+//! ([`ShareDecl`]), reason codes against [`PendingReason::CODES`] ([`ReasonCode`]), and every
+//! job a step names against the jobs earlier steps submitted (the step list's own visitor).
+//! The cross-references between `shares` and `steps` are checked after parsing, because the
+//! two keys may come in either order; such an error is then located by reading the document
+//! again up to the offending entry, so that it too carries the key path and the line.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use qm_core::{PendingReason, ShareSpec, Strategy};
+
+use crate::error::Error;
+
+/// One scenario: a service environment, its quota shares, and the steps to play.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// What the scenario shows, in words; printed in the PASS / FAIL line.
+    pub name: String,
+    /// Instance type -> the service environment's maximum instances.
+    pub environment: BTreeMap<String, u32>,
+    /// The quota shares of the scenario's one queue, created in this order.
+    #[serde(deserialize_with = "checked_seq")]
+    pub shares: Vec<ShareDecl>,
+    /// What happens, in order.
+    #[serde(deserialize_with = "deserialize_steps")]
+    pub steps: Vec<Step>,
+}
+
+/// A share's strategy, spelled as in AWS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ShareStrategy {
+    /// Never lends, never borrows.
+    Reserve,
+    /// Lends idle capacity, never borrows.
+    Lend,
+    /// Lends idle capacity and borrows up to the borrow limit.
+    LendAndBorrow,
+}
+
+impl From<ShareStrategy> for Strategy {
+    fn from(s: ShareStrategy) -> Self {
+        match s {
+            ShareStrategy::Reserve => Strategy::Reserve,
+            ShareStrategy::Lend => Strategy::Lend,
+            ShareStrategy::LendAndBorrow => Strategy::LendAndBorrow,
+        }
+    }
+}
+
+impl fmt::Display for ShareStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(Strategy::from(*self).as_str())
+    }
+}
+
+/// A share's state, spelled as in AWS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ShareState {
+    /// Accepts new jobs.
+    Enabled,
+    /// Accepts no new jobs; what it has still runs, and it still lends.
+    Disabled,
+}
+
+impl fmt::Display for ShareState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShareState::Enabled => "ENABLED",
+            ShareState::Disabled => "DISABLED",
+        })
+    }
+}
+
+/// A quota share as declared under `shares`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareDecl {
+    /// Unique within the scenario.
+    pub name: String,
+    /// Instance type -> entitlement.
+    pub limits: BTreeMap<String, u32>,
+    /// What the share does with idle capacity.
+    pub strategy: ShareStrategy,
+    /// Percent of the entitlement that may be borrowed; absent = -1 (unlimited). Only allowed
+    /// with LEND_AND_BORROW.
+    #[serde(default)]
+    pub borrow_limit: Option<i32>,
+    /// Whether higher-priority jobs of the share preempt strictly lower-priority ones.
+    #[serde(default)]
+    pub in_share_preemption: bool,
+    /// ENABLED (default) or DISABLED.
+    #[serde(default = "enabled")]
+    pub state: ShareState,
+}
+
+fn enabled() -> ShareState {
+    ShareState::Enabled
+}
+
+impl ShareDecl {
+    /// The core's view of the declared share.
+    pub fn spec(&self) -> ShareSpec {
+        ShareSpec {
+            name: self.name.clone(),
+            limits: self.limits.clone(),
+            strategy: self.strategy.into(),
+            borrow_limit_percent: self.borrow_limit.unwrap_or(-1),
+            in_share_preemption: self.in_share_preemption,
+            enabled: self.state == ShareState::Enabled,
+        }
+    }
+}
+
+/// One thing that happens in a scenario. In the file a step is a mapping with exactly one key,
+/// the step's kind: `- submit: {...}`, `- advance: 60`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Submit a new job.
+    Submit(Submit),
+    /// Change a job's priority.
+    UpdatePriority(UpdatePriority),
+    /// The job's running attempt exits 0.
+    Finish(JobRef),
+    /// The job's running attempt exits non-zero.
+    Fail(JobRef),
+    /// The job reports a checkpoint at the current time.
+    Checkpoint(JobRef),
+    /// Terminate the job (TerminateServiceJob).
+    Terminate(JobRef),
+    /// This many seconds of scenario time pass.
+    Advance(u64),
+    /// Change some fields of a declared share.
+    UpdateShare(ShareUpdate),
+    /// Set a declared share's state to DISABLED.
+    DisableShare(ShareRef),
+    /// Compare the state with what the scenario expects.
+    Expect(Expect),
+}
+
+/// The `submit` step.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Submit {
+    /// A new job name; later steps refer to the job by it.
+    pub job: String,
+    /// A declared share.
+    pub share: String,
+    /// 0..=9999; default 0.
+    #[serde(default)]
+    pub priority: u32,
+    /// The capacity unit.
+    pub instance_type: String,
+    /// Instances needed at once; default 1.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Re-queues allowed after preemptions; absent = unlimited.
+    #[serde(default)]
+    pub preemption_retries: Option<u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The `update_priority` step.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdatePriority {
+    /// A submitted job.
+    pub job: String,
+    /// The new priority, 0..=9999.
+    pub priority: u32,
+}
+
+/// A step that names one submitted job (`finish`, `fail`, `checkpoint`, `terminate`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRef {
+    /// A submitted job.
+    pub job: String,
+}
+
+/// A step that names one declared share (`disable_share`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareRef {
+    /// A declared share.
+    pub name: String,
+}
+
+/// The `update_share` step: the fields given replace the share's current ones.
+///
+/// Like AWS's `resourceSharingConfiguration`, strategy and borrow limit go together: giving a
+/// `strategy` without a `borrow_limit` resets the borrow limit to -1; giving only a
+/// `borrow_limit` keeps the strategy, which must then be LEND_AND_BORROW.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareUpdate {
+    /// A declared share.
+    pub name: String,
+    /// New limits, replacing all the old ones.
+    #[serde(default)]
+    pub limits: Option<BTreeMap<String, u32>>,
+    /// New strategy.
+    #[serde(default)]
+    pub strategy: Option<ShareStrategy>,
+    /// New borrow limit, percent or -1.
+    #[serde(default)]
+    pub borrow_limit: Option<i32>,
+    /// New in-share preemption setting.
+    #[serde(default)]
+    pub in_share_preemption: Option<bool>,
+    /// New state.
+    #[serde(default)]
+    pub state: Option<ShareState>,
+}
+
+impl Expect {
+    /// Every job the expectation names, with the key naming it.
+    fn job_refs(&self) -> Vec<(String, &str)> {
+        let mut refs: Vec<(String, &str)> = Vec::new();
+        for (key, set) in [
+            ("running", &self.running),
+            ("runnable", &self.runnable),
+            ("preempted", &self.preempted),
+            ("succeeded", &self.succeeded),
+            ("failed", &self.failed),
+        ] {
+            for job in set.iter().flatten() {
+                refs.push((format!("expect.{key}"), job.as_str()));
+            }
+        }
+        for job in self.reason.iter().flat_map(|r| r.keys()) {
+            refs.push(("expect.reason".into(), job.as_str()));
+        }
+        refs
+    }
+}
+
+impl ShareUpdate {
+    /// The share's configuration after this update.
+    pub fn apply(&self, spec: &ShareSpec) -> ShareSpec {
+        let mut spec = spec.clone();
+        if let Some(limits) = &self.limits {
+            spec.limits = limits.clone();
+        }
+        if let Some(strategy) = self.strategy {
+            spec.strategy = strategy.into();
+            spec.borrow_limit_percent = -1;
+        }
+        if let Some(b) = self.borrow_limit {
+            spec.borrow_limit_percent = b;
+        }
+        if let Some(p) = self.in_share_preemption {
+            spec.in_share_preemption = p;
+        }
+        if let Some(state) = self.state {
+            spec.enabled = state == ShareState::Enabled;
+        }
+        spec
+    }
+}
+
+/// The `expect` step. Every key is optional; an absent key is not checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// Exactly the jobs holding capacity.
+    #[serde(default)]
+    pub running: Option<BTreeSet<String>>,
+    /// Exactly the jobs waiting (RUNNABLE).
+    #[serde(default)]
+    pub runnable: Option<BTreeSet<String>>,
+    /// Exactly the jobs preempted since the previous `expect` (or the start).
+    #[serde(default)]
+    pub preempted: Option<BTreeSet<String>>,
+    /// Exactly the jobs that SUCCEEDED.
+    #[serde(default)]
+    pub succeeded: Option<BTreeSet<String>>,
+    /// Exactly the jobs that FAILED.
+    #[serde(default)]
+    pub failed: Option<BTreeSet<String>>,
+    /// Job -> the code of the reason it waits.
+    #[serde(default)]
+    pub reason: Option<BTreeMap<String, ReasonCode>>,
+}
+
+/// A pending-reason code, one of [`PendingReason::CODES`]; checked when the file is parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReasonCode(&'static str);
+
+impl ReasonCode {
+    /// The code, as [`PendingReason::code`] spells it.
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::str::FromStr for ReasonCode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        PendingReason::CODES
+            .iter()
+            .find(|c| **c == s)
+            .map(|c| ReasonCode(c))
+            .ok_or_else(|| {
+                format!(
+                    "unknown reason code `{s}`, expected one of {}",
+                    PendingReason::CODES.join(", ")
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for ReasonCode {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ReasonCode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a reason code such as OWN_QUOTA_FULL")
+            }
+            // Validating inside `visit_str` (not after `String::deserialize`) is what gets the
+            // error the scalar's own location.
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ReasonCode, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl Step {
+    /// The step's key in the file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::Submit(_) => "submit",
+            Step::UpdatePriority(_) => "update_priority",
+            Step::Finish(_) => "finish",
+            Step::Fail(_) => "fail",
+            Step::Checkpoint(_) => "checkpoint",
+            Step::Terminate(_) => "terminate",
+            Step::Advance(_) => "advance",
+            Step::UpdateShare(_) => "update_share",
+            Step::DisableShare(_) => "disable_share",
+            Step::Expect(_) => "expect",
+        }
+    }
+
+    /// Every job the step refers to (a submit's new job excluded), with the key naming it.
+    fn job_refs(&self) -> Vec<(String, &str)> {
+        match self {
+            Step::Submit(_) | Step::Advance(_) | Step::UpdateShare(_) | Step::DisableShare(_) => {
+                Vec::new()
+            }
+            Step::UpdatePriority(u) => vec![("update_priority.job".into(), u.job.as_str())],
+            Step::Finish(j) | Step::Fail(j) | Step::Checkpoint(j) | Step::Terminate(j) => {
+                vec![(format!("{}.job", self.kind()), j.job.as_str())]
+            }
+            Step::Expect(e) => e.job_refs(),
+        }
+    }
+
+    /// Checks step `number` against the jobs submitted before it, and records a submission.
+    fn check(&self, number: usize, submitted: &mut BTreeSet<String>) -> Result<(), String> {
+        for (key, job) in self.job_refs() {
+            if !submitted.contains(job) {
+                return Err(format!(
+                    "step {number}: {key} names job `{job}`, which no earlier step submits"
+                ));
+            }
+        }
+        match self {
+            Step::Submit(s) => {
+                let new = submitted.insert(s.job.clone());
+                if !new {
+                    return Err(format!(
+                        "step {number}: submit.job `{}` was already submitted by an earlier step; every submit needs a new job name",
+                        s.job
+                    ));
+                }
+            }
+            Step::UpdateShare(ShareUpdate {
+                borrow_limit: Some(b),
+                strategy,
+                ..
+            }) => {
+                check_borrow_limit(*b, *strategy)
+                    .map_err(|e| format!("step {number}: update_share.{e}"))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `borrow_limit` must be -1 or a percentage, and only goes with LEND_AND_BORROW (AWS rejects
+/// it otherwise). `strategy` is `None` when the strategy is not known here.
+fn check_borrow_limit(b: i32, strategy: Option<ShareStrategy>) -> Result<(), String> {
+    if b < -1 {
+        return Err(format!(
+            "borrow_limit {b} is invalid: use -1 for unlimited or a percentage of at least 0"
+        ));
+    }
+    match strategy {
+        Some(s) if s != ShareStrategy::LendAndBorrow => Err(format!(
+            "borrow_limit is only allowed with strategy LEND_AND_BORROW, and the strategy is {s}: remove borrow_limit or change the strategy"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A mapping that is checked as a whole once it is parsed. The check runs inside the
+/// deserializer's `visit_map`, so that its error gets the mapping's key path and line.
+trait CheckedMap {
+    fn check(&self) -> Result<(), String>;
+}
+
+impl CheckedMap for ShareDecl {
+    fn check(&self) -> Result<(), String> {
+        match self.borrow_limit {
+            Some(b) => check_borrow_limit(b, Some(self.strategy)),
+            None => Ok(()),
+        }
+    }
+}
+
+struct CheckedSeed<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de> + CheckedMap> DeserializeSeed<'de> for CheckedSeed<T> {
+    type Value = T;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + CheckedMap> Visitor<'de> for CheckedSeed<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a mapping")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        let value = T::deserialize(MapAccessDeserializer::new(map))?;
+        value.check().map_err(de::Error::custom)?;
+        Ok(value)
+    }
+}
+
+fn checked_seq<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: de::Deserializer<'de>,
+    T: Deserialize<'de> + CheckedMap,
+{
+    struct V<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de> + CheckedMap> Visitor<'de> for V<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of mappings")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(v) = seq.next_element_seed(CheckedSeed(PhantomData))? {
+                out.push(v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(V(PhantomData))
+}
+
+/// The step list, checked step by step against the jobs submitted so far.
+fn deserialize_steps<'de, D: de::Deserializer<'de>>(d: D) -> Result<Vec<Step>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<Step>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of steps")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Step>, A::Error> {
+            let mut submitted = BTreeSet::new();
+            let mut steps = Vec::new();
+            while let Some(step) = seq.next_element_seed(StepSeed {
+                number: steps.len() + 1,
+                submitted: &mut submitted,
+            })? {
+                steps.push(step);
+            }
+            Ok(steps)
+        }
+    }
+    d.deserialize_seq(V)
+}
+
+struct StepSeed<'s> {
+    number: usize,
+    submitted: &'s mut BTreeSet<String>,
+}
+
+impl<'de> DeserializeSeed<'de> for StepSeed<'_> {
+    type Value = Step;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Step, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StepSeed<'_> {
+    type Value = Step;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a step: a mapping with one key such as `submit: {...}` or `advance: 60`")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Step, A::Error> {
+        let mut map = Watched { map, empty: false };
+        let step = match Step::deserialize(MapAccessDeserializer::new(&mut map)) {
+            Ok(step) => step,
+            // serde's own message for this case is "invalid type: map, expected enum".
+            Err(_) if map.empty => {
+                return Err(de::Error::custom(format!(
+                    "step {}: a step needs one key, the step's kind, such as `submit: {{...}}` or `advance: 60`",
+                    self.number
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(extra) = map.next_key::<String>()? {
+            return Err(de::Error::custom(format!(
+                "step {}: a step has exactly one key, found `{}` and `{extra}`: put each in its own list item",
+                self.number,
+                step.kind()
+            )));
+        }
+        step.check(self.number, self.submitted)
+            .map_err(de::Error::custom)?;
+        Ok(step)
+    }
+}
+
+/// A mapping that remembers whether it turned out to be empty.
+struct Watched<A> {
+    map: A,
+    empty: bool,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Watched<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        let key = self.map.next_key_seed(seed)?;
+        self.empty = key.is_none();
+        Ok(key)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// A problem found after parsing, in one entry of `shares` or `steps`.
+struct Misplaced {
+    /// `"shares"` or `"steps"`.
+    list: &'static str,
+    /// 0-based index into the list.
+    index: usize,
+    message: String,
+}
+
+impl Scenario {
+    /// Cross-references between `shares` and `steps`, which may come in either order in the
+    /// file: unique share names, steps that name declared shares, and `update_share`'s
+    /// borrow limit against the strategy the share has at that step.
+    fn check_shares(&self) -> Result<(), Misplaced> {
+        let mut strategy: BTreeMap<&str, ShareStrategy> = BTreeMap::new();
+        for (index, share) in self.shares.iter().enumerate() {
+            if strategy.insert(&share.name, share.strategy).is_some() {
+                return Err(Misplaced {
+                    list: "shares",
+                    index,
+                    message: format!(
+                        "quota share `{}` is declared twice; share names must be unique",
+                        share.name
+                    ),
+                });
+            }
+        }
+        let declared = || {
+            let names: Vec<&str> = self.shares.iter().map(|s| s.name.as_str()).collect();
+            names.join(", ")
+        };
+        for (index, step) in self.steps.iter().enumerate() {
+            let n = index + 1;
+            let misplaced = |message| Misplaced {
+                list: "steps",
+                index,
+                message,
+            };
+            let (key, name) = match step {
+                Step::Submit(s) => ("submit.share", &s.share),
+                Step::UpdateShare(u) => ("update_share.name", &u.name),
+                Step::DisableShare(r) => ("disable_share.name", &r.name),
+                _ => continue,
+            };
+            let Some(current) = strategy.get_mut(name.as_str()) else {
+                return Err(misplaced(format!(
+                    "step {n}: {key} names quota share `{name}`, which `shares` does not declare (declared: {})",
+                    declared()
+                )));
+            };
+            if let Step::UpdateShare(u) = step {
+                let after = u.strategy.unwrap_or(*current);
+                if let Some(b) = u.borrow_limit {
+                    check_borrow_limit(b, Some(after))
+                        .map_err(|e| misplaced(format!("step {n}: update_share.{e}")))?;
+                }
+                *current = after;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Turns a problem found after parsing into a parser error with the entry's key path and
+/// line, by reading the document again and failing on purpose at that entry. Only runs on
+/// the error path.
+fn locate(src: &str, document: usize, m: Misplaced) -> serde_yaml_ng::Error {
+    let doc = serde_yaml_ng::Deserializer::from_str(src)
+        .nth(document - 1)
+        .expect("the document was read once already");
+    match Locate(&m).deserialize(doc) {
+        Err(located) => located,
+        // Unreachable unless the document changed; keep the message anyway.
+        Ok(()) => de::Error::custom(format!("{}[{}]: {}", m.list, m.index, m.message)),
+    }
+}
+
+/// Walks a document to `list[index]` and fails there with the message.
+struct Locate<'m>(&'m Misplaced);
+
+impl<'de> DeserializeSeed<'de> for Locate<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Locate<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a scenario")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.0.list {
+                map.next_value_seed(LocateIn(self.0))?;
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Walks a list to the entry at `index` and fails there.
+struct LocateIn<'m>(&'m Misplaced);
+
+impl<'de> DeserializeSeed<'de> for LocateIn<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LocateIn<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        for _ in 0..self.0.index {
+            seq.next_element::<de::IgnoredAny>()?;
+        }
+        seq.next_element_seed(FailHere(&self.0.message))?;
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// Fails with its message inside the node's own `deserialize_*` call, which is where
+/// serde_yaml_ng attaches the node's key path and location.
+struct FailHere<'m>(&'m str);
+
+impl<'de> DeserializeSeed<'de> for FailHere<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FailHere<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(), A::Error> {
+        Err(de::Error::custom(self.0))
+    }
+}
+
+/// Parses every scenario in `src`; `path` only names the source in errors.
+pub fn parse(src: &str, path: &Path) -> Result<Vec<Scenario>, Error> {
+    let malformed = |document, source| Error::Malformed {
+        path: path.to_path_buf(),
+        document,
+        source,
+    };
+    let mut scenarios = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(src).enumerate() {
+        let document = i + 1;
+        // An empty document (a trailing `---`) is allowed and skipped.
+        let scenario = Option::<Scenario>::deserialize(doc).map_err(|e| malformed(document, e))?;
+        let Some(scenario) = scenario else { continue };
+        scenario
+            .check_shares()
+            .map_err(|m| malformed(document, locate(src, document, m)))?;
+        scenarios.push(scenario);
+    }
+    if scenarios.is_empty() {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(scenarios)
+}
+
+/// Reads and parses a scenario file (YAML or JSON).
+pub fn load(path: &Path) -> Result<Vec<Scenario>, Error> {
+    let src = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&src, path)
+}
+
+/// Whether a file name looks like a scenario file (`.yaml`, `.yml` or `.json`).
+pub fn is_scenario_file(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// The scenario files directly inside a folder, in name order.
+pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let read = |source| Error::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read)? {
+        let path = entry.map_err(read)?.path();
+        if path.is_file() && is_scenario_file(&path) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Submit(s) => {
+                write!(
+                    f,
+                    "submit {} to {} (priority {}, {} x {}",
+                    s.job, s.share, s.priority, s.count, s.instance_type
+                )?;
+                if let Some(n) = s.preemption_retries {
+                    write!(f, ", preemption_retries {n}")?;
+                }
+                f.write_str(")")
+            }
+            Step::UpdatePriority(u) => write!(f, "update_priority {} to {}", u.job, u.priority),
+            Step::Finish(j) | Step::Fail(j) | Step::Checkpoint(j) | Step::Terminate(j) => {
+                write!(f, "{} {}", self.kind(), j.job)
+            }
+            Step::Advance(s) => write!(f, "advance {s} s"),
+            Step::UpdateShare(u) => {
+                write!(f, "update_share {}", u.name)?;
+                let mut fields = Vec::new();
+                if let Some(l) = &u.limits {
+                    fields.push(format!("limits {}", limits(l)));
+                }
+                if let Some(s) = u.strategy {
+                    fields.push(format!("strategy {s}"));
+                }
+                if let Some(b) = u.borrow_limit {
+                    fields.push(format!("borrow_limit {b}"));
+                }
+                if let Some(p) = u.in_share_preemption {
+                    fields.push(format!("in_share_preemption {p}"));
+                }
+                if let Some(s) = u.state {
+                    fields.push(format!("state {s}"));
+                }
+                if !fields.is_empty() {
+                    write!(f, ": {}", fields.join(", "))?;
+                }
+                Ok(())
+            }
+            Step::DisableShare(r) => write!(f, "disable_share {}", r.name),
+            Step::Expect(_) => f.write_str("expect"),
+        }
+    }
+}
+
+fn limits(l: &BTreeMap<String, u32>) -> String {
+    let parts: Vec<String> = l.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_one(src: &str) -> Result<Scenario, String> {
+        parse(src, Path::new("t.yaml"))
+            .map(|mut v| v.remove(0))
+            .map_err(|e| e.to_string())
+    }
+
+    const HEAD: &str = "name: t
+environment: {ml.g5.xlarge: 2}
+shares:
+  - {name: A, limits: {ml.g5.xlarge: 1}, strategy: LEND_AND_BORROW, borrow_limit: 100}
+  - {name: B, limits: {ml.g5.xlarge: 1}, strategy: LEND}
+";
+
+    #[test]
+    fn a_well_formed_scenario_parses_with_its_defaults() {
+        let s = parse_one(&format!(
+            "{HEAD}steps:
+  - submit: {{job: a, share: A, instance_type: ml.g5.xlarge}}
+  - advance: 60
+  - expect: {{running: [a], reason: {{a: OWN_QUOTA_FULL}}}}
+"
+        ))
+        .unwrap();
+        assert_eq!(s.shares[0].spec().borrow_limit_percent, 100);
+        assert_eq!(s.shares[1].spec().borrow_limit_percent, -1);
+        let Step::Submit(sub) = &s.steps[0] else {
+            panic!("not a submit: {:?}", s.steps[0])
+        };
+        assert_eq!(
+            (sub.priority, sub.count, sub.preemption_retries),
+            (0, 1, None)
+        );
+        assert_eq!(s.steps[1], Step::Advance(60));
+        let Step::Expect(e) = &s.steps[2] else {
+            panic!("not an expect")
+        };
+        assert_eq!(e.reason.as_ref().unwrap()["a"].as_str(), "OWN_QUOTA_FULL");
+        assert_eq!(e.runnable, None);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_path_and_line() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - submit: {{job: a, shre: A, instance_type: ml.g5.xlarge}}
+"
+        ))
+        .unwrap_err();
+        assert!(err.contains("t.yaml: "), "{err}");
+        assert!(err.contains("steps[0].submit"), "{err}");
+        assert!(err.contains("unknown field `shre`"), "{err}");
+        assert!(err.contains("line 7"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_step_kind_lists_the_valid_ones() {
+        let err = parse_one(&format!("{HEAD}steps:\n  - sleep: 5\n")).unwrap_err();
+        assert!(err.contains("unknown variant `sleep`"), "{err}");
+        assert!(err.contains("`advance`"), "{err}");
+        assert!(err.contains("line 7"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_top_level_key_is_rejected() {
+        let err = parse_one(&format!("{HEAD}steps: []\nqueue: q\n")).unwrap_err();
+        assert!(err.contains("unknown field `queue`"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_strategy_lists_the_valid_ones() {
+        let err = parse_one(
+            "name: t
+environment: {ml.g5.xlarge: 2}
+shares:
+  - name: A
+    limits: {ml.g5.xlarge: 1}
+    strategy: BORROW
+steps: []
+",
+        )
+        .unwrap_err();
+        assert!(err.contains("shares[0].strategy"), "{err}");
+        assert!(err.contains("unknown variant `BORROW`"), "{err}");
+        assert!(err.contains("LEND_AND_BORROW"), "{err}");
+        assert!(err.contains("line 6"), "{err}");
+    }
+
+    #[test]
+    fn a_borrow_limit_on_a_lend_share_is_rejected() {
+        let err = parse_one(
+            "name: t
+environment: {ml.g5.xlarge: 2}
+shares:
+  - {name: A, limits: {ml.g5.xlarge: 1}, strategy: LEND_AND_BORROW}
+  - name: B
+    limits: {ml.g5.xlarge: 1}
+    strategy: LEND
+    borrow_limit: 50
+steps: []
+",
+        )
+        .unwrap_err();
+        assert!(err.contains("shares[1]"), "{err}");
+        assert!(
+            err.contains("borrow_limit is only allowed with strategy LEND_AND_BORROW"),
+            "{err}"
+        );
+        assert!(err.contains("line 5"), "{err}");
+    }
+
+    #[test]
+    fn a_borrow_limit_below_minus_one_is_rejected() {
+        let err = parse_one(
+            "name: t
+environment: {ml.g5.xlarge: 2}
+shares:
+  - {name: A, limits: {ml.g5.xlarge: 1}, strategy: LEND_AND_BORROW, borrow_limit: -5}
+steps: []
+",
+        )
+        .unwrap_err();
+        assert!(err.contains("borrow_limit -5 is invalid"), "{err}");
+    }
+
+    #[test]
+    fn an_update_share_borrow_limit_is_checked_against_the_strategy_at_that_step() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - update_share: {{name: A, strategy: LEND}}
+  - update_share: {{name: A, borrow_limit: 50}}
+"
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("steps[1]: step 2: update_share.borrow_limit"),
+            "{err}"
+        );
+        assert!(err.contains("line 8"), "{err}");
+        assert!(err.contains("step 2"), "{err}");
+        assert!(err.contains("the strategy is LEND"), "{err}");
+        // The same update on a LEND_AND_BORROW share is fine.
+        parse_one(&format!(
+            "{HEAD}steps:\n  - update_share: {{name: A, borrow_limit: 50}}\n"
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn an_unknown_reason_code_lists_the_valid_ones() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - submit: {{job: a, share: A, instance_type: ml.g5.xlarge}}
+  - expect:
+      reason: {{a: QUOTA_FULL}}
+"
+        ))
+        .unwrap_err();
+        assert!(err.contains("steps[1].expect.reason.a"), "{err}");
+        assert!(err.contains("unknown reason code `QUOTA_FULL`"), "{err}");
+        assert!(
+            err.contains("OWN_QUOTA_FULL, BORROW_LIMIT_REACHED"),
+            "{err}"
+        );
+        assert!(err.contains("line 9"), "{err}");
+    }
+
+    #[test]
+    fn a_step_naming_a_job_never_submitted_is_rejected_with_its_step_number() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - submit: {{job: a, share: A, instance_type: ml.g5.xlarge}}
+  - finish: {{job: b}}
+"
+        ))
+        .unwrap_err();
+        assert!(err.contains("steps[1]"), "{err}");
+        assert!(err.contains("step 2: finish.job names job `b`"), "{err}");
+        assert!(err.contains("line 8"), "{err}");
+    }
+
+    #[test]
+    fn an_expect_naming_a_job_submitted_later_is_rejected() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - expect: {{runnable: [a]}}
+  - submit: {{job: a, share: A, instance_type: ml.g5.xlarge}}
+"
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("step 1: expect.runnable names job `a`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn submitting_the_same_job_name_twice_is_rejected() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - submit: {{job: a, share: A, instance_type: ml.g5.xlarge}}
+  - submit: {{job: a, share: B, instance_type: ml.g5.xlarge}}
+"
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("step 2: submit.job `a` was already submitted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_step_with_two_keys_is_rejected() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - advance: 5
+    finish: {{job: a}}
+"
+        ))
+        .unwrap_err();
+        assert!(err.contains("a step has exactly one key"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_step_says_what_a_step_looks_like() {
+        let err = parse_one(&format!("{HEAD}steps:\n  - advance: 1\n  - {{}}\n")).unwrap_err();
+        assert!(
+            err.contains("steps[1]: step 2: a step needs one key"),
+            "{err}"
+        );
+        assert!(err.contains("line 8"), "{err}");
+    }
+
+    #[test]
+    fn a_step_naming_an_undeclared_share_is_rejected() {
+        let err = parse_one(&format!(
+            "{HEAD}steps:
+  - submit: {{job: a, share: C, instance_type: ml.g5.xlarge}}
+"
+        ))
+        .unwrap_err();
+        assert!(err.contains("steps[0]: step 1: submit.share"), "{err}");
+        assert!(err.contains("line 7 column 5"), "{err}");
+        assert!(err.contains("quota share `C`"), "{err}");
+        assert!(err.contains("declared: A, B"), "{err}");
+    }
+
+    #[test]
+    fn a_share_declared_twice_is_rejected() {
+        let err = parse_one(
+            "name: t
+environment: {ml.g5.xlarge: 2}
+shares:
+  - {name: A, limits: {ml.g5.xlarge: 1}, strategy: LEND}
+  - {name: A, limits: {ml.g5.xlarge: 1}, strategy: LEND}
+steps: []
+",
+        )
+        .unwrap_err();
+        assert!(err.contains("shares[1]: quota share `A`"), "{err}");
+        assert!(err.contains("line 5"), "{err}");
+        assert!(err.contains("declared twice"), "{err}");
+    }
+
+    #[test]
+    fn several_documents_and_json_are_accepted() {
+        let two = format!("{HEAD}steps: []\n---\n{HEAD}steps: []\n---\n");
+        assert_eq!(parse(&two, Path::new("t.yaml")).unwrap().len(), 2);
+        let json = r#"{"name": "j", "environment": {"ml.g5.xlarge": 1},
+            "shares": [{"name": "A", "limits": {"ml.g5.xlarge": 1}, "strategy": "RESERVE"}],
+            "steps": [{"submit": {"job": "a", "share": "A", "instance_type": "ml.g5.xlarge"}},
+                      {"expect": {"running": ["a"]}}]}"#;
+        let s = parse(json, Path::new("t.json")).unwrap();
+        assert_eq!(s[0].steps.len(), 2);
+    }
+
+    #[test]
+    fn an_error_in_a_later_document_names_the_document() {
+        let src = format!("{HEAD}steps: []\n---\n{HEAD}steps: [{{advance: -1}}]\n");
+        let err = parse(&src, Path::new("t.yaml")).unwrap_err().to_string();
+        assert!(err.contains("document 2: steps[0].advance"), "{err}");
+        assert!(err.contains("line 13"), "{err}");
+    }
+
+    #[test]
+    fn a_file_without_a_scenario_is_rejected() {
+        let err = parse("", Path::new("t.yaml")).unwrap_err().to_string();
+        assert!(err.contains("holds no scenario"), "{err}");
+    }
+}
