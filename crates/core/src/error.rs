@@ -35,13 +35,13 @@ pub enum CoreError {
         share: String,
     },
     /// The job id is already taken.
-    #[error("job {0:?} already exists: every submission needs a new id")]
+    #[error("job {0} already exists: every submission needs a new id")]
     DuplicateJob(JobId),
     /// No job with that id.
-    #[error("job {0:?} does not exist")]
+    #[error("job {0} does not exist")]
     UnknownJob(JobId),
     /// No attempt with that id (or it already exited).
-    #[error("attempt {0:?} does not exist or has already exited")]
+    #[error("attempt {0} does not exist or has already exited")]
     UnknownAttempt(AttemptId),
     /// Priority outside 0..=9999.
     #[error("schedulingPriority {0} is out of range: use a value from 0 to 9999")]
@@ -66,6 +66,6 @@ pub enum CoreError {
     #[error("borrowLimit {0} is invalid: use -1 for unlimited or a percentage of at least 0")]
     InvalidBorrowLimit(i32),
     /// The priority of a job that already finished.
-    #[error("job {0:?} has already finished; its priority can no longer change")]
+    #[error("job {0} has already finished; its priority can no longer change")]
     JobFinished(JobId),
 }
