@@ -24,7 +24,9 @@ impl Scheduler {
         }
         let view = self.view(job.queue, job.unit);
         match self.decide(id, &view) {
-            Decision::Wait(violation) => Some(self.wait_reason(id, &view, violation)),
+            Decision::Wait(violation) => {
+                Some(self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation))
+            }
             Decision::Release(instances) => Some(PendingReason::WaitingForRelease { instances }),
             // It could start or preempt on its own, so the last pass held it behind another
             // job: its share's head (waiting for released capacity, or past the starvation
@@ -32,7 +34,7 @@ impl Scheduler {
             Decision::Start | Decision::Preempt(_) => {
                 let ul = self.queues[job.queue.0 as usize].units.get(&job.unit)?;
                 let lane = ul.lanes.get(usize::from(job.share.0))?;
-                Some(match (lane.held_for, ul.borrow_barrier) {
+                Some(match (lane.held_for, ul.barrier) {
                     (Some((_, Hold::Release)), _) => PendingReason::WaitingForRelease {
                         instances: view.releasing,
                     },

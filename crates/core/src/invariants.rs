@@ -36,8 +36,16 @@ impl Scheduler {
                         ));
                     }
                 }
+                Some(_) if job.fail_on_exit.is_some() => {
+                    if job.attempt != Some(a.id) && job.stopping != Some(a.id) {
+                        return Err(format!(
+                            "attempt {:?} to fail job {:?} is not recorded on it",
+                            a.id, a.job
+                        ));
+                    }
+                }
                 Some(cause) if cause.is_preemption() => {
-                    if job.stopping != Some(a.id) {
+                    if job.stopping != Some(a.id) || job.attempt.is_some() {
                         return Err(format!(
                             "preempted attempt {:?} not recorded on job {:?}",
                             a.id, a.job
@@ -45,12 +53,10 @@ impl Scheduler {
                     }
                 }
                 Some(_) => {
-                    if job.attempt != Some(a.id) || !job.terminated {
-                        return Err(format!(
-                            "terminating attempt {:?} not on job {:?}",
-                            a.id, a.job
-                        ));
-                    }
+                    return Err(format!(
+                        "terminating attempt {:?} of job {:?} will not fail it",
+                        a.id, a.job
+                    ))
                 }
             }
         }

@@ -1,18 +1,22 @@
 //! Lend/borrow arithmetic for one capacity unit of one queue, and nothing else.
 //!
 //! For share `s` with usage `U` and entitlement `L`: `own = min(U, L)`,
-//! `borrowed = max(0, U - L)`, `idle = L - own`. A state is *admissible* when
+//! `borrowed = max(0, U - L)`, `idle = L - own`; *lendable* is the idle of LEND and
+//! LEND_AND_BORROW shares (RESERVE lends nothing, and a share may keep idle instances for its
+//! own waiting jobs). A state is *admissible* when
 //!
 //! * `Σ U ≤ environment limit` and the physical instances are not overcommitted,
-//! * `Σ borrowed ≤ Σ idle` over the shares that lend (LEND, LEND_AND_BORROW), so borrowing
-//!   never eats into RESERVE capacity or capacity no share is entitled to,
+//! * `Σ borrowed ≤ Σ lendable`, so borrowing never eats into RESERVE capacity nor into
+//!   capacity no share is entitled to (DESIGN.md §2 rule 3), and an owner's return is backed,
 //! * each share's `borrowed` is within its borrow allowance (0 unless LEND_AND_BORROW).
 //!
-//! Reclaim is lazy (DESIGN.md §2 rule 4), so a lowered limit can leave a state that is not
-//! admissible. Admission therefore asks a *relative* question: a change is allowed when it
-//! breaks no constraint that held before and worsens none that was already broken. That is the
-//! same as absolute admissibility whenever the state was admissible, and it means that only a
-//! job that actually needs the excess back (an owner) ever triggers its reclaim.
+//! Reclaim is lazy (rule 4), so a lowered limit or a strategy change can leave a state that is
+//! not admissible. Admission is therefore *relative*: a change is allowed when it breaks no
+//! constraint that held before and worsens none that was already broken. Whenever the state
+//! before was admissible that is plain admissibility, and it means that only a job that needs
+//! capacity back (an owner) ever reclaims an excess. A job that stays within its share's
+//! entitlement ([`Route::Own`]) cannot break a borrow limit, so only borrowing is checked
+//! against them.
 
 use crate::model::Strategy;
 
@@ -27,6 +31,8 @@ pub struct Account {
     pub strategy: Strategy,
     /// Most instances it may borrow; `None` = unlimited.
     pub allowance: Option<u32>,
+    /// Idle instances it keeps for its own waiting jobs rather than lend.
+    pub reserved: u32,
 }
 
 impl Account {
@@ -43,9 +49,18 @@ impl Account {
     /// Idle entitlement that other shares may borrow (zero for RESERVE).
     pub fn lendable(&self) -> u32 {
         if self.strategy.lends() {
-            self.entitlement - self.own()
+            (self.entitlement - self.own()).saturating_sub(self.reserved)
         } else {
             0
+        }
+    }
+
+    /// Which admission question adding `c` instances asks.
+    pub fn route(&self, c: u32) -> Route {
+        if self.usage + c <= self.entitlement {
+            Route::Own
+        } else {
+            Route::Borrow
         }
     }
 }
@@ -60,6 +75,15 @@ pub struct Ceiling {
     pub physical_for_queue: Option<u32>,
 }
 
+/// Whether a share's usage ends within its entitlement (own capacity) or above it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Within the entitlement.
+    Own,
+    /// Above the entitlement.
+    Borrow,
+}
+
 /// How far a state is over each constraint; a value ≤ 0 means the constraint holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pressure {
@@ -69,7 +93,7 @@ pub struct Pressure {
     pub physical: i64,
     /// `Σ borrowed - Σ lendable`.
     pub lending: i64,
-    /// Per share: `borrowed - allowance` (≤ 0 when unlimited).
+    /// Per share: `borrowed - allowance` (very negative when unlimited).
     pub borrowing: Vec<i64>,
 }
 
@@ -80,7 +104,7 @@ pub enum Violation {
     Environment,
     /// The physical instances of the unit.
     Physical,
-    /// Borrowers would need more than the lenders' idle capacity.
+    /// Borrowed instances would not be backed by idle lendable capacity.
     Lending,
     /// The share at this index would borrow beyond its borrow limit.
     BorrowLimit(usize),
@@ -116,9 +140,10 @@ fn worse(before: i64, after: i64) -> bool {
     after > before.max(0)
 }
 
-/// Checks that going from `before` to `after` breaks no constraint that held and worsens none
-/// that was already broken.
-pub fn allowed(before: &Pressure, after: &Pressure) -> Result<(), Violation> {
+/// Checks that going from `before` to `after` (one admission by the share at index `s`,
+/// possibly after victims left) breaks no constraint that held and worsens none that was
+/// already broken, for the admission's route.
+pub fn allowed(before: &Pressure, after: &Pressure, route: Route) -> Result<(), Violation> {
     if worse(before.environment, after.environment) {
         return Err(Violation::Environment);
     }
@@ -128,21 +153,24 @@ pub fn allowed(before: &Pressure, after: &Pressure) -> Result<(), Violation> {
     if worse(before.lending, after.lending) {
         return Err(Violation::Lending);
     }
-    for (i, (b, a)) in before.borrowing.iter().zip(&after.borrowing).enumerate() {
-        if worse(*b, *a) {
-            return Err(Violation::BorrowLimit(i));
+    if route == Route::Borrow {
+        for (i, (b, a)) in before.borrowing.iter().zip(&after.borrowing).enumerate() {
+            if worse(*b, *a) {
+                return Err(Violation::BorrowLimit(i));
+            }
         }
     }
     Ok(())
 }
 
-/// The same question as [`allowed`] for the commonest change, share `s` (with account `a`)
-/// taking `c` more instances, in O(1): only the totals and share `s`'s own term move.
+/// The same question as [`allowed`] for share `s` (with account `a`) taking `c` more
+/// instances, in O(1): only the totals and share `s`'s own terms move.
 pub fn allowed_add(before: &Pressure, a: &Account, s: usize, c: u32) -> Result<(), Violation> {
     let grown = Account {
         usage: a.usage + c,
         ..*a
     };
+    let route = a.route(c);
     let c = i64::from(c);
     let borrowed = i64::from(grown.borrowed()) - i64::from(a.borrowed());
     let lendable = i64::from(grown.lendable()) - i64::from(a.lendable());
@@ -155,7 +183,7 @@ pub fn allowed_add(before: &Pressure, a: &Account, s: usize, c: u32) -> Result<(
     if worse(before.lending, before.lending + borrowed - lendable) {
         return Err(Violation::Lending);
     }
-    if worse(before.borrowing[s], before.borrowing[s] + borrowed) {
+    if route == Route::Borrow && worse(before.borrowing[s], before.borrowing[s] + borrowed) {
         return Err(Violation::BorrowLimit(s));
     }
     Ok(())
@@ -177,6 +205,7 @@ mod tests {
             usage,
             strategy,
             allowance,
+            reserved: 0,
         }
     }
 
@@ -191,6 +220,13 @@ mod tests {
             acct(1, u2, Lend, Some(0)),
             acct(1, u3, Reserve, Some(0)),
         ]
+    }
+
+    fn add(accounts: &[Account], s: usize, c: u32) -> (Pressure, Route) {
+        let mut a = accounts.to_vec();
+        let route = a[s].route(c);
+        a[s].usage += c;
+        (pressure(ENV3, &a), route)
     }
 
     #[test]
@@ -208,51 +244,87 @@ mod tests {
 
     #[test]
     fn demo_step_one_borrows_the_lend_share_but_not_the_reserve_share() {
-        assert!(admissible(&pressure(ENV3, &demo(2, 0, 0))));
-        assert!(!admissible(&pressure(ENV3, &demo(3, 0, 0))));
+        let before = pressure(ENV3, &demo(1, 0, 0));
+        let (after, route) = add(&demo(1, 0, 0), 0, 1);
+        assert_eq!(allowed(&before, &after, route), Ok(()));
+        let before = pressure(ENV3, &demo(2, 0, 0));
+        let (after, route) = add(&demo(2, 0, 0), 0, 1);
+        assert_eq!(allowed(&before, &after, route), Err(Violation::Lending));
     }
 
     #[test]
     fn demo_step_two_owner_return_makes_the_borrow_unbacked() {
-        // QS1 holds 2 (1 borrowed from QS2); QS2 takes its own instance back.
+        // QS1 holds 2 (1 borrowed from QS2); QS2 takes its own instance back. QS3's idle
+        // instance is RESERVEd and nobody else's capacity is unassigned.
         let before = pressure(ENV3, &demo(2, 0, 0));
-        let after = pressure(ENV3, &demo(2, 1, 0));
-        assert_eq!(allowed(&before, &after), Err(Violation::Lending));
-        // Preempting the borrower restores admissibility.
-        assert_eq!(allowed(&before, &pressure(ENV3, &demo(1, 1, 0))), Ok(()));
+        let (after, route) = add(&demo(2, 0, 0), 1, 1);
+        assert_eq!(allowed(&before, &after, route), Err(Violation::Lending));
+        // Once the borrower is gone, the owner fits.
+        let before = pressure(ENV3, &demo(1, 0, 0));
+        let (after, route) = add(&demo(1, 0, 0), 1, 1);
+        assert_eq!(allowed(&before, &after, route), Ok(()));
     }
 
     #[test]
     fn reserve_owner_can_use_its_idle_instance_next_to_a_borrower() {
         let before = pressure(ENV3, &demo(2, 0, 0));
-        assert_eq!(allowed(&before, &pressure(ENV3, &demo(2, 0, 1))), Ok(()));
+        let (after, route) = add(&demo(2, 0, 0), 2, 1);
+        assert_eq!(allowed(&before, &after, route), Ok(()));
+    }
+
+    #[test]
+    fn capacity_nobody_is_entitled_to_backs_no_borrower() {
+        // Environment 10; L is entitled to 1 and B (LEND_AND_BORROW, 0) borrows it. The 9
+        // instances nobody owns are not lendable: B may not borrow a second one.
+        let c = Ceiling {
+            environment: 10,
+            physical_for_queue: None,
+        };
+        let before = pressure(
+            c,
+            &[acct(1, 0, Lend, Some(0)), acct(0, 1, LendAndBorrow, None)],
+        );
+        let more = [acct(1, 0, Lend, Some(0)), acct(0, 2, LendAndBorrow, None)];
+        assert_eq!(
+            allowed(&before, &pressure(c, &more), Route::Borrow),
+            Err(Violation::Lending)
+        );
+        // And L's owner taking its instance back needs the borrower gone.
+        let owner = [acct(1, 1, Lend, Some(0)), acct(0, 1, LendAndBorrow, None)];
+        assert_eq!(
+            allowed(&before, &pressure(c, &owner), Route::Own),
+            Err(Violation::Lending)
+        );
+    }
+
+    #[test]
+    fn idle_instances_kept_for_the_share_s_own_jobs_are_not_lendable() {
+        let kept = Account {
+            reserved: 1,
+            ..acct(2, 0, Lend, Some(0))
+        };
+        assert_eq!(kept.lendable(), 1);
     }
 
     #[test]
     fn borrow_limit_rounds_down_and_caps_each_share() {
+        let c = Ceiling {
+            environment: 10,
+            physical_for_queue: None,
+        };
         let accounts = [
             acct(2, 3, LendAndBorrow, Some(1)),
             acct(4, 0, Lend, Some(0)),
         ];
-        let before = pressure(
-            Ceiling {
-                environment: 10,
-                physical_for_queue: None,
-            },
-            &accounts,
-        );
+        let before = pressure(c, &accounts);
         let more = [
             acct(2, 4, LendAndBorrow, Some(1)),
             acct(4, 0, Lend, Some(0)),
         ];
-        let after = pressure(
-            Ceiling {
-                environment: 10,
-                physical_for_queue: None,
-            },
-            &more,
+        assert_eq!(
+            allowed(&before, &pressure(c, &more), Route::Borrow),
+            Err(Violation::BorrowLimit(0))
         );
-        assert_eq!(allowed(&before, &after), Err(Violation::BorrowLimit(0)));
     }
 
     #[test]
@@ -263,7 +335,7 @@ mod tests {
         };
         let before = pressure(c, &demo(1, 1, 0));
         assert_eq!(
-            allowed(&before, &pressure(c, &demo(1, 1, 1))),
+            allowed(&before, &pressure(c, &demo(1, 1, 1)), Route::Own),
             Err(Violation::Environment)
         );
     }
@@ -276,14 +348,14 @@ mod tests {
         };
         let before = pressure(c, &demo(1, 0, 0));
         assert_eq!(
-            allowed(&before, &pressure(c, &demo(1, 1, 0))),
+            allowed(&before, &pressure(c, &demo(1, 1, 0)), Route::Own),
             Err(Violation::Physical)
         );
     }
 
     #[test]
     fn an_existing_excess_may_stay_but_not_grow() {
-        // QS2's limit was lowered to 0 while it held 2: 2 borrowed, nothing lends them.
+        // QS2's limit was lowered to 0 while it held 2, in an environment of exactly 2 + 2.
         let c = Ceiling {
             environment: 4,
             physical_for_queue: None,
@@ -291,13 +363,13 @@ mod tests {
         let lowered = [acct(2, 0, Reserve, Some(0)), acct(0, 2, Lend, Some(0))];
         let before = pressure(c, &lowered);
         assert!(!admissible(&before));
-        // The RESERVE owner may use its idle capacity: the excess does not grow.
+        // The RESERVE owner may use its idle capacity.
         let owner = [acct(2, 2, Reserve, Some(0)), acct(0, 2, Lend, Some(0))];
-        assert_eq!(allowed(&before, &pressure(c, &owner)), Ok(()));
-        // The lowered share may not add to its excess.
+        assert_eq!(allowed(&before, &pressure(c, &owner), Route::Own), Ok(()));
+        // The lowered share may not add to its excess: that would be new borrowing.
         let grow = [acct(2, 0, Reserve, Some(0)), acct(0, 3, Lend, Some(0))];
         assert_eq!(
-            allowed(&before, &pressure(c, &grow)),
+            allowed(&before, &pressure(c, &grow), Route::Borrow),
             Err(Violation::Lending)
         );
     }
@@ -319,16 +391,15 @@ mod tests {
         for ceiling in ceilings {
             for s1 in strategies {
                 for s2 in strategies {
-                    for (l1, l2, u1, u2) in
-                        (0..27).map(|i| (i % 3, (i / 3) % 3, (i / 9) % 3, i / 9 % 3 + i % 2))
-                    {
+                    for i in 0..81u32 {
+                        let (l1, l2, u1, u2) = (i % 3, (i / 3) % 3, (i / 9) % 3, (i / 27) % 3);
                         for allowance in [None, Some(0), Some(1)] {
                             for c in 1..=3 {
                                 let b = [acct(l1, u1, s1, allowance), acct(l2, u2, s2, Some(0))];
                                 let before = pressure(ceiling, &b);
                                 let mut a = b;
                                 a[0].usage += c;
-                                let want = allowed(&before, &pressure(ceiling, &a));
+                                let want = allowed(&before, &pressure(ceiling, &a), b[0].route(c));
                                 assert_eq!(allowed_add(&before, &b[0], 0, c), want, "{b:?} + {c}");
                                 checked += 1;
                             }
@@ -337,14 +408,11 @@ mod tests {
                 }
             }
         }
-        assert!(checked > 1000);
+        assert!(checked > 4000);
     }
 
     #[test]
-    fn exhaustive_small_states_relative_check_matches_absolute_when_admissible() {
-        // Over every state of two shares with entitlements 0..=2 and usages 0..=3, when the
-        // state before is admissible, `allowed` must equal absolute admissibility of the after
-        // state.
+    fn from_an_admissible_state_an_allowed_admission_stays_admissible() {
         let strategies = [Reserve, Lend, LendAndBorrow];
         let c = Ceiling {
             environment: 4,
@@ -353,26 +421,24 @@ mod tests {
         let mut checked = 0;
         for s1 in strategies {
             for s2 in strategies {
-                for l1 in 0..=2u32 {
-                    for l2 in 0..=2u32 {
-                        for u1 in 0..=3u32 {
-                            for u2 in 0..=3u32 {
-                                for d in [(1, 0), (0, 1)] {
-                                    let al1 = if s1.borrows() { Some(l1) } else { Some(0) };
-                                    let al2 = if s2.borrows() { Some(l2) } else { Some(0) };
-                                    let b = [acct(l1, u1, s1, al1), acct(l2, u2, s2, al2)];
-                                    let a =
-                                        [acct(l1, u1 + d.0, s1, al1), acct(l2, u2 + d.1, s2, al2)];
-                                    let pb = pressure(c, &b);
-                                    if !admissible(&pb) {
-                                        continue;
-                                    }
-                                    let pa = pressure(c, &a);
-                                    assert_eq!(allowed(&pb, &pa).is_ok(), admissible(&pa));
-                                    checked += 1;
-                                }
-                            }
+                for i in 0..144u32 {
+                    let (l1, l2, u1, u2) = (i % 3, (i / 3) % 3, (i / 9) % 4, (i / 36) % 4);
+                    for d in [(1, 0), (0, 1), (2, 0)] {
+                        let al1 = if s1.borrows() { Some(l1) } else { Some(0) };
+                        let al2 = if s2.borrows() { Some(l2) } else { Some(0) };
+                        let b = [acct(l1, u1, s1, al1), acct(l2, u2, s2, al2)];
+                        let pb = pressure(c, &b);
+                        if !admissible(&pb) {
+                            continue;
                         }
+                        let (s, n) = if d.0 > 0 { (0, d.0) } else { (1, d.1) };
+                        let mut a = b;
+                        a[s].usage += n;
+                        let pa = pressure(c, &a);
+                        if allowed(&pb, &pa, b[s].route(n)).is_ok() {
+                            assert!(admissible(&pa), "{b:?} + {n} on {s}");
+                        }
+                        checked += 1;
                     }
                 }
             }

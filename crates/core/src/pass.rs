@@ -1,34 +1,43 @@
-//! The scheduling pass (DESIGN.md §2), one lane group — a queue's unit — at a time:
+//! The scheduling pass (DESIGN.md §2), one lane group — a queue's unit — at a time.
 //!
-//! 1. **Nominate**: each share offers one job: its head (first in priority, then submission
-//!    order) when the head is special — it waited past the starvation guard, or in-share
-//!    preemption could serve it; else its first job that fits the share's idle entitlement;
-//!    else its first job within the bound this pass has learnt (step 4).
-//! 2. **Order**: owners first (jobs that fit their idle entitlement; among them a job that
-//!    already preempted for its capacity, then priority, then submission), then special heads,
-//!    then the rest — mostly borrowers — in FIFO order of submission
-//!    (`idleResourceAssignmentStrategy` FIFO). Only the first of these three kinds present is
-//!    decided before nominating again, so capacity freed for an owner is never re-borrowed
-//!    under it.
-//! 3. **Decide** each nominee against the current state: start it, preempt a minimal complete
-//!    victim set for it, or leave it waiting with a typed reason.
-//! 4. **Bound**: a waiting job of count `c` means no later job of its share with count ≥ `c`
+//! 1. **View**: the accounts of every share on the unit, built once ([`View`]) and kept
+//!    current as the pass decides. Besides what attempts hold, it counts two kinds of
+//!    not-yet-started demand: a job that preempted for its capacity *claims* it (counted as
+//!    its share's usage, so nobody else takes what it reclaimed), and a share's first waiting
+//!    job that fits its idle entitlement *reserves* it (that idle capacity is not lent, and a
+//!    borrower leaves environment room for it, since the owner would reclaim it at once).
+//! 2. **Nominate**: each share offers one job at a time — a job ahead of or equal to a
+//!    reclaiming job of the share, else its head until decided, else its first job fitting
+//!    the idle entitlement, else its first job within the bound this pass has learnt. A share
+//!    with in-share preemption offers its jobs strictly in order (a lower-priority job started
+//!    first would only be preempted).
+//! 3. **Order**: reclaimers first; then owners (fitting their idle entitlement, or sure to
+//!    wait, or brought within it by in-share preemption) by priority; then jobs that would use
+//!    some idle entitlement and borrow the rest, or preempt in their share, or heads past the
+//!    starvation guard; then plain borrowers. The last two groups go one decision at a time in
+//!    FIFO order of submission (`idleResourceAssignmentStrategy` FIFO).
+//! 4. **Decide** each nominee against the view: start it, preempt a minimal complete victim
+//!    set for it, wait for released capacity, or wait with a typed reason.
+//! 5. **Bound**: a waiting job of count `c` means no later job of its share with count ≥ `c`
 //!    can do better in this pass (it has the same or fewer victims: lower or equal priority),
-//!    so the share's next nominee must need fewer instances (best-effort FIFO). A job that
-//!    waits for released capacity, or a head that waited past the starvation guard, closes its
-//!    share for the rest of the pass, so that nothing passes it; an aged borrower also stops
-//!    later borrowers of every share from borrowing the unit.
+//!    so the share's next nominee must need fewer instances (best-effort FIFO). A job waiting
+//!    for released capacity, or a head past the starvation guard, closes its share for the
+//!    pass; an aged head also bars later starts on the unit (every start when it is an
+//!    owner-sized job blocked by the environment, else borrowing starts).
 //!
 //! Capacity only shrinks within a pass (a start consumes it; a preemption frees it only when
-//! the attempt exits), which is why one pass reaches the fixed point and why the bounds are
-//! sound. Cost per pass: O(nominations · (shares + log n)), independent of how many jobs wait.
+//! the attempt exits), which is why the bounds are sound. When a claim lapses (a job ahead of
+//! the reclaimer took the capacity, or the reclaimer can no longer use it) the group is passed
+//! again, so that jobs decided against the claim get another look. Cost per pass:
+//! O(nominations · (shares + log n)), independent of how many jobs wait.
 
 use std::cmp::Reverse;
+use std::ops::Bound::{Excluded, Unbounded};
 
-use crate::ledger::{self, Account, Ceiling, Pressure, Violation};
+use crate::ledger::{self, Account, Ceiling, Pressure, Route, Violation};
 use crate::model::*;
 use crate::reason::PendingReason;
-use crate::scheduler::{Attempt, Hold, PendKey, RunKey, Scheduler};
+use crate::scheduler::{Attempt, Hold, Lane, PendKey, RunKey, Scheduler};
 
 /// The documented victim order (DESIGN.md §2 rule 7): a smaller rank is preempted first.
 /// Fields compare in declaration order:
@@ -82,10 +91,18 @@ pub(crate) enum Decision {
 /// The accounts of one lane group (a queue's unit), built once per pass and kept current as
 /// the pass starts jobs and preempts, so that each decision costs O(1) unless it looks for
 /// victims. `real` counts what stopping attempts still hold; `projected` leaves it out (it
-/// will come back).
+/// will come back). Both also count, as usage of their share, what its jobs that wait for
+/// their victims to exit have claimed, up to the share's idle entitlement: capacity reclaimed
+/// for an owner is not lendable to anyone else.
 #[derive(Clone, Debug)]
 pub(crate) struct View {
     pub(crate) ceiling: Ceiling,
+    held: Vec<Account>,
+    held_projected: Vec<Account>,
+    /// Per share: instances its reclaiming jobs wait for, and instances its first waiting job
+    /// that fits its idle entitlement needs (see `pending_own_demand`).
+    demand: Vec<u32>,
+    reserve: Vec<u32>,
     pub(crate) real: Vec<Account>,
     pub(crate) projected: Vec<Account>,
     real_pressure: Pressure,
@@ -95,33 +112,148 @@ pub(crate) struct View {
 }
 
 impl View {
-    fn started(&mut self, s: usize, c: u32) {
-        self.real[s].usage += c;
-        self.projected[s].usage += c;
+    fn new(
+        ceiling: Ceiling,
+        held: Vec<Account>,
+        held_projected: Vec<Account>,
+        demand: Vec<u32>,
+        reserve: Vec<u32>,
+        releasing: u32,
+    ) -> View {
+        let mut v = View {
+            ceiling,
+            real: held.clone(),
+            projected: held_projected.clone(),
+            held,
+            held_projected,
+            demand,
+            reserve,
+            real_pressure: ledger::pressure(ceiling, &[]),
+            projected_pressure: ledger::pressure(ceiling, &[]),
+            releasing,
+        };
+        for s in 0..v.held.len() {
+            v.real[s] = Self::with_claim(v.held[s], v.demand[s], v.reserve[s]);
+            v.projected[s] = Self::with_claim(v.held_projected[s], v.demand[s], v.reserve[s]);
+        }
+        v.real_pressure = ledger::pressure(ceiling, &v.real);
+        v.projected_pressure = ledger::pressure(ceiling, &v.projected);
+        v
+    }
+
+    /// A reclaiming job's claim counts as usage (nobody else may take what it preempted
+    /// for); a reservation only keeps idle capacity from being lent.
+    fn with_claim(held: Account, demand: u32, reserve: u32) -> Account {
+        let claim = demand.min(held.entitlement.saturating_sub(held.usage));
+        Account {
+            usage: held.usage + claim,
+            reserved: reserve,
+            ..held
+        }
+    }
+
+    fn refresh(&mut self, s: usize) {
+        self.real[s] = Self::with_claim(self.held[s], self.demand[s], self.reserve[s]);
+        self.projected[s] =
+            Self::with_claim(self.held_projected[s], self.demand[s], self.reserve[s]);
         self.real_pressure = ledger::pressure(self.ceiling, &self.real);
         self.projected_pressure = ledger::pressure(self.ceiling, &self.projected);
     }
 
+    /// What the attempts of share `s` hold, without claims.
+    pub(crate) fn held(&self, s: usize) -> Account {
+        self.held[s]
+    }
+
+    /// Share `s` started a job of `c` instances.
+    fn add(&mut self, s: usize, c: u32) {
+        self.held[s].usage += c;
+        self.held_projected[s].usage += c;
+        self.refresh(s);
+    }
+
+    /// Share `s`'s reclaiming jobs wait for `c` more instances (`c` < 0: fewer).
+    fn claim(&mut self, s: usize, c: i64) {
+        self.demand[s] = (i64::from(self.demand[s]) + c) as u32;
+        self.refresh(s);
+    }
+
+    /// A reclaiming job of share `s` started: its claim became usage.
+    fn claim_started(&mut self, s: usize, c: u32) {
+        self.demand[s] -= c;
+        self.add(s, c);
+    }
+
+    /// Victims of share `s` holding `c` instances are now stopping.
     fn stopping(&mut self, s: usize, c: u32) {
-        self.projected[s].usage -= c;
+        self.held_projected[s].usage -= c;
         self.releasing += c;
-        self.projected_pressure = ledger::pressure(self.ceiling, &self.projected);
+        self.refresh(s);
+    }
+
+    /// Share `s`'s idle capacity awaited by a job behind its head is now `r` instances.
+    fn set_reserve(&mut self, s: usize, r: u32) {
+        if self.reserve[s] != r {
+            self.reserve[s] = r;
+            self.refresh(s);
+        }
+    }
+
+    /// The view as the jobs of share `s` see it: claims and reservations protect capacity
+    /// from other shares; within the share the usual order decides who uses it.
+    pub(crate) fn for_share(&self, s: usize) -> std::borrow::Cow<'_, View> {
+        if self.demand[s] == 0 && self.reserve[s] == 0 {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut own = self.clone();
+        own.demand[s] = 0;
+        own.reserve[s] = 0;
+        own.refresh(s);
+        std::borrow::Cow::Owned(own)
+    }
+
+    /// Whether share `s` may take `c` more instances by borrowing as far as other shares' waiting
+    /// owners are concerned: the environment (and physical) room left must still cover what
+    /// they wait for. `accounts` is the state the start would apply to.
+    fn leaves_room_for_owners(&self, accounts: &[Account], s: usize, c: u32) -> bool {
+        if accounts[s].route(c) == Route::Own {
+            return true;
+        }
+        let others: u32 = self
+            .reserve
+            .iter()
+            .enumerate()
+            .filter(|(x, _)| *x != s)
+            .map(|(_, r)| *r)
+            .sum();
+        let total: u32 = accounts.iter().map(|a| a.usage).sum::<u32>() + c + others;
+        total <= self.ceiling.environment
+            && self.ceiling.physical_for_queue.is_none_or(|p| total <= p)
+    }
+
+    /// Whether share `s` has reclaiming jobs.
+    fn claims(&self, s: usize) -> bool {
+        self.demand[s] > 0
     }
 }
 
-/// The three kinds of nominee, decided in this order: a pass decides every nominee of the
-/// lowest kind present, then nominates again. Owners go first so that capacity freed for an
-/// owner (by a finish or a reclaim) is never re-borrowed under it.
+/// The kinds of nominee, decided in this order: a pass decides every nominee of the lowest
+/// kind present, then nominates again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
-    /// Fits its share's idle entitlement.
+    /// A job that preempted for its capacity: the capacity its victims release is its own,
+    /// so it is decided before anything else can take it.
+    Reclaim,
+    /// Fits its share's idle entitlement: owners before borrowers, so that capacity freed
+    /// for an owner is never re-borrowed under it.
     Own,
-    /// A share's head that does not fit its idle entitlement (it needs to borrow, or in-share
-    /// preemption): decided before any other job of its share, in FIFO order of submission.
+    /// A job that needs more than its share's idle entitlement but would use some of it,
+    /// could preempt in its share, or is a head past the starvation guard (its barrier must be
+    /// up before later borrowers are decided): decided before the plain borrowers, FIFO.
     Head,
-    /// A job behind its share's head that needs more than the idle entitlement (best-effort
-    /// backfill), in FIFO order of submission.
-    Other,
+    /// Everything else — a share's head that needs more than its idle entitlement, then
+    /// (best-effort backfill) jobs behind it — in FIFO order of submission across shares.
+    Rest,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -130,51 +262,83 @@ struct Nominee {
     count: u32,
     key: PendKey,
     kind: Kind,
-    /// The share's head, nominated because it is special (see [`Kind::Head`]).
+    /// The share's head (first job in its order).
     head: bool,
-    reclaiming: bool,
+    /// Nominated as the first job fitting the idle entitlement, past jobs ahead of it: a
+    /// wait bounds only such candidates.
+    by_own: bool,
 }
 
 impl Nominee {
-    fn order(&self) -> (Kind, u8, Reverse<u32>, u64) {
+    fn order(&self) -> (Kind, Reverse<u32>, u64) {
         match self.kind {
-            Kind::Own => (
-                self.kind,
-                u8::from(!self.reclaiming),
-                self.key.priority,
-                self.key.seq,
-            ),
-            Kind::Head | Kind::Other => (self.kind, 0, Reverse(0), self.key.seq),
+            Kind::Own => (self.kind, self.key.priority, self.key.seq),
+            Kind::Reclaim | Kind::Head | Kind::Rest => (self.kind, Reverse(0), self.key.seq),
         }
     }
 }
 
 /// What one pass has learnt about a share: no job of the share needing `any` or more
-/// instances can start (nor, among those that fit its idle entitlement, `own` or more); and
-/// which head it has already decided.
+/// instances can start (nor, among those that fit its idle entitlement, `own` or more); which
+/// head it has decided; the last of its reclaiming jobs it has decided.
 #[derive(Clone, Copy, Debug)]
 struct Bound {
     any: u32,
     own: u32,
     head_seen: Option<JobId>,
+    reclaim_seen: Option<PendKey>,
 }
 
 impl Bound {
+    const OPEN: Bound = Bound {
+        any: u32::MAX,
+        own: u32::MAX,
+        head_seen: None,
+        reclaim_seen: None,
+    };
+
     fn close(&mut self) {
         self.any = 0;
         self.own = 0;
     }
 }
 
+/// An aged job that nothing later may pass on this unit: every later start (`all`) when it
+/// is an owner blocked by the environment or the physical instances, else every later
+/// borrowing start.
+#[derive(Clone, Copy, Debug)]
+struct Barrier {
+    seq: u64,
+    job: JobId,
+    all: bool,
+}
+
 impl Scheduler {
-    /// Runs the scheduling pass over every lane whose inputs changed and returns the
-    /// decisions, in order.
+    /// Runs the scheduling pass over every lane group whose inputs changed and returns the
+    /// decisions, in order. Groups where a job waits for capacity it reclaimed go first, so
+    /// that physical instances released for it are not taken by another queue.
     pub fn schedule(&mut self, now: Millis) -> Vec<Effect> {
         let mut fx = Vec::new();
-        while let Some((q, u)) = self.dirty.pop_first() {
+        loop {
+            let next = self
+                .dirty
+                .iter()
+                .copied()
+                .find(|&(q, u)| self.has_reclaimers(q, u));
+            let Some((q, u)) = next.or_else(|| self.dirty.first().copied()) else {
+                break;
+            };
+            self.dirty.remove(&(q, u));
             self.schedule_unit(now, q, u, &mut fx);
         }
         fx
+    }
+
+    fn has_reclaimers(&self, q: QueueIx, u: UnitIx) -> bool {
+        self.queues[q.0 as usize]
+            .units
+            .get(&u)
+            .is_some_and(|ul| ul.lanes.iter().any(|l| !l.reclaimers.is_empty()))
     }
 
     fn schedule_unit(&mut self, now: Millis, q: QueueIx, u: UnitIx, fx: &mut Vec<Effect>) {
@@ -182,43 +346,84 @@ impl Scheduler {
         let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) else {
             return;
         };
-        ul.borrow_barrier = None;
+        ul.barrier = None;
         for lane in &mut ul.lanes {
             lane.held_for = None;
         }
-        let mut bounds = vec![
-            Bound {
-                any: u32::MAX,
-                own: u32::MAX,
-                head_seen: None
-            };
-            nshares
-        ];
-        let mut barrier: Option<(u64, JobId)> = None;
+        let mut bounds = vec![Bound::OPEN; nshares];
+        let mut barriers: Vec<Barrier> = Vec::new();
         let mut view = self.view(q, u);
         loop {
-            let mut nominees = self.nominate(q, u, &bounds, &view);
+            let mut nominees = self.nominate(now, q, u, &bounds, &view);
             let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
                 break;
             };
             nominees.retain(|n| n.kind == kind);
             nominees.sort_by_key(Nominee::order);
+            if matches!(kind, Kind::Head | Kind::Rest) {
+                // FIFO across shares: after each decision the next share's nominee may be an
+                // older job than the ones already nominated.
+                nominees.truncate(1);
+            }
             for n in nominees {
                 let id = n.key.job;
                 let b = &mut bounds[n.share];
                 if n.head {
                     b.head_seen = Some(id);
                 }
-                match self.decide(id, &view) {
-                    Decision::Start
-                        if barrier.is_some_and(|(seq, _)| n.key.seq > seq)
-                            && self.would_borrow(id) =>
-                    {
-                        b.any = n.count - 1;
+                let reclaimer = self.jobs[&id].reclaiming;
+                if reclaimer {
+                    b.reclaim_seen = Some(n.key);
+                }
+                // Whether it needs more than its share's entitlement, whatever its share's own
+                // claims and stopping attempts hold for the moment.
+                let would_borrow =
+                    view.for_share(n.share).projected[n.share].route(n.count) == Route::Borrow;
+                let barred = barriers
+                    .iter()
+                    .any(|x| n.key.seq > x.seq && (x.all || would_borrow));
+                if barred {
+                    // Held behind an older job: not even a preemption, which would free
+                    // capacity this job could not take.
+                    if n.by_own {
+                        b.own = b.own.min(n.count - 1);
+                    } else {
+                        b.any = b.any.min(n.count - 1);
                     }
+                    continue;
+                }
+                match self.decide(id, &view) {
                     Decision::Start => {
                         self.start(now, id, fx);
-                        view.started(n.share, n.count);
+                        if reclaimer {
+                            view.claim_started(n.share, n.count);
+                        } else {
+                            if view.claims(n.share) {
+                                // A job ahead of the share's reclaimers took the capacity they
+                                // claimed: their claims lapse, and they are decided afresh.
+                                let lapsed: Vec<JobId> = self.queues[q.0 as usize].units[&u].lanes
+                                    [n.share]
+                                    .reclaimers
+                                    .iter()
+                                    .map(|k| k.job)
+                                    .collect();
+                                for r in lapsed {
+                                    self.clear_reclaiming(r);
+                                }
+                                // Jobs of other shares decided against the claim get another
+                                // look in a new pass.
+                                self.dirty.insert((q, u));
+                                let s = n.share;
+                                let lapsed = view.demand[s];
+                                view.claim(s, -i64::from(lapsed));
+                            }
+                            view.add(n.share, n.count);
+                        }
+                        let lane = &self.queues[q.0 as usize].units[&u].lanes[n.share];
+                        view.set_reserve(
+                            n.share,
+                            pending_own_demand(lane, view.held(n.share).entitlement),
+                        );
                     }
                     Decision::Preempt(victims) => {
                         b.close();
@@ -227,28 +432,68 @@ impl Scheduler {
                             view.stopping(usize::from(att.share.0), att.count);
                         }
                         self.preempt(now, id, &victims, fx);
+                        if !reclaimer {
+                            view.claim(n.share, i64::from(n.count));
+                        }
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
                     Decision::Release(_) => {
                         b.close();
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
-                    Decision::Wait(_) if n.head && self.aged(now, id) => {
-                        b.close();
-                        if barrier.is_none() && self.would_borrow(id) {
-                            barrier = Some((n.key.seq, id));
+                    Decision::Wait(violation) => {
+                        if reclaimer {
+                            // Its victims are gone and it still cannot start (the
+                            // configuration changed): it no longer holds a claim, and jobs
+                            // decided against the claim get another look in a new pass.
+                            self.clear_reclaiming(id);
+                            view.claim(n.share, -i64::from(n.count));
+                            self.dirty.insert((q, u));
                         }
-                        self.hold(q, u, n.share, id, Hold::Starvation);
+                        if n.head && self.aged(now, id) {
+                            b.close();
+                            // An owner-sized job that the environment or the physical
+                            // instances block holds every later start; any other holds later
+                            // borrowers. (By size, not by the current route, which changes as
+                            // jobs of its share come and go.)
+                            let owner_sized = n.count <= view.held(n.share).entitlement;
+                            let blocked_by_unit =
+                                matches!(violation, Violation::Environment | Violation::Physical);
+                            barriers.push(Barrier {
+                                seq: n.key.seq,
+                                job: id,
+                                all: owner_sized && blocked_by_unit,
+                            });
+                            self.hold(q, u, n.share, id, Hold::Starvation);
+                        } else {
+                            if n.by_own {
+                                b.own = b.own.min(n.count - 1);
+                            } else {
+                                b.any = b.any.min(n.count - 1);
+                            }
+                        }
                     }
-                    Decision::Wait(_) => match n.kind {
-                        Kind::Own if !n.head => b.own = n.count - 1,
-                        _ => b.any = n.count - 1,
-                    },
                 }
             }
         }
         if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            ul.borrow_barrier = barrier.map(|(_, id)| id);
+            ul.barrier = barriers.iter().min_by_key(|x| x.seq).map(|x| x.job);
+        }
+        if view.releasing == 0 {
+            // Every victim has exited and this pass has handed the capacity out: a claim that
+            // is left (its job was held behind a job of its share that could not start)
+            // protects nothing any more.
+            let stale: Vec<JobId> = self.queues[q.0 as usize].units[&u]
+                .lanes
+                .iter()
+                .flat_map(|l| l.reclaimers.iter().map(|k| k.job))
+                .collect();
+            if !stale.is_empty() {
+                self.dirty.insert((q, u));
+            }
+            for r in stale {
+                self.clear_reclaiming(r);
+            }
         }
     }
 
@@ -265,9 +510,17 @@ impl Scheduler {
         ul.lane(ShareIx(s as u16)).held_for = Some((id, why));
     }
 
-    /// Each share's nominee: its head until the pass has decided it, then the first job that
-    /// fits its idle entitlement, else the first job within its bound.
-    fn nominate(&self, q: QueueIx, u: UnitIx, bounds: &[Bound], view: &View) -> Vec<Nominee> {
+    /// Each share's nominee: a job of it that preempted for its capacity, until the pass has
+    /// decided each; then its head until decided; then the first job that fits its idle
+    /// entitlement; else the first job within its bound.
+    fn nominate(
+        &self,
+        now: Millis,
+        q: QueueIx,
+        u: UnitIx,
+        bounds: &[Bound],
+        view: &View,
+    ) -> Vec<Nominee> {
         let queue = &self.queues[q.0 as usize];
         let Some(ul) = queue.units.get(&u) else {
             return Vec::new();
@@ -281,58 +534,105 @@ impl Scheduler {
                 continue;
             }
             let share = &queue.shares[s];
+            let strict = share.spec.in_share_preemption && !share.deleted;
             let own_room = view.real[s].entitlement.saturating_sub(lane.usage);
-            // A share with no idle entitlement, no in-share preemption and nothing it could
-            // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
-            // within a pass): skip it without looking at its jobs. This keeps a full cluster's
-            // pass O(shares).
-            if own_room == 0
-                && !share.spec.in_share_preemption
-                && !(share.strategy().borrows() && borrow_open)
-            {
-                continue;
-            }
-            let nominee = |count: u32, key: PendKey, kind: Kind, head: bool| Nominee {
+            let head = lane.pending.first(u32::MAX);
+            let nominee = |count: u32, key: PendKey, kind: Kind, by_own: bool| Nominee {
                 share: s,
                 count,
                 key,
                 kind,
-                head,
-                reclaiming: self.jobs[&key.job].reclaiming,
+                head: head.is_some_and(|(_, h)| h == key),
+                by_own,
             };
-            // The head is always decided before anything else of its share: a job behind it
-            // may only use capacity the head could not (best-effort FIFO).
-            if let Some((count, key)) = lane.pending.first(u32::MAX) {
-                if b.head_seen != Some(key.job) && count <= b.any {
-                    let kind = if count <= own_room {
-                        Kind::Own
-                    } else {
-                        Kind::Head
-                    };
-                    out.push(nominee(count, key, kind, true));
-                    continue;
+            // In a share with in-share preemption a job may preempt any lower-priority job of
+            // its share, so its jobs are decided strictly in order (a lower-priority job
+            // started first would only be preempted); the first of them that needs to borrow
+            // goes after every owner but before other borrowers, so that its share's own
+            // jobs behind it are still decided before those borrowers take its idle capacity.
+            // A job that needs more than the idle entitlement is decided among the owners when
+            // it can do nothing now (it only waits, and the share's own jobs behind it are then
+            // still decided before other shares borrow the share's idle capacity); before the
+            // other borrowers when it would use some of that idle capacity, could preempt in
+            // its share, or is a head past the starvation guard; else with the borrowers, FIFO.
+            let kind_of = |count: u32, key: PendKey| {
+                if count <= own_room {
+                    return Kind::Own;
                 }
+                let aged_head = head.is_some_and(|(_, h)| h == key) && self.aged(now, key.job);
+                if own_room == 0 && !strict && !aged_head {
+                    return Kind::Rest;
+                }
+                match self.decide(key.job, view) {
+                    // It only waits: decide it among the owners.
+                    Decision::Wait(_) | Decision::Release(_) => Kind::Own,
+                    // In-share preemption that brings it within its entitlement: an owner.
+                    Decision::Preempt(victims) => {
+                        let freed: u32 = victims
+                            .iter()
+                            .map(|a| &self.attempts[a])
+                            .filter(|a| usize::from(a.share.0) == s)
+                            .map(|a| a.count)
+                            .sum();
+                        if lane.usage - freed + count <= view.held(s).entitlement {
+                            Kind::Own
+                        } else {
+                            Kind::Head
+                        }
+                    }
+                    Decision::Start => Kind::Head,
+                }
+            };
+            let next_reclaimer = match b.reclaim_seen {
+                None => lane.reclaimers.first(),
+                Some(k) => lane.reclaimers.range((Excluded(k), Unbounded)).next(),
+            };
+            if let Some(&r) = next_reclaimer.filter(|r| self.jobs[&r.job].spec.count <= b.any) {
+                // The capacity its victims release is the share's: the reclaimer is decided
+                // before other shares can take it (after the jobs ahead of it, in a share
+                // where those could preempt it).
+                if strict {
+                    if let Some((c, k)) = lane.pending.first(b.any).filter(|(_, k)| *k < r) {
+                        out.push(nominee(c, k, kind_of(c, k), false));
+                        continue;
+                    }
+                }
+                let c = self.jobs[&r.job].spec.count;
+                let kind = if c <= own_room {
+                    Kind::Reclaim
+                } else {
+                    kind_of(c, r)
+                };
+                out.push(nominee(c, r, kind, false));
+                continue;
+            }
+            // A share with no idle entitlement, no in-share preemption and nothing it could
+            // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
+            // within a pass): skip it without looking at its jobs. This keeps a full cluster's
+            // pass O(shares).
+            if own_room == 0 && !strict && !(share.strategy().borrows() && borrow_open) {
+                continue;
+            }
+            if strict {
+                if let Some((c, k)) = lane.pending.first(b.any).filter(|_| b.any > 0) {
+                    out.push(nominee(c, k, kind_of(c, k), false));
+                }
+                continue;
+            }
+            // The head is decided before anything else of its share: a job behind it may
+            // only use capacity the head could not (best-effort FIFO).
+            if let Some((c, k)) = head.filter(|(c, k)| b.head_seen != Some(k.job) && *c <= b.any) {
+                out.push(nominee(c, k, kind_of(c, k), false));
+                continue;
             }
             let own_cap = own_room.min(b.own);
-            if let Some((count, key)) = lane.pending.first(own_cap).filter(|_| own_cap > 0) {
-                out.push(nominee(count, key, Kind::Own, false));
-            } else if let Some((count, key)) = lane.pending.first(b.any).filter(|_| b.any > 0) {
-                out.push(nominee(count, key, Kind::Other, false));
+            if let Some((c, k)) = lane.pending.first(own_cap).filter(|_| own_cap > 0) {
+                out.push(nominee(c, k, Kind::Own, true));
+            } else if let Some((c, k)) = lane.pending.first(b.any).filter(|_| b.any > 0) {
+                out.push(nominee(c, k, Kind::Rest, false));
             }
         }
         out
-    }
-
-    /// Whether starting the job now would take its share beyond its entitlement.
-    fn would_borrow(&self, id: JobId) -> bool {
-        let job = &self.jobs[&id];
-        let queue = &self.queues[job.queue.0 as usize];
-        let usage = queue
-            .units
-            .get(&job.unit)
-            .and_then(|ul| ul.lanes.get(usize::from(job.share.0)))
-            .map_or(0, |l| l.usage);
-        usage + job.spec.count > queue.shares[usize::from(job.share.0)].entitlement(job.unit)
     }
 
     /// The accounts of every share of a queue on one unit.
@@ -341,8 +641,13 @@ impl Scheduler {
         let ul = queue.units.get(&u);
         let mut queue_usage = 0u32;
         let mut releasing = 0u32;
-        let mut real = Vec::with_capacity(queue.shares.len());
-        let mut projected = Vec::with_capacity(queue.shares.len());
+        let n = queue.shares.len();
+        let (mut held, mut held_projected, mut demand) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let mut reserve = Vec::with_capacity(n);
         for (i, share) in queue.shares.iter().enumerate() {
             let lane = ul.and_then(|ul| ul.lanes.get(i));
             let (usage, stopping) = lane.map_or((0, 0), |l| (l.usage, l.stopping));
@@ -358,12 +663,20 @@ impl Scheduler {
                 } else {
                     share.spec.borrow_allowance(entitlement)
                 },
+                reserved: 0,
             };
-            real.push(account);
-            projected.push(Account {
+            held.push(account);
+            held_projected.push(Account {
                 usage: usage - stopping,
                 ..account
             });
+            demand.push(lane.map_or(0, |l| {
+                l.reclaimers
+                    .iter()
+                    .map(|k| self.jobs[&k.job].spec.count)
+                    .sum()
+            }));
+            reserve.push(lane.map_or(0, |l| pending_own_demand(l, entitlement)));
         }
         let physical_for_queue = self.physical.get(&u).map(|p| {
             let others = self.physical_used[usize::from(u.0)] - queue_usage;
@@ -373,27 +686,33 @@ impl Scheduler {
             environment: queue.environment.get(&u).copied().unwrap_or(0),
             physical_for_queue,
         };
-        View {
-            ceiling,
-            real_pressure: ledger::pressure(ceiling, &real),
-            projected_pressure: ledger::pressure(ceiling, &projected),
-            real,
-            projected,
-            releasing,
-        }
+        View::new(ceiling, held, held_projected, demand, reserve, releasing)
     }
 
     /// Decides what to do with a pending job now, against `view` (the current accounts of
     /// its lane group). Pure: the pass applies the decision, and `explain` reads it.
     pub(crate) fn decide(&self, id: JobId, view: &View) -> Decision {
+        let s = usize::from(self.jobs[&id].share.0);
+        self.decide_in(id, &view.for_share(s))
+    }
+
+    fn decide_in(&self, id: JobId, view: &View) -> Decision {
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
-        let violation = match ledger::allowed_add(&view.real_pressure, &view.real[s], s, c) {
+        let admit = |accounts: &[Account], pressure: &Pressure| {
+            ledger::allowed_add(pressure, &accounts[s], s, c)?;
+            if view.leaves_room_for_owners(accounts, s, c) {
+                Ok(())
+            } else {
+                Err(Violation::Environment)
+            }
+        };
+        let violation = match admit(&view.real, &view.real_pressure) {
             Ok(()) => return Decision::Start,
             Err(v) => v,
         };
         let violation = if view.releasing > 0 {
-            match ledger::allowed_add(&view.projected_pressure, &view.projected[s], s, c) {
+            match admit(&view.projected, &view.projected_pressure) {
                 Ok(()) => return Decision::Release(view.releasing),
                 Err(v) => v,
             }
@@ -409,8 +728,7 @@ impl Scheduler {
     /// The smallest sufficient set of victims for the job, in the documented order, or `None`
     /// when no set of allowed victims would let it start.
     fn find_victims(&self, id: JobId, view: &View) -> Option<Vec<AttemptId>> {
-        let (ceiling, projected, before) =
-            (view.ceiling, &view.projected[..], &view.projected_pressure);
+        let (ceiling, projected) = (view.ceiling, &view.projected[..]);
         let job = &self.jobs[&id];
         let (q, u, s, c, p) = (
             job.queue,
@@ -424,12 +742,14 @@ impl Scheduler {
         let share = &queue.shares[s];
         let in_share = share.spec.in_share_preemption && !share.deleted;
         let entitlement = projected[s].entitlement;
-        // Reclaim serves only a job that fits its share's entitlement (rule 4); a borrower
-        // never preempts another borrower (rule 6).
-        let may_reclaim = c <= entitlement;
+        // A set is sufficient when, once its victims have exited, the job passes the very
+        // admission check the pass will then make, and, if the set reclaims from other shares,
+        // the job runs within its share's entitlement (rule 4: reclaim serves owners; rule 6:
+        // a borrower never preempts another borrower). `acc` never includes the job.
         let sufficient = |acc: &[Account], reclaimed: bool| {
-            ledger::allowed(before, &ledger::pressure(ceiling, acc)).is_ok()
-                && (!reclaimed || acc[s].usage <= entitlement)
+            (!reclaimed || acc[s].usage + c <= entitlement)
+                && ledger::allowed_add(&ledger::pressure(ceiling, acc), &acc[s], s, c).is_ok()
+                && view.leaves_room_for_owners(acc, s, c)
         };
 
         // Cheap exits first, without allocating: the common "cluster full, nothing to take"
@@ -445,17 +765,15 @@ impl Scheduler {
             .iter()
             .enumerate()
             .any(|(x, a)| x != s && a.borrowed() > 0);
-        let reclaim_helps =
-            may_reclaim && any_borrower && projected[s].usage - lower + c <= entitlement;
+        let reclaim_helps = any_borrower && projected[s].usage - lower + c <= entitlement;
         if lower == 0 && !reclaim_helps {
             return None;
         }
 
         // Optimistic bound next, so that a hopeless job costs O(shares), not O(running).
         let mut best: Vec<Account> = projected.to_vec();
-        best[s].usage += c;
         best[s].usage -= lower;
-        let in_share_enough = in_share && sufficient(&best, false);
+        let in_share_enough = lower > 0 && sufficient(&best, false);
         let borrowers: Vec<usize> = (0..projected.len())
             .filter(|&x| x != s && projected[x].borrowed() > 0)
             .collect();
@@ -473,7 +791,7 @@ impl Scheduler {
 
         // Candidate streams, each already in victim order; merged by VictimRank.
         let mut streams: Vec<(usize, Candidates<'_>)> = Vec::new();
-        if in_share {
+        if lower > 0 {
             if let Some(lane) = ul.lanes.get(s) {
                 let it: Box<dyn Iterator<Item = &RunKey>> =
                     Box::new(lane.running.iter().take_while(move |k| k.priority < p));
@@ -488,9 +806,7 @@ impl Scheduler {
         }
         let borrowed0: Vec<u32> = projected.iter().map(Account::borrowed).collect();
         let mut acc = projected.to_vec();
-        acc[s].usage += c;
         let mut chosen: Vec<(usize, RunKey)> = Vec::new();
-        let mut reclaimed = false;
         loop {
             // Drop streams of shares that no longer borrow: their jobs are not victims.
             streams
@@ -509,26 +825,33 @@ impl Scheduler {
             let key = *it.next().expect("peeked");
             let x = *x;
             acc[x].usage -= key.count.0;
-            reclaimed |= x != s;
             chosen.push((x, key));
-            if sufficient(&acc, reclaimed) {
+            if sufficient(&acc, chosen.iter().any(|(y, _)| *y != s)) {
                 break;
             }
         }
-        // Minimize: from the last chosen back, drop every victim the set does not need.
-        let mut i = chosen.len();
-        while i > 0 {
-            i -= 1;
-            let (x, key) = chosen[i];
-            acc[x].usage += key.count.0;
-            let still_reclaims = chosen
-                .iter()
-                .enumerate()
-                .any(|(j, (y, _))| j != i && *y != s);
-            if sufficient(&acc, still_reclaims) {
-                chosen.remove(i);
-            } else {
-                acc[x].usage -= key.count.0;
+        // Minimize: from the last chosen back, drop every victim the set does not need, and
+        // repeat until nothing drops (dropping one can make another unneeded).
+        loop {
+            let mut dropped = false;
+            let mut i = chosen.len();
+            while i > 0 {
+                i -= 1;
+                let (x, key) = chosen[i];
+                acc[x].usage += key.count.0;
+                let reclaims = chosen
+                    .iter()
+                    .enumerate()
+                    .any(|(j, (y, _))| j != i && *y != s);
+                if sufficient(&acc, reclaims) {
+                    chosen.remove(i);
+                    dropped = true;
+                } else {
+                    acc[x].usage -= key.count.0;
+                }
+            }
+            if !dropped {
+                break;
             }
         }
         Some(chosen.into_iter().map(|(_, k)| k.attempt.0).collect())
@@ -642,10 +965,7 @@ impl Scheduler {
             let j = &self.jobs[&for_job];
             (j.share, j.spec.share.clone())
         };
-        self.jobs
-            .get_mut(&for_job)
-            .expect("preemptor exists")
-            .reclaiming = true;
+        self.set_reclaiming(for_job);
         for &a in victims {
             let att = &self.attempts[&a];
             let victim = att.job;
@@ -660,8 +980,6 @@ impl Scheduler {
             self.stop_attempt(a, cause.clone());
             let reason = cause.describe(|j| format!("{}", j.0));
             let job = self.jobs.get_mut(&victim).expect("victim's job exists");
-            job.attempt = None;
-            job.stopping = Some(a);
             job.preemptions += 1;
             fx.push(Effect::Stop {
                 job: victim,
@@ -673,14 +991,12 @@ impl Scheduler {
                 .preemption_retries
                 .is_some_and(|n| job.preemptions > n);
             if exhausted {
-                job.status = JobStatus::Failed;
+                // FAILED once the attempt has exited (its instances are held until then).
                 job.status_reason = format!("{reason}; preemption retries exhausted");
-                fx.push(Effect::Finished {
-                    job: victim,
-                    status: JobStatus::Failed,
-                    reason: job.status_reason.clone(),
-                });
+                job.fail_on_exit = Some(job.status_reason.clone());
             } else {
+                job.attempt = None;
+                job.stopping = Some(a);
                 job.status = JobStatus::Runnable;
                 job.queued_at = now;
                 job.status_reason = reason.clone();
@@ -691,6 +1007,17 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Instances that a share's first waiting job fitting its idle entitlement needs: capacity an
+/// owner waits for is not lent (nor, when the shares' limits add up to more than the
+/// environment, taken by a borrower), since the owner would reclaim it at once.
+fn pending_own_demand(lane: &Lane, entitlement: u32) -> u32 {
+    let own_room = entitlement.saturating_sub(lane.usage);
+    if own_room == 0 {
+        return 0;
+    }
+    lane.pending.first(own_room).map_or(0, |(c, _)| c)
 }
 
 /// One share's victim candidates, in victim order.

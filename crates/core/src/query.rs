@@ -64,9 +64,10 @@ impl Scheduler {
         let qu = &self.queues[q.0 as usize];
         let mut out = Vec::new();
         for (&u, _) in qu.units.iter() {
-            let accounts = self.view(q, u).real;
+            let view = self.view(q, u);
             for (name, &s) in &qu.share_ix {
-                let a = accounts[usize::from(s.0)];
+                // What attempts hold, without the claims of jobs waiting for their victims.
+                let a = view.held(usize::from(s.0));
                 let lane = qu.units[&u].lanes.get(usize::from(s.0));
                 out.push(ShareUsage {
                     share: name.clone(),

@@ -124,6 +124,9 @@ pub(crate) struct Lane {
     /// Instances of active attempts per priority, for "how much could in-share preemption free
     /// for priority p" without walking the attempts.
     pub(crate) running_by_priority: BTreeMap<u32, u32>,
+    /// Pending jobs that preempted for their capacity and wait for it (a subset of
+    /// `pending`); the pass decides them first.
+    pub(crate) reclaimers: BTreeSet<PendKey>,
     /// Set by the last pass when this share's head held the lane (see `Hold`).
     pub(crate) held_for: Option<(JobId, Hold)>,
 }
@@ -142,8 +145,8 @@ pub(crate) enum Hold {
 pub(crate) struct UnitLanes {
     /// Indexed by `ShareIx`.
     pub(crate) lanes: Vec<Lane>,
-    /// Set by the last pass: an aged borrower that later borrowers may not pass.
-    pub(crate) borrow_barrier: Option<JobId>,
+    /// Set by the last pass: the oldest aged job that later jobs may not pass.
+    pub(crate) barrier: Option<JobId>,
 }
 
 impl UnitLanes {
@@ -229,6 +232,9 @@ pub struct Job {
     pub last_checkpoint: Option<Millis>,
     /// It preempted victims and waits for them to exit.
     pub(crate) reclaiming: bool,
+    /// Set when it must become FAILED once its stopping attempt has exited (terminated, or
+    /// out of preemption retries); the reason it will carry.
+    pub(crate) fail_on_exit: Option<String>,
 }
 
 impl Job {
@@ -636,6 +642,7 @@ impl Scheduler {
             status_reason: String::new(),
             last_checkpoint: None,
             reclaiming: false,
+            fail_on_exit: None,
         };
         self.jobs.insert(id, job);
         self.enqueue(id);
@@ -648,24 +655,26 @@ impl Scheduler {
         let misfit = self.misfit(id);
         let job = self.jobs.get_mut(&id).expect("enqueue of a known job");
         job.misconfigured = misfit;
-        let (q, u, s, count, key) = (
+        if misfit.is_some() {
+            job.reclaiming = false;
+        }
+        let (q, u, s, count, key, reclaiming) = (
             job.queue,
             job.unit,
             job.share,
             job.spec.count,
             job.pend_key(),
+            job.reclaiming,
         );
         let queue = &mut self.queues[q.0 as usize];
         if misfit.is_some() {
             queue.parked.insert(id);
         } else {
-            queue
-                .units
-                .entry(u)
-                .or_default()
-                .lane(s)
-                .pending
-                .insert(count, key);
+            let lane = queue.units.entry(u).or_default().lane(s);
+            lane.pending.insert(count, key);
+            if reclaiming {
+                lane.reclaimers.insert(key);
+            }
             self.dirty.insert((q, u));
         }
     }
@@ -683,8 +692,32 @@ impl Scheduler {
         let queue = &mut self.queues[q.0 as usize];
         if !queue.parked.remove(&id) {
             if let Some(ul) = queue.units.get_mut(&u) {
-                ul.lane(s).pending.remove(count, &key);
+                let lane = ul.lane(s);
+                lane.pending.remove(count, &key);
+                lane.reclaimers.remove(&key);
             }
+        }
+    }
+
+    /// Marks a pending job as waiting for capacity it preempted for.
+    pub(crate) fn set_reclaiming(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("reclaimer exists");
+        job.reclaiming = true;
+        let (q, u, s, key) = (job.queue, job.unit, job.share, job.pend_key());
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane group");
+        ul.lane(s).reclaimers.insert(key);
+    }
+
+    /// The job no longer holds a claim on released capacity.
+    pub(crate) fn clear_reclaiming(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("reclaimer exists");
+        job.reclaiming = false;
+        let (q, u, s, key) = (job.queue, job.unit, job.share, job.pend_key());
+        if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
+            ul.lane(s).reclaimers.remove(&key);
         }
     }
 
@@ -832,11 +865,15 @@ impl Scheduler {
         let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
         match job.status {
             JobStatus::Succeeded | JobStatus::Failed => {}
+            JobStatus::Runnable if job.stopping.is_some() => {
+                // Its preempted attempt is still stopping: FAILED once it has exited.
+                let job = self.jobs.get_mut(&id).expect("exists");
+                job.terminated = true;
+                job.status_reason = reason.clone();
+                job.fail_on_exit = Some(reason);
+            }
             JobStatus::Runnable => {
-                let pending = job.stopping.is_none();
-                if pending {
-                    self.dequeue(id);
-                }
+                self.dequeue(id);
                 let job = self.jobs.get_mut(&id).expect("exists");
                 job.status = JobStatus::Failed;
                 job.terminated = true;
@@ -853,7 +890,10 @@ impl Scheduler {
                 let a = job.attempt.expect("dispatched job has an attempt");
                 let job = self.jobs.get_mut(&id).expect("exists");
                 job.terminated = true;
-                job.status_reason = reason.clone();
+                if job.fail_on_exit.is_none() {
+                    job.status_reason = reason.clone();
+                    job.fail_on_exit = Some(reason.clone());
+                }
                 if self.attempts[&a].stopping.is_none() {
                     let cause = StopCause::Terminated { reason };
                     self.stop_attempt(a, cause.clone());
@@ -917,14 +957,18 @@ impl Scheduler {
         let id = att.job;
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
         match (&att.stopping, exit) {
-            (Some(StopCause::Terminated { reason }), _) => {
+            (Some(_), _) if job.fail_on_exit.is_some() => {
+                // Terminated, or out of preemption retries: FAILED now that the attempt's
+                // processes are gone and its capacity is free.
+                let reason = job.fail_on_exit.take().expect("checked");
                 job.attempt = None;
+                job.stopping = None;
                 job.status = JobStatus::Failed;
                 job.status_reason = reason.clone();
                 fx.push(Effect::Finished {
                     job: id,
                     status: JobStatus::Failed,
-                    reason: reason.clone(),
+                    reason,
                 });
             }
             (Some(_preempted), _) => {

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use qm_core::Strategy as Sharing;
 use qm_core::{
-    AttemptId, CoreError, Effect, Exit, Input, JobId, JobSpec, JobStatus, Millis, Policy,
-    QueueSpec, Scheduler, ShareSpec, StopCause,
+    AttemptId, CoreError, Effect, Exit, Input, JobId, JobSpec, JobStatus, Millis, PendingReason,
+    Policy, QueueSpec, Scheduler, ShareSpec, StopCause,
 };
 
 const Q: &str = "q";
@@ -157,8 +157,17 @@ fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing,
         .collect()
 }
 
-/// (environment, lending, per-share borrowing) pressure: > 0 means over.
-fn pressure(env: u32, acc: &[(u32, u32, Sharing, Option<u32>)]) -> (i64, i64, Vec<i64>) {
+/// How far a unit is over each constraint (> 0 means over), recomputed from the views.
+#[derive(Clone, Debug)]
+struct Pressure {
+    environment: i64,
+    /// `Σ borrowed - Σ lendable idle`: borrowed instances not backed by lenders' idle capacity.
+    lending: i64,
+    /// Per share: `borrowed - allowance`.
+    borrowing: Vec<i64>,
+}
+
+fn pressure(env: u32, acc: &[(u32, u32, Sharing, Option<u32>)]) -> Pressure {
     let total: i64 = acc.iter().map(|a| a.1 as i64).sum();
     let borrowed: i64 = acc.iter().map(|a| a.1.saturating_sub(a.0) as i64).sum();
     let lendable: i64 = acc
@@ -166,28 +175,34 @@ fn pressure(env: u32, acc: &[(u32, u32, Sharing, Option<u32>)]) -> (i64, i64, Ve
         .filter(|a| a.2.lends())
         .map(|a| a.0.saturating_sub(a.1) as i64)
         .sum();
-    let per: Vec<i64> = acc
-        .iter()
-        .map(|a| match a.3 {
-            Some(allow) => a.1.saturating_sub(a.0) as i64 - allow as i64,
-            None => i64::MIN / 2,
-        })
-        .collect();
-    (total - env as i64, borrowed - lendable, per)
+    Pressure {
+        environment: total - env as i64,
+        lending: borrowed - lendable,
+        borrowing: acc
+            .iter()
+            .map(|a| match a.3 {
+                Some(allow) => a.1.saturating_sub(a.0) as i64 - allow as i64,
+                None => i64::MIN / 2,
+            })
+            .collect(),
+    }
 }
 
-fn not_worse(before: &(i64, i64, Vec<i64>), after: &(i64, i64, Vec<i64>)) -> Result<(), String> {
+fn not_worse(before: &Pressure, after: &Pressure) -> Result<(), String> {
     let w = |b: i64, a: i64| a > b.max(0);
-    if w(before.0, after.0) {
-        return Err(format!("environment pressure {} -> {}", before.0, after.0));
-    }
-    if w(before.1, after.1) {
+    if w(before.environment, after.environment) {
         return Err(format!(
-            "lending pressure {} -> {} (borrowing beyond lendable idle capacity)",
-            before.1, after.1
+            "environment pressure {} -> {}",
+            before.environment, after.environment
         ));
     }
-    for (i, (b, a)) in before.2.iter().zip(&after.2).enumerate() {
+    if w(before.lending, after.lending) {
+        return Err(format!(
+            "lending pressure {} -> {} (borrowed instances on capacity that is not lendable)",
+            before.lending, after.lending
+        ));
+    }
+    for (i, (b, a)) in before.borrowing.iter().zip(&after.borrowing).enumerate() {
         if w(*b, *a) {
             return Err(format!("share S{i} borrow pressure {b} -> {a}"));
         }
@@ -386,23 +401,39 @@ impl Run {
             not_worse(before, &after).map_err(|e| TestCaseError::fail(format!("unit {u}: {e}")))?;
             if self.pristine {
                 // Without configuration changes, the state is admissible outright: usage within
-                // the environment, borrowing only from lenders' idle capacity (never RESERVE's),
-                // every share within its borrow limit.
+                // the environment, borrowed instances backed by lenders' idle capacity, every
+                // share within its borrow limit.
                 prop_assert!(
-                    after.0 <= 0,
+                    after.environment <= 0,
                     "usage exceeds the environment limit: {:?}",
                     acc
                 );
                 prop_assert!(
-                    after.1 <= 0,
+                    after.lending <= 0,
                     "borrowers use capacity that is not lendable: {:?}",
                     acc
                 );
                 prop_assert!(
-                    after.2.iter().all(|p| *p <= 0),
+                    after.borrowing.iter().all(|p| *p <= 0),
                     "a share exceeds its borrow limit: {:?}",
                     acc
                 );
+                // RESERVE shares' idle capacity is never used by others: whenever the shares'
+                // limits fit the environment, it stays physically free.
+                let entitled: u32 = acc.iter().map(|a| a.0).sum();
+                if entitled <= self.cfg.env[u] {
+                    let used: u32 = acc.iter().map(|a| a.1).sum();
+                    let reserved_idle: u32 = acc
+                        .iter()
+                        .filter(|a| a.2 == Sharing::Reserve)
+                        .map(|a| a.0.saturating_sub(a.1))
+                        .sum();
+                    prop_assert!(
+                        used + reserved_idle <= self.cfg.env[u],
+                        "a RESERVE share's idle instance is in use by another share: {:?}",
+                        acc
+                    );
+                }
             }
         }
         // Shares that started a job in this pass: their borrowed count before the pass says
@@ -515,24 +546,50 @@ impl Run {
             if acc[s].1 + c > acc[s].0 {
                 continue;
             }
-            let before = pressure(self.cfg.env[u], &acc);
             let mut reclaimed = acc.clone();
             for (x, a) in reclaimed.iter_mut().enumerate() {
                 if x != s {
                     a.1 = a.1.min(a.0);
                 }
             }
+            let before = pressure(self.cfg.env[u], &reclaimed);
             reclaimed[s].1 += c;
             let after = pressure(self.cfg.env[u], &reclaimed);
-            if not_worse(&before, &after).is_ok() {
+            let held = matches!(
+                self.s.explain(id),
+                Some(PendingReason::HeldForOlderJob { .. })
+            );
+            if not_worse(&before, &after).is_ok() && !held {
                 return Err(TestCaseError::fail(format!(
-                    "job {id:?} of {share} fits its entitlement and reclaim would make room, but waits: {:?}; accounts {acc:?}",
-                    self.s.explain(id)
+                    "job {id:?} of {share} fits its entitlement and reclaim would make room, but waits: {:?}; accounts {acc:?}; job {:?}",
+                    self.s.explain(id),
+                    self.s.job(id)
                 )));
             }
         }
         Ok(())
     }
+}
+
+/// Runs the ops with every stopped attempt exiting at once: after each op, passes and exits
+/// alternate until nothing happens. A preemption whose victims have exited must let its job
+/// start, so this settles within a few rounds; churn (start, preempt, restart...) does not.
+fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut run = Run::new(cfg);
+    for op in ops {
+        run.step(op)?;
+        let mut rounds = 0;
+        while !run.stopping.is_empty() {
+            rounds += 1;
+            prop_assert!(
+                rounds <= 32,
+                "no fixed point after {} rounds of exits and passes",
+                rounds
+            );
+            run.step(&Op::Release)?;
+        }
+    }
+    Ok(())
 }
 
 fn run_all(cfg: Config, ops: &[Op]) -> Result<Vec<Effect>, TestCaseError> {
@@ -554,6 +611,11 @@ proptest! {
     #[test]
     fn changing_policies_never_make_an_admission_worse(cfg in config(), ops in prop::collection::vec(op(true), 1..80)) {
         run_all(cfg, &ops)?;
+    }
+
+    #[test]
+    fn preemptions_settle_once_their_victims_have_exited(cfg in config(), ops in prop::collection::vec(op(true), 1..80)) {
+        run_settling(cfg, &ops)?;
     }
 
     #[test]

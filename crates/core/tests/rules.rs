@@ -839,3 +839,229 @@ fn terminating_a_running_job_frees_its_capacity_when_it_exits() {
     assert_eq!(w.failed(), set(&["a"]));
     assert_eq!(w.running(), set(&["b"]));
 }
+
+// ---- Reclaim claims, ordering and completeness (regressions from review) ----------------------
+
+#[test]
+fn an_owner_behind_its_share_s_head_keeps_the_capacity_it_reclaimed() {
+    // S's head needs 2 and waits for s-run; p behind it fits S's idle instance, which b1
+    // borrows. p reclaims it, and b1 must not borrow it again before p starts.
+    let mut w =
+        World::new(&[(G5, 2)])
+            .share("S", Lend, &[(G5, 2)])
+            .share("B", LendAndBorrow, &[(G5, 0)]);
+    w.exit_stops_at_once = false;
+    w.submit("s-run", "S", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    w.submit("h", "S", 5, 2);
+    w.submit("p", "S", 0, 1);
+    assert_eq!(w.preempted(), set(&["b1"]));
+    for _ in 0..3 {
+        w.release_stopped();
+    }
+    assert_eq!(w.running(), set(&["p", "s-run"]));
+    assert_eq!(
+        w.job("b1").preemptions,
+        1,
+        "b1 re-borrowed the reclaimed instance"
+    );
+}
+
+#[test]
+fn in_share_preemption_for_a_borrowing_job_settles() {
+    let mut w =
+        World::new(&[(G5, 10)])
+            .share("L", Lend, &[(G5, 2)])
+            .share("B1", LendAndBorrow, &[(G5, 0)]);
+    w.share_with("S2", LendAndBorrow, &[(G5, 1)], |s| {
+        s.in_share_preemption = true
+    });
+    w.submit("low", "S2", 0, 1);
+    w.submit("big", "B1", 0, 3);
+    w.submit("high", "S2", 5, 3);
+    assert_eq!(w.running(), set(&["high"]));
+    assert_eq!(w.job("low").preemptions, 1);
+}
+
+#[test]
+fn an_owner_reclaims_a_lowered_lender_s_excess_in_one_complete_decision() {
+    // L lowered from 3 to 1 while B borrowed 3. L's owner needs its instance: the state must be
+    // admissible again once it runs (B's 3 borrowed instances are backed by nothing), so all
+    // three are preempted in one decision, never one per pass.
+    let mut w =
+        World::new(&[(G5, 10)])
+            .share("L", Lend, &[(G5, 3)])
+            .share("B", LendAndBorrow, &[(G5, 0)]);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 1, 1);
+    w.submit("b3", "B", 2, 1);
+    w.update_share("L", |s| {
+        s.limits.insert(G5.into(), 1);
+    });
+    assert!(
+        w.preempted().is_empty(),
+        "lazy: the lowered limit alone preempts nothing"
+    );
+    w.exit_stops_at_once = false;
+    w.submit("owner", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["b1", "b2", "b3"]));
+    w.submit("unrelated", "B", 0, 1);
+    assert!(
+        w.preempted().is_empty(),
+        "no further victims while the first ones stop"
+    );
+    w.release_stopped();
+    assert_eq!(w.running(), set(&["owner"]));
+    assert!(w.preempted().is_empty());
+}
+
+#[test]
+fn the_starvation_guard_holds_an_oversubscribed_environment_for_an_old_owner() {
+    // A and B are each entitled to the whole environment of 2. big (A, 2) has waited past the
+    // guard: B's later jobs may not take the instances it waits for.
+    let policy = Policy {
+        reserve_after_ms: 60_000,
+    };
+    let mut w = World::with_policy(&[(G5, 2)], policy)
+        .share("A", Reserve, &[(G5, 2)])
+        .share("B", Reserve, &[(G5, 2)]);
+    w.submit("a-small", "A", 0, 1);
+    w.submit("b0", "B", 0, 1);
+    w.submit("big", "A", 0, 2);
+    w.advance(120);
+    w.finish("a-small");
+    w.submit("b1", "B", 0, 1);
+    assert_eq!(w.reason("b1"), "HELD_FOR_OLDER_JOB");
+    w.finish("b0");
+    assert_eq!(w.running(), set(&["big"]));
+}
+
+#[test]
+fn idle_capacity_goes_to_the_oldest_borrower_even_behind_another_share_s_head() {
+    let mut w = World::new(&[(G5, 10)])
+        .share("X", LendAndBorrow, &[(G5, 0)])
+        .share("Y", LendAndBorrow, &[(G5, 0)])
+        .share("L", Lend, &[(G5, 2)]);
+    w.submit("l1", "L", 0, 1);
+    w.submit("l2", "L", 0, 1);
+    w.submit("x-big", "X", 0, 2);
+    w.submit("x-small", "X", 0, 1);
+    w.submit("y", "Y", 0, 1);
+    w.finish("l1");
+    assert_eq!(w.running(), set(&["l2", "x-small"]));
+}
+
+#[test]
+fn physical_instances_released_for_an_owner_in_one_queue_are_not_taken_by_another_queue() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("Y", LendAndBorrow, &[(G5, 0)])
+        .share("Z", Lend, &[(G5, 2)]);
+    w.input(Input::SetPhysicalCapacity {
+        instance_type: G5.into(),
+        instances: Some(2),
+    })
+    .unwrap();
+    w.input(Input::PutQueue(QueueSpec {
+        name: "other".into(),
+        environment: [(G5.to_string(), 2)].into(),
+    }))
+    .unwrap();
+    let mut o = ShareSpec::new("O");
+    o.limits.insert(G5.into(), 1);
+    w.input(Input::PutShare {
+        queue: "other".into(),
+        share: o,
+    })
+    .unwrap();
+    let mut ob = ShareSpec::new("OB");
+    ob.strategy = LendAndBorrow;
+    ob.limits.insert(G5.into(), 0);
+    w.input(Input::PutShare {
+        queue: "other".into(),
+        share: ob,
+    })
+    .unwrap();
+    w.input(Input::Submit(JobSpec::new(JobId(100), "other", "OB", G5)))
+        .unwrap();
+    w.submit("y1", "Y", 0, 1);
+    w.submit("y2", "Y", 0, 1);
+    w.input(Input::Submit(JobSpec::new(JobId(101), "other", "O", G5)))
+        .unwrap();
+    assert_eq!(w.s.job(JobId(101)).unwrap().status, JobStatus::Dispatched);
+    assert_eq!(w.s.job(JobId(100)).unwrap().preemptions, 1);
+    assert_eq!(w.running(), set(&["y1"]));
+}
+
+#[test]
+fn a_combined_decision_takes_no_superfluous_in_share_victim() {
+    // p needs 2: one in-share victim plus borrowing L's idle instance is enough; the borrower
+    // x1 (ranked first: it started last) and the second in-share victim are not needed.
+    let mut w = World::new(&[(G5, 10)]);
+    w.share_with("S", LendAndBorrow, &[(G5, 2)], |s| {
+        s.in_share_preemption = true
+    });
+    w.share_with("L", Lend, &[(G5, 2)], |_| {});
+    w.share_with("X", LendAndBorrow, &[(G5, 0)], |_| {});
+    w.submit("lo1", "S", 0, 1);
+    w.advance(10);
+    w.submit("lo2", "S", 0, 1);
+    w.advance(10);
+    w.submit("x1", "X", 0, 1);
+    w.advance(10);
+    w.submit("p", "S", 5, 2);
+    assert_eq!(w.preempted(), set(&["lo2"]));
+    assert_eq!(w.running(), set(&["lo1", "p", "x1"]));
+}
+
+#[test]
+fn reclaim_victims_follow_priority_even_when_the_victim_runs_mostly_on_its_own_quota() {
+    // The documented order puts priority before borrowed instances: to give L one instance
+    // back, X's priority-0 job of 4 goes before its priority-5 job of 1, though that leaves X
+    // below its entitlement. (A trade-off of DESIGN.md §2 rule 7, kept on purpose.)
+    let mut w = World::new(&[(G5, 6)])
+        .share("X", LendAndBorrow, &[(G5, 4)])
+        .share("L", Lend, &[(G5, 2)]);
+    w.submit("x-own4", "X", 0, 4);
+    w.submit("x-borrow1", "X", 5, 1);
+    w.submit("l1", "L", 0, 1);
+    w.submit("l2", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["x-own4"]));
+}
+
+#[test]
+fn a_job_out_of_preemption_retries_fails_only_once_its_attempt_has_stopped() {
+    let mut w = in_share(true);
+    w.exit_stops_at_once = false;
+    w.submit_with("victim", "S", |j| j.preemption_retries = Some(0));
+    w.submit("high", "S", 5, 1);
+    assert_eq!(w.preempted(), set(&["victim"]));
+    assert!(w.failed().is_empty(), "still holding its instance");
+    assert_eq!(w.usage("S"), 1);
+    w.release_stopped();
+    assert_eq!(w.failed(), set(&["victim"]));
+    assert_eq!(w.running(), set(&["high"]));
+}
+
+#[test]
+fn a_borrower_held_behind_an_old_borrower_preempts_nothing() {
+    let policy = Policy {
+        reserve_after_ms: 60_000,
+    };
+    let mut w = World::with_policy(&[(G5, 10)], policy)
+        .share("L", Lend, &[(G5, 2)])
+        .share("M", Lend, &[(G5, 1)])
+        .share("B1", LendAndBorrow, &[(G5, 0)]);
+    w.share_with("S2", LendAndBorrow, &[(G5, 1)], |s| {
+        s.in_share_preemption = true
+    });
+    w.submit("m1", "M", 0, 1);
+    w.submit("low", "S2", 0, 1);
+    w.submit("big", "B1", 0, 4);
+    w.advance(120);
+    w.submit("high", "S2", 5, 3);
+    for i in 0..3 {
+        w.submit(&format!("x{i}"), "B1", 0, 1);
+    }
+    assert_eq!(w.job("low").preemptions, 0);
+    assert_eq!(w.reason("high"), "HELD_FOR_OLDER_JOB");
+}

@@ -250,7 +250,7 @@ impl World {
             .job_ids()
             .into_iter()
             .filter(|id| self.s.job(*id).unwrap().status == status)
-            .map(|id| self.names[&id].clone())
+            .filter_map(|id| self.names.get(&id).cloned())
             .collect();
         v.sort();
         v
