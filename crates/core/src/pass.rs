@@ -212,23 +212,61 @@ impl View {
         std::borrow::Cow::Owned(own)
     }
 
-    /// Whether share `s` may take `c` more instances by borrowing as far as other shares' waiting
-    /// owners are concerned: the environment (and physical) room left must still cover what
-    /// they wait for. `accounts` is the state the start would apply to.
-    fn leaves_room_for_owners(&self, accounts: &[Account], s: usize, c: u32) -> bool {
+    /// Whether share `s` may take `c` more instances by borrowing as far as other shares'
+    /// waiting jobs are concerned (`accounts` is the state the start would apply to). The
+    /// environment (and physical) room left must still cover what their waiting owners need,
+    /// and neither that room nor the lendable capacity may go to this job when another
+    /// share's job preempted for it in order to borrow: it waits for its victims to exit.
+    /// Owners ignore both: an owner may always take its own capacity (the other then waits).
+    fn borrow_gate(&self, accounts: &[Account], s: usize, c: u32) -> bool {
         if accounts[s].route(c) == Route::Own {
             return true;
         }
-        let others: u32 = self
-            .reserve
+        let (mut held_for_others, mut claimed_borrowing) = (0u32, 0u32);
+        for x in (0..accounts.len()).filter(|&x| x != s) {
+            held_for_others += self.reserve[x];
+            claimed_borrowing += self.borrow_claim(x);
+        }
+        let total =
+            accounts.iter().map(|a| a.usage).sum::<u32>() + c + held_for_others + claimed_borrowing;
+        let room = total <= self.ceiling.environment
+            && self.ceiling.physical_for_queue.is_none_or(|p| total <= p);
+        if claimed_borrowing == 0 {
+            return room;
+        }
+        let grown = Account {
+            usage: accounts[s].usage + c,
+            ..accounts[s]
+        };
+        let borrowed: u32 = accounts
             .iter()
             .enumerate()
-            .filter(|(x, _)| *x != s)
-            .map(|(_, r)| *r)
+            .map(|(x, a)| {
+                if x == s {
+                    grown.borrowed()
+                } else {
+                    a.borrowed()
+                }
+            })
             .sum();
-        let total: u32 = accounts.iter().map(|a| a.usage).sum::<u32>() + c + others;
-        total <= self.ceiling.environment
-            && self.ceiling.physical_for_queue.is_none_or(|p| total <= p)
+        let lendable: u32 = accounts
+            .iter()
+            .enumerate()
+            .map(|(x, a)| {
+                if x == s {
+                    grown.lendable()
+                } else {
+                    a.lendable()
+                }
+            })
+            .sum();
+        room && borrowed + claimed_borrowing <= lendable
+    }
+
+    /// Instances share `x`'s reclaiming jobs wait for beyond its idle entitlement: capacity
+    /// they preempted for in order to borrow.
+    fn borrow_claim(&self, x: usize) -> u32 {
+        self.demand[x] - (self.real[x].usage - self.held[x].usage)
     }
 
     /// Whether share `s` has reclaiming jobs.
@@ -701,7 +739,7 @@ impl Scheduler {
         let (s, c) = (usize::from(job.share.0), job.spec.count);
         let admit = |accounts: &[Account], pressure: &Pressure| {
             ledger::allowed_add(pressure, &accounts[s], s, c)?;
-            if view.leaves_room_for_owners(accounts, s, c) {
+            if view.borrow_gate(accounts, s, c) {
                 Ok(())
             } else {
                 Err(Violation::Environment)
@@ -749,7 +787,7 @@ impl Scheduler {
         let sufficient = |acc: &[Account], reclaimed: bool| {
             (!reclaimed || acc[s].usage + c <= entitlement)
                 && ledger::allowed_add(&ledger::pressure(ceiling, acc), &acc[s], s, c).is_ok()
-                && view.leaves_room_for_owners(acc, s, c)
+                && view.borrow_gate(acc, s, c)
         };
 
         // Cheap exits first, without allocating: the common "cluster full, nothing to take"
