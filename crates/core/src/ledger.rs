@@ -2,8 +2,7 @@
 //!
 //! For share `s` with usage `U` and entitlement `L`: `own = min(U, L)`,
 //! `borrowed = max(0, U - L)`, `idle = L - own`; *lendable* is the idle of LEND and
-//! LEND_AND_BORROW shares (RESERVE lends nothing, and a share may keep idle instances for its
-//! own waiting jobs). A state is *admissible* when
+//! LEND_AND_BORROW shares (RESERVE lends nothing). A state is *admissible* when
 //!
 //! * `Σ U ≤ environment limit` and the physical instances are not overcommitted,
 //! * `Σ borrowed ≤ Σ lendable`, so borrowing never eats into RESERVE capacity nor into
@@ -31,8 +30,6 @@ pub struct Account {
     pub strategy: Strategy,
     /// Most instances it may borrow; `None` = unlimited.
     pub allowance: Option<u32>,
-    /// Idle instances it keeps for its own waiting jobs rather than lend.
-    pub reserved: u32,
 }
 
 impl Account {
@@ -49,7 +46,7 @@ impl Account {
     /// Idle entitlement that other shares may borrow (zero for RESERVE).
     pub fn lendable(&self) -> u32 {
         if self.strategy.lends() {
-            (self.entitlement - self.own()).saturating_sub(self.reserved)
+            self.entitlement - self.own()
         } else {
             0
         }
@@ -66,7 +63,7 @@ impl Account {
 }
 
 /// The limits of one unit that are not per share.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ceiling {
     /// The service environment's limit for the unit (0 when it has none).
     pub environment: u32,
@@ -85,7 +82,7 @@ pub enum Route {
 }
 
 /// How far a state is over each constraint; a value ≤ 0 means the constraint holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pressure {
     /// `Σ U - environment limit`.
     pub environment: i64,
@@ -112,28 +109,38 @@ pub enum Violation {
 
 /// Computes how far `accounts` are over each constraint.
 pub fn pressure(ceiling: Ceiling, accounts: &[Account]) -> Pressure {
+    let mut p = Pressure {
+        environment: 0,
+        physical: 0,
+        lending: 0,
+        borrowing: Vec::with_capacity(accounts.len()),
+    };
+    pressure_into(ceiling, accounts, &mut p);
+    p
+}
+
+/// [`pressure`] into an existing value, reusing its allocation (the pass recomputes it after
+/// every start).
+pub fn pressure_into(ceiling: Ceiling, accounts: &[Account], p: &mut Pressure) {
     let mut total = 0i64;
     let mut borrowed = 0i64;
     let mut lendable = 0i64;
-    let mut borrowing = Vec::with_capacity(accounts.len());
+    p.borrowing.clear();
     for a in accounts {
         total += i64::from(a.usage);
         borrowed += i64::from(a.borrowed());
         lendable += i64::from(a.lendable());
-        borrowing.push(match a.allowance {
+        p.borrowing.push(match a.allowance {
             Some(allow) => i64::from(a.borrowed()) - i64::from(allow),
             None => i64::MIN / 2,
         });
     }
-    Pressure {
-        environment: total - i64::from(ceiling.environment),
-        physical: match ceiling.physical_for_queue {
-            Some(p) => total - i64::from(p),
-            None => i64::MIN / 2,
-        },
-        lending: borrowed - lendable,
-        borrowing,
-    }
+    p.environment = total - i64::from(ceiling.environment);
+    p.physical = match ceiling.physical_for_queue {
+        Some(cap) => total - i64::from(cap),
+        None => i64::MIN / 2,
+    };
+    p.lending = borrowed - lendable;
 }
 
 fn worse(before: i64, after: i64) -> bool {
@@ -205,7 +212,6 @@ mod tests {
             usage,
             strategy,
             allowance,
-            reserved: 0,
         }
     }
 
@@ -295,15 +301,6 @@ mod tests {
             allowed(&before, &pressure(c, &owner), Route::Own),
             Err(Violation::Lending)
         );
-    }
-
-    #[test]
-    fn idle_instances_kept_for_the_share_s_own_jobs_are_not_lendable() {
-        let kept = Account {
-            reserved: 1,
-            ..acct(2, 0, Lend, Some(0))
-        };
-        assert_eq!(kept.lendable(), 1);
     }
 
     #[test]

@@ -94,13 +94,14 @@ pub(crate) enum Decision {
 /// will come back). Both also count, as usage of their share, what its jobs that wait for
 /// their victims to exit have claimed, up to the share's idle entitlement: capacity reclaimed
 /// for an owner is not lendable to anyone else.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct View {
     pub(crate) ceiling: Ceiling,
     held: Vec<Account>,
     held_projected: Vec<Account>,
-    /// Per share: instances its reclaiming jobs wait for, and instances its first waiting job
-    /// that fits its idle entitlement needs (see `pending_own_demand`).
+    /// Per share: instances its reclaiming jobs wait for (claims), and instances its first
+    /// waiting job that fits its idle entitlement needs (reservations, which only borrowers
+    /// see: see `borrow_gate`).
     demand: Vec<u32>,
     reserve: Vec<u32>,
     pub(crate) real: Vec<Account>,
@@ -112,52 +113,35 @@ pub(crate) struct View {
 }
 
 impl View {
-    fn new(
-        ceiling: Ceiling,
-        held: Vec<Account>,
-        held_projected: Vec<Account>,
-        demand: Vec<u32>,
-        reserve: Vec<u32>,
-        releasing: u32,
-    ) -> View {
-        let mut v = View {
-            ceiling,
-            real: held.clone(),
-            projected: held_projected.clone(),
-            held,
-            held_projected,
-            demand,
-            reserve,
-            real_pressure: ledger::pressure(ceiling, &[]),
-            projected_pressure: ledger::pressure(ceiling, &[]),
-            releasing,
-        };
-        for s in 0..v.held.len() {
-            v.real[s] = Self::with_claim(v.held[s], v.demand[s], v.reserve[s]);
-            v.projected[s] = Self::with_claim(v.held_projected[s], v.demand[s], v.reserve[s]);
+    /// Derives `real`, `projected` and the pressures from `held`, `held_projected` and the
+    /// claims, reusing the allocations.
+    fn finish(&mut self) {
+        self.real.clear();
+        self.projected.clear();
+        for s in 0..self.held.len() {
+            self.real
+                .push(Self::with_claim(self.held[s], self.demand[s]));
+            self.projected
+                .push(Self::with_claim(self.held_projected[s], self.demand[s]));
         }
-        v.real_pressure = ledger::pressure(ceiling, &v.real);
-        v.projected_pressure = ledger::pressure(ceiling, &v.projected);
-        v
+        ledger::pressure_into(self.ceiling, &self.real, &mut self.real_pressure);
+        ledger::pressure_into(self.ceiling, &self.projected, &mut self.projected_pressure);
     }
 
-    /// A reclaiming job's claim counts as usage (nobody else may take what it preempted
-    /// for); a reservation only keeps idle capacity from being lent.
-    fn with_claim(held: Account, demand: u32, reserve: u32) -> Account {
+    /// A reclaiming job's claim counts as usage: nobody else may take what it preempted for.
+    fn with_claim(held: Account, demand: u32) -> Account {
         let claim = demand.min(held.entitlement.saturating_sub(held.usage));
         Account {
             usage: held.usage + claim,
-            reserved: reserve,
             ..held
         }
     }
 
     fn refresh(&mut self, s: usize) {
-        self.real[s] = Self::with_claim(self.held[s], self.demand[s], self.reserve[s]);
-        self.projected[s] =
-            Self::with_claim(self.held_projected[s], self.demand[s], self.reserve[s]);
-        self.real_pressure = ledger::pressure(self.ceiling, &self.real);
-        self.projected_pressure = ledger::pressure(self.ceiling, &self.projected);
+        self.real[s] = Self::with_claim(self.held[s], self.demand[s]);
+        self.projected[s] = Self::with_claim(self.held_projected[s], self.demand[s]);
+        ledger::pressure_into(self.ceiling, &self.real, &mut self.real_pressure);
+        ledger::pressure_into(self.ceiling, &self.projected, &mut self.projected_pressure);
     }
 
     /// What the attempts of share `s` hold, without claims.
@@ -178,12 +162,6 @@ impl View {
         self.refresh(s);
     }
 
-    /// A reclaiming job of share `s` started: its claim became usage.
-    fn claim_started(&mut self, s: usize, c: u32) {
-        self.demand[s] -= c;
-        self.add(s, c);
-    }
-
     /// Victims of share `s` holding `c` instances are now stopping.
     fn stopping(&mut self, s: usize, c: u32) {
         self.held_projected[s].usage -= c;
@@ -191,23 +169,14 @@ impl View {
         self.refresh(s);
     }
 
-    /// Share `s`'s idle capacity awaited by a job behind its head is now `r` instances.
-    fn set_reserve(&mut self, s: usize, r: u32) {
-        if self.reserve[s] != r {
-            self.reserve[s] = r;
-            self.refresh(s);
-        }
-    }
-
-    /// The view as the jobs of share `s` see it: claims and reservations protect capacity
-    /// from other shares; within the share the usual order decides who uses it.
+    /// The view as the jobs of share `s` see it: claims protect released capacity from other
+    /// shares; within the share the usual order decides who uses it.
     pub(crate) fn for_share(&self, s: usize) -> std::borrow::Cow<'_, View> {
-        if self.demand[s] == 0 && self.reserve[s] == 0 {
+        if self.demand[s] == 0 {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut own = self.clone();
         own.demand[s] = 0;
-        own.reserve[s] = 0;
         own.refresh(s);
         std::borrow::Cow::Owned(own)
     }
@@ -222,45 +191,38 @@ impl View {
         if accounts[s].route(c) == Route::Own {
             return true;
         }
-        let (mut held_for_others, mut claimed_borrowing) = (0u32, 0u32);
+        let (mut reserved, mut claimed_borrowing) = (0u32, 0u32);
         for x in (0..accounts.len()).filter(|&x| x != s) {
-            held_for_others += self.reserve[x];
+            reserved += self.reserve[x];
             claimed_borrowing += self.borrow_claim(x);
         }
-        let total =
-            accounts.iter().map(|a| a.usage).sum::<u32>() + c + held_for_others + claimed_borrowing;
-        let room = total <= self.ceiling.environment
-            && self.ceiling.physical_for_queue.is_none_or(|p| total <= p);
-        if claimed_borrowing == 0 {
-            return room;
+        if reserved == 0 && claimed_borrowing == 0 {
+            return true;
         }
+        let total =
+            accounts.iter().map(|a| a.usage).sum::<u32>() + c + reserved + claimed_borrowing;
+        if total > self.ceiling.environment
+            || self.ceiling.physical_for_queue.is_some_and(|p| total > p)
+        {
+            return false;
+        }
+        // What is lendable once every other share keeps the idle instances its waiting owner
+        // needs, against what is borrowed with this job and what other reclaimers will borrow.
         let grown = Account {
             usage: accounts[s].usage + c,
             ..accounts[s]
         };
-        let borrowed: u32 = accounts
-            .iter()
-            .enumerate()
-            .map(|(x, a)| {
-                if x == s {
-                    grown.borrowed()
-                } else {
-                    a.borrowed()
-                }
-            })
-            .sum();
-        let lendable: u32 = accounts
-            .iter()
-            .enumerate()
-            .map(|(x, a)| {
-                if x == s {
-                    grown.lendable()
-                } else {
-                    a.lendable()
-                }
-            })
-            .sum();
-        room && borrowed + claimed_borrowing <= lendable
+        let (mut borrowed, mut lendable) = (claimed_borrowing, 0u32);
+        for (x, a) in accounts.iter().enumerate() {
+            let a = if x == s { &grown } else { a };
+            borrowed += a.borrowed();
+            lendable += if x == s {
+                a.lendable()
+            } else {
+                a.lendable().saturating_sub(self.reserve[x])
+            };
+        }
+        borrowed <= lendable
     }
 
     /// Instances share `x`'s reclaiming jobs wait for beyond its idle entitlement: capacity
@@ -390,9 +352,11 @@ impl Scheduler {
         }
         let mut bounds = vec![Bound::OPEN; nshares];
         let mut barriers: Vec<Barrier> = Vec::new();
-        let mut view = self.view(q, u);
+        let mut view = self.scratch.take().unwrap_or_default();
+        self.fill_view(q, u, &mut view);
+        let mut nominees = Vec::new();
         loop {
-            let mut nominees = self.nominate(now, q, u, &bounds, &view);
+            self.nominate(now, q, u, &bounds, &view, &mut nominees);
             let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
                 break;
             };
@@ -403,7 +367,7 @@ impl Scheduler {
                 // older job than the ones already nominated.
                 nominees.truncate(1);
             }
-            for n in nominees {
+            for &n in &nominees {
                 let id = n.key.job;
                 let b = &mut bounds[n.share];
                 if n.head {
@@ -433,35 +397,28 @@ impl Scheduler {
                 match self.decide(id, &view) {
                     Decision::Start => {
                         self.start(now, id, fx);
+                        let s = n.share;
                         if reclaimer {
-                            view.claim_started(n.share, n.count);
-                        } else {
-                            if view.claims(n.share) {
-                                // A job ahead of the share's reclaimers took the capacity they
-                                // claimed: their claims lapse, and they are decided afresh.
-                                let lapsed: Vec<JobId> = self.queues[q.0 as usize].units[&u].lanes
-                                    [n.share]
-                                    .reclaimers
-                                    .iter()
-                                    .map(|k| k.job)
-                                    .collect();
-                                for r in lapsed {
-                                    self.clear_reclaiming(r);
-                                }
-                                // Jobs of other shares decided against the claim get another
-                                // look in a new pass.
-                                self.dirty.insert((q, u));
-                                let s = n.share;
-                                let lapsed = view.demand[s];
-                                view.claim(s, -i64::from(lapsed));
+                            // Its claim becomes usage.
+                            view.demand[s] -= n.count;
+                        } else if view.claims(s) {
+                            // A job ahead of the share's reclaimers took the capacity they
+                            // claimed: their claims lapse, and the jobs of other shares
+                            // decided against the claims get another look in a new pass.
+                            let lapsed: Vec<JobId> = self.queues[q.0 as usize].units[&u].lanes[s]
+                                .reclaimers
+                                .iter()
+                                .map(|k| k.job)
+                                .collect();
+                            for r in lapsed {
+                                self.clear_reclaiming(r);
                             }
-                            view.add(n.share, n.count);
+                            self.dirty.insert((q, u));
+                            view.demand[s] = 0;
                         }
-                        let lane = &self.queues[q.0 as usize].units[&u].lanes[n.share];
-                        view.set_reserve(
-                            n.share,
-                            pending_own_demand(lane, view.held(n.share).entitlement),
-                        );
+                        view.add(s, n.count);
+                        let lane = &self.queues[q.0 as usize].units[&u].lanes[s];
+                        view.reserve[s] = pending_own_demand(lane, view.held[s].entitlement);
                     }
                     Decision::Preempt(victims) => {
                         b.close();
@@ -533,6 +490,7 @@ impl Scheduler {
                 self.clear_reclaiming(r);
             }
         }
+        self.scratch = Some(view);
     }
 
     /// Whether the job has waited past the starvation guard.
@@ -558,14 +516,15 @@ impl Scheduler {
         u: UnitIx,
         bounds: &[Bound],
         view: &View,
-    ) -> Vec<Nominee> {
+        out: &mut Vec<Nominee>,
+    ) {
+        out.clear();
         let queue = &self.queues[q.0 as usize];
         let Some(ul) = queue.units.get(&u) else {
-            return Vec::new();
+            return;
         };
         let p = &view.projected_pressure;
         let borrow_open = p.lending < 0 && p.environment < 0 && p.physical < 0;
-        let mut out = Vec::new();
         for (s, lane) in ul.lanes.iter().enumerate() {
             let b = bounds[s];
             if lane.pending.len() == 0 || (b.any == 0 && b.own == 0) {
@@ -670,61 +629,65 @@ impl Scheduler {
                 out.push(nominee(c, k, Kind::Rest, false));
             }
         }
-        out
     }
 
     /// The accounts of every share of a queue on one unit.
     pub(crate) fn view(&self, q: QueueIx, u: UnitIx) -> View {
+        let mut view = View::default();
+        self.fill_view(q, u, &mut view);
+        view
+    }
+
+    /// [`Scheduler::view`] into an existing view, reusing its allocations (a pass per event).
+    pub(crate) fn fill_view(&self, q: QueueIx, u: UnitIx, view: &mut View) {
         let queue = &self.queues[q.0 as usize];
         let ul = queue.units.get(&u);
         let mut queue_usage = 0u32;
-        let mut releasing = 0u32;
-        let n = queue.shares.len();
-        let (mut held, mut held_projected, mut demand) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        let mut reserve = Vec::with_capacity(n);
+        view.releasing = 0;
+        view.held.clear();
+        view.held_projected.clear();
+        view.demand.clear();
+        view.reserve.clear();
         for (i, share) in queue.shares.iter().enumerate() {
             let lane = ul.and_then(|ul| ul.lanes.get(i));
             let (usage, stopping) = lane.map_or((0, 0), |l| (l.usage, l.stopping));
             queue_usage += usage;
-            releasing += stopping;
+            view.releasing += stopping;
             let entitlement = share.entitlement(u);
+            let allowance = if share.deleted {
+                Some(0)
+            } else {
+                share.spec.borrow_allowance(entitlement)
+            };
             let account = Account {
                 entitlement,
                 usage,
                 strategy: share.strategy(),
-                allowance: if share.deleted {
-                    Some(0)
-                } else {
-                    share.spec.borrow_allowance(entitlement)
-                },
-                reserved: 0,
+                allowance,
             };
-            held.push(account);
-            held_projected.push(Account {
+            view.held.push(account);
+            view.held_projected.push(Account {
                 usage: usage - stopping,
                 ..account
             });
-            demand.push(lane.map_or(0, |l| {
+            view.demand.push(lane.map_or(0, |l| {
                 l.reclaimers
                     .iter()
                     .map(|k| self.jobs[&k.job].spec.count)
                     .sum()
             }));
-            reserve.push(lane.map_or(0, |l| pending_own_demand(l, entitlement)));
+            view.reserve
+                .push(lane.map_or(0, |l| pending_own_demand(l, entitlement)));
         }
         let physical_for_queue = self.physical.get(&u).map(|p| {
             let others = self.physical_used[usize::from(u.0)] - queue_usage;
             p.saturating_sub(others)
         });
-        let ceiling = Ceiling {
+        view.ceiling = Ceiling {
             environment: queue.environment.get(&u).copied().unwrap_or(0),
             physical_for_queue,
         };
-        View::new(ceiling, held, held_projected, demand, reserve, releasing)
+        view.finish();
     }
 
     /// Decides what to do with a pending job now, against `view` (the current accounts of

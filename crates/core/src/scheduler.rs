@@ -362,6 +362,8 @@ pub struct Scheduler {
     pub(crate) next_seq: u64,
     /// Lanes whose inputs changed since the last pass.
     pub(crate) dirty: BTreeSet<(QueueIx, UnitIx)>,
+    /// The pass's working accounts, kept between passes only to reuse their allocations.
+    pub(crate) scratch: Option<crate::pass::View>,
 }
 
 impl Scheduler {
