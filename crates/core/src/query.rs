@@ -27,7 +27,7 @@ pub struct ShareUsage {
 impl Scheduler {
     /// A job by id.
     pub fn job(&self, id: JobId) -> Option<&Job> {
-        self.jobs.get(&id)
+        self.jobs.get(&id).map(|j| &**j)
     }
 
     /// An attempt that has not exited yet.

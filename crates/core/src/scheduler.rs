@@ -356,7 +356,7 @@ pub struct Scheduler {
     pub(crate) physical_used: Vec<u32>,
     /// Looked up by id only; never iterated where order could reach a decision. Ids come from
     /// the shell, not from users, so a fast non-keyed hash is safe.
-    pub(crate) jobs: FxHashMap<JobId, Job>,
+    pub(crate) jobs: FxHashMap<JobId, Box<Job>>,
     pub(crate) attempts: FxHashMap<AttemptId, Attempt>,
     pub(crate) next_attempt: u64,
     pub(crate) next_seq: u64,
@@ -646,7 +646,7 @@ impl Scheduler {
             reclaiming: false,
             fail_on_exit: None,
         };
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Box::new(job));
         self.enqueue(id);
         Ok(())
     }
