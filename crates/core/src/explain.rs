@@ -23,6 +23,15 @@ impl Scheduler {
             return Some(PendingReason::AwaitingPass);
         }
         let view = self.view(job.queue, job.unit);
+        let ul = self.queues[job.queue.0 as usize].units.get(&job.unit)?;
+        let s = usize::from(job.share.0);
+        if let Some((older, seq, all)) = ul.barrier {
+            let borrows = view.for_share(s).projected[s].route(job.spec.count)
+                == crate::ledger::Route::Borrow;
+            if job.seq > seq && (all || borrows) {
+                return Some(PendingReason::HeldForOlderJob { job: older.0 });
+            }
+        }
         match self.decide(id, &view) {
             Decision::Wait(violation) => {
                 Some(self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation))
@@ -32,17 +41,15 @@ impl Scheduler {
             // job: its share's head (waiting for released capacity, or past the starvation
             // guard), or an older borrower past the guard.
             Decision::Start | Decision::Preempt(_) => {
-                let ul = self.queues[job.queue.0 as usize].units.get(&job.unit)?;
-                let lane = ul.lanes.get(usize::from(job.share.0))?;
-                Some(match (lane.held_for, ul.barrier) {
-                    (Some((_, Hold::Release)), _) => PendingReason::WaitingForRelease {
+                let lane = ul.lanes.get(s)?;
+                Some(match lane.held_for {
+                    Some((_, Hold::Release)) => PendingReason::WaitingForRelease {
                         instances: view.releasing,
                     },
-                    (Some((head, Hold::Starvation)), _) => {
+                    Some((head, Hold::Starvation)) => {
                         PendingReason::HeldForOlderJob { job: head.0 }
                     }
-                    (None, Some(b)) => PendingReason::HeldForOlderJob { job: b.0 },
-                    (None, None) => PendingReason::AwaitingPass,
+                    None => PendingReason::AwaitingPass,
                 })
             }
         }

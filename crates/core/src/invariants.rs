@@ -73,6 +73,7 @@ impl Scheduler {
             }
         }
         let mut pending_seen: BTreeSet<JobId> = BTreeSet::new();
+        let mut demand: BTreeMap<u16, u32> = BTreeMap::new();
         for (qi, queue) in self.queues.iter().enumerate() {
             for (u, ul) in &queue.units {
                 for (si, lane) in ul.lanes.iter().enumerate() {
@@ -112,6 +113,16 @@ impl Scheduler {
                             "running-by-priority of lane {si} disagrees with its attempts"
                         ));
                     }
+                    for k in &lane.reclaimers {
+                        let job = self
+                            .jobs
+                            .get(&k.job)
+                            .ok_or("reclaimer index names an unknown job")?;
+                        if !job.reclaiming || !job.is_pending() || job.pend_key() != *k {
+                            return Err(format!("reclaimer entry for job {:?} is stale", k.job));
+                        }
+                        *demand.entry(u.0).or_default() += job.spec.count;
+                    }
                     let mut n = 0;
                     for (count, k) in lane.pending.iter() {
                         n += 1;
@@ -150,7 +161,18 @@ impl Scheduler {
                 pending_seen.insert(*id);
             }
         }
+        for (u, d) in self.reclaim_demand.iter().enumerate() {
+            if *d != demand.get(&(u as u16)).copied().unwrap_or(0) {
+                return Err(format!(
+                    "unit {} reclaim demand {d} disagrees with its reclaimers",
+                    self.unit_names[u]
+                ));
+            }
+        }
         for job in self.jobs.values() {
+            if job.reclaiming && !job.is_pending() {
+                return Err(format!("job {:?} reclaims but is not waiting", job.spec.id));
+            }
             let waiting = job.status == JobStatus::Runnable && job.stopping.is_none();
             if waiting != pending_seen.contains(&job.spec.id) {
                 return Err(format!(

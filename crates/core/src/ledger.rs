@@ -105,6 +105,9 @@ pub enum Violation {
     Lending,
     /// The share at this index would borrow beyond its borrow limit.
     BorrowLimit(usize),
+    /// Borrowing would take capacity that another share's waiting owner needs, or that a job
+    /// of another share preempted for (decided by the pass, not by this module).
+    Reserved,
 }
 
 /// Computes how far `accounts` are over each constraint.

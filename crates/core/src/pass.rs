@@ -26,10 +26,12 @@
 //!    owner-sized job blocked by the environment, else borrowing starts).
 //!
 //! Capacity only shrinks within a pass (a start consumes it; a preemption frees it only when
-//! the attempt exits), which is why the bounds are sound. When a claim lapses (a job ahead of
-//! the reclaimer took the capacity, or the reclaimer can no longer use it) the group is passed
-//! again, so that jobs decided against the claim get another look. Cost per pass:
-//! O(nominations · (shares + log n)), independent of how many jobs wait.
+//! the attempt exits), which is why the bounds are sound. The exceptions are claims and
+//! reservations that shrink by more than a start uses (a job ahead of a reclaimer took the
+//! capacity, a reclaimer can no longer use it, a start changed which owner waits next): the
+//! group is then passed again, so that jobs decided against them get another look. Cost per
+//! pass: O(nominations · (shares + log n)) plus the victim searches, which walk running
+//! attempts only until a set suffices; none of it grows with the number of waiting jobs.
 
 use std::cmp::Reverse;
 use std::ops::Bound::{Excluded, Unbounded};
@@ -383,14 +385,24 @@ impl Scheduler {
                     view.for_share(n.share).projected[n.share].route(n.count) == Route::Borrow;
                 let barred = barriers
                     .iter()
-                    .any(|x| n.key.seq > x.seq && (x.all || would_borrow));
-                if barred {
+                    .find(|x| n.key.seq > x.seq && (x.all || would_borrow))
+                    .map(|x| x.job);
+                if let Some(older) = barred {
                     // Held behind an older job: not even a preemption, which would free
-                    // capacity this job could not take.
+                    // capacity this job could not take. The jobs its bound passes over in its
+                    // share are held for that older job too (explain says so).
                     if n.by_own {
                         b.own = b.own.min(n.count - 1);
                     } else {
                         b.any = b.any.min(n.count - 1);
+                    }
+                    let ul = self.queues[q.0 as usize]
+                        .units
+                        .get_mut(&u)
+                        .expect("lane group");
+                    let lane = ul.lane(ShareIx(n.share as u16));
+                    if lane.held_for.is_none() {
+                        lane.held_for = Some((older, Hold::Starvation));
                     }
                     continue;
                 }
@@ -418,7 +430,15 @@ impl Scheduler {
                         }
                         view.add(s, n.count);
                         let lane = &self.queues[q.0 as usize].units[&u].lanes[s];
-                        view.reserve[s] = pending_own_demand(lane, view.held[s].entitlement);
+                        let share = &self.queues[q.0 as usize].shares[s];
+                        let in_share = share.spec.in_share_preemption && !share.deleted;
+                        let reserve = pending_own_demand(lane, view.held[s].entitlement, in_share);
+                        if reserve + n.count < view.reserve[s] {
+                            // The start freed more of the share's reservation than it used:
+                            // borrowers decided against it get another look.
+                            self.dirty.insert((q, u));
+                        }
+                        view.reserve[s] = reserve;
                     }
                     Decision::Preempt(victims) => {
                         b.close();
@@ -454,11 +474,15 @@ impl Scheduler {
                             let owner_sized = n.count <= view.held(n.share).entitlement;
                             let blocked_by_unit =
                                 matches!(violation, Violation::Environment | Violation::Physical);
-                            barriers.push(Barrier {
-                                seq: n.key.seq,
-                                job: id,
-                                all: owner_sized && blocked_by_unit,
-                            });
+                            // An owner-sized job waiting for its own share's jobs needs no
+                            // barrier against borrowers: it reclaims from them.
+                            if !owner_sized || blocked_by_unit {
+                                barriers.push(Barrier {
+                                    seq: n.key.seq,
+                                    job: id,
+                                    all: owner_sized && blocked_by_unit,
+                                });
+                            }
                             self.hold(q, u, n.share, id, Hold::Starvation);
                         } else {
                             if n.by_own {
@@ -472,7 +496,10 @@ impl Scheduler {
             }
         }
         if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            ul.barrier = barriers.iter().min_by_key(|x| x.seq).map(|x| x.job);
+            ul.barrier = barriers
+                .iter()
+                .min_by_key(|x| x.seq)
+                .map(|x| (x.job, x.seq, x.all));
         }
         if view.releasing == 0 {
             // Every victim has exited and this pass has handed the capacity out: a claim that
@@ -676,12 +703,19 @@ impl Scheduler {
                     .map(|k| self.jobs[&k.job].spec.count)
                     .sum()
             }));
-            view.reserve
-                .push(lane.map_or(0, |l| pending_own_demand(l, entitlement)));
+            view.reserve.push(lane.map_or(0, |l| {
+                pending_own_demand(
+                    l,
+                    entitlement,
+                    share.spec.in_share_preemption && !share.deleted,
+                )
+            }));
         }
+        let queue_demand: u32 = view.demand.iter().sum();
         let physical_for_queue = self.physical.get(&u).map(|p| {
             let others = self.physical_used[usize::from(u.0)] - queue_usage;
-            p.saturating_sub(others)
+            let claimed_by_others = self.reclaim_demand[usize::from(u.0)] - queue_demand;
+            p.saturating_sub(others + claimed_by_others)
         });
         view.ceiling = Ceiling {
             environment: queue.environment.get(&u).copied().unwrap_or(0),
@@ -705,7 +739,7 @@ impl Scheduler {
             if view.borrow_gate(accounts, s, c) {
                 Ok(())
             } else {
-                Err(Violation::Environment)
+                Err(Violation::Reserved)
             }
         };
         let violation = match admit(&view.real, &view.real_pressure) {
@@ -872,6 +906,9 @@ impl Scheduler {
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
         let a = projected[s];
+        if violation == Violation::Reserved {
+            return PendingReason::ReservedForOthers;
+        }
         let unit_full = |v: Violation| match v {
             Violation::Physical => PendingReason::InsufficientCapacity,
             _ => PendingReason::EnvironmentFull {
@@ -1010,11 +1047,29 @@ impl Scheduler {
     }
 }
 
-/// Instances that a share's first waiting job fitting its idle entitlement needs: capacity an
-/// owner waits for is not lent (nor, when the shares' limits add up to more than the
-/// environment, taken by a borrower), since the owner would reclaim it at once.
-fn pending_own_demand(lane: &Lane, entitlement: u32) -> u32 {
+/// Instances of a share's idle entitlement that its waiting owners need: its first job that
+/// fits the idle entitlement, or, with in-share preemption, its head when preempting
+/// lower-priority jobs of the share would make it fit. Capacity an owner waits for is not lent
+/// (nor, when the shares' limits add up to more than the environment, taken by a borrower),
+/// since the owner would reclaim it at once.
+fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
+    if !lane.reclaimers.is_empty() {
+        // A share with reclaiming jobs protects its capacity by their claims already.
+        return 0;
+    }
     let own_room = entitlement.saturating_sub(lane.usage);
+    if in_share {
+        if let Some((c, head)) = lane.pending.first(u32::MAX) {
+            let lower: u32 = lane
+                .running_by_priority
+                .range(..head.priority.0)
+                .map(|(_, n)| *n)
+                .sum();
+            if lane.usage - lower + c <= entitlement {
+                return c.min(own_room);
+            }
+        }
+    }
     if own_room == 0 {
         return 0;
     }

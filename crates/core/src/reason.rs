@@ -105,6 +105,9 @@ pub enum PendingReason {
         /// The shell's id of that job.
         job: u64,
     },
+    /// What it would borrow is kept for another share: that share's waiting owner needs its
+    /// idle capacity, or a job of it preempted for capacity and waits for its victims to exit.
+    ReservedForOthers,
     /// The job's previous attempt has not exited yet.
     PreviousAttemptStopping,
     /// Its lane changed since the last scheduling pass; the next pass decides.
@@ -123,6 +126,7 @@ impl PendingReason {
             PendingReason::EnvironmentFull { .. } => "ENVIRONMENT_FULL",
             PendingReason::InsufficientCapacity => "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
             PendingReason::HeldForOlderJob { .. } => "HELD_FOR_OLDER_JOB",
+            PendingReason::ReservedForOthers => "RESERVED_FOR_OTHERS",
             PendingReason::PreviousAttemptStopping => "PREVIOUS_ATTEMPT_STOPPING",
             PendingReason::AwaitingPass => "AWAITING_PASS",
         }
@@ -139,6 +143,7 @@ impl PendingReason {
         "WAITING_FOR_RELEASE",
         "ENVIRONMENT_FULL",
         "HELD_FOR_OLDER_JOB",
+        "RESERVED_FOR_OTHERS",
         "PREVIOUS_ATTEMPT_STOPPING",
         "AWAITING_PASS",
     ];
@@ -175,6 +180,10 @@ impl fmt::Display for PendingReason {
             PendingReason::HeldForOlderJob { job } => write!(
                 f,
                 "HELD_FOR_OLDER_JOB - capacity is held for job {job}, which has waited past the starvation guard"
+            ),
+            PendingReason::ReservedForOthers => write!(
+                f,
+                "RESERVED_FOR_OTHERS - the capacity it would borrow is kept for another share's waiting owner or for a job waiting for its victims to exit"
             ),
             PendingReason::PreviousAttemptStopping => {
                 write!(f, "PREVIOUS_ATTEMPT_STOPPING - the previous attempt has not exited yet")

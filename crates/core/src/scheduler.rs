@@ -145,8 +145,9 @@ pub(crate) enum Hold {
 pub(crate) struct UnitLanes {
     /// Indexed by `ShareIx`.
     pub(crate) lanes: Vec<Lane>,
-    /// Set by the last pass: the oldest aged job that later jobs may not pass.
-    pub(crate) barrier: Option<JobId>,
+    /// Set by the last pass: the oldest aged job that later jobs may not pass, its submission
+    /// order, and whether it bars every start (else only borrowing ones).
+    pub(crate) barrier: Option<(JobId, u64, bool)>,
 }
 
 impl UnitLanes {
@@ -354,6 +355,9 @@ pub struct Scheduler {
     pub(crate) physical: BTreeMap<UnitIx, u32>,
     /// Instances held across all queues, per unit (indexed by `UnitIx`).
     pub(crate) physical_used: Vec<u32>,
+    /// Instances reclaiming jobs wait for across all queues, per unit: a queue leaves what
+    /// another queue reclaimed to that queue, when a physical limit is shared.
+    pub(crate) reclaim_demand: Vec<u32>,
     /// Looked up by id only; never iterated where order could reach a decision. Ids come from
     /// the shell, not from users, so a fast non-keyed hash is safe.
     pub(crate) jobs: FxHashMap<JobId, Box<Job>>,
@@ -428,6 +432,7 @@ impl Scheduler {
         self.unit_names.push(name.to_string());
         self.unit_ix.insert(name.to_string(), u);
         self.physical_used.push(0);
+        self.reclaim_demand.push(0);
         u
     }
 
@@ -674,8 +679,8 @@ impl Scheduler {
         } else {
             let lane = queue.units.entry(u).or_default().lane(s);
             lane.pending.insert(count, key);
-            if reclaiming {
-                lane.reclaimers.insert(key);
+            if reclaiming && lane.reclaimers.insert(key) {
+                self.reclaim_demand[usize::from(u.0)] += count;
             }
             self.dirty.insert((q, u));
         }
@@ -696,7 +701,9 @@ impl Scheduler {
             if let Some(ul) = queue.units.get_mut(&u) {
                 let lane = ul.lane(s);
                 lane.pending.remove(count, &key);
-                lane.reclaimers.remove(&key);
+                if lane.reclaimers.remove(&key) {
+                    self.reclaim_demand[usize::from(u.0)] -= count;
+                }
             }
         }
     }
@@ -705,21 +712,37 @@ impl Scheduler {
     pub(crate) fn set_reclaiming(&mut self, id: JobId) {
         let job = self.jobs.get_mut(&id).expect("reclaimer exists");
         job.reclaiming = true;
-        let (q, u, s, key) = (job.queue, job.unit, job.share, job.pend_key());
+        let (q, u, s, key, count) = (
+            job.queue,
+            job.unit,
+            job.share,
+            job.pend_key(),
+            job.spec.count,
+        );
         let ul = self.queues[q.0 as usize]
             .units
             .get_mut(&u)
             .expect("lane group");
-        ul.lane(s).reclaimers.insert(key);
+        if ul.lane(s).reclaimers.insert(key) {
+            self.reclaim_demand[usize::from(u.0)] += count;
+        }
     }
 
     /// The job no longer holds a claim on released capacity.
     pub(crate) fn clear_reclaiming(&mut self, id: JobId) {
         let job = self.jobs.get_mut(&id).expect("reclaimer exists");
         job.reclaiming = false;
-        let (q, u, s, key) = (job.queue, job.unit, job.share, job.pend_key());
+        let (q, u, s, key, count) = (
+            job.queue,
+            job.unit,
+            job.share,
+            job.pend_key(),
+            job.spec.count,
+        );
         if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            ul.lane(s).reclaimers.remove(&key);
+            if ul.lane(s).reclaimers.remove(&key) {
+                self.reclaim_demand[usize::from(u.0)] -= count;
+            }
         }
     }
 
@@ -877,6 +900,7 @@ impl Scheduler {
             JobStatus::Runnable => {
                 self.dequeue(id);
                 let job = self.jobs.get_mut(&id).expect("exists");
+                job.reclaiming = false;
                 job.status = JobStatus::Failed;
                 job.terminated = true;
                 job.status_reason = reason.clone();

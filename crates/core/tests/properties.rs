@@ -526,6 +526,14 @@ impl Run {
             {
                 continue;
             }
+            // After a pass every waiting job has a real reason: AWAITING_PASS would mean the
+            // pass left it although it could start.
+            let reason = self.s.explain(id);
+            prop_assert!(
+                !matches!(reason, Some(PendingReason::AwaitingPass)),
+                "job {:?} could start but the pass left it waiting",
+                id
+            );
             let key = (j.spec.share.clone(), j.spec.instance_type.clone());
             let rank = (std::cmp::Reverse(j.spec.priority), j.seq, id);
             heads

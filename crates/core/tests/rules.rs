@@ -1065,3 +1065,120 @@ fn a_borrower_held_behind_an_old_borrower_preempts_nothing() {
     assert_eq!(w.job("low").preemptions, 0);
     assert_eq!(w.reason("high"), "HELD_FOR_OLDER_JOB");
 }
+
+// ---- Regressions from the second review ------------------------------------------------------
+
+#[test]
+fn a_reclaimer_s_claim_is_not_also_counted_as_a_reservation() {
+    let mut w = World::new(&[(G5, 7)]);
+    w.share_with("S0", LendAndBorrow, &[(G5, 3)], |s| {
+        s.in_share_preemption = true
+    });
+    w.share_with("S1", LendAndBorrow, &[(G5, 3)], |s| {
+        s.in_share_preemption = true
+    });
+    w.submit("s0", "S0", 3, 3);
+    w.submit("a", "S1", 3, 1);
+    w.submit("m", "S1", 1, 2);
+    w.submit("big", "S1", 2, 3);
+    w.submit("x", "S0", 2, 1);
+    assert_eq!(w.running(), set(&["a", "m", "s0"]));
+    w.submit("n", "S1", 2, 1);
+    assert_eq!(w.preempted(), set(&["m"]));
+    assert_eq!(w.running(), set(&["a", "n", "s0", "x"]));
+}
+
+#[test]
+fn physical_instances_reclaimed_in_one_queue_stay_with_it_while_victims_exit_one_by_one() {
+    let mut w = World::new(&[(G5, 2)])
+        .share("Y", LendAndBorrow, &[(G5, 0)])
+        .share("Z", Lend, &[(G5, 2)]);
+    w.input(Input::SetPhysicalCapacity {
+        instance_type: G5.into(),
+        instances: Some(2),
+    })
+    .unwrap();
+    w.input(Input::PutQueue(QueueSpec {
+        name: "other".into(),
+        environment: [(G5.to_string(), 2)].into(),
+    }))
+    .unwrap();
+    let mut o = ShareSpec::new("O");
+    o.limits.insert(G5.into(), 1);
+    w.input(Input::PutShare {
+        queue: "other".into(),
+        share: o,
+    })
+    .unwrap();
+    let mut ob = ShareSpec::new("OB");
+    ob.strategy = LendAndBorrow;
+    ob.limits.insert(G5.into(), 0);
+    w.input(Input::PutShare {
+        queue: "other".into(),
+        share: ob,
+    })
+    .unwrap();
+    w.submit("y1", "Y", 0, 1);
+    w.submit("y2", "Y", 0, 1);
+    w.input(Input::Submit(JobSpec::new(JobId(100), "other", "OB", G5)))
+        .unwrap();
+    w.exit_stops_at_once = false;
+    w.submit("z", "Z", 0, 2);
+    assert_eq!(w.preempted(), set(&["y1", "y2"]));
+    let a1 = w.job("y1").stopping.unwrap();
+    w.input(Input::AttemptExited {
+        attempt: a1,
+        exit: Exit::Succeeded,
+    })
+    .unwrap();
+    assert_eq!(
+        w.s.job(JobId(100)).unwrap().status,
+        JobStatus::Runnable,
+        "the other queue waits"
+    );
+    let a2 = w.job("y2").stopping.unwrap();
+    w.input(Input::AttemptExited {
+        attempt: a2,
+        exit: Exit::Succeeded,
+    })
+    .unwrap();
+    assert_eq!(w.job("z").status, JobStatus::Dispatched);
+}
+
+#[test]
+fn a_borrower_kept_from_a_waiting_owner_s_capacity_says_so() {
+    let mut w = World::with_policy(
+        &[(G5, 10)],
+        Policy {
+            reserve_after_ms: 60_000,
+        },
+    )
+    .share("L", Lend, &[(G5, 4)])
+    .share("B", LendAndBorrow, &[(G5, 0)]);
+    w.submit("l-run", "L", 0, 3);
+    w.submit("h", "L", 5, 4);
+    w.advance(120);
+    w.submit("p", "L", 0, 1);
+    w.submit("b", "B", 0, 1);
+    assert_eq!(w.reason("b"), "RESERVED_FOR_OTHERS");
+}
+
+#[test]
+fn an_old_owner_waiting_for_its_own_share_does_not_hold_back_borrowers() {
+    let mut w = World::with_policy(
+        &[(G5, 10)],
+        Policy {
+            reserve_after_ms: 60_000,
+        },
+    )
+    .share("L", Lend, &[(G5, 4)])
+    .share("B", LendAndBorrow, &[(G5, 0)]);
+    w.submit("l-run", "L", 0, 3);
+    w.submit("h", "L", 5, 4);
+    w.advance(120);
+    w.submit("b", "B", 0, 1);
+    assert_eq!(w.running(), set(&["b", "l-run"]));
+    w.finish("l-run");
+    assert_eq!(w.preempted(), set(&["b"]), "h reclaims what it needs");
+    assert_eq!(w.running(), set(&["h"]));
+}
