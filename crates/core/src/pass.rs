@@ -456,7 +456,7 @@ impl Scheduler {
                         b.close();
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
-                    Decision::Wait(violation) => {
+                    Decision::Wait(_) => {
                         if reclaimer {
                             // Its victims are gone and it still cannot start (the
                             // configuration changed): it no longer holds a claim, and jobs
@@ -467,20 +467,23 @@ impl Scheduler {
                         }
                         if n.head && self.aged(now, id) {
                             b.close();
-                            // An owner-sized job that the environment or the physical
-                            // instances block holds every later start; any other holds later
-                            // borrowers. (By size, not by the current route, which changes as
-                            // jobs of its share come and go.)
+                            // The barrier depends only on the job's size and the
+                            // configuration, so that it cannot come and go between passes: a
+                            // job that must borrow bars later borrowers; a job within its
+                            // entitlement needs no barrier (it reclaims what it needs) unless
+                            // the shares' limits exceed the environment (or a physical limit
+                            // is shared), when other owners compete with it: then it bars
+                            // every later start.
                             let owner_sized = n.count <= view.held(n.share).entitlement;
-                            let blocked_by_unit =
-                                matches!(violation, Violation::Environment | Violation::Physical);
-                            // An owner-sized job waiting for its own share's jobs needs no
-                            // barrier against borrowers: it reclaims from them.
-                            if !owner_sized || blocked_by_unit {
+                            let entitled: u64 =
+                                view.held.iter().map(|a| u64::from(a.entitlement)).sum();
+                            let contested = entitled > u64::from(view.ceiling.environment)
+                                || view.ceiling.physical_for_queue.is_some();
+                            if !owner_sized || contested {
                                 barriers.push(Barrier {
                                     seq: n.key.seq,
                                     job: id,
-                                    all: owner_sized && blocked_by_unit,
+                                    all: owner_sized,
                                 });
                             }
                             self.hold(q, u, n.share, id, Hold::Starvation);
@@ -634,7 +637,14 @@ impl Scheduler {
             // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
             // within a pass): skip it without looking at its jobs. This keeps a full cluster's
             // pass O(shares).
-            if own_room == 0 && !strict && !(share.strategy().borrows() && borrow_open) {
+            let aged_head = head.is_some_and(|(_, h)| {
+                now.saturating_sub(h.queued_at) >= self.policy.reserve_after_ms
+            });
+            if own_room == 0
+                && !strict
+                && !aged_head
+                && !(share.strategy().borrows() && borrow_open)
+            {
                 continue;
             }
             if strict {

@@ -48,6 +48,9 @@ pub(crate) struct PendKey {
     pub(crate) priority: Reverse<u32>,
     pub(crate) seq: u64,
     pub(crate) job: JobId,
+    /// When it became RUNNABLE: carried (after the unique fields, so the order is unchanged)
+    /// so that the pass can tell an aged head without looking the job up.
+    pub(crate) queued_at: Millis,
 }
 
 /// Pending jobs of one share on one unit, bucketed by instance count so that "the first job
@@ -244,6 +247,7 @@ impl Job {
             priority: Reverse(self.spec.priority),
             seq: self.seq,
             job: self.spec.id,
+            queued_at: self.queued_at,
         }
     }
 
@@ -846,8 +850,11 @@ impl Scheduler {
     fn checkpoint(&mut self, now: Millis, id: JobId) -> Result<(), CoreError> {
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         job.last_checkpoint = Some(now);
+        let lane = (job.queue, job.unit);
         if let Some(a) = job.attempt {
             self.rekey_attempt(a, |att| att.progress_at = now);
+            // The victim order changed, and with it which victim sets a waiting job finds.
+            self.dirty.insert(lane);
         }
         Ok(())
     }
