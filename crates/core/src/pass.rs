@@ -640,11 +640,9 @@ impl Scheduler {
             let aged_head = head.is_some_and(|(_, h)| {
                 now.saturating_sub(h.queued_at) >= self.policy.reserve_after_ms
             });
-            if own_room == 0
-                && !strict
-                && !aged_head
-                && !(share.strategy().borrows() && borrow_open)
-            {
+            let can_act =
+                own_room > 0 || strict || aged_head || (share.strategy().borrows() && borrow_open);
+            if !can_act {
                 continue;
             }
             if strict {
