@@ -951,8 +951,9 @@ fn idle_capacity_goes_to_the_oldest_borrower_even_behind_another_share_s_head() 
     assert_eq!(w.running(), set(&["l2", "x-small"]));
 }
 
-#[test]
-fn physical_instances_released_for_an_owner_in_one_queue_are_not_taken_by_another_queue() {
+/// Queue "q" (Y borrows, Z lends 2) and queue "other" (O owns 1, OB borrows) share two
+/// physical instances.
+fn two_queues_on_two_physical_instances() -> World {
     let mut w = World::new(&[(G5, 2)])
         .share("Y", LendAndBorrow, &[(G5, 0)])
         .share("Z", Lend, &[(G5, 2)]);
@@ -981,6 +982,12 @@ fn physical_instances_released_for_an_owner_in_one_queue_are_not_taken_by_anothe
         share: ob,
     })
     .unwrap();
+    w
+}
+
+#[test]
+fn physical_instances_released_for_an_owner_in_one_queue_are_not_taken_by_another_queue() {
+    let mut w = two_queues_on_two_physical_instances();
     w.input(Input::Submit(JobSpec::new(JobId(100), "other", "OB", G5)))
         .unwrap();
     w.submit("y1", "Y", 0, 1);
@@ -1090,34 +1097,7 @@ fn a_reclaimer_s_claim_is_not_also_counted_as_a_reservation() {
 
 #[test]
 fn physical_instances_reclaimed_in_one_queue_stay_with_it_while_victims_exit_one_by_one() {
-    let mut w = World::new(&[(G5, 2)])
-        .share("Y", LendAndBorrow, &[(G5, 0)])
-        .share("Z", Lend, &[(G5, 2)]);
-    w.input(Input::SetPhysicalCapacity {
-        instance_type: G5.into(),
-        instances: Some(2),
-    })
-    .unwrap();
-    w.input(Input::PutQueue(QueueSpec {
-        name: "other".into(),
-        environment: [(G5.to_string(), 2)].into(),
-    }))
-    .unwrap();
-    let mut o = ShareSpec::new("O");
-    o.limits.insert(G5.into(), 1);
-    w.input(Input::PutShare {
-        queue: "other".into(),
-        share: o,
-    })
-    .unwrap();
-    let mut ob = ShareSpec::new("OB");
-    ob.strategy = LendAndBorrow;
-    ob.limits.insert(G5.into(), 0);
-    w.input(Input::PutShare {
-        queue: "other".into(),
-        share: ob,
-    })
-    .unwrap();
+    let mut w = two_queues_on_two_physical_instances();
     w.submit("y1", "Y", 0, 1);
     w.submit("y2", "Y", 0, 1);
     w.input(Input::Submit(JobSpec::new(JobId(100), "other", "OB", G5)))
