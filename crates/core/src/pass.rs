@@ -233,6 +233,13 @@ impl View {
         self.demand[x] - (self.real[x].usage - self.held[x].usage)
     }
 
+    /// Whether owners compete for the unit: the shares' limits add up to more than the
+    /// environment, or a physical limit is shared with other queues.
+    pub(crate) fn contested(&self) -> bool {
+        let entitled: u64 = self.held.iter().map(|a| u64::from(a.entitlement)).sum();
+        entitled > u64::from(self.ceiling.environment) || self.ceiling.physical_for_queue.is_some()
+    }
+
     /// Whether share `s` has reclaiming jobs.
     fn claims(&self, s: usize) -> bool {
         self.demand[s] > 0
@@ -475,11 +482,7 @@ impl Scheduler {
                             // is shared), when other owners compete with it: then it bars
                             // every later start.
                             let owner_sized = n.count <= view.held(n.share).entitlement;
-                            let entitled: u64 =
-                                view.held.iter().map(|a| u64::from(a.entitlement)).sum();
-                            let contested = entitled > u64::from(view.ceiling.environment)
-                                || view.ceiling.physical_for_queue.is_some();
-                            if !owner_sized || contested {
+                            if !owner_sized || view.contested() {
                                 barriers.push(Barrier {
                                     seq: n.key.seq,
                                     job: id,
@@ -637,12 +640,14 @@ impl Scheduler {
             // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
             // within a pass): skip it without looking at its jobs. This keeps a full cluster's
             // pass O(shares).
-            let aged_head = head.is_some_and(|(_, h)| {
+            // ... unless its head is past the starvation guard and would put up a barrier
+            // (see `schedule_unit`): barriers must not depend on what else happens to be open.
+            let can_act = own_room > 0 || strict || (share.strategy().borrows() && borrow_open);
+            let barrier_head = |c: u32, h: PendKey| {
                 now.saturating_sub(h.queued_at) >= self.policy.reserve_after_ms
-            });
-            let can_act =
-                own_room > 0 || strict || aged_head || (share.strategy().borrows() && borrow_open);
-            if !can_act {
+                    && (c > view.held(s).entitlement || view.contested())
+            };
+            if !can_act && !head.is_some_and(|(c, h)| barrier_head(c, h)) {
                 continue;
             }
             if strict {
