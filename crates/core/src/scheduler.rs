@@ -714,28 +714,18 @@ impl Scheduler {
 
     /// Marks a pending job as waiting for capacity it preempted for.
     pub(crate) fn set_reclaiming(&mut self, id: JobId) {
-        let job = self.jobs.get_mut(&id).expect("reclaimer exists");
-        job.reclaiming = true;
-        let (q, u, s, key, count) = (
-            job.queue,
-            job.unit,
-            job.share,
-            job.pend_key(),
-            job.spec.count,
-        );
-        let ul = self.queues[q.0 as usize]
-            .units
-            .get_mut(&u)
-            .expect("lane group");
-        if ul.lane(s).reclaimers.insert(key) {
-            self.reclaim_demand[usize::from(u.0)] += count;
-        }
+        self.mark_reclaiming(id, true);
     }
 
     /// The job no longer holds a claim on released capacity.
     pub(crate) fn clear_reclaiming(&mut self, id: JobId) {
+        self.mark_reclaiming(id, false);
+    }
+
+    /// Keeps the job's flag, its lane's reclaimer index and the unit's reclaim demand in step.
+    fn mark_reclaiming(&mut self, id: JobId, on: bool) {
         let job = self.jobs.get_mut(&id).expect("reclaimer exists");
-        job.reclaiming = false;
+        job.reclaiming = on;
         let (q, u, s, key, count) = (
             job.queue,
             job.unit,
@@ -743,10 +733,18 @@ impl Scheduler {
             job.pend_key(),
             job.spec.count,
         );
-        if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            if ul.lane(s).reclaimers.remove(&key) {
-                self.reclaim_demand[usize::from(u.0)] -= count;
-            }
+        let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) else {
+            return;
+        };
+        let reclaimers = &mut ul.lane(s).reclaimers;
+        let changed = if on {
+            reclaimers.insert(key)
+        } else {
+            reclaimers.remove(&key)
+        };
+        if changed {
+            let demand = &mut self.reclaim_demand[usize::from(u.0)];
+            *demand = if on { *demand + count } else { *demand - count };
         }
     }
 
