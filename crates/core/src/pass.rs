@@ -299,6 +299,15 @@ struct Bound {
 }
 
 impl Bound {
+    /// The nominee waits: no job of its kind with as many instances can do better this pass.
+    fn lower(&mut self, n: &Nominee) {
+        if n.by_own {
+            self.own = self.own.min(n.count - 1);
+        } else {
+            self.any = self.any.min(n.count - 1);
+        }
+    }
+
     const OPEN: Bound = Bound {
         any: u32::MAX,
         own: u32::MAX,
@@ -398,11 +407,7 @@ impl Scheduler {
                     // Held behind an older job: not even a preemption, which would free
                     // capacity this job could not take. The jobs its bound passes over in its
                     // share are held for that older job too (explain says so).
-                    if n.by_own {
-                        b.own = b.own.min(n.count - 1);
-                    } else {
-                        b.any = b.any.min(n.count - 1);
-                    }
+                    b.lower(&n);
                     let ul = self.queues[q.0 as usize]
                         .units
                         .get_mut(&u)
@@ -422,24 +427,18 @@ impl Scheduler {
                             view.demand[s] -= n.count;
                         } else if view.claims(s) {
                             // A job ahead of the share's reclaimers took the capacity they
-                            // claimed: their claims lapse, and the jobs of other shares
-                            // decided against the claims get another look in a new pass.
-                            let lapsed: Vec<JobId> = self.queues[q.0 as usize].units[&u].lanes[s]
-                                .reclaimers
-                                .iter()
-                                .map(|k| k.job)
-                                .collect();
-                            for r in lapsed {
-                                self.clear_reclaiming(r);
-                            }
-                            self.dirty.insert((q, u));
+                            // claimed: their claims lapse.
+                            self.lapse_claims(q, u, Some(s));
                             view.demand[s] = 0;
                         }
                         view.add(s, n.count);
                         let lane = &self.queues[q.0 as usize].units[&u].lanes[s];
                         let share = &self.queues[q.0 as usize].shares[s];
-                        let in_share = share.spec.in_share_preemption && !share.deleted;
-                        let reserve = pending_own_demand(lane, view.held[s].entitlement, in_share);
+                        let reserve = pending_own_demand(
+                            lane,
+                            view.held[s].entitlement,
+                            share.in_share_preemption(),
+                        );
                         if reserve + n.count < view.reserve[s] {
                             // The start freed more of the share's reservation than it used:
                             // borrowers decided against it get another look.
@@ -491,11 +490,7 @@ impl Scheduler {
                             }
                             self.hold(q, u, n.share, id, Hold::Starvation);
                         } else {
-                            if n.by_own {
-                                b.own = b.own.min(n.count - 1);
-                            } else {
-                                b.any = b.any.min(n.count - 1);
-                            }
+                            b.lower(&n);
                         }
                     }
                 }
@@ -511,19 +506,27 @@ impl Scheduler {
             // Every victim has exited and this pass has handed the capacity out: a claim that
             // is left (its job was held behind a job of its share that could not start)
             // protects nothing any more.
-            let stale: Vec<JobId> = self.queues[q.0 as usize].units[&u]
-                .lanes
-                .iter()
-                .flat_map(|l| l.reclaimers.iter().map(|k| k.job))
-                .collect();
-            if !stale.is_empty() {
-                self.dirty.insert((q, u));
-            }
-            for r in stale {
-                self.clear_reclaiming(r);
-            }
+            self.lapse_claims(q, u, None);
         }
         self.scratch = Some(view);
+    }
+
+    /// Drops the claims of the reclaiming jobs of share `only` (else of every share) of a lane
+    /// group, and passes the group again so that jobs decided against them get another look.
+    fn lapse_claims(&mut self, q: QueueIx, u: UnitIx, only: Option<usize>) {
+        let lapsed: Vec<JobId> = self.queues[q.0 as usize].units[&u]
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| only.is_none_or(|o| o == *s))
+            .flat_map(|(_, l)| l.reclaimers.iter().map(|k| k.job))
+            .collect();
+        if !lapsed.is_empty() {
+            self.dirty.insert((q, u));
+        }
+        for r in lapsed {
+            self.clear_reclaiming(r);
+        }
     }
 
     /// Whether the job has waited past the starvation guard.
@@ -564,7 +567,7 @@ impl Scheduler {
                 continue;
             }
             let share = &queue.shares[s];
-            let strict = share.spec.in_share_preemption && !share.deleted;
+            let strict = share.in_share_preemption();
             let own_room = view.real[s].entitlement.saturating_sub(lane.usage);
             let head = lane.pending.first(u32::MAX);
             let nominee = |count: u32, key: PendKey, kind: Kind, by_own: bool| Nominee {
@@ -717,11 +720,7 @@ impl Scheduler {
                     .sum()
             }));
             view.reserve.push(lane.map_or(0, |l| {
-                pending_own_demand(
-                    l,
-                    entitlement,
-                    share.spec.in_share_preemption && !share.deleted,
-                )
+                pending_own_demand(l, entitlement, share.in_share_preemption())
             }));
         }
         let queue_demand: u32 = view.demand.iter().sum();
@@ -788,7 +787,7 @@ impl Scheduler {
         let queue = &self.queues[q.0 as usize];
         let ul = queue.units.get(&u)?;
         let share = &queue.shares[s];
-        let in_share = share.spec.in_share_preemption && !share.deleted;
+        let in_share = share.in_share_preemption();
         let entitlement = projected[s].entitlement;
         // A set is sufficient when, once its victims have exited, the job passes the very
         // admission check the pass will then make, and, if the set reclaims from other shares,

@@ -181,6 +181,11 @@ impl Share {
         }
     }
 
+    /// Whether a higher-priority job may preempt lower-priority jobs of this share.
+    pub(crate) fn in_share_preemption(&self) -> bool {
+        self.spec.in_share_preemption && !self.deleted
+    }
+
     pub(crate) fn strategy(&self) -> Strategy {
         if self.deleted {
             Strategy::Reserve

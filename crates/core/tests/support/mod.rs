@@ -73,18 +73,17 @@ impl World {
         spec.strategy = strategy;
         spec.limits = limits.iter().map(|(k, v)| (k.to_string(), *v)).collect();
         f(&mut spec);
-        self.shares.insert(name.into(), spec.clone());
-        self.input(Input::PutShare {
-            queue: Q.into(),
-            share: spec,
-        })
-        .unwrap();
+        self.put_share(spec);
     }
 
     pub fn update_share(&mut self, name: &str, f: impl FnOnce(&mut ShareSpec)) {
         let mut spec = self.shares[name].clone();
         f(&mut spec);
-        self.shares.insert(name.into(), spec.clone());
+        self.put_share(spec);
+    }
+
+    fn put_share(&mut self, spec: ShareSpec) {
+        self.shares.insert(spec.name.clone(), spec.clone());
         self.input(Input::PutShare {
             queue: Q.into(),
             share: spec,
@@ -101,21 +100,32 @@ impl World {
     }
 
     pub fn submit_with(&mut self, name: &str, share: &str, f: impl FnOnce(&mut JobSpec)) {
+        self.try_submit_with(name, share, f).unwrap();
+    }
+
+    pub fn try_submit(&mut self, name: &str, share: &str) -> Result<(), CoreError> {
+        self.try_submit_with(name, share, |_| {})
+    }
+
+    /// Names the job before submitting it (its effects are reported by name), and forgets the
+    /// name again when the core refuses the submission.
+    fn try_submit_with(
+        &mut self,
+        name: &str,
+        share: &str,
+        f: impl FnOnce(&mut JobSpec),
+    ) -> Result<(), CoreError> {
         let id = JobId(self.ids.len() as u64 + 1);
         let mut spec = JobSpec::new(id, Q, share, G5);
         f(&mut spec);
         self.ids.insert(name.into(), id);
         self.names.insert(id, name.into());
-        self.input(Input::Submit(spec)).unwrap();
-    }
-
-    pub fn try_submit(&mut self, name: &str, share: &str) -> Result<(), CoreError> {
-        let id = JobId(self.ids.len() as u64 + 1);
-        let spec = JobSpec::new(id, Q, share, G5);
-        self.input(Input::Submit(spec))?;
-        self.ids.insert(name.into(), id);
-        self.names.insert(id, name.into());
-        Ok(())
+        let result = self.input(Input::Submit(spec));
+        if result.is_err() {
+            self.ids.remove(name);
+            self.names.remove(&id);
+        }
+        result
     }
 
     pub fn id(&self, name: &str) -> JobId {
