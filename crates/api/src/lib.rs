@@ -1,0 +1,34 @@
+//! The AWS Batch face of Quartermaster: wire types, request parsing and validation, ARNs,
+//! errors, pagination tokens, ListServiceJobs filters, the training payload, and the mapping
+//! to the core's specs.
+//!
+//! Everything that knows an AWS wire name lives here, so the core stays in its own vocabulary
+//! and the server only routes: parse ([`parse_request`]), validate ([`validate`]), resolve
+//! names ([`Arns`]), convert ([`convert`]), and answer with a wire type or an [`ApiError`].
+//!
+//! Layout:
+//! * [`types`]: one Rust type per botocore shape, named as the shape;
+//! * [`parse`], [`validate`], [`payload`]: from bytes to a checked request;
+//! * [`arn`], [`page`], [`filter`]: identifiers, tokens and filters;
+//! * [`convert`]: wire shapes to `qm_core` specs;
+//! * [`error`]: `ClientException` / `ServerException`.
+
+pub mod arn;
+pub mod convert;
+pub mod error;
+pub mod filter;
+pub mod page;
+pub mod parse;
+pub mod payload;
+pub mod types;
+pub mod validate;
+
+pub use arn::{decode_uri_label, Arns, Resource, ResourceKind};
+pub use convert::{environment_limits, exit_rules, job_spec, share_spec, strategy};
+pub use error::ApiError;
+pub use filter::{parse_filters, JobFilter, FILTER_NAMES};
+pub use page::{decode_token, encode_token};
+pub use parse::parse_request;
+pub use payload::TrainingPayload;
+pub use types::*;
+pub use validate::*;
