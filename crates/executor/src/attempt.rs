@@ -1,0 +1,311 @@
+//! One attempt's life, supervised by one tokio task: prepare the job's directories, spawn one
+//! process group per host, wait for exits (tokio's child wait, no polling), and carry out stop
+//! requests, the runtime limit and the stop of the other hosts when one fails. The `Exited`
+//! event, and the freeing of the instances, come only after every process has been reaped.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{sleep_until, Instant};
+
+use crate::executor::Inner;
+use crate::group::signal_group;
+use crate::layout::{log_file_name, JobLayout, LogStream};
+use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
+use crate::{checkpoint, environment, LaunchSpec, Outcome};
+
+/// Why the supervisor began stopping the attempt.
+#[derive(Debug)]
+enum StopCause {
+    /// `LocalExecutor::stop`: the real outcome is reported.
+    Requested,
+    /// `max_runtime` elapsed: reported as a timeout whatever the exit codes.
+    Timeout,
+    /// One host failed: the others are stopped and the first failure is reported.
+    HostFailed,
+    /// A host could not be spawned: the spawned ones are stopped and this reason reported.
+    SpawnFailed(String),
+}
+
+/// Supervises attempt `spec` on `hosts` (the GPUs of each host, in host order) until every
+/// process is gone, then reports `Exited`.
+pub(crate) async fn supervise(
+    inner: Arc<Inner>,
+    spec: LaunchSpec,
+    hosts: Vec<Vec<u32>>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut supervisor = Supervisor {
+        inner,
+        attempt: spec.attempt,
+        live: vec![None; hosts.len()],
+        done: false,
+    };
+    let outcome = supervisor.run(spec, hosts, stop).await;
+    supervisor.done = true;
+    supervisor.inner.finish(supervisor.attempt, outcome);
+}
+
+struct Supervisor {
+    inner: Arc<Inner>,
+    attempt: u64,
+    /// The process group of each host while its process is unreaped.
+    live: Vec<Option<u32>>,
+    done: bool,
+}
+
+impl Drop for Supervisor {
+    /// The task was cancelled (runtime shutdown) or panicked: nothing may keep running
+    /// unsupervised, and the capacity must not leak. One gap remains: when the runtime shuts
+    /// down during a spawn, tokio can start the process and then fail to register it, and
+    /// returns an error without the pid; that process is not killed here.
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        for &pgid in self.live.iter().flatten() {
+            signal_group(pgid, Signal::SIGKILL);
+        }
+        self.inner.finish(
+            self.attempt,
+            Outcome::Failed {
+                reason: format!("{CLIENT_ERROR}the executor stopped supervising the attempt; its processes were killed"),
+                retryable: true,
+            },
+        );
+    }
+}
+
+/// What launching produced: nothing (with the reason), or the spawned children of the first
+/// hosts, with the reason the next host could not be spawned if one could not.
+enum Launch {
+    NotStarted(Outcome),
+    Started {
+        layout: JobLayout,
+        checkpoint_dir: PathBuf,
+        baseline_ns: u64,
+        children: Vec<Child>,
+        spawn_failure: Option<String>,
+    },
+}
+
+/// Creates the job's directories, notes the checkpoint baseline and spawns one process per
+/// host. This blocking file-system work (a handful of mkdirs and opens) runs on the runtime
+/// worker: measured no slower than the blocking pool, and it keeps every spawn inside the
+/// supervisor's poll, so a runtime shutdown cannot leave a process spawned after the
+/// supervisor that would kill it is gone (a launch on the blocking pool can).
+fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
+    let Some(program) = spec.entrypoint.first() else {
+        return Launch::NotStarted(Outcome::Failed {
+            reason: format!(
+                "{CLIENT_ERROR}AlgorithmSpecification.ContainerEntrypoint is missing: the local executor runs \
+                 host processes and does not run TrainingImage, so set ContainerEntrypoint"
+            ),
+            retryable: false,
+        });
+    };
+    let layout = JobLayout::new(data_dir, &spec.job_id, spec.attempt_number);
+    if let Err((path, e)) = layout.prepare() {
+        return Launch::NotStarted(Outcome::Failed {
+            reason: outcome::spawn_reason(
+                program,
+                format_args!("cannot create '{}': {e}", path.display()),
+            ),
+            retryable: true,
+        });
+    }
+    let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
+    let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
+    let env = environment::common(spec, &layout, &checkpoint_dir);
+    let mut children = Vec::with_capacity(hosts.len());
+    let mut spawn_failure = None;
+    for (host, gpus) in hosts.iter().enumerate() {
+        match spawn_host(spec, &layout, &env, host, gpus) {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                spawn_failure = Some(outcome::spawn_reason(program, e));
+                break;
+            }
+        }
+    }
+    Launch::Started {
+        layout,
+        checkpoint_dir,
+        baseline_ns,
+        children,
+        spawn_failure,
+    }
+}
+
+impl Supervisor {
+    async fn run(
+        &mut self,
+        spec: LaunchSpec,
+        hosts: Vec<Vec<u32>>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Outcome {
+        let grace = self.inner.cfg.stop_grace;
+        let launch = launch(&spec, &self.inner.cfg.data_dir, &hosts);
+        let (layout, checkpoint_dir, baseline_ns, children, spawn_failure) = match launch {
+            Launch::NotStarted(outcome) => return outcome,
+            Launch::Started {
+                layout,
+                checkpoint_dir,
+                baseline_ns,
+                children,
+                spawn_failure,
+            } => (layout, checkpoint_dir, baseline_ns, children, spawn_failure),
+        };
+        let mut waits: JoinSet<(usize, std::io::Result<ExitStatus>)> = JoinSet::new();
+        for (host, mut child) in children.into_iter().enumerate() {
+            // Some(pid) until the child is reaped, which only the wait below does.
+            self.live[host] = child.id();
+            waits.spawn(async move { (host, child.wait().await) });
+        }
+        let started = Instant::now();
+        let mut kill_at = None;
+        let mut cause = None;
+        if let Some(reason) = spawn_failure {
+            cause = Some(StopCause::SpawnFailed(reason));
+            kill_at = Some(self.terminate(grace));
+        } else {
+            let pgids = self.live.iter().flatten().copied().collect();
+            let gpus = hosts.concat();
+            self.inner.mark_running(
+                spec.attempt,
+                pgids,
+                gpus,
+                layout.attempt_dir.clone(),
+                checkpoint_dir,
+                baseline_ns,
+            );
+        }
+        let deadline = spec.max_runtime.map(|limit| started + limit);
+
+        let mut first_failure: Option<String> = None;
+        while !waits.is_empty() {
+            tokio::select! {
+                joined = waits.join_next() => {
+                    let Some(joined) = joined else { break };
+                    let (host, status) = match joined {
+                        Ok(exit) => exit,
+                        Err(e) => {
+                            // A wait task cannot panic in practice; keep supervising the rest.
+                            first_failure.get_or_insert_with(|| format!("{CLIENT_ERROR}lost track of a process: {e}"));
+                            continue;
+                        }
+                    };
+                    if let Some(pgid) = self.live[host].take() {
+                        // What the job forked dies with its leader, as in a container.
+                        signal_group(pgid, Signal::SIGKILL);
+                    }
+                    let failure = match status {
+                        Ok(status) if status.success() => None,
+                        Ok(status) => Some(outcome::exit_reason(status)),
+                        Err(e) => Some(format!("{CLIENT_ERROR}cannot wait for the process: {e}")),
+                    };
+                    if let Some(failure) = failure {
+                        first_failure.get_or_insert(failure);
+                        if cause.is_none() && self.live.iter().any(Option::is_some) {
+                            cause = Some(StopCause::HostFailed);
+                            kill_at = Some(self.terminate(grace));
+                        }
+                    }
+                }
+                _ = stop.changed(), if cause.is_none() => {
+                    // Only `true` is ever sent; a closed channel also means stop.
+                    cause = Some(StopCause::Requested);
+                    kill_at = Some(self.terminate(grace));
+                }
+                () = sleep_until_opt(deadline), if cause.is_none() => {
+                    cause = Some(StopCause::Timeout);
+                    kill_at = Some(self.terminate(grace));
+                }
+                () = sleep_until_opt(kill_at) => {
+                    for &pgid in self.live.iter().flatten() {
+                        signal_group(pgid, Signal::SIGKILL);
+                    }
+                    kill_at = None;
+                }
+            }
+        }
+
+        match cause {
+            Some(StopCause::Timeout) => Outcome::Failed {
+                reason: TIMEOUT_REASON.to_string(),
+                retryable: false,
+            },
+            Some(StopCause::SpawnFailed(reason)) => Outcome::Failed {
+                reason,
+                retryable: true,
+            },
+            Some(StopCause::Requested | StopCause::HostFailed) | None => match first_failure {
+                None => Outcome::Succeeded,
+                Some(reason) => Outcome::Failed {
+                    reason: outcome::failure_file_reason(&layout.failure_file()).unwrap_or(reason),
+                    retryable: true,
+                },
+            },
+        }
+    }
+
+    /// SIGTERM to every live group; returns when SIGKILL is due.
+    fn terminate(&self, grace: Duration) -> Instant {
+        tracing::debug!(attempt = self.attempt, "stopping attempt");
+        for &pgid in self.live.iter().flatten() {
+            signal_group(pgid, Signal::SIGTERM);
+        }
+        Instant::now() + grace
+    }
+}
+
+/// Sleeps until `at`, or forever when there is no deadline.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Spawns the process of host `host` (0-based) in its own process group, logging to its
+/// files in the attempt directory.
+fn spawn_host(
+    spec: &LaunchSpec,
+    layout: &JobLayout,
+    env: &[(String, String)],
+    host: usize,
+    gpus: &[u32],
+) -> std::io::Result<Child> {
+    let host = host as u32 + 1;
+    let open_log = |stream| -> std::io::Result<File> {
+        let path = layout.attempt_dir.join(log_file_name(stream, host));
+        File::create(&path).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot open log '{}': {e}", path.display()),
+            )
+        })
+    };
+    let stdout = open_log(LogStream::Stdout)?;
+    let stderr = open_log(LogStream::Stderr)?;
+    let mut command = Command::new(&spec.entrypoint[0]);
+    command
+        .args(&spec.entrypoint[1..])
+        .args(&spec.arguments)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(environment::per_host(host, gpus))
+        .current_dir(&layout.work)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(false);
+    command.spawn()
+}

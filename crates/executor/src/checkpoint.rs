@@ -1,0 +1,125 @@
+//! Checkpoint detection: one background task scans the checkpoint directories of running
+//! attempts every `checkpoint_poll` and reports when the newest modification time moved
+//! forward. The scheduler uses it to estimate how much work a preemption would lose.
+//!
+//! A change counts only if it is newer than the newest file that existed when the attempt
+//! started. That baseline, rather than the attempt's start time, keeps a previous attempt's
+//! checkpoint from counting as new work while staying exact when the file system's coarse
+//! timestamps lag the wall clock by a tick.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Weak;
+use std::time::{Duration, UNIX_EPOCH};
+
+use tokio::time::MissedTickBehavior;
+
+use crate::executor::Inner;
+
+/// At most this many directory entries are looked at per scan of one directory tree, so a job
+/// writing millions of small files cannot stall the scanner.
+pub(crate) const SCAN_ENTRY_LIMIT: usize = 10_000;
+
+/// The shortest scan period, so a zero `checkpoint_poll` cannot spin.
+const MIN_POLL: Duration = Duration::from_millis(10);
+
+/// The newest modification time (ns since the epoch) of any non-directory entry under `dir`,
+/// looking at no more than [`SCAN_ENTRY_LIMIT`] entries; symlinks are not followed.
+pub(crate) fn newest_mtime_ns(dir: &Path) -> Option<u64> {
+    let mut newest: Option<u64> = None;
+    let mut seen = 0usize;
+    let mut pending: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > SCAN_ENTRY_LIMIT {
+                return newest;
+            }
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            if file_type.is_dir() {
+                pending.push(entry.path());
+                continue;
+            }
+            // DirEntry::metadata does not follow symlinks: a link's own time counts.
+            let mtime = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            newest = newest.max(mtime);
+        }
+    }
+    newest
+}
+
+/// What the scanner knows of one running attempt's checkpoints.
+#[derive(Debug, Clone)]
+pub(crate) struct Watched {
+    pub(crate) dir: PathBuf,
+    /// The newest mtime reported or present at start (ns since the epoch; 0 when empty).
+    pub(crate) last_seen_ns: u64,
+}
+
+/// The scanner loop; it ends when the executor is dropped.
+pub(crate) async fn scan_loop(inner: Weak<Inner>, poll: Duration) {
+    let mut tick = tokio::time::interval(poll.max(MIN_POLL));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let targets = inner.checkpoint_targets();
+        if targets.is_empty() {
+            continue;
+        }
+        // Directory walks block; keep them off the runtime's workers.
+        let scanned = tokio::task::spawn_blocking(move || {
+            targets
+                .into_iter()
+                .filter_map(|(attempt, dir)| Some((attempt, newest_mtime_ns(&dir)?)))
+                .collect::<Vec<_>>()
+        })
+        .await;
+        if let Ok(scanned) = scanned {
+            inner.record_checkpoints(&scanned);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_file_anywhere_in_the_tree_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest_mtime_ns(dir.path()), None);
+        fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        assert_eq!(
+            newest_mtime_ns(dir.path()),
+            None,
+            "directories alone are not checkpoints"
+        );
+        let old = fs::File::create(dir.path().join("old")).unwrap();
+        old.set_modified(UNIX_EPOCH + Duration::from_secs(1_000))
+            .unwrap();
+        let deep = fs::File::create(dir.path().join("a/b/deep")).unwrap();
+        deep.set_modified(UNIX_EPOCH + Duration::from_secs(2_000))
+            .unwrap();
+        assert_eq!(newest_mtime_ns(dir.path()), Some(2_000_000_000_000));
+    }
+
+    #[test]
+    fn a_missing_directory_has_no_checkpoint() {
+        assert_eq!(
+            newest_mtime_ns(Path::new("/nonexistent/qm/checkpoints")),
+            None
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! The environment of an attempt's processes: the server's own environment, then the payload's
+//! `Environment`, then the SageMaker-style variables, which win because the executor, not the
+//! payload, knows the hosts, GPUs and directories of this attempt.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::layout::JobLayout;
+use crate::LaunchSpec;
+
+/// `SM_HP_<NAME>`: the name upper-cased, every non-alphanumeric character replaced by `_`.
+pub(crate) fn hyperparameter_var(name: &str) -> String {
+    let mut var = String::with_capacity(6 + name.len());
+    var.push_str("SM_HP_");
+    var.extend(name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() {
+            c.to_ascii_uppercase()
+        } else {
+            '_'
+        }
+    }));
+    var
+}
+
+/// The host name of the 1-based host `i`.
+pub(crate) fn host_name(i: u32) -> String {
+    format!("algo-{i}")
+}
+
+/// Variables that are the same for every host of the attempt, payload `Environment` first so
+/// that the executor's variables override it.
+pub(crate) fn common(
+    spec: &LaunchSpec,
+    layout: &JobLayout,
+    checkpoint_dir: &Path,
+) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = spec
+        .environment
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let hosts: Vec<String> = (1..=spec.count).map(host_name).collect();
+    let hps: &BTreeMap<String, String> = &spec.hyperparameters;
+    vars.push((
+        "SM_HPS".into(),
+        serde_json::to_string(hps).unwrap_or_default(),
+    ));
+    vars.extend(hps.iter().map(|(k, v)| (hyperparameter_var(k), v.clone())));
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    vars.extend([
+        ("SM_CHECKPOINT_DIR".into(), path(checkpoint_dir)),
+        ("SM_MODEL_DIR".into(), path(&layout.model)),
+        ("SM_OUTPUT_DIR".into(), path(&layout.output)),
+        ("SM_OUTPUT_DATA_DIR".into(), path(&layout.output_data)),
+        (
+            "SM_HOSTS".into(),
+            serde_json::to_string(&hosts).unwrap_or_default(),
+        ),
+        ("SM_TRAINING_JOB_NAME".into(), spec.job_name.clone()),
+        ("QM_JOB_ID".into(), spec.job_id.clone()),
+        ("QM_ATTEMPT".into(), spec.attempt_number.to_string()),
+    ]);
+    vars
+}
+
+/// Variables of the 1-based host `host` holding `gpus`.
+pub(crate) fn per_host(host: u32, gpus: &[u32]) -> [(&'static str, String); 3] {
+    let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    [
+        ("CUDA_VISIBLE_DEVICES", visible.join(",")),
+        ("SM_NUM_GPUS", gpus.len().to_string()),
+        ("SM_CURRENT_HOST", host_name(host)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyperparameter_names_become_upper_case_identifiers() {
+        assert_eq!(hyperparameter_var("learning-rate"), "SM_HP_LEARNING_RATE");
+        assert_eq!(hyperparameter_var("batch.size2"), "SM_HP_BATCH_SIZE2");
+    }
+
+    #[test]
+    fn a_host_without_gpus_sees_an_empty_device_list() {
+        assert_eq!(per_host(2, &[])[0].1, "");
+        assert_eq!(per_host(1, &[3, 1])[0].1, "3,1");
+        assert_eq!(per_host(1, &[3, 1])[2].1, "algo-1");
+    }
+}

@@ -1,0 +1,57 @@
+//! The crate's one error type. Errors are calls the executor refuses (a caller bug or a
+//! configuration it cannot honour); what happens to a job's processes, spawn failures
+//! included, is never an error but an [`crate::ExecEvent::Exited`] with a reason.
+
+use std::path::PathBuf;
+
+/// A configuration or a call the executor refuses; nothing was started when one is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// A directory the executor needs could not be created.
+    #[error("cannot create directory '{}': {source}: check data_dir and its permissions", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pools hand out more GPUs than `gpu_indices` lists.
+    #[error("the pools need {needed} GPUs but gpu_indices lists only {available}: list more GPUs or lower gpus_per_instance")]
+    NotEnoughGpus {
+        /// GPUs the pools need (count × gpus_per_instance, summed).
+        needed: usize,
+        /// GPUs listed.
+        available: usize,
+    },
+    /// A GPU index appears twice in `gpu_indices`.
+    #[error("GPU index {0} is listed twice in gpu_indices: each GPU goes to one instance")]
+    DuplicateGpu(u32),
+    /// The attempt's instance type has no local pool.
+    #[error("instance type '{0}' is not in the local inventory: add a pool for it or submit to a type that has one")]
+    UnknownInstanceType(String),
+    /// The attempt needs more instances than are free: the caller started beyond capacity.
+    #[error("attempt {attempt} needs {requested} instance(s) of '{instance_type}' but only {free} are free: start attempts only within the free capacity")]
+    InsufficientInstances {
+        /// The attempt.
+        attempt: u64,
+        /// Its instance type.
+        instance_type: String,
+        /// Instances it asked for.
+        requested: u32,
+        /// Instances of that type free at the time.
+        free: u32,
+    },
+    /// `count` was 0: there is nothing to run.
+    #[error("attempt {0} asks for 0 instances: InstanceCount must be at least 1")]
+    NoInstances(u64),
+    /// An attempt with this id is still running.
+    #[error("attempt {0} is already running: attempt ids must be unique")]
+    DuplicateAttempt(u64),
+    /// The job id cannot safely name a directory.
+    #[error("job id '{0}' cannot name a directory: use only letters, digits, '-', '_' and '.'")]
+    InvalidJobId(String),
+    /// `start` was called outside a tokio runtime.
+    #[error("LocalExecutor::start must be called inside a tokio runtime")]
+    NoRuntime,
+}

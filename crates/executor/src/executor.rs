@@ -1,0 +1,417 @@
+//! The local executor: its configuration, the launch request, the events it reports, and the
+//! shared state (inventory and running attempts) behind one mutex that is never held across
+//! an await. Each attempt is supervised by one tokio task ([`crate::attempt`]); checkpoint
+//! scanning is one more task for all attempts ([`crate::checkpoint`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use crate::checkpoint::{self, Watched};
+use crate::inventory::Inventory;
+use crate::layout::{self, JobLayout};
+use crate::{ExecError, Outcome, PoolSpec};
+
+/// How the local executor runs attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalConfig {
+    /// The executor writes under `data_dir/jobs/<job_id>/...`.
+    pub data_dir: PathBuf,
+    /// Time between SIGTERM and SIGKILL when an attempt is stopped.
+    pub stop_grace: Duration,
+    /// The local instances.
+    pub pools: Vec<PoolSpec>,
+    /// GPUs to hand out, in order; `None` = 0..total GPUs of the pools.
+    pub gpu_indices: Option<Vec<u32>>,
+    /// How often running attempts' checkpoint directories are scanned.
+    pub checkpoint_poll: Duration,
+}
+
+impl LocalConfig {
+    /// SageMaker's defaults: a 120 s stop grace, checkpoints scanned every second, GPUs 0..n.
+    pub fn new(data_dir: impl Into<PathBuf>, pools: Vec<PoolSpec>) -> Self {
+        LocalConfig {
+            data_dir: data_dir.into(),
+            stop_grace: Duration::from_secs(120),
+            pools,
+            gpu_indices: None,
+            checkpoint_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One attempt to run, as the server derives it from the job's SageMaker payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSpec {
+    /// The core's attempt id: unique forever.
+    pub attempt: u64,
+    /// The API job id (a UUID): names the per-job directory.
+    pub job_id: String,
+    /// 1-based, per job; names the attempt's log directory.
+    pub attempt_number: u32,
+    /// `SM_TRAINING_JOB_NAME`.
+    pub job_name: String,
+    /// The capacity unit, e.g. `ml.g5.xlarge`.
+    pub instance_type: String,
+    /// Instances; one process per instance (`SM_CURRENT_HOST` algo-1..algo-N).
+    pub count: u32,
+    /// `AlgorithmSpecification.ContainerEntrypoint`: program and its first arguments.
+    pub entrypoint: Vec<String>,
+    /// `ContainerArguments`, appended.
+    pub arguments: Vec<String>,
+    /// The payload's `Environment`.
+    pub environment: BTreeMap<String, String>,
+    /// The payload's `HyperParameters`.
+    pub hyperparameters: BTreeMap<String, String>,
+    /// The lower of `MaxRuntimeInSeconds` and `timeoutConfig`; the attempt is stopped after it.
+    pub max_runtime: Option<Duration>,
+    /// The payload's `CheckpointConfig.LocalPath`, if the user set one.
+    pub checkpoint_path: Option<PathBuf>,
+}
+
+impl LaunchSpec {
+    /// Attempt number 1 of `job_id` on one instance, with no arguments, environment,
+    /// hyperparameters, runtime limit or checkpoint path; the job name is the job id.
+    pub fn new(
+        attempt: u64,
+        job_id: impl Into<String>,
+        instance_type: impl Into<String>,
+        entrypoint: Vec<String>,
+    ) -> Self {
+        let job_id = job_id.into();
+        LaunchSpec {
+            attempt,
+            job_name: job_id.clone(),
+            job_id,
+            attempt_number: 1,
+            instance_type: instance_type.into(),
+            count: 1,
+            entrypoint,
+            arguments: Vec::new(),
+            environment: BTreeMap::new(),
+            hyperparameters: BTreeMap::new(),
+            max_runtime: None,
+            checkpoint_path: None,
+        }
+    }
+}
+
+/// What the executor reports, in order per attempt: `Running`, any `Checkpoint`s, `Exited`
+/// (an attempt whose processes could not all be spawned gets only `Exited`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecEvent {
+    /// All processes of the attempt were spawned.
+    Running {
+        /// The attempt.
+        attempt: u64,
+        /// Process ids, one per host in host order; each is also its process group id, which
+        /// is what [`LocalExecutor::reap_stale`] wants after a restart.
+        pids: Vec<u32>,
+        /// GPU indices of all hosts, in host order.
+        gpus: Vec<u32>,
+        /// The attempt's log directory (see [`crate::log_file_name`]).
+        log_dir: PathBuf,
+        /// Epoch milliseconds.
+        at_ms: u64,
+    },
+    /// The newest modification time under the checkpoint directory moved forward.
+    Checkpoint {
+        /// The attempt.
+        attempt: u64,
+        /// That modification time, in epoch milliseconds.
+        at_ms: u64,
+    },
+    /// Every process of the attempt is gone; its instances (and GPUs) are free again.
+    Exited {
+        /// The attempt.
+        attempt: u64,
+        /// How it ended.
+        outcome: Outcome,
+        /// Epoch milliseconds.
+        at_ms: u64,
+    },
+}
+
+/// Runs attempts as local process groups. Cheap to clone; all clones share one state.
+#[derive(Debug, Clone)]
+pub struct LocalExecutor {
+    inner: Arc<Inner>,
+}
+
+/// State shared by the executor handle, the attempt supervisors and the checkpoint scanner.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) cfg: LocalConfig,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    state: Mutex<State>,
+    scanner_started: AtomicBool,
+}
+
+#[derive(Debug)]
+struct State {
+    inventory: Inventory,
+    attempts: BTreeMap<u64, Slot>,
+}
+
+/// A started attempt, until its `Exited` event.
+#[derive(Debug)]
+struct Slot {
+    instances: Vec<usize>,
+    stop: watch::Sender<bool>,
+    /// Set once every process is spawned.
+    pgids: Vec<u32>,
+    /// Set once every process is spawned; the scanner skips the attempt before.
+    checkpoints: Option<Watched>,
+}
+
+/// Milliseconds since the epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl LocalExecutor {
+    /// Creates `data_dir/jobs` and builds the inventory (instances per type, GPU indices per
+    /// instance).
+    pub fn new(
+        cfg: LocalConfig,
+        events: mpsc::UnboundedSender<ExecEvent>,
+    ) -> Result<Self, ExecError> {
+        let jobs = cfg.data_dir.join("jobs");
+        std::fs::create_dir_all(&jobs)
+            .map_err(|source| ExecError::CreateDir { path: jobs, source })?;
+        let inventory = Inventory::build(&cfg.pools, cfg.gpu_indices.as_deref())?;
+        Ok(LocalExecutor {
+            inner: Arc::new(Inner {
+                cfg,
+                events,
+                state: Mutex::new(State {
+                    inventory,
+                    attempts: BTreeMap::new(),
+                }),
+                scanner_started: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Instances per instance type, free or not (what the core gets as physical capacity).
+    pub fn capacity(&self) -> BTreeMap<String, u32> {
+        self.inner.state().inventory.capacity()
+    }
+
+    /// Free instances of `instance_type` now.
+    pub fn free(&self, instance_type: &str) -> u32 {
+        self.inner.state().inventory.free(instance_type)
+    }
+
+    /// Starts an attempt; must be called inside a tokio runtime; never blocks on the process.
+    ///
+    /// Directories, log files and processes are created by the attempt's task, so a failure
+    /// there (program not found, not executable, cannot create directories) arrives as
+    /// `Exited { Failed { reason: "...ClientError: cannot start '<program>': ...", retryable: true } }`.
+    /// A missing entrypoint arrives the same way, with `retryable: false`. Errors are for
+    /// caller bugs: more instances than are free, an unknown type, `count` 0, a duplicate
+    /// attempt id, a job id that cannot name a directory, no runtime.
+    pub fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ExecError::NoRuntime)?;
+        if spec.count == 0 {
+            return Err(ExecError::NoInstances(spec.attempt));
+        }
+        if !layout::valid_job_id(&spec.job_id) {
+            return Err(ExecError::InvalidJobId(spec.job_id));
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let hosts = {
+            let mut state = self.inner.state();
+            if state.attempts.contains_key(&spec.attempt) {
+                return Err(ExecError::DuplicateAttempt(spec.attempt));
+            }
+            let instances = state
+                .inventory
+                .take(spec.attempt, &spec.instance_type, spec.count)?;
+            let hosts: Vec<Vec<u32>> = instances
+                .iter()
+                .map(|&id| state.inventory.gpus(id).to_vec())
+                .collect();
+            state.attempts.insert(
+                spec.attempt,
+                Slot {
+                    instances,
+                    stop: stop_tx,
+                    pgids: Vec::new(),
+                    checkpoints: None,
+                },
+            );
+            hosts
+        };
+        if !self.inner.scanner_started.swap(true, Ordering::Relaxed) {
+            runtime.spawn(checkpoint::scan_loop(
+                Arc::downgrade(&self.inner),
+                self.inner.cfg.checkpoint_poll,
+            ));
+        }
+        tracing::debug!(attempt = spec.attempt, job_id = %spec.job_id, count = spec.count, "starting attempt");
+        runtime.spawn(crate::attempt::supervise(
+            self.inner.clone(),
+            spec,
+            hosts,
+            stop_rx,
+        ));
+        Ok(())
+    }
+
+    /// Stops an attempt: SIGTERM to each process group, SIGKILL to the groups still alive after
+    /// `stop_grace`; the `Exited` event comes once every process is gone and reports the real
+    /// outcome. Idempotent; an unknown attempt is a no-op.
+    pub fn stop(&self, attempt: u64) {
+        if let Some(slot) = self.inner.state().attempts.get(&attempt) {
+            slot.stop.send_replace(true);
+        }
+    }
+
+    /// The per-job directory (`data_dir/jobs/<job_id>`).
+    pub fn job_dir(&self, job_id: &str) -> PathBuf {
+        layout::job_dir(&self.inner.cfg.data_dir, job_id)
+    }
+
+    /// The log directory of attempt number `attempt_number` of `job_id`.
+    pub fn log_dir(&self, job_id: &str, attempt_number: u32) -> PathBuf {
+        JobLayout::new(&self.inner.cfg.data_dir, job_id, attempt_number).attempt_dir
+    }
+
+    /// After a server restart: process groups recorded by a previous server (pids from
+    /// `Running` events) that may still be alive. SIGTERM, up to `stop_grace`, SIGKILL, and
+    /// return once all are gone (or 10 s after SIGKILL, with a warning). Groups of attempts
+    /// this executor runs, and pids now used by a process without `QM_JOB_ID` in its
+    /// environment (a reused pid), are left alone. Meant for start-up, before any `start`.
+    pub async fn reap_stale(&self, pgids: &[u32]) {
+        let own: BTreeSet<u32> = self
+            .inner
+            .state()
+            .attempts
+            .values()
+            .flat_map(|slot| slot.pgids.iter().copied())
+            .collect();
+        let targets: Vec<u32> = pgids
+            .iter()
+            .copied()
+            .filter(|pgid| !own.contains(pgid))
+            .filter(|&pgid| {
+                let ours = crate::group::may_be_ours(pgid);
+                if !ours {
+                    tracing::warn!(
+                        pgid,
+                        "pid now belongs to a process without QM_JOB_ID; leaving it alone"
+                    );
+                }
+                ours
+            })
+            .collect();
+        crate::group::reap(targets, self.inner.cfg.stop_grace).await;
+    }
+
+    /// Number of attempts started and not yet `Exited`.
+    pub fn running(&self) -> usize {
+        self.inner.state().attempts.len()
+    }
+
+    /// Checks that every instance is free or held by exactly one running attempt.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let state = self.inner.state();
+        let held: Vec<usize> = state
+            .attempts
+            .values()
+            .flat_map(|slot| slot.instances.iter().copied())
+            .collect();
+        state.inventory.check_invariants(&held)
+    }
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere must not wedge the executor: the state stays consistent because
+        // every critical section is a few map operations.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the spawned processes and reports `Running`. From now on the scanner looks at
+    /// `checkpoint_dir`, reporting only mtimes newer than `baseline_ns`.
+    pub(crate) fn mark_running(
+        &self,
+        attempt: u64,
+        pgids: Vec<u32>,
+        gpus: Vec<u32>,
+        log_dir: PathBuf,
+        checkpoint_dir: PathBuf,
+        baseline_ns: u64,
+    ) {
+        let mut state = self.state();
+        if let Some(slot) = state.attempts.get_mut(&attempt) {
+            slot.pgids = pgids.clone();
+            slot.checkpoints = Some(Watched {
+                dir: checkpoint_dir,
+                last_seen_ns: baseline_ns,
+            });
+        }
+        // Sent under the lock so that no Checkpoint or Exited of this attempt can precede it.
+        let _ = self.events.send(ExecEvent::Running {
+            attempt,
+            pids: pgids,
+            gpus,
+            log_dir,
+            at_ms: now_ms(),
+        });
+    }
+
+    /// Frees the attempt's instances and reports `Exited`; called once every process is gone.
+    pub(crate) fn finish(&self, attempt: u64, outcome: Outcome) {
+        let mut state = self.state();
+        if let Some(slot) = state.attempts.remove(&attempt) {
+            state.inventory.give_back(&slot.instances);
+        }
+        tracing::debug!(attempt, ?outcome, "attempt exited");
+        // Under the lock: when the server sees Exited, the capacity is already free.
+        let _ = self.events.send(ExecEvent::Exited {
+            attempt,
+            outcome,
+            at_ms: now_ms(),
+        });
+    }
+
+    /// The checkpoint directories to scan: running attempts only.
+    pub(crate) fn checkpoint_targets(&self) -> Vec<(u64, PathBuf)> {
+        self.state()
+            .attempts
+            .iter()
+            .filter_map(|(&attempt, slot)| Some((attempt, slot.checkpoints.as_ref()?.dir.clone())))
+            .collect()
+    }
+
+    /// Reports a `Checkpoint` for each attempt, still running, whose newest mtime moved
+    /// past what was last seen.
+    pub(crate) fn record_checkpoints(&self, scanned: &[(u64, u64)]) {
+        let mut state = self.state();
+        for &(attempt, newest_ns) in scanned {
+            let Some(watched) = state
+                .attempts
+                .get_mut(&attempt)
+                .and_then(|s| s.checkpoints.as_mut())
+            else {
+                continue;
+            };
+            if newest_ns > watched.last_seen_ns {
+                watched.last_seen_ns = newest_ns;
+                let _ = self.events.send(ExecEvent::Checkpoint {
+                    attempt,
+                    at_ms: newest_ns / 1_000_000,
+                });
+            }
+        }
+    }
+}

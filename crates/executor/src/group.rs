@@ -1,0 +1,94 @@
+//! Signals to process groups, and reaping the groups a previous server left behind. Every
+//! attempt process leads its own group (`process_group(0)`), so its pid is its group id and a
+//! signal to the group reaches whatever the job forked too.
+
+use std::time::Duration;
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+use tokio::time::{sleep, Instant};
+
+/// How often `reap_stale` looks whether the groups are gone: it cannot wait on processes that
+/// are not its children, so it polls, and only at start-up.
+const REAP_POLL: Duration = Duration::from_millis(20);
+
+/// How long `reap_stale` waits for SIGKILLed groups before giving up with a warning (a process
+/// stuck in the kernel, or a zombie whose parent never reaps it, would otherwise block start-up).
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Sends `signal` to group `pgid`; false when the group is gone or cannot be signalled.
+/// Group ids 0 and 1 are refused: 0 would signal the server's own group.
+pub(crate) fn signal_group(pgid: u32, signal: Signal) -> bool {
+    let Ok(raw) = i32::try_from(pgid) else {
+        return false;
+    };
+    if raw <= 1 {
+        return false;
+    }
+    killpg(Pid::from_raw(raw), signal).is_ok()
+}
+
+/// Whether any process of group `pgid` exists and can be signalled by us.
+fn group_alive(pgid: u32) -> bool {
+    match i32::try_from(pgid) {
+        // Signal 0 only checks. EPERM means it exists but is not ours: nothing we can do.
+        Ok(raw) if raw > 1 => kill(Pid::from_raw(-raw), None).is_ok(),
+        _ => false,
+    }
+}
+
+/// Collects the group leader if it is a zombie child of ours (the server may be PID 1 or a
+/// subreaper, and then inherits the old server's orphans).
+fn collect_zombie(pgid: u32) {
+    if let Ok(raw) = i32::try_from(pgid) {
+        let _ = waitpid(Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
+/// Whether the live process with pid `pgid` could be one of our attempts. Pids are reused, so a
+/// recorded group id may now name an unrelated process; when its environment is readable and
+/// lacks `QM_JOB_ID`, it is left alone. An unreadable or empty environment (no /proc, leader
+/// gone, zombie, or a process caught in the middle of exec) does not clear it.
+pub(crate) fn may_be_ours(pgid: u32) -> bool {
+    match std::fs::read(format!("/proc/{pgid}/environ")) {
+        Ok(env) if !env.is_empty() => env
+            .split(|b| *b == 0)
+            .any(|var| var.starts_with(b"QM_JOB_ID=")),
+        _ => true,
+    }
+}
+
+/// SIGTERM to every group, up to `grace` for them to go, SIGKILL to the rest, and a bounded
+/// wait for those.
+pub(crate) async fn reap(pgids: Vec<u32>, grace: Duration) {
+    let mut alive: Vec<u32> = pgids
+        .into_iter()
+        .filter(|&pgid| signal_group(pgid, Signal::SIGTERM))
+        .collect();
+    if alive.is_empty() {
+        return;
+    }
+    tracing::info!(groups = ?alive, "stopping process groups left by a previous server");
+    wait_gone(&mut alive, Instant::now() + grace).await;
+    for &pgid in &alive {
+        signal_group(pgid, Signal::SIGKILL);
+    }
+    wait_gone(&mut alive, Instant::now() + KILL_WAIT).await;
+    if !alive.is_empty() {
+        tracing::warn!(groups = ?alive, "process groups still present after SIGKILL; continuing");
+    }
+}
+
+async fn wait_gone(alive: &mut Vec<u32>, until: Instant) {
+    loop {
+        alive.retain(|&pgid| {
+            collect_zombie(pgid);
+            group_alive(pgid)
+        });
+        if alive.is_empty() || Instant::now() >= until {
+            return;
+        }
+        sleep(REAP_POLL).await;
+    }
+}

@@ -1,0 +1,372 @@
+//! What the local machine offers: instance types, how many instances of each, and which GPUs
+//! each instance hands to its process. The inventory is fixed at start-up; attempts take and
+//! give back whole instances, so a GPU is never shared by two running attempts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ExecError;
+
+/// A group of identical local instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    /// The capacity unit, e.g. `ml.g5.xlarge`.
+    pub instance_type: String,
+    /// How many instances of that type.
+    pub count: u32,
+    /// GPUs each instance gets (0: the process runs on the CPU).
+    pub gpus_per_instance: u32,
+}
+
+/// One GPU as `nvidia-smi` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// The index `CUDA_VISIBLE_DEVICES` uses.
+    pub index: u32,
+    /// The product name, e.g. `NVIDIA A10G`.
+    pub name: String,
+}
+
+/// Runs `nvidia-smi --query-gpu=index,name --format=csv,noheader`; empty when absent or failing.
+pub fn detect_gpus() -> Vec<GpuInfo> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=index,name", "--format=csv,noheader"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(out) if out.status.success() => parse_gpu_csv(&String::from_utf8_lossy(&out.stdout)),
+        _ => Vec::new(),
+    }
+}
+
+/// Parses `index, name` lines; lines that do not parse are skipped rather than failing the
+/// whole detection, since a partial inventory is still usable.
+pub(crate) fn parse_gpu_csv(text: &str) -> Vec<GpuInfo> {
+    text.lines()
+        .filter_map(|line| {
+            let (index, name) = line.split_once(',')?;
+            Some(GpuInfo {
+                index: index.trim().parse().ok()?,
+                name: name.trim().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The SageMaker instance type whose GPU matches `gpu_name` (ml.g5.xlarge when unknown).
+pub fn instance_type_for_gpu(gpu_name: &str) -> &'static str {
+    // Compare whole tokens: "L4" must not match "L40" or "L40S".
+    let upper = gpu_name.to_ascii_uppercase();
+    let tokens: Vec<&str> = upper.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    let has = |t: &str| tokens.contains(&t);
+    if has("A10G") {
+        "ml.g5.xlarge"
+    } else if has("L40S") {
+        "ml.g6e.xlarge"
+    } else if has("L4") {
+        "ml.g6.xlarge"
+    } else if has("T4") {
+        "ml.g4dn.xlarge"
+    } else if has("V100") {
+        "ml.p3.2xlarge"
+    } else {
+        "ml.g5.xlarge"
+    }
+}
+
+/// The pool when no config is given: one instance per detected GPU (type chosen from the GPU
+/// name by [`instance_type_for_gpu`]), else 4 simulated ml.g5.xlarge with 0 GPUs (processes on
+/// the CPU).
+///
+/// Consecutive GPUs of one type share a pool, and pools follow the GPUs' order, so the default
+/// `gpu_indices` (0..total, in pool order) gives each instance the GPU it was made for when
+/// `nvidia-smi` numbers its GPUs 0..n. Pass `gpu_indices` explicitly when it does not.
+pub fn default_pools(gpus: &[GpuInfo]) -> Vec<PoolSpec> {
+    if gpus.is_empty() {
+        return vec![PoolSpec {
+            instance_type: "ml.g5.xlarge".into(),
+            count: 4,
+            gpus_per_instance: 0,
+        }];
+    }
+    let mut pools: Vec<PoolSpec> = Vec::new();
+    for gpu in gpus {
+        let instance_type = instance_type_for_gpu(&gpu.name);
+        match pools.last_mut() {
+            Some(last) if last.instance_type == instance_type => last.count += 1,
+            _ => pools.push(PoolSpec {
+                instance_type: instance_type.into(),
+                count: 1,
+                gpus_per_instance: 1,
+            }),
+        }
+    }
+    pools
+}
+
+/// One local instance: its type and the GPUs its process sees.
+#[derive(Debug)]
+struct Instance {
+    instance_type: String,
+    gpus: Vec<u32>,
+}
+
+/// All instances, and which are free. Instance ids are indices into `instances`.
+#[derive(Debug)]
+pub(crate) struct Inventory {
+    instances: Vec<Instance>,
+    /// Free instance ids per type; the lowest ids go first, so GPU assignment is predictable.
+    free: BTreeMap<String, BTreeSet<usize>>,
+}
+
+impl Inventory {
+    /// Lays out the instances of `pools` in order, handing each its GPUs from `gpu_indices`
+    /// (or 0..total) in order.
+    pub(crate) fn build(
+        pools: &[PoolSpec],
+        gpu_indices: Option<&[u32]>,
+    ) -> Result<Self, ExecError> {
+        let needed: usize = pools
+            .iter()
+            .map(|p| p.count as usize * p.gpus_per_instance as usize)
+            .sum();
+        let gpus: Vec<u32> = match gpu_indices {
+            Some(list) => {
+                let mut seen = BTreeSet::new();
+                if let Some(dup) = list.iter().find(|g| !seen.insert(**g)) {
+                    return Err(ExecError::DuplicateGpu(*dup));
+                }
+                list.to_vec()
+            }
+            None => (0..needed as u32).collect(),
+        };
+        if gpus.len() < needed {
+            return Err(ExecError::NotEnoughGpus {
+                needed,
+                available: gpus.len(),
+            });
+        }
+        let mut next_gpu = gpus.iter().copied();
+        let mut inventory = Inventory {
+            instances: Vec::new(),
+            free: BTreeMap::new(),
+        };
+        for pool in pools {
+            let free = inventory
+                .free
+                .entry(pool.instance_type.clone())
+                .or_default();
+            for _ in 0..pool.count {
+                free.insert(inventory.instances.len());
+                inventory.instances.push(Instance {
+                    instance_type: pool.instance_type.clone(),
+                    gpus: next_gpu
+                        .by_ref()
+                        .take(pool.gpus_per_instance as usize)
+                        .collect(),
+                });
+            }
+        }
+        Ok(inventory)
+    }
+
+    /// Instances per type, free or not.
+    pub(crate) fn capacity(&self) -> BTreeMap<String, u32> {
+        let mut capacity: BTreeMap<String, u32> =
+            self.free.keys().map(|t| (t.clone(), 0)).collect();
+        for instance in &self.instances {
+            *capacity.entry(instance.instance_type.clone()).or_default() += 1;
+        }
+        capacity
+    }
+
+    /// Takes `count` free instances of `instance_type`, lowest ids first.
+    pub(crate) fn take(
+        &mut self,
+        attempt: u64,
+        instance_type: &str,
+        count: u32,
+    ) -> Result<Vec<usize>, ExecError> {
+        let free = self
+            .free
+            .get_mut(instance_type)
+            .ok_or_else(|| ExecError::UnknownInstanceType(instance_type.to_string()))?;
+        if free.len() < count as usize {
+            return Err(ExecError::InsufficientInstances {
+                attempt,
+                instance_type: instance_type.to_string(),
+                requested: count,
+                free: free.len() as u32,
+            });
+        }
+        Ok((0..count).filter_map(|_| free.pop_first()).collect())
+    }
+
+    /// Returns instances taken by [`Inventory::take`].
+    pub(crate) fn give_back(&mut self, ids: &[usize]) {
+        for &id in ids {
+            let instance = &self.instances[id];
+            let newly_free = self
+                .free
+                .entry(instance.instance_type.clone())
+                .or_default()
+                .insert(id);
+            debug_assert!(newly_free, "instance {id} given back twice");
+        }
+    }
+
+    /// The GPUs instance `id` hands to its process.
+    pub(crate) fn gpus(&self, id: usize) -> &[u32] {
+        &self.instances[id].gpus
+    }
+
+    /// Free instances of a type.
+    pub(crate) fn free(&self, instance_type: &str) -> u32 {
+        self.free.get(instance_type).map_or(0, |f| f.len() as u32)
+    }
+
+    /// Every instance is either free or held, never both; ids are in range. `held` lists the
+    /// instances of running attempts.
+    pub(crate) fn check_invariants(&self, held: &[usize]) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for (instance_type, free) in &self.free {
+            for &id in free {
+                let instance = self
+                    .instances
+                    .get(id)
+                    .ok_or(format!("free id {id} out of range"))?;
+                if &instance.instance_type != instance_type {
+                    return Err(format!(
+                        "instance {id} is free under the wrong type {instance_type}"
+                    ));
+                }
+                seen.insert(id);
+            }
+        }
+        for &id in held {
+            if !seen.insert(id) {
+                return Err(format!(
+                    "instance {id} is both free and held, or held twice"
+                ));
+            }
+        }
+        if seen.len() != self.instances.len() {
+            return Err(format!(
+                "{} instances but {} free or held",
+                self.instances.len(),
+                seen.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(instance_type: &str, count: u32, gpus_per_instance: u32) -> PoolSpec {
+        PoolSpec {
+            instance_type: instance_type.into(),
+            count,
+            gpus_per_instance,
+        }
+    }
+
+    #[test]
+    fn nvidia_smi_lines_parse_and_bad_lines_are_skipped() {
+        let gpus = parse_gpu_csv("0, NVIDIA A10G\n1, NVIDIA L4\nnot a gpu\n");
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(
+            gpus[1],
+            GpuInfo {
+                index: 1,
+                name: "NVIDIA L4".into()
+            }
+        );
+    }
+
+    #[test]
+    fn gpu_names_map_to_instance_types_by_whole_token() {
+        for (name, expected) in [
+            ("NVIDIA A10G", "ml.g5.xlarge"),
+            ("NVIDIA L4", "ml.g6.xlarge"),
+            ("NVIDIA L40S", "ml.g6e.xlarge"),
+            ("NVIDIA L40", "ml.g5.xlarge"),
+            ("Tesla T4", "ml.g4dn.xlarge"),
+            ("Tesla V100-SXM2-16GB", "ml.p3.2xlarge"),
+            ("NVIDIA H200", "ml.g5.xlarge"),
+        ] {
+            assert_eq!(instance_type_for_gpu(name), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn no_gpu_means_four_simulated_cpu_instances() {
+        assert_eq!(default_pools(&[]), vec![pool("ml.g5.xlarge", 4, 0)]);
+    }
+
+    #[test]
+    fn consecutive_gpus_of_one_type_share_a_pool_in_gpu_order() {
+        let gpus = parse_gpu_csv("0, NVIDIA A10G\n1, NVIDIA A10G\n2, NVIDIA L4\n3, NVIDIA A10G\n");
+        assert_eq!(
+            default_pools(&gpus),
+            vec![
+                pool("ml.g5.xlarge", 2, 1),
+                pool("ml.g6.xlarge", 1, 1),
+                pool("ml.g5.xlarge", 1, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn gpus_are_handed_out_in_order_and_capacity_merges_pools_of_one_type() {
+        let pools = [pool("a", 2, 2), pool("b", 1, 0), pool("a", 1, 1)];
+        let inv = Inventory::build(&pools, Some(&[7, 6, 5, 4, 3])).unwrap();
+        assert_eq!(inv.gpus(0), [7, 6]);
+        assert_eq!(inv.gpus(1), [5, 4]);
+        assert!(inv.gpus(2).is_empty());
+        assert_eq!(inv.gpus(3), [3]);
+        assert_eq!(
+            inv.capacity(),
+            BTreeMap::from([("a".into(), 3), ("b".into(), 1)])
+        );
+        inv.check_invariants(&[]).unwrap();
+    }
+
+    #[test]
+    fn too_few_or_duplicate_gpu_indices_are_refused() {
+        let pools = [pool("a", 2, 1)];
+        assert!(matches!(
+            Inventory::build(&pools, Some(&[0])),
+            Err(ExecError::NotEnoughGpus {
+                needed: 2,
+                available: 1
+            })
+        ));
+        assert!(matches!(
+            Inventory::build(&pools, Some(&[1, 1])),
+            Err(ExecError::DuplicateGpu(1))
+        ));
+    }
+
+    #[test]
+    fn taking_beyond_free_instances_fails_and_giving_back_frees_them() {
+        let mut inv = Inventory::build(&[pool("a", 2, 0)], None).unwrap();
+        let held = inv.take(1, "a", 2).unwrap();
+        inv.check_invariants(&held).unwrap();
+        assert!(matches!(
+            inv.take(2, "a", 1),
+            Err(ExecError::InsufficientInstances { free: 0, .. })
+        ));
+        assert!(matches!(
+            inv.take(2, "b", 1),
+            Err(ExecError::UnknownInstanceType(_))
+        ));
+        inv.give_back(&held);
+        assert_eq!(inv.free("a"), 2);
+        inv.check_invariants(&[]).unwrap();
+    }
+}

@@ -1,0 +1,35 @@
+//! Quartermaster's executor: runs attempts of training jobs as local processes, with GPU
+//! assignment, per-attempt logs, checkpoint detection and a graceful stop (DESIGN.md §4).
+//!
+//! The server builds a [`LocalExecutor`] from a [`LocalConfig`] and an event channel, gives
+//! [`LocalExecutor::capacity`] to the core as physical capacity, and carries out the core's
+//! start and stop effects with [`LocalExecutor::start`] and [`LocalExecutor::stop`]. What
+//! happens to the processes comes back as [`ExecEvent`]s: `Running`, `Checkpoint`, `Exited`.
+//!
+//! An attempt runs `ContainerEntrypoint` + `ContainerArguments` once per instance, each process
+//! leading its own process group, in `data_dir/jobs/<job_id>/work` (the layout is in
+//! [`layout`]). Its environment is the server's, then the payload's `Environment`, then
+//! `CUDA_VISIBLE_DEVICES`, `SM_NUM_GPUS`, `SM_CURRENT_HOST`, `SM_HOSTS`, `SM_HPS`,
+//! `SM_HP_<NAME>`, `SM_CHECKPOINT_DIR`, `SM_MODEL_DIR`, `SM_OUTPUT_DIR`, `SM_OUTPUT_DATA_DIR`,
+//! `SM_TRAINING_JOB_NAME`, `QM_JOB_ID` and `QM_ATTEMPT`.
+//!
+//! Modules: `inventory` (instances and GPUs), [`layout`] (directories and log names),
+//! `environment`, `attempt` (one task per attempt: spawn, wait, stop, timeout), `checkpoint`
+//! (one scanner task for all attempts), `group` (process-group signals and stale reaping),
+//! `outcome` (exit reasons), `executor` (the public handle and its shared state).
+
+mod attempt;
+mod checkpoint;
+mod environment;
+mod error;
+mod executor;
+mod group;
+mod inventory;
+pub mod layout;
+mod outcome;
+
+pub use error::ExecError;
+pub use executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor};
+pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
+pub use layout::{log_file_name, LogStream};
+pub use outcome::{Outcome, TIMEOUT_REASON};

@@ -1,0 +1,108 @@
+//! How an attempt ended, and the reason strings `retryStrategy.evaluateOnExit` globs match.
+//! They follow what AWS Batch shows for SageMaker jobs: `Received status from SageMaker: ...`.
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use serde::{Deserialize, Serialize};
+
+/// The reason of an attempt stopped for exceeding its `max_runtime` (never retried).
+pub const TIMEOUT_REASON: &str = "Job attempt duration exceeded timeout";
+
+/// The prefix of failures caused by the job's own code.
+pub(crate) const ALGORITHM_ERROR: &str = "Received status from SageMaker: AlgorithmError: ";
+
+/// The prefix of failures to start the job.
+pub(crate) const CLIENT_ERROR: &str = "Received status from SageMaker: ClientError: ";
+
+/// The longest failure-file message kept, in characters (SageMaker truncates too).
+const FAILURE_MESSAGE_MAX_CHARS: usize = 512;
+
+/// How an attempt ended once every process is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Every process exited with status 0.
+    Succeeded,
+    /// Something failed; `reason` is what the API shows as the attempt's status reason.
+    Failed {
+        /// Human- and glob-readable reason, e.g.
+        /// `Received status from SageMaker: AlgorithmError: process exited with code 3`.
+        reason: String,
+        /// False only for timeouts, which are not retried.
+        retryable: bool,
+    },
+}
+
+/// `process exited with code <n>` or `process killed by signal <SIGNAME>`, prefixed.
+pub(crate) fn exit_reason(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("{ALGORITHM_ERROR}process exited with code {code}");
+    }
+    let signal = status.signal().unwrap_or(0);
+    let name = nix::sys::signal::Signal::try_from(signal)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {signal}"));
+    format!("{ALGORITHM_ERROR}process killed by signal {name}")
+}
+
+/// The reason from the job's failure file: its first line, trimmed, at most 512 characters.
+/// `None` when the file is absent, unreadable or its first line is blank.
+pub(crate) fn failure_file_reason(path: &Path) -> Option<String> {
+    let mut head = Vec::new();
+    // Bounded read: the file is the job's, and may be anything.
+    std::fs::File::open(path)
+        .ok()?
+        .take(16 * 1024)
+        .read_to_end(&mut head)
+        .ok()?;
+    let text = String::from_utf8_lossy(&head);
+    let line = text.lines().next()?.trim();
+    if line.is_empty() {
+        return None;
+    }
+    let message: String = line.chars().take(FAILURE_MESSAGE_MAX_CHARS).collect();
+    Some(format!("{ALGORITHM_ERROR}{message}"))
+}
+
+/// `cannot start '<program>': <what went wrong>`, prefixed.
+pub(crate) fn spawn_reason(program: &str, error: impl std::fmt::Display) -> String {
+    format!("{CLIENT_ERROR}cannot start '{program}': {error}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_and_signals_read_as_sagemaker_algorithm_errors() {
+        assert_eq!(
+            exit_reason(ExitStatus::from_raw(3 << 8)),
+            "Received status from SageMaker: AlgorithmError: process exited with code 3"
+        );
+        assert_eq!(
+            exit_reason(ExitStatus::from_raw(9)),
+            "Received status from SageMaker: AlgorithmError: process killed by signal SIGKILL"
+        );
+    }
+
+    #[test]
+    fn the_failure_file_gives_its_first_line_trimmed_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("failure");
+        assert_eq!(failure_file_reason(&path), None);
+        std::fs::write(&path, "  out of memory \nsecond line").unwrap();
+        assert_eq!(
+            failure_file_reason(&path).unwrap(),
+            "Received status from SageMaker: AlgorithmError: out of memory"
+        );
+        std::fs::write(&path, "é".repeat(600)).unwrap();
+        assert_eq!(
+            failure_file_reason(&path).unwrap().chars().count(),
+            ALGORITHM_ERROR.len() + 512
+        );
+        std::fs::write(&path, "\n\nlater").unwrap();
+        assert_eq!(failure_file_reason(&path), None);
+    }
+}

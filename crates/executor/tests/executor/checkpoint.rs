@@ -1,0 +1,100 @@
+//! Checkpoints: the directory survives attempts, writes during an attempt are reported, and an
+//! old checkpoint is not new work.
+
+use std::fs;
+
+use qm_executor::{ExecEvent, Outcome};
+
+use crate::world::{sh, World};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_written_during_the_attempt_is_reported() {
+    let mut w = World::new();
+    w.exec
+        .start(sh(
+            1,
+            "job-ckpt",
+            "sleep 0.2; echo step-1 > \"$SM_CHECKPOINT_DIR/model.ckpt\"; sleep 1000",
+        ))
+        .unwrap();
+    let at_ms = w
+        .wait_for("Checkpoint", |e| match e {
+            ExecEvent::Checkpoint { attempt: 1, at_ms } => Some(*at_ms),
+            _ => None,
+        })
+        .await;
+    let (_, _, _) = w.running(1).await;
+    let running_at = w
+        .seen
+        .iter()
+        .find_map(|e| match e {
+            ExecEvent::Running { at_ms, .. } => Some(*at_ms),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        at_ms + 1_000 >= running_at,
+        "the checkpoint's mtime is this attempt's"
+    );
+    w.exec.stop(1);
+    w.exited(1).await;
+    let kinds: Vec<&str> = w
+        .events_of(1)
+        .iter()
+        .map(|e| match e {
+            ExecEvent::Running { .. } => "running",
+            ExecEvent::Checkpoint { .. } => "checkpoint",
+            ExecEvent::Exited { .. } => "exited",
+        })
+        .collect();
+    assert_eq!(kinds, ["running", "checkpoint", "exited"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_directory_survives_to_the_next_attempt_without_counting_as_new_work() {
+    let mut w = World::new();
+    let mut first = sh(1, "job-resume", "echo 41 > \"$SM_CHECKPOINT_DIR/state\"");
+    first.attempt_number = 1;
+    w.exec.start(first).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+
+    // Long enough for several scans (every 50 ms) while the old checkpoint sits there.
+    let mut second = sh(
+        2,
+        "job-resume",
+        "test \"$(cat \"$SM_CHECKPOINT_DIR/state\")\" = 41 && sleep 0.5",
+    );
+    second.attempt_number = 2;
+    w.exec.start(second).unwrap();
+    assert_eq!(w.exited(2).await, Outcome::Succeeded);
+    assert!(
+        !w.events_of(2)
+            .iter()
+            .any(|e| matches!(e, ExecEvent::Checkpoint { .. })),
+        "{:?}",
+        w.events_of(2)
+    );
+    assert!(w
+        .exec
+        .job_dir("job-resume")
+        .join("checkpoints/state")
+        .is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writable_checkpoint_local_path_replaces_the_job_directory() {
+    let mut w = World::new();
+    let mine = w.dir.path().join("my-checkpoints");
+    let mut spec = sh(
+        1,
+        "job-local",
+        "echo \"$SM_CHECKPOINT_DIR\"; touch \"$SM_CHECKPOINT_DIR/c\"",
+    );
+    spec.checkpoint_path = Some(mine.clone());
+    w.exec.start(spec).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    let (_, _, log_dir) = w.running(1).await;
+    let out = fs::read_to_string(log_dir.join("stdout.log")).unwrap();
+    assert_eq!(out.trim(), mine.to_str().unwrap());
+    assert!(mine.join("c").is_file());
+}

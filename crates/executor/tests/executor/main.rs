@@ -1,0 +1,7 @@
+//! Executor tests with real processes (`sh -c` scripts): one binary, one module per concern.
+
+mod checkpoint;
+mod reap;
+mod run;
+mod stop;
+mod world;

@@ -1,0 +1,254 @@
+//! Starting attempts: environment, logs, exit reasons, spawn failures, several hosts.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use qm_executor::{ExecError, LaunchSpec, Outcome};
+
+use crate::world::{failed, parse_env, pool, sh, World};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_host_sees_its_gpus_hyperparameters_directories_and_the_payload_environment() {
+    let mut w = World::with(|cfg| {
+        cfg.pools = vec![pool("ml.g5.xlarge", 2, 1)];
+        cfg.gpu_indices = Some(vec![5, 7]);
+    });
+    let mut spec = sh(1, "job-env", "env; pwd");
+    spec.count = 2;
+    spec.job_name = "train-7".into();
+    spec.hyperparameters = BTreeMap::from([
+        ("learning-rate".into(), "0.1".into()),
+        ("epochs".into(), "3".into()),
+    ]);
+    // HOME is inherited from the server; the payload wins. SM_CURRENT_HOST is the executor's.
+    spec.environment = BTreeMap::from([
+        ("HOME".into(), "/payload/home".into()),
+        ("MY_SETTING".into(), "on".into()),
+        ("SM_CURRENT_HOST".into(), "payload-host".into()),
+    ]);
+    w.exec.start(spec).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    let (pids, gpus, log_dir) = w.running(1).await;
+    assert_eq!(pids.len(), 2);
+    assert_eq!(gpus, [5, 7]);
+    let job = w.exec.job_dir("job-env");
+    assert_eq!(log_dir, job.join("attempts/1"));
+
+    let algo1 = fs::read_to_string(log_dir.join("stdout.log")).unwrap();
+    let algo2 = fs::read_to_string(log_dir.join("stdout-algo-2.log")).unwrap();
+    let (env1, env2) = (parse_env(&algo1), parse_env(&algo2));
+    assert_eq!(env1["SM_CURRENT_HOST"], "algo-1");
+    assert_eq!(env2["SM_CURRENT_HOST"], "algo-2");
+    assert_eq!(env1["CUDA_VISIBLE_DEVICES"], "5");
+    assert_eq!(env2["CUDA_VISIBLE_DEVICES"], "7");
+    assert_eq!(env1["SM_NUM_GPUS"], "1");
+    assert_eq!(env1["SM_HOSTS"], r#"["algo-1","algo-2"]"#);
+    assert_eq!(env1["SM_HP_LEARNING_RATE"], "0.1");
+    assert_eq!(env1["SM_HP_EPOCHS"], "3");
+    let hps: BTreeMap<String, String> = serde_json::from_str(&env1["SM_HPS"]).unwrap();
+    assert_eq!(hps["learning-rate"], "0.1");
+    assert_eq!(env1["HOME"], "/payload/home");
+    assert_eq!(env1["MY_SETTING"], "on");
+    assert!(
+        !env1["PATH"].is_empty(),
+        "the server's environment is inherited"
+    );
+    assert_eq!(env1["SM_TRAINING_JOB_NAME"], "train-7");
+    assert_eq!(env1["QM_JOB_ID"], "job-env");
+    assert_eq!(env1["QM_ATTEMPT"], "1");
+    for (var, dir) in [
+        ("SM_CHECKPOINT_DIR", "checkpoints"),
+        ("SM_MODEL_DIR", "model"),
+        ("SM_OUTPUT_DIR", "output"),
+        ("SM_OUTPUT_DATA_DIR", "output/data"),
+    ] {
+        assert_eq!(env1[var], job.join(dir).to_str().unwrap(), "{var}");
+        assert!(job.join(dir).is_dir(), "{dir} exists");
+    }
+    assert!(
+        algo1
+            .lines()
+            .any(|l| l == job.join("work").to_str().unwrap()),
+        "runs in work/"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_without_gpu_gets_an_empty_cuda_visible_devices() {
+    let mut w = World::new();
+    w.exec.start(sh(1, "job-cpu", "env")).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    let (_, gpus, log_dir) = w.running(1).await;
+    assert!(gpus.is_empty());
+    let env = parse_env(&fs::read_to_string(log_dir.join("stdout.log")).unwrap());
+    assert_eq!(env["CUDA_VISIBLE_DEVICES"], "");
+    assert_eq!(env["SM_NUM_GPUS"], "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdout_and_stderr_are_kept_per_attempt() {
+    let mut w = World::new();
+    for n in 1..=2u32 {
+        let mut spec = sh(
+            u64::from(n),
+            "job-logs",
+            "echo out $QM_ATTEMPT; echo err $QM_ATTEMPT >&2",
+        );
+        spec.attempt_number = n;
+        w.exec.start(spec).unwrap();
+        assert_eq!(w.exited(u64::from(n)).await, Outcome::Succeeded);
+    }
+    for n in 1..=2u32 {
+        let dir = w.exec.log_dir("job-logs", n);
+        assert_eq!(
+            fs::read_to_string(dir.join("stdout.log")).unwrap(),
+            format!("out {n}\n")
+        );
+        assert_eq!(
+            fs::read_to_string(dir.join("stderr.log")).unwrap(),
+            format!("err {n}\n")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_and_signals_become_algorithm_error_reasons() {
+    let mut w = World::new();
+    let cases = [
+        ("exit 0", Outcome::Succeeded),
+        (
+            "exit 3",
+            failed("Received status from SageMaker: AlgorithmError: process exited with code 3"),
+        ),
+        (
+            "kill -KILL $$",
+            failed(
+                "Received status from SageMaker: AlgorithmError: process killed by signal SIGKILL",
+            ),
+        ),
+    ];
+    for (i, (script, expected)) in cases.into_iter().enumerate() {
+        let attempt = i as u64 + 1;
+        w.exec
+            .start(sh(attempt, &format!("job-exit-{i}"), script))
+            .unwrap();
+        assert_eq!(w.exited(attempt).await, expected, "{script}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failure_file_explains_a_failure_and_is_cleared_before_the_next_attempt() {
+    let mut w = World::new();
+    let mut first = sh(
+        1,
+        "job-fail",
+        "printf '  CUDA out of memory  \\nstack...\\n' > \"$SM_OUTPUT_DIR/failure\"; exit 1",
+    );
+    first.attempt_number = 1;
+    w.exec.start(first).unwrap();
+    assert_eq!(
+        w.exited(1).await,
+        failed("Received status from SageMaker: AlgorithmError: CUDA out of memory")
+    );
+
+    let mut second = sh(2, "job-fail", "exit 2");
+    second.attempt_number = 2;
+    w.exec.start(second).unwrap();
+    assert_eq!(
+        w.exited(2).await,
+        failed("Received status from SageMaker: AlgorithmError: process exited with code 2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_cannot_start_fails_retryably_without_running() {
+    let mut w = World::new();
+    let missing = LaunchSpec::new(
+        1,
+        "job-missing",
+        "ml.g5.xlarge",
+        vec!["/nonexistent/train".into()],
+    );
+    w.exec.start(missing).unwrap();
+    let Outcome::Failed { reason, retryable } = w.exited(1).await else {
+        panic!("succeeded")
+    };
+    assert!(
+        reason.starts_with(
+            "Received status from SageMaker: ClientError: cannot start '/nonexistent/train': "
+        ),
+        "{reason}"
+    );
+    assert!(retryable);
+    assert_eq!(w.events_of(1).len(), 1, "only Exited: {:?}", w.events_of(1));
+
+    let script = w.dir.path().join("not-executable.sh");
+    fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let program = script.to_str().unwrap().to_string();
+    w.exec
+        .start(LaunchSpec::new(
+            2,
+            "job-noexec",
+            "ml.g5.xlarge",
+            vec![program.clone()],
+        ))
+        .unwrap();
+    let Outcome::Failed { reason, retryable } = w.exited(2).await else {
+        panic!("succeeded")
+    };
+    assert!(
+        reason.contains(&format!("cannot start '{program}'"))
+            && reason.contains("ermission denied"),
+        "{reason}"
+    );
+    assert!(retryable);
+
+    w.exec
+        .start(LaunchSpec::new(3, "job-noentry", "ml.g5.xlarge", vec![]))
+        .unwrap();
+    let Outcome::Failed { reason, retryable } = w.exited(3).await else {
+        panic!("succeeded")
+    };
+    assert!(
+        reason.contains("ContainerEntrypoint is missing"),
+        "{reason}"
+    );
+    assert!(!retryable, "a missing entrypoint does not fix itself");
+    assert_eq!(w.exec.free("ml.g5.xlarge"), 2, "capacity came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_starts_are_refused_as_errors() {
+    let mut w = World::new();
+    let mut zero = sh(1, "job", "true");
+    zero.count = 0;
+    assert!(matches!(w.exec.start(zero), Err(ExecError::NoInstances(1))));
+    assert!(matches!(
+        w.exec.start(sh(2, "../escape", "true")),
+        Err(ExecError::InvalidJobId(_))
+    ));
+    let mut other = sh(3, "job", "true");
+    other.instance_type = "ml.p5.48xlarge".into();
+    assert!(matches!(
+        w.exec.start(other),
+        Err(ExecError::UnknownInstanceType(_))
+    ));
+    w.exec.start(sh(4, "job-a", "sleep 1000")).unwrap();
+    assert!(matches!(
+        w.exec.start(sh(4, "job-b", "true")),
+        Err(ExecError::DuplicateAttempt(4))
+    ));
+    w.exec.stop(4);
+    // Ending the test (and its runtime) while the attempt is starting could orphan it.
+    w.exited(4).await;
+}
+
+#[test]
+fn start_outside_a_runtime_is_an_error() {
+    let w = World::new();
+    assert!(matches!(
+        w.exec.start(sh(1, "job", "true")),
+        Err(ExecError::NoRuntime)
+    ));
+    assert_eq!(w.exec.running(), 0);
+}

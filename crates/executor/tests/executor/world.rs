@@ -1,0 +1,155 @@
+//! A small world for executor tests: a temporary data directory, an executor and its events,
+//! with waits that are generous because the tests run real processes on a loaded machine.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use qm_executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec};
+use tokio::sync::mpsc;
+
+/// Long enough for a loaded 2-core machine; a test that needs it has failed anyway.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub exec: LocalExecutor,
+    rx: mpsc::UnboundedReceiver<ExecEvent>,
+    /// Every event received so far, in order.
+    pub seen: Vec<ExecEvent>,
+}
+
+pub fn pool(instance_type: &str, count: u32, gpus_per_instance: u32) -> PoolSpec {
+    PoolSpec {
+        instance_type: instance_type.into(),
+        count,
+        gpus_per_instance,
+    }
+}
+
+impl World {
+    /// Two CPU instances of ml.g5.xlarge, a 300 ms stop grace, checkpoints scanned every 50 ms.
+    pub fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    pub fn with(tweak: impl FnOnce(&mut LocalConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = LocalConfig::new(dir.path(), vec![pool("ml.g5.xlarge", 2, 0)]);
+        cfg.stop_grace = Duration::from_millis(300);
+        cfg.checkpoint_poll = Duration::from_millis(50);
+        tweak(&mut cfg);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let exec = LocalExecutor::new(cfg, tx).unwrap();
+        World {
+            dir,
+            exec,
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for the first event (already seen or new) that `pick` accepts.
+    pub async fn wait_for<T>(&mut self, what: &str, pick: impl Fn(&ExecEvent) -> Option<T>) -> T {
+        if let Some(found) = self.seen.iter().find_map(&pick) {
+            return found;
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let event = tokio::time::timeout_at(deadline, self.rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no {what} within {WAIT:?}; seen: {:#?}", self.seen))
+                .expect("event channel closed");
+            let found = pick(&event);
+            self.seen.push(event);
+            if let Some(found) = found {
+                return found;
+            }
+        }
+    }
+
+    pub async fn exited(&mut self, attempt: u64) -> Outcome {
+        let outcome = self
+            .wait_for("Exited", |e| match e {
+                ExecEvent::Exited {
+                    attempt: a,
+                    outcome,
+                    ..
+                } if *a == attempt => Some(outcome.clone()),
+                _ => None,
+            })
+            .await;
+        self.exec.check_invariants().unwrap();
+        outcome
+    }
+
+    /// The `Running` event's pids, GPUs and log directory.
+    pub async fn running(&mut self, attempt: u64) -> (Vec<u32>, Vec<u32>, PathBuf) {
+        self.wait_for("Running", |e| match e {
+            ExecEvent::Running {
+                attempt: a,
+                pids,
+                gpus,
+                log_dir,
+                ..
+            } if *a == attempt => Some((pids.clone(), gpus.clone(), log_dir.clone())),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Events of `attempt` received so far.
+    pub fn events_of(&self, attempt: u64) -> Vec<&ExecEvent> {
+        self.seen
+            .iter()
+            .filter(|e| match e {
+                ExecEvent::Running { attempt: a, .. }
+                | ExecEvent::Checkpoint { attempt: a, .. }
+                | ExecEvent::Exited { attempt: a, .. } => *a == attempt,
+            })
+            .collect()
+    }
+}
+
+/// Attempt `attempt` of `job` running `sh -c script` on one ml.g5.xlarge.
+pub fn sh(attempt: u64, job: &str, script: &str) -> LaunchSpec {
+    LaunchSpec::new(
+        attempt,
+        job,
+        "ml.g5.xlarge",
+        vec!["sh".into(), "-c".into(), script.into()],
+    )
+}
+
+pub fn failed(reason: &str) -> Outcome {
+    Outcome::Failed {
+        reason: reason.into(),
+        retryable: true,
+    }
+}
+
+/// `KEY=VALUE` lines (as `env` prints them) as a map.
+pub fn parse_env(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Waits until `path` contains `needle` (the job says it is ready, e.g. its trap is set).
+pub async fn wait_for_text(path: &Path, needle: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never contained {needle:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
