@@ -24,12 +24,16 @@ enum Command {
     /// Exit code: 0 when every scenario passes, 1 when one fails, 2 when a file cannot be read
     /// or is malformed (the other files are still checked).
     Check(cmd::check::Args),
+    /// Run the server: the AWS Batch quota-management API (point boto3 or the AWS CLI at it
+    /// with endpoint_url), state in SQLite under --data-dir, attempts run as local processes.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check(args) => cmd::check::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -2,3 +2,4 @@
 //! process exit code.
 
 pub mod check;
+pub mod serve;

@@ -1,0 +1,288 @@
+//! `qm serve` configuration: an optional TOML file, with command-line flags winning over it,
+//! and embedded defaults for everything so that `qm serve` alone starts a working server.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::ServerError;
+
+/// Default listen address (`--listen`).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7611";
+/// Default data directory (`--data-dir`).
+pub const DEFAULT_DATA_DIR: &str = "./qm-data";
+
+/// The config file, as written by the user. Unknown keys are refused so that a typo does not
+/// silently fall back to a default.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Listen address, e.g. `127.0.0.1:7611`.
+    pub listen: Option<String>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Region written into ARNs.
+    pub region: Option<String>,
+    /// Account id written into ARNs (12 digits).
+    pub account_id: Option<String>,
+    /// Executor settings.
+    #[serde(default)]
+    pub executor: ExecutorSection,
+    /// Scheduler knobs.
+    #[serde(default)]
+    pub scheduler: SchedulerSection,
+}
+
+/// `[executor]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorSection {
+    /// Only `local` today (Slurm arrives later).
+    pub kind: Option<String>,
+    /// SIGTERM, then SIGKILL after this many seconds (SageMaker gives 120).
+    pub stop_grace_seconds: Option<f64>,
+    /// How often checkpoint directories are scanned, in seconds.
+    pub checkpoint_poll_seconds: Option<f64>,
+    /// The instances this machine offers. Empty = detect GPUs with nvidia-smi, else four
+    /// simulated `ml.g5.xlarge`.
+    #[serde(default)]
+    pub pool: Vec<PoolEntry>,
+}
+
+/// `[[executor.pool]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolEntry {
+    /// SageMaker instance type, e.g. `ml.g5.xlarge`.
+    pub instance_type: String,
+    /// Instances of that type.
+    pub count: u32,
+    /// GPU indices handed to each instance via CUDA_VISIBLE_DEVICES.
+    #[serde(default)]
+    pub gpus_per_instance: u32,
+}
+
+/// `[scheduler]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSection {
+    /// Starvation guard: a share's head job that waited this long holds capacity for itself.
+    pub reserve_after_seconds: Option<u64>,
+    /// How often the server re-runs the scheduling pass while jobs wait, in seconds.
+    pub tick_seconds: Option<f64>,
+}
+
+/// Flags given on the command line; `None` = not given.
+#[derive(Clone, Debug, Default)]
+pub struct Flags {
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+}
+
+/// The effective configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Where state, logs and checkpoints live.
+    pub data_dir: PathBuf,
+    /// ARN region.
+    pub region: String,
+    /// ARN account id.
+    pub account_id: String,
+    /// Grace between SIGTERM and SIGKILL.
+    pub stop_grace: Duration,
+    /// Checkpoint scan period.
+    pub checkpoint_poll: Duration,
+    /// Configured pool; empty = detect.
+    pub pool: Vec<PoolEntry>,
+    /// Starvation guard.
+    pub reserve_after: Duration,
+    /// Pass period while jobs wait.
+    pub tick: Duration,
+}
+
+impl Config {
+    /// Reads the config file (if any) and applies the flags over it.
+    pub fn load(flags: &Flags) -> Result<Config, ServerError> {
+        let file = match &flags.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        Config::resolve(file, flags)
+    }
+
+    /// Applies defaults and flags to a parsed file; checks every value.
+    pub fn resolve(file: FileConfig, flags: &Flags) -> Result<Config, ServerError> {
+        let bad = |key: &str, msg: String| ServerError::Config(format!("{key}: {msg}"));
+        let listen_text = flags
+            .listen
+            .clone()
+            .or(file.listen.clone())
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen: SocketAddr = listen_text.parse().map_err(|e| {
+            bad(
+                "listen",
+                format!("'{listen_text}' is not an address ({e}); write it as HOST:PORT, e.g. {DEFAULT_LISTEN}"),
+            )
+        })?;
+        let region = file.region.clone().unwrap_or_else(|| "us-east-1".into());
+        if region.is_empty()
+            || !region
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(bad(
+                "region",
+                format!("'{region}' is not a region name; use lower-case letters, digits and '-', e.g. us-east-1"),
+            ));
+        }
+        let account_id = file
+            .account_id
+            .clone()
+            .unwrap_or_else(|| "123456789012".into());
+        if account_id.len() != 12 || !account_id.chars().all(|c| c.is_ascii_digit()) {
+            return Err(bad(
+                "account_id",
+                format!("'{account_id}' is not an account id; use exactly 12 digits"),
+            ));
+        }
+        if let Some(kind) = &file.executor.kind {
+            if kind != "local" {
+                return Err(bad(
+                    "executor.kind",
+                    format!("'{kind}' is not supported; this version runs attempts with kind = \"local\""),
+                ));
+            }
+        }
+        let seconds = |key: &str, v: Option<f64>, default: f64| -> Result<Duration, ServerError> {
+            let v = v.unwrap_or(default);
+            if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+                return Err(bad(
+                    key,
+                    format!("{v} is out of range; use 0 to 86400 seconds"),
+                ));
+            }
+            Ok(Duration::from_secs_f64(v))
+        };
+        let stop_grace = seconds(
+            "executor.stop_grace_seconds",
+            file.executor.stop_grace_seconds,
+            120.0,
+        )?;
+        let checkpoint_poll = seconds(
+            "executor.checkpoint_poll_seconds",
+            file.executor.checkpoint_poll_seconds,
+            1.0,
+        )?
+        .max(Duration::from_millis(50));
+        let tick = seconds("scheduler.tick_seconds", file.scheduler.tick_seconds, 1.0)?
+            .max(Duration::from_millis(50));
+        for (i, p) in file.executor.pool.iter().enumerate() {
+            if p.instance_type.is_empty() {
+                return Err(bad(
+                    &format!("executor.pool[{i}].instance_type"),
+                    "is empty; name a SageMaker instance type, e.g. ml.g5.xlarge".into(),
+                ));
+            }
+            if p.count == 0 {
+                return Err(bad(
+                    &format!("executor.pool[{i}].count"),
+                    "is 0; give at least 1 instance or remove the entry".into(),
+                ));
+            }
+        }
+        let data_dir = flags
+            .data_dir
+            .clone()
+            .or(file.data_dir.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        Ok(Config {
+            listen,
+            data_dir,
+            region,
+            account_id,
+            stop_grace,
+            checkpoint_poll,
+            pool: file.executor.pool.clone(),
+            reserve_after: Duration::from_secs(file.scheduler.reserve_after_seconds.unwrap_or(600)),
+            tick,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ServerError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ServerError::Config(format!("cannot read config file {}: {e}", path.display()))
+    })?;
+    toml::from_str(&text)
+        .map_err(|e| ServerError::Config(format!("config file {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ServerError> {
+        let file: FileConfig =
+            toml::from_str(text).map_err(|e| ServerError::Config(e.to_string()))?;
+        Config::resolve(file, &Flags::default())
+    }
+
+    #[test]
+    fn the_issue_example_parses() {
+        let c = parse(
+            r#"
+region = "us-east-1"
+account_id = "123456789012"
+[executor]
+kind = "local"
+stop_grace_seconds = 120
+[[executor.pool]]
+instance_type = "ml.g5.xlarge"
+count = 4
+gpus_per_instance = 1
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.stop_grace, Duration::from_secs(120));
+        assert_eq!(c.pool.len(), 1);
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file: FileConfig = toml::from_str("listen = \"127.0.0.1:1\"").unwrap();
+        let flags = Flags {
+            listen: Some("127.0.0.1:2".into()),
+            ..Flags::default()
+        };
+        assert_eq!(Config::resolve(file, &flags).unwrap().listen.port(), 2);
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_fix() {
+        let e = parse("account_id = \"12\"").unwrap_err().to_string();
+        assert!(e.contains("account_id") && e.contains("12 digits"), "{e}");
+        let e = parse("[executor]\nkind = \"slurm\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("executor.kind"), "{e}");
+        let e = parse("[[executor.pool]]\ninstance_type = \"ml.g5.xlarge\"\ncount = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("executor.pool[0].count"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused() {
+        let e = toml::from_str::<FileConfig>("regoin = \"x\"").unwrap_err();
+        assert!(e.to_string().contains("regoin"), "{e}");
+    }
+}

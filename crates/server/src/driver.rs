@@ -1,0 +1,371 @@
+//! The driver: the one task that owns the state. It takes requests and executor reports in
+//! batches, applies them, runs the scheduling pass once per batch, commits the batch to the
+//! log, and only then answers the clients and carries out the decisions. Group commit is what
+//! makes durability cheap: one fsync covers every request that arrived while the last one ran.
+//!
+//! Recovery is the same code: [`recover`] replays the log through [`State`], checks that the
+//! core took the same decisions it logged, and [`reconcile`] deals with the attempts that were
+//! running when the previous server died.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use qm_api::ApiError;
+use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome};
+use qm_store::{Log, SqliteLog};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::command::{Command, ExitRecord, Query, Request};
+use crate::error::ServerError;
+use crate::state::{Action, Launch, State};
+
+/// Most requests and reports applied in one batch (one transaction).
+pub const MAX_BATCH: usize = 2048;
+
+/// Where a response goes once its batch is durable.
+pub type Reply = oneshot::Sender<Result<Vec<u8>, ApiError>>;
+
+/// A request with the channel its answer goes back on.
+pub struct Envelope {
+    /// What was asked.
+    pub request: Request,
+    /// Where the response body (or error) goes once the batch is durable.
+    pub reply: Reply,
+}
+
+/// Milliseconds since the epoch on the server's clock.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Rebuilds the state from the log. Returns the number of batches replayed and how many of
+/// them decided differently than logged (0 unless the core lost its determinism).
+pub fn recover(state: &mut State, log: &dyn Log) -> Result<(u64, u64), ServerError> {
+    let mut diverged = 0u64;
+    let n = log.replay(&mut |b| {
+        let commands: Vec<Command> = serde_json::from_str(&b.commands)
+            .map_err(|e| format!("cannot decode the logged commands: {e}"))?;
+        state.begin(b.at_ms);
+        for c in &commands {
+            // A logged command was accepted when it was applied; applying it again to the
+            // same state gives the same result, so an error here cannot happen unless the
+            // log was written by a different version.
+            if let Err(e) = state.apply(c) {
+                tracing::warn!(batch = b.seq, error = %e, "a logged command was refused on replay");
+            }
+        }
+        let _ = state.finish();
+        let decisions = state.decisions.join("\n");
+        if decisions != b.decisions {
+            diverged += 1;
+            tracing::error!(
+                batch = b.seq,
+                logged = %b.decisions,
+                replayed = %decisions,
+                "replay decided differently than the log records"
+            );
+        }
+        Ok(())
+    })?;
+    Ok((n, diverged))
+}
+
+/// The running driver.
+pub struct Driver {
+    /// The state.
+    pub state: State,
+    log: SqliteLog,
+    executor: LocalExecutor,
+    requests: mpsc::Receiver<Envelope>,
+    events: mpsc::UnboundedReceiver<ExecEvent>,
+    /// To report launch failures as exits, through the same path as real exits.
+    events_tx: mpsc::UnboundedSender<ExecEvent>,
+    tick: Duration,
+    /// Head jobs seen blocked with a reason a `jobStateTimeLimitActions` entry names, and
+    /// since when. Not logged: the resulting terminations are.
+    blocked_since: HashMap<String, (String, i64)>,
+}
+
+enum Item {
+    Request(Envelope),
+    Event(ExecEvent),
+    Tick,
+}
+
+impl Driver {
+    /// A driver over a recovered state.
+    pub fn new(
+        state: State,
+        log: SqliteLog,
+        executor: LocalExecutor,
+        requests: mpsc::Receiver<Envelope>,
+        events: mpsc::UnboundedReceiver<ExecEvent>,
+        events_tx: mpsc::UnboundedSender<ExecEvent>,
+        tick: Duration,
+    ) -> Self {
+        Driver {
+            state,
+            log,
+            executor,
+            requests,
+            events,
+            events_tx,
+            tick,
+            blocked_since: HashMap::new(),
+        }
+    }
+
+    /// After a restart: stops what is left of the attempts the log says were running, reports
+    /// them lost (the core puts their jobs back to RUNNABLE without using a retry), and
+    /// publishes the executor's capacity. Commits one batch and starts what it decides.
+    pub async fn reconcile(&mut self) -> Result<usize, ServerError> {
+        let live = self.state.live_attempts();
+        let pids: Vec<u32> = live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        if !pids.is_empty() {
+            tracing::info!(
+                groups = pids.len(),
+                "stopping processes left by the previous server"
+            );
+            self.executor.reap_stale(&pids).await;
+        }
+        let mut commands = Vec::new();
+        for (attempt, _) in &live {
+            commands.push(Command::AttemptExited {
+                attempt: *attempt,
+                outcome: ExitRecord::Lost {
+                    reason: "Attempt lost: the server restarted while it ran; the job was queued again without using a retry".into(),
+                },
+            });
+        }
+        let capacity = self.executor.capacity();
+        if capacity != self.state.capacity {
+            commands.push(Command::SetCapacity { capacity });
+        }
+        if commands.is_empty() {
+            return Ok(0);
+        }
+        let now = now_ms();
+        self.state.begin(now);
+        for c in &commands {
+            if let Err(e) = self.state.apply(c) {
+                tracing::warn!(error = %e, "reconciliation step refused");
+            }
+        }
+        let actions = self.state.finish();
+        self.commit(now, &commands)?;
+        self.carry_out(actions);
+        Ok(live.len())
+    }
+
+    fn commit(&mut self, now: i64, commands: &[Command]) -> Result<(), ServerError> {
+        let json = serde_json::to_string(commands)
+            .map_err(|e| ServerError::Recovery(format!("encoding commands: {e}")))?;
+        let decisions = self.state.decisions.join("\n");
+        self.log.append(now, &json, &decisions)?;
+        Ok(())
+    }
+
+    /// Runs until every request sender is gone.
+    pub async fn run(mut self) {
+        let mut ticker = tokio::time::interval(self.tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                r = self.requests.recv() => match r {
+                    Some(env) => Item::Request(env),
+                    None => break,
+                },
+                Some(ev) = self.events.recv() => Item::Event(ev),
+                _ = ticker.tick() => Item::Tick,
+            };
+            let mut items = vec![first];
+            while items.len() < MAX_BATCH {
+                match self.requests.try_recv() {
+                    Ok(env) => items.push(Item::Request(env)),
+                    Err(_) => break,
+                }
+            }
+            while items.len() < MAX_BATCH {
+                match self.events.try_recv() {
+                    Ok(ev) => items.push(Item::Event(ev)),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = self.batch(items) {
+                // The log could not be written: the state in memory is ahead of what is
+                // durable. Stop, so that a restart rebuilds the state from what was committed
+                // (clients got ServerException for everything in the failed batch).
+                tracing::error!(error = %e, "cannot commit to the log; stopping the server");
+                std::process::exit(70);
+            }
+        }
+    }
+
+    fn batch(&mut self, items: Vec<Item>) -> Result<(), ServerError> {
+        let writes = items.iter().any(|i| match i {
+            Item::Request(e) => matches!(e.request, Request::Command(_)),
+            Item::Event(_) => true,
+            Item::Tick => self.state.has_waiting(),
+        });
+        if !writes {
+            // Reads only: nothing to apply, log or decide.
+            for item in items {
+                if let Item::Request(Envelope {
+                    request: Request::Query(q),
+                    reply,
+                }) = item
+                {
+                    let _ = reply.send(self.state.query(&q));
+                }
+            }
+            return Ok(());
+        }
+        let now = now_ms();
+        self.state.begin(now);
+        let mut logged: Vec<Command> = Vec::new();
+        let mut replies = Vec::new();
+        let mut queries: Vec<(Query, Reply)> = Vec::new();
+        let mut ticked = false;
+        for item in items {
+            match item {
+                Item::Request(Envelope { request, reply }) => match request {
+                    Request::Command(c) => {
+                        let r = self.state.apply(&c);
+                        if r.is_ok() {
+                            logged.push(c);
+                        }
+                        replies.push((reply, r));
+                    }
+                    Request::Query(q) => queries.push((q, reply)),
+                },
+                Item::Event(ev) => {
+                    let c = event_command(ev);
+                    if self.state.apply(&c).is_ok() {
+                        logged.push(c);
+                    }
+                }
+                Item::Tick => ticked = true,
+            }
+        }
+        if ticked {
+            for c in self.time_limit_commands(now) {
+                if self.state.apply(&c).is_ok() {
+                    logged.push(c);
+                }
+            }
+        }
+        let actions = self.state.finish();
+        if let Err(e) = self.commit(now, &logged) {
+            for (reply, _) in replies {
+                let _ = reply.send(Err(ApiError::server(
+                    "the server could not make the request durable; retry shortly",
+                )));
+            }
+            return Err(e);
+        }
+        for (reply, r) in replies {
+            let _ = reply.send(r);
+        }
+        for (q, reply) in queries {
+            let _ = reply.send(self.state.query(&q));
+        }
+        self.carry_out(actions);
+        Ok(())
+    }
+
+    /// `jobStateTimeLimitActions`: terminate share heads blocked past their time limit.
+    fn time_limit_commands(&mut self, now: i64) -> Vec<Command> {
+        let candidates = self.state.time_limit_candidates();
+        let mut keep = HashMap::new();
+        let mut out = Vec::new();
+        for (job, code, max_seconds) in candidates {
+            let since = match self.blocked_since.get(&job) {
+                Some((c, since)) if *c == code => *since,
+                _ => now,
+            };
+            if now - since >= max_seconds * 1000 {
+                out.push(Command::TimeLimitAction {
+                    job_id: job,
+                    reason: code,
+                });
+            } else {
+                keep.insert(job, (code, since));
+            }
+        }
+        self.blocked_since = keep;
+        out
+    }
+
+    fn carry_out(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Launch(l) => {
+                    let attempt = l.attempt;
+                    if let Err(e) = self.executor.start(launch_spec(*l)) {
+                        let _ = self.events_tx.send(ExecEvent::Exited {
+                            attempt,
+                            outcome: Outcome::Failed {
+                                reason: format!(
+                                    "Received status from SageMaker: InternalServerError: the executor could not start the attempt: {e}"
+                                ),
+                                retryable: true,
+                            },
+                            at_ms: now_ms() as u64,
+                        });
+                    }
+                }
+                Action::Stop { attempt } => self.executor.stop(attempt),
+            }
+        }
+    }
+}
+
+fn event_command(ev: ExecEvent) -> Command {
+    match ev {
+        ExecEvent::Running {
+            attempt,
+            pids,
+            gpus,
+            ..
+        } => Command::AttemptRunning {
+            attempt,
+            pids,
+            gpus,
+        },
+        ExecEvent::Checkpoint { attempt, .. } => Command::AttemptCheckpoint { attempt },
+        ExecEvent::Exited {
+            attempt, outcome, ..
+        } => Command::AttemptExited {
+            attempt,
+            outcome: match outcome {
+                Outcome::Succeeded => ExitRecord::Succeeded,
+                Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
+            },
+        },
+    }
+}
+
+fn launch_spec(l: Launch) -> LaunchSpec {
+    let runtime = match (l.payload.max_runtime_seconds, l.attempt_duration_seconds) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    LaunchSpec {
+        attempt: l.attempt,
+        job_id: l.job_id,
+        attempt_number: l.attempt_number,
+        job_name: l.job_name,
+        instance_type: l.instance_type,
+        count: l.count,
+        entrypoint: l.payload.entrypoint,
+        arguments: l.payload.arguments,
+        environment: l.payload.environment,
+        hyperparameters: l.payload.hyperparameters,
+        max_runtime: runtime.map(Duration::from_secs),
+        checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
+    }
+}

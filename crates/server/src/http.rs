@@ -1,0 +1,206 @@
+//! The HTTP face: botocore's REST-JSON routes (`POST /v1/<operation>`, the tag routes), and
+//! the single place where an [`ApiError`] becomes the AWS error shape (status, the
+//! `x-amzn-ErrorType` header and the `{"__type", "message"}` body).
+//!
+//! Handlers only parse: the request is decoded (with field paths in errors) on the HTTP
+//! worker threads and handed to the driver, which answers once the batch is durable.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State as AxState};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use percent_encoding::percent_decode_str;
+use qm_api::*;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::command::{Command, Query, Request};
+use crate::driver::Envelope;
+
+/// Largest request body accepted (a training payload with 100 hyperparameters of 2,500
+/// characters fits many times over).
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// What handlers share.
+#[derive(Clone)]
+pub struct App {
+    /// The driver's inbox.
+    pub requests: mpsc::Sender<Envelope>,
+}
+
+/// The router.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/v1/tags/{arn}", get(list_tags).post(tag).delete(untag))
+        .route("/v1/{operation}", post(operation))
+        .fallback(unknown_route)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+fn request_id() -> HeaderValue {
+    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).expect("uuid is a valid header")
+}
+
+/// The AWS error shape.
+pub fn error_response(e: &ApiError) -> Response {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let body = serde_json::json!({"__type": e.error_type(), "message": e.message()}).to_string();
+    let mut r = (status, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert("x-amzn-ErrorType", HeaderValue::from_static(e.error_type()));
+    h.insert("x-amzn-RequestId", request_id());
+    r
+}
+
+fn ok_response(body: Vec<u8>) -> Response {
+    let body = if body.is_empty() {
+        b"{}".to_vec()
+    } else {
+        body
+    };
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert("x-amzn-RequestId", request_id());
+    r
+}
+
+async fn dispatch(app: &App, request: Request) -> Response {
+    let (tx, rx) = oneshot::channel();
+    if app
+        .requests
+        .send(Envelope { request, reply: tx })
+        .await
+        .is_err()
+    {
+        return error_response(&ApiError::server(
+            "the server is shutting down; retry shortly",
+        ));
+    }
+    match rx.await {
+        Ok(Ok(body)) => ok_response(body),
+        Ok(Err(e)) => error_response(&e),
+        Err(_) => error_response(&ApiError::server(
+            "the request was not completed because the server is stopping; retry shortly",
+        )),
+    }
+}
+
+async fn operation(
+    AxState(app): AxState<App>,
+    Path(operation): Path<String>,
+    body: Bytes,
+) -> Response {
+    match parse_operation(&operation, &body) {
+        Ok(r) => dispatch(&app, r).await,
+        Err(e) => error_response(&e),
+    }
+}
+
+/// Decodes the body of `POST /v1/<operation>`.
+pub fn parse_operation(operation: &str, body: &[u8]) -> Result<Request, ApiError> {
+    use Command as C;
+    use Query as Q;
+    let c = |c: Command| Ok(Request::Command(c));
+    let q = |q: Query| Ok(Request::Query(q));
+    match operation {
+        "createserviceenvironment" => c(C::CreateServiceEnvironment(parse_request(body)?)),
+        "updateserviceenvironment" => c(C::UpdateServiceEnvironment(parse_request(body)?)),
+        "deleteserviceenvironment" => c(C::DeleteServiceEnvironment(parse_request(body)?)),
+        "describeserviceenvironments" => q(Q::DescribeServiceEnvironments(parse_request(body)?)),
+        "createjobqueue" => c(C::CreateJobQueue(parse_request(body)?)),
+        "updatejobqueue" => c(C::UpdateJobQueue(parse_request(body)?)),
+        "deletejobqueue" => c(C::DeleteJobQueue(parse_request(body)?)),
+        "describejobqueues" => q(Q::DescribeJobQueues(parse_request(body)?)),
+        "createschedulingpolicy" => c(C::CreateSchedulingPolicy(parse_request(body)?)),
+        "updateschedulingpolicy" => c(C::UpdateSchedulingPolicy(parse_request(body)?)),
+        "deleteschedulingpolicy" => c(C::DeleteSchedulingPolicy(parse_request(body)?)),
+        "describeschedulingpolicies" => q(Q::DescribeSchedulingPolicies(parse_request(body)?)),
+        "listschedulingpolicies" => q(Q::ListSchedulingPolicies(parse_request(body)?)),
+        "createquotashare" => c(C::CreateQuotaShare(parse_request(body)?)),
+        "updatequotashare" => c(C::UpdateQuotaShare(parse_request(body)?)),
+        "deletequotashare" => c(C::DeleteQuotaShare(parse_request(body)?)),
+        "describequotashare" => q(Q::DescribeQuotaShare(parse_request(body)?)),
+        "listquotashares" => q(Q::ListQuotaShares(parse_request(body)?)),
+        "submitservicejob" => c(C::SubmitServiceJob {
+            job_id: uuid::Uuid::new_v4().to_string(),
+            request: parse_request(body)?,
+        }),
+        "describeservicejob" => q(Q::DescribeServiceJob(parse_request(body)?)),
+        "listservicejobs" => q(Q::ListServiceJobs(parse_request(body)?)),
+        "updateservicejob" => c(C::UpdateServiceJob(parse_request(body)?)),
+        "terminateservicejob" => c(C::TerminateServiceJob(parse_request(body)?)),
+        "terminateservicejobs" => c(C::TerminateServiceJobs(parse_request(body)?)),
+        "getjobqueuesnapshot" => q(Q::GetJobQueueSnapshot(parse_request(body)?)),
+        other => Err(ApiError::client(format!(
+            "unknown operation '{other}': this server implements the AWS Batch operations for service environments, job queues, scheduling policies, quota shares and service jobs"
+        ))),
+    }
+}
+
+fn arn_of(raw: &str) -> String {
+    percent_decode_str(raw).decode_utf8_lossy().into_owned()
+}
+
+async fn list_tags(AxState(app): AxState<App>, Path(arn): Path<String>) -> Response {
+    let r = ListTagsForResourceRequest {
+        resource_arn: arn_of(&arn),
+    };
+    dispatch(&app, Request::Query(Query::ListTagsForResource(r))).await
+}
+
+#[derive(Deserialize)]
+struct TagBody {
+    tags: BTreeMap<String, String>,
+}
+
+async fn tag(AxState(app): AxState<App>, Path(arn): Path<String>, body: Bytes) -> Response {
+    let b: TagBody = match parse_request(&body) {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    let r = TagResourceRequest {
+        resource_arn: arn_of(&arn),
+        tags: b.tags,
+    };
+    dispatch(&app, Request::Command(Command::TagResource(r))).await
+}
+
+async fn untag(
+    AxState(app): AxState<App>,
+    Path(arn): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let keys: Vec<String> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "tagKeys")
+        .map(|(_, v)| arn_of(&v.replace('+', " ")))
+        .collect();
+    let r = UntagResourceRequest {
+        resource_arn: arn_of(&arn),
+        tag_keys: keys,
+    };
+    dispatch(&app, Request::Command(Command::UntagResource(r))).await
+}
+
+async fn unknown_route(uri: axum::http::Uri) -> Response {
+    error_response(&ApiError::client(format!(
+        "no operation at '{}': AWS Batch operations are POST /v1/<operation> (point the AWS CLI or boto3 at this server with --endpoint-url / endpoint_url)",
+        uri.path()
+    )))
+}

@@ -1,0 +1,186 @@
+//! The Quartermaster server: the AWS Batch quota-management API over HTTP, on top of the
+//! scheduling core, with durable state and an executor that really runs the attempts.
+//!
+//! Layout, following the request:
+//! - [`http`]: routes and the AWS error shape; decodes requests, hands them to the driver.
+//! - [`driver`]: the one task that owns the state; batches requests and executor reports,
+//!   commits each batch to the log (`qm_store`) before answering or acting, then starts and
+//!   stops attempts through the executor (`qm_executor`).
+//! - [`state`]: resources, job records and the core; deterministic, no IO; `ops` holds one
+//!   file per resource family.
+//! - [`command`]: what is logged, and so what a restart replays.
+//! - [`config`]: the TOML file and flags.
+//!
+//! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
+//! that SQLite's fsync never stalls request parsing or process reaping.
+
+pub mod command;
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod http;
+mod ops;
+pub mod state;
+
+use qm_api::Arns;
+use qm_executor::{default_pools, detect_gpus, LocalConfig, LocalExecutor, PoolSpec};
+use qm_store::SqliteLog;
+use tokio::sync::mpsc;
+
+pub use config::{Config, Flags};
+pub use error::ServerError;
+
+/// Capacity of the driver's inbox; a full inbox makes handlers wait (backpressure).
+pub const INBOX: usize = 8192;
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> Result<(), ServerError> {
+    let io = |context: String| move |source| ServerError::Io { context, source };
+    std::fs::create_dir_all(&config.data_dir).map_err(io(format!(
+        "creating data dir {}",
+        config.data_dir.display()
+    )))?;
+    let db = config.data_dir.join("qm.sqlite3");
+    let log = SqliteLog::open(&db)?;
+
+    let arns = Arns::new(config.region.clone(), config.account_id.clone());
+    let policy = qm_core::Policy {
+        reserve_after_ms: config.reserve_after.as_millis() as u64,
+    };
+    let mut state = state::State::new(arns, policy);
+    let started = std::time::Instant::now();
+    let (batches, diverged) = driver::recover(&mut state, &log)?;
+    if batches > 0 {
+        tracing::info!(
+            batches,
+            jobs = state.jobs.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "state recovered from the log"
+        );
+    }
+    if diverged > 0 {
+        tracing::error!(
+            diverged,
+            "replay decided differently than the log in some batches; the state follows the replay"
+        );
+    }
+
+    let mut gpu_indices = None;
+    let pools: Vec<PoolSpec> = if config.pool.is_empty() {
+        let gpus = detect_gpus();
+        let pools = default_pools(&gpus);
+        if !gpus.is_empty() {
+            // Hand out the indices nvidia-smi reported, in its order, so that each pool's
+            // instances get GPUs of the model the pool was named after.
+            gpu_indices = Some(gpus.iter().map(|g| g.index).collect());
+        }
+        if gpus.is_empty() {
+            eprintln!(
+                "qm: no GPU found (nvidia-smi); offering {} simulated instance(s) that run on the CPU",
+                pools.iter().map(|p| p.count).sum::<u32>()
+            );
+        }
+        pools
+    } else {
+        config
+            .pool
+            .iter()
+            .map(|p| PoolSpec {
+                instance_type: p.instance_type.clone(),
+                count: p.count,
+                gpus_per_instance: p.gpus_per_instance,
+            })
+            .collect()
+    };
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let executor = LocalExecutor::new(
+        LocalConfig {
+            data_dir: config.data_dir.clone(),
+            stop_grace: config.stop_grace,
+            pools: pools.clone(),
+            gpu_indices,
+            checkpoint_poll: config.checkpoint_poll,
+        },
+        events_tx.clone(),
+    )
+    .map_err(|e| ServerError::Executor(e.to_string()))?;
+
+    let (req_tx, req_rx) = mpsc::channel(INBOX);
+    let mut driver = driver::Driver::new(
+        state,
+        log,
+        executor,
+        req_rx,
+        events_rx,
+        events_tx,
+        config.tick,
+    );
+    let lost = driver.reconcile().await?;
+    if lost > 0 {
+        eprintln!("qm: {lost} attempt(s) were running when the server last stopped; their jobs are queued again");
+    }
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(io(format!("listening on {}", config.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(io("reading the listen address".into()))?;
+
+    let handle = tokio::runtime::Handle::current();
+    let driver_thread = std::thread::Builder::new()
+        .name("qm-driver".into())
+        .spawn(move || handle.block_on(driver.run()))
+        .map_err(io("starting the driver thread".into()))?;
+
+    print_banner(&config, addr, &pools);
+    let app = http::App { requests: req_tx };
+    axum::serve(listener, http::router(app))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(io("serving HTTP".into()))?;
+    // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
+    let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
+    eprintln!("qm: stopped; running attempts keep running and are stopped and re-queued at the next start");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn print_banner(config: &Config, addr: std::net::SocketAddr, pools: &[PoolSpec]) {
+    let url = format!("http://{addr}");
+    let pool: Vec<String> = pools
+        .iter()
+        .map(|p| {
+            format!(
+                "{} x {} ({} GPU each)",
+                p.count, p.instance_type, p.gpus_per_instance
+            )
+        })
+        .collect();
+    println!(
+        "Quartermaster listening on {url}\n\
+         data dir: {data}\n\
+         instances: {pool}\n\
+         region {region}, account {account}\n\
+         \n\
+         AWS CLI:  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DEFAULT_REGION={region}\n\
+         \x20         aws batch describe-service-environments --endpoint-url {url}\n\
+         boto3:    boto3.client(\"batch\", endpoint_url=\"{url}\", region_name=\"{region}\",\n\
+         \x20                      aws_access_key_id=\"local\", aws_secret_access_key=\"local\")",
+        data = config.data_dir.display(),
+        pool = pool.join(", "),
+        region = config.region,
+        account = config.account_id,
+    );
+}

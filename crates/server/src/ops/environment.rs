@@ -1,0 +1,142 @@
+//! Service environments: the pool's limits per instance type. Connected to at most one queue
+//! (AWS rule for quota management); its limits become the core queue's environment.
+
+use qm_api::*;
+use qm_core::{Input, QueueSpec};
+
+use super::page;
+use crate::state::{body, EnvRec, State};
+
+impl State {
+    pub(crate) fn env_name(&self, field: &str, value: &str) -> Result<String, ApiError> {
+        let name = self
+            .arns
+            .name_or_arn(field, value, ResourceKind::ServiceEnvironment)?;
+        if !self.environments.contains_key(&name) {
+            return Err(ApiError::client(format!(
+                "{field}: service environment '{name}' does not exist; create it with CreateServiceEnvironment or check the name"
+            )));
+        }
+        Ok(name)
+    }
+
+    /// Pushes an environment's limits to the core queue it serves.
+    pub(crate) fn sync_queue_environment(&mut self, queue: &str) -> Result<(), ApiError> {
+        let Some(q) = self.queues.get(queue) else {
+            return Ok(());
+        };
+        let env = &self.environments[&q.environment];
+        let spec = QueueSpec {
+            name: queue.to_string(),
+            environment: environment_limits(&env.limits),
+        };
+        self.core_apply(Input::PutQueue(spec))
+    }
+
+    pub(crate) fn create_service_environment(
+        &mut self,
+        r: &CreateServiceEnvironmentRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        validate_create_service_environment(r)?;
+        if self.environments.contains_key(&r.service_environment_name) {
+            return Err(ApiError::client("Object already exists"));
+        }
+        let rec = EnvRec {
+            name: r.service_environment_name.clone(),
+            state: r.state.unwrap_or(ServiceEnvironmentState::Enabled),
+            limits: r.capacity_limits.clone(),
+            tags: r.tags.clone().unwrap_or_default(),
+            queue: None,
+        };
+        self.environments.insert(rec.name.clone(), rec);
+        body(&CreateServiceEnvironmentResponse {
+            service_environment_name: r.service_environment_name.clone(),
+            service_environment_arn: self.arns.service_environment(&r.service_environment_name),
+        })
+    }
+
+    pub(crate) fn update_service_environment(
+        &mut self,
+        r: &UpdateServiceEnvironmentRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        validate_update_service_environment(r)?;
+        let name = self.env_name("serviceEnvironment", &r.service_environment)?;
+        let env = self.environments.get_mut(&name).expect("checked");
+        if let Some(s) = &r.state {
+            env.state = *s;
+        }
+        if let Some(l) = &r.capacity_limits {
+            env.limits = l.clone();
+        }
+        if let Some(q) = env.queue.clone() {
+            self.sync_queue_environment(&q)?;
+        }
+        body(&UpdateServiceEnvironmentResponse {
+            service_environment_name: name.clone(),
+            service_environment_arn: self.arns.service_environment(&name),
+        })
+    }
+
+    pub(crate) fn delete_service_environment(
+        &mut self,
+        r: &DeleteServiceEnvironmentRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        let name = self.env_name("serviceEnvironment", &r.service_environment)?;
+        let env = &self.environments[&name];
+        if env.state != ServiceEnvironmentState::Disabled {
+            return Err(ApiError::client(format!(
+                "serviceEnvironment: '{name}' is ENABLED; set its state to DISABLED with UpdateServiceEnvironment before deleting it"
+            )));
+        }
+        if let Some(q) = &env.queue {
+            return Err(ApiError::client(format!(
+                "serviceEnvironment: '{name}' is connected to job queue '{q}'; delete the queue or connect it to another environment first"
+            )));
+        }
+        self.environments.remove(&name);
+        body(&DeleteServiceEnvironmentResponse {})
+    }
+
+    pub(crate) fn describe_service_environments(
+        &self,
+        r: &DescribeServiceEnvironmentsRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        let max = max_results("maxResults", r.max_results, 100)?;
+        let wanted: Option<Vec<String>> = match &r.service_environments {
+            Some(list) if !list.is_empty() => Some(
+                list.iter()
+                    .map(|v| {
+                        self.arns.name_or_arn(
+                            "serviceEnvironments",
+                            v,
+                            ResourceKind::ServiceEnvironment,
+                        )
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            _ => None,
+        };
+        let items = self
+            .environments
+            .iter()
+            .filter(|(n, _)| wanted.as_ref().is_none_or(|w| w.contains(n)))
+            .map(|(n, e)| (n.as_str(), self.env_detail(e)));
+        let (list, next) = page(items, r.next_token.as_deref(), max)?;
+        body(&DescribeServiceEnvironmentsResponse {
+            service_environments: Some(list),
+            next_token: next,
+        })
+    }
+
+    fn env_detail(&self, e: &EnvRec) -> ServiceEnvironmentDetail {
+        ServiceEnvironmentDetail {
+            service_environment_name: e.name.clone(),
+            service_environment_arn: self.arns.service_environment(&e.name),
+            service_environment_type: ServiceEnvironmentType::SagemakerTraining,
+            state: Some(e.state),
+            status: Some(ServiceEnvironmentStatus::Valid),
+            capacity_limits: e.limits.clone(),
+            tags: (!e.tags.is_empty()).then(|| e.tags.clone()),
+        }
+    }
+}

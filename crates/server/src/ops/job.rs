@@ -1,0 +1,415 @@
+//! Service jobs: submit, describe, list, update priority, terminate. A job is a core job plus
+//! the record the API shows (attempts, preemptions, timestamps); the core decides, the record
+//! remembers.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, VecDeque};
+
+use qm_api::*;
+use qm_core::{Input, JobId, JobSpec};
+
+use crate::state::{body, AttemptRec, JobRec, State};
+
+impl State {
+    /// Core id of an existing job.
+    pub(crate) fn job_core(&self, field: &str, id: &str) -> Result<u64, ApiError> {
+        let id = match self.arns.parse(field, id) {
+            Ok(Resource::ServiceJob(id)) => id,
+            _ => id.to_string(),
+        };
+        self.by_id.get(&id).copied().ok_or_else(|| {
+            ApiError::client(format!(
+                "{field}: service job '{id}' does not exist; check the id returned by SubmitServiceJob (ListServiceJobs shows the jobs of a queue)"
+            ))
+        })
+    }
+
+    fn submit_response(&self, core: u64) -> Result<Vec<u8>, ApiError> {
+        let rec = &self.jobs[&core];
+        body(&SubmitServiceJobResponse {
+            job_arn: Some(self.arns.service_job(&rec.id)),
+            job_name: rec.request.job_name.clone(),
+            job_id: rec.id.clone(),
+        })
+    }
+
+    pub(crate) fn submit_service_job(
+        &mut self,
+        job_id: &str,
+        r: &SubmitServiceJobRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        validate_submit_service_job(r)?;
+        let canonical = r.client_token.as_ref().map(|_| {
+            let mut c = r.clone();
+            c.client_token = None;
+            serde_json::to_string(&c).unwrap_or_default()
+        });
+        if let (Some(token), Some(canonical)) = (&r.client_token, &canonical) {
+            if let Some((core, seen)) = self.tokens.get(token) {
+                if seen == canonical {
+                    return self.submit_response(*core);
+                }
+                return Err(ApiError::client(format!(
+                    "clientToken: '{token}' was already used for a different request; send the identical request to get the original job back, or use a new token"
+                )));
+            }
+        }
+        let queue = self.queue_name("jobQueue", &r.job_queue)?;
+        let q = &self.queues[&queue];
+        if q.state == JQState::Disabled {
+            return Err(ApiError::client(format!(
+                "jobQueue: job queue '{queue}' is DISABLED and accepts no jobs; enable it with UpdateJobQueue"
+            )));
+        }
+        if self.environments[&q.environment].state == ServiceEnvironmentState::Disabled {
+            return Err(ApiError::client(format!(
+                "jobQueue: the service environment '{}' of job queue '{queue}' is DISABLED; enable it with UpdateServiceEnvironment",
+                q.environment
+            )));
+        }
+        let Some(share) = r.quota_share_name.clone() else {
+            return Err(ApiError::client(format!(
+                "quotaShareName: job queue '{queue}' has a quota-share scheduling policy, so every job names its quota share; pass one of: {}",
+                q.shares.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        };
+        match q.shares.get(&share) {
+            None => {
+                return Err(ApiError::client(format!(
+                    "quotaShareName: quota share '{share}' does not exist in job queue '{queue}'; pass one of: {}",
+                    q.shares.keys().cloned().collect::<Vec<_>>().join(", ")
+                )))
+            }
+            Some(s) if s.state == QuotaShareState::Disabled => {
+                return Err(ApiError::client(format!(
+                    "quotaShareName: quota share '{share}' is DISABLED and accepts no new jobs; enable it with UpdateQuotaShare or submit to another share"
+                )))
+            }
+            Some(_) => {}
+        }
+        let payload = TrainingPayload::parse(&r.service_request_payload)?;
+        let (attempts, evaluate_on_exit) = exit_rules(r.retry_strategy.as_ref());
+        let core = self.next_job;
+        let priority = r.scheduling_priority.unwrap_or(0);
+        self.core_apply(Input::Submit(JobSpec {
+            id: JobId(core),
+            queue: queue.clone(),
+            share: share.clone(),
+            priority: priority as u32,
+            instance_type: payload.instance_type.clone(),
+            count: payload.instance_count,
+            preemption_retries: r
+                .preemption_configuration
+                .as_ref()
+                .and_then(|p| p.preemption_retries_before_termination)
+                .map(|n| n.max(0) as u32),
+            attempts,
+            evaluate_on_exit,
+        }))?;
+        self.next_job += 1;
+        let rec = JobRec {
+            core,
+            id: job_id.to_string(),
+            queue: queue.clone(),
+            share,
+            request: r.clone(),
+            payload,
+            priority,
+            created_at: self.now,
+            scheduled_at: None,
+            started_at: None,
+            stopped_at: None,
+            status: ServiceJobStatus::Runnable,
+            status_reason: None,
+            attempts: Vec::new(),
+            live: None,
+            preempted: VecDeque::new(),
+            preempted_count: 0,
+            is_terminated: false,
+            attempt_counter: 0,
+            tags: r.tags.clone().unwrap_or_default(),
+            latest_training_job: None,
+        };
+        self.queues
+            .get_mut(&queue)
+            .expect("checked")
+            .runnable
+            .insert((Reverse(priority), core));
+        self.by_id.insert(rec.id.clone(), core);
+        if let (Some(token), Some(canonical)) = (&r.client_token, canonical) {
+            self.tokens.insert(token.clone(), (core, canonical));
+        }
+        self.jobs.insert(core, rec);
+        self.submit_response(core)
+    }
+
+    pub(crate) fn update_service_job(
+        &mut self,
+        r: &UpdateServiceJobRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        validate_update_service_job(r)?;
+        let core = self.job_core("jobId", &r.job_id)?;
+        let rec = &self.jobs[&core];
+        if matches!(
+            rec.status,
+            ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
+        ) {
+            return Err(ApiError::client(format!(
+                "jobId: service job '{}' is {} and can no longer change priority",
+                rec.id,
+                rec.status.as_str()
+            )));
+        }
+        let (old, queue) = (rec.priority, rec.queue.clone());
+        self.core_apply(Input::UpdatePriority {
+            job: JobId(core),
+            priority: r.scheduling_priority as u32,
+        })?;
+        if let Some(q) = self.queues.get_mut(&queue) {
+            if q.runnable.remove(&(Reverse(old), core)) {
+                q.runnable.insert((Reverse(r.scheduling_priority), core));
+            }
+        }
+        let rec = self.jobs.get_mut(&core).expect("checked");
+        rec.priority = r.scheduling_priority;
+        body(&UpdateServiceJobResponse {
+            job_arn: Some(self.arns.service_job(&rec.id)),
+            job_name: Some(rec.request.job_name.clone()),
+            job_id: Some(rec.id.clone()),
+        })
+    }
+
+    /// Terminates one job; finished jobs are left as they are.
+    fn terminate(&mut self, core: u64, reason: &str) -> Result<(), ApiError> {
+        let rec = self.jobs.get_mut(&core).expect("caller checked");
+        if matches!(
+            rec.status,
+            ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
+        ) {
+            return Ok(());
+        }
+        rec.is_terminated = true;
+        self.core_apply(Input::Terminate {
+            job: JobId(core),
+            reason: reason.to_string(),
+        })
+    }
+
+    pub(crate) fn terminate_service_job(
+        &mut self,
+        r: &TerminateServiceJobRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        if r.reason.is_empty() {
+            return Err(ApiError::client(
+                "reason: is empty; say why the job is terminated (it becomes the job's statusReason)",
+            ));
+        }
+        let core = self.job_core("jobId", &r.job_id)?;
+        self.terminate(core, &r.reason)?;
+        body(&TerminateServiceJobResponse {})
+    }
+
+    pub(crate) fn terminate_service_jobs(
+        &mut self,
+        r: &TerminateServiceJobsRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        validate_terminate_service_jobs(r)?;
+        let mut successful = Vec::new();
+        let mut errors = Vec::new();
+        for id in &r.jobs {
+            match self.job_core("jobs", id) {
+                // Unknown ids count as successful (AWS behaviour).
+                Err(_) => successful.push(id.clone()),
+                Ok(core) => match self.terminate(core, &r.reason) {
+                    Ok(()) => successful.push(id.clone()),
+                    Err(e) => errors.push(TerminateServiceJobsErrorDetail {
+                        job: id.clone(),
+                        code: e.error_type().to_string(),
+                        message: e.message().to_string(),
+                    }),
+                },
+            }
+        }
+        body(&TerminateServiceJobsResponse { successful, errors })
+    }
+
+    fn resource_id(&self, training_job: &str) -> ServiceResourceId {
+        ServiceResourceId {
+            name: ServiceResourceIdName::TrainingJobArn,
+            value: self.arns.training_job(training_job),
+        }
+    }
+
+    fn capacity_usage(rec: &JobRec) -> (String, f64) {
+        (
+            rec.payload.instance_type.clone(),
+            f64::from(rec.payload.instance_count),
+        )
+    }
+
+    fn attempt_detail(&self, a: &AttemptRec) -> ServiceJobAttemptDetail {
+        ServiceJobAttemptDetail {
+            service_resource_id: Some(self.resource_id(&a.training_job_name)),
+            started_at: Some(a.started_at),
+            stopped_at: a.stopped_at,
+            status_reason: a.status_reason.clone(),
+        }
+    }
+
+    pub(crate) fn describe_service_job(
+        &self,
+        r: &DescribeServiceJobRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        let core = self.job_core("jobId", &r.job_id)?;
+        let rec = &self.jobs[&core];
+        let (unit, quantity) = Self::capacity_usage(rec);
+        let preemption_summary = (rec.preempted_count > 0).then(|| ServiceJobPreemptionSummary {
+            preempted_attempt_count: Some(rec.preempted_count as i32),
+            recent_preempted_attempts: Some(
+                rec.preempted
+                    .iter()
+                    .map(|a| ServiceJobPreemptedAttempt {
+                        service_resource_id: Some(self.resource_id(&a.training_job_name)),
+                        started_at: Some(a.started_at),
+                        stopped_at: a.stopped_at,
+                        status_reason: a.status_reason.clone(),
+                    })
+                    .collect(),
+            ),
+        });
+        body(&DescribeServiceJobResponse {
+            attempts: Some(
+                rec.attempts
+                    .iter()
+                    .map(|a| self.attempt_detail(a))
+                    .collect(),
+            ),
+            capacity_usage: Some(vec![ServiceJobCapacityUsageDetail {
+                capacity_unit: Some(unit),
+                quantity: Some(quantity),
+            }]),
+            created_at: Some(rec.created_at),
+            is_terminated: Some(rec.is_terminated),
+            job_arn: Some(self.arns.service_job(&rec.id)),
+            job_id: rec.id.clone(),
+            job_name: rec.request.job_name.clone(),
+            job_queue: self.arns.job_queue(&rec.queue),
+            latest_attempt: rec
+                .latest_training_job
+                .as_ref()
+                .map(|t| LatestServiceJobAttempt {
+                    service_resource_id: Some(self.resource_id(t)),
+                }),
+            retry_strategy: rec.request.retry_strategy.clone(),
+            scheduled_at: rec.scheduled_at,
+            scheduling_priority: Some(rec.priority),
+            service_request_payload: Some(rec.request.service_request_payload.clone()),
+            service_job_type: ServiceJobType::SagemakerTraining,
+            share_identifier: None,
+            quota_share_name: Some(rec.share.clone()),
+            preemption_configuration: rec.request.preemption_configuration.clone(),
+            preemption_summary,
+            started_at: rec.started_at.unwrap_or(0),
+            status: rec.status,
+            status_reason: self.status_reason(rec),
+            stopped_at: rec.stopped_at,
+            tags: (!rec.tags.is_empty()).then(|| rec.tags.clone()),
+            timeout_config: rec.request.timeout_config.clone(),
+        })
+    }
+
+    fn summary(&self, rec: &JobRec) -> ServiceJobSummary {
+        let (unit, quantity) = Self::capacity_usage(rec);
+        ServiceJobSummary {
+            latest_attempt: rec
+                .latest_training_job
+                .as_ref()
+                .map(|t| LatestServiceJobAttempt {
+                    service_resource_id: Some(self.resource_id(t)),
+                }),
+            capacity_usage: Some(vec![ServiceJobCapacityUsageSummary {
+                capacity_unit: Some(unit),
+                quantity: Some(quantity),
+            }]),
+            created_at: Some(rec.created_at),
+            job_arn: Some(self.arns.service_job(&rec.id)),
+            job_id: rec.id.clone(),
+            job_name: rec.request.job_name.clone(),
+            scheduled_at: rec.scheduled_at,
+            service_job_type: ServiceJobType::SagemakerTraining,
+            share_identifier: None,
+            quota_share_name: Some(rec.share.clone()),
+            status: Some(rec.status),
+            status_reason: self.status_reason(rec),
+            started_at: rec.started_at,
+            stopped_at: rec.stopped_at,
+            is_terminated: rec.is_terminated.then_some(true),
+        }
+    }
+
+    pub(crate) fn list_service_jobs(
+        &self,
+        r: &ListServiceJobsRequest,
+    ) -> Result<Vec<u8>, ApiError> {
+        let max = max_results("maxResults", r.max_results, 100)?;
+        let queue = match &r.job_queue {
+            Some(q) => Some(self.queue_name("jobQueue", q)?),
+            None => None,
+        };
+        let filter = parse_filters(r.filters.as_deref())?;
+        // Without a filter AWS lists RUNNING jobs only; a filter lists every status unless it
+        // is one of those that combine with jobStatus.
+        let status = match &filter {
+            Some(f) if !f.keeps_status_filter() => None,
+            _ => Some(r.job_status.unwrap_or(ServiceJobStatus::Running)),
+        };
+        let before: Option<u64> = match &r.next_token {
+            Some(t) => Some(decode_token("nextToken", t)?.parse().map_err(|_| {
+                ApiError::client(
+                    "nextToken: is not a token this server issued; pass the nextToken of the previous response unchanged",
+                )
+            })?),
+            None => None,
+        };
+        let range = match before {
+            Some(b) => self.jobs.range(..b),
+            None => self.jobs.range(..),
+        };
+        let mut out = Vec::new();
+        let mut next = None;
+        // Newest first.
+        for (&core, rec) in range.rev() {
+            if queue.as_ref().is_some_and(|q| *q != rec.queue) {
+                continue;
+            }
+            if status.as_ref().is_some_and(|s| *s != rec.status) {
+                continue;
+            }
+            if let Some(f) = &filter {
+                if !f.matches(
+                    &rec.request.job_name,
+                    rec.created_at,
+                    None,
+                    Some(rec.share.as_str()),
+                ) {
+                    continue;
+                }
+            }
+            if out.len() == max {
+                next = Some(encode_token(&(core + 1).to_string()));
+                break;
+            }
+            out.push(self.summary(rec));
+        }
+        body(&ListServiceJobsResponse {
+            job_summary_list: out,
+            next_token: next,
+        })
+    }
+
+    /// Tags of a job, for the tag operations.
+    pub(crate) fn job_tags_mut(&mut self, id: &str) -> Option<&mut BTreeMap<String, String>> {
+        let core = *self.by_id.get(id)?;
+        self.jobs.get_mut(&core).map(|r| &mut r.tags)
+    }
+}

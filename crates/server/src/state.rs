@@ -1,0 +1,629 @@
+//! The server's whole state, and the one place where commands change it.
+//!
+//! [`State`] wraps the scheduling core with what the API needs around it: resources
+//! (environments, policies, queues, shares) with their AWS fields and tags, and a record per
+//! service job (attempt history, preemptions, timestamps). It is deterministic: the same
+//! commands at the same times give the same state, which is what makes the log replayable.
+//! It does no IO; what must happen outside (start or stop an attempt) comes back as
+//! [`Action`]s that the driver carries out after the batch has committed.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use qm_api::*;
+use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
+
+use crate::command::{Command, ExitRecord, Query};
+
+/// How many preempted attempts `preemptionSummary.recentPreemptedAttempts` keeps.
+pub const PREEMPTED_WINDOW: usize = 10;
+
+/// Something the driver must do once the batch is durable.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Start an attempt.
+    Launch(Box<Launch>),
+    /// Stop an attempt (SIGTERM, grace, SIGKILL).
+    Stop {
+        /// Core attempt id.
+        attempt: u64,
+    },
+}
+
+/// Everything the executor needs to run an attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    /// Core attempt id.
+    pub attempt: u64,
+    /// API job id.
+    pub job_id: String,
+    /// 1-based attempt number of the job.
+    pub attempt_number: u32,
+    /// Job name.
+    pub job_name: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Instances.
+    pub count: u32,
+    /// Parsed payload.
+    pub payload: TrainingPayload,
+    /// `timeoutConfig.attemptDurationSeconds`.
+    pub attempt_duration_seconds: Option<u64>,
+}
+
+/// A service environment.
+#[derive(Clone, Debug)]
+pub struct EnvRec {
+    /// Name.
+    pub name: String,
+    /// ENABLED / DISABLED.
+    pub state: ServiceEnvironmentState,
+    /// Capacity limits.
+    pub limits: Vec<CapacityLimit>,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+    /// The queue it is connected to.
+    pub queue: Option<String>,
+}
+
+/// A scheduling policy.
+#[derive(Clone, Debug)]
+pub struct PolicyRec {
+    /// Name.
+    pub name: String,
+    /// Quota-share policy.
+    pub quota: Option<QuotaSharePolicy>,
+    /// Fair-share policy (stored, not scheduled).
+    pub fairshare: Option<FairsharePolicy>,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A job queue.
+#[derive(Clone, Debug)]
+pub struct QueueRec {
+    /// Name.
+    pub name: String,
+    /// ENABLED / DISABLED.
+    pub state: JQState,
+    /// Queue priority (kept, not used: one queue per environment).
+    pub priority: i32,
+    /// Scheduling policy ARN.
+    pub policy_arn: String,
+    /// Connected service environment.
+    pub environment: String,
+    /// `jobStateTimeLimitActions`.
+    pub actions: Vec<JobStateTimeLimitAction>,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+    /// Quota shares by name.
+    pub shares: BTreeMap<String, ShareRec>,
+    /// RUNNABLE jobs in dispatch order: priority descending, then submission order.
+    pub runnable: BTreeSet<(Reverse<i32>, u64)>,
+}
+
+/// A quota share.
+#[derive(Clone, Debug)]
+pub struct ShareRec {
+    /// Name.
+    pub name: String,
+    /// Limits.
+    pub limits: Vec<QuotaShareCapacityLimit>,
+    /// Strategy and borrow limit.
+    pub sharing: QuotaShareResourceSharingConfiguration,
+    /// In-share preemption.
+    pub preemption: QuotaSharePreemptionConfiguration,
+    /// ENABLED / DISABLED.
+    pub state: QuotaShareState,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One attempt of a job.
+#[derive(Clone, Debug)]
+pub struct AttemptRec {
+    /// Core attempt id.
+    pub attempt: u64,
+    /// 1-based number within the job.
+    pub number: u32,
+    /// The SageMaker-style training job name of this attempt.
+    pub training_job_name: String,
+    /// When capacity was granted.
+    pub started_at: i64,
+    /// When its processes were gone.
+    pub stopped_at: Option<i64>,
+    /// How it ended.
+    pub status_reason: Option<String>,
+    /// Why the core stopped it, when it did.
+    pub stop_reason: Option<String>,
+    /// Whether that stop was a preemption.
+    pub preempted: bool,
+    /// Process ids reported by the executor.
+    pub pids: Vec<u32>,
+}
+
+/// A service job.
+#[derive(Clone, Debug)]
+pub struct JobRec {
+    /// Core id: submission order.
+    pub core: u64,
+    /// API id (UUID).
+    pub id: String,
+    /// Queue name.
+    pub queue: String,
+    /// Share name.
+    pub share: String,
+    /// The request as submitted.
+    pub request: SubmitServiceJobRequest,
+    /// Its parsed payload.
+    pub payload: TrainingPayload,
+    /// Current priority.
+    pub priority: i32,
+    /// Submission time.
+    pub created_at: i64,
+    /// Last time capacity was granted.
+    pub scheduled_at: Option<i64>,
+    /// Last time an attempt's processes started.
+    pub started_at: Option<i64>,
+    /// When it reached SUCCEEDED or FAILED.
+    pub stopped_at: Option<i64>,
+    /// API status.
+    pub status: ServiceJobStatus,
+    /// Reason of the last change, for non-RUNNABLE statuses.
+    pub status_reason: Option<String>,
+    /// Finished attempts that were not preempted, oldest first.
+    pub attempts: Vec<AttemptRec>,
+    /// The attempt holding capacity, if any (it may be stopping).
+    pub live: Option<AttemptRec>,
+    /// Preempted attempts, newest first, at most [`PREEMPTED_WINDOW`].
+    pub preempted: VecDeque<AttemptRec>,
+    /// Total preemptions.
+    pub preempted_count: u32,
+    /// A termination was accepted.
+    pub is_terminated: bool,
+    /// Attempts started so far.
+    pub attempt_counter: u32,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+    /// The training job name of the newest attempt.
+    pub latest_training_job: Option<String>,
+}
+
+/// The server state. See the module docs.
+pub struct State {
+    /// ARN builder/parser.
+    pub arns: Arns,
+    /// The scheduling core.
+    pub core: Scheduler,
+    /// Service environments by name.
+    pub environments: BTreeMap<String, EnvRec>,
+    /// Scheduling policies by name.
+    pub policies: BTreeMap<String, PolicyRec>,
+    /// Job queues by name.
+    pub queues: BTreeMap<String, QueueRec>,
+    /// Jobs by core id (submission order).
+    pub jobs: BTreeMap<u64, JobRec>,
+    /// API id -> core id.
+    pub by_id: HashMap<String, u64>,
+    /// clientToken -> (core id, canonical request).
+    pub tokens: HashMap<String, (u64, String)>,
+    /// Live attempts -> core job id.
+    pub attempt_job: HashMap<u64, u64>,
+    /// Next core job id.
+    pub next_job: u64,
+    /// Physical capacity last logged.
+    pub capacity: BTreeMap<String, u32>,
+    /// The time of the batch being applied.
+    pub now: i64,
+    /// Actions collected while applying the current batch.
+    pub actions: Vec<Action>,
+    /// Decisions of the current batch, for the log.
+    pub decisions: Vec<String>,
+}
+
+impl State {
+    /// An empty state.
+    pub fn new(arns: Arns, policy: qm_core::Policy) -> Self {
+        State {
+            arns,
+            core: Scheduler::new(policy),
+            environments: BTreeMap::new(),
+            policies: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            by_id: HashMap::new(),
+            tokens: HashMap::new(),
+            attempt_job: HashMap::new(),
+            next_job: 1,
+            capacity: BTreeMap::new(),
+            now: 0,
+            actions: Vec::new(),
+            decisions: Vec::new(),
+        }
+    }
+
+    /// Starts a batch at `now` (clamped so that time never goes backwards for the core).
+    pub fn begin(&mut self, now: i64) {
+        self.now = now.max(self.now);
+        self.actions.clear();
+        self.decisions.clear();
+    }
+
+    /// Applies one command; on error nothing changed. Returns the response body.
+    pub fn apply(&mut self, cmd: &Command) -> Result<Vec<u8>, ApiError> {
+        match cmd {
+            Command::CreateServiceEnvironment(r) => self.create_service_environment(r),
+            Command::UpdateServiceEnvironment(r) => self.update_service_environment(r),
+            Command::DeleteServiceEnvironment(r) => self.delete_service_environment(r),
+            Command::CreateJobQueue(r) => self.create_job_queue(r),
+            Command::UpdateJobQueue(r) => self.update_job_queue(r),
+            Command::DeleteJobQueue(r) => self.delete_job_queue(r),
+            Command::CreateSchedulingPolicy(r) => self.create_scheduling_policy(r),
+            Command::UpdateSchedulingPolicy(r) => self.update_scheduling_policy(r),
+            Command::DeleteSchedulingPolicy(r) => self.delete_scheduling_policy(r),
+            Command::CreateQuotaShare(r) => self.create_quota_share(r),
+            Command::UpdateQuotaShare(r) => self.update_quota_share(r),
+            Command::DeleteQuotaShare(r) => self.delete_quota_share(r),
+            Command::SubmitServiceJob { job_id, request } => {
+                self.submit_service_job(job_id, request)
+            }
+            Command::UpdateServiceJob(r) => self.update_service_job(r),
+            Command::TerminateServiceJob(r) => self.terminate_service_job(r),
+            Command::TerminateServiceJobs(r) => self.terminate_service_jobs(r),
+            Command::TagResource(r) => self.tag_resource(r),
+            Command::UntagResource(r) => self.untag_resource(r),
+            Command::AttemptRunning {
+                attempt,
+                pids,
+                gpus: _,
+            } => self.attempt_running(*attempt, pids),
+            Command::AttemptCheckpoint { attempt } => self.attempt_checkpoint(*attempt),
+            Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
+            Command::SetCapacity { capacity } => self.set_capacity(capacity),
+            Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
+        }
+    }
+
+    /// Answers a read.
+    pub fn query(&self, q: &Query) -> Result<Vec<u8>, ApiError> {
+        match q {
+            Query::DescribeServiceEnvironments(r) => self.describe_service_environments(r),
+            Query::DescribeJobQueues(r) => self.describe_job_queues(r),
+            Query::DescribeSchedulingPolicies(r) => self.describe_scheduling_policies(r),
+            Query::ListSchedulingPolicies(r) => self.list_scheduling_policies(r),
+            Query::DescribeQuotaShare(r) => self.describe_quota_share(r),
+            Query::ListQuotaShares(r) => self.list_quota_shares(r),
+            Query::DescribeServiceJob(r) => self.describe_service_job(r),
+            Query::ListServiceJobs(r) => self.list_service_jobs(r),
+            Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r),
+            Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
+        }
+    }
+
+    /// Ends a batch: runs the scheduling pass and returns the actions to carry out once the
+    /// batch is durable.
+    pub fn finish(&mut self) -> Vec<Action> {
+        let effects = self.core.schedule(self.now as u64);
+        self.absorb(effects);
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Feeds an input to the core (no pass) and absorbs its effects.
+    pub(crate) fn core_apply(&mut self, input: Input) -> Result<(), ApiError> {
+        let effects = self.core.apply(self.now as u64, input)?;
+        self.absorb(effects);
+        Ok(())
+    }
+
+    /// The API id of a core job.
+    pub(crate) fn api_id(&self, core: JobId) -> String {
+        self.jobs
+            .get(&core.0)
+            .map(|j| j.id.clone())
+            .unwrap_or_else(|| core.0.to_string())
+    }
+
+    /// Updates job records from the core's decisions and queues the actions.
+    fn absorb(&mut self, effects: Vec<Effect>) {
+        let now = self.now;
+        for e in effects {
+            self.decisions.push(format!("{e:?}"));
+            match e {
+                Effect::Start {
+                    job,
+                    attempt,
+                    unit,
+                    count,
+                } => {
+                    let Some(rec) = self.jobs.get_mut(&job.0) else {
+                        continue;
+                    };
+                    rec.attempt_counter += 1;
+                    let name = training_job_name(rec, attempt.0);
+                    rec.latest_training_job = Some(name.clone());
+                    rec.live = Some(AttemptRec {
+                        attempt: attempt.0,
+                        number: rec.attempt_counter,
+                        training_job_name: name,
+                        started_at: now,
+                        stopped_at: None,
+                        status_reason: None,
+                        stop_reason: None,
+                        preempted: false,
+                        pids: Vec::new(),
+                    });
+                    rec.scheduled_at = Some(now);
+                    let launch = Launch {
+                        attempt: attempt.0,
+                        job_id: rec.id.clone(),
+                        attempt_number: rec.attempt_counter,
+                        job_name: rec.request.job_name.clone(),
+                        instance_type: unit,
+                        count,
+                        payload: rec.payload.clone(),
+                        attempt_duration_seconds: rec
+                            .request
+                            .timeout_config
+                            .as_ref()
+                            .and_then(|t| t.attempt_duration_seconds)
+                            .map(|s| s.max(1) as u64),
+                    };
+                    self.attempt_job.insert(attempt.0, job.0);
+                    self.set_status(job.0, ServiceJobStatus::Scheduled, None);
+                    self.actions.push(Action::Launch(Box::new(launch)));
+                }
+                Effect::Stop {
+                    job,
+                    attempt,
+                    cause,
+                } => {
+                    let reason = cause.describe(|j| self.api_id(j));
+                    if let Some(live) = self.jobs.get_mut(&job.0).and_then(|r| r.live.as_mut()) {
+                        if live.attempt == attempt.0 {
+                            live.stop_reason = Some(reason);
+                            live.preempted = cause.is_preemption();
+                        }
+                    }
+                    self.actions.push(Action::Stop { attempt: attempt.0 });
+                }
+                Effect::Requeued { job, reason } => {
+                    self.set_status(job.0, ServiceJobStatus::Runnable, Some(reason));
+                }
+                Effect::Finished {
+                    job,
+                    status,
+                    reason,
+                } => {
+                    let s = if status == JobStatus::Succeeded {
+                        ServiceJobStatus::Succeeded
+                    } else {
+                        ServiceJobStatus::Failed
+                    };
+                    self.set_status(job.0, s, Some(reason));
+                    if let Some(rec) = self.jobs.get_mut(&job.0) {
+                        rec.stopped_at = Some(now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves a job to `status`, keeping the queue's RUNNABLE index in step.
+    pub(crate) fn set_status(
+        &mut self,
+        core: u64,
+        status: ServiceJobStatus,
+        reason: Option<String>,
+    ) {
+        let Some(rec) = self.jobs.get_mut(&core) else {
+            return;
+        };
+        let key = (Reverse(rec.priority), core);
+        if let Some(q) = self.queues.get_mut(&rec.queue) {
+            if status == ServiceJobStatus::Runnable {
+                q.runnable.insert(key);
+            } else {
+                q.runnable.remove(&key);
+            }
+        }
+        rec.status = status;
+        if reason.is_some() || status != ServiceJobStatus::Runnable {
+            rec.status_reason = reason;
+        }
+    }
+
+    fn attempt_running(&mut self, attempt: u64, pids: &[u32]) -> Result<Vec<u8>, ApiError> {
+        let now = self.now;
+        let Some(&core) = self.attempt_job.get(&attempt) else {
+            // A report about an attempt that has already been accounted for (e.g. lost at a
+            // restart): nothing to change.
+            return Ok(Vec::new());
+        };
+        let Some(rec) = self.jobs.get_mut(&core) else {
+            return Ok(Vec::new());
+        };
+        if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
+            live.pids = pids.to_vec();
+            rec.started_at = Some(now);
+            if rec.status == ServiceJobStatus::Scheduled {
+                self.set_status(core, ServiceJobStatus::Running, None);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    fn attempt_checkpoint(&mut self, attempt: u64) -> Result<Vec<u8>, ApiError> {
+        let Some(&core) = self.attempt_job.get(&attempt) else {
+            return Ok(Vec::new());
+        };
+        // A checkpoint of a job that is no longer dispatched means nothing to the core.
+        if self.core.attempt(qm_core::AttemptId(attempt)).is_some() {
+            self.core_apply(Input::Checkpoint { job: JobId(core) })?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn attempt_exited(&mut self, attempt: u64, outcome: &ExitRecord) -> Result<Vec<u8>, ApiError> {
+        let now = self.now;
+        let Some(core) = self.attempt_job.remove(&attempt) else {
+            return Ok(Vec::new());
+        };
+        if self.core.attempt(qm_core::AttemptId(attempt)).is_none() {
+            return Ok(Vec::new());
+        }
+        // Record the attempt's end first: the core's effects below may start a new one.
+        if let Some(rec) = self.jobs.get_mut(&core) {
+            if let Some(mut live) = rec.live.take().filter(|l| l.attempt == attempt) {
+                live.stopped_at = Some(now);
+                let outcome_reason = match outcome {
+                    ExitRecord::Succeeded => "Training job completed".to_string(),
+                    ExitRecord::Failed { reason, .. } | ExitRecord::Lost { reason } => {
+                        reason.clone()
+                    }
+                };
+                if live.preempted {
+                    live.status_reason = live.stop_reason.clone();
+                    rec.preempted_count += 1;
+                    rec.preempted.push_front(live);
+                    rec.preempted.truncate(PREEMPTED_WINDOW);
+                } else {
+                    live.status_reason = Some(match &live.stop_reason {
+                        Some(stop) => stop.clone(),
+                        None => outcome_reason,
+                    });
+                    rec.attempts.push(live);
+                }
+            }
+        }
+        self.core_apply(Input::AttemptExited {
+            attempt: qm_core::AttemptId(attempt),
+            exit: outcome.to_core(),
+        })?;
+        Ok(Vec::new())
+    }
+
+    fn set_capacity(&mut self, capacity: &BTreeMap<String, u32>) -> Result<Vec<u8>, ApiError> {
+        // Types no longer offered get no physical limit... of zero: nothing may start on them.
+        let old: Vec<String> = self.capacity.keys().cloned().collect();
+        for t in old {
+            if !capacity.contains_key(&t) {
+                self.core_apply(Input::SetPhysicalCapacity {
+                    instance_type: t,
+                    instances: Some(0),
+                })?;
+            }
+        }
+        for (t, n) in capacity {
+            self.core_apply(Input::SetPhysicalCapacity {
+                instance_type: t.clone(),
+                instances: Some(*n),
+            })?;
+        }
+        self.capacity = capacity.clone();
+        Ok(Vec::new())
+    }
+
+    fn time_limit_action(&mut self, job_id: &str, reason: &str) -> Result<Vec<u8>, ApiError> {
+        let Some(&core) = self.by_id.get(job_id) else {
+            return Ok(Vec::new());
+        };
+        if self.jobs[&core].status != ServiceJobStatus::Runnable {
+            return Ok(Vec::new());
+        }
+        if let Some(rec) = self.jobs.get_mut(&core) {
+            rec.is_terminated = true;
+        }
+        self.core_apply(Input::Terminate {
+            job: JobId(core),
+            reason: format!("Terminated by JobStateTimeLimit action due to reason: {reason}"),
+        })?;
+        Ok(Vec::new())
+    }
+
+    /// Attempts the core still holds capacity for, with their recorded process ids: after a
+    /// replay these are the orphans of the previous server.
+    pub fn live_attempts(&self) -> Vec<(u64, Vec<u32>)> {
+        let mut out: Vec<(u64, Vec<u32>)> = self
+            .attempt_job
+            .iter()
+            .map(|(&a, &core)| {
+                let pids = self.jobs[&core]
+                    .live
+                    .as_ref()
+                    .filter(|l| l.attempt == a)
+                    .map(|l| l.pids.clone())
+                    .unwrap_or_default();
+                (a, pids)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The status reason the API shows: the core's pending reason for RUNNABLE jobs.
+    pub fn status_reason(&self, rec: &JobRec) -> Option<String> {
+        if rec.status == ServiceJobStatus::Runnable {
+            if let Some(r) = self.core.explain(JobId(rec.core)) {
+                return Some(match r {
+                    qm_core::PendingReason::HeldForOlderJob { job } => format!(
+                        "HELD_FOR_OLDER_JOB - capacity is held for job {}, which has waited past the starvation guard",
+                        self.api_id(JobId(job))
+                    ),
+                    other => other.to_string(),
+                });
+            }
+        }
+        rec.status_reason.clone()
+    }
+
+    /// Jobs of a queue at the head of each share that have waited with a blocked reason the
+    /// queue's `jobStateTimeLimitActions` name: (job id, reason code, max seconds).
+    pub fn time_limit_candidates(&self) -> Vec<(String, String, i64)> {
+        let mut out = Vec::new();
+        for q in self.queues.values() {
+            if q.actions.is_empty() {
+                continue;
+            }
+            let mut seen = BTreeSet::new();
+            for &(_, core) in &q.runnable {
+                let rec = &self.jobs[&core];
+                if !seen.insert(rec.share.clone()) {
+                    continue;
+                }
+                let Some(reason) = self.core.explain(JobId(core)) else {
+                    continue;
+                };
+                let code = reason.code();
+                if let Some(a) = q.actions.iter().find(|a| a.reason == code) {
+                    out.push((
+                        rec.id.clone(),
+                        code.to_string(),
+                        i64::from(a.max_time_seconds),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether any job waits (the driver re-runs the pass periodically only then).
+    pub fn has_waiting(&self) -> bool {
+        self.queues.values().any(|q| !q.runnable.is_empty())
+    }
+}
+
+/// SageMaker names each attempt's training job after the payload's name plus a unique suffix.
+fn training_job_name(rec: &JobRec, attempt: u64) -> String {
+    let base = rec
+        .payload
+        .training_job_name
+        .clone()
+        .unwrap_or_else(|| rec.request.job_name.clone());
+    let base: String = base.chars().take(20).collect();
+    format!("AWSBatch{base}{:016x}{:016x}", rec.core, attempt)
+}
+
+/// Serializes a response body.
+pub(crate) fn body<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(v).map_err(|e| ApiError::server(format!("encoding the response: {e}")))
+}

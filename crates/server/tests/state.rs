@@ -1,0 +1,314 @@
+//! The server state without HTTP or processes: the AWS demo driven through the same commands
+//! the API logs, executor reports played by hand, and the log replayed into a fresh state
+//! that must come out identical. (The end-to-end tests in tests/e2e do the same through boto3
+//! and real processes.)
+
+use qm_api::Arns;
+use qm_server::command::{Command, ExitRecord, Query};
+use qm_server::driver::recover;
+use qm_server::state::{Action, State};
+use qm_store::{Log, MemoryLog};
+use serde_json::{json, Value};
+
+const UNIT: &str = "ml.g5.xlarge";
+
+/// A state plus the log of every batch applied to it, one batch per `batch` call.
+struct World {
+    state: State,
+    log: MemoryLog,
+    now: i64,
+}
+
+fn cmd(op: &str, body: Value) -> Command {
+    serde_json::from_value(json!({"op": op, "body": body})).expect("command decodes")
+}
+
+fn payload(name: &str) -> String {
+    json!({
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::123456789012:role/x",
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]},
+        "ResourceConfig": {"InstanceType": UNIT, "InstanceCount": 1, "VolumeSizeInGB": 1},
+        "OutputDataConfig": {"S3OutputPath": "s3://b/o"}
+    })
+    .to_string()
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            state: State::new(
+                Arns::new("us-east-1", "123456789012"),
+                qm_core::Policy::default(),
+            ),
+            log: MemoryLog::default(),
+            now: 1_000_000,
+        }
+    }
+
+    /// Applies commands as one batch, logs it like the driver does, returns the actions.
+    fn batch(&mut self, commands: Vec<Command>) -> Vec<Action> {
+        self.now += 1000;
+        self.state.begin(self.now);
+        let mut logged = Vec::new();
+        for c in commands {
+            if let Err(e) = self.state.apply(&c) {
+                panic!("command refused: {e}: {c:?}");
+            }
+            logged.push(c);
+        }
+        let actions = self.state.finish();
+        self.log
+            .append(
+                self.now,
+                &serde_json::to_string(&logged).unwrap(),
+                &self.state.decisions.join("\n"),
+            )
+            .unwrap();
+        self.state.core.check_invariants().expect("core invariants");
+        actions
+    }
+
+    fn one(&mut self, c: Command) -> Vec<Action> {
+        self.batch(vec![c])
+    }
+
+    fn submit(&mut self, id: &str, share: &str, priority: i32) -> Vec<Action> {
+        self.one(Command::SubmitServiceJob {
+            job_id: id.into(),
+            request: serde_json::from_value(json!({
+                "jobName": id, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+                "quotaShareName": share, "schedulingPriority": priority,
+                "serviceRequestPayload": payload(id)
+            }))
+            .unwrap(),
+        })
+    }
+
+    fn describe(&self, id: &str) -> Value {
+        let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
+        serde_json::from_slice(&self.state.query(&q).expect("describe")).unwrap()
+    }
+
+    fn status(&self, id: &str) -> String {
+        self.describe(id)["status"].as_str().unwrap().to_string()
+    }
+}
+
+fn launched(actions: &[Action]) -> Vec<(String, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch(l) => Some((l.job_id.clone(), l.attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stopped(actions: &[Action]) -> Vec<u64> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Stop { attempt } => Some(*attempt),
+            _ => None,
+        })
+        .collect()
+}
+
+fn demo_setup(w: &mut World) {
+    w.one(cmd(
+        "CreateSchedulingPolicy",
+        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    ));
+    w.one(cmd(
+        "CreateServiceEnvironment",
+        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+               "capacityLimits": [{"maxCapacity": 3, "capacityUnit": UNIT}]}),
+    ));
+    w.one(cmd(
+        "CreateJobQueue",
+        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
+    ));
+    for (name, strategy, borrow, isp) in [
+        ("QS1", "LEND_AND_BORROW", Some(200), "ENABLED"),
+        ("QS2", "LEND", None, "DISABLED"),
+        ("QS3", "RESERVE", None, "DISABLED"),
+    ] {
+        let mut sharing = json!({"strategy": strategy});
+        if let Some(b) = borrow {
+            sharing["borrowLimit"] = json!(b);
+        }
+        w.one(cmd(
+            "CreateQuotaShare",
+            json!({"quotaShareName": name, "jobQueue": "jq",
+                   "capacityLimits": [{"maxCapacity": 1, "capacityUnit": UNIT}],
+                   "resourceSharingConfiguration": sharing,
+                   "preemptionConfiguration": {"inSharePreemption": isp}}),
+        ));
+    }
+    w.one(Command::SetCapacity {
+        capacity: [(UNIT.to_string(), 3)].into(),
+    });
+}
+
+#[test]
+fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+
+    // Step 1: high on QS1's own capacity, med borrowing QS2's idle instance, low waiting.
+    let a = w.submit("high", "QS1", 3);
+    let b = w.submit("med", "QS1", 2);
+    let c = w.submit("low", "QS1", 1);
+    let (high, med) = (launched(&a), launched(&b));
+    assert_eq!(high.len() + med.len(), 2, "{a:?} {b:?}");
+    assert!(launched(&c).is_empty());
+    assert_eq!(w.status("high"), "SCHEDULED");
+    w.one(Command::AttemptRunning {
+        attempt: high[0].1,
+        pids: vec![],
+        gpus: vec![],
+    });
+    assert_eq!(w.status("high"), "RUNNING");
+    let low = w.describe("low");
+    assert_eq!(low["status"], "RUNNABLE");
+    assert!(
+        low["statusReason"]
+            .as_str()
+            .unwrap()
+            .starts_with("NOTHING_TO_BORROW"),
+        "{low}"
+    );
+
+    // Step 2: QS2 reclaims its instance from med.
+    let d = w.submit("qs2", "QS2", 1);
+    assert_eq!(stopped(&d), vec![med[0].1], "med is preempted: {d:?}");
+    assert_eq!(w.status("med"), "RUNNABLE");
+    let exit = w.one(Command::AttemptExited {
+        attempt: med[0].1,
+        outcome: ExitRecord::Failed {
+            reason: "killed".into(),
+            retryable: true,
+        },
+    });
+    assert_eq!(
+        launched(&exit)[0].0,
+        "qs2",
+        "qs2 starts once med's process is gone"
+    );
+    let med_rec = w.describe("med");
+    assert_eq!(med_rec["preemptionSummary"]["preemptedAttemptCount"], 1);
+    assert_eq!(
+        med_rec["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"],
+        "Preempted: capacity reclaimed by quota share QS2"
+    );
+    assert_eq!(
+        med_rec["attempts"].as_array().unwrap().len(),
+        0,
+        "preemptions are not attempts"
+    );
+
+    // Step 3: raising low to 4 preempts high in-share.
+    let e = w.one(cmd(
+        "UpdateServiceJob",
+        json!({"jobId": "low", "schedulingPriority": 4}),
+    ));
+    assert_eq!(stopped(&e), vec![high[0].1]);
+    let f = w.one(Command::AttemptExited {
+        attempt: high[0].1,
+        outcome: ExitRecord::Succeeded,
+    });
+    assert_eq!(launched(&f)[0].0, "low");
+    let high_rec = w.describe("high");
+    assert_eq!(high_rec["status"], "RUNNABLE");
+    assert!(
+        high_rec["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+            .as_str()
+            .unwrap()
+            .starts_with("Preempted by higher priority job low")
+    );
+
+    // Replaying the log gives the same answers for every job.
+    let mut fresh = State::new(
+        Arns::new("us-east-1", "123456789012"),
+        qm_core::Policy::default(),
+    );
+    let (batches, diverged) = recover(&mut fresh, &w.log).unwrap();
+    assert_eq!(batches, w.log.len().unwrap());
+    assert_eq!(diverged, 0, "replay decides exactly as logged");
+    for id in ["high", "med", "low", "qs2"] {
+        let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
+        let replayed: Value = serde_json::from_slice(&fresh.query(&q).unwrap()).unwrap();
+        assert_eq!(replayed, w.describe(id), "job {id} after replay");
+    }
+    let live: Vec<u64> = fresh.live_attempts().into_iter().map(|(a, _)| a).collect();
+    assert_eq!(live.len(), 2, "low and qs2 hold capacity: {live:?}");
+}
+
+#[test]
+fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let req = |name: &str| {
+        serde_json::from_value(json!({
+            "jobName": name, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+            "quotaShareName": "QS2", "serviceRequestPayload": payload(name), "clientToken": "t-1"
+        }))
+        .unwrap()
+    };
+    w.now += 1;
+    w.state.begin(w.now);
+    let first = w
+        .state
+        .apply(&Command::SubmitServiceJob {
+            job_id: "j1".into(),
+            request: req("a"),
+        })
+        .unwrap();
+    let again = w
+        .state
+        .apply(&Command::SubmitServiceJob {
+            job_id: "j2".into(),
+            request: req("a"),
+        })
+        .unwrap();
+    assert_eq!(first, again);
+    let err = w
+        .state
+        .apply(&Command::SubmitServiceJob {
+            job_id: "j3".into(),
+            request: req("b"),
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("clientToken"), "{err}");
+    assert_eq!(w.state.jobs.len(), 1);
+}
+
+#[test]
+fn a_lost_attempt_requeues_its_job_without_using_a_retry() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let a = w.submit("j", "QS2", 0);
+    let (_, attempt) = launched(&a)[0].clone();
+    let b = w.one(Command::AttemptExited {
+        attempt,
+        outcome: ExitRecord::Lost {
+            reason: "Attempt lost: the server restarted".into(),
+        },
+    });
+    assert_eq!(launched(&b).len(), 1, "the job starts again: {b:?}");
+    let rec = w.describe("j");
+    assert_eq!(rec["status"], "SCHEDULED");
+    assert_eq!(
+        rec["attempts"][0]["statusReason"],
+        "Attempt lost: the server restarted"
+    );
+    let (_, second) = launched(&b)[0].clone();
+    w.one(Command::AttemptExited {
+        attempt: second,
+        outcome: ExitRecord::Succeeded,
+    });
+    assert_eq!(w.status("j"), "SUCCEEDED", "one retry attempt was enough");
+}
