@@ -93,7 +93,9 @@ pub struct Driver {
 enum Item {
     Request(Envelope),
     Event(ExecEvent),
-    Tick,
+    /// Commands the clock produced (time-limit actions). Time alone changes no decision of
+    /// the core, so a tick that produces none runs no pass and logs nothing.
+    Timed(Vec<Command>),
 }
 
 impl Driver {
@@ -180,7 +182,13 @@ impl Driver {
                     None => break,
                 },
                 Some(ev) = self.events.recv() => Item::Event(ev),
-                _ = ticker.tick() => Item::Tick,
+                _ = ticker.tick() => {
+                    let timed = self.time_limit_commands(now_ms());
+                    if timed.is_empty() {
+                        continue;
+                    }
+                    Item::Timed(timed)
+                }
             };
             let mut items = vec![first];
             while items.len() < MAX_BATCH {
@@ -203,13 +211,46 @@ impl Driver {
                 std::process::exit(70);
             }
         }
+        self.shutdown().await;
+    }
+
+    /// Stops every running attempt so that a stopped server leaves no process behind. Their
+    /// exits are not logged: the next start finds the attempts gone and records them as lost
+    /// (the jobs are queued again without using a retry), exactly as after a crash, so that
+    /// no pass runs, and no attempt is started, after the server was asked to stop.
+    async fn shutdown(&mut self) {
+        let live: Vec<u64> = self
+            .state
+            .live_attempts()
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        eprintln!(
+            "qm: stopping {} running attempt(s) (SIGTERM, then SIGKILL after the grace period)",
+            live.len()
+        );
+        for &a in &live {
+            self.executor.stop(a);
+        }
+        let mut pending: std::collections::BTreeSet<u64> = live.into_iter().collect();
+        while !pending.is_empty() {
+            match self.events.recv().await {
+                Some(ExecEvent::Exited { attempt, .. }) => {
+                    pending.remove(&attempt);
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
     }
 
     fn batch(&mut self, items: Vec<Item>) -> Result<(), ServerError> {
         let writes = items.iter().any(|i| match i {
             Item::Request(e) => matches!(e.request, Request::Command(_)),
-            Item::Event(_) => true,
-            Item::Tick => self.state.has_waiting(),
+            Item::Event(_) | Item::Timed(_) => true,
         });
         if !writes {
             // Reads only: nothing to apply, log or decide.
@@ -229,7 +270,6 @@ impl Driver {
         let mut logged: Vec<Command> = Vec::new();
         let mut replies = Vec::new();
         let mut queries: Vec<(Query, Reply)> = Vec::new();
-        let mut ticked = false;
         for item in items {
             match item {
                 Item::Request(Envelope { request, reply }) => match request {
@@ -248,13 +288,12 @@ impl Driver {
                         logged.push(c);
                     }
                 }
-                Item::Tick => ticked = true,
-            }
-        }
-        if ticked {
-            for c in self.time_limit_commands(now) {
-                if self.state.apply(&c).is_ok() {
-                    logged.push(c);
+                Item::Timed(commands) => {
+                    for c in commands {
+                        if self.state.apply(&c).is_ok() {
+                            logged.push(c);
+                        }
+                    }
                 }
             }
         }

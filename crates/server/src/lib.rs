@@ -141,7 +141,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         .map_err(io("serving HTTP".into()))?;
     // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
     let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
-    eprintln!("qm: stopped; running attempts keep running and are stopped and re-queued at the next start");
+    eprintln!("qm: stopped");
     Ok(())
 }
 
