@@ -175,7 +175,8 @@ pub struct JobRec {
     pub attempts: Vec<AttemptRec>,
     /// The attempt holding capacity, if any (it may be stopping).
     pub live: Option<AttemptRec>,
-    /// Preempted attempts, newest first, at most [`PREEMPTED_WINDOW`].
+    /// Preempted attempts, newest first, at most [`PREEMPTED_WINDOW`]; an entry is added when
+    /// the preemption is decided.
     pub preempted: VecDeque<AttemptRec>,
     /// Total preemptions.
     pub preempted_count: u32,
@@ -378,10 +379,20 @@ impl State {
                     cause,
                 } => {
                     let reason = cause.describe(|j| self.api_id(j));
-                    if let Some(live) = self.jobs.get_mut(&job.0).and_then(|r| r.live.as_mut()) {
-                        if live.attempt == attempt.0 {
-                            live.stop_reason = Some(reason);
+                    if let Some(rec) = self.jobs.get_mut(&job.0) {
+                        if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
+                            live.stop_reason = Some(reason.clone());
                             live.preempted = cause.is_preemption();
+                            if live.preempted {
+                                // The job is RUNNABLE again from now on, so its summary shows
+                                // the preemption at once; `stoppedAt` follows when the
+                                // processes are gone.
+                                let mut entry = live.clone();
+                                entry.status_reason = Some(reason);
+                                rec.preempted_count += 1;
+                                rec.preempted.push_front(entry);
+                                rec.preempted.truncate(PREEMPTED_WINDOW);
+                            }
                         }
                     }
                     self.actions.push(Action::Stop { attempt: attempt.0 });
@@ -482,10 +493,9 @@ impl State {
                     }
                 };
                 if live.preempted {
-                    live.status_reason = live.stop_reason.clone();
-                    rec.preempted_count += 1;
-                    rec.preempted.push_front(live);
-                    rec.preempted.truncate(PREEMPTED_WINDOW);
+                    if let Some(entry) = rec.preempted.iter_mut().find(|p| p.attempt == attempt) {
+                        entry.stopped_at = Some(now);
+                    }
                 } else {
                     live.status_reason = Some(match &live.stop_reason {
                         Some(stop) => stop.clone(),
@@ -538,6 +548,31 @@ impl State {
             reason: format!("Terminated by JobStateTimeLimit action due to reason: {reason}"),
         })?;
         Ok(Vec::new())
+    }
+
+    /// Unfinished jobs of a share (they are terminated when the share or its queue is deleted).
+    pub(crate) fn unfinished_jobs_of(&self, queue: &str, share: &str) -> Vec<u64> {
+        self.jobs
+            .values()
+            .filter(|rec| {
+                rec.queue == queue
+                    && rec.share == share
+                    && !matches!(
+                        rec.status,
+                        ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
+                    )
+            })
+            .map(|rec| rec.core)
+            .collect()
+    }
+
+    /// Sets `isTerminated` on jobs whose termination was accepted.
+    pub(crate) fn mark_terminated(&mut self, jobs: &[u64]) {
+        for core in jobs {
+            if let Some(rec) = self.jobs.get_mut(core) {
+                rec.is_terminated = true;
+            }
+        }
     }
 
     /// Attempts the core still holds capacity for, with their recorded process ids: after a

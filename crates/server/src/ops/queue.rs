@@ -167,10 +167,12 @@ impl State {
                 queue: name.clone(),
                 share: spec,
             })?;
+            let doomed = self.unfinished_jobs_of(&name, &share);
             self.core_apply(Input::DeleteShare {
                 queue: name.clone(),
-                share,
+                share: share.clone(),
             })?;
+            self.mark_terminated(&doomed);
         }
         let q = self.queues.remove(&name).expect("checked");
         if let Some(e) = self.environments.get_mut(&q.environment) {

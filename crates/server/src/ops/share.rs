@@ -113,10 +113,12 @@ impl State {
                 "quotaShareArn: quota share '{name}' is ENABLED; set its state to DISABLED with UpdateQuotaShare before deleting it"
             )));
         }
+        let doomed = self.unfinished_jobs_of(&queue, &name);
         self.core_apply(Input::DeleteShare {
             queue: queue.clone(),
             share: name.clone(),
         })?;
+        self.mark_terminated(&doomed);
         self.queues
             .get_mut(&queue)
             .expect("checked")
