@@ -1,0 +1,606 @@
+"""Helpers of the end-to-end tests: a `Server` that runs the real `qm serve`, boto3 clients,
+payload builders for the job programs in `jobs/`, a polling `wait_for`, the AWS demo resources
+(spec/aws-batch-quota.md §8) and readers of the jobs' progress files.
+
+Everything waits with a deadline and says what it was waiting for; no test asserts on timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+JOBS = HERE / "jobs"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+UNIT = "ml.g5.xlarge"
+# Every job process gets this variable (through the payload's Environment) with its server's
+# token, so that teardown can find and kill leftovers of that server only.
+TOKEN_VAR = "QM_E2E_TOKEN"
+# How long a test waits for something the server should do "soon". Generous: CI is a 2-core
+# machine that may be building or running other things at the same time.
+DEADLINE = float(os.environ.get("QM_E2E_DEADLINE", "60"))
+
+TERMINAL = ("SUCCEEDED", "FAILED")
+DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
+
+
+def qm_bin() -> Path:
+    return Path(os.environ.get("QM_BIN", REPO / "target" / "debug" / "qm"))
+
+
+def config_toml(count: int = 3, unit: str = UNIT, grace: int = 2, gpus: int = 0) -> str:
+    return f"""region = "{REGION}"
+account_id = "{ACCOUNT}"
+[executor]
+kind = "local"
+stop_grace_seconds = {grace}
+[[executor.pool]]
+instance_type = "{unit}"
+count = {count}
+gpus_per_instance = {gpus}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class Server:
+    """One `qm serve` process on its own port and data directory.
+
+    `kill9()` and `restart()` keep the data directory and the port; `close()` (teardown) stops
+    the server and kills every job process it left behind.
+    """
+
+    def __init__(self, workdir: Path, config: str | None = None, name: str = "qm"):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.workdir / "data"
+        self.config_path = self.workdir / "config.toml"
+        self.config_path.write_text(config if config is not None else config_toml())
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = f"{name}-{uuid.uuid4().hex[:12]}"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self._log = None
+
+    # -- process control ------------------------------------------------------------------
+
+    def start(self, deadline: float = DEADLINE) -> "Server":
+        assert self.proc is None or self.proc.poll() is not None, "server already running"
+        self.starts += 1
+        self.log_path = self.workdir / f"server-{self.starts}.log"
+        self._log = open(self.log_path, "wb")
+        cmd = [
+            str(qm_bin()), "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--data-dir", str(self.data_dir),
+            "--config", str(self.config_path),
+        ]
+        env = dict(os.environ, **{TOKEN_VAR: self.token})
+        env.setdefault("RUST_BACKTRACE", "1")
+        print(f"[e2e] starting {' '.join(cmd)}", flush=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,
+        )
+        self.wait_healthy(deadline)
+        return self
+
+    def wait_healthy(self, deadline: float = DEADLINE) -> None:
+        end = time.monotonic() + deadline
+        last = None
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"qm serve exited with code {self.proc.returncode} before answering "
+                    f"/healthz\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+                    last = f"HTTP {r.status}"
+            except (urllib.error.URLError, OSError) as e:
+                last = repr(e)
+            time.sleep(0.1)
+        self.kill9()
+        raise ServerError(
+            f"qm serve did not answer 200 on {self.url}/healthz within {deadline:.0f}s "
+            f"(last: {last})\n{self.log_tail()}"
+        )
+
+    def kill9(self) -> None:
+        """SIGKILL the server alone (its job processes are left as orphans, as after a crash)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._close_log()
+
+    def restart(self, deadline: float = DEADLINE) -> "Server":
+        if self.proc and self.proc.poll() is None:
+            self.kill9()
+        return self.start(deadline)
+
+    def stop(self, grace: float = 15) -> int | None:
+        """SIGTERM, then SIGKILL after `grace` seconds. Returns the exit code."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self._close_log()
+        return self.proc.returncode if self.proc else None
+
+    def close(self) -> None:
+        self.stop(grace=5)
+        kill_job_processes(self.token)
+
+    def _close_log(self) -> None:
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            text = Path(self.log_path).read_text(errors="replace")
+        except (OSError, AttributeError):
+            return "(no server log)"
+        return f"--- server log ({self.log_path}) ---\n{text[-chars:]}"
+
+    # -- clients --------------------------------------------------------------------------
+
+    def client(self, validate: bool = True):
+        """A boto3 Batch client for this server. `validate=False` turns botocore's own parameter
+        validation off, so that invalid requests reach the server."""
+        return boto3.client(
+            "batch",
+            region_name=REGION,
+            endpoint_url=self.url,
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+            config=Config(
+                parameter_validation=validate,
+                retries={"max_attempts": 1, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=30,
+            ),
+        )
+
+
+def job_processes(token: str) -> list[int]:
+    """Pids of live processes whose environment carries this server's token."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and ") Z" not in stat:
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_job_processes(token: str) -> list[int]:
+    pids = job_processes(token)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return ") Z" not in stat  # a zombie has exited
+
+
+# -- waiting ------------------------------------------------------------------------------
+
+
+class WaitTimeout(AssertionError):
+    pass
+
+
+def wait_for(predicate, timeout: float = DEADLINE, what: str = "condition", batch=None,
+             job_ids=(), interval: float = 0.2):
+    """Poll `predicate()` until it returns a truthy value, which is returned. On timeout, fail
+    with `what` and the last DescribeServiceJob of each of `job_ids` (when `batch` is given)."""
+    end = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+            last_exc = None
+        except ClientError as e:
+            last_exc = e
+        if time.monotonic() >= end:
+            break
+        time.sleep(interval)
+    details = []
+    if last_exc is not None:
+        details.append(f"last error: {last_exc!r}")
+    if batch is not None:
+        for jid in ([job_ids] if isinstance(job_ids, str) else job_ids):
+            try:
+                details.append(json.dumps(describe_brief(batch.describe_service_job(jobId=jid)),
+                                          indent=1, default=str))
+            except ClientError as e:
+                details.append(f"{jid}: {e!r}")
+    raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}\n" + "\n".join(details))
+
+
+def describe_brief(job: dict) -> dict:
+    keep = ("jobId", "jobName", "status", "statusReason", "schedulingPriority", "quotaShareName",
+            "isTerminated", "attempts", "latestAttempt", "preemptionSummary", "capacityUsage",
+            "createdAt", "scheduledAt", "startedAt", "stoppedAt")
+    return {k: job[k] for k in keep if k in job}
+
+
+def wait_status(batch, job_id: str, statuses, timeout: float = DEADLINE, reason_prefix=None):
+    """Wait until the job has one of `statuses` (and, if given, a statusReason starting with one
+    of `reason_prefix`); returns its DescribeServiceJob."""
+    statuses = (statuses,) if isinstance(statuses, str) else tuple(statuses)
+    prefixes = (reason_prefix,) if isinstance(reason_prefix, str) else reason_prefix
+
+    def check():
+        job = batch.describe_service_job(jobId=job_id)
+        if job["status"] not in statuses:
+            return None
+        if prefixes and not (job.get("statusReason") or "").startswith(tuple(prefixes)):
+            return None
+        return job
+
+    what = f"job {job_id} to be {'/'.join(statuses)}"
+    if prefixes:
+        what += f" with a reason starting {' or '.join(prefixes)}"
+    return wait_for(check, timeout, what, batch=batch, job_ids=[job_id])
+
+
+def wait_preempted(batch, job_id: str, count: int = 1, statuses=("RUNNABLE",),
+                   timeout: float = DEADLINE) -> dict:
+    """Wait until the job is back in `statuses` and its preemptionSummary counts `count`
+    preemptions (the summary may lag the status until the preempted process has exited)."""
+    statuses = (statuses,) if isinstance(statuses, str) else tuple(statuses)
+
+    def check():
+        job = batch.describe_service_job(jobId=job_id)
+        done = (job.get("preemptionSummary") or {}).get("preemptedAttemptCount", 0)
+        return job if job["status"] in statuses and done >= count else None
+
+    return wait_for(check, timeout, f"job {job_id} to be {'/'.join(statuses)} after {count} preemption(s)",
+                    batch=batch, job_ids=[job_id])
+
+
+def still(batch, job_id: str, status: str, seconds: float = 3.0) -> dict:
+    """Assert the job stays in `status` for `seconds` (for things that must NOT happen)."""
+    end = time.monotonic() + seconds
+    while True:
+        job = batch.describe_service_job(jobId=job_id)
+        assert job["status"] == status, (
+            f"job {job['jobName']} should have stayed {status}:\n"
+            + json.dumps(describe_brief(job), indent=1, default=str)
+        )
+        if time.monotonic() >= end:
+            return job
+        time.sleep(0.25)
+
+
+def wait_valid(describe, what: str, timeout: float = DEADLINE) -> dict:
+    """Poll a Describe call until the resource's status is VALID, as the AWS notebook does;
+    INVALID fails at once."""
+    def check():
+        item = describe()
+        if item is None:
+            return None
+        status = item.get("status")
+        if status == "INVALID":
+            raise AssertionError(f"{what} became INVALID: {item}")
+        return item if status == "VALID" else None
+
+    return wait_for(check, timeout, f"{what} to be VALID")
+
+
+def error_of(excinfo) -> tuple[str, str, int]:
+    e = excinfo.value
+    return (e.response["Error"]["Code"], e.response["Error"].get("Message", ""),
+            e.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+# -- resources ----------------------------------------------------------------------------
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def share_arn(queue_arn: str, share: str) -> str:
+    return f"{queue_arn}/quota-share/{share}"
+
+
+@dataclass
+class ShareSpec:
+    name: str
+    strategy: str = "LEND_AND_BORROW"
+    limit: int = 1
+    borrow_limit: int | None = None
+    in_share_preemption: str = "DISABLED"
+    unit: str = UNIT
+    tags: dict | None = None
+
+    def request(self, queue: str) -> dict:
+        sharing = {"strategy": self.strategy}
+        if self.borrow_limit is not None:
+            sharing["borrowLimit"] = self.borrow_limit
+        req = {
+            "quotaShareName": self.name,
+            "jobQueue": queue,
+            "capacityLimits": [{"maxCapacity": self.limit, "capacityUnit": self.unit}],
+            "resourceSharingConfiguration": sharing,
+            "preemptionConfiguration": {"inSharePreemption": self.in_share_preemption},
+        }
+        if self.tags:
+            req["tags"] = self.tags
+        return req
+
+
+@dataclass
+class Queue:
+    """A scheduling policy + service environment + job queue + shares, with unique names."""
+    name: str
+    arn: str
+    env_name: str
+    env_arn: str
+    policy_name: str
+    policy_arn: str
+    shares: dict = field(default_factory=dict)  # share name -> ARN
+
+
+def create_environment(batch, name: str, max_capacity: int = 3, unit: str = UNIT) -> str:
+    arn = batch.create_service_environment(
+        serviceEnvironmentName=name,
+        serviceEnvironmentType="SAGEMAKER_TRAINING",
+        capacityLimits=[{"maxCapacity": max_capacity, "capacityUnit": unit}],
+    )["serviceEnvironmentArn"]
+    wait_valid(lambda: (batch.describe_service_environments(serviceEnvironments=[name])
+                        ["serviceEnvironments"] or [None])[0], f"service environment {name}")
+    return arn
+
+
+def create_policy(batch, name: str) -> str:
+    return batch.create_scheduling_policy(
+        name=name, quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})["arn"]
+
+
+def create_queue(batch, name: str, env_name: str, policy_arn: str) -> str:
+    arn = batch.create_job_queue(
+        jobQueueName=name,
+        jobQueueType="SAGEMAKER_TRAINING",
+        priority=1,
+        serviceEnvironmentOrder=[{"order": 1, "serviceEnvironment": env_name}],
+        schedulingPolicyArn=policy_arn,
+    )["jobQueueArn"]
+    wait_valid(lambda: (batch.describe_job_queues(jobQueues=[name])["jobQueues"] or [None])[0],
+               f"job queue {name}")
+    return arn
+
+
+def create_share(batch, queue: str, spec: ShareSpec) -> str:
+    arn = batch.create_quota_share(**spec.request(queue))["quotaShareArn"]
+    wait_valid(lambda: batch.describe_quota_share(quotaShareArn=arn), f"quota share {spec.name}")
+    return arn
+
+
+def make_queue(batch, prefix: str, shares: list[ShareSpec], env_max: int = 3,
+               unit: str = UNIT) -> Queue:
+    base = unique(prefix)
+    env_name, policy_name, queue_name = f"{base}-se", f"{base}-sp", f"{base}-jq"
+    env_arn = create_environment(batch, env_name, env_max, unit)
+    policy_arn = create_policy(batch, policy_name)
+    queue_arn = create_queue(batch, queue_name, env_name, policy_arn)
+    q = Queue(queue_name, queue_arn, env_name, env_arn, policy_name, policy_arn)
+    for spec in shares:
+        q.shares[spec.name] = create_share(batch, queue_name, spec)
+    return q
+
+
+def demo_setup(batch, prefix: str = "demo") -> Queue:
+    """The AWS demo's resources (spec §8): SE max 3 × ml.g5.xlarge; QS1 LEND_AND_BORROW borrow
+    200 % with in-share preemption; QS2 LEND; QS3 RESERVE; each 1 × ml.g5.xlarge."""
+    return make_queue(batch, prefix, [
+        ShareSpec("QS1", "LEND_AND_BORROW", 1, borrow_limit=200, in_share_preemption="ENABLED"),
+        ShareSpec("QS2", "LEND", 1),
+        ShareSpec("QS3", "RESERVE", 1),
+    ], env_max=3)
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def payload(script: str, *, args=(), env: dict | None = None, hps: dict | None = None,
+            count: int = 1, unit: str = UNIT, max_runtime: int = 300, name: str = "job",
+            token: str | None = None, entrypoint: bool = True) -> dict:
+    """A SageMaker CreateTrainingJob request that runs `jobs/<script>` with this interpreter."""
+    environment = dict(env or {})
+    if token:
+        environment[TOKEN_VAR] = token
+    algo = {"TrainingInputMode": "File", "TrainingImage": "unused"}
+    if entrypoint:
+        algo["ContainerEntrypoint"] = [sys.executable, str(JOBS / script)]
+        if args:
+            algo["ContainerArguments"] = [str(a) for a in args]
+    p = {
+        "TrainingJobName": name,
+        "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/x",
+        "AlgorithmSpecification": algo,
+        "ResourceConfig": {"InstanceType": unit, "InstanceCount": count, "VolumeSizeInGB": 1},
+        "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_runtime},
+        "Environment": environment,
+    }
+    if hps:
+        p["HyperParameters"] = hps
+    return p
+
+
+class Jobs:
+    """Submits jobs for one test and cleans up after it: at teardown every job it submitted that
+    is not finished is terminated, and the test waits until they are, so the next test on the
+    same server starts with the executor's pool free."""
+
+    def __init__(self, batch, server: Server, tmp: Path):
+        self.batch = batch
+        self.server = server
+        self.tmp = Path(tmp)
+        self.ids: list[str] = []
+
+    def file(self, name: str) -> Path:
+        return self.tmp / name
+
+    def submit(self, queue: Queue | str, share: str | None, name: str, script: str = "sleep_forever.py",
+               *, priority: int | None = None, args=(), env=None, hps=None, count: int = 1,
+               unit: str = UNIT, max_runtime: int = 300, retry=None, timeout=None,
+               preemption_retries=None, client_token=None, extra=None) -> str:
+        req = {
+            "jobName": name,
+            "jobQueue": queue.name if isinstance(queue, Queue) else queue,
+            "serviceJobType": "SAGEMAKER_TRAINING",
+            "serviceRequestPayload": json.dumps(payload(
+                script, args=args, env=env, hps=hps, count=count, unit=unit,
+                max_runtime=max_runtime, name=name.replace("_", "-"), token=self.server.token)),
+        }
+        if share is not None:
+            req["quotaShareName"] = share
+        if priority is not None:
+            req["schedulingPriority"] = priority
+        if retry is not None:
+            req["retryStrategy"] = retry
+        if timeout is not None:
+            req["timeoutConfig"] = {"attemptDurationSeconds": timeout}
+        if preemption_retries is not None:
+            req["preemptionConfiguration"] = {"preemptionRetriesBeforeTermination": preemption_retries}
+        if client_token is not None:
+            req["clientToken"] = client_token
+        req.update(extra or {})
+        out = self.batch.submit_service_job(**req)
+        self.ids.append(out["jobId"])
+        return out["jobId"]
+
+    def checkpointing(self, queue, share, name, *, priority=None, target=10, pause_at=3,
+                      gate: Path | None = None, step_seconds=0.1, lock=True, **kw) -> str:
+        env = {
+            "PROGRESS_FILE": str(self.file(f"{name}.progress")),
+            "TARGET_STEPS": str(target),
+            "STEP_SECONDS": str(step_seconds),
+        }
+        if gate is not None and pause_at is not None:
+            env["PAUSE_AT"] = str(pause_at)
+            env["GATE_FILE"] = str(gate)
+        if lock:
+            env["LOCK_FILE"] = str(self.file(f"{name}.lock"))
+        return self.submit(queue, share, name, "checkpointing.py", priority=priority, env=env, **kw)
+
+    def sleeper(self, queue, share, name, *, priority=None, ignore_sigterm=False, **kw) -> str:
+        env = {"PROGRESS_FILE": str(self.file(f"{name}.progress")),
+               "PID_FILE": str(self.file(f"{name}.pid"))}
+        env.update(kw.pop("env", None) or {})
+        return self.submit(queue, share, name, "sleep_forever.py", priority=priority, env=env,
+                           args=["--ignore-sigterm"] if ignore_sigterm else (), **kw)
+
+    def progress(self, name: str) -> list[tuple[str, str, int]]:
+        return read_progress(self.file(f"{name}.progress"))
+
+    def wait_started(self, name: str, times: int = 1) -> None:
+        """Wait until the job's program has recorded its `times`-th start (a RUNNING status only
+        says the process was spawned, not that the script runs and handles SIGTERM yet)."""
+        wait_for(lambda: len(events(self.progress(name), "start")) >= times,
+                 what=f"{name} to start {times} time(s): {self.progress(name)}")
+
+    def pid(self, name: str) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            return int(self.file(f"{name}.pid").read_text())
+        return None
+
+    def cleanup(self) -> None:
+        if not self.ids:
+            return
+        try:
+            live = [j for j in self.ids
+                    if self.batch.describe_service_job(jobId=j)["status"] not in TERMINAL]
+            for i in range(0, len(live), 50):
+                self.batch.terminate_service_jobs(jobs=live[i:i + 50], reason="test teardown")
+            for j in live:
+                wait_status(self.batch, j, TERMINAL)
+        except Exception as e:  # teardown must not hide the test's own failure
+            print(f"[e2e] cleanup of jobs failed: {e!r}", flush=True)
+
+
+def read_progress(path: Path) -> list[tuple[str, str, int]]:
+    """Lines of a job's progress file as (event, value, pid)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        pid = next((int(p[4:]) for p in parts if p.startswith("pid=")), -1)
+        value = " ".join(p for p in parts[1:] if not p.startswith(("pid=", "attempt=")))
+        out.append((parts[0], value, pid))
+    return out
+
+
+def events(progress, kind: str) -> list[str]:
+    return [v for e, v, _ in progress if e == kind]
+
+
+def line(job: dict) -> str:
+    """`jobName (priority: n): STATUS (reason)`, as the AWS notebook prints a job, plus the
+    newest preemption when there was one."""
+    reason = job.get("statusReason") or ""
+    s = f"{job['jobName']} (priority: {job.get('schedulingPriority', 0)}): {job['status']}"
+    if reason:
+        s += f" ({reason})"
+    summary = job.get("preemptionSummary") or {}
+    recent = summary.get("recentPreemptedAttempts") or []
+    if recent:
+        s += (f" [preempted {summary.get('preemptedAttemptCount')}x; latest: "
+              f"{recent[0].get('statusReason')}]")
+    return s

@@ -1,0 +1,82 @@
+"""Smoke test of the real AWS CLI (`aws batch ... --endpoint-url`) with dummy credentials."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qm_e2e import UNIT, payload, unique, wait_for
+
+
+def aws_cli() -> str:
+    beside = Path(sys.executable).parent / "aws"
+    return str(beside) if beside.exists() else (shutil.which("aws") or "aws")
+
+
+@pytest.fixture
+def aws(server, tmp_path):
+    env = dict(os.environ,
+               AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1",
+               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_PAGER="")
+
+    def run(*args, ok=True):
+        cmd = [aws_cli(), "batch", *args, "--endpoint-url", server.url, "--output", "json"]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+        if ok:
+            assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}"
+            return json.loads(r.stdout) if r.stdout.strip() else {}
+        return r
+
+    return run
+
+
+def test_the_aws_cli_drives_the_server(aws, server, tmp_path):
+    base = unique("cli")
+    policy = aws("create-scheduling-policy", "--name", f"{base}-sp",
+                 "--quota-share-policy", "idleResourceAssignmentStrategy=FIFO")
+    assert policy["name"] == f"{base}-sp"
+
+    env = aws("create-service-environment", "--service-environment-name", f"{base}-se",
+              "--service-environment-type", "SAGEMAKER_TRAINING",
+              "--capacity-limits", f"maxCapacity=1,capacityUnit={UNIT}")
+    assert env["serviceEnvironmentName"] == f"{base}-se"
+    wait_for(lambda: aws("describe-service-environments", "--service-environments", f"{base}-se")
+             ["serviceEnvironments"][0]["status"] == "VALID", what="the environment to be VALID")
+
+    aws("create-job-queue", "--job-queue-name", f"{base}-jq", "--job-queue-type", "SAGEMAKER_TRAINING",
+        "--priority", "1", "--scheduling-policy-arn", policy["arn"],
+        "--service-environment-order", f"order=1,serviceEnvironment={base}-se")
+    wait_for(lambda: aws("describe-job-queues", "--job-queues", f"{base}-jq")["jobQueues"][0]["status"] == "VALID",
+             what="the queue to be VALID")
+
+    share = aws("create-quota-share", "--cli-input-json", json.dumps({
+        "quotaShareName": "team", "jobQueue": f"{base}-jq",
+        "capacityLimits": [{"maxCapacity": 1, "capacityUnit": UNIT}],
+        "resourceSharingConfiguration": {"strategy": "RESERVE"},
+        "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}))
+    assert share["quotaShareArn"].endswith(f"job-queue/{base}-jq/quota-share/team")
+    listed = aws("list-quota-shares", "--job-queue", f"{base}-jq")
+    assert [s["quotaShareName"] for s in listed["quotaShares"]] == ["team"]
+    wait_for(lambda: aws("describe-quota-share", "--quota-share-arn", share["quotaShareArn"])["status"] == "VALID",
+             what="the share to be VALID")
+
+    out = tmp_path / "env.json"
+    job = aws("submit-service-job", "--job-name", "cli-job", "--job-queue", f"{base}-jq",
+              "--service-job-type", "SAGEMAKER_TRAINING", "--quota-share-name", "team",
+              "--scheduling-priority", "5",
+              "--service-request-payload", json.dumps(payload(
+                  "env_dump.py", env={"DUMP_FILE": str(out)}, token=server.token, name="cli-job")))
+    assert job["jobName"] == "cli-job"
+    done = wait_for(lambda: (lambda d: d if d["status"] in ("SUCCEEDED", "FAILED") else None)(
+        aws("describe-service-job", "--job-id", job["jobId"])), what="the CLI's job to finish")
+    assert done["status"] == "SUCCEEDED", done
+    assert done["schedulingPriority"] == 5
+    assert json.loads(out.read_text())["env"]["QM_JOB_ID"] == job["jobId"]
+
+    r = aws("describe-service-job", "--job-id", "00000000-0000-0000-0000-000000000000", ok=False)
+    assert r.returncode != 0 and "ClientException" in r.stderr, r.stderr

@@ -1,0 +1,150 @@
+"""Durability: `kill -9` of the server loses no accepted job, and after a restart the attempts
+that were running are killed (they are orphans), requeued without using retry attempts and run
+again from their checkpoints; a job never runs twice at the same time (issue 3, item 3)."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from botocore.exceptions import BotoCoreError, ClientError
+
+from qm_e2e import (Jobs, ShareSpec, demo_setup, events, make_queue, pid_alive, wait_for,
+                    wait_status)
+
+
+@pytest.fixture
+def server(start_server):
+    """A fresh server for each test: these tests kill it."""
+    s = start_server(name="restart")
+    yield s
+    s.close()
+
+
+def start_pids(jobs, name):
+    return [pid for e, _, pid in jobs.progress(name) if e == "start"]
+
+
+def test_a_server_killed_in_the_middle_of_the_demo_loses_nothing_and_runs_no_job_twice(
+        server, batch, jobs, tmp_path):
+    q = demo_setup(batch, "crash")
+    gate = tmp_path / "gate"
+    run = dict(gate=gate, target=8, pause_at=3, retry={"attempts": 1})
+    names = ["qs1_job_high", "qs1_job_med", "qs1_job_low", "qs2_job_1"]
+    ids = {
+        "qs1_job_high": jobs.checkpointing(q, "QS1", "qs1_job_high", priority=3, **run),
+        "qs1_job_med": jobs.checkpointing(q, "QS1", "qs1_job_med", priority=2, **run),
+        "qs1_job_low": jobs.checkpointing(q, "QS1", "qs1_job_low", priority=1, **run),
+    }
+    wait_status(batch, ids["qs1_job_med"], "RUNNING")
+    wait_for(lambda: events(jobs.progress("qs1_job_med"), "paused"), what="med to checkpoint")
+    ids["qs2_job_1"] = jobs.checkpointing(q, "QS2", "qs2_job_1", priority=1, **run)
+    wait_status(batch, ids["qs1_job_med"], "RUNNABLE")
+    for name in ("qs1_job_high", "qs2_job_1"):
+        wait_status(batch, ids[name], "RUNNING")
+        wait_for(lambda n=name: events(jobs.progress(n), "paused"), what=f"{name} to checkpoint step 3")
+    before = {name: batch.describe_service_job(jobId=jid) for name, jid in ids.items()}
+    orphans = {name: start_pids(jobs, name)[-1] for name in ("qs1_job_high", "qs2_job_1")}
+    assert all(pid_alive(p) for p in orphans.values())
+
+    server.kill9()
+    print(f"\n[e2e] killed the server with SIGKILL; orphaned attempts: {orphans}")
+    server.restart()
+
+    batch = server.client()
+    jobs.batch = batch
+    for name, jid in ids.items():
+        job = batch.describe_service_job(jobId=jid)
+        assert (job["jobId"], job["jobName"], job["jobArn"]) == (
+            jid, before[name]["jobName"], before[name]["jobArn"])
+        assert job["createdAt"] == before[name]["createdAt"]
+        if job["status"] == "RUNNABLE" and name in orphans:
+            assert "restart" in job["statusReason"].lower(), job["statusReason"]
+    med = batch.describe_service_job(jobId=ids["qs1_job_med"])
+    assert med["preemptionSummary"]["preemptedAttemptCount"] == 1, "the preemption record survives"
+
+    for name, pid in orphans.items():
+        wait_for(lambda p=pid: not pid_alive(p), what=f"the orphaned attempt of {name} (pid {pid}) to be killed")
+    for name in orphans:
+        wait_for(lambda n=name: len(start_pids(jobs, n)) == 2, what=f"{name} to run again")
+        wait_status(batch, ids[name], "RUNNING")
+
+    gate.touch()
+    for jid in ids.values():
+        wait_status(batch, jid, "SUCCEEDED", timeout=120)
+    for name in names:
+        p = jobs.progress(name)
+        print(f"  {name}: " + ", ".join(f"{e} {v}" for e, v, _ in p))
+        assert not events(p, "VIOLATION"), f"{name} ran twice at the same time: {p}"
+        assert events(p, "done") == ["8"], p
+    for name in orphans:
+        assert events(jobs.progress(name), "start") == ["0", "3"], "resumed from the checkpoint"
+
+
+def test_every_submit_that_was_answered_survives_a_kill_9(server, batch, tmp_path):
+    q = make_queue(batch, "burst", [ShareSpec("X", "RESERVE", 1)], env_max=1)
+    jobs = Jobs(batch, server, tmp_path)
+    total, kill_after, threads = 1000, 150, 4
+    accepted: dict[str, str] = {}
+    failures = []
+    lock = threading.Lock()
+    enough = threading.Event()
+    clients = [server.client() for _ in range(threads)]
+
+    def submit(i):
+        c = clients[i % threads]
+        name = f"burst-{i}"
+        try:
+            # 2 instances against a 1-instance share: never fits, so no process runs.
+            jid = Jobs(c, server, tmp_path).submit(q, "X", name, "exit_code.py", count=2)
+        except (ClientError, BotoCoreError) as e:
+            with lock:
+                failures.append(repr(e))
+            return
+        with lock:
+            accepted[name] = jid
+            if len(accepted) >= kill_after:
+                enough.set()
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(submit, i) for i in range(total)]
+        enough.wait(timeout=120)
+        server.kill9()
+        for f in futures:
+            f.result()
+    print(f"\n[e2e] {len(accepted)} submits answered before the kill, {len(failures)} failed")
+    assert len(accepted) >= kill_after
+
+    server.restart()
+    batch = server.client()
+    jobs.batch = batch
+    for name, jid in accepted.items():
+        job = batch.describe_service_job(jobId=jid)
+        assert job["jobName"] == name and job["status"] == "RUNNABLE", job
+    listed = [j for page in batch.get_paginator("list_service_jobs").paginate(
+        jobQueue=q.name, filters=[{"name": "JOB_NAME", "values": ["burst-*"]}]) for j in page["jobSummaryList"]]
+    names = [j["jobName"] for j in listed]
+    assert len(names) == len(set(names)), "no job was stored twice"
+    assert set(accepted) <= set(names)
+    assert len(names) <= len(accepted) + threads, "at most the in-flight submits were stored unanswered"
+    # New submits are accepted after the restart.
+    jobs.submit(q, "X", "after-restart", "exit_code.py", count=2)
+
+
+def test_finished_jobs_and_resources_survive_a_clean_stop(server, batch, jobs):
+    q = make_queue(batch, "stop", [ShareSpec("X", "RESERVE", 1)], env_max=1)
+    done = jobs.submit(q, "X", "finished", "exit_code.py")
+    wait_status(batch, done, "SUCCEEDED")
+    failed = jobs.submit(q, "X", "failed", "exit_code.py", env={"EXIT_CODES": "9"})
+    wait_status(batch, failed, "FAILED")
+    before = {j: batch.describe_service_job(jobId=j) for j in (done, failed)}
+    assert server.stop() == 0, "SIGTERM shuts the server down cleanly"
+    server.start()
+    batch = server.client()
+    jobs.batch = batch
+    for jid, old in before.items():
+        new = batch.describe_service_job(jobId=jid)
+        for key in ("status", "statusReason", "attempts", "createdAt", "startedAt", "stoppedAt"):
+            assert new.get(key) == old.get(key), key
+    assert batch.describe_quota_share(quotaShareArn=q.shares["X"])["status"] == "VALID"
+    nxt = jobs.submit(q, "X", "next", "exit_code.py")
+    wait_status(batch, nxt, "SUCCEEDED")
