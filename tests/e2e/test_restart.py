@@ -148,3 +148,16 @@ def test_finished_jobs_and_resources_survive_a_clean_stop(server, batch, jobs):
     assert batch.describe_quota_share(quotaShareArn=q.shares["X"])["status"] == "VALID"
     nxt = jobs.submit(q, "X", "next", "exit_code.py")
     wait_status(batch, nxt, "SUCCEEDED")
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused(server):
+    import subprocess
+    from qm_e2e import free_port, qm_bin
+    out = subprocess.run(
+        [str(qm_bin()), "serve", "--listen", f"127.0.0.1:{free_port()}",
+         "--data-dir", str(server.data_dir), "--config", str(server.config_path)],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "in use by another qm serve" in out.stderr, out.stderr
+    # The first server is unaffected.
+    assert server.proc.poll() is None

@@ -7,6 +7,9 @@ pub enum ServerError {
     /// A bad config file or flag; the message names the key and the fix.
     #[error("configuration: {0}")]
     Config(String),
+    /// Another server holds the data directory.
+    #[error("data dir {0} is in use by another qm serve; stop it or pass another --data-dir")]
+    DataDirInUse(String),
     /// The durable store failed.
     #[error(transparent)]
     Store(#[from] qm_store::StoreError),

@@ -40,6 +40,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         "creating data dir {}",
         config.data_dir.display()
     )))?;
+    let _lock = lock_data_dir(&config.data_dir)?;
     let db = config.data_dir.join("qm.sqlite3");
     let log = SqliteLog::open(&db)?;
 
@@ -143,6 +144,32 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
     eprintln!("qm: stopped");
     Ok(())
+}
+
+/// Two servers on one data directory would both replay the log and both run its jobs: the
+/// first takes an exclusive lock (released by the kernel however it dies) and the second is
+/// refused.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
+    let path = dir.join("qm.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| ServerError::Io {
+            context: format!("opening {}", path.display()),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(ServerError::DataDirInUse(dir.display().to_string()))
+        }
+        Err(std::fs::TryLockError::Error(source)) => Err(ServerError::Io {
+            context: format!("locking {}", path.display()),
+            source,
+        }),
+    }
 }
 
 async fn shutdown_signal() {
