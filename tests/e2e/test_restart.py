@@ -161,3 +161,36 @@ def test_a_second_server_on_the_same_data_dir_is_refused(server):
     assert "in use by another qm serve" in out.stderr, out.stderr
     # The first server is unaffected.
     assert server.proc.poll() is None
+
+
+def test_an_attempt_spawned_just_before_a_crash_is_found_and_stopped_at_restart(
+        server, batch, jobs, tmp_path):
+    """The crash window between spawning an attempt and committing its pids: simulated by
+    removing the batch that recorded them from the log while the server is dead. The restarted
+    server must find the orphan by its marker and stop it before the job runs again."""
+    import sqlite3
+    q = make_queue(batch, "window", [ShareSpec("X", "RESERVE", 1)], env_max=1)
+    gate = tmp_path / "gate"
+    jid = jobs.checkpointing(q, "X", "spawned", gate=gate, target=5, pause_at=2)
+    wait_status(batch, jid, "RUNNING")
+    wait_for(lambda: events(jobs.progress("spawned"), "paused"), what="the job to reach its pause")
+    orphan = start_pids(jobs, "spawned")[-1]
+    server.kill9()
+
+    db = sqlite3.connect(server.data_dir / "qm.sqlite3")
+    seq = db.execute("SELECT MIN(seq) FROM batches WHERE commands LIKE '%AttemptRunning%'").fetchone()[0]
+    assert seq is not None
+    db.execute("DELETE FROM batches WHERE seq >= ?", (seq,))
+    db.commit()
+    db.close()
+    assert pid_alive(orphan)
+
+    server.restart()
+    batch = server.client()
+    jobs.batch = batch
+    wait_for(lambda: not pid_alive(orphan), what=f"the unrecorded orphan (pid {orphan}) to be stopped")
+    wait_for(lambda: len(start_pids(jobs, "spawned")) == 2, what="the job to run again")
+    gate.touch()
+    wait_status(batch, jid, "SUCCEEDED", timeout=120)
+    p = jobs.progress("spawned")
+    assert not events(p, "VIOLATION"), f"ran twice at the same time: {p}"

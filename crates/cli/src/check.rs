@@ -478,7 +478,7 @@ fn status_word(s: JobStatus) -> &'static str {
 }
 
 fn seconds(ms: Millis) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{}.{:03}s", ms / 1000, ms % 1000)

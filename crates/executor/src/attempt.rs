@@ -88,7 +88,7 @@ impl Drop for Supervisor {
 enum Launch {
     NotStarted(Outcome),
     Started {
-        layout: JobLayout,
+        layout: Box<JobLayout>,
         checkpoint_dir: PathBuf,
         baseline_ns: u64,
         children: Vec<Child>,
@@ -123,7 +123,13 @@ fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
     }
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
     let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
-    let env = environment::common(spec, &layout, &checkpoint_dir);
+    let mut env = environment::common(spec, &layout, &checkpoint_dir);
+    // Marks every process of this executor's attempts, so that a restarted server finds them
+    // in /proc even if it never learned their pids (a crash right after the spawn).
+    env.push((
+        crate::group::MARKER.into(),
+        data_dir.to_string_lossy().into_owned(),
+    ));
     let mut children = Vec::with_capacity(hosts.len());
     let mut spawn_failure = None;
     for (host, gpus) in hosts.iter().enumerate() {
@@ -136,7 +142,7 @@ fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
         }
     }
     Launch::Started {
-        layout,
+        layout: Box::new(layout),
         checkpoint_dir,
         baseline_ns,
         children,

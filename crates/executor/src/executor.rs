@@ -183,9 +183,17 @@ impl LocalExecutor {
         cfg: LocalConfig,
         events: mpsc::UnboundedSender<ExecEvent>,
     ) -> Result<Self, ExecError> {
+        let mut cfg = cfg;
         let jobs = cfg.data_dir.join("jobs");
         std::fs::create_dir_all(&jobs)
             .map_err(|source| ExecError::CreateDir { path: jobs, source })?;
+        // Absolute from here on: the paths handed to jobs must not depend on their working
+        // directory, and the marker that identifies our processes must be one spelling.
+        cfg.data_dir =
+            std::fs::canonicalize(&cfg.data_dir).map_err(|source| ExecError::CreateDir {
+                path: cfg.data_dir.clone(),
+                source,
+            })?;
         let inventory = Inventory::build(&cfg.pools, cfg.gpu_indices.as_deref())?;
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
@@ -288,8 +296,9 @@ impl LocalExecutor {
     /// After a server restart: process groups recorded by a previous server (pids from
     /// `Running` events) that may still be alive. SIGTERM, up to `stop_grace`, SIGKILL, and
     /// return once all are gone (or 10 s after SIGKILL, with a warning). Groups of attempts
-    /// this executor runs, and pids now used by a process without `QM_JOB_ID` in its
-    /// environment (a reused pid), are left alone. Meant for start-up, before any `start`.
+    /// this executor runs, and pids now used by a process without this data directory's
+    /// `QM_DATA_DIR` marker in its environment (a reused pid), are left alone. Meant for
+    /// start-up, before any `start`.
     pub async fn reap_stale(&self, pgids: &[u32]) {
         let own: BTreeSet<u32> = self
             .inner
@@ -303,17 +312,34 @@ impl LocalExecutor {
             .copied()
             .filter(|pgid| !own.contains(pgid))
             .filter(|&pgid| {
-                let ours = crate::group::may_be_ours(pgid);
+                let ours = crate::group::may_be_ours(pgid, &self.inner.cfg.data_dir);
                 if !ours {
                     tracing::warn!(
                         pgid,
-                        "pid now belongs to a process without QM_JOB_ID; leaving it alone"
+                        "pid now belongs to a process that is not an attempt of this data dir; leaving it alone"
                     );
                 }
                 ours
             })
             .collect();
         crate::group::reap(targets, self.inner.cfg.stop_grace).await;
+    }
+
+    /// Process groups of live processes marked with this executor's data directory that are
+    /// not attempts it runs: at start-up, whatever a previous server left behind, including
+    /// attempts it spawned but did not live to record. Empty where /proc cannot be read.
+    pub fn orphans(&self) -> Vec<u32> {
+        let own: BTreeSet<u32> = self
+            .inner
+            .state()
+            .attempts
+            .values()
+            .flat_map(|slot| slot.pgids.iter().copied())
+            .collect();
+        crate::group::marked_groups(&self.inner.cfg.data_dir)
+            .into_iter()
+            .filter(|g| !own.contains(g))
+            .collect()
     }
 
     /// Number of attempts started and not yet `Exited`.

@@ -2,6 +2,8 @@
 //! attempt process leads its own group (`process_group(0)`), so its pid is its group id and a
 //! signal to the group reaches whatever the job forked too.
 
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -46,17 +48,63 @@ fn collect_zombie(pgid: u32) {
     }
 }
 
-/// Whether the live process with pid `pgid` could be one of our attempts. Pids are reused, so a
-/// recorded group id may now name an unrelated process; when its environment is readable and
-/// lacks `QM_JOB_ID`, it is left alone. An unreadable or empty environment (no /proc, leader
-/// gone, zombie, or a process caught in the middle of exec) does not clear it.
-pub(crate) fn may_be_ours(pgid: u32) -> bool {
+/// The environment variable that marks every attempt process with the executor's (canonical)
+/// data directory.
+pub(crate) const MARKER: &str = "QM_DATA_DIR";
+
+fn marker_entry(data_dir: &Path) -> Vec<u8> {
+    format!("{MARKER}={}", data_dir.to_string_lossy()).into_bytes()
+}
+
+fn has_entry(environ: &[u8], entry: &[u8]) -> bool {
+    environ.split(|b| *b == 0).any(|var| var == entry)
+}
+
+/// Whether the live process with pid `pgid` could be one of this data directory's attempts.
+/// Pids are reused, so a recorded group id may now name an unrelated process (or another qm's
+/// attempt); when its environment is readable and lacks our marker, it is left alone. An
+/// unreadable or empty environment (no /proc, leader gone, zombie, or a process caught in the
+/// middle of exec) does not clear it.
+pub(crate) fn may_be_ours(pgid: u32, data_dir: &Path) -> bool {
     match std::fs::read(format!("/proc/{pgid}/environ")) {
-        Ok(env) if !env.is_empty() => env
-            .split(|b| *b == 0)
-            .any(|var| var.starts_with(b"QM_JOB_ID=")),
+        Ok(env) if !env.is_empty() => has_entry(&env, &marker_entry(data_dir)),
         _ => true,
     }
+}
+
+/// Process groups of every live process that carries this data directory's marker: what a
+/// previous server left running, whether or not it lived to record the pids. Empty where
+/// /proc cannot be read.
+pub(crate) fn marked_groups(data_dir: &Path) -> BTreeSet<u32> {
+    let entry = marker_entry(data_dir);
+    let mut groups = BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return groups;
+    };
+    for proc_entry in dir.flatten() {
+        let name = proc_entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !has_entry(&env, &entry) {
+            continue;
+        }
+        if let Some(pgid) = process_group_of(pid) {
+            groups.insert(pgid);
+        }
+    }
+    groups
+}
+
+/// The process group in /proc/<pid>/stat: the fields after the command name, which is in
+/// parentheses and may itself contain spaces or parentheses, are `state ppid pgrp ...`.
+fn process_group_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// SIGTERM to every group, up to `grace` for them to go, SIGKILL to the rest, and a bounded

@@ -67,6 +67,8 @@ pub(crate) struct JobLayout {
     pub(crate) output_data: PathBuf,
     pub(crate) work: PathBuf,
     pub(crate) attempt_dir: PathBuf,
+    /// Where absolute paths of the payload (CheckpointConfig.LocalPath) are re-rooted.
+    pub(crate) root: PathBuf,
 }
 
 impl JobLayout {
@@ -79,6 +81,7 @@ impl JobLayout {
             output_data: job.join("output").join("data"),
             work: job.join("work"),
             attempt_dir: job.join("attempts").join(attempt_number.to_string()),
+            root: job.join("root"),
         }
     }
 
@@ -107,14 +110,25 @@ impl JobLayout {
     }
 
     /// The checkpoint directory of this attempt: the payload's `CheckpointConfig.LocalPath`
-    /// when it can be created and written (relative paths count from `work/`), else the job's
+    /// when it can be created and written (relative paths count from `work/`, absolute ones
+    /// from the job's `root/`), else the job's
     /// own `checkpoints/`. Either way the choice is logged, since a job that looks for its
     /// checkpoints in the wrong place silently starts over.
     pub(crate) fn checkpoint_dir(&self, requested: Option<&Path>, attempt: u64) -> PathBuf {
         let Some(requested) = requested else {
             return self.checkpoints.clone();
         };
-        let path = self.work.join(requested);
+        // An absolute path (SageMaker's default is /opt/ml/checkpoints/) is re-rooted under the
+        // job's directory, as a container's file system would be: jobs must never share one.
+        let path = if requested.is_absolute() {
+            let relative: PathBuf = requested
+                .components()
+                .filter(|c| matches!(c, std::path::Component::Normal(_)))
+                .collect();
+            self.root.join(relative)
+        } else {
+            self.work.join(requested)
+        };
         match probe_writable(&path, attempt) {
             Ok(()) => {
                 tracing::info!(attempt, path = %path.display(), "checkpoints go to the payload's CheckpointConfig.LocalPath");
@@ -165,14 +179,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = JobLayout::new(dir.path(), "j", 1);
         layout.prepare().unwrap();
-        let blocker = dir.path().join("file");
-        fs::write(&blocker, "").unwrap();
+        // A file where the relative path needs a directory.
+        fs::write(layout.work.join("file"), "").unwrap();
         assert_eq!(
-            layout.checkpoint_dir(Some(&blocker.join("sub")), 1),
+            layout.checkpoint_dir(Some(Path::new("file/sub")), 1),
             layout.checkpoints
         );
-        let wanted = dir.path().join("mine");
-        assert_eq!(layout.checkpoint_dir(Some(&wanted), 1), wanted);
+        let wanted = layout.work.join("mine");
+        assert_eq!(layout.checkpoint_dir(Some(Path::new("mine")), 1), wanted);
         assert_eq!(
             fs::read_dir(&wanted).unwrap().count(),
             0,

@@ -55,7 +55,9 @@ pub fn recover(state: &mut State, log: &dyn Log) -> Result<(u64, u64), ServerErr
             // same state gives the same result, so an error here cannot happen unless the
             // log was written by a different version.
             if let Err(e) = state.apply(c) {
-                tracing::warn!(batch = b.seq, error = %e, "a logged command was refused on replay");
+                return Err(format!(
+                    "a logged command was refused on replay ({e}); the log was written by another version or configuration of qm"
+                ));
             }
         }
         let _ = state.finish();
@@ -126,7 +128,12 @@ impl Driver {
     /// publishes the executor's capacity. Commits one batch and starts what it decides.
     pub async fn reconcile(&mut self) -> Result<usize, ServerError> {
         let live = self.state.live_attempts();
-        let pids: Vec<u32> = live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        // The recorded pids, and every process marked with this data dir: an attempt spawned
+        // just before a crash has no recorded pid, but must not run beside its next attempt.
+        let mut pids: std::collections::BTreeSet<u32> =
+            live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        pids.extend(self.executor.orphans());
+        let pids: Vec<u32> = pids.into_iter().collect();
         if !pids.is_empty() {
             tracing::info!(
                 groups = pids.len(),
@@ -191,15 +198,17 @@ impl Driver {
                 }
             };
             let mut items = vec![first];
+            // Executor reports first: an exit frees capacity, and under a flood of submits it
+            // must not wait for a batch with room.
             while items.len() < MAX_BATCH {
-                match self.requests.try_recv() {
-                    Ok(env) => items.push(Item::Request(env)),
+                match self.events.try_recv() {
+                    Ok(ev) => items.push(Item::Event(ev)),
                     Err(_) => break,
                 }
             }
             while items.len() < MAX_BATCH {
-                match self.events.try_recv() {
-                    Ok(ev) => items.push(Item::Event(ev)),
+                match self.requests.try_recv() {
+                    Ok(env) => items.push(Item::Request(env)),
                     Err(_) => break,
                 }
             }
@@ -260,7 +269,7 @@ impl Driver {
                     reply,
                 }) = item
                 {
-                    let _ = reply.send(self.state.query(&q));
+                    let _ = reply.send(self.state.query(&q, now_ms()));
                 }
             }
             return Ok(());
@@ -310,7 +319,7 @@ impl Driver {
             let _ = reply.send(r);
         }
         for (q, reply) in queries {
-            let _ = reply.send(self.state.query(&q));
+            let _ = reply.send(self.state.query(&q, now_ms()));
         }
         self.carry_out(actions);
         Ok(())

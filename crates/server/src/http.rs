@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State as AxState};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,6 +40,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/tags/{arn}", get(list_tags).post(tag).delete(untag))
         .route("/v1/{operation}", post(operation))
         .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
 }
@@ -99,11 +101,25 @@ async fn dispatch(app: &App, request: Request) -> Response {
     }
 }
 
+/// The body, or the AWS-shaped error for one that could not be read (too large, say).
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        ApiError::client(format!(
+            "the request body could not be read ({e}); bodies are limited to {} MiB",
+            MAX_BODY_BYTES / (1024 * 1024)
+        ))
+    })
+}
+
 async fn operation(
     AxState(app): AxState<App>,
     Path(operation): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match read_body(body) {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
     match parse_operation(&operation, &body) {
         Ok(r) => dispatch(&app, r).await,
         Err(e) => error_response(&e),
@@ -167,7 +183,15 @@ struct TagBody {
     tags: BTreeMap<String, String>,
 }
 
-async fn tag(AxState(app): AxState<App>, Path(arn): Path<String>, body: Bytes) -> Response {
+async fn tag(
+    AxState(app): AxState<App>,
+    Path(arn): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match read_body(body) {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
     let b: TagBody = match parse_request(&body) {
         Ok(b) => b,
         Err(e) => return error_response(&e),
@@ -196,6 +220,13 @@ async fn untag(
         tag_keys: keys,
     };
     dispatch(&app, Request::Command(Command::UntagResource(r))).await
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error_response(&ApiError::client(format!(
+        "{method} is not allowed on '{}': operations are POST /v1/<operation>; tags use GET, POST and DELETE on /v1/tags/<percent-encoded ARN>",
+        uri.path()
+    )))
 }
 
 async fn unknown_route(uri: axum::http::Uri) -> Response {

@@ -41,8 +41,14 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         config.data_dir.display()
     )))?;
     let _lock = lock_data_dir(&config.data_dir)?;
+    // Bind before touching the state: a busy port must not cost a replay and a reconciliation
+    // that would stop attempts.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(io(format!("listening on {}", config.listen)))?;
     let db = config.data_dir.join("qm.sqlite3");
-    let log = SqliteLog::open(&db)?;
+    let mut log = SqliteLog::open(&db)?;
+    pin_settings(&mut log, &config)?;
 
     let arns = Arns::new(config.region.clone(), config.account_id.clone());
     let policy = qm_core::Policy {
@@ -60,10 +66,10 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         );
     }
     if diverged > 0 {
-        tracing::error!(
-            diverged,
-            "replay decided differently than the log in some batches; the state follows the replay"
-        );
+        return Err(ServerError::Recovery(format!(
+            "replaying the log decided differently than it records in {diverged} batch(es) (see the errors above); \
+             refusing to run on a state that differs from what clients were told. Keep the data dir and report it"
+        )));
     }
 
     let mut gpu_indices = None;
@@ -121,9 +127,6 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         eprintln!("qm: {lost} attempt(s) were running when the server last stopped; their jobs are queued again");
     }
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(io(format!("listening on {}", config.listen)))?;
     let addr = listener
         .local_addr()
         .map_err(io("reading the listen address".into()))?;
@@ -143,6 +146,34 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
     let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
     eprintln!("qm: stopped");
+    Ok(())
+}
+
+/// Settings that shape the logged state: ARNs are in the logged requests, and the starvation
+/// guard changes the core's decisions. They are fixed when the data directory is created; a
+/// later change would make the replay refuse commands or decide differently.
+fn pin_settings(log: &mut SqliteLog, config: &Config) -> Result<(), ServerError> {
+    let settings = [
+        ("region", config.region.clone()),
+        ("account_id", config.account_id.clone()),
+        (
+            "scheduler.reserve_after_seconds",
+            config.reserve_after.as_secs().to_string(),
+        ),
+    ];
+    for (key, value) in settings {
+        match log.meta(key)? {
+            None => log.set_meta(key, &value)?,
+            Some(pinned) if pinned == value => {}
+            Some(pinned) => {
+                return Err(ServerError::Config(format!(
+                    "{key} is '{value}' but the data dir {} was created with '{pinned}', and its state depends on it; \
+                     set {key} = \"{pinned}\" or start with a fresh --data-dir",
+                    config.data_dir.display()
+                )))
+            }
+        }
+    }
     Ok(())
 }
 

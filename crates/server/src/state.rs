@@ -100,6 +100,8 @@ pub struct QueueRec {
     pub shares: BTreeMap<String, ShareRec>,
     /// RUNNABLE jobs in dispatch order: priority descending, then submission order.
     pub runnable: BTreeSet<(Reverse<i32>, u64)>,
+    /// Tells this queue from an earlier, deleted queue of the same name.
+    pub generation: u64,
 }
 
 /// A quota share.
@@ -151,6 +153,8 @@ pub struct JobRec {
     pub id: String,
     /// Queue name.
     pub queue: String,
+    /// The queue's generation when the job was submitted.
+    pub queue_generation: u64,
     /// Share name.
     pub share: String,
     /// The request as submitted.
@@ -212,6 +216,8 @@ pub struct State {
     pub attempt_job: HashMap<u64, u64>,
     /// Next core job id.
     pub next_job: u64,
+    /// Next queue generation.
+    pub next_queue_generation: u64,
     /// Physical capacity last logged.
     pub capacity: BTreeMap<String, u32>,
     /// The time of the batch being applied.
@@ -236,6 +242,7 @@ impl State {
             tokens: HashMap::new(),
             attempt_job: HashMap::new(),
             next_job: 1,
+            next_queue_generation: 1,
             capacity: BTreeMap::new(),
             now: 0,
             actions: Vec::new(),
@@ -285,8 +292,8 @@ impl State {
         }
     }
 
-    /// Answers a read.
-    pub fn query(&self, q: &Query) -> Result<Vec<u8>, ApiError> {
+    /// Answers a read; `now` is only shown (`lastUpdatedAt`), never kept.
+    pub fn query(&self, q: &Query, now: i64) -> Result<Vec<u8>, ApiError> {
         match q {
             Query::DescribeServiceEnvironments(r) => self.describe_service_environments(r),
             Query::DescribeJobQueues(r) => self.describe_job_queues(r),
@@ -296,7 +303,7 @@ impl State {
             Query::ListQuotaShares(r) => self.list_quota_shares(r),
             Query::DescribeServiceJob(r) => self.describe_service_job(r),
             Query::ListServiceJobs(r) => self.list_service_jobs(r),
-            Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r),
+            Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
         }
     }
@@ -530,6 +537,19 @@ impl State {
             })?;
         }
         self.capacity = capacity.clone();
+        // Types the environments name but the executor lacks have no instance at all.
+        let queues: Vec<(String, Vec<CapacityLimit>)> = self
+            .queues
+            .values()
+            .filter_map(|q| {
+                self.environments
+                    .get(&q.environment)
+                    .map(|e| (q.name.clone(), e.limits.clone()))
+            })
+            .collect();
+        for (q, limits) in queues {
+            self.put_queue_limits(&q, &limits)?;
+        }
         Ok(Vec::new())
     }
 
@@ -540,13 +560,11 @@ impl State {
         if self.jobs[&core].status != ServiceJobStatus::Runnable {
             return Ok(Vec::new());
         }
-        if let Some(rec) = self.jobs.get_mut(&core) {
-            rec.is_terminated = true;
-        }
         self.core_apply(Input::Terminate {
             job: JobId(core),
             reason: format!("Terminated by JobStateTimeLimit action due to reason: {reason}"),
         })?;
+        self.mark_terminated(&[core]);
         Ok(Vec::new())
     }
 

@@ -87,7 +87,7 @@ impl World {
 
     fn describe(&self, id: &str) -> Value {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
-        serde_json::from_slice(&self.state.query(&q).expect("describe")).unwrap()
+        serde_json::from_slice(&self.state.query(&q, self.now).expect("describe")).unwrap()
     }
 
     fn status(&self, id: &str) -> String {
@@ -240,7 +240,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
     assert_eq!(diverged, 0, "replay decides exactly as logged");
     for id in ["high", "med", "low", "qs2"] {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
-        let replayed: Value = serde_json::from_slice(&fresh.query(&q).unwrap()).unwrap();
+        let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
         assert_eq!(replayed, w.describe(id), "job {id} after replay");
     }
     let live: Vec<u64> = fresh.live_attempts().into_iter().map(|(a, _)| a).collect();
@@ -311,4 +311,98 @@ fn a_lost_attempt_requeues_its_job_without_using_a_retry() {
         outcome: ExitRecord::Succeeded,
     });
     assert_eq!(w.status("j"), "SUCCEEDED", "one retry attempt was enough");
+}
+
+#[test]
+fn a_job_for_an_instance_type_the_executor_lacks_waits_with_a_reason_instead_of_starting() {
+    let mut w = World::new();
+    w.one(Command::SetCapacity {
+        capacity: [(UNIT.to_string(), 3)].into(),
+    });
+    w.one(cmd(
+        "CreateSchedulingPolicy",
+        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    ));
+    w.one(cmd(
+        "CreateServiceEnvironment",
+        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.p4d.24xlarge"}]}),
+    ));
+    w.one(cmd(
+        "CreateJobQueue",
+        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
+    ));
+    w.one(cmd(
+        "CreateQuotaShare",
+        json!({"quotaShareName": "QS", "jobQueue": "jq",
+               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.p4d.24xlarge"}],
+               "resourceSharingConfiguration": {"strategy": "LEND"},
+               "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
+    ));
+    let a = w.one(Command::SubmitServiceJob {
+        job_id: "big".into(),
+        request: serde_json::from_value(json!({
+            "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+            "quotaShareName": "QS",
+            "serviceRequestPayload": payload("big").replace(UNIT, "ml.p4d.24xlarge")
+        }))
+        .unwrap(),
+    });
+    assert!(launched(&a).is_empty(), "nothing to run it on: {a:?}");
+    let rec = w.describe("big");
+    assert_eq!(rec["status"], "RUNNABLE");
+    assert!(
+        rec["statusReason"]
+            .as_str()
+            .unwrap()
+            .starts_with("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"),
+        "{rec}"
+    );
+}
+
+#[test]
+fn jobs_of_a_deleted_queue_are_not_listed_under_a_new_queue_of_the_same_name() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    w.submit("old", "QS3", 0);
+    for share in ["QS1", "QS2", "QS3"] {
+        w.one(cmd(
+            "UpdateQuotaShare",
+            json!({"quotaShareArn": format!("arn:aws:batch:us-east-1:123456789012:job-queue/jq/quota-share/{share}"),
+                   "state": "DISABLED"}),
+        ));
+    }
+    w.one(cmd(
+        "UpdateJobQueue",
+        json!({"jobQueue": "jq", "state": "DISABLED"}),
+    ));
+    let stop = w.one(cmd("DeleteJobQueue", json!({"jobQueue": "jq"})));
+    let (attempt,) = (stopped(&stop)[0],);
+    w.one(Command::AttemptExited {
+        attempt,
+        outcome: ExitRecord::Failed {
+            reason: "SIGTERM".into(),
+            retryable: true,
+        },
+    });
+    let old = w.describe("old");
+    assert_eq!(old["status"], "FAILED");
+    assert_eq!(old["isTerminated"], true);
+    w.one(cmd(
+        "CreateJobQueue",
+        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
+    ));
+    let q = Query::ListServiceJobs(
+        serde_json::from_value(json!({"jobQueue": "jq", "jobStatus": "FAILED"})).unwrap(),
+    );
+    let listed: Value = serde_json::from_slice(&w.state.query(&q, w.now).unwrap()).unwrap();
+    assert_eq!(
+        listed["jobSummaryList"].as_array().unwrap().len(),
+        0,
+        "{listed}"
+    );
 }

@@ -82,19 +82,40 @@ async fn the_checkpoint_directory_survives_to_the_next_attempt_without_counting_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writable_checkpoint_local_path_replaces_the_job_directory() {
+async fn a_relative_checkpoint_local_path_counts_from_the_working_directory() {
     let mut w = World::new();
-    let mine = w.dir.path().join("my-checkpoints");
     let mut spec = sh(
         1,
         "job-local",
         "echo \"$SM_CHECKPOINT_DIR\"; touch \"$SM_CHECKPOINT_DIR/c\"",
     );
-    spec.checkpoint_path = Some(mine.clone());
+    spec.checkpoint_path = Some("my-checkpoints".into());
     w.exec.start(spec).unwrap();
     assert_eq!(w.exited(1).await, Outcome::Succeeded);
     let (_, _, log_dir) = w.running(1).await;
     let out = fs::read_to_string(log_dir.join("stdout.log")).unwrap();
-    assert_eq!(out.trim(), mine.to_str().unwrap());
-    assert!(mine.join("c").is_file());
+    let expected = w.exec.job_dir("job-local").join("work/my-checkpoints");
+    assert_eq!(out.trim(), expected.to_str().unwrap());
+    assert!(expected.join("c").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absolute_checkpoint_local_path_is_rerooted_per_job_so_jobs_never_share_it() {
+    let mut w = World::new();
+    for (attempt, job) in [(1, "job-a"), (2, "job-b")] {
+        let mut spec = sh(
+            attempt,
+            job,
+            "echo \"$SM_CHECKPOINT_DIR\"; touch \"$SM_CHECKPOINT_DIR/$QM_JOB_ID\"",
+        );
+        spec.checkpoint_path = Some("/opt/ml/checkpoints/".into());
+        w.exec.start(spec).unwrap();
+        assert_eq!(w.exited(attempt).await, Outcome::Succeeded);
+        let expected = w.exec.job_dir(job).join("root/opt/ml/checkpoints");
+        let (_, _, log_dir) = w.running(attempt).await;
+        let out = fs::read_to_string(log_dir.join("stdout.log")).unwrap();
+        assert_eq!(out.trim(), expected.to_str().unwrap());
+        assert!(expected.join(job).is_file());
+    }
+    assert!(!std::path::Path::new("/opt/ml/checkpoints/job-a").exists());
 }

@@ -15,10 +15,11 @@ fn alive(pid: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leftover_process_group_is_killed() {
     let w = World::new();
-    // What a previous server's attempt looks like: its own group, QM_JOB_ID set.
+    // What a previous server's attempt looks like: its own group, marked with the data dir.
     let leftover = Command::new("sleep")
         .arg("1000")
         .env("QM_JOB_ID", "old-job")
+        .env("QM_DATA_DIR", w.dir.path().canonicalize().unwrap())
         .process_group(0)
         .spawn()
         .unwrap();
@@ -33,11 +34,13 @@ async fn a_leftover_process_group_is_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reused_pid_without_qm_job_id_is_left_alone() {
+async fn a_reused_pid_without_this_data_dirs_marker_is_left_alone() {
     let w = World::new();
     let mut stranger = Command::new("sleep")
         .arg("1000")
-        .env_remove("QM_JOB_ID")
+        // An attempt of another qm, on another data dir.
+        .env("QM_JOB_ID", "other-job")
+        .env("QM_DATA_DIR", "/somewhere/else")
         .process_group(0)
         .spawn()
         .unwrap();
@@ -56,4 +59,41 @@ async fn a_reused_pid_without_qm_job_id_is_left_alone() {
     assert!(alive(pid), "{:?}", stranger.try_wait());
     stranger.kill().unwrap();
     stranger.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_are_found_by_their_marker_even_without_a_recorded_pid() {
+    let w = World::new();
+    let marker = w.dir.path().canonicalize().unwrap();
+    // A job process that forked a child into its group: both carry the marker; the group is
+    // reported once.
+    let mut leftover = Command::new("sh")
+        .args(["-c", "sleep 1000 & wait"])
+        .env("QM_DATA_DIR", &marker)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut stranger = Command::new("sleep")
+        .arg("1000")
+        .env("QM_DATA_DIR", "/somewhere/else")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = leftover.id();
+    let deadline = std::time::Instant::now() + crate::world::WAIT;
+    let found = loop {
+        let found = w.exec.orphans();
+        if found.contains(&pid) || std::time::Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(found, vec![pid], "only our marked group, once");
+    w.exec.reap_stale(&found).await;
+    assert!(!alive(pid));
+    assert!(w.exec.orphans().is_empty());
+    assert!(alive(stranger.id()));
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
+    let _ = leftover.wait();
 }

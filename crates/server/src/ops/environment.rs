@@ -21,16 +21,29 @@ impl State {
     }
 
     /// Pushes an environment's limits to the core queue it serves.
-    pub(crate) fn sync_queue_environment(&mut self, queue: &str) -> Result<(), ApiError> {
-        let Some(q) = self.queues.get(queue) else {
-            return Ok(());
-        };
-        let env = &self.environments[&q.environment];
-        let spec = QueueSpec {
+    /// Gives the core queue `queue` the limits `limits` (its service environment's). Instance
+    /// types the executor does not offer get a physical capacity of zero, so that their jobs
+    /// wait with a reason instead of being started on an instance that does not exist.
+    pub(crate) fn put_queue_limits(
+        &mut self,
+        queue: &str,
+        limits: &[CapacityLimit],
+    ) -> Result<(), ApiError> {
+        let environment = environment_limits(limits);
+        if !self.capacity.is_empty() {
+            for unit in environment.keys() {
+                if !self.capacity.contains_key(unit) {
+                    self.core_apply(Input::SetPhysicalCapacity {
+                        instance_type: unit.clone(),
+                        instances: Some(0),
+                    })?;
+                }
+            }
+        }
+        self.core_apply(Input::PutQueue(QueueSpec {
             name: queue.to_string(),
-            environment: environment_limits(&env.limits),
-        };
-        self.core_apply(Input::PutQueue(spec))
+            environment,
+        }))
     }
 
     pub(crate) fn create_service_environment(
@@ -61,7 +74,8 @@ impl State {
     ) -> Result<Vec<u8>, ApiError> {
         validate_update_service_environment(r)?;
         let name = self.env_name("serviceEnvironment", &r.service_environment)?;
-        let env = self.environments.get_mut(&name).expect("checked");
+        // Change a copy, apply it to the core, and only then keep it: on error nothing changed.
+        let mut env = self.environments[&name].clone();
         if let Some(s) = &r.state {
             env.state = *s;
         }
@@ -69,8 +83,9 @@ impl State {
             env.limits = l.clone();
         }
         if let Some(q) = env.queue.clone() {
-            self.sync_queue_environment(&q)?;
+            self.put_queue_limits(&q, &env.limits)?;
         }
+        self.environments.insert(name.clone(), env);
         body(&UpdateServiceEnvironmentResponse {
             service_environment_name: name.clone(),
             service_environment_arn: self.arns.service_environment(&name),

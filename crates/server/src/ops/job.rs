@@ -111,6 +111,7 @@ impl State {
             core,
             id: job_id.to_string(),
             queue: queue.clone(),
+            queue_generation: self.queues[&queue].generation,
             share,
             request: r.clone(),
             payload,
@@ -188,11 +189,12 @@ impl State {
         ) {
             return Ok(());
         }
-        rec.is_terminated = true;
         self.core_apply(Input::Terminate {
             job: JobId(core),
             reason: reason.to_string(),
-        })
+        })?;
+        self.mark_terminated(&[core]);
+        Ok(())
     }
 
     pub(crate) fn terminate_service_job(
@@ -352,8 +354,14 @@ impl State {
         r: &ListServiceJobsRequest,
     ) -> Result<Vec<u8>, ApiError> {
         let max = max_results("maxResults", r.max_results, 100)?;
+        // A queue is its name and generation: jobs of a deleted queue of the same name are not
+        // listed under the new one.
         let queue = match &r.job_queue {
-            Some(q) => Some(self.queue_name("jobQueue", q)?),
+            Some(q) => {
+                let name = self.queue_name("jobQueue", q)?;
+                let generation = self.queues[&name].generation;
+                Some((name, generation))
+            }
             None => None,
         };
         let filter = parse_filters(r.filters.as_deref())?;
@@ -379,7 +387,10 @@ impl State {
         let mut next = None;
         // Newest first.
         for (&core, rec) in range.rev() {
-            if queue.as_ref().is_some_and(|q| *q != rec.queue) {
+            if queue
+                .as_ref()
+                .is_some_and(|(q, g)| *q != rec.queue || *g != rec.queue_generation)
+            {
                 continue;
             }
             if status.as_ref().is_some_and(|s| *s != rec.status) {

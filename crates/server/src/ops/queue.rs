@@ -87,14 +87,16 @@ impl State {
                 tags: r.tags.clone().unwrap_or_default(),
                 shares: BTreeMap::new(),
                 runnable: BTreeSet::new(),
+                generation: self.next_queue_generation,
             },
         );
-        self.environments.get_mut(&env).expect("checked").queue = Some(name.clone());
-        if let Err(e) = self.sync_queue_environment(&name) {
+        let limits = self.environments[&env].limits.clone();
+        if let Err(e) = self.put_queue_limits(&name, &limits) {
             self.queues.remove(&name);
-            self.environments.get_mut(&env).expect("checked").queue = None;
             return Err(e);
         }
+        self.next_queue_generation += 1;
+        self.environments.get_mut(&env).expect("checked").queue = Some(name.clone());
         body(&CreateJobQueueResponse {
             job_queue_name: name.clone(),
             job_queue_arn: self.arns.job_queue(&name),
@@ -115,6 +117,11 @@ impl State {
             Some(o) => Some(self.order_environment(o, &name)?),
             None => None,
         };
+        // The core first (the only step that can fail), then the records.
+        if let Some(env) = &env {
+            let limits = self.environments[env].limits.clone();
+            self.put_queue_limits(&name, &limits)?;
+        }
         let q = self.queues.get_mut(&name).expect("checked");
         if let Some(s) = &r.state {
             q.state = *s;
@@ -136,7 +143,6 @@ impl State {
                 }
                 self.environments.get_mut(&env).expect("checked").queue = Some(name.clone());
             }
-            self.sync_queue_environment(&name)?;
         }
         body(&UpdateJobQueueResponse {
             job_queue_name: Some(name.clone()),

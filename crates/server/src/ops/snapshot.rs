@@ -14,10 +14,10 @@ impl State {
     pub(crate) fn get_job_queue_snapshot(
         &self,
         r: &GetJobQueueSnapshotRequest,
+        now: i64,
     ) -> Result<Vec<u8>, ApiError> {
         let queue = self.queue_name("jobQueue", &r.job_queue)?;
         let q = &self.queues[&queue];
-        let now = self.now;
         let mut front = Vec::new();
         let mut per_share: BTreeMap<String, Vec<FrontOfQuotaShareJobSummary>> = BTreeMap::new();
         for &(_, core) in &q.runnable {
