@@ -194,3 +194,29 @@ def test_an_attempt_spawned_just_before_a_crash_is_found_and_stopped_at_restart(
     wait_status(batch, jid, "SUCCEEDED", timeout=120)
     p = jobs.progress("spawned")
     assert not events(p, "VIOLATION"), f"ran twice at the same time: {p}"
+
+
+def test_an_attempt_that_finished_just_before_a_crash_is_not_run_again(
+        server, batch, jobs, tmp_path):
+    """The crash window between an attempt's exit and the commit of that exit: simulated by
+    removing the batch that logged it. The restarted server finds the outcome the executor
+    recorded next to the attempt's logs and keeps it, instead of running the job again."""
+    import sqlite3
+    q = make_queue(batch, "exitwin", [ShareSpec("X", "RESERVE", 1)], env_max=1)
+    jid = jobs.checkpointing(q, "X", "quick", target=2, retry={"attempts": 1})
+    wait_status(batch, jid, "SUCCEEDED")
+    server.kill9()
+
+    db = sqlite3.connect(server.data_dir / "qm.sqlite3")
+    seq = db.execute("SELECT MIN(seq) FROM batches WHERE commands LIKE '%AttemptExited%'").fetchone()[0]
+    assert seq is not None
+    db.execute("DELETE FROM batches WHERE seq >= ?", (seq,))
+    db.commit()
+    db.close()
+
+    server.restart()
+    batch = server.client()
+    job = wait_status(batch, jid, "SUCCEEDED")
+    assert len(job["attempts"]) == 1, job["attempts"]
+    p = jobs.progress("quick")
+    assert events(p, "start") == ["0"], f"the finished job ran again: {p}"

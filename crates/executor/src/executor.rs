@@ -4,7 +4,7 @@
 //! scanning is one more task for all attempts ([`crate::checkpoint`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -162,11 +162,37 @@ struct State {
 #[derive(Debug)]
 struct Slot {
     instances: Vec<usize>,
+    /// Where the outcome is written before `Exited` is sent.
+    outcome_file: PathBuf,
     stop: watch::Sender<bool>,
     /// Set once every process is spawned.
     pgids: Vec<u32>,
     /// Set once every process is spawned; the scanner skips the attempt before.
     checkpoints: Option<Watched>,
+}
+
+/// The file in an attempt's directory that keeps how it ended.
+pub const OUTCOME_FILE: &str = "outcome.json";
+
+/// Writes how an attempt ended next to its logs, before the server hears of it: a server that
+/// dies before logging the exit finds it there at its next start, so that an attempt that
+/// finished is not run again. Written to a temporary name and renamed, so a reader never sees
+/// half a file; not fsynced, since it only has to survive the server process, not the machine.
+fn record_outcome(path: &Path, outcome: &Outcome) {
+    let result = (|| -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec(outcome).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        tracing::warn!(path = %path.display(), error = %e, "cannot record the attempt's outcome");
+    }
 }
 
 /// Milliseconds since the epoch, now.
@@ -251,6 +277,13 @@ impl LocalExecutor {
                 spec.attempt,
                 Slot {
                     instances,
+                    outcome_file: JobLayout::new(
+                        &self.inner.cfg.data_dir,
+                        &spec.job_id,
+                        spec.attempt_number,
+                    )
+                    .attempt_dir
+                    .join(OUTCOME_FILE),
                     stop: stop_tx,
                     pgids: Vec::new(),
                     checkpoints: None,
@@ -342,6 +375,20 @@ impl LocalExecutor {
             .collect()
     }
 
+    /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event;
+    /// `None` when it has not ended (or never started here).
+    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
+        let path = self.log_dir(job_id, attempt_number).join(OUTCOME_FILE);
+        let bytes = std::fs::read(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Forgets a recorded outcome (an attempt stopped because the server shuts down did not
+    /// end on its own, and must be recorded as lost at the next start).
+    pub fn discard_outcome(&self, job_id: &str, attempt_number: u32) {
+        let _ = std::fs::remove_file(self.log_dir(job_id, attempt_number).join(OUTCOME_FILE));
+    }
+
     /// Number of attempts started and not yet `Exited`.
     pub fn running(&self) -> usize {
         self.inner.state().attempts.len()
@@ -400,6 +447,7 @@ impl Inner {
         let mut state = self.state();
         if let Some(slot) = state.attempts.remove(&attempt) {
             state.inventory.give_back(&slot.instances);
+            record_outcome(&slot.outcome_file, &outcome);
         }
         tracing::debug!(attempt, ?outcome, "attempt exited");
         // Under the lock: when the server sees Exited, the capacity is already free.

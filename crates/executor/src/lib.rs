@@ -29,7 +29,7 @@ pub mod layout;
 mod outcome;
 
 pub use error::ExecError;
-pub use executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor};
+pub use executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, OUTCOME_FILE};
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use layout::{log_file_name, LogStream};
 pub use outcome::{Outcome, TIMEOUT_REASON};

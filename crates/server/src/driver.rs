@@ -142,13 +142,33 @@ impl Driver {
             self.executor.reap_stale(&pids).await;
         }
         let mut commands = Vec::new();
+        let mut finished = 0;
         for (attempt, _) in &live {
-            commands.push(Command::AttemptExited {
-                attempt: *attempt,
-                outcome: ExitRecord::Lost {
+            // An attempt that ended before the crash, but whose exit never reached the log,
+            // left its outcome next to its logs: it counts as it ended, and is not run again.
+            let recorded = self
+                .state
+                .attempt_identity(*attempt)
+                .and_then(|(job, n)| self.executor.recorded_outcome(&job, n));
+            let outcome = match recorded {
+                Some(o) => {
+                    finished += 1;
+                    exit_record(o)
+                }
+                None => ExitRecord::Lost {
                     reason: "Attempt lost: the server restarted while it ran; the job was queued again without using a retry".into(),
                 },
+            };
+            commands.push(Command::AttemptExited {
+                attempt: *attempt,
+                outcome,
             });
+        }
+        if finished > 0 {
+            tracing::info!(
+                finished,
+                "attempts had ended before the restart; their outcomes are recorded as they were"
+            );
         }
         let capacity = self.executor.capacity();
         if capacity != self.state.capacity {
@@ -244,6 +264,12 @@ impl Driver {
         for &a in &live {
             self.executor.stop(a);
         }
+        // They end because the server stops, not on their own: the next start must record
+        // them as lost, not as failed by the signal.
+        let identities: Vec<(String, u32)> = live
+            .iter()
+            .filter_map(|&a| self.state.attempt_identity(a))
+            .collect();
         let mut pending: std::collections::BTreeSet<u64> = live.into_iter().collect();
         while !pending.is_empty() {
             match self.events.recv().await {
@@ -253,6 +279,9 @@ impl Driver {
                 Some(_) => {}
                 None => break,
             }
+        }
+        for (job, n) in identities {
+            self.executor.discard_outcome(&job, n);
         }
     }
 
@@ -389,11 +418,15 @@ fn event_command(ev: ExecEvent) -> Command {
             attempt, outcome, ..
         } => Command::AttemptExited {
             attempt,
-            outcome: match outcome {
-                Outcome::Succeeded => ExitRecord::Succeeded,
-                Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
-            },
+            outcome: exit_record(outcome),
         },
+    }
+}
+
+fn exit_record(outcome: Outcome) -> ExitRecord {
+    match outcome {
+        Outcome::Succeeded => ExitRecord::Succeeded,
+        Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
     }
 }
 

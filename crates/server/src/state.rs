@@ -593,6 +593,13 @@ impl State {
         }
     }
 
+    /// The API job id and attempt number of a live attempt.
+    pub fn attempt_identity(&self, attempt: u64) -> Option<(String, u32)> {
+        let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
+        let live = rec.live.as_ref().filter(|l| l.attempt == attempt)?;
+        Some((rec.id.clone(), live.number))
+    }
+
     /// Attempts the core still holds capacity for, with their recorded process ids: after a
     /// replay these are the orphans of the previous server.
     pub fn live_attempts(&self) -> Vec<(u64, Vec<u32>)> {

@@ -252,3 +252,24 @@ fn start_outside_a_runtime_is_an_error() {
     ));
     assert_eq!(w.exec.running(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outcome_is_recorded_next_to_the_logs_before_exited_is_sent() {
+    let mut w = World::new();
+    w.exec.start(sh(1, "job-ok", "exit 0")).unwrap();
+    w.exec.start(sh(2, "job-bad", "exit 4")).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    let bad = w.exited(2).await;
+    assert_eq!(
+        w.exec.recorded_outcome("job-ok", 1),
+        Some(Outcome::Succeeded)
+    );
+    assert_eq!(w.exec.recorded_outcome("job-bad", 1), Some(bad));
+    assert_eq!(
+        w.exec.recorded_outcome("job-ok", 2),
+        None,
+        "no such attempt"
+    );
+    w.exec.discard_outcome("job-ok", 1);
+    assert_eq!(w.exec.recorded_outcome("job-ok", 1), None);
+}
