@@ -37,7 +37,9 @@ pub struct App {
 pub fn router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/v1/tags/{arn}", get(list_tags).post(tag).delete(untag))
+        // A wildcard: botocore sends the ARN as one percent-encoded segment, curl users often
+        // send it raw, with its slashes.
+        .route("/v1/tags/{*arn}", get(list_tags).post(tag).delete(untag))
         .route("/v1/{operation}", post(operation))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
