@@ -26,7 +26,7 @@ def client(endpoint):
     )
 
 
-def setup(b, instances, prefix):
+def setup(b, instances, prefix, share_limit):
     policy = b.create_scheduling_policy(
         name=f"{prefix}-policy", quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"}
     )["arn"]
@@ -42,13 +42,13 @@ def setup(b, instances, prefix):
         schedulingPolicyArn=policy,
         serviceEnvironmentOrder=[{"order": 1, "serviceEnvironment": f"{prefix}-se"}],
     )
-    b.create_quota_share(
+    return b.create_quota_share(
         quotaShareName="all",
         jobQueue=f"{prefix}-q",
-        capacityLimits=[{"maxCapacity": instances, "capacityUnit": "ml.g5.xlarge"}],
+        capacityLimits=[{"maxCapacity": share_limit, "capacityUnit": "ml.g5.xlarge"}],
         resourceSharingConfiguration={"strategy": "LEND"},
         preemptionConfiguration={"inSharePreemption": "DISABLED"},
-    )
+    )["quotaShareArn"]
 
 
 PAYLOAD = json.dumps(
@@ -82,9 +82,15 @@ def main():
     p.add_argument("--instances", type=int, default=64)
     p.add_argument("--threads", type=int, default=8)
     p.add_argument("--prefix", default="tput")
+    p.add_argument(
+        "--drain",
+        action="store_true",
+        help="submit every job to a share with a limit of 0 first, then raise it to --instances: "
+        "measures scheduling and execution without the client's submit rate",
+    )
     a = p.parse_args()
 
-    setup(client(a.endpoint), a.instances, a.prefix)
+    share_arn = setup(client(a.endpoint), a.instances, a.prefix, 0 if a.drain else a.instances)
     queue = f"{a.prefix}-q"
     local = threading.local()
 
@@ -106,6 +112,13 @@ def main():
     print(f"submitted {a.jobs} jobs in {t_submitted - t0:.2f} s", file=sys.stderr)
 
     b = client(a.endpoint)
+    released_ms = None
+    if a.drain:
+        released_ms = int(time.time() * 1000)
+        b.update_quota_share(
+            quotaShareArn=share_arn,
+            capacityLimits=[{"maxCapacity": a.instances, "capacityUnit": "ml.g5.xlarge"}],
+        )
     deadline = time.time() + 600
     while True:
         done = all_jobs(b, queue, "SUCCEEDED")
@@ -121,7 +134,7 @@ def main():
         print(f"  {len(done)}/{a.jobs} succeeded", file=sys.stderr)
         time.sleep(0.5)
     t_done = time.time()
-    first = min(j["createdAt"] for j in done)
+    first = released_ms if a.drain else min(j["createdAt"] for j in done)
     last = max(j["stoppedAt"] for j in done)
     server_s = (last - first) / 1000
     print(
@@ -129,7 +142,8 @@ def main():
             {
                 "jobs": a.jobs,
                 "instances": a.instances,
-                "server_seconds_first_submit_to_last_exit": round(server_s, 3),
+                "mode": "drain (share raised from 0 after all submits)" if a.drain else "submit and run",
+                "seconds_first_submit_or_release_to_last_exit": round(server_s, 3),
                 "jobs_per_second_server_clock": round(a.jobs / server_s, 1),
                 "client_seconds_including_polling": round(t_done - t0, 3),
             }
