@@ -59,3 +59,17 @@ def test_raising_the_share_limit_lets_the_waiting_job_run(batch, jobs):
                              capacityLimits=[{"maxCapacity": 2, "capacityUnit": "ml.g5.xlarge"}])
     job = wait_status(batch, jid, "RUNNING")
     assert job["capacityUsage"] == [{"capacityUnit": "ml.g5.xlarge", "quantity": 2.0}]
+
+
+def test_two_service_environments_share_the_executors_pool(batch, jobs):
+    """Each environment allows 3 instances and the test server's pool has 3: a second queue's
+    job waits for the physical capacity the first queue holds, and runs once it is released."""
+    a = make_queue(batch, "pool-a", [ShareSpec("X", "RESERVE", 3)], env_max=3)
+    b = make_queue(batch, "pool-b", [ShareSpec("Y", "RESERVE", 3)], env_max=3)
+    first = [jobs.sleeper(a, "X", f"a{i}") for i in range(3)]
+    for jid in first:
+        wait_status(batch, jid, "RUNNING")
+    other = jobs.sleeper(b, "Y", "b0")
+    wait_status(batch, other, "RUNNABLE", reason_prefix="CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY")
+    batch.terminate_service_job(jobId=first[0], reason="make room")
+    wait_status(batch, other, "RUNNING")
