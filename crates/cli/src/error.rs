@@ -35,6 +35,15 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
+    /// A well-formed file whose content does not make sense (a cluster file's tenant mapped
+    /// to a share it does not declare, say).
+    #[error("{}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
     /// A folder named on the command line holds no scenario file.
     #[error("{}: the folder holds no scenario file (.yaml, .yml or .json)", path.display())]
     EmptyFolder {

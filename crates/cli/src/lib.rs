@@ -9,12 +9,14 @@
 //! - [`scenario`]: the file format, serde types and strict parsing with located errors;
 //! - [`check`]: the runner that plays a scenario to a fixed point after every step and
 //!   compares each `expect`, returning an [`check::Outcome`] with a readable diff;
+//! - [`cluster`]: cluster files for `qm simulate` (the scenario format without steps);
 //! - [`error`]: the one error type, for files that cannot be checked at all.
 //!
 //! The binary (`src/main.rs`, one file per command under `src/cmd/`) only parses arguments,
 //! prints and picks the exit code.
 
 pub mod check;
+pub mod cluster;
 pub mod error;
 pub mod scenario;
 

@@ -27,6 +27,13 @@ enum Command {
     /// Run the server: the AWS Batch quota-management API (point boto3 or the AWS CLI at it
     /// with endpoint_url), state in SQLite under --data-dir, attempts run as local processes.
     Serve(cmd::serve::Args),
+    /// Replay a workload through the scheduling core under several policies and compare them:
+    /// completion time, waiting, preemptions, lost work, utilization. Writes metrics.json and a
+    /// self-contained report.html to --out.
+    Simulate(cmd::simulate::Args),
+    /// Workload files for `qm simulate`.
+    #[command(subcommand)]
+    Workload(cmd::workload::Command),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +41,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => cmd::check::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Workload(cmd) => cmd::workload::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -432,7 +432,7 @@ fn check_borrow_limit(b: i32, strategy: Option<ShareStrategy>) -> Result<(), Str
 
 /// A mapping that is checked as a whole once it is parsed. The check runs inside the
 /// deserializer's `visit_map`, so that its error gets the mapping's key path and line.
-trait CheckedMap {
+pub(crate) trait CheckedMap {
     fn check(&self) -> Result<(), String>;
 }
 
@@ -466,7 +466,7 @@ impl<'de, T: Deserialize<'de> + CheckedMap> Visitor<'de> for CheckedSeed<T> {
     }
 }
 
-fn checked_seq<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+pub(crate) fn checked_seq<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where
     D: de::Deserializer<'de>,
     T: Deserialize<'de> + CheckedMap,

@@ -3,3 +3,5 @@
 
 pub mod check;
 pub mod serve;
+pub mod simulate;
+pub mod workload;

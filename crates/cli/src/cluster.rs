@@ -1,0 +1,129 @@
+//! Cluster files for `qm simulate`: the `qm check` scenario format without `steps` — the same
+//! `environment` and `shares` keys, parsed by the same types with the same checks — plus an
+//! optional `tenants` map from workload tenants to shares. A scenario file is a valid cluster
+//! file (its `name` and `steps` are read and ignored), so a policy tested with `qm check` can be
+//! simulated as it is.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::scenario::{checked_seq, ShareDecl};
+
+/// A cluster file as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// Optional title (scenario files have one).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Instance type -> the service environment's maximum instances.
+    pub environment: BTreeMap<String, u32>,
+    /// The quota shares.
+    #[serde(deserialize_with = "checked_seq")]
+    pub shares: Vec<ShareDecl>,
+    /// Workload tenant -> share; unlisted tenants go to the share of their own name, else to
+    /// the share listed for `"*"`.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, String>,
+    /// A scenario's steps: accepted so that scenario files are cluster files, not used.
+    #[serde(default)]
+    pub steps: Option<serde_yaml_ng::Value>,
+}
+
+impl ClusterFile {
+    /// The simulator's view.
+    pub fn cluster(&self) -> qm_sim::Cluster {
+        qm_sim::Cluster {
+            environment: self.environment.clone(),
+            shares: self.shares.iter().map(ShareDecl::spec).collect(),
+            tenants: self.tenants.clone(),
+        }
+    }
+}
+
+/// Reads a cluster file (YAML or JSON; the first document).
+pub fn load(path: &Path) -> Result<ClusterFile, Error> {
+    let src = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&src, path)
+}
+
+/// Parses a cluster file; `path` only names the source in errors.
+pub fn parse(src: &str, path: &Path) -> Result<ClusterFile, Error> {
+    let doc = serde_yaml_ng::Deserializer::from_str(src)
+        .next()
+        .ok_or_else(|| Error::Empty {
+            path: path.to_path_buf(),
+        })?;
+    let file = ClusterFile::deserialize(doc).map_err(|source| Error::Malformed {
+        path: path.to_path_buf(),
+        document: 1,
+        source,
+    })?;
+    let invalid = |message: String| Error::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &file.shares {
+        if !seen.insert(s.name.as_str()) {
+            return Err(invalid(format!(
+                "shares: quota share `{}` is declared twice; share names must be unique",
+                s.name
+            )));
+        }
+    }
+    if file.shares.is_empty() {
+        return Err(invalid(
+            "shares: a cluster needs at least one quota share".into(),
+        ));
+    }
+    for (tenant, share) in &file.tenants {
+        if !seen.contains(share.as_str()) {
+            return Err(invalid(format!(
+                "tenants.{tenant}: `{share}` is not one of the shares ({})",
+                file.shares
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_file_is_a_cluster_file() {
+        let src = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/aws-demo.yaml"),
+        )
+        .unwrap();
+        let c = parse(&src, Path::new("aws-demo.yaml")).unwrap();
+        assert_eq!(c.shares.len(), 3);
+        assert_eq!(c.cluster().environment["ml.g5.xlarge"], 3);
+    }
+
+    #[test]
+    fn tenants_must_map_to_declared_shares() {
+        let src = "environment: {gpu: 2}\nshares:\n  - {name: a, limits: {gpu: 2}, strategy: LEND}\ntenants: {vc1: b}\n";
+        let e = parse(src, Path::new("c.yaml")).unwrap_err().to_string();
+        assert!(e.contains("tenants.vc1") && e.contains("`b`"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_its_location() {
+        let src = "environment: {gpu: 2}\nshares:\n  - {name: a, limits: {gpu: 2}, strategy: LEND, borow_limit: 3}\n";
+        let e = parse(src, Path::new("c.yaml")).unwrap_err().to_string();
+        assert!(e.contains("borow_limit"), "{e}");
+    }
+}

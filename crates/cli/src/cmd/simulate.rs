@@ -1,0 +1,281 @@
+//! `qm simulate`: replay a workload through the scheduling core under several policies and
+//! write `metrics.json` and `report.html`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use qm_sim::{
+    render_html, run_variant, CheckpointSettings, Cluster, Metrics, SimOptions, VariantRun,
+};
+
+/// A baseline derived from the first policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Baseline {
+    /// Every share RESERVE: strict isolation, no lending or borrowing.
+    Strict,
+    /// One pool with no quotas, first come first served.
+    Pooled,
+}
+
+/// Arguments of `qm simulate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Workload CSV: job_id, tenant, submit_time_s, duration_s, gpus, status (the schema of the
+    /// shared traces), optionally priority, instance_type, checkpoint_interval_s.
+    #[arg(long, value_name = "FILE.csv")]
+    workload: PathBuf,
+    /// A cluster file (environment, shares, optional tenants): the `qm check` scenario format
+    /// without steps. Repeat to compare policies; the first one's shares group the per-share
+    /// statistics of every variant.
+    #[arg(long = "policy", value_name = "FILE.yaml", required = true)]
+    policies: Vec<PathBuf>,
+    /// Add a baseline derived from the first policy (repeatable).
+    #[arg(long = "baseline", value_enum)]
+    baselines: Vec<Baseline>,
+    /// Where metrics.json and report.html go.
+    #[arg(long, value_name = "DIR", default_value = "qm-simulation")]
+    out: PathBuf,
+    /// Seed of the per-job checkpoint phases.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The capacity unit of workload rows that name none (`gpus` counts its instances).
+    #[arg(long, default_value = "gpu")]
+    instance_type: String,
+    /// Seconds of work between checkpoints (a row's checkpoint_interval_s wins).
+    #[arg(long, default_value_t = 1800)]
+    checkpoint_interval: u64,
+    /// Seconds a restarted attempt spends loading its checkpoint.
+    #[arg(long, default_value_t = 60)]
+    restart_overhead: u64,
+    /// Seconds a preempted attempt keeps its instances before it is gone.
+    #[arg(long, default_value_t = 120)]
+    stop_grace: u64,
+    /// The starvation guard (as `[scheduler] reserve_after_seconds` of the server): seconds
+    /// after which a share's waiting head holds the capacity it waits for.
+    #[arg(long, default_value_t = 600)]
+    reserve_after: u64,
+}
+
+/// Runs the simulation, prints the table and writes the outputs.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let jobs = qm_sim::read_workload(&args.workload)?;
+    if jobs.is_empty() {
+        bail!("{}: the workload has no job", args.workload.display());
+    }
+    let mut variants: Vec<(String, Cluster, bool)> = Vec::new();
+    for path in &args.policies {
+        let file = qm_cli::cluster::load(path)?;
+        let mut name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "policy".into());
+        if variants.iter().any(|(n, _, _)| *n == name) {
+            name = format!("{name}-{}", variants.len() + 1);
+        }
+        variants.push((name, file.cluster(), false));
+    }
+    let reference = variants[0].1.clone();
+    for b in &args.baselines {
+        match b {
+            Baseline::Strict => variants.push(("strict".into(), reference.strict(), false)),
+            Baseline::Pooled => variants.push(("pooled".into(), reference.pooled(), true)),
+        }
+    }
+    let checkpoint = CheckpointSettings {
+        interval_s: args.checkpoint_interval,
+        restart_overhead_s: args.restart_overhead,
+        stop_grace_s: args.stop_grace,
+    };
+    eprintln!(
+        "qm simulate: {} jobs from {}, {} variant(s)",
+        jobs.len(),
+        args.workload.display(),
+        variants.len()
+    );
+    let mut runs: Vec<VariantRun> = Vec::new();
+    for (name, cluster, fifo) in &variants {
+        let opts = SimOptions {
+            instance_type: args.instance_type.clone(),
+            checkpoint: checkpoint.clone(),
+            seed: args.seed,
+            ignore_priorities: *fifo,
+            core: qm_core::Policy {
+                reserve_after_ms: args.reserve_after.saturating_mul(1000),
+            },
+            ..SimOptions::default()
+        };
+        let bar = ProgressBar::new(jobs.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>16} [{bar:30}] {pos}/{len} jobs done, {msg} ({elapsed})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(name.clone());
+        let t = Instant::now();
+        let run = run_variant(
+            name,
+            cluster,
+            &reference,
+            &jobs,
+            &opts,
+            &mut |events, done, _| {
+                bar.set_position(done as u64);
+                bar.set_message(format!("{events} events"));
+            },
+        )
+        .with_context(|| format!("variant {name}"))?;
+        bar.finish_and_clear();
+        eprintln!(
+            "  {name}: {} of {} jobs completed, {} preemptions, {:.2} s",
+            run.metrics.overall.completed,
+            run.metrics.overall.jobs,
+            run.metrics.overall.preemptions,
+            t.elapsed().as_secs_f64()
+        );
+        runs.push(run);
+    }
+
+    let metrics = Metrics {
+        workload: args.workload.display().to_string(),
+        jobs: jobs.len(),
+        seed: args.seed,
+        checkpoint: checkpoint.clone(),
+        variants: runs.iter().map(|r| r.metrics.clone()).collect(),
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let json = serde_json::to_string_pretty(&metrics)? + "\n";
+    write(&args.out.join("metrics.json"), json.as_bytes())?;
+    let mut notes =
+        vec![
+            format!(
+                "Workload: {} ({} jobs)",
+                args.workload.display(),
+                jobs.len()
+            ),
+            format!(
+            "Checkpoint model: every {} s of work, {} s restart overhead, {} s stop grace; seed {}",
+            checkpoint.interval_s, checkpoint.restart_overhead_s, checkpoint.stop_grace_s, args.seed
+        ),
+            format!(
+                "Policies: {}",
+                args.policies
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ];
+    if jobs.iter().any(|j| j.job_id.starts_with("philly-")) {
+        notes.push(
+            "Workload data: Microsoft Philly trace (msr-fiddle/philly-traces), CC BY 4.0.".into(),
+        );
+    }
+    let html = render_html("Quartermaster policy simulation", &runs, &notes);
+    write(&args.out.join("report.html"), html.as_bytes())?;
+
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", table(&runs))?;
+    writeln!(
+        out,
+        "\nwrote {} and {} in {:.1} s",
+        args.out.join("metrics.json").display(),
+        args.out.join("report.html").display(),
+        started.elapsed().as_secs_f64()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// How one row of the table shows a statistic.
+type Cell = Box<dyn Fn(&qm_sim::Stats) -> String>;
+
+/// The side-by-side table printed at the end.
+pub fn table(runs: &[VariantRun]) -> String {
+    let hours = |s: f64| format!("{:.2} h", s / 3600.0);
+    let rows: Vec<(&str, Cell)> = vec![
+        ("jobs", Box::new(|s| s.jobs.to_string())),
+        ("completed", Box::new(|s| s.completed.to_string())),
+        ("never started", Box::new(|s| s.never_started.to_string())),
+        ("JCT p50", Box::new(move |s| hours(s.jct_s.p50))),
+        ("JCT p95", Box::new(move |s| hours(s.jct_s.p95))),
+        ("JCT mean", Box::new(move |s| hours(s.jct_s.mean))),
+        (
+            "queue delay p50",
+            Box::new(move |s| hours(s.queue_delay_s.p50)),
+        ),
+        (
+            "queue delay p95",
+            Box::new(move |s| hours(s.queue_delay_s.p95)),
+        ),
+        (
+            "queue delay p99",
+            Box::new(move |s| hours(s.queue_delay_s.p99)),
+        ),
+        (
+            "queue delay mean",
+            Box::new(move |s| hours(s.queue_delay_s.mean)),
+        ),
+        (
+            "reclaim delay p95",
+            Box::new(move |s| hours(s.reclaim_delay_s.p95)),
+        ),
+        ("preemptions", Box::new(|s| s.preemptions.to_string())),
+        (
+            "lost GPU-h",
+            Box::new(|s| format!("{:.1}", s.lost_gpu_hours)),
+        ),
+        (
+            "restart overhead GPU-h",
+            Box::new(|s| format!("{:.1}", s.restart_overhead_gpu_hours)),
+        ),
+        (
+            "borrowed GPU-h",
+            Box::new(|s| format!("{:.1}", s.borrowed_gpu_hours)),
+        ),
+        (
+            "utilization",
+            Box::new(|s| format!("{:.1} %", s.utilization * 100.0)),
+        ),
+    ];
+    let label_w = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(_, f)| runs.iter().map(|r| f(&r.metrics.overall)).collect())
+        .collect();
+    let col_w: Vec<usize> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            cells
+                .iter()
+                .map(|row| row[i].len())
+                .chain([r.metrics.name.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut s = format!("{:label_w$}", "");
+    for (r, w) in runs.iter().zip(&col_w) {
+        s += &format!("  {:>w$}", r.metrics.name);
+    }
+    s.push('\n');
+    for ((label, _), row) in rows.iter().zip(&cells) {
+        s += &format!("{label:label_w$}");
+        for (cell, w) in row.iter().zip(&col_w) {
+            s += &format!("  {cell:>w$}");
+        }
+        s.push('\n');
+    }
+    s
+}

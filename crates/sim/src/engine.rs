@@ -1,0 +1,821 @@
+//! The discrete-event loop. Simulated time is in milliseconds; events at the same instant are
+//! applied in the order they were scheduled, then the core runs one scheduling pass (as the
+//! server does once per batch), and its effects schedule new events.
+//!
+//! The checkpoint model: a job checkpoints every `interval` seconds of work (its first
+//! checkpoint at a per-job phase drawn from the seed, so that jobs do not all checkpoint in
+//! step). A preempted attempt keeps its instances for `stop_grace` (SIGTERM to exit) and rolls
+//! the job back to its last checkpoint: the work since is lost. Every attempt after the first
+//! spends `restart_overhead` before new work (loading the checkpoint). Attempts report their
+//! checkpoints to the core, which prefers victims that lose the least.
+//!
+//! Accounting integrates piecewise-constant usage between events: per share usage (own and
+//! borrowed), and per share the time spent at each level of idle entitlement while others
+//! borrowed; a job's reclaim delay is the time it waited while its share's idle entitlement
+//! was enough for it (it would fit in its own quota) and yet lent out.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use qm_core::{AttemptId, Effect, Exit, Input, JobId, JobSpec, QueueSpec, Scheduler, ShareSpec};
+
+use crate::error::SimError;
+use crate::metrics::*;
+use crate::workload::WorkloadJob;
+
+/// The one queue every simulated job goes to.
+const QUEUE: &str = "sim";
+
+/// A cluster: the service environment and its shares (the `qm check` scenario format without
+/// steps), plus which share each workload tenant submits to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// Instance type -> the environment's maximum instances.
+    pub environment: BTreeMap<String, u32>,
+    /// The quota shares.
+    pub shares: Vec<ShareSpec>,
+    /// Tenant -> share; a tenant not listed goes to the share of the same name, else to the
+    /// share listed for `*`.
+    pub tenants: BTreeMap<String, String>,
+}
+
+impl Cluster {
+    /// The share a tenant's jobs go to.
+    pub fn share_of(&self, tenant: &str) -> Option<&str> {
+        if let Some(s) = self.tenants.get(tenant) {
+            return Some(s.as_str());
+        }
+        if let Some(s) = self.shares.iter().find(|s| s.name == tenant) {
+            return Some(s.name.as_str());
+        }
+        self.tenants.get("*").map(|s| s.as_str())
+    }
+
+    /// The `strict` baseline: the same shares, every one RESERVE (no lending, no borrowing).
+    pub fn strict(&self) -> Cluster {
+        let mut c = self.clone();
+        for s in &mut c.shares {
+            s.strategy = qm_core::Strategy::Reserve;
+            s.borrow_limit_percent = -1;
+        }
+        c
+    }
+
+    /// The `pooled` baseline: one share holding the whole environment, every tenant in it,
+    /// first come first served (priorities are ignored by the caller).
+    pub fn pooled(&self) -> Cluster {
+        let mut pool = ShareSpec::new("pool");
+        pool.limits = self.environment.clone();
+        pool.strategy = qm_core::Strategy::Reserve;
+        Cluster {
+            environment: self.environment.clone(),
+            shares: vec![pool],
+            tenants: [("*".to_string(), "pool".to_string())].into(),
+        }
+    }
+}
+
+/// How a variant is run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimOptions {
+    /// The capacity unit of jobs whose workload row names none.
+    pub instance_type: String,
+    /// The checkpoint model.
+    pub checkpoint: CheckpointSettings,
+    /// Drives the per-job checkpoint phase.
+    pub seed: u64,
+    /// Whether the first checkpoint comes at a seeded phase (else exactly one interval in).
+    pub seeded_phase: bool,
+    /// Timeline bins (about; the width doubles as the run grows).
+    pub bins: usize,
+    /// Ignore workload priorities (the pooled baseline is first come first served).
+    pub ignore_priorities: bool,
+    /// The core's policy knobs (the starvation guard), as the server would run them.
+    pub core: qm_core::Policy,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            instance_type: "gpu".into(),
+            checkpoint: CheckpointSettings {
+                interval_s: 1800,
+                restart_overhead_s: 60,
+                stop_grace_s: 120,
+            },
+            seed: 0,
+            seeded_phase: true,
+            bins: 1000,
+            ignore_priorities: false,
+            core: qm_core::Policy::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    /// An attempt's processes are gone (a preempted attempt after its grace).
+    StopDone { job: u32, attempt: u64 },
+    /// An attempt finished its work.
+    Finish { job: u32, attempt: u64 },
+    /// A running attempt reached a checkpoint.
+    Checkpoint { job: u32, attempt: u64 },
+    /// A job is submitted.
+    Arrive { job: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Running {
+    attempt: u64,
+    /// When the attempt got its instances.
+    start_ms: u64,
+    /// Overhead before new work (0 for a first attempt).
+    overhead_ms: u64,
+    /// The job's checkpointed work when the attempt started.
+    base_work_ms: u64,
+    stopping: bool,
+}
+
+#[derive(Clone, Debug)]
+struct JobState {
+    submit_ms: u64,
+    duration_ms: u64,
+    interval_ms: u64,
+    phase_ms: u64,
+    count: u32,
+    unit: usize,
+    /// Share index in the variant's cluster.
+    share: usize,
+    /// Share index in the reference cluster (the reporting group).
+    group: usize,
+    done_work_ms: u64,
+    attempts: u32,
+    completed_ms: Option<u64>,
+    waiting_since: Option<u64>,
+    lent_clock_at_wait: f64,
+    queue_delay_ms: u64,
+    reclaim_delay_s: f64,
+    current: Option<Running>,
+}
+
+impl JobState {
+    /// Work reached by the current attempt at `t` (never more than the job needs).
+    fn work_at(&self, r: &Running, t: u64) -> u64 {
+        let worked = t.saturating_sub(r.start_ms + r.overhead_ms);
+        (r.base_work_ms + worked).min(self.duration_ms)
+    }
+
+    /// The last checkpoint at or below `work`: checkpoints are at `phase + k * interval`.
+    fn checkpoint_below(&self, work: u64) -> u64 {
+        if work < self.phase_ms {
+            return 0;
+        }
+        let k = (work - self.phase_ms) / self.interval_ms;
+        self.phase_ms + k * self.interval_ms
+    }
+
+    /// The next checkpoint strictly above `work`.
+    fn checkpoint_above(&self, work: u64) -> u64 {
+        if work < self.phase_ms {
+            return self.phase_ms;
+        }
+        self.checkpoint_below(work) + self.interval_ms
+    }
+}
+
+/// Per-group (reporting share) counters.
+#[derive(Clone, Debug, Default)]
+struct Group {
+    preemptions: u64,
+    lost_ms_instances: f64,
+    overhead_ms_instances: f64,
+    usage_integral: f64,
+    borrowed_integral: f64,
+}
+
+/// Usage accounting per (variant share, unit).
+struct Ledger {
+    /// entitlement[share][unit]
+    entitlement: Vec<Vec<u32>>,
+    lends: Vec<bool>,
+    /// usage[share][unit], stopping attempts included.
+    usage: Vec<Vec<u32>>,
+    /// usage per reporting group and unit.
+    group_usage: Vec<Vec<u32>>,
+    /// Entitlement of each reporting group in this variant (a share of the same name), per unit.
+    group_entitlement: Vec<Option<Vec<u32>>>,
+    /// Per share and unit, seconds spent at each headroom level (idle entitlement) while
+    /// someone borrowed on the unit: a job needing `n` instances was kept from its own
+    /// capacity by lending during `lent[s][u].at_least(n)`.
+    lent: Vec<Vec<Fenwick>>,
+    last_ms: u64,
+}
+
+impl Ledger {
+    fn borrowed(&self, s: usize, u: usize) -> u32 {
+        self.usage[s][u].saturating_sub(self.entitlement[s][u])
+    }
+
+    /// Integrates everything from the last event to `t`.
+    fn advance(&mut self, t: u64, groups: &mut [Group], timeline: &mut Bins) {
+        if t <= self.last_ms {
+            return;
+        }
+        let dt_ms = (t - self.last_ms) as f64;
+        let units = self.entitlement.first().map_or(0, Vec::len);
+        for u in 0..units {
+            let borrowed: u32 = (0..self.usage.len()).map(|s| self.borrowed(s, u)).sum();
+            if borrowed == 0 {
+                continue;
+            }
+            for s in 0..self.usage.len() {
+                let headroom = self.entitlement[s][u].saturating_sub(self.usage[s][u]);
+                if self.lends[s] && headroom > 0 {
+                    self.lent[s][u].add(headroom as usize, dt_ms / 1000.0);
+                }
+            }
+        }
+        for (g, group) in groups.iter_mut().enumerate() {
+            let mut own_total = 0.0;
+            let mut borrowed_total = 0.0;
+            for u in 0..self.group_usage[g].len() {
+                let used = f64::from(self.group_usage[g][u]);
+                let borrowed = match &self.group_entitlement[g] {
+                    Some(ent) => f64::from(self.group_usage[g][u].saturating_sub(ent[u])),
+                    None => 0.0,
+                };
+                own_total += used - borrowed;
+                borrowed_total += borrowed;
+            }
+            group.usage_integral += (own_total + borrowed_total) * dt_ms;
+            group.borrowed_integral += borrowed_total * dt_ms;
+            timeline.add(g, self.last_ms, t, own_total, borrowed_total);
+        }
+        self.last_ms = t;
+    }
+}
+
+/// A Fenwick tree of seconds by headroom level (1-based), for suffix sums.
+#[derive(Clone, Debug)]
+struct Fenwick {
+    tree: Vec<f64>,
+    total: f64,
+}
+
+impl Fenwick {
+    fn new(levels: u32) -> Self {
+        Fenwick {
+            tree: vec![0.0; levels as usize + 1],
+            total: 0.0,
+        }
+    }
+
+    fn add(&mut self, level: usize, v: f64) {
+        self.total += v;
+        let mut i = level.min(self.tree.len() - 1);
+        while i > 0 && i < self.tree.len() {
+            self.tree[i] += v;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Seconds spent at a headroom of at least `n`.
+    fn at_least(&self, n: u32) -> f64 {
+        let mut below = 0.0;
+        let mut i = (n as usize).saturating_sub(1).min(self.tree.len() - 1);
+        while i > 0 {
+            below += self.tree[i];
+            i -= i & i.wrapping_neg();
+        }
+        self.total - below
+    }
+}
+
+/// Time bins for the report; the width doubles whenever the run outgrows them.
+struct Bins {
+    start_ms: u64,
+    width_ms: u64,
+    max_bins: usize,
+    own: Vec<Vec<f64>>,
+    borrowed: Vec<Vec<f64>>,
+}
+
+impl Bins {
+    fn new(groups: usize, start_ms: u64, max_bins: usize) -> Self {
+        Bins {
+            start_ms,
+            width_ms: 60_000,
+            max_bins: max_bins.max(2),
+            own: vec![Vec::new(); groups],
+            borrowed: vec![Vec::new(); groups],
+        }
+    }
+
+    fn ensure(&mut self, t: u64) {
+        while t > self.start_ms + self.width_ms * self.max_bins as u64 {
+            // Merge pairs of bins: integrals add.
+            for series in self.own.iter_mut().chain(self.borrowed.iter_mut()) {
+                let merged: Vec<f64> = series.chunks(2).map(|c| c.iter().sum()).collect();
+                *series = merged;
+            }
+            self.width_ms *= 2;
+        }
+    }
+
+    /// Adds `value` instances held over [from, to) to the integrals of the bins it covers.
+    fn add(&mut self, g: usize, from: u64, to: u64, own: f64, borrowed: f64) {
+        if (own == 0.0 && borrowed == 0.0) || to <= from {
+            return;
+        }
+        self.ensure(to);
+        let mut a = from.max(self.start_ms);
+        while a < to {
+            let bin = ((a - self.start_ms) / self.width_ms) as usize;
+            let bin_end = self.start_ms + (bin as u64 + 1) * self.width_ms;
+            let b = to.min(bin_end);
+            let dt = (b - a) as f64;
+            for (series, v) in [(&mut self.own[g], own), (&mut self.borrowed[g], borrowed)] {
+                if series.len() <= bin {
+                    series.resize(bin + 1, 0.0);
+                }
+                series[bin] += v * dt;
+            }
+            a = b;
+        }
+    }
+
+    fn finish(mut self, end_ms: u64) -> (f64, f64, Vec<Vec<f64>>, Vec<Vec<f64>>) {
+        let bins = ((end_ms.saturating_sub(self.start_ms)).div_ceil(self.width_ms)) as usize;
+        let width = self.width_ms as f64;
+        for series in self.own.iter_mut().chain(self.borrowed.iter_mut()) {
+            series.resize(bins.max(1), 0.0);
+            for v in series.iter_mut() {
+                *v = round3(*v / width);
+            }
+        }
+        (
+            self.start_ms as f64 / 1000.0,
+            width / 1000.0,
+            self.own,
+            self.borrowed,
+        )
+    }
+}
+
+/// SplitMix64: a tiny, well-known mixing function; the same seed and job give the same phase
+/// on every platform.
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Progress callback: (events processed, jobs finished or given up, jobs).
+pub type Progress<'a> = &'a mut dyn FnMut(u64, usize, usize);
+
+/// Runs one variant: `cluster` is the policy simulated, `reference` the cluster whose shares
+/// the per-share statistics are grouped by (so that variants compare share by share).
+pub fn run_variant(
+    name: &str,
+    cluster: &Cluster,
+    reference: &Cluster,
+    jobs: &[WorkloadJob],
+    opts: &SimOptions,
+    progress: Progress<'_>,
+) -> Result<VariantRun, SimError> {
+    let ck = &opts.checkpoint;
+    if ck.interval_s == 0 {
+        return Err(SimError::Options(
+            "--checkpoint-interval must be at least 1 second".into(),
+        ));
+    }
+    // Units: every type the environment or a job names, in name order.
+    let mut unit_names: Vec<String> = cluster.environment.keys().cloned().collect();
+    for j in jobs {
+        let u = j.instance_type.as_deref().unwrap_or(&opts.instance_type);
+        if !unit_names.iter().any(|n| n == u) {
+            unit_names.push(u.to_string());
+        }
+    }
+    unit_names.sort();
+    let unit_ix = |u: &str| unit_names.iter().position(|n| n == u).expect("collected");
+    let share_ix = |c: &Cluster, tenant: &str| -> Result<usize, SimError> {
+        let s = c.share_of(tenant).ok_or_else(|| {
+            SimError::Cluster(format!(
+                "tenant '{tenant}' has no quota share: add a share named '{tenant}', map it under `tenants` (`{tenant}: SHARE`), or map every other tenant with `\"*\": SHARE`"
+            ))
+        })?;
+        c.shares.iter().position(|x| x.name == s).ok_or_else(|| {
+            SimError::Cluster(format!(
+                "`tenants` maps '{tenant}' to '{s}', which is not one of the shares"
+            ))
+        })
+    };
+
+    let mut core = Scheduler::new(opts.core);
+    core.apply(
+        0,
+        Input::PutQueue(QueueSpec {
+            name: QUEUE.into(),
+            environment: cluster.environment.clone(),
+        }),
+    )?;
+    for s in &cluster.shares {
+        core.apply(
+            0,
+            Input::PutShare {
+                queue: QUEUE.into(),
+                share: s.clone(),
+            },
+        )?;
+    }
+
+    let units = unit_names.len();
+    let mut ledger = Ledger {
+        entitlement: cluster
+            .shares
+            .iter()
+            .map(|s| {
+                unit_names
+                    .iter()
+                    .map(|u| s.limits.get(u).copied().unwrap_or(0))
+                    .collect()
+            })
+            .collect(),
+        lends: cluster.shares.iter().map(|s| s.strategy.lends()).collect(),
+        usage: vec![vec![0; units]; cluster.shares.len()],
+        group_usage: vec![vec![0; units]; reference.shares.len()],
+        group_entitlement: reference
+            .shares
+            .iter()
+            .map(|r| {
+                cluster.shares.iter().find(|s| s.name == r.name).map(|s| {
+                    unit_names
+                        .iter()
+                        .map(|u| s.limits.get(u).copied().unwrap_or(0))
+                        .collect()
+                })
+            })
+            .collect(),
+        lent: cluster
+            .shares
+            .iter()
+            .map(|s| {
+                unit_names
+                    .iter()
+                    .map(|u| Fenwick::new(s.limits.get(u).copied().unwrap_or(0)))
+                    .collect()
+            })
+            .collect(),
+        last_ms: 0,
+    };
+    let mut groups = vec![Group::default(); reference.shares.len()];
+
+    let mut state: Vec<JobState> = Vec::with_capacity(jobs.len());
+    let mut heap: BinaryHeap<Reverse<(u64, u64, EventKind)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |heap: &mut BinaryHeap<Reverse<(u64, u64, EventKind)>>, t: u64, e: EventKind| {
+        seq += 1;
+        heap.push(Reverse((t, seq, e)));
+    };
+    let first_submit_ms = jobs.iter().map(|j| j.submit_time_s).min().unwrap_or(0) * 1000;
+    for (i, j) in jobs.iter().enumerate() {
+        let interval_ms = j.checkpoint_interval_s.unwrap_or(ck.interval_s) * 1000;
+        let phase_ms = if opts.seeded_phase {
+            splitmix64(opts.seed ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)) % interval_ms
+        } else {
+            interval_ms
+        };
+        let unit = unit_ix(j.instance_type.as_deref().unwrap_or(&opts.instance_type));
+        state.push(JobState {
+            submit_ms: j.submit_time_s * 1000,
+            duration_ms: j.duration_s * 1000,
+            interval_ms,
+            phase_ms: phase_ms.max(1),
+            count: j.gpus,
+            unit,
+            share: share_ix(cluster, &j.tenant)?,
+            group: share_ix(reference, &j.tenant)?,
+            done_work_ms: 0,
+            attempts: 0,
+            completed_ms: None,
+            waiting_since: None,
+            lent_clock_at_wait: 0.0,
+            queue_delay_ms: 0,
+            reclaim_delay_s: 0.0,
+            current: None,
+        });
+        push(
+            &mut heap,
+            j.submit_time_s * 1000,
+            EventKind::Arrive { job: i as u32 },
+        );
+    }
+    ledger.last_ms = first_submit_ms;
+    let mut timeline = Bins::new(reference.shares.len(), first_submit_ms, opts.bins);
+    let stop_grace_ms = ck.stop_grace_s * 1000;
+    let overhead_ms = ck.restart_overhead_s * 1000;
+
+    let mut events = 0u64;
+    let mut next_report = 0u64;
+    let mut finished = 0usize;
+    let mut end_ms = first_submit_ms;
+    while let Some(&Reverse((t, _, _))) = heap.peek() {
+        ledger.advance(t, &mut groups, &mut timeline);
+        let mut effects = Vec::new();
+        // Whether capacity or the queue changed at this instant. A checkpoint alone changes
+        // which victims a preemption would pick, never whether one is possible, so an
+        // instant with only checkpoints needs no pass: the next one sees them.
+        let mut changed = false;
+        while let Some(&Reverse((te, _, e))) = heap.peek() {
+            if te != t {
+                break;
+            }
+            heap.pop();
+            events += 1;
+            match e {
+                EventKind::Arrive { job } => {
+                    changed = true;
+                    let j = &jobs[job as usize];
+                    let st = &mut state[job as usize];
+                    st.waiting_since = Some(t);
+                    st.lent_clock_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
+                    let spec = JobSpec {
+                        id: JobId(u64::from(job)),
+                        queue: QUEUE.into(),
+                        share: cluster.shares[st.share].name.clone(),
+                        priority: if opts.ignore_priorities {
+                            0
+                        } else {
+                            j.priority.unwrap_or(0)
+                        },
+                        instance_type: unit_names[st.unit].clone(),
+                        count: j.gpus,
+                        preemption_retries: None,
+                        attempts: 1,
+                        evaluate_on_exit: Vec::new(),
+                    };
+                    effects.extend(core.apply(t, Input::Submit(spec))?);
+                }
+                EventKind::Finish { job, attempt } | EventKind::StopDone { job, attempt } => {
+                    let st = &mut state[job as usize];
+                    let Some(r) = st.current else { continue };
+                    let finishing = matches!(e, EventKind::Finish { .. });
+                    if r.attempt != attempt || (finishing && r.stopping) {
+                        continue; // a stale event of an attempt that was preempted
+                    }
+                    let exit = if finishing {
+                        st.done_work_ms = st.duration_ms;
+                        Exit::Succeeded
+                    } else {
+                        Exit::Failed {
+                            reason: "preempted".into(),
+                            retryable: true,
+                        }
+                    };
+                    changed = true;
+                    st.current = None;
+                    ledger.usage[st.share][st.unit] -= st.count;
+                    ledger.group_usage[st.group][st.unit] -= st.count;
+                    effects.extend(core.apply(
+                        t,
+                        Input::AttemptExited {
+                            attempt: AttemptId(attempt),
+                            exit,
+                        },
+                    )?);
+                }
+                EventKind::Checkpoint { job, attempt } => {
+                    let st = &state[job as usize];
+                    let Some(r) = st.current else { continue };
+                    if r.attempt != attempt || r.stopping {
+                        continue;
+                    }
+                    effects.extend(core.apply(
+                        t,
+                        Input::Checkpoint {
+                            job: JobId(u64::from(job)),
+                        },
+                    )?);
+                    let next = st.checkpoint_above(st.work_at(&r, t));
+                    if next < st.duration_ms {
+                        let at = r.start_ms + r.overhead_ms + (next - r.base_work_ms);
+                        push(&mut heap, at, EventKind::Checkpoint { job, attempt });
+                    }
+                }
+            }
+        }
+        if changed {
+            effects.extend(core.schedule(t));
+        }
+        for effect in effects {
+            match effect {
+                Effect::Start {
+                    job,
+                    attempt,
+                    count,
+                    ..
+                } => {
+                    let i = job.0 as u32;
+                    let st = &mut state[job.0 as usize];
+                    if let Some(since) = st.waiting_since.take() {
+                        st.queue_delay_ms += t - since;
+                        st.reclaim_delay_s += ledger.lent[st.share][st.unit].at_least(st.count)
+                            - st.lent_clock_at_wait;
+                    }
+                    let overhead = if st.attempts > 0 { overhead_ms } else { 0 };
+                    st.attempts += 1;
+                    let r = Running {
+                        attempt: attempt.0,
+                        start_ms: t,
+                        overhead_ms: overhead,
+                        base_work_ms: st.done_work_ms,
+                        stopping: false,
+                    };
+                    st.current = Some(r);
+                    ledger.usage[st.share][st.unit] += count;
+                    ledger.group_usage[st.group][st.unit] += count;
+                    let finish = t + overhead + (st.duration_ms - st.done_work_ms);
+                    push(
+                        &mut heap,
+                        finish,
+                        EventKind::Finish {
+                            job: i,
+                            attempt: attempt.0,
+                        },
+                    );
+                    let next = st.checkpoint_above(st.done_work_ms);
+                    if next < st.duration_ms {
+                        let at = t + overhead + (next - st.done_work_ms);
+                        push(
+                            &mut heap,
+                            at,
+                            EventKind::Checkpoint {
+                                job: i,
+                                attempt: attempt.0,
+                            },
+                        );
+                    }
+                }
+                Effect::Stop {
+                    job,
+                    attempt,
+                    cause,
+                } => {
+                    let st = &mut state[job.0 as usize];
+                    let Some(mut r) = st.current else { continue };
+                    if r.attempt != attempt.0 || r.stopping {
+                        continue;
+                    }
+                    let reached = st.work_at(&r, t);
+                    let kept = st.checkpoint_below(reached).max(r.base_work_ms);
+                    let g = &mut groups[st.group];
+                    if cause.is_preemption() {
+                        g.preemptions += 1;
+                    }
+                    g.lost_ms_instances += (reached - kept) as f64 * f64::from(st.count);
+                    g.overhead_ms_instances +=
+                        (t - r.start_ms).min(r.overhead_ms) as f64 * f64::from(st.count);
+                    st.done_work_ms = kept;
+                    r.stopping = true;
+                    st.current = Some(r);
+                    push(
+                        &mut heap,
+                        t + stop_grace_ms,
+                        EventKind::StopDone {
+                            job: job.0 as u32,
+                            attempt: attempt.0,
+                        },
+                    );
+                }
+                Effect::Requeued { job, .. } => {
+                    let st = &mut state[job.0 as usize];
+                    st.waiting_since = Some(t);
+                    st.lent_clock_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
+                }
+                Effect::Finished { job, status, .. } => {
+                    let st = &mut state[job.0 as usize];
+                    if status == qm_core::JobStatus::Succeeded {
+                        st.completed_ms = Some(t);
+                        let g = &mut groups[st.group];
+                        if st.attempts > 1 {
+                            // Every attempt after the first paid the overhead in full unless
+                            // it was preempted during it (counted at the preemption).
+                            g.overhead_ms_instances += overhead_ms as f64 * f64::from(st.count);
+                        }
+                    }
+                    finished += 1;
+                    end_ms = end_ms.max(t);
+                }
+            }
+        }
+        #[cfg(debug_assertions)]
+        core.check_invariants()
+            .map_err(|message| SimError::Invariant {
+                at_s: t as f64 / 1000.0,
+                message,
+            })?;
+        if events >= next_report {
+            progress(events, finished, jobs.len());
+            next_report = events + 65_536;
+        }
+    }
+    progress(events, finished, jobs.len());
+    Ok(collect(
+        name,
+        reference,
+        &state,
+        &groups,
+        timeline,
+        (first_submit_ms, end_ms),
+        &cluster.environment,
+    ))
+}
+
+fn collect(
+    name: &str,
+    reference: &Cluster,
+    state: &[JobState],
+    groups: &[Group],
+    timeline: Bins,
+    (first_ms, end_ms): (u64, u64),
+    environment: &BTreeMap<String, u32>,
+) -> VariantRun {
+    let capacity: f64 = environment.values().map(|&v| f64::from(v)).sum();
+    let span_ms = end_ms.saturating_sub(first_ms) as f64;
+    let hours = |ms_instances: f64| round3(ms_instances / 3_600_000.0);
+    let stats_of = |members: &[&JobState], gs: &[&Group]| -> Stats {
+        let mut jct = Vec::new();
+        let mut queue = Vec::new();
+        let mut reclaim = Vec::new();
+        let mut never = 0;
+        for st in members {
+            if st.attempts == 0 {
+                never += 1;
+            } else {
+                reclaim.push(st.reclaim_delay_s);
+            }
+            if let Some(c) = st.completed_ms {
+                jct.push((c - st.submit_ms) as f64 / 1000.0);
+                queue.push(st.queue_delay_ms as f64 / 1000.0);
+            }
+        }
+        let usage: f64 = gs.iter().map(|g| g.usage_integral).sum();
+        Stats {
+            jobs: members.len() as u64,
+            completed: jct.len() as u64,
+            never_started: never,
+            jct_s: Dist::of(&mut jct),
+            queue_delay_s: Dist::of(&mut queue),
+            reclaim_delay_s: Dist::of(&mut reclaim),
+            preemptions: gs.iter().map(|g| g.preemptions).sum(),
+            lost_gpu_hours: hours(gs.iter().map(|g| g.lost_ms_instances).sum()),
+            restart_overhead_gpu_hours: hours(gs.iter().map(|g| g.overhead_ms_instances).sum()),
+            borrowed_gpu_hours: hours(gs.iter().map(|g| g.borrowed_integral).sum()),
+            utilization: if capacity > 0.0 && span_ms > 0.0 {
+                round3(usage / (capacity * span_ms)).min(1.0)
+            } else {
+                0.0
+            },
+        }
+    };
+    let all: Vec<&JobState> = state.iter().collect();
+    let all_groups: Vec<&Group> = groups.iter().collect();
+    let overall = stats_of(&all, &all_groups);
+    let shares = reference
+        .shares
+        .iter()
+        .enumerate()
+        .map(|(g, s)| {
+            let members: Vec<&JobState> = state.iter().filter(|st| st.group == g).collect();
+            ShareStats {
+                name: s.name.clone(),
+                stats: stats_of(&members, &[&groups[g]]),
+            }
+        })
+        .collect();
+    let mut queue_delays: Vec<f64> = state
+        .iter()
+        .filter(|st| st.completed_ms.is_some())
+        .map(|st| st.queue_delay_ms as f64 / 1000.0)
+        .collect();
+    queue_delays.sort_by(f64::total_cmp);
+    let (start_s, bin_s, own, borrowed) = timeline.finish(end_ms);
+    VariantRun {
+        metrics: VariantMetrics {
+            name: name.to_string(),
+            overall,
+            shares,
+        },
+        timeline: Timeline {
+            start_s,
+            bin_s,
+            capacity,
+            shares: reference.shares.iter().map(|s| s.name.clone()).collect(),
+            own,
+            borrowed,
+        },
+        queue_delays,
+    }
+}

@@ -1,0 +1,23 @@
+//! Quartermaster's policy simulator: replays a workload through the production scheduling
+//! core (`qm-core`, the same code the server runs) on a simulated clock, for several policies,
+//! and measures what each would do to completion times, waiting, preemptions and lost work.
+//!
+//! - [`workload`]: the CSV schema of the shared traces.
+//! - `engine`: the discrete-event loop: arrivals, attempt ends, preempted attempts' exits,
+//!   checkpoints; one scheduling pass per instant.
+//! - [`metrics`]: what is measured, in the shape of `metrics.json`.
+//! - [`report`]: the self-contained HTML report.
+//! - [`generate`]: synthetic workloads calibrated to published trace statistics.
+
+mod engine;
+pub mod error;
+pub mod generate;
+pub mod metrics;
+pub mod report;
+pub mod workload;
+
+pub use engine::{run_variant, Cluster, Progress, SimOptions};
+pub use error::SimError;
+pub use metrics::*;
+pub use report::render_html;
+pub use workload::{parse_workload, read_workload, write_workload, WorkloadJob};
