@@ -30,8 +30,9 @@ pub enum SimError {
     /// Writing output failed.
     #[error("writing output: {0}")]
     Write(String),
-    /// The core refused an input: a bug in the simulator or the core.
-    #[error("the scheduling core refused an input: {0}")]
+    /// The core refused the cluster (more than 20 shares, a share over 5 limits, ...); its
+    /// message says what to change.
+    #[error(transparent)]
     Core(#[from] qm_core::CoreError),
     /// An invariant of the core broke (debug builds check after every event).
     #[error("invariant violated at t={at_s}s: {message}")]

@@ -16,7 +16,7 @@ pub mod metrics;
 pub mod report;
 pub mod workload;
 
-pub use engine::{run_variant, Cluster, Progress, SimOptions};
+pub use engine::{run_variant, validate, Cluster, Progress, SimOptions};
 pub use error::SimError;
 pub use metrics::*;
 pub use report::render_html;

@@ -284,3 +284,109 @@ fn the_same_inputs_give_the_same_results() {
         c2.metrics.overall.lost_gpu_hours
     );
 }
+
+/// X (LEND_AND_BORROW, 2 of an environment of 3) runs xb (2 GPUs) from t=0 and xa (1 GPU)
+/// from t=10, borrowing one instance. A (LEND, 2) submits a 2-GPU job at t=100. Then the
+/// core's cheapest victim is xa (least work since its start), which alone frees too little, so
+/// no reclaim is found; at t=1,800 xb checkpoints and becomes the cheapest victim, and
+/// preempting it frees enough. The reclaim must happen then: A's job waits 1,800 - 100 plus
+/// the 120 s grace = 1,820 s, and xb loses nothing (it had just checkpointed).
+#[test]
+fn a_checkpoint_that_makes_a_reclaim_findable_is_acted_on_at_once() {
+    let c = cluster(
+        3,
+        vec![
+            share("A", 2, Strategy::Lend),
+            share("X", 2, Strategy::LendAndBorrow),
+        ],
+    );
+    let r = run(
+        &c,
+        &[
+            job("xb", "X", 0, 10_000, 2, 0),
+            job("xa", "X", 10, 10_000, 1, 0),
+            job("a", "A", 100, 100, 2, 0),
+        ],
+    );
+    let a = share_stats(&r, "A");
+    assert_eq!(a.queue_delay_s.mean, 1_820.0);
+    assert_eq!(share_stats(&r, "X").preemptions, 1);
+    assert_eq!(share_stats(&r, "X").lost_gpu_hours, 0.0);
+}
+
+#[test]
+fn borrowing_is_the_variants_own_even_when_its_shares_have_other_names() {
+    // One 4-GPU job of tenant a for an hour; shares of 2: it borrows 2 GPU-hours, whatever
+    // the shares are called.
+    let reference = cluster(
+        4,
+        vec![
+            share("a", 2, Strategy::LendAndBorrow),
+            share("b", 2, Strategy::Lend),
+        ],
+    );
+    let mut renamed = cluster(
+        4,
+        vec![
+            share("x", 2, Strategy::LendAndBorrow),
+            share("y", 2, Strategy::Lend),
+        ],
+    );
+    renamed.tenants = [("a".into(), "x".into()), ("b".into(), "y".into())].into();
+    let jobs = [job("j", "a", 0, 3600, 4, 0)];
+    let same = run_variant(
+        "same",
+        &reference,
+        &reference,
+        &jobs,
+        &opts(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let other = run_variant(
+        "renamed",
+        &renamed,
+        &reference,
+        &jobs,
+        &opts(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    for r in [&same, &other] {
+        assert_eq!(
+            r.metrics.overall.borrowed_gpu_hours, 2.0,
+            "{}",
+            r.metrics.name
+        );
+        assert_eq!(share_stats(r, "a").borrowed_gpu_hours, 2.0);
+        assert_eq!(share_stats(r, "b").borrowed_gpu_hours, 0.0);
+    }
+}
+
+#[test]
+fn a_workload_unit_missing_from_the_environment_is_an_error_naming_the_option() {
+    let c = cluster(2, vec![share("A", 2, Strategy::Lend)]);
+    let o = SimOptions {
+        instance_type: "GPU".into(),
+        ..opts()
+    };
+    let e = run_variant(
+        "v",
+        &c,
+        &c,
+        &[job("j", "A", 0, 10, 1, 0)],
+        &o,
+        &mut |_, _, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("'GPU'") && e.contains("--instance-type"), "{e}");
+}
+
+#[test]
+fn utilization_counts_only_the_instance_types_the_workload_uses() {
+    let mut c = cluster(2, vec![share("A", 2, Strategy::Lend)]);
+    c.environment.insert("cpu".into(), 98);
+    let r = run(&c, &[job("j", "A", 0, 100, 2, 0)]);
+    assert_eq!(r.metrics.overall.utilization, 1.0);
+}

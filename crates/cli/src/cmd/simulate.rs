@@ -9,7 +9,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use qm_sim::{
-    render_html, run_variant, CheckpointSettings, Cluster, Metrics, SimOptions, VariantRun,
+    render_html, run_variant, validate, CheckpointSettings, Cluster, Metrics, SimOptions,
+    VariantRun,
 };
 
 /// A baseline derived from the first policy.
@@ -68,23 +69,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("{}: the workload has no job", args.workload.display());
     }
     let mut variants: Vec<(String, Cluster, bool)> = Vec::new();
+    let unique = |variants: &[(String, Cluster, bool)], base: String| {
+        let taken = |n: &str| variants.iter().any(|(v, _, _)| v == n);
+        let mut name = base.clone();
+        let mut k = 2;
+        while taken(&name) {
+            name = format!("{base}-{k}");
+            k += 1;
+        }
+        name
+    };
     for path in &args.policies {
         let file = qm_cli::cluster::load(path)?;
-        let mut name = path
+        let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "policy".into());
-        if variants.iter().any(|(n, _, _)| *n == name) {
-            name = format!("{name}-{}", variants.len() + 1);
-        }
+        let name = unique(&variants, stem);
         variants.push((name, file.cluster(), false));
     }
     let reference = variants[0].1.clone();
+    let mut baselines: Vec<Baseline> = Vec::new();
     for b in &args.baselines {
-        match b {
-            Baseline::Strict => variants.push(("strict".into(), reference.strict(), false)),
-            Baseline::Pooled => variants.push(("pooled".into(), reference.pooled(), true)),
+        if !baselines.contains(b) {
+            baselines.push(*b);
         }
+    }
+    for b in baselines {
+        let (base, cluster, fifo) = match b {
+            Baseline::Strict => ("strict", reference.strict(), false),
+            Baseline::Pooled => ("pooled", reference.pooled(), true),
+        };
+        let name = unique(&variants, base.to_string());
+        variants.push((name, cluster, fifo));
     }
     let checkpoint = CheckpointSettings {
         interval_s: args.checkpoint_interval,
@@ -97,18 +114,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.workload.display(),
         variants.len()
     );
+    let options = |fifo: bool| SimOptions {
+        instance_type: args.instance_type.clone(),
+        checkpoint: checkpoint.clone(),
+        seed: args.seed,
+        ignore_priorities: fifo,
+        core: qm_core::Policy {
+            reserve_after_ms: args.reserve_after.saturating_mul(1000),
+        },
+        ..SimOptions::default()
+    };
+    // Every variant is checked before any runs: a mistake in the last policy should not
+    // surface after minutes of simulating the first ones.
+    for (name, cluster, fifo) in &variants {
+        validate(cluster, &reference, &jobs, &options(*fifo))
+            .with_context(|| format!("variant {name}"))?;
+    }
     let mut runs: Vec<VariantRun> = Vec::new();
     for (name, cluster, fifo) in &variants {
-        let opts = SimOptions {
-            instance_type: args.instance_type.clone(),
-            checkpoint: checkpoint.clone(),
-            seed: args.seed,
-            ignore_priorities: *fifo,
-            core: qm_core::Policy {
-                reserve_after_ms: args.reserve_after.saturating_mul(1000),
-            },
-            ..SimOptions::default()
-        };
+        let opts = options(*fifo);
         let bar = ProgressBar::new(jobs.len() as u64);
         bar.set_style(
             ProgressStyle::with_template(
