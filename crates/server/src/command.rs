@@ -82,6 +82,8 @@ pub enum Command {
         /// Instances per instance type.
         capacity: BTreeMap<String, u32>,
     },
+    /// Someone changed the configuration with `qm apply` (the audit log).
+    Audit(AuditEntry),
     /// A queue's `jobStateTimeLimitActions` fired for a job at the head of its share.
     TimeLimitAction {
         /// The job.
@@ -127,6 +129,23 @@ impl ExitRecord {
     }
 }
 
+/// One entry of the audit log (`POST /qm/v1/audit`); `at` is set by the server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// When it was recorded (epoch ms); ignored on input.
+    #[serde(default)]
+    pub at: i64,
+    /// Who (e.g. `alice@host`).
+    pub actor: String,
+    /// What kind of change (`apply`).
+    pub action: String,
+    /// One line.
+    pub summary: String,
+    /// The full plan that was applied.
+    #[serde(default)]
+    pub details: String,
+}
+
 /// A read: answered from the state in memory after the batch it arrived in has committed.
 #[derive(Clone, Debug)]
 pub enum Query {
@@ -150,6 +169,19 @@ pub enum Query {
     GetJobQueueSnapshot(GetJobQueueSnapshotRequest),
     /// ListTagsForResource.
     ListTagsForResource(ListTagsForResourceRequest),
+    /// `GET /qm/v1/usage`: per queue, share and type, what the core accounts.
+    Usage,
+    /// `GET /qm/v1/audit`.
+    Audit,
+    /// Where an attempt's logs are: the job's id and the attempt number (latest if `None`).
+    LogInfo {
+        /// Job id.
+        job_id: String,
+        /// Attempt number.
+        attempt: Option<u32>,
+    },
+    /// `GET /metrics`, the parts the state knows.
+    Metrics,
 }
 
 /// Anything a client asks.

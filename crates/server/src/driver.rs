@@ -335,7 +335,10 @@ impl Driver {
                 }
             }
         }
+        let pass = std::time::Instant::now();
         let actions = self.state.finish();
+        let elapsed = pass.elapsed().as_secs_f64();
+        self.state.pass_seconds.observe(elapsed);
         if let Err(e) = self.commit(now, &logged) {
             for (reply, _) in replies {
                 let _ = reply.send(Err(ApiError::server(

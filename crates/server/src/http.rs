@@ -19,8 +19,15 @@ use qm_api::*;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::command::{Command, Query, Request};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use qm_executor::{log_file_name, LogStream};
+
+use crate::command::{AuditEntry, Command, Query, Request};
 use crate::driver::Envelope;
+use crate::metrics::ApiLatency;
 
 /// Largest request body accepted (a training payload with 100 hyperparameters of 2,500
 /// characters fits many times over).
@@ -31,6 +38,10 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub struct App {
     /// The driver's inbox.
     pub requests: mpsc::Sender<Envelope>,
+    /// API latency per operation, for `/metrics`.
+    pub latency: Arc<Mutex<ApiLatency>>,
+    /// The (canonical) data directory, where attempts' logs are.
+    pub data_dir: PathBuf,
 }
 
 /// The router.
@@ -41,10 +52,38 @@ pub fn router(app: App) -> Router {
         // send it raw, with its slashes.
         .route("/v1/tags/{*arn}", get(list_tags).post(tag).delete(untag))
         .route("/v1/{operation}", post(operation))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
+        .route(
+            "/assets/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/assets/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
+        .route("/metrics", get(metrics))
+        .route("/qm/v1/usage", get(usage))
+        .route("/qm/v1/audit", get(audit_list).post(audit_add))
+        .route("/qm/v1/jobs/{job}/logs", get(logs))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
+}
+
+/// The dashboard, embedded so that the binary is all there is to deploy.
+const INDEX_HTML: &str = include_str!("../assets/index.html");
+const APP_JS: &str = include_str!("../assets/app.js");
+const STYLE_CSS: &str = include_str!("../assets/style.css");
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
 }
 
 fn request_id() -> HeaderValue {
@@ -118,14 +157,166 @@ async fn operation(
     Path(operation): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let started = Instant::now();
     let body = match read_body(body) {
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    match parse_operation(&operation, &body) {
+    let response = match parse_operation(&operation, &body) {
         Ok(r) => dispatch(&app, r).await,
+        Err(e) => return error_response(&e),
+    };
+    if let Ok(mut l) = app.latency.lock() {
+        l.observe(&operation, started.elapsed().as_secs_f64());
+    }
+    response
+}
+
+/// Asks the driver a non-AWS question and returns its JSON (or the AWS-shaped error).
+async fn ask(app: &App, q: Query) -> Result<Vec<u8>, ApiError> {
+    let (tx, rx) = oneshot::channel();
+    app.requests
+        .send(Envelope {
+            request: Request::Query(q),
+            reply: tx,
+        })
+        .await
+        .map_err(|_| ApiError::server("the server is shutting down; retry shortly"))?;
+    rx.await
+        .map_err(|_| ApiError::server("the server is stopping; retry shortly"))?
+}
+
+async fn metrics(AxState(app): AxState<App>) -> Response {
+    match ask(&app, Query::Metrics).await {
+        Ok(state) => {
+            let mut text = String::from_utf8_lossy(&state).into_owned();
+            if let Ok(l) = app.latency.lock() {
+                text.push_str(&l.render());
+            }
+            let mut r = (StatusCode::OK, text).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            r
+        }
         Err(e) => error_response(&e),
     }
+}
+
+async fn usage(AxState(app): AxState<App>) -> Response {
+    match ask(&app, Query::Usage).await {
+        Ok(b) => ok_response(b),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn audit_list(AxState(app): AxState<App>) -> Response {
+    match ask(&app, Query::Audit).await {
+        Ok(b) => ok_response(b),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn audit_add(AxState(app): AxState<App>, body: Result<Bytes, BytesRejection>) -> Response {
+    let entry: AuditEntry = match read_body(body).and_then(|b| parse_request(&b)) {
+        Ok(e) => e,
+        Err(e) => return error_response(&e),
+    };
+    if entry.actor.is_empty() || entry.action.is_empty() {
+        return error_response(&ApiError::client(
+            "actor and action are required: say who changed what (e.g. actor \"alice@host\", action \"apply\")",
+        ));
+    }
+    dispatch(&app, Request::Command(Command::Audit(entry))).await
+}
+
+#[derive(Deserialize)]
+struct LogParams {
+    attempt: Option<u32>,
+    stream: Option<String>,
+    offset: Option<u64>,
+}
+
+/// A slice of an attempt's log, from `offset`; the client follows with `x-qm-next-offset`
+/// until `x-qm-finished` says the attempt has ended.
+async fn logs(
+    AxState(app): AxState<App>,
+    Path(job): Path<String>,
+    axum::extract::Query(params): axum::extract::Query<LogParams>,
+) -> Response {
+    let stream = match params.stream.as_deref().unwrap_or("stdout") {
+        "stdout" => LogStream::Stdout,
+        "stderr" => LogStream::Stderr,
+        other => {
+            return error_response(&ApiError::client(format!(
+                "stream: '{other}' is not a log stream; use stdout or stderr"
+            )))
+        }
+    };
+    let info = match ask(
+        &app,
+        Query::LogInfo {
+            job_id: job.clone(),
+            attempt: params.attempt,
+        },
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    let info: serde_json::Value = serde_json::from_slice(&info).unwrap_or_default();
+    let attempt = info["attempt"].as_u64().unwrap_or(1);
+    let finished = info["finished"].as_bool().unwrap_or(true);
+    // The id the server issued (a UUID), never the client's spelling: no path tricks.
+    let Some(job_id) = info["jobId"].as_str().map(str::to_string) else {
+        return error_response(&ApiError::server("log lookup returned no job id"));
+    };
+    let path = app
+        .data_dir
+        .join("jobs")
+        .join(&job_id)
+        .join("attempts")
+        .join(attempt.to_string())
+        .join(log_file_name(stream, 1));
+    let offset = params.offset.unwrap_or(0);
+    let bytes = tokio::task::spawn_blocking(move || read_from(&path, offset, MAX_LOG_CHUNK))
+        .await
+        .unwrap_or_default();
+    let next = offset + bytes.len() as u64;
+    let mut r = (StatusCode::OK, bytes).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    for (k, v) in [
+        ("x-qm-attempt", attempt.to_string()),
+        ("x-qm-next-offset", next.to_string()),
+        ("x-qm-finished", finished.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.insert(k, v);
+        }
+    }
+    r
+}
+
+/// Most bytes of log one request returns.
+const MAX_LOG_CHUNK: u64 = 1024 * 1024;
+
+fn read_from(path: &std::path::Path, offset: u64, max: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    if f.seek(SeekFrom::Start(offset)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(max).read_to_end(&mut buf);
+    buf
 }
 
 /// Decodes the body of `POST /v1/<operation>`.

@@ -19,6 +19,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod http;
+pub mod metrics;
 mod ops;
 pub mod state;
 
@@ -138,7 +139,12 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         .map_err(io("starting the driver thread".into()))?;
 
     print_banner(&config, addr, &pools);
-    let app = http::App { requests: req_tx };
+    let app = http::App {
+        requests: req_tx,
+        latency: Default::default(),
+        data_dir: std::fs::canonicalize(&config.data_dir)
+            .unwrap_or_else(|_| config.data_dir.clone()),
+    };
     axum::serve(listener, http::router(app))
         .with_graceful_shutdown(shutdown_signal())
         .await

@@ -226,6 +226,12 @@ pub struct State {
     pub actions: Vec<Action>,
     /// Decisions of the current batch, for the log.
     pub decisions: Vec<String>,
+    /// The audit log of configuration changes.
+    pub audit: Vec<crate::command::AuditEntry>,
+    /// Preemptions decided, per (queue, share).
+    pub preemptions: BTreeMap<(String, String), u64>,
+    /// Scheduling pass durations (measured by the driver; not part of the replayed state).
+    pub pass_seconds: crate::metrics::Histogram,
 }
 
 impl State {
@@ -247,6 +253,9 @@ impl State {
             now: 0,
             actions: Vec::new(),
             decisions: Vec::new(),
+            audit: Vec::new(),
+            preemptions: BTreeMap::new(),
+            pass_seconds: crate::metrics::Histogram::default(),
         }
     }
 
@@ -289,6 +298,12 @@ impl State {
             Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
+            Command::Audit(entry) => {
+                let mut e = entry.clone();
+                e.at = self.now;
+                self.audit.push(e);
+                body(&serde_json::json!({}))
+            }
         }
     }
 
@@ -305,6 +320,10 @@ impl State {
             Query::ListServiceJobs(r) => self.list_service_jobs(r),
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
+            Query::Usage => self.usage_json(),
+            Query::Audit => body(&serde_json::json!({ "entries": self.audit })),
+            Query::LogInfo { job_id, attempt } => self.log_info(job_id, *attempt),
+            Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),
         }
     }
 
@@ -391,6 +410,10 @@ impl State {
                             live.stop_reason = Some(reason.clone());
                             live.preempted = cause.is_preemption();
                             if live.preempted {
+                                *self
+                                    .preemptions
+                                    .entry((rec.queue.clone(), rec.share.clone()))
+                                    .or_default() += 1;
                                 // The job is RUNNABLE again from now on, so its summary shows
                                 // the preemption at once; `stoppedAt` follows when the
                                 // processes are gone.
@@ -664,6 +687,105 @@ impl State {
             }
         }
         out
+    }
+
+    /// The core's accounting of a queue, with a zero row for every share and instance type it
+    /// has a limit for that the core has not seen a job of yet.
+    pub fn share_usage(&self, queue: &str) -> Vec<qm_core::ShareUsage> {
+        let Some(q) = self.queues.get(queue) else {
+            return Vec::new();
+        };
+        let mut rows = self.core.usage(queue).unwrap_or_default();
+        for share in q.shares.values() {
+            for limit in &share.limits {
+                let unit = &limit.capacity_unit;
+                if rows
+                    .iter()
+                    .any(|r| r.share == share.name && &r.instance_type == unit)
+                {
+                    continue;
+                }
+                let entitlement = limit.max_capacity.max(0) as u32;
+                let lends = !matches!(
+                    share.sharing.strategy,
+                    QuotaShareResourceSharingStrategy::Reserve
+                );
+                rows.push(qm_core::ShareUsage {
+                    share: share.name.clone(),
+                    instance_type: unit.clone(),
+                    entitlement,
+                    usage: 0,
+                    stopping: 0,
+                    borrowed: 0,
+                    lendable: if lends { entitlement } else { 0 },
+                    pending: 0,
+                });
+            }
+        }
+        rows.sort_by(|a, b| (&a.share, &a.instance_type).cmp(&(&b.share, &b.instance_type)));
+        rows
+    }
+
+    /// Per queue, share and instance type: entitled, used, own use, borrowed, lent out,
+    /// stopping, runnable. "Lent out" splits what others borrow over the lenders in proportion
+    /// to their idle entitlement (lending is pooled; no instance belongs to one lender).
+    fn usage_json(&self) -> Result<Vec<u8>, ApiError> {
+        let mut queues = Vec::new();
+        for q in self.queues.values() {
+            let usage = self.share_usage(&q.name);
+            let mut borrowed: BTreeMap<&str, u32> = BTreeMap::new();
+            let mut lendable: BTreeMap<&str, u32> = BTreeMap::new();
+            for u in &usage {
+                *borrowed.entry(u.instance_type.as_str()).or_default() += u.borrowed;
+                *lendable.entry(u.instance_type.as_str()).or_default() += u.lendable;
+            }
+            let shares: Vec<serde_json::Value> = usage
+                .iter()
+                .filter(|u| q.shares.contains_key(&u.share))
+                .map(|u| {
+                    let b = f64::from(borrowed[u.instance_type.as_str()]);
+                    let l = f64::from(lendable[u.instance_type.as_str()]);
+                    let lent = if l > 0.0 {
+                        (f64::from(u.lendable) * (b / l).min(1.0) * 100.0).round() / 100.0
+                    } else {
+                        0.0
+                    };
+                    serde_json::json!({
+                        "quotaShareName": u.share,
+                        "capacityUnit": u.instance_type,
+                        "entitled": u.entitlement,
+                        "used": u.usage,
+                        "ownUse": u.usage - u.borrowed,
+                        "borrowed": u.borrowed,
+                        "lentOut": lent,
+                        "stopping": u.stopping,
+                        "runnable": u.pending,
+                    })
+                })
+                .collect();
+            queues.push(serde_json::json!({ "jobQueue": q.name, "shares": shares }));
+        }
+        body(&serde_json::json!({ "queues": queues }))
+    }
+
+    /// The attempt whose logs a client asks for: `{attempt, finished}`.
+    fn log_info(&self, job_id: &str, attempt: Option<u32>) -> Result<Vec<u8>, ApiError> {
+        let core = self.job_core("jobId", job_id)?;
+        let rec = &self.jobs[&core];
+        let latest = rec.attempt_counter;
+        if latest == 0 {
+            return Err(ApiError::client(format!(
+                "job '{job_id}' has not started yet, so it has no logs; `qm explain` says why it waits"
+            )));
+        }
+        let n = attempt.unwrap_or(latest);
+        if n == 0 || n > latest {
+            return Err(ApiError::client(format!(
+                "attempt: job '{job_id}' has attempts 1 to {latest}; ask for one of them"
+            )));
+        }
+        let running = rec.live.as_ref().is_some_and(|l| l.number == n);
+        body(&serde_json::json!({ "jobId": rec.id, "attempt": n, "finished": !running }))
     }
 
     /// Whether any job waits (the driver re-runs the pass periodically only then).

@@ -1,0 +1,618 @@
+// Quartermaster dashboard: a read-only view of one job queue, built from the same HTTP API that
+// boto3 and `qm` use (AWS Batch REST-JSON under /v1, Quartermaster's own usage under /qm/v1).
+//
+// House rules: no framework, no network beyond this origin, and no server string ever reaches
+// innerHTML — every text goes through textContent or setAttribute (see `h`). The page refreshes
+// every REFRESH_MS while the tab is visible; a failed refresh keeps the last data on screen and
+// says that the server cannot be reached.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 2000;
+  const STATUSES = ["RUNNING", "SCHEDULED", "RUNNABLE", "FAILED", "SUCCEEDED"];
+  const ACTIVE = ["RUNNING", "SCHEDULED", "RUNNABLE"];
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED"]);
+  // Bounds: pages per status in the jobs table, job descriptions kept, parallel requests.
+  const MAX_PAGES_PER_STATUS = 2;
+  const MAX_CACHED_JOBS = 2000;
+  const PARALLEL = 6;
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  const state = {
+    queues: [],
+    queue: null,          // selected queue name
+    filter: "ALL",
+    paused: false,
+    timer: null,
+    inFlight: false,
+    lastOk: null,         // Date of the last successful refresh
+    described: new Map(), // jobId -> DescribeServiceJob (terminal jobs are kept, others refreshed)
+  };
+
+  // -- DOM helpers --------------------------------------------------------------------------
+
+  // h("td", {class: "x", "data-testid": "y"}, "text", childNode, ...): text children become
+  // text nodes, so server strings are never parsed as HTML.
+  function h(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    setAttrs(node, attrs);
+    append(node, children);
+    return node;
+  }
+
+  function s(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    setAttrs(node, attrs);
+    append(node, children);
+    return node;
+  }
+
+  function setAttrs(node, attrs) {
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      node.setAttribute(k, v === true ? "" : String(v));
+    }
+  }
+
+  function append(node, children) {
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      node.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+  }
+
+  function replace(id, ...children) {
+    const node = document.getElementById(id);
+    node.replaceChildren();
+    append(node, children);
+  }
+
+  // Each cell carries its column's name (data-label), which narrow screens show next to it.
+  function table(caption, headers, rows, attrs) {
+    for (const row of rows) {
+      Array.from(row.children).forEach((cell, i) => { if (headers[i]) cell.setAttribute("data-label", headers[i]); });
+    }
+    return h("div", { class: "table-wrap" },
+      h("table", attrs,
+        caption ? h("caption", { class: "visually-hidden" }, caption) : null,
+        h("thead", null, h("tr", null, headers.map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", null, rows)));
+  }
+
+  // -- formatting ---------------------------------------------------------------------------
+
+  function fmtDuration(ms) {
+    if (ms === null || ms === undefined || !isFinite(ms)) return "—";
+    if (ms < 10000) return `${(Math.max(0, ms) / 1000).toFixed(1)}s`;
+    let sec = Math.round(ms / 1000);
+    if (sec < 60) return `${sec}s`;
+    let min = Math.floor(sec / 60); sec %= 60;
+    if (min < 60) return `${min}m ${sec}s`;
+    let hr = Math.floor(min / 60); min %= 60;
+    if (hr < 48) return `${hr}h ${min}m`;
+    return `${Math.floor(hr / 24)}d ${hr % 24}h`;
+  }
+
+  function fmtTime(ms) {
+    if (!ms) return "—";
+    return new Date(ms).toLocaleString(undefined, { hour12: false });
+  }
+
+  function fmtClock(ms) {
+    return new Date(ms).toLocaleTimeString(undefined, { hour12: false });
+  }
+
+  function fmtNum(n) {
+    if (n === null || n === undefined) return "—";
+    return String(Math.round(n * 100) / 100);
+  }
+
+  function idOfArn(arn) {
+    const s = String(arn || "");
+    return s.slice(s.lastIndexOf("/") + 1);
+  }
+
+  // The machine code at the start of a pending reason (`NOTHING_TO_BORROW: ...`), if any.
+  function reasonCode(reason) {
+    const m = /^([A-Z][A-Z_]+(?::[A-Z][A-Z_]+)?)(?=[:\s]|$)/.exec(reason || "");
+    return m ? m[1] : null;
+  }
+
+  function reasonCell(reason) {
+    const td = h("td", { class: "reason", "data-testid": "reason" });
+    const code = reasonCode(reason);
+    if (code) {
+      td.appendChild(h("code", { class: "code", "data-testid": "reason-code" }, code));
+      const rest = reason.slice(code.length).replace(/^[\s:\u2013\u2014-]+/, "").trim();
+      if (rest) td.appendChild(document.createTextNode(" " + rest));
+    } else {
+      td.textContent = reason || "";
+    }
+    return td;
+  }
+
+  function statusBadge(status) {
+    const st = status || "UNKNOWN";
+    return h("span", { class: `badge st-${st.toLowerCase()}`, "data-testid": "status" }, st);
+  }
+
+  function jobLink(id, name) {
+    return h("a", { href: `#/job/${encodeURIComponent(id)}`, "data-testid": "job-link", "data-job-id": id }, name || id);
+  }
+
+  // -- API ----------------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(message, reachable) { super(message); this.reachable = reachable; }
+  }
+
+  async function call(method, path, body) {
+    let res;
+    try {
+      res = await fetch(path, {
+        method,
+        headers: body === undefined ? {} : { "content-type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: "no-store",
+      });
+    } catch (e) {
+      throw new ApiError(`The dashboard cannot reach the Quartermaster server at ${location.origin} (${e.message || e}); is \`qm serve\` running?`, false);
+    }
+    const text = await res.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : {}; } catch (_) { data = null; }
+    if (!res.ok) {
+      const msg = (data && (data.message || data.Message)) || text.slice(0, 200) || res.statusText;
+      const err = new ApiError(`${path}: HTTP ${res.status}: ${msg}`, true);
+      err.status = res.status;
+      throw err;
+    }
+    if (data === null) throw new ApiError(`${path}: the answer is not JSON`, true);
+    return data;
+  }
+
+  const api = (op, body) => call("POST", `/v1/${op}`, body || {});
+
+  // Runs `fn` over `items` with at most PARALLEL requests in flight.
+  async function pool(items, fn) {
+    const out = new Array(items.length);
+    let next = 0;
+    async function worker() {
+      while (next < items.length) {
+        const i = next++;
+        out[i] = await fn(items[i]);
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(PARALLEL, items.length) }, worker));
+    return out;
+  }
+
+  async function listJobs(queue, status) {
+    const out = [];
+    let token;
+    for (let page = 0; page < MAX_PAGES_PER_STATUS; page++) {
+      const body = { jobQueue: queue, jobStatus: status, maxResults: 100 };
+      if (token) body.nextToken = token;
+      const r = await api("listservicejobs", body);
+      out.push(...(r.jobSummaryList || []));
+      token = r.nextToken;
+      if (!token) return { jobs: out, more: false };
+    }
+    return { jobs: out, more: true };
+  }
+
+  async function describe(jobId, force) {
+    const cached = state.described.get(jobId);
+    if (cached && !force && TERMINAL.has(cached.status)) return cached;
+    const job = await api("describeservicejob", { jobId });
+    if (state.described.size >= MAX_CACHED_JOBS) state.described.clear();
+    state.described.set(jobId, job);
+    return job;
+  }
+
+  // Per share and instance type: entitled, ownUse, borrowed, lentOut, stopping, runnable.
+  // From /qm/v1/usage; a server without it gets what ListQuotaShares and the snapshot tell
+  // (lent out and stopping are then unknown).
+  async function loadUsage(queue, snapshot, runnableJobs) {
+    try {
+      const r = await call("GET", "/qm/v1/usage");
+      const q = (r.queues || []).find((x) => x.jobQueue === queue);
+      return { shares: (q && q.shares) || [], derived: false };
+    } catch (e) {
+      if (!e.reachable) throw e; // an older server: derive what we can
+    }
+    const shares = [];
+    let token;
+    do {
+      const r = await api("listquotashares", token ? { jobQueue: queue, nextToken: token } : { jobQueue: queue });
+      shares.push(...(r.quotaShares || []));
+      token = r.nextToken;
+    } while (token);
+    const used = new Map();
+    const util = ((snapshot.queueUtilization || {}).quotaShareUtilization || {}).topCapacityUtilization || [];
+    for (const u of util) {
+      for (const c of u.capacityUsage || []) used.set(`${u.quotaShareName}\u0000${c.capacityUnit}`, c.quantity || 0);
+    }
+    const waiting = new Map();
+    for (const j of runnableJobs) waiting.set(j.quotaShareName, (waiting.get(j.quotaShareName) || 0) + 1);
+    const out = [];
+    for (const sh of shares) {
+      for (const lim of sh.capacityLimits || []) {
+        const u = used.get(`${sh.quotaShareName}\u0000${lim.capacityUnit}`) || 0;
+        out.push({
+          quotaShareName: sh.quotaShareName, capacityUnit: lim.capacityUnit,
+          entitled: lim.maxCapacity, used: u, ownUse: Math.min(u, lim.maxCapacity),
+          borrowed: Math.max(0, u - lim.maxCapacity), lentOut: null, stopping: null,
+          runnable: waiting.get(sh.quotaShareName) || 0,
+        });
+      }
+    }
+    return { shares: out, derived: true };
+  }
+
+  // -- queue view ---------------------------------------------------------------------------
+
+  async function loadQueues() {
+    const queues = [];
+    let token;
+    do {
+      const r = await api("describejobqueues", token ? { nextToken: token } : {});
+      queues.push(...(r.jobQueues || []));
+      token = r.nextToken;
+    } while (token);
+    state.queues = queues.map((q) => q.jobQueueName).filter(Boolean);
+    if (!state.queue || !state.queues.includes(state.queue)) state.queue = state.queues[0] || null;
+    const sel = document.getElementById("queue");
+    const current = Array.from(sel.options).map((o) => o.value).join("\u0000");
+    if (current !== state.queues.join("\u0000")) {
+      sel.replaceChildren(...state.queues.map((n) => h("option", { value: n }, n)));
+    }
+    if (state.queue) sel.value = state.queue;
+    sel.disabled = state.queues.length === 0;
+  }
+
+  async function refreshQueue() {
+    await loadQueues();
+    const queue = state.queue;
+    if (!queue) {
+      replace("shares-body", h("p", { class: "muted" }, "No job queue yet. Create one with `qm apply -f cluster.yaml` or the AWS CLI."));
+      replace("share-heads"); replace("front"); replace("jobs-body");
+      return;
+    }
+    const wanted = state.filter === "ALL" ? STATUSES
+      : state.filter === "ACTIVE" ? ACTIVE : [state.filter];
+    // RUNNABLE is always listed: the snapshot's jobs are named from it.
+    const listed = Array.from(new Set([...wanted, "RUNNABLE"]));
+    const [snapshot, lists] = await Promise.all([
+      api("getjobqueuesnapshot", { jobQueue: queue }),
+      Promise.all(listed.map((st) => listJobs(queue, st))),
+    ]);
+    const byStatus = new Map(listed.map((st, i) => [st, lists[i]]));
+    const runnable = byStatus.get("RUNNABLE").jobs;
+    const usage = await loadUsage(queue, snapshot, runnable);
+
+    const shown = [];
+    let more = false;
+    for (const st of wanted) {
+      shown.push(...byStatus.get(st).jobs);
+      more = more || byStatus.get(st).more;
+    }
+    // Priorities are only in DescribeServiceJob.
+    const details = await pool(shown, (j) => describe(j.jobId).catch(() => null));
+    if (queue !== state.queue) return; // the selection changed while loading
+
+    renderShares(usage);
+    const byId = new Map(runnable.map((j) => [j.jobId, j]));
+    shown.forEach((j, i) => { if (details[i]) byId.set(j.jobId, Object.assign({}, j, { schedulingPriority: details[i].schedulingPriority })); });
+    renderSnapshot(snapshot, byId);
+    renderJobs(shown, details, more);
+  }
+
+  function renderShares(usage) {
+    const rows = usage.shares;
+    if (rows.length === 0) {
+      replace("shares-body", h("p", { class: "muted" }, "This queue has no quota shares."));
+      return;
+    }
+    // One scale for every bar of the queue, so that lengths compare across shares.
+    const scale = Math.max(1, ...rows.map((r) => Math.max(r.entitled || 0, (r.ownUse || 0) + (r.lentOut || 0)) + (r.borrowed || 0)));
+    const pct = (n) => `${(100 * (n || 0)) / scale}%`;
+    const list = h("ul", { class: "shares", "data-testid": "share-list" });
+    for (const r of rows) {
+      const entitled = r.entitled || 0;
+      const own = Math.min(r.ownUse || 0, entitled);
+      const lent = Math.min(r.lentOut || 0, Math.max(0, entitled - own));
+      const idle = Math.max(0, entitled - own - lent);
+      const label = `${r.quotaShareName} on ${r.capacityUnit}: entitled ${fmtNum(r.entitled)}, own use ${fmtNum(r.ownUse)}, ` +
+        `borrowed ${fmtNum(r.borrowed)}, lent out ${fmtNum(r.lentOut)}`;
+      const bar = h("div", { class: "bar", role: "img", "aria-label": label },
+        h("div", { class: "entitled-box", style: `width:${pct(entitled)}` }),
+        h("div", { class: "seg own", style: `width:${pct(own)}`, title: `own use ${fmtNum(r.ownUse)}` }),
+        h("div", { class: "seg lent", style: `width:${pct(lent)}`, title: `lent out ${fmtNum(r.lentOut)}` }),
+        h("div", { class: "seg idle", style: `width:${pct(idle)}`, title: `idle ${fmtNum(idle)}` }),
+        h("div", { class: "seg borrowed", style: `width:${pct(r.borrowed)}`, title: `borrowed ${fmtNum(r.borrowed)}` }));
+      const num = (key, text, value) => h("span", { class: `num ${key}` },
+        `${text} `, h("b", { "data-testid": `share-${key}` }, fmtNum(value)));
+      list.appendChild(h("li", {
+        class: "share" + ((r.borrowed || 0) > 0 ? " is-borrowing" : "") + ((r.lentOut || 0) > 0 ? " is-lending" : ""),
+        "data-testid": "share-row", "data-share": r.quotaShareName, "data-unit": r.capacityUnit,
+      },
+        h("div", { class: "share-name" },
+          h("strong", { "data-testid": "share-name" }, r.quotaShareName),
+          h("span", { class: "unit" }, r.capacityUnit)),
+        bar,
+        h("p", { class: "nums" },
+          num("entitled", "entitled", r.entitled),
+          num("own", "own use", r.ownUse),
+          num("borrowed", "borrowed", r.borrowed),
+          num("lent", "lent out", r.lentOut),
+          num("runnable", "runnable", r.runnable),
+          r.stopping ? num("stopping", "stopping", r.stopping) : null)));
+    }
+    replace("shares-body", list,
+      usage.derived ? h("p", { class: "muted small" }, "Lent-out capacity is unknown: this server has no /qm/v1/usage.") : null);
+  }
+
+  function snapshotRows(entries, byId, withShare) {
+    return entries.map((e, i) => {
+      const id = idOfArn(e.jobArn);
+      const j = byId.get(id) || {};
+      return h("tr", { "data-testid": "snapshot-row", "data-job-id": id },
+        withShare ? h("th", { scope: "row" }, withShare[i]) : h("td", { class: "num" }, String(i + 1)),
+        h("td", null, jobLink(id, j.jobName)),
+        withShare ? null : h("td", null, j.quotaShareName || "—"),
+        h("td", { class: "num" }, j.schedulingPriority === undefined ? "—" : String(j.schedulingPriority)),
+        h("td", { class: "num", title: fmtTime(e.earliestTimeAtPosition) }, fmtDuration(Date.now() - e.earliestTimeAtPosition)),
+        reasonCell(j.statusReason));
+    });
+  }
+
+  function renderSnapshot(snapshot, byId) {
+    const heads = ((snapshot.frontOfQuotaShares || {}).quotaShares) || {};
+    const names = Object.keys(heads).sort();
+    const headEntries = names.map((n) => heads[n][0]).filter(Boolean);
+    replace("share-heads", headEntries.length === 0
+      ? h("p", { class: "muted", "data-testid": "share-heads-empty" }, "No share has a waiting job.")
+      : table("Head of each share", ["Share", "Job", "Priority", "Waiting", "Reason"],
+        snapshotRows(headEntries, byId, names), { "data-testid": "share-heads" }));
+    const front = ((snapshot.frontOfQueue || {}).jobs) || [];
+    replace("front", front.length === 0
+      ? h("p", { class: "muted", "data-testid": "front-empty" }, "Nothing is waiting.")
+      : table("Front of queue", ["#", "Job", "Share", "Priority", "Waiting", "Reason"],
+        snapshotRows(front, byId, null), { "data-testid": "front-of-queue" }));
+  }
+
+  function renderJobs(jobs, details, more) {
+    if (jobs.length === 0) {
+      replace("jobs-body", h("p", { class: "muted", "data-testid": "jobs-empty" }, "No job with this status."));
+      return;
+    }
+    const now = Date.now();
+    const rows = jobs.map((j, i) => {
+      const d = details[i] || {};
+      return h("tr", { "data-testid": "job-row", "data-job-id": j.jobId, "data-status": j.status },
+        h("td", null, jobLink(j.jobId, j.jobName)),
+        h("td", null, j.quotaShareName || "—"),
+        h("td", { class: "num" }, d.schedulingPriority === undefined ? "—" : String(d.schedulingPriority)),
+        h("td", null, statusBadge(j.status)),
+        reasonCell(j.statusReason),
+        h("td", { class: "num", title: fmtTime(j.createdAt) }, fmtDuration(now - j.createdAt)));
+    });
+    replace("jobs-body",
+      table("Jobs", ["Name", "Share", "Priority", "Status", "Reason", "Age"], rows, { "data-testid": "jobs-table" }),
+      more ? h("p", { class: "muted small" }, `Showing the newest ${MAX_PAGES_PER_STATUS * 100} jobs of each status; use \`qm jobs\` for the rest.`) : null);
+  }
+
+  // -- job view -----------------------------------------------------------------------------
+
+  // Every attempt of a job, oldest first: ended ones (attempts[]), preempted ones
+  // (recentPreemptedAttempts, the last 10) and the one that runs now, if any.
+  function attemptsOf(job) {
+    const out = [];
+    for (const a of job.attempts || []) out.push({ ...a, preempted: false });
+    for (const a of ((job.preemptionSummary || {}).recentPreemptedAttempts) || []) out.push({ ...a, preempted: true });
+    out.sort((a, b) => (a.startedAt || 0) - (b.startedAt || 0));
+    const latest = ((job.latestAttempt || {}).serviceResourceId || {}).value;
+    const known = new Set(out.map((a) => (a.serviceResourceId || {}).value));
+    if (!TERMINAL.has(job.status) && latest && !known.has(latest) && (job.status === "RUNNING" || job.status === "SCHEDULED")) {
+      const lastStop = Math.max(0, ...out.map((a) => a.stoppedAt || a.startedAt || 0));
+      const start = Math.max(job.startedAt || 0, lastStop) || job.scheduledAt || null;
+      if (start) out.push({ serviceResourceId: { value: latest }, startedAt: start, stoppedAt: null, statusReason: job.status === "RUNNING" ? "still running" : "scheduled, starting", preempted: false, current: true });
+    }
+    return out;
+  }
+
+  function outcome(a) {
+    if (a.current) return "running";
+    if (a.preempted) return "preempted";
+    if (!a.stoppedAt) return "stopping";
+    return "ended";
+  }
+
+  function renderTimeline(job, attempts) {
+    const now = Date.now();
+    if (attempts.length === 0) {
+      replace("timeline", h("p", { class: "muted", "data-testid": "timeline-empty" },
+        job.status === "RUNNABLE" ? "No attempt yet: the job waits for capacity." : "No attempt recorded."));
+      return;
+    }
+    const t0 = Math.min(job.createdAt || Infinity, ...attempts.map((a) => a.startedAt || Infinity));
+    // A job that is not finished is drawn up to now, so that its wait after a preemption shows.
+    const end = TERMINAL.has(job.status) ? (job.stoppedAt || 0) : now;
+    const t1 = Math.max(t0 + 1000, end, ...attempts.map((a) => a.stoppedAt || now));
+    const W = 1000, left = 110, right = 20, rowH = 28, top = 10, axisH = 30;
+    const H = top + attempts.length * rowH + axisH;
+    const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
+    const svg = s("svg", {
+      viewBox: `0 0 ${W} ${H}`, class: "timeline", role: "img", "data-testid": "timeline-svg",
+      "aria-label": `Timeline of ${attempts.length} attempt(s), ${attempts.filter((a) => a.preempted).length} preempted`,
+      preserveAspectRatio: "xMinYMin meet",
+    });
+    // Axis: five ticks relative to the submission.
+    const axisY = top + attempts.length * rowH + 6;
+    svg.appendChild(s("line", { x1: left, x2: W - right, y1: axisY, y2: axisY, class: "axis" }));
+    for (let i = 0; i <= 4; i++) {
+      const t = t0 + ((t1 - t0) * i) / 4;
+      const tx = x(t);
+      svg.appendChild(s("line", { x1: tx, x2: tx, y1: top - 4, y2: axisY + 4, class: "grid" }));
+      svg.appendChild(s("text", { x: tx, y: axisY + 20, class: "tick", "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" },
+        i === 0 ? "submitted" : "+" + fmtDuration(t - t0)));
+    }
+    attempts.forEach((a, i) => {
+      const y = top + i * rowH;
+      const start = a.startedAt || t0;
+      const stop = a.stoppedAt || now;
+      const kind = outcome(a);
+      const g = s("g", { class: `attempt ${kind}`, "data-testid": "attempt-bar", "data-preempted": a.preempted ? "true" : "false" },
+        s("title", null, `Attempt ${i + 1} (${kind}): ${fmtTime(start)} → ${a.stoppedAt ? fmtTime(a.stoppedAt) : "now"}` +
+          (a.statusReason ? `\n${a.statusReason}` : "")),
+        s("text", { x: 0, y: y + 18, class: "row-label" }, `#${i + 1} ${kind}`),
+        s("rect", { x: x(start), y: y + 4, width: Math.max(4, x(stop) - x(start)), height: rowH - 10, rx: 3 }));
+      if (a.preempted) {
+        const px = x(stop);
+        g.appendChild(s("path", { d: `M${px - 6},${y + 2} L${px + 6},${y + rowH - 4} M${px + 6},${y + 2} L${px - 6},${y + rowH - 4}`, class: "mark" }));
+      }
+      svg.appendChild(g);
+    });
+    replace("timeline", svg);
+  }
+
+  function renderAttemptTable(attempts) {
+    if (attempts.length === 0) { replace("attempts"); return; }
+    const rows = attempts.map((a, i) => h("tr", { "data-testid": "attempt-row", "data-preempted": a.preempted ? "true" : "false" },
+      h("td", { class: "num" }, String(i + 1)),
+      h("td", null, h("span", { class: `badge at-${outcome(a)}` }, outcome(a))),
+      h("td", null, fmtTime(a.startedAt)),
+      h("td", null, a.stoppedAt ? fmtTime(a.stoppedAt) : "—"),
+      h("td", { class: "num" }, fmtDuration((a.stoppedAt || Date.now()) - a.startedAt)),
+      reasonCell(a.statusReason)));
+    replace("attempts", table("Attempts", ["#", "Outcome", "Started", "Stopped", "Duration", "Reason"], rows, { "data-testid": "attempts-table" }));
+  }
+
+  async function refreshJob(jobId) {
+    let job;
+    try {
+      job = await describe(jobId, true);
+    } catch (e) {
+      if (e.reachable) {
+        replace("job-title", `Job ${jobId}`);
+        replace("job-body", h("p", { class: "muted", "data-testid": "job-missing" }, e.message));
+        replace("timeline"); replace("attempts");
+        return;
+      }
+      throw e;
+    }
+    if (route().job !== jobId) return;
+    replace("job-title", job.jobName || jobId, " ", statusBadge(job.status));
+    const jobQueue = idOfArn(job.jobQueue);
+    if (jobQueue) {
+      state.queue = jobQueue;
+      if (state.queues.includes(jobQueue)) document.getElementById("queue").value = jobQueue;
+      document.getElementById("back").setAttribute("href", `#/queue/${encodeURIComponent(jobQueue)}`);
+    }
+    const cap = (job.capacityUsage || []).map((c) => `${fmtNum(c.quantity)} × ${c.capacityUnit}`).join(", ") || "—";
+    const summary = job.preemptionSummary || {};
+    const dl = h("dl", { class: "facts", "data-testid": "job-facts" });
+    const fact = (k, v) => { dl.appendChild(h("dt", null, k)); dl.appendChild(v instanceof Node ? h("dd", null, v) : h("dd", null, v)); };
+    fact("Job id", h("code", null, job.jobId));
+    fact("Queue", idOfArn(job.jobQueue));
+    fact("Share", job.quotaShareName || "—");
+    fact("Priority", job.schedulingPriority === undefined ? "—" : String(job.schedulingPriority));
+    fact("Capacity", cap);
+    fact("Submitted", fmtTime(job.createdAt));
+    fact("Started", fmtTime(job.startedAt));
+    fact("Stopped", fmtTime(job.stoppedAt));
+    fact("Preemptions", String(summary.preemptedAttemptCount || 0));
+    const reason = h("p", { class: "job-reason", "data-testid": "job-reason" });
+    const rc = reasonCell(job.statusReason || "");
+    reason.append(...Array.from(rc.childNodes));
+    replace("job-body", job.statusReason ? h("div", { class: "reason-box" }, h("span", { class: "label" }, "Reason: "), reason) : null, dl);
+    const attempts = attemptsOf(job);
+    renderTimeline(job, attempts);
+    renderAttemptTable(attempts);
+  }
+
+  // -- routing and the refresh loop ---------------------------------------------------------
+
+  function route() {
+    const hash = location.hash.replace(/^#\/?/, "");
+    let m = /^job\/(.+)$/.exec(hash);
+    if (m) return { job: decodeURIComponent(m[1]) };
+    m = /^queue\/(.+)$/.exec(hash);
+    return { queue: m ? decodeURIComponent(m[1]) : null };
+  }
+
+  function showError(message) {
+    const box = document.getElementById("error");
+    if (!message) { box.hidden = true; box.replaceChildren(); document.body.classList.remove("stale"); return; }
+    box.hidden = false;
+    document.body.classList.add("stale");
+    box.replaceChildren(h("strong", null, "Server unreachable. "), message,
+      state.lastOk ? ` Showing data from ${fmtClock(state.lastOk)}; retrying every ${REFRESH_MS / 1000} s.` : ` Retrying every ${REFRESH_MS / 1000} s.`);
+  }
+
+  async function refresh() {
+    if (state.inFlight) return;
+    state.inFlight = true;
+    clearTimeout(state.timer);
+    const r = route();
+    document.getElementById("view-job").hidden = !r.job;
+    document.getElementById("view-queue").hidden = !!r.job;
+    try {
+      if (r.job) {
+        await Promise.all([refreshJob(r.job), loadQueues()]);
+      } else {
+        if (r.queue) state.queue = r.queue;
+        await refreshQueue();
+      }
+      state.lastOk = Date.now();
+      showError(null);
+      replace("last-refresh", "Updated ", h("time", { datetime: new Date(state.lastOk).toISOString() }, fmtClock(state.lastOk)),
+        state.paused ? " (paused)" : "");
+    } catch (e) {
+      if (e.reachable) {
+        showError(null);
+        const box = document.getElementById("error");
+        box.hidden = false;
+        box.replaceChildren(h("strong", null, "The server answered with an error. "), e.message);
+      } else {
+        showError(e.message);
+      }
+      replace("last-refresh", state.lastOk ? `Last update ${fmtClock(state.lastOk)} (failed since)` : "Not loaded");
+    } finally {
+      state.inFlight = false;
+      schedule();
+    }
+  }
+
+  function schedule() {
+    clearTimeout(state.timer);
+    if (!state.paused && !document.hidden) state.timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  function init() {
+    const sel = document.getElementById("queue");
+    sel.addEventListener("change", () => { location.hash = `#/queue/${encodeURIComponent(sel.value)}`; });
+    const filter = document.getElementById("status-filter");
+    filter.value = state.filter;
+    filter.addEventListener("change", () => {
+      state.filter = filter.value;
+      replace("jobs-body", h("p", { class: "muted" }, "Loading…"));
+      refresh();
+    });
+    const pause = document.getElementById("pause");
+    pause.addEventListener("click", () => {
+      state.paused = !state.paused;
+      pause.setAttribute("aria-pressed", String(state.paused));
+      pause.textContent = state.paused ? "Resume" : "Pause";
+      if (state.paused) clearTimeout(state.timer); else refresh();
+    });
+    window.addEventListener("hashchange", () => { window.scrollTo(0, 0); refresh(); });
+    // Hidden tabs do not poll; coming back refreshes at once.
+    document.addEventListener("visibilitychange", () => { if (document.hidden) clearTimeout(state.timer); else refresh(); });
+    refresh();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
