@@ -2,7 +2,9 @@
 //! `environment` and `shares` keys, parsed by the same types with the same checks — plus an
 //! optional `tenants` map from workload tenants to shares. A scenario file is a valid cluster
 //! file (its `name` and `steps` are read and ignored), so a policy tested with `qm check` can be
-//! simulated as it is.
+//! simulated as it is. `qm plan` and `qm apply` read the same files, plus the optional
+//! top-level `service_environment`, `scheduling_policy` and `job_queue` names of the server's
+//! resources.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,6 +33,16 @@ pub struct ClusterFile {
     /// A scenario's steps: accepted so that scenario files are cluster files, not used.
     #[serde(default)]
     pub steps: Option<serde_yaml_ng::Value>,
+    /// The service environment's name on a server (`qm plan`/`qm apply`); default
+    /// `<job_queue>-se`.
+    #[serde(default)]
+    pub service_environment: Option<String>,
+    /// The scheduling policy's name on a server; default `<job_queue>-policy`.
+    #[serde(default)]
+    pub scheduling_policy: Option<String>,
+    /// The job queue's name on a server; required by `qm plan` and `qm apply`.
+    #[serde(default)]
+    pub job_queue: Option<String>,
 }
 
 impl ClusterFile {

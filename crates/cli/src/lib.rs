@@ -16,8 +16,10 @@
 //! prints and picks the exit code.
 
 pub mod check;
+pub mod client;
 pub mod cluster;
 pub mod error;
+pub mod policy;
 pub mod scenario;
 
 pub use error::Error;

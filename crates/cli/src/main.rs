@@ -34,6 +34,12 @@ enum Command {
     /// Workload files for `qm simulate`.
     #[command(subcommand)]
     Workload(cmd::workload::Command),
+    /// Talk to a running server: submit, list and inspect jobs, logs, explain, shares, watch.
+    #[command(flatten)]
+    Client(cmd::client::Command),
+    /// Policy as code: plan, apply and audit a cluster file against a running server.
+    #[command(flatten)]
+    Policy(cmd::policy::Command),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +49,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Workload(cmd) => cmd::workload::run(cmd),
+        Command::Client(cmd) => cmd::client::run(cmd),
+        Command::Policy(cmd) => cmd::policy::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -25,6 +25,9 @@
     paused: false,
     timer: null,
     inFlight: false,
+    again: false,         // a refresh was asked for while one was in flight
+    skewMs: 0,
+    skewExact: false,            // server clock minus this browser's, from the snapshot's lastUpdatedAt
     lastOk: null,         // Date of the last successful refresh
     described: new Map(), // jobId -> DescribeServiceJob (terminal jobs are kept, others refreshed)
   };
@@ -98,6 +101,12 @@
     return new Date(ms).toLocaleString(undefined, { hour12: false });
   }
 
+  // Ages are measured on the server's clock, so that a browser with a wrong clock still shows
+  // how long jobs have waited.
+  function serverNow() {
+    return Date.now() + state.skewMs;
+  }
+
   function fmtClock(ms) {
     return new Date(ms).toLocaleTimeString(undefined, { hour12: false });
   }
@@ -119,16 +128,17 @@
   }
 
   function reasonCell(reason) {
-    const td = h("td", { class: "reason", "data-testid": "reason" });
+    // One span in the cell, so that narrow screens lay it out as one value.
+    const text = h("span", null);
     const code = reasonCode(reason);
     if (code) {
-      td.appendChild(h("code", { class: "code", "data-testid": "reason-code" }, code));
+      text.appendChild(h("code", { class: "code", "data-testid": "reason-code" }, code));
       const rest = reason.slice(code.length).replace(/^[\s:\u2013\u2014-]+/, "").trim();
-      if (rest) td.appendChild(document.createTextNode(" " + rest));
+      if (rest) text.appendChild(document.createTextNode(" " + rest));
     } else {
-      td.textContent = reason || "";
+      text.textContent = reason || "";
     }
-    return td;
+    return h("td", { class: "reason", "data-testid": "reason" }, text);
   }
 
   function statusBadge(status) {
@@ -156,8 +166,12 @@
         cache: "no-store",
       });
     } catch (e) {
-      throw new ApiError(`The dashboard cannot reach the Quartermaster server at ${location.origin} (${e.message || e}); is \`qm serve\` running?`, false);
+      throw new ApiError(`The dashboard cannot reach the Quartermaster server at ${location.origin} (${e.message || e}); is qm serve running?`, false);
     }
+    // Until a snapshot gives the server's clock to the millisecond, its Date header (to the
+    // second) will do.
+    const date = Date.parse(res.headers.get("date") || "");
+    if (!state.skewExact && isFinite(date)) state.skewMs = date + 500 - Date.now();
     const text = await res.text();
     let data = null;
     try { data = text ? JSON.parse(text) : {}; } catch (_) { data = null; }
@@ -275,7 +289,7 @@
     await loadQueues();
     const queue = state.queue;
     if (!queue) {
-      replace("shares-body", h("p", { class: "muted" }, "No job queue yet. Create one with `qm apply -f cluster.yaml` or the AWS CLI."));
+      replace("shares-body", h("p", { class: "muted" }, "No job queue yet. Create one with ", h("code", null, "qm apply -f cluster.yaml"), " or the AWS CLI."));
       replace("share-heads"); replace("front"); replace("jobs-body");
       return;
     }
@@ -287,6 +301,8 @@
       api("getjobqueuesnapshot", { jobQueue: queue }),
       Promise.all(listed.map((st) => listJobs(queue, st))),
     ]);
+    const stamp = (snapshot.frontOfQueue || {}).lastUpdatedAt;
+    if (stamp) { state.skewMs = stamp - Date.now(); state.skewExact = true; }
     const byStatus = new Map(listed.map((st, i) => [st, lists[i]]));
     const runnable = byStatus.get("RUNNABLE").jobs;
     const usage = await loadUsage(queue, snapshot, runnable);
@@ -362,7 +378,7 @@
         h("td", null, jobLink(id, j.jobName)),
         withShare ? null : h("td", null, j.quotaShareName || "—"),
         h("td", { class: "num" }, j.schedulingPriority === undefined ? "—" : String(j.schedulingPriority)),
-        h("td", { class: "num", title: fmtTime(e.earliestTimeAtPosition) }, fmtDuration(Date.now() - e.earliestTimeAtPosition)),
+        h("td", { class: "num", title: fmtTime(e.earliestTimeAtPosition) }, fmtDuration(serverNow() - e.earliestTimeAtPosition)),
         reasonCell(j.statusReason));
     });
   }
@@ -387,7 +403,7 @@
       replace("jobs-body", h("p", { class: "muted", "data-testid": "jobs-empty" }, "No job with this status."));
       return;
     }
-    const now = Date.now();
+    const now = serverNow();
     const rows = jobs.map((j, i) => {
       const d = details[i] || {};
       return h("tr", { "data-testid": "job-row", "data-job-id": j.jobId, "data-status": j.status },
@@ -400,7 +416,7 @@
     });
     replace("jobs-body",
       table("Jobs", ["Name", "Share", "Priority", "Status", "Reason", "Age"], rows, { "data-testid": "jobs-table" }),
-      more ? h("p", { class: "muted small" }, `Showing the newest ${MAX_PAGES_PER_STATUS * 100} jobs of each status; use \`qm jobs\` for the rest.`) : null);
+      more ? h("p", { class: "muted small" }, `Showing the newest ${MAX_PAGES_PER_STATUS * 100} jobs of each status; `, h("code", null, "qm jobs"), " lists the rest.") : null);
   }
 
   // -- job view -----------------------------------------------------------------------------
@@ -430,7 +446,7 @@
   }
 
   function renderTimeline(job, attempts) {
-    const now = Date.now();
+    const now = serverNow();
     if (attempts.length === 0) {
       replace("timeline", h("p", { class: "muted", "data-testid": "timeline-empty" },
         job.status === "RUNNABLE" ? "No attempt yet: the job waits for capacity." : "No attempt recorded."));
@@ -440,7 +456,7 @@
     // A job that is not finished is drawn up to now, so that its wait after a preemption shows.
     const end = TERMINAL.has(job.status) ? (job.stoppedAt || 0) : now;
     const t1 = Math.max(t0 + 1000, end, ...attempts.map((a) => a.stoppedAt || now));
-    const W = 1000, left = 110, right = 20, rowH = 28, top = 10, axisH = 30;
+    const W = 1000, left = 135, right = 20, rowH = 28, top = 10, axisH = 30;
     const H = top + attempts.length * rowH + axisH;
     const x = (t) => left + ((t - t0) / (t1 - t0)) * (W - left - right);
     const svg = s("svg", {
@@ -474,7 +490,8 @@
       }
       svg.appendChild(g);
     });
-    replace("timeline", svg);
+    // Scrolls sideways on narrow screens rather than shrinking its labels out of legibility.
+    replace("timeline", h("div", { class: "timeline-wrap" }, svg));
   }
 
   function renderAttemptTable(attempts) {
@@ -484,7 +501,7 @@
       h("td", null, h("span", { class: `badge at-${outcome(a)}` }, outcome(a))),
       h("td", null, fmtTime(a.startedAt)),
       h("td", null, a.stoppedAt ? fmtTime(a.stoppedAt) : "—"),
-      h("td", { class: "num" }, fmtDuration((a.stoppedAt || Date.now()) - a.startedAt)),
+      h("td", { class: "num" }, fmtDuration((a.stoppedAt || serverNow()) - a.startedAt)),
       reasonCell(a.statusReason)));
     replace("attempts", table("Attempts", ["#", "Outcome", "Started", "Stopped", "Duration", "Reason"], rows, { "data-testid": "attempts-table" }));
   }
@@ -552,8 +569,9 @@
   }
 
   async function refresh() {
-    if (state.inFlight) return;
+    if (state.inFlight) { state.again = true; return; }
     state.inFlight = true;
+    state.again = false;
     clearTimeout(state.timer);
     const r = route();
     document.getElementById("view-job").hidden = !r.job;
@@ -565,7 +583,7 @@
         if (r.queue) state.queue = r.queue;
         await refreshQueue();
       }
-      state.lastOk = Date.now();
+      state.lastOk = serverNow();
       showError(null);
       replace("last-refresh", "Updated ", h("time", { datetime: new Date(state.lastOk).toISOString() }, fmtClock(state.lastOk)),
         state.paused ? " (paused)" : "");
@@ -581,7 +599,7 @@
       replace("last-refresh", state.lastOk ? `Last update ${fmtClock(state.lastOk)} (failed since)` : "Not loaded");
     } finally {
       state.inFlight = false;
-      schedule();
+      if (state.again) refresh(); else schedule();
     }
   }
 
@@ -592,7 +610,11 @@
 
   function init() {
     const sel = document.getElementById("queue");
-    sel.addEventListener("change", () => { location.hash = `#/queue/${encodeURIComponent(sel.value)}`; });
+    sel.addEventListener("change", () => {
+      for (const id of ["shares-body", "jobs-body"]) replace(id, h("p", { class: "muted" }, "Loading…"));
+      replace("share-heads"); replace("front");
+      location.hash = `#/queue/${encodeURIComponent(sel.value)}`;
+    });
     const filter = document.getElementById("status-filter");
     filter.value = state.filter;
     filter.addEventListener("change", () => {

@@ -2,6 +2,8 @@
 //! process exit code.
 
 pub mod check;
+pub mod client;
+pub mod policy;
 pub mod serve;
 pub mod simulate;
 pub mod workload;

@@ -1,0 +1,188 @@
+//! `qm explain`: why a job is where it is, in plain words.
+//!
+//! For a RUNNABLE job the reason code (the prefix of `statusReason`, see `qm_core::reason`)
+//! picks three sentences — what the job needs, what holds it, what would free it — and the
+//! context the server gave (the share's usage, the jobs running in the queue) names the
+//! holders. A job that runs or has finished is said to.
+
+use qm_api::{DescribeServiceJobResponse, ServiceJobStatus};
+
+use super::format::{count, demand, reason_code, JobRow};
+use super::http::QueueUsage;
+
+/// What `qm explain` knows about the job's surroundings.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The jobs of the queue that hold capacity (SCHEDULED, STARTING or RUNNING).
+    pub holding: &'a [JobRow],
+    /// The queue's usage, when the server reported it.
+    pub usage: Option<&'a QueueUsage>,
+}
+
+/// The explanation, one paragraph per line.
+pub fn explain(job: &DescribeServiceJobResponse, context: Context<'_>) -> String {
+    let share = job.quota_share_name.as_deref().unwrap_or("-");
+    let reason = job.status_reason.as_deref().unwrap_or("");
+    let (unit, count) = demand(job).unwrap_or_else(|| ("its instance type".to_string(), 0));
+    let asks = if count > 0 {
+        format!("{count} × {unit}")
+    } else {
+        "its instances".to_string()
+    };
+    let mut out = format!(
+        "job {} ({}, share {share}) is {}",
+        job.job_id, job.job_name, job.status
+    );
+    match job.status {
+        ServiceJobStatus::Runnable => {}
+        ServiceJobStatus::Scheduled | ServiceJobStatus::Starting | ServiceJobStatus::Running => {
+            out.push_str(&format!(
+                ": it holds {asks} and is not waiting for anything.\n"
+            ));
+            return out;
+        }
+        ServiceJobStatus::Succeeded | ServiceJobStatus::Failed => {
+            out.push_str(": it has finished and holds no capacity.\n");
+            if !reason.is_empty() {
+                out.push_str(&format!("last reason: {reason}\n"));
+            }
+            return out;
+        }
+        ServiceJobStatus::Submitted | ServiceJobStatus::Pending => {
+            out.push_str(": the next scheduling pass decides.\n");
+            return out;
+        }
+    }
+    let Some(code) = reason_code(reason) else {
+        out.push_str(&format!(".\nreason: {reason}\n"));
+        return out;
+    };
+    out.push_str(&format!(": {code}\n"));
+    let [needs, holds, frees] = sentences(code, share, &asks, &unit);
+    out.push_str(&format!("needs:      {needs}\n"));
+    out.push_str(&format!("held by:    {holds}\n"));
+    for line in holders(code, share, &unit, context) {
+        out.push_str(&format!("            {line}\n"));
+    }
+    out.push_str(&format!("frees when: {frees}\n"));
+    out.push_str(&format!("server:     {reason}\n"));
+    out
+}
+
+/// The three sentences of a code: what it needs, what holds it, what would free it.
+fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
+    let s = |a: &str, b: &str, c: &str| [a.to_string(), b.to_string(), c.to_string()];
+    match code {
+        "OWN_QUOTA_FULL" => [
+            format!("{asks} within share {share}'s own quota."),
+            format!("{share}'s own jobs use all of its entitlement, and it may neither borrow nor preempt them."),
+            format!("one of {share}'s running jobs ends or is terminated, the job gets a higher priority than a running one (with in-share preemption enabled), or {share} gets a larger limit or a borrowing strategy."),
+        ],
+        "BORROW_LIMIT_REACHED" => [
+            format!("{asks}, more than {share} may borrow."),
+            format!("{share} already borrows up to its borrow limit."),
+            format!("{share}'s borrowed jobs end, or its borrowLimit is raised."),
+        ],
+        "NOTHING_TO_BORROW" => [
+            format!("{asks}, beyond {share}'s own quota: it must borrow."),
+            "the other shares use their capacity themselves, or have lent it already.".to_string(),
+            "another share's jobs end and leave its capacity idle to lend, or capacity within the share's own quota frees up.".to_string(),
+        ],
+        "WAITING_FOR_RELEASE" => [
+            format!("{asks} that preempted or stopping attempts still hold."),
+            "attempts that were told to stop have not exited yet.".to_string(),
+            "their processes exit (at the latest after the stop grace period); then it starts.".to_string(),
+        ],
+        "ENVIRONMENT_FULL" => [
+            format!("{asks} within the service environment's limit."),
+            "other shares use the environment's whole limit within their own quotas (the shares' limits add up to more than the environment).".to_string(),
+            format!("their jobs end, or the service environment's maxCapacity for {unit} is raised."),
+        ],
+        "HELD_FOR_OLDER_JOB" => s(
+            &format!("{asks}."),
+            "an older or higher-priority job has waited past the starvation guard, and capacity is kept for it.",
+            "that job starts.",
+        ),
+        "RESERVED_FOR_OTHERS" => [
+            format!("{asks}, borrowed from other shares."),
+            "the idle capacity it would borrow is kept for its owner's waiting jobs, or for a job waiting for its victims to exit.".to_string(),
+            "the owners' waiting jobs start, or more capacity becomes idle.".to_string(),
+        ],
+        "PREVIOUS_ATTEMPT_STOPPING" => s(
+            "its previous attempt to exit first: a job never runs twice.",
+            "the previous attempt's processes are still running.",
+            "they exit (at the latest after the stop grace period); then it is scheduled again.",
+        ),
+        "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" => [
+            format!("{asks} on the server's physical pool."),
+            format!("the executor has no free {unit} instance (the pool is shared by every queue), or fewer than the job asks for."),
+            format!("jobs holding {unit} instances end, or instances are added to the pool ([[executor.pool]] in the server's configuration)."),
+        ],
+        "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE" => [
+            format!("{asks}, more than the service environment allows."),
+            "nothing: it can never run as configured.".to_string(),
+            format!("lower the instance count, or raise the service environment's maxCapacity for {unit}."),
+        ],
+        "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED" => [
+            format!("{asks}, more than {share}'s limit plus what it may borrow."),
+            "nothing: it can never run as configured.".to_string(),
+            format!("lower the instance count, or raise {share}'s limit or borrow limit."),
+        ],
+        "AWAITING_PASS" => s(
+            "a scheduling decision.",
+            "nothing yet: it was submitted or changed since the last pass.",
+            "the next scheduling pass (within a second).",
+        ),
+        other => [
+            format!("{asks}."),
+            format!("the server reports {other}, a code this client does not know."),
+            "see the server's reason below.".to_string(),
+        ],
+    }
+}
+
+/// The jobs or shares that hold what the job waits for.
+fn holders(code: &str, share: &str, unit: &str, context: Context<'_>) -> Vec<String> {
+    match code {
+        "OWN_QUOTA_FULL" | "BORROW_LIMIT_REACHED" => {
+            let mine: Vec<String> = context
+                .holding
+                .iter()
+                .filter(|j| j.quota_share_name == share)
+                .map(|j| {
+                    format!(
+                        "{} ({}, priority {}, {})",
+                        j.job_id, j.job_name, j.scheduling_priority, j.status
+                    )
+                })
+                .collect();
+            if mine.is_empty() {
+                vec!["(no job of the share holds capacity now)".to_string()]
+            } else {
+                mine
+            }
+        }
+        "NOTHING_TO_BORROW" | "ENVIRONMENT_FULL" | "RESERVED_FOR_OTHERS" => {
+            let Some(usage) = context.usage else {
+                return Vec::new();
+            };
+            usage
+                .shares
+                .iter()
+                .filter(|s| s.quota_share_name != share && s.capacity_unit == unit)
+                .map(|s| {
+                    format!(
+                        "{}: uses {} of its {} {unit}, borrows {}, lends {}, {} waiting",
+                        s.quota_share_name,
+                        count(s.own_use),
+                        count(s.entitled),
+                        count(s.borrowed),
+                        count(s.lent_out),
+                        count(s.runnable)
+                    )
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,388 @@
+//! Tables and detail views: pure functions from the server's data (and `now`) to text.
+
+use qm_api::{DescribeServiceJobResponse, ServiceJobStatus, TrainingPayload};
+use serde::Serialize;
+
+use super::http::{QueueUsage, ShareUsage};
+use super::time::{age, duration, utc};
+
+/// The widest reason shown in the jobs table; `qm job` and `qm explain` show it whole.
+const REASON_WIDTH: usize = 60;
+
+/// One line of `qm jobs`: what the table shows of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRow {
+    /// The job id.
+    pub job_id: String,
+    /// The job name.
+    pub job_name: String,
+    /// Its quota share.
+    pub quota_share_name: String,
+    /// Its scheduling priority (0 when none was given).
+    pub scheduling_priority: i32,
+    /// Its status.
+    pub status: String,
+    /// The full status reason.
+    pub status_reason: String,
+    /// Creation time, epoch milliseconds.
+    pub created_at: i64,
+}
+
+impl JobRow {
+    /// The row of a described job.
+    pub fn from_job(job: &DescribeServiceJobResponse) -> JobRow {
+        JobRow {
+            job_id: job.job_id.clone(),
+            job_name: job.job_name.clone(),
+            quota_share_name: job.quota_share_name.clone().unwrap_or_default(),
+            scheduling_priority: job.scheduling_priority.unwrap_or(0),
+            status: job.status.as_str().to_string(),
+            status_reason: job.status_reason.clone().unwrap_or_default(),
+            created_at: job.created_at.unwrap_or(0),
+        }
+    }
+}
+
+/// The machine code a RUNNABLE job's reason starts with (`OWN_QUOTA_FULL`, ...), if any.
+pub fn reason_code(reason: &str) -> Option<&str> {
+    let code = reason.split(" - ").next()?.trim();
+    let is_code = !code.is_empty()
+        && code
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || "_:".contains(c));
+    is_code.then_some(code)
+}
+
+/// Left-aligned columns, two spaces apart, headers in capitals; no trailing spaces.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| h.to_ascii_uppercase()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(max - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// The reason column: the code for a waiting job, else the (shortened) reason.
+fn reason_cell(row: &JobRow) -> String {
+    if row.status == ServiceJobStatus::Runnable.as_str() {
+        if let Some(code) = reason_code(&row.status_reason) {
+            return code.to_string();
+        }
+    }
+    shorten(&row.status_reason, REASON_WIDTH)
+}
+
+/// `qm jobs`: id, name, share, priority, status, reason, age; rows in the order given.
+pub fn jobs_table(rows: &[JobRow], now_ms: i64) -> String {
+    if rows.is_empty() {
+        return "no jobs\n".to_string();
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.job_id.clone(),
+                r.job_name.clone(),
+                r.quota_share_name.clone(),
+                r.scheduling_priority.to_string(),
+                r.status.clone(),
+                reason_cell(r),
+                age(now_ms, r.created_at),
+            ]
+        })
+        .collect();
+    table(
+        &["id", "name", "share", "priority", "status", "reason", "age"],
+        &cells,
+    )
+}
+
+/// What a job asks for, from its payload: `(instance type, count)`.
+pub fn demand(job: &DescribeServiceJobResponse) -> Option<(String, u32)> {
+    let payload = TrainingPayload::parse(job.service_request_payload.as_deref()?).ok()?;
+    Some((payload.instance_type, payload.instance_count))
+}
+
+fn command_of(job: &DescribeServiceJobResponse) -> Option<String> {
+    let payload = TrainingPayload::parse(job.service_request_payload.as_deref()?).ok()?;
+    let words: Vec<&str> = payload
+        .entrypoint
+        .iter()
+        .chain(&payload.arguments)
+        .map(String::as_str)
+        .collect();
+    (!words.is_empty()).then(|| {
+        words
+            .iter()
+            .map(|w| shell_word(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
+}
+
+/// A queue's name, from its name or ARN (`DescribeServiceJob` answers the ARN).
+pub fn queue_name(name_or_arn: &str) -> &str {
+    name_or_arn
+        .rsplit_once("job-queue/")
+        .map_or(name_or_arn, |(_, name)| name)
+}
+
+/// A word as a POSIX shell would need it: single-quoted when it is not plain.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+fn when(ms: Option<i64>, now_ms: i64) -> String {
+    match ms {
+        Some(ms) if ms > 0 => format!("{} ({} ago)", utc(ms), age(now_ms, ms)),
+        _ => "-".to_string(),
+    }
+}
+
+fn span(started: Option<i64>, stopped: Option<i64>, now_ms: i64) -> [String; 3] {
+    let start = started.filter(|&t| t > 0);
+    let stop = stopped.filter(|&t| t > 0);
+    let ran = match (start, stop) {
+        (Some(a), Some(b)) => duration(a, b),
+        (Some(a), None) => format!("{} so far", duration(a, now_ms)),
+        _ => "-".to_string(),
+    };
+    [
+        start.map_or("-".to_string(), utc),
+        stop.map_or("-".to_string(), utc),
+        ran,
+    ]
+}
+
+/// `qm job ID`: the job, its capacity, its ended attempts and its preemptions.
+pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
+    let mut fields: Vec<(&str, String)> = vec![
+        ("id", job.job_id.clone()),
+        ("name", job.job_name.clone()),
+        ("queue", queue_name(&job.job_queue).to_string()),
+        (
+            "share",
+            job.quota_share_name
+                .clone()
+                .unwrap_or_else(|| "-".to_string()),
+        ),
+        ("priority", job.scheduling_priority.unwrap_or(0).to_string()),
+        ("status", job.status.as_str().to_string()),
+        (
+            "reason",
+            job.status_reason.clone().unwrap_or_else(|| "-".to_string()),
+        ),
+        ("created", when(job.created_at, now_ms)),
+        ("started", when(Some(job.started_at), now_ms)),
+        ("stopped", when(job.stopped_at, now_ms)),
+    ];
+    let requested = demand(job).map(|(t, n)| format!("{n} × {t}"));
+    let held: Vec<String> = job
+        .capacity_usage
+        .iter()
+        .flatten()
+        .filter_map(|c| {
+            let unit = c.capacity_unit.as_deref()?;
+            Some(format!("{} × {unit}", c.quantity.unwrap_or(0.0)))
+        })
+        .collect();
+    let capacity = if held.is_empty() {
+        requested
+    } else {
+        Some(held.join(", "))
+    };
+    fields.push(("capacity", capacity.unwrap_or_else(|| "-".to_string())));
+    if let Some(command) = command_of(job) {
+        fields.push(("command", command));
+    }
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in &fields {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+
+    let attempts = job.attempts.as_deref().unwrap_or_default();
+    out.push_str(&format!("\nattempts ended ({})\n", attempts.len()));
+    if !attempts.is_empty() {
+        let rows: Vec<Vec<String>> = attempts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let [start, stop, ran] = span(a.started_at, a.stopped_at, now_ms);
+                let reason = a.status_reason.clone().unwrap_or_else(|| "-".to_string());
+                vec![format!("{}", i + 1), start, stop, ran, reason]
+            })
+            .collect();
+        out.push_str(&indent(&table(
+            &["#", "started", "stopped", "ran", "outcome"],
+            &rows,
+        )));
+    }
+
+    let summary = job.preemption_summary.as_ref();
+    let count = summary.and_then(|s| s.preempted_attempt_count).unwrap_or(0);
+    let recent = summary
+        .and_then(|s| s.recent_preempted_attempts.as_deref())
+        .unwrap_or_default();
+    out.push_str(&format!("\npreemptions ({count})\n"));
+    if !recent.is_empty() {
+        let rows: Vec<Vec<String>> = recent
+            .iter()
+            .map(|a| {
+                let [start, stop, ran] = span(a.started_at, a.stopped_at, now_ms);
+                vec![
+                    start,
+                    stop,
+                    ran,
+                    a.status_reason.clone().unwrap_or_else(|| "-".to_string()),
+                ]
+            })
+            .collect();
+        out.push_str(&indent(&table(
+            &["started", "stopped", "ran", "reason"],
+            &rows,
+        )));
+    }
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+/// An instance count: whole numbers without a fraction.
+pub fn count(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n:.2}")
+    }
+}
+
+/// `qm shares`: per queue, one row per share and instance type.
+pub fn shares_table(queues: &[QueueUsage]) -> String {
+    if queues.is_empty() {
+        return "no job queues\n".to_string();
+    }
+    let mut out = String::new();
+    for (i, queue) in queues.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("queue {}\n", queue.job_queue));
+        if queue.shares.is_empty() {
+            out.push_str("  no quota shares\n");
+            continue;
+        }
+        let mut shares: Vec<&ShareUsage> = queue.shares.iter().collect();
+        shares.sort_by(|a, b| {
+            (&a.quota_share_name, &a.capacity_unit).cmp(&(&b.quota_share_name, &b.capacity_unit))
+        });
+        let rows: Vec<Vec<String>> = shares
+            .iter()
+            .map(|s| {
+                vec![
+                    s.quota_share_name.clone(),
+                    s.capacity_unit.clone(),
+                    count(s.entitled),
+                    count(s.own_use),
+                    count(s.borrowed),
+                    count(s.lent_out),
+                    count(s.stopping),
+                    count(s.runnable),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "share", "type", "entitled", "own-use", "borrowed", "lent-out", "stopping",
+                "runnable",
+            ],
+            &rows,
+        ));
+    }
+    out
+}
+
+/// One frame of `qm watch`: the shares of the queue, then its jobs.
+pub fn watch_frame(queues: &[QueueUsage], rows: &[JobRow], now_ms: i64) -> String {
+    format!("{}\n{}", shares_table(queues), jobs_table(rows, now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_code_is_the_part_before_the_dash() {
+        assert_eq!(
+            reason_code("OWN_QUOTA_FULL - needs 1"),
+            Some("OWN_QUOTA_FULL")
+        );
+        assert_eq!(
+            reason_code("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Unable"),
+            Some("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY")
+        );
+        assert_eq!(reason_code("Training job completed"), None);
+    }
+
+    #[test]
+    fn words_that_are_not_plain_are_quoted_for_the_shell() {
+        assert_eq!(shell_word("train.py"), "train.py");
+        assert_eq!(shell_word("echo hi; it's"), "'echo hi; it'\\''s'");
+    }
+
+    #[test]
+    fn a_queue_arn_is_shown_by_its_name() {
+        assert_eq!(
+            queue_name("arn:aws:batch:us-east-1:1:job-queue/training"),
+            "training"
+        );
+        assert_eq!(queue_name("training"), "training");
+    }
+
+    #[test]
+    fn a_table_aligns_columns_without_trailing_spaces() {
+        let rows = vec![
+            vec!["a".to_string(), "".to_string()],
+            vec!["bbb".into(), "x".into()],
+        ];
+        assert_eq!(table(&["k", "v"], &rows), "K    V\na\nbbb  x\n");
+    }
+}

@@ -1,0 +1,487 @@
+//! The client commands (`qm submit`, `qm jobs`, `qm job`, `qm logs`, `qm explain`,
+//! `qm priority`, `qm terminate`, `qm shares`, `qm watch`): flags, printing and exit codes.
+//! The requests and the formatting live in `qm_cli::client`.
+//!
+//! Exit codes: 0 on success, 1 when the server refuses or cannot be reached (the message is
+//! printed as `error: <message>`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use qm_api::ServiceJobStatus;
+use qm_cli::client::explain::{explain, Context};
+use qm_cli::client::format::{
+    job_details, jobs_table, queue_name, reason_code, shares_table, watch_frame,
+};
+use qm_cli::client::http::{LogStream, QueueUsage, ALL_STATUSES, DEFAULT_ENDPOINT};
+use qm_cli::client::submit::{request, SubmitSpec};
+use qm_cli::client::time::now_ms;
+use qm_cli::client::{Client, ClientError};
+use serde_json::json;
+
+/// How often `qm logs --follow` asks for more.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// JSON for scripts.
+    Json,
+}
+
+/// Flags every client command takes.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// The server's URL [default: $QM_ENDPOINT, else http://127.0.0.1:7611].
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// How to print the result.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// `--queue`, for the commands that need one.
+#[derive(Debug, Args)]
+pub struct QueueArg {
+    /// The job queue (default: the only queue, when the server has exactly one).
+    #[arg(long)]
+    queue: Option<String>,
+}
+
+/// The client commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Submit a job: the command after `--` runs as its ContainerEntrypoint (or send a
+    /// SageMaker CreateTrainingJob payload with --payload). Prints the job id.
+    Submit(SubmitArgs),
+    /// List jobs, newest first: id, name, share, priority, status, reason, age.
+    Jobs(JobsArgs),
+    /// Show one job: status, capacity, attempts and preemption history.
+    Job(IdArgs),
+    /// Print a job's log (the latest attempt's stdout by default).
+    Logs(LogsArgs),
+    /// Say in plain words why a job waits: what it needs, what holds it, what would free it.
+    Explain(IdArgs),
+    /// Change a job's scheduling priority.
+    Priority(PriorityArgs),
+    /// Terminate a job.
+    Terminate(TerminateArgs),
+    /// Capacity per share and instance type: entitled, own use, borrowed, lent out, runnable.
+    Shares(SharesArgs),
+    /// A live view of the shares and the jobs table, redrawn until Ctrl-C.
+    Watch(WatchArgs),
+}
+
+/// `qm submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    queue: QueueArg,
+    /// The quota share to charge.
+    #[arg(long)]
+    share: String,
+    /// The job name.
+    #[arg(long)]
+    name: String,
+    /// The scheduling priority (higher runs first).
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i32>,
+    /// The instance type (default ml.g5.xlarge, or the payload's).
+    #[arg(long)]
+    instance_type: Option<String>,
+    /// The number of instances (default 1, or the payload's).
+    #[arg(long)]
+    count: Option<u32>,
+    /// A SageMaker CreateTrainingJob request (JSON) to send; flags given override it.
+    #[arg(long)]
+    payload: Option<PathBuf>,
+    /// The command to run, after `--`.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+/// `qm jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    queue: QueueArg,
+    /// Only this quota share's jobs.
+    #[arg(long)]
+    share: Option<String>,
+    /// Only jobs with this status (RUNNABLE, RUNNING, SUCCEEDED, ...), or `all`.
+    #[arg(long, default_value = "all")]
+    status: String,
+}
+
+/// A command about one job.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The job id.
+    id: String,
+}
+
+/// `qm logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The job id.
+    id: String,
+    /// The attempt (default: the latest).
+    #[arg(long)]
+    attempt: Option<u32>,
+    /// Print stderr instead of stdout.
+    #[arg(long)]
+    stderr: bool,
+    /// Keep printing until the attempt ends.
+    #[arg(long, short)]
+    follow: bool,
+}
+
+/// `qm priority`.
+#[derive(Debug, Args)]
+pub struct PriorityArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The job id.
+    id: String,
+    /// The new scheduling priority.
+    #[arg(allow_negative_numbers = true)]
+    priority: i32,
+}
+
+/// `qm terminate`.
+#[derive(Debug, Args)]
+pub struct TerminateArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The job id.
+    id: String,
+    /// Why (recorded as the job's status reason).
+    #[arg(long, default_value = "Terminated with qm terminate")]
+    reason: String,
+}
+
+/// `qm shares`.
+#[derive(Debug, Args)]
+pub struct SharesArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Only this queue (default: every queue).
+    #[arg(long)]
+    queue: Option<String>,
+}
+
+/// `qm watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    queue: QueueArg,
+    /// Seconds between redraws.
+    #[arg(long, default_value_t = 2.0)]
+    interval: f64,
+    /// Print one frame and exit (no terminal control codes).
+    #[arg(long)]
+    once: bool,
+}
+
+/// Runs a client command. A refusal or an unreachable server is printed here as
+/// `error: <message>` with exit code 1; other errors go back to `main`.
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    let result = match cmd {
+        Command::Submit(args) => submit(args),
+        Command::Jobs(args) => jobs(args),
+        Command::Job(args) => job(args),
+        Command::Logs(args) => logs(args),
+        Command::Explain(args) => explain_job(args),
+        Command::Priority(args) => priority(args),
+        Command::Terminate(args) => terminate(args),
+        Command::Shares(args) => shares(args),
+        Command::Watch(args) => watch(args),
+    };
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => match e.downcast_ref::<ClientError>() {
+            Some(client) => {
+                eprintln!("error: {client}");
+                Ok(ExitCode::from(1))
+            }
+            None => Err(e),
+        },
+    }
+}
+
+impl Common {
+    fn client(&self) -> Client {
+        let from_env = std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty());
+        Client::new(
+            self.endpoint
+                .as_deref()
+                .or(from_env.as_deref())
+                .unwrap_or(DEFAULT_ENDPOINT),
+        )
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn submit(args: SubmitArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    let file = match &args.payload {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            Some(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not valid JSON", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let spec = SubmitSpec {
+        queue: client.resolve_queue(args.queue.queue.as_deref())?,
+        share: args.share,
+        name: args.name,
+        priority: args.priority,
+        instance_type: args.instance_type,
+        count: args.count,
+        command: args.command,
+    };
+    let req = request(&spec, file).map_err(ClientError::Usage)?;
+    let answer = client.submit(&req)?;
+    match args.common.output {
+        Output::Table => println!("{}", answer.job_id),
+        Output::Json => print_json(&answer)?,
+    }
+    Ok(())
+}
+
+fn parse_statuses(status: &str) -> Result<Vec<ServiceJobStatus>, ClientError> {
+    if status.eq_ignore_ascii_case("all") {
+        return Ok(ALL_STATUSES.to_vec());
+    }
+    ServiceJobStatus::from_wire(&status.to_ascii_uppercase())
+        .map(|s| vec![s])
+        .ok_or_else(|| {
+            let names: Vec<&str> = ALL_STATUSES.iter().map(|s| s.as_str()).collect();
+            ClientError::Usage(format!(
+                "unknown status {status:?}: use one of {} or all",
+                names.join(", ")
+            ))
+        })
+}
+
+fn jobs(args: JobsArgs) -> anyhow::Result<()> {
+    let statuses = parse_statuses(&args.status)?;
+    let client = args.common.client();
+    let queue = client.resolve_queue(args.queue.queue.as_deref())?;
+    let rows = client.job_rows(&queue, args.share.as_deref(), &statuses)?;
+    match args.common.output {
+        Output::Table => print!("{}", jobs_table(&rows, now_ms())),
+        Output::Json => print_json(&rows)?,
+    }
+    Ok(())
+}
+
+fn job(args: IdArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    let job = client.describe(&args.id)?;
+    match args.common.output {
+        Output::Table => print!("{}", job_details(&job, now_ms())),
+        Output::Json => print_json(&job)?,
+    }
+    Ok(())
+}
+
+fn logs(args: LogsArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    let stream = if args.stderr {
+        LogStream::Stderr
+    } else {
+        LogStream::Stdout
+    };
+    let mut attempt = args.attempt;
+    let mut offset = 0;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let chunk = client.logs(&args.id, attempt, stream, offset)?;
+        // Stay on the attempt the first answer picked until it ends.
+        attempt = Some(chunk.attempt);
+        out.write_all(&chunk.bytes)?;
+        out.flush()?;
+        let drained = chunk.bytes.is_empty() || chunk.next_offset <= offset;
+        offset = chunk.next_offset;
+        if !drained {
+            continue;
+        }
+        if !args.follow {
+            return Ok(());
+        }
+        if chunk.finished {
+            // The attempt ended: so does the log, unless the job goes on with a new attempt
+            // (after a preemption) and no attempt was asked for.
+            let job = client.describe(&args.id)?;
+            let done = matches!(
+                job.status,
+                ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
+            );
+            if args.attempt.is_some() || done {
+                return Ok(());
+            }
+            std::thread::sleep(FOLLOW_POLL);
+            let latest = client.logs(&args.id, None, stream, 0)?.attempt;
+            if latest != chunk.attempt {
+                writeln!(out, "--- attempt {latest} ---")?;
+                attempt = Some(latest);
+                offset = 0;
+            }
+            continue;
+        }
+        std::thread::sleep(FOLLOW_POLL);
+    }
+}
+
+fn explain_job(args: IdArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    let job = client.describe(&args.id)?;
+    let waiting = job.status == ServiceJobStatus::Runnable;
+    let holding = if waiting {
+        let statuses = [
+            ServiceJobStatus::Scheduled,
+            ServiceJobStatus::Starting,
+            ServiceJobStatus::Running,
+        ];
+        client.job_rows(&job.job_queue, None, &statuses)?
+    } else {
+        Vec::new()
+    };
+    // Usage only adds context; an older server without /qm/v1/usage still gets an answer.
+    let usage = if waiting { client.usage().ok() } else { None };
+    let queue_usage: Option<&QueueUsage> = usage.as_ref().and_then(|u| {
+        u.queues
+            .iter()
+            .find(|q| q.job_queue == queue_name(&job.job_queue))
+    });
+    let text = explain(
+        &job,
+        Context {
+            holding: &holding,
+            usage: queue_usage,
+        },
+    );
+    match args.common.output {
+        Output::Table => print!("{text}"),
+        Output::Json => print_json(&json!({
+            "jobId": job.job_id,
+            "status": job.status,
+            "reasonCode": job.status_reason.as_deref().and_then(reason_code).filter(|_| waiting),
+            "statusReason": job.status_reason,
+            "explanation": text,
+        }))?,
+    }
+    Ok(())
+}
+
+fn priority(args: PriorityArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    client.set_priority(&args.id, args.priority)?;
+    match args.common.output {
+        Output::Table => println!("job {}: priority {}", args.id, args.priority),
+        Output::Json => {
+            print_json(&json!({"jobId": args.id, "schedulingPriority": args.priority}))?
+        }
+    }
+    Ok(())
+}
+
+fn terminate(args: TerminateArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    client.terminate(&args.id, &args.reason)?;
+    match args.common.output {
+        Output::Table => println!("job {}: terminating ({})", args.id, args.reason),
+        Output::Json => print_json(&json!({"jobId": args.id, "reason": args.reason}))?,
+    }
+    Ok(())
+}
+
+fn usage_of(client: &Client, queue: Option<&str>) -> anyhow::Result<Vec<QueueUsage>> {
+    let mut queues = client.usage()?.queues;
+    if let Some(name) = queue {
+        queues.retain(|q| q.job_queue == name);
+        if queues.is_empty() {
+            return Err(ClientError::Usage(format!("no job queue named {name:?}")).into());
+        }
+    }
+    queues.sort_by(|a, b| a.job_queue.cmp(&b.job_queue));
+    Ok(queues)
+}
+
+fn shares(args: SharesArgs) -> anyhow::Result<()> {
+    let client = args.common.client();
+    let queues = usage_of(&client, args.queue.as_deref())?;
+    match args.common.output {
+        Output::Table => print!("{}", shares_table(&queues)),
+        Output::Json => print_json(&json!({ "queues": queues }))?,
+    }
+    Ok(())
+}
+
+fn watch(args: WatchArgs) -> anyhow::Result<()> {
+    if !(args.interval.is_finite() && args.interval >= 0.1) {
+        return Err(ClientError::Usage("--interval must be at least 0.1 seconds".into()).into());
+    }
+    let client = args.common.client();
+    let queue = client.resolve_queue(args.queue.queue.as_deref())?;
+    let frame = || -> anyhow::Result<String> {
+        let queues = usage_of(&client, Some(&queue))?;
+        let rows = client.job_rows(&queue, None, &ALL_STATUSES)?;
+        Ok(match args.common.output {
+            Output::Table => watch_frame(&queues, &rows, now_ms()),
+            Output::Json => {
+                format!(
+                    "{}\n",
+                    serde_json::to_string(&json!({"queues": queues, "jobs": rows}))?
+                )
+            }
+        })
+    };
+    if args.once {
+        print!("{}", frame()?);
+        return Ok(());
+    }
+    let interval = Duration::from_secs_f64(args.interval);
+    loop {
+        // A failed refresh (server restarting) is shown in place and retried.
+        let body = frame().unwrap_or_else(|e| format!("error: {e:#}\n"));
+        let mut out = std::io::stdout().lock();
+        if args.common.output == Output::Table {
+            write!(
+                out,
+                "\x1b[2J\x1b[H{} — queue {queue} — every {}s (Ctrl-C to stop)\n\n",
+                client.endpoint(),
+                args.interval
+            )?;
+        }
+        out.write_all(body.as_bytes())?;
+        out.flush()?;
+        drop(out);
+        std::thread::sleep(interval);
+    }
+}

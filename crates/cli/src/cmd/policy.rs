@@ -1,0 +1,165 @@
+//! Policy-as-code commands: `qm plan`, `qm apply` and `qm audit` (the work is in
+//! `qm_cli::policy`). Exit codes follow terraform's detailed exit code: 0 no changes (or
+//! success), 2 changes planned, 1 error.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use qm_cli::policy::{self, apply, audit, client::Client, live, plan, Desired};
+
+/// How to print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// For people.
+    #[value(alias = "text")]
+    Table,
+    /// For programs.
+    Json,
+}
+
+/// Where the server is.
+#[derive(Debug, clap::Args)]
+pub struct Server {
+    /// The server's URL [default: $QM_ENDPOINT, else http://127.0.0.1:7611].
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+}
+
+impl Server {
+    fn client(&self) -> Client {
+        let endpoint = self
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty()))
+            .unwrap_or_else(|| policy::client::DEFAULT_ENDPOINT.to_string());
+        Client::new(&endpoint)
+    }
+}
+
+/// The policy commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Show what `qm apply` would change on the server to match a cluster file, and which
+    /// running jobs each change that lowers a limit would expose to preemption.
+    ///
+    /// Exit code: 0 when the server matches the file, 2 when there are changes, 1 on error.
+    Plan {
+        /// The cluster file (the `qm check` format plus `job_queue`, and optionally
+        /// `service_environment` and `scheduling_policy`).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        #[command(flatten)]
+        server: Server,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Make the server match a cluster file (exactly the plan `qm plan` shows) and record it
+    /// in the audit log. Asks for confirmation unless --yes.
+    Apply {
+        /// The cluster file.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+        #[command(flatten)]
+        server: Server,
+        /// Apply without asking.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// List the audit log: who applied what, and when.
+    Audit {
+        #[command(flatten)]
+        server: Server,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        output: Output,
+    },
+}
+
+/// Runs a policy command; errors print here and exit 1 (2 means "changes" for plan).
+pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
+    match run_inner(cmd) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Plan {
+            file,
+            server,
+            output,
+        } => {
+            let desired = Desired::load(&file)?;
+            let client = server.client();
+            let live = live::read(&client, &desired.names)?;
+            let plan = plan::diff(&desired, &live);
+            match output {
+                Output::Table => print!("{}", plan::render(&plan, &file.display().to_string())),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+            }
+            Ok(ExitCode::from(if plan.is_empty() { 0 } else { 2 }))
+        }
+        Command::Apply { file, server, yes } => {
+            let desired = Desired::load(&file)?;
+            let client = server.client();
+            let live = live::read(&client, &desired.names)?;
+            let plan = plan::diff(&desired, &live);
+            let source = file.display().to_string();
+            let text = plan::render(&plan, &source);
+            print!("{text}");
+            if plan.is_empty() {
+                println!("Nothing to apply.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !yes && !confirm()? {
+                anyhow::bail!(
+                    "apply cancelled: nothing was changed (pass --yes to skip the question)"
+                );
+            }
+            apply::apply(&client, &desired, &live, &plan).context("applying the plan")?;
+            let after = plan::diff(&desired, &live::read(&client, &desired.names)?);
+            if !after.is_empty() {
+                anyhow::bail!(
+                    "applied, but the server still differs from {source}:\n{}",
+                    plan::render(&after, &source)
+                );
+            }
+            apply::record(&client, &apply::actor(), &plan, &text)
+                .context("the changes are applied, but recording them in the audit log failed")?;
+            println!("Applied: {}.", plan.summary());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit { server, output } => {
+            let entries = audit::read(&server.client())?;
+            match output {
+                Output::Table => print!("{}", audit::render(&entries)),
+                Output::Json => {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&serde_json::json!({ "entries": entries }))?
+                    )
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn confirm() -> anyhow::Result<bool> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        anyhow::bail!("apply needs confirmation: run it in a terminal or pass --yes");
+    }
+    print!("Apply these changes? [y/N] ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}

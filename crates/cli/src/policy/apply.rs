@@ -1,0 +1,193 @@
+//! Carries a [`Plan`] out: policy, environment, queue, then shares, deletes last (a share is
+//! disabled before it is deleted), so that every resource exists before another names it.
+//! Every call is a full "set to this value", so re-running a half-applied plan converges.
+
+use serde_json::{json, Value};
+
+use qm_core::{ShareSpec, Strategy};
+
+use super::client::Client;
+use super::live::Live;
+use super::plan::{Action, Change, Kind, Plan};
+use super::{Desired, Error};
+
+fn limits(map: &std::collections::BTreeMap<String, u32>) -> Value {
+    Value::Array(
+        map.iter()
+            .map(|(unit, max)| json!({"capacityUnit": unit, "maxCapacity": max}))
+            .collect(),
+    )
+}
+
+fn sharing(s: &ShareSpec) -> Value {
+    let mut v = json!({"strategy": s.strategy.as_str()});
+    if s.strategy == Strategy::LendAndBorrow {
+        v["borrowLimit"] = json!(s.borrow_limit_percent);
+    }
+    v
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "ENABLED"
+    } else {
+        "DISABLED"
+    }
+}
+
+/// Makes the server match `desired` by carrying out `plan` (computed from `live`).
+pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Result<(), Error> {
+    let names = &desired.names;
+    let mut policy_arn = live.policy_arn.clone();
+    for c in &plan.changes {
+        match (c.kind, c.action) {
+            (Kind::SchedulingPolicy, _) => {
+                let r = client.call(
+                    "createschedulingpolicy",
+                    &json!({
+                        "name": names.scheduling_policy,
+                        "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"},
+                    }),
+                )?;
+                policy_arn = r.get("arn").and_then(Value::as_str).map(str::to_string);
+            }
+            (Kind::ServiceEnvironment, Action::Create) => {
+                client.call(
+                    "createserviceenvironment",
+                    &json!({
+                        "serviceEnvironmentName": names.service_environment,
+                        "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+                        "capacityLimits": limits(&desired.environment),
+                    }),
+                )?;
+            }
+            (Kind::ServiceEnvironment, _) => {
+                client.call(
+                    "updateserviceenvironment",
+                    &json!({
+                        "serviceEnvironment": names.service_environment,
+                        "state": "ENABLED",
+                        "capacityLimits": limits(&desired.environment),
+                    }),
+                )?;
+            }
+            (Kind::JobQueue, action) => {
+                let arn = policy_arn.clone().ok_or_else(|| Error::Shape {
+                    operation: "createschedulingpolicy".into(),
+                    message: format!("no ARN for scheduling policy {}", names.scheduling_policy),
+                })?;
+                let order = json!([{"order": 1, "serviceEnvironment": names.service_environment}]);
+                if action == Action::Create {
+                    client.call(
+                        "createjobqueue",
+                        &json!({
+                            "jobQueueName": names.job_queue,
+                            "jobQueueType": "SAGEMAKER_TRAINING",
+                            "priority": 1,
+                            "schedulingPolicyArn": arn,
+                            "serviceEnvironmentOrder": order,
+                        }),
+                    )?;
+                } else {
+                    client.call(
+                        "updatejobqueue",
+                        &json!({
+                            "jobQueue": names.job_queue,
+                            "state": "ENABLED",
+                            "schedulingPolicyArn": arn,
+                            "serviceEnvironmentOrder": order,
+                        }),
+                    )?;
+                }
+            }
+            (Kind::QuotaShare, action) => share(client, desired, live, c, action)?,
+        }
+    }
+    Ok(())
+}
+
+fn share(
+    client: &Client,
+    desired: &Desired,
+    live: &Live,
+    c: &Change,
+    action: Action,
+) -> Result<(), Error> {
+    let arn = || {
+        live.shares
+            .get(&c.name)
+            .map(|l| l.arn.clone())
+            .ok_or_else(|| Error::Shape {
+                operation: "listquotashares".into(),
+                message: format!("no ARN for quota share {}", c.name),
+            })
+    };
+    let spec = || desired.shares.iter().find(|s| s.name == c.name);
+    match (action, spec()) {
+        (Action::Create, Some(s)) => {
+            client.call(
+                "createquotashare",
+                &json!({
+                    "quotaShareName": s.name,
+                    "jobQueue": desired.names.job_queue,
+                    "capacityLimits": limits(&s.limits),
+                    "resourceSharingConfiguration": sharing(s),
+                    "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
+                    "state": on_off(s.enabled),
+                }),
+            )?;
+        }
+        (Action::Update, Some(s)) => {
+            client.call(
+                "updatequotashare",
+                &json!({
+                    "quotaShareArn": arn()?,
+                    "capacityLimits": limits(&s.limits),
+                    "resourceSharingConfiguration": sharing(s),
+                    "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
+                    "state": on_off(s.enabled),
+                }),
+            )?;
+        }
+        _ => {
+            let arn = arn()?;
+            if live.shares.get(&c.name).is_some_and(|l| l.spec.enabled) {
+                client.call(
+                    "updatequotashare",
+                    &json!({"quotaShareArn": arn, "state": "DISABLED"}),
+                )?;
+            }
+            client.call("deletequotashare", &json!({"quotaShareArn": arn}))?;
+        }
+    }
+    Ok(())
+}
+
+/// Who applies: `$QM_ACTOR`, else `$USER@hostname`.
+pub fn actor() -> String {
+    if let Ok(a) = std::env::var("QM_ACTOR") {
+        if !a.trim().is_empty() {
+            return a;
+        }
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    if host.is_empty() {
+        user
+    } else {
+        format!("{user}@{host}")
+    }
+}
+
+/// Records an applied plan in the server's audit log.
+pub fn record(client: &Client, actor: &str, plan: &Plan, text: &str) -> Result<(), Error> {
+    client.post_audit(&json!({
+        "actor": actor,
+        "action": "apply",
+        "summary": plan.summary(),
+        "details": text,
+    }))
+}

@@ -1,0 +1,344 @@
+//! What the server holds, read through the API into plain values that [`super::plan`] compares
+//! with the cluster file. Only reads; bounded by [`MAX_JOBS_PER_STATUS`].
+
+use std::collections::BTreeMap;
+
+use qm_core::{ShareSpec, Strategy};
+use serde_json::{json, Value};
+
+use super::client::Client;
+use super::{Error, Names};
+
+/// Most jobs read per status (RUNNING, SCHEDULED, RUNNABLE); a plan over more says so.
+pub const MAX_JOBS_PER_STATUS: usize = 5_000;
+
+/// The service environment as the server has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveEnvironment {
+    /// Instance type -> maximum instances.
+    pub limits: BTreeMap<String, u32>,
+    /// ENABLED or DISABLED.
+    pub state: String,
+}
+
+/// The job queue as the server has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveQueue {
+    /// ENABLED or DISABLED.
+    pub state: String,
+    /// The scheduling policy's name (from its ARN), if any.
+    pub policy: Option<String>,
+    /// The service environments' names (from their ARNs), in order.
+    pub environments: Vec<String>,
+}
+
+/// A quota share as the server has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveShare {
+    /// Its settings, in the core's terms.
+    pub spec: ShareSpec,
+    /// Its ARN (updates and deletes name it).
+    pub arn: String,
+}
+
+/// Whether a job holds capacity or waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    /// SCHEDULED or RUNNING: holds its instances.
+    Running,
+    /// RUNNABLE: waits.
+    Runnable,
+}
+
+/// A job of the queue that holds or waits for capacity.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LiveJob {
+    /// The job id.
+    pub id: String,
+    /// The job name.
+    pub name: String,
+    /// Its quota share.
+    pub share: String,
+    /// Whether it holds capacity.
+    pub state: JobState,
+    /// The instance type.
+    pub unit: String,
+    /// Instances it holds or needs.
+    pub count: u32,
+    /// Scheduling priority (higher goes first).
+    pub priority: i64,
+    /// Submission time, epoch milliseconds.
+    pub created_at: i64,
+}
+
+/// Everything a plan compares against.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Live {
+    /// The service environment, if it exists.
+    pub environment: Option<LiveEnvironment>,
+    /// The scheduling policy's ARN, if it exists.
+    pub policy_arn: Option<String>,
+    /// The job queue, if it exists.
+    pub queue: Option<LiveQueue>,
+    /// The queue's shares by name.
+    pub shares: BTreeMap<String, LiveShare>,
+    /// The queue's running and waiting jobs, sorted by id.
+    pub jobs: Vec<LiveJob>,
+    /// Whether a status had more than [`MAX_JOBS_PER_STATUS`] jobs (the rest were not read).
+    pub jobs_truncated: bool,
+}
+
+fn shape(operation: &str, message: impl Into<String>) -> Error {
+    Error::Shape {
+        operation: operation.into(),
+        message: message.into(),
+    }
+}
+
+/// The part of an ARN after its last `/`, or the value itself.
+pub fn name_of(arn_or_name: &str) -> &str {
+    arn_or_name.rsplit('/').next().unwrap_or(arn_or_name)
+}
+
+fn limits_of(v: Option<&Value>) -> BTreeMap<String, u32> {
+    v.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            let unit = l.get("capacityUnit")?.as_str()?.to_string();
+            let max = l.get("maxCapacity")?.as_f64()?;
+            Some((unit, max.max(0.0) as u32))
+        })
+        .collect()
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// Reads the server's state for `names`.
+pub fn read(client: &Client, names: &Names) -> Result<Live, Error> {
+    let mut live = Live::default();
+
+    let op = "describeserviceenvironments";
+    let envs = client.call(
+        op,
+        &json!({"serviceEnvironments": [names.service_environment]}),
+    )?;
+    live.environment = envs
+        .get("serviceEnvironments")
+        .and_then(Value::as_array)
+        .and_then(|l| {
+            l.iter()
+                .find(|e| str_of(e, "serviceEnvironmentName") == Some(&names.service_environment))
+        })
+        .map(|e| LiveEnvironment {
+            limits: limits_of(e.get("capacityLimits")),
+            state: str_of(e, "state").unwrap_or("ENABLED").to_string(),
+        });
+
+    live.policy_arn = find_policy(client, &names.scheduling_policy)?;
+
+    let op = "describejobqueues";
+    let queues = client.call(op, &json!({"jobQueues": [names.job_queue]}))?;
+    live.queue = queues
+        .get("jobQueues")
+        .and_then(Value::as_array)
+        .and_then(|l| {
+            l.iter()
+                .find(|q| str_of(q, "jobQueueName") == Some(&names.job_queue))
+        })
+        .map(|q| LiveQueue {
+            state: str_of(q, "state").unwrap_or("ENABLED").to_string(),
+            policy: str_of(q, "schedulingPolicyArn").map(|a| name_of(a).to_string()),
+            environments: {
+                let mut order: Vec<(i64, String)> = q
+                    .get("serviceEnvironmentOrder")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| {
+                        Some((
+                            o.get("order")?.as_i64()?,
+                            name_of(o.get("serviceEnvironment")?.as_str()?).to_string(),
+                        ))
+                    })
+                    .collect();
+                order.sort();
+                order.into_iter().map(|(_, n)| n).collect()
+            },
+        });
+
+    if live.queue.is_some() {
+        live.shares = read_shares(client, &names.job_queue)?;
+        let (jobs, truncated) = read_jobs(client, &names.job_queue)?;
+        live.jobs = jobs;
+        live.jobs_truncated = truncated;
+    }
+    Ok(live)
+}
+
+fn find_policy(client: &Client, name: &str) -> Result<Option<String>, Error> {
+    let op = "listschedulingpolicies";
+    let mut token: Option<String> = None;
+    // Pages are bounded by the server; this bounds how many we follow.
+    for _ in 0..1_000 {
+        let mut body = json!({"maxResults": 100});
+        if let Some(t) = &token {
+            body["nextToken"] = json!(t);
+        }
+        let page = client.call(op, &body)?;
+        for p in page
+            .get("schedulingPolicies")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(arn) = str_of(p, "arn") {
+                if name_of(arn) == name {
+                    return Ok(Some(arn.to_string()));
+                }
+            }
+        }
+        token = str_of(&page, "nextToken").map(str::to_string);
+        if token.is_none() {
+            return Ok(None);
+        }
+    }
+    Err(shape(op, "more than 1,000 pages of scheduling policies"))
+}
+
+fn strategy_of(s: &str) -> Option<Strategy> {
+    Some(match s {
+        "RESERVE" => Strategy::Reserve,
+        "LEND" => Strategy::Lend,
+        "LEND_AND_BORROW" => Strategy::LendAndBorrow,
+        _ => return None,
+    })
+}
+
+fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShare>, Error> {
+    let op = "listquotashares";
+    let mut out = BTreeMap::new();
+    let mut token: Option<String> = None;
+    for _ in 0..1_000 {
+        let mut body = json!({"jobQueue": queue, "maxResults": 100});
+        if let Some(t) = &token {
+            body["nextToken"] = json!(t);
+        }
+        let page = client.call(op, &body)?;
+        for s in page
+            .get("quotaShares")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = str_of(s, "quotaShareName")
+                .ok_or_else(|| shape(op, "a share without quotaShareName"))?;
+            let sharing = s.get("resourceSharingConfiguration");
+            let strategy = sharing
+                .and_then(|c| str_of(c, "strategy"))
+                .and_then(strategy_of)
+                .ok_or_else(|| shape(op, format!("share {name}: no known strategy")))?;
+            let spec = ShareSpec {
+                name: name.to_string(),
+                limits: limits_of(s.get("capacityLimits")),
+                strategy,
+                borrow_limit_percent: sharing
+                    .and_then(|c| c.get("borrowLimit"))
+                    .and_then(Value::as_i64)
+                    .map_or(-1, |b| b as i32),
+                in_share_preemption: s
+                    .get("preemptionConfiguration")
+                    .and_then(|p| str_of(p, "inSharePreemption"))
+                    == Some("ENABLED"),
+                enabled: str_of(s, "state") != Some("DISABLED"),
+            };
+            let arn = str_of(s, "quotaShareArn")
+                .ok_or_else(|| shape(op, format!("share {name}: no quotaShareArn")))?;
+            out.insert(
+                name.to_string(),
+                LiveShare {
+                    spec,
+                    arn: arn.to_string(),
+                },
+            );
+        }
+        token = str_of(&page, "nextToken").map(str::to_string);
+        if token.is_none() {
+            return Ok(out);
+        }
+    }
+    Err(shape(op, "more than 1,000 pages of quota shares"))
+}
+
+fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error> {
+    let op = "listservicejobs";
+    let mut jobs = Vec::new();
+    let mut truncated = false;
+    for (status, state) in [
+        ("RUNNING", JobState::Running),
+        ("SCHEDULED", JobState::Running),
+        ("RUNNABLE", JobState::Runnable),
+    ] {
+        let mut token: Option<String> = None;
+        let mut read = 0usize;
+        loop {
+            let mut body = json!({"jobQueue": queue, "jobStatus": status, "maxResults": 100});
+            if let Some(t) = &token {
+                body["nextToken"] = json!(t);
+            }
+            let page = client.call(op, &body)?;
+            for j in page
+                .get("jobSummaryList")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                read += 1;
+                let id = str_of(j, "jobId").ok_or_else(|| shape(op, "a job without jobId"))?;
+                let usage = j
+                    .get("capacityUsage")
+                    .and_then(Value::as_array)
+                    .and_then(|u| u.first());
+                let Some(usage) = usage else { continue };
+                jobs.push(LiveJob {
+                    id: id.to_string(),
+                    name: str_of(j, "jobName").unwrap_or_default().to_string(),
+                    share: str_of(j, "quotaShareName").unwrap_or_default().to_string(),
+                    state,
+                    unit: str_of(usage, "capacityUnit")
+                        .unwrap_or_default()
+                        .to_string(),
+                    count: usage
+                        .get("quantity")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0)
+                        .max(0.0) as u32,
+                    priority: 0,
+                    created_at: j.get("createdAt").and_then(Value::as_i64).unwrap_or(0),
+                });
+            }
+            token = str_of(&page, "nextToken").map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+            if read >= MAX_JOBS_PER_STATUS {
+                truncated = true;
+                break;
+            }
+        }
+    }
+    // Summaries carry no priority; DescribeServiceJob does.
+    for job in &mut jobs {
+        let d = client.call("describeservicejob", &json!({"jobId": job.id}))?;
+        job.priority = d
+            .get("schedulingPriority")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+    }
+    jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    jobs.dedup_by(|a, b| a.id == b.id);
+    Ok((jobs, truncated))
+}

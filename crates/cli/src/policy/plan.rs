@@ -1,0 +1,1009 @@
+//! The plan: what differs between a cluster file and the server, in the order `apply` carries
+//! it out, and what the changes that lower a limit or make capacity reclaimable do to the
+//! running jobs. Pure: it takes the [`Desired`] and [`Live`] values and returns data.
+//!
+//! # Which jobs a plan names
+//!
+//! Per instance type, with the share's usage `U` (instances its SCHEDULED and RUNNING jobs
+//! hold) and its new entitlement `L`, the share's borrowed part is `max(0, U - L)`
+//! ([`qm_core::ledger::Account::borrowed`]): borrowed instances are what an owner's return
+//! reclaims. For every change that lowers an entitlement, lowers a borrow allowance
+//! (LEND_AND_BORROW → LEND or RESERVE, a lower `borrow_limit`) or withdraws lent capacity
+//! (LEND → RESERVE, a deleted share, a lower environment limit), the plan lists
+//!
+//! - **preemptible**: the jobs that make up the borrowed part after the change (of the changed
+//!   share, and — when lent capacity is withdrawn — of the borrowers whose borrowing is no
+//!   longer backed: `Σ borrowed - Σ lendable`, [`qm_core::ledger::pressure`]), lowest priority
+//!   first, then newest: the order in which they are most likely to be picked;
+//! - **preempted at once**: the jobs that would be stopped if every share's waiting (RUNNABLE)
+//!   jobs that fit within their share's new entitlement claimed it now, highest priority first:
+//!   a claim takes free environment capacity first, then borrowed jobs of other shares in the
+//!   preemptible order. This is a simpler rule than the scheduler's (which also weighs the work
+//!   lost since a victim's last checkpoint, and the physical pool), so the jobs named are the
+//!   likely ones, the counts exact for a single queue on an unconstrained pool.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use qm_core::ledger::{self, Account, Ceiling};
+use qm_core::{ShareSpec, Strategy};
+use serde::Serialize;
+
+use super::live::{JobState, Live, LiveJob};
+use super::{Desired, Names};
+
+/// The kind of server resource a change applies to, in the order `apply` creates them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The scheduling policy (the queue names it).
+    SchedulingPolicy,
+    /// The service environment (the queue names it).
+    ServiceEnvironment,
+    /// The job queue.
+    JobQueue,
+    /// A quota share of the queue.
+    QuotaShare,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::SchedulingPolicy => "scheduling policy",
+            Kind::ServiceEnvironment => "service environment",
+            Kind::JobQueue => "job queue",
+            Kind::QuotaShare => "quota share",
+        }
+    }
+}
+
+/// What happens to a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// It is created.
+    Create,
+    /// Some of its fields change.
+    Update,
+    /// It is disabled (when enabled), then deleted.
+    Delete,
+}
+
+/// One field's old and new value, as the API spells them (`None` = absent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldChange {
+    /// The field (`capacityLimits.ml.g5.xlarge`, `strategy`, ...).
+    pub field: String,
+    /// The server's value.
+    pub from: Option<String>,
+    /// The file's value.
+    pub to: Option<String>,
+}
+
+/// One resource to create, update or delete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Change {
+    /// What kind of resource.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// What happens to it.
+    pub action: Action,
+    /// The fields that differ (every field, for a create).
+    pub fields: Vec<FieldChange>,
+    /// For a delete: its unfinished jobs, which the server terminates.
+    pub terminated_jobs: Vec<JobRef>,
+}
+
+/// A job as a plan names it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JobRef {
+    /// Job id.
+    pub id: String,
+    /// Job name.
+    pub name: String,
+    /// Its share.
+    pub share: String,
+    /// Scheduling priority.
+    pub priority: i64,
+    /// Instance type.
+    pub unit: String,
+    /// Instances.
+    pub count: u32,
+}
+
+impl From<&LiveJob> for JobRef {
+    fn from(j: &LiveJob) -> Self {
+        JobRef {
+            id: j.id.clone(),
+            name: j.name.clone(),
+            share: j.share.clone(),
+            priority: j.priority,
+            unit: j.unit.clone(),
+            count: j.count,
+        }
+    }
+}
+
+/// Running jobs that a change leaves above an entitlement or unbacked: reclaimable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Exposure {
+    /// The instance type.
+    pub unit: String,
+    /// The change that causes it, in words.
+    pub cause: String,
+    /// Instances that become reclaimable.
+    pub instances: u32,
+    /// The jobs most likely to be picked, in that order.
+    pub jobs: Vec<JobRef>,
+}
+
+/// What the owners' waiting jobs would preempt at once after the changes, per instance type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Reclaim {
+    /// The instance type.
+    pub unit: String,
+    /// Waiting jobs that would start.
+    pub claimants: Vec<JobRef>,
+    /// Running jobs that would be preempted for them.
+    pub victims: Vec<JobRef>,
+}
+
+/// The difference between a cluster file and the server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// The resources the file names.
+    pub names: Names,
+    /// The changes, in the order apply makes them.
+    pub changes: Vec<Change>,
+    /// Jobs that become preemptible.
+    pub preemptible: Vec<Exposure>,
+    /// Jobs preempted at once if the owners' waiting jobs claimed their capacity.
+    pub preempted_at_once: Vec<Reclaim>,
+    /// Whether the server had more jobs than were read (the job lists may be incomplete).
+    pub jobs_truncated: bool,
+}
+
+impl Plan {
+    /// Whether applying the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// How many resources are created, updated and deleted.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let n = |a: Action| self.changes.iter().filter(|c| c.action == a).count();
+        (n(Action::Create), n(Action::Update), n(Action::Delete))
+    }
+
+    /// One line: `1 to create, 2 to change, 0 to delete`.
+    pub fn summary(&self) -> String {
+        let (c, u, d) = self.counts();
+        let names: Vec<String> = self
+            .changes
+            .iter()
+            .map(|c| {
+                let sign = match c.action {
+                    Action::Create => '+',
+                    Action::Update => '~',
+                    Action::Delete => '-',
+                };
+                format!("{sign}{} {}", c.kind.label(), c.name)
+            })
+            .collect();
+        format!(
+            "{c} to create, {u} to change, {d} to delete ({})",
+            names.join(", ")
+        )
+    }
+}
+
+fn strategy_str(s: Strategy) -> String {
+    s.as_str().to_string()
+}
+
+fn borrow_limit_str(spec: &ShareSpec) -> Option<String> {
+    (spec.strategy == Strategy::LendAndBorrow).then(|| {
+        if spec.borrow_limit_percent < 0 {
+            "unlimited".to_string()
+        } else {
+            format!("{}%", spec.borrow_limit_percent)
+        }
+    })
+}
+
+fn on_off(b: bool) -> String {
+    if b { "ENABLED" } else { "DISABLED" }.to_string()
+}
+
+fn limit_fields(
+    from: &BTreeMap<String, u32>,
+    to: &BTreeMap<String, u32>,
+    out: &mut Vec<FieldChange>,
+) {
+    let units: BTreeSet<&String> = from.keys().chain(to.keys()).collect();
+    for u in units {
+        let (a, b) = (from.get(u), to.get(u));
+        if a != b {
+            out.push(FieldChange {
+                field: format!("capacityLimits.{u}"),
+                from: a.map(u32::to_string),
+                to: b.map(u32::to_string),
+            });
+        }
+    }
+}
+
+fn push(out: &mut Vec<FieldChange>, field: &str, from: Option<String>, to: Option<String>) {
+    if from != to {
+        out.push(FieldChange {
+            field: field.into(),
+            from,
+            to,
+        });
+    }
+}
+
+/// The fields that differ between two share settings (`before` = `None` for a create).
+fn share_fields(before: Option<&ShareSpec>, after: &ShareSpec) -> Vec<FieldChange> {
+    let mut out = Vec::new();
+    let empty = BTreeMap::new();
+    limit_fields(
+        before.map_or(&empty, |b| &b.limits),
+        &after.limits,
+        &mut out,
+    );
+    push(
+        &mut out,
+        "strategy",
+        before.map(|b| strategy_str(b.strategy)),
+        Some(strategy_str(after.strategy)),
+    );
+    push(
+        &mut out,
+        "borrowLimit",
+        before.and_then(borrow_limit_str),
+        borrow_limit_str(after),
+    );
+    push(
+        &mut out,
+        "inSharePreemption",
+        before.map(|b| on_off(b.in_share_preemption)),
+        Some(on_off(after.in_share_preemption)),
+    );
+    push(
+        &mut out,
+        "state",
+        before.map(|b| on_off(b.enabled)),
+        Some(on_off(after.enabled)),
+    );
+    out
+}
+
+/// Computes the plan that makes `live` match `desired`.
+pub fn diff(desired: &Desired, live: &Live) -> Plan {
+    let names = &desired.names;
+    let mut changes = Vec::new();
+    let change = |kind, name: &str, action, fields| Change {
+        kind,
+        name: name.to_string(),
+        action,
+        fields,
+        terminated_jobs: Vec::new(),
+    };
+
+    if live.policy_arn.is_none() {
+        changes.push(change(
+            Kind::SchedulingPolicy,
+            &names.scheduling_policy,
+            Action::Create,
+            vec![FieldChange {
+                field: "idleResourceAssignmentStrategy".into(),
+                from: None,
+                to: Some("FIFO".into()),
+            }],
+        ));
+    }
+
+    let mut env_fields = Vec::new();
+    let empty = BTreeMap::new();
+    limit_fields(
+        live.environment.as_ref().map_or(&empty, |e| &e.limits),
+        &desired.environment,
+        &mut env_fields,
+    );
+    match &live.environment {
+        None => changes.push(change(
+            Kind::ServiceEnvironment,
+            &names.service_environment,
+            Action::Create,
+            env_fields,
+        )),
+        Some(e) => {
+            push(
+                &mut env_fields,
+                "state",
+                Some(e.state.clone()),
+                Some("ENABLED".into()),
+            );
+            if !env_fields.is_empty() {
+                changes.push(change(
+                    Kind::ServiceEnvironment,
+                    &names.service_environment,
+                    Action::Update,
+                    env_fields,
+                ));
+            }
+        }
+    }
+
+    let mut queue_fields = Vec::new();
+    let q = live.queue.as_ref();
+    push(
+        &mut queue_fields,
+        "schedulingPolicy",
+        q.and_then(|q| q.policy.clone()),
+        Some(names.scheduling_policy.clone()),
+    );
+    push(
+        &mut queue_fields,
+        "serviceEnvironmentOrder",
+        q.map(|q| q.environments.join(", ")),
+        Some(names.service_environment.clone()),
+    );
+    if let Some(q) = q {
+        push(
+            &mut queue_fields,
+            "state",
+            Some(q.state.clone()),
+            Some("ENABLED".into()),
+        );
+    }
+    if q.is_none() || !queue_fields.is_empty() {
+        let action = if q.is_none() {
+            Action::Create
+        } else {
+            Action::Update
+        };
+        changes.push(change(
+            Kind::JobQueue,
+            &names.job_queue,
+            action,
+            queue_fields,
+        ));
+    }
+
+    for s in &desired.shares {
+        let before = live.shares.get(&s.name).map(|l| &l.spec);
+        let fields = share_fields(before, s);
+        if before.is_none() {
+            changes.push(change(Kind::QuotaShare, &s.name, Action::Create, fields));
+        } else if !fields.is_empty() {
+            changes.push(change(Kind::QuotaShare, &s.name, Action::Update, fields));
+        }
+    }
+
+    let declared: BTreeSet<&str> = desired.shares.iter().map(|s| s.name.as_str()).collect();
+    for (name, l) in &live.shares {
+        if declared.contains(name.as_str()) {
+            continue;
+        }
+        let mut fields = Vec::new();
+        push(
+            &mut fields,
+            "state",
+            Some(on_off(l.spec.enabled)),
+            Some("DISABLED".into()),
+        );
+        let mut c = change(Kind::QuotaShare, name, Action::Delete, fields);
+        c.terminated_jobs = live
+            .jobs
+            .iter()
+            .filter(|j| &j.share == name)
+            .map(JobRef::from)
+            .collect();
+        changes.push(c);
+    }
+
+    let (preemptible, preempted_at_once) = impact(desired, live);
+    Plan {
+        names: names.clone(),
+        changes,
+        preemptible,
+        preempted_at_once,
+        jobs_truncated: live.jobs_truncated,
+    }
+}
+
+/// One share on one instance type, before and after the plan.
+struct Position<'a> {
+    name: &'a str,
+    before: Option<&'a ShareSpec>,
+    after: Option<&'a ShareSpec>,
+    usage: u32,
+}
+
+fn account(spec: &ShareSpec, unit: &str, usage: u32) -> Account {
+    let entitlement = spec.limits.get(unit).copied().unwrap_or(0);
+    Account {
+        entitlement,
+        usage,
+        strategy: spec.strategy,
+        allowance: spec.borrow_allowance(entitlement),
+    }
+}
+
+/// `a < b` where `None` is unlimited.
+fn lower(a: Option<u32>, b: Option<u32>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a < b,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// The running jobs of `share` on `unit` that make up `amount` instances, most likely picked
+/// first: lowest priority, then newest.
+fn likely_victims<'a>(jobs: &'a [LiveJob], share: Option<&str>, unit: &str) -> Vec<&'a LiveJob> {
+    let mut v: Vec<&LiveJob> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Running && j.unit == unit)
+        .filter(|j| share.is_none_or(|s| j.share == s))
+        .collect();
+    v.sort_by(|a, b| {
+        a.priority
+            .cmp(&b.priority)
+            .then(b.created_at.cmp(&a.created_at))
+            .then(a.id.cmp(&b.id))
+    });
+    v
+}
+
+fn covering(candidates: Vec<&LiveJob>, amount: u32) -> Vec<JobRef> {
+    let mut out = Vec::new();
+    let mut covered = 0;
+    for j in candidates {
+        if covered >= amount {
+            break;
+        }
+        covered += j.count;
+        out.push(JobRef::from(j));
+    }
+    out
+}
+
+/// Why a share's change makes capacity reclaimable on `unit`; `None` when it does not.
+fn lowering_cause(p: &Position<'_>, unit: &str) -> Option<(String, bool)> {
+    let before = p.before?;
+    let Some(after) = p.after else {
+        let lends = before.strategy.lends() && before.limits.get(unit).copied().unwrap_or(0) > 0;
+        return lends.then(|| (format!("quota share {} is deleted", p.name), true));
+    };
+    let (a, b) = (account(after, unit, 0), account(before, unit, 0));
+    let mut causes = Vec::new();
+    if a.entitlement < b.entitlement {
+        causes.push(format!(
+            "capacityLimits {} -> {}",
+            b.entitlement, a.entitlement
+        ));
+    }
+    if before.strategy != after.strategy
+        && (lower(a.allowance, b.allowance) || !after.strategy.lends())
+    {
+        causes.push(format!(
+            "strategy {} -> {}",
+            before.strategy.as_str(),
+            after.strategy.as_str()
+        ));
+    } else if lower(a.allowance, b.allowance)
+        && before.borrow_limit_percent != after.borrow_limit_percent
+    {
+        causes.push(format!(
+            "borrowLimit {} -> {}",
+            borrow_limit_str(before).unwrap_or_default(),
+            borrow_limit_str(after).unwrap_or_default()
+        ));
+    }
+    let withdraws = before.strategy.lends() && !after.strategy.lends();
+    (!causes.is_empty()).then(|| {
+        (
+            format!("quota share {}: {}", p.name, causes.join(", ")),
+            withdraws,
+        )
+    })
+}
+
+/// The preemptible jobs and the at-once preemptions of the plan's lowering changes.
+fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
+    let mut units: BTreeSet<&str> = desired.environment.keys().map(String::as_str).collect();
+    if let Some(e) = &live.environment {
+        units.extend(e.limits.keys().map(String::as_str));
+    }
+    let names: BTreeSet<&str> = desired
+        .shares
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(live.shares.keys().map(String::as_str))
+        .collect();
+    let mut exposures = Vec::new();
+    let mut reclaims = Vec::new();
+    for unit in units {
+        let positions: Vec<Position<'_>> = names
+            .iter()
+            .map(|&name| Position {
+                name,
+                before: live.shares.get(name).map(|l| &l.spec),
+                after: desired.shares.iter().find(|s| s.name == name),
+                usage: live
+                    .jobs
+                    .iter()
+                    .filter(|j| j.share == name && j.unit == unit && j.state == JobState::Running)
+                    .map(|j| j.count)
+                    .sum(),
+            })
+            .collect();
+        let env_before = live
+            .environment
+            .as_ref()
+            .and_then(|e| e.limits.get(unit).copied());
+        let env_after = desired.environment.get(unit).copied().unwrap_or(0);
+        let mut triggered = false;
+        let mut withdrawn: Vec<String> = Vec::new();
+        if env_before.is_some_and(|b| env_after < b) {
+            withdrawn.push(format!(
+                "service environment {}: capacityLimits {} -> {env_after}",
+                desired.names.service_environment,
+                env_before.unwrap_or(0)
+            ));
+        }
+        for p in &positions {
+            let Some((cause, withdraws)) = lowering_cause(p, unit) else {
+                continue;
+            };
+            triggered = true;
+            if withdraws {
+                withdrawn.push(cause.clone());
+            }
+            if let Some(after) = p.after {
+                let borrowed = account(after, unit, p.usage).borrowed();
+                if borrowed > 0 {
+                    exposures.push(Exposure {
+                        unit: unit.to_string(),
+                        cause,
+                        instances: borrowed,
+                        jobs: covering(likely_victims(&live.jobs, Some(p.name), unit), borrowed),
+                    });
+                }
+            }
+        }
+        // Shares that stay, with their new settings and today's usage.
+        let after: Vec<(&Position<'_>, Account)> = positions
+            .iter()
+            .filter_map(|p| p.after.map(|s| (p, account(s, unit, p.usage))))
+            .collect();
+        if !withdrawn.is_empty() {
+            triggered = true;
+            let accounts: Vec<Account> = after.iter().map(|(_, a)| *a).collect();
+            let pressure = ledger::pressure(
+                Ceiling {
+                    environment: env_after,
+                    physical_for_queue: None,
+                },
+                &accounts,
+            );
+            let unbacked = pressure.lending.max(pressure.environment).max(0) as u32;
+            if unbacked > 0 {
+                let mut candidates = Vec::new();
+                for (p, a) in &after {
+                    let mine = likely_victims(&live.jobs, Some(p.name), unit);
+                    let ids: BTreeSet<String> = covering(mine.clone(), a.borrowed())
+                        .into_iter()
+                        .map(|j| j.id)
+                        .collect();
+                    candidates.extend(mine.into_iter().filter(|j| ids.contains(&j.id)));
+                }
+                candidates.sort_by(|a, b| {
+                    a.priority
+                        .cmp(&b.priority)
+                        .then(b.created_at.cmp(&a.created_at))
+                        .then(a.id.cmp(&b.id))
+                });
+                exposures.push(Exposure {
+                    unit: unit.to_string(),
+                    cause: format!(
+                        "{}: borrowed capacity no longer backed",
+                        withdrawn.join("; ")
+                    ),
+                    instances: unbacked,
+                    jobs: covering(candidates, unbacked),
+                });
+            }
+        }
+        if triggered {
+            if let Some(r) = claims(live, unit, env_after, &after) {
+                reclaims.push(r);
+            }
+        }
+    }
+    (exposures, reclaims)
+}
+
+/// Plays the owners' waiting jobs against the new settings (see the module doc).
+fn claims(
+    live: &Live,
+    unit: &str,
+    environment: u32,
+    after: &[(&Position<'_>, Account)],
+) -> Option<Reclaim> {
+    let mut accounts: BTreeMap<&str, Account> = after.iter().map(|(p, a)| (p.name, *a)).collect();
+    let total: u32 = accounts.values().map(|a| a.usage).sum();
+    let mut free = i64::from(environment) - i64::from(total);
+    // Borrowed jobs of every share, most likely victims first.
+    let mut pool: Vec<&LiveJob> = Vec::new();
+    for (name, a) in &accounts {
+        let mine = likely_victims(&live.jobs, Some(name), unit);
+        let ids: BTreeSet<String> = covering(mine.clone(), a.borrowed())
+            .into_iter()
+            .map(|j| j.id)
+            .collect();
+        pool.extend(mine.into_iter().filter(|j| ids.contains(&j.id)));
+    }
+    pool.sort_by(|a, b| {
+        a.priority
+            .cmp(&b.priority)
+            .then(b.created_at.cmp(&a.created_at))
+            .then(a.id.cmp(&b.id))
+    });
+    let mut waiting: Vec<&LiveJob> = live
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Runnable && j.unit == unit)
+        .filter(|j| {
+            after
+                .iter()
+                .any(|(p, _)| p.name == j.share && p.after.is_some_and(|s| s.enabled))
+        })
+        .collect();
+    waiting.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.created_at.cmp(&b.created_at))
+            .then(a.id.cmp(&b.id))
+    });
+    let mut claimants = Vec::new();
+    let mut victims = Vec::new();
+    for job in waiting {
+        let Some(owner) = accounts.get(job.share.as_str()).copied() else {
+            continue;
+        };
+        if owner.usage + job.count > owner.entitlement {
+            continue; // it would borrow: borrowing never preempts
+        }
+        let mut taken = Vec::new();
+        let mut room = free;
+        let mut rest = Vec::new();
+        for v in pool.drain(..) {
+            if room < i64::from(job.count) && v.share != job.share {
+                room += i64::from(v.count);
+                taken.push(v);
+            } else {
+                rest.push(v);
+            }
+        }
+        if room < i64::from(job.count) {
+            // Not enough to reclaim: nothing is preempted for it.
+            rest.extend(taken);
+            rest.sort_by(|a, b| {
+                a.priority
+                    .cmp(&b.priority)
+                    .then(b.created_at.cmp(&a.created_at))
+                    .then(a.id.cmp(&b.id))
+            });
+            pool = rest;
+            continue;
+        }
+        pool = rest;
+        for v in taken {
+            if let Some(a) = accounts.get_mut(v.share.as_str()) {
+                a.usage -= v.count.min(a.usage);
+            }
+            victims.push(JobRef::from(v));
+        }
+        free = room - i64::from(job.count);
+        if let Some(a) = accounts.get_mut(job.share.as_str()) {
+            a.usage += job.count;
+        }
+        claimants.push(JobRef::from(job));
+    }
+    (!victims.is_empty()).then(|| Reclaim {
+        unit: unit.to_string(),
+        claimants,
+        victims,
+    })
+}
+
+fn job_line(out: &mut String, j: &JobRef) {
+    let _ = writeln!(
+        out,
+        "      {}  {}  share {}  priority {}  {} x {}",
+        j.id, j.name, j.share, j.priority, j.count, j.unit
+    );
+}
+
+fn value(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("(none)")
+}
+
+/// The plan as text; `source` names the file.
+pub fn render(plan: &Plan, source: &str) -> String {
+    let mut out = String::new();
+    if plan.is_empty() {
+        let _ = writeln!(
+            out,
+            "No changes: job queue {} on the server matches {source}.",
+            plan.names.job_queue
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "Plan for job queue {} from {source} (+ create, ~ change, - delete):",
+        plan.names.job_queue
+    );
+    for c in &plan.changes {
+        let _ = writeln!(out);
+        match c.action {
+            Action::Create => {
+                let _ = writeln!(out, "  + {} {}", c.kind.label(), c.name);
+                for f in &c.fields {
+                    let _ = writeln!(out, "      {}: {}", f.field, value(&f.to));
+                }
+            }
+            Action::Update => {
+                let _ = writeln!(out, "  ~ {} {}", c.kind.label(), c.name);
+                for f in &c.fields {
+                    let _ = writeln!(
+                        out,
+                        "      {}: {} -> {}",
+                        f.field,
+                        value(&f.from),
+                        value(&f.to)
+                    );
+                }
+            }
+            Action::Delete => {
+                let how = if c.fields.is_empty() {
+                    "delete"
+                } else {
+                    "disable, then delete"
+                };
+                let _ = writeln!(out, "  - {} {} ({how})", c.kind.label(), c.name);
+                if !c.terminated_jobs.is_empty() {
+                    let _ = writeln!(out, "      its unfinished jobs are terminated:");
+                    for j in &c.terminated_jobs {
+                        job_line(&mut out, j);
+                    }
+                }
+            }
+        }
+    }
+    if !plan.preemptible.is_empty() || !plan.preempted_at_once.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "Running jobs affected:");
+    }
+    for e in &plan.preemptible {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "  {} ({}): {} instance(s) become preemptible; most likely picked first:",
+            e.cause, e.unit, e.instances
+        );
+        for j in &e.jobs {
+            job_line(&mut out, j);
+        }
+    }
+    for r in &plan.preempted_at_once {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "  {}: preempted at once if the owners' waiting jobs claimed their capacity:",
+            r.unit
+        );
+        for j in &r.victims {
+            job_line(&mut out, j);
+        }
+        let _ = writeln!(out, "    for:");
+        for j in &r.claimants {
+            job_line(&mut out, j);
+        }
+    }
+    if plan.jobs_truncated {
+        let _ = writeln!(
+            out,
+            "\nNote: the queue has more jobs than a plan reads; the job lists may be incomplete."
+        );
+    }
+    let _ = writeln!(out);
+    let (c, u, d) = plan.counts();
+    let _ = writeln!(out, "Plan: {c} to create, {u} to change, {d} to delete.");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::live::{LiveEnvironment, LiveQueue, LiveShare};
+
+    fn share(name: &str, limit: u32, strategy: Strategy, borrow_limit: i32) -> ShareSpec {
+        ShareSpec {
+            limits: [("gpu".to_string(), limit)].into(),
+            strategy,
+            borrow_limit_percent: borrow_limit,
+            ..ShareSpec::new(name)
+        }
+    }
+
+    fn desired(shares: Vec<ShareSpec>) -> Desired {
+        Desired {
+            names: Names {
+                service_environment: "q-se".into(),
+                scheduling_policy: "q-policy".into(),
+                job_queue: "q".into(),
+            },
+            environment: [("gpu".to_string(), 4)].into(),
+            shares,
+        }
+    }
+
+    /// A server that holds exactly `d`, with `jobs` (share, name, priority, running).
+    fn live(d: &Desired, jobs: &[(&str, &str, i64, bool)]) -> Live {
+        Live {
+            environment: Some(LiveEnvironment {
+                limits: d.environment.clone(),
+                state: "ENABLED".into(),
+            }),
+            policy_arn: Some("arn:aws:batch:r:1:scheduling-policy/q-policy".into()),
+            queue: Some(LiveQueue {
+                state: "ENABLED".into(),
+                policy: Some("q-policy".into()),
+                environments: vec!["q-se".into()],
+            }),
+            shares: d
+                .shares
+                .iter()
+                .map(|s| {
+                    let arn = format!("arn/{}", s.name);
+                    (
+                        s.name.clone(),
+                        LiveShare {
+                            spec: s.clone(),
+                            arn,
+                        },
+                    )
+                })
+                .collect(),
+            jobs: jobs
+                .iter()
+                .enumerate()
+                .map(|(i, &(share, name, priority, running))| LiveJob {
+                    id: format!("id-{name}"),
+                    name: name.into(),
+                    share: share.into(),
+                    state: if running {
+                        JobState::Running
+                    } else {
+                        JobState::Runnable
+                    },
+                    unit: "gpu".into(),
+                    count: 1,
+                    priority,
+                    created_at: i as i64,
+                })
+                .collect(),
+            jobs_truncated: false,
+        }
+    }
+
+    fn names(jobs: &[JobRef]) -> Vec<&str> {
+        jobs.iter().map(|j| j.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_server_that_matches_the_file_needs_no_changes() {
+        let d = desired(vec![share("a", 2, Strategy::Lend, -1)]);
+        let plan = diff(&d, &live(&d, &[("a", "j", 0, true)]));
+        assert!(plan.is_empty(), "{plan:?}");
+        assert!(plan.preemptible.is_empty() && plan.preempted_at_once.is_empty());
+    }
+
+    #[test]
+    fn a_lower_borrow_limit_exposes_the_borrowed_jobs_lowest_priority_then_newest() {
+        let before = desired(vec![
+            share("a", 1, Strategy::LendAndBorrow, -1),
+            share("b", 3, Strategy::Lend, -1),
+        ]);
+        let server = live(
+            &before,
+            &[
+                ("a", "own", 9, true),
+                ("a", "old", 1, true),
+                ("a", "new", 1, true),
+            ],
+        );
+        let after = desired(vec![
+            share("a", 1, Strategy::LendAndBorrow, 100),
+            share("b", 3, Strategy::Lend, -1),
+        ]);
+        let plan = diff(&after, &server);
+        assert_eq!(plan.preemptible.len(), 1, "{plan:?}");
+        assert_eq!(plan.preemptible[0].instances, 2);
+        assert!(plan.preemptible[0]
+            .cause
+            .contains("borrowLimit unlimited -> 100%"));
+        assert_eq!(names(&plan.preemptible[0].jobs), ["new", "old"]);
+    }
+
+    #[test]
+    fn lend_to_reserve_exposes_the_borrowers_it_backed_and_its_owner_reclaims_at_once() {
+        let before = desired(vec![
+            share("a", 1, Strategy::LendAndBorrow, -1),
+            share("b", 3, Strategy::Lend, -1),
+        ]);
+        let server = live(
+            &before,
+            &[
+                ("a", "a1", 5, true),
+                ("a", "a2", 2, true),
+                ("a", "a3", 1, true),
+                ("b", "b1", 0, true),
+                ("b", "b-wait", 0, false),
+            ],
+        );
+        let after = desired(vec![
+            share("a", 1, Strategy::LendAndBorrow, -1),
+            share("b", 3, Strategy::Reserve, -1),
+        ]);
+        let plan = diff(&after, &server);
+        let unbacked: Vec<&Exposure> = plan
+            .preemptible
+            .iter()
+            .filter(|e| e.cause.contains("no longer backed"))
+            .collect();
+        assert_eq!(unbacked.len(), 1, "{plan:?}");
+        assert_eq!(names(&unbacked[0].jobs), ["a3", "a2"]);
+        assert_eq!(plan.preempted_at_once.len(), 1, "{plan:?}");
+        assert_eq!(names(&plan.preempted_at_once[0].victims), ["a3"]);
+        assert_eq!(names(&plan.preempted_at_once[0].claimants), ["b-wait"]);
+    }
+
+    #[test]
+    fn a_removed_share_is_disabled_then_deleted_and_its_jobs_are_named() {
+        let before = desired(vec![
+            share("a", 2, Strategy::Lend, -1),
+            share("gone", 2, Strategy::Lend, -1),
+        ]);
+        let server = live(&before, &[("gone", "g1", 0, true)]);
+        let plan = diff(&desired(vec![share("a", 2, Strategy::Lend, -1)]), &server);
+        assert_eq!(plan.changes.len(), 1);
+        let c = &plan.changes[0];
+        assert_eq!((c.action, c.name.as_str()), (Action::Delete, "gone"));
+        assert_eq!(names(&c.terminated_jobs), ["g1"]);
+    }
+
+    #[test]
+    fn an_empty_server_gets_everything_created_policy_first() {
+        let d = desired(vec![share("a", 2, Strategy::Lend, -1)]);
+        let plan = diff(&d, &Live::default());
+        let kinds: Vec<Kind> = plan.changes.iter().map(|c| c.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                Kind::SchedulingPolicy,
+                Kind::ServiceEnvironment,
+                Kind::JobQueue,
+                Kind::QuotaShare
+            ]
+        );
+        assert!(plan.changes.iter().all(|c| c.action == Action::Create));
+    }
+}

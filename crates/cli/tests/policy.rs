@@ -1,0 +1,344 @@
+//! End-to-end tests of `qm plan`, `qm apply` and `qm audit`: the real binary against a real
+//! `qm serve` on a free port with a temporary data directory, running real (`sleep`) jobs.
+//!
+//! Outputs are golden files under `tests/golden/policy/`, with job ids replaced by the jobs'
+//! names and times by `<TIME>`; after an intended change of the output, bless them with
+//! `QM_BLESS=1 cargo test -p qm-cli --test policy`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The first cluster file: research lends and borrows, ops owns nothing yet, `old` is to go.
+const FIRST: &str = "name: three teams on three instances
+job_queue: training
+environment: {ml.g5.xlarge: 3}
+shares:
+  - {name: research, limits: {ml.g5.xlarge: 2}, strategy: LEND_AND_BORROW, borrow_limit: 100}
+  - {name: inference, limits: {ml.g5.xlarge: 1}, strategy: LEND}
+  - {name: ops, limits: {ml.g5.xlarge: 0}, strategy: RESERVE}
+  - {name: old, limits: {ml.g5.xlarge: 0}, strategy: LEND}
+";
+
+/// The second: research's quota shrinks to give ops one instance, and `old` is removed.
+const SECOND: &str = "job_queue: training
+service_environment: training-se
+scheduling_policy: training-policy
+environment: {ml.g5.xlarge: 3}
+shares:
+  - {name: research, limits: {ml.g5.xlarge: 1}, strategy: LEND_AND_BORROW, borrow_limit: 100}
+  - {name: inference, limits: {ml.g5.xlarge: 1}, strategy: LEND}
+  - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: RESERVE}
+";
+
+const CONFIG: &str = "[executor]
+stop_grace_seconds = 1
+
+[[executor.pool]]
+instance_type = \"ml.g5.xlarge\"
+count = 3
+";
+
+/// A `qm serve` on a free port, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Server {
+    child: Child,
+    endpoint: String,
+    dir: tempfile::TempDir,
+    agent: ureq::Agent,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(dir.path().join("qm.toml"), CONFIG).expect("write the config");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_qm"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(dir.path().join("qm.toml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start qm serve");
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let server = Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            dir,
+            agent,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let up = server
+                .agent
+                .get(format!("{}/healthz", server.endpoint))
+                .call()
+                .is_ok_and(|r| r.status() == 200);
+            if up {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "qm serve did not come up in 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn call(&self, operation: &str, body: Value) -> Value {
+        let mut r = self
+            .agent
+            .post(format!("{}/v1/{operation}", self.endpoint))
+            .header("content-type", "application/json")
+            .send(body.to_string())
+            .expect("the server answers");
+        let text = r.body_mut().read_to_string().expect("a body");
+        assert_eq!(r.status(), 200, "{operation}: {text}");
+        serde_json::from_str(&text).expect("JSON")
+    }
+
+    fn submit(&self, name: &str, share: &str, priority: i32) -> String {
+        let payload = json!({
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+            "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["sleep", "60"]},
+        });
+        let r = self.call(
+            "submitservicejob",
+            json!({
+                "jobName": name, "jobQueue": "training", "serviceJobType": "SAGEMAKER_TRAINING",
+                "quotaShareName": share, "schedulingPriority": priority,
+                "serviceRequestPayload": payload.to_string(),
+            }),
+        );
+        r["jobId"].as_str().expect("a job id").to_string()
+    }
+
+    fn status(&self, id: &str) -> String {
+        self.call("describeservicejob", json!({"jobId": id}))["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Runs `qm ARGS` in the temp dir, where the cluster files are; returns (exit code, stdout).
+    fn qm(&self, args: &[&str]) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_qm"))
+            .args(args)
+            .arg("--endpoint")
+            .arg(&self.endpoint)
+            .current_dir(self.dir.path())
+            .env("QM_ACTOR", "alice@example")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run qm");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.is_empty() || out.status.code() == Some(1),
+            "stderr: {stderr}"
+        );
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout).expect("utf-8"),
+        )
+    }
+
+    fn write(&self, name: &str, contents: &str) {
+        std::fs::write(self.dir.path().join(name), contents).expect("write a cluster file");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Replaces every `2026-11-29T13:37:45Z`-shaped time with `YYYY-MM-DDTHH:MM:SSZ`.
+fn without_times(s: &str) -> String {
+    let shape = b"dddd-dd-ddTdd:dd:ddZ";
+    let bytes = s.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let matches = bytes.len() - i >= shape.len()
+            && shape.iter().zip(&bytes[i..]).all(|(p, b)| match p {
+                b'd' => b.is_ascii_digit(),
+                p => p == b,
+            });
+        if matches {
+            out.push_str("YYYY-MM-DDTHH:MM:SSZ");
+            i += shape.len();
+        } else {
+            let c = s[i..].chars().next().expect("a char");
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+fn golden(name: &str, actual: &str) {
+    let path: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/policy")
+        .join(name);
+    if std::env::var_os("QM_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("create golden dir");
+        std::fs::write(&path, actual).expect("bless the golden file");
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; create it with QM_BLESS=1 cargo test -p qm-cli --test policy",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual, expected,
+        "{name} changed; if intended, bless it with QM_BLESS=1 cargo test -p qm-cli --test policy"
+    );
+}
+
+#[test]
+fn plan_apply_and_audit_a_cluster_file_through_a_reclaim() {
+    let server = Server::start();
+    server.write("first.yaml", FIRST);
+    server.write("second.yaml", SECOND);
+
+    // An empty server: everything is to be created.
+    let (code, out) = server.qm(&["plan", "-f", "first.yaml"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_empty.txt", &out);
+    let (code, out) = server.qm(&["plan", "-f", "first.yaml", "--output", "json"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_empty.json", &out);
+
+    let (code, out) = server.qm(&["apply", "-f", "first.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    golden("apply_first.txt", &out);
+
+    // Applied: nothing left to do, and applying again changes nothing.
+    let (code, out) = server.qm(&["plan", "-f", "first.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    golden("plan_no_changes.txt", &out);
+    let (code, out) = server.qm(&["apply", "-f", "first.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    golden("apply_no_op.txt", &out);
+
+    // research runs three jobs, one on inference's idle instance; ops waits (its quota is 0).
+    let jobs = [
+        ("r1", server.submit("r1", "research", 5)),
+        ("r2", server.submit("r2", "research", 3)),
+        ("r3", server.submit("r3", "research", 1)),
+        ("o1", server.submit("o1", "ops", 0)),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !jobs[..3]
+        .iter()
+        .all(|(_, id)| server.status(id) == "RUNNING")
+    {
+        assert!(Instant::now() < deadline, "research's jobs did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.status(&jobs[3].1), "RUNNABLE");
+    let named = |s: String| {
+        jobs.iter().fold(s, |s, (name, id)| {
+            s.replace(id.as_str(), &format!("<{name}>"))
+        })
+    };
+
+    // Shrinking research exposes its two lowest-priority jobs; ops' waiting job would take r3's.
+    let (code, out) = server.qm(&["plan", "-f", "second.yaml"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_lower.txt", &named(out));
+    let (code, out) = server.qm(&["plan", "-f", "second.yaml", "--output", "json"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_lower.json", &named(out));
+
+    let (code, out) = server.qm(&["apply", "-f", "second.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    golden("apply_second.txt", &named(out));
+    let (code, out) = server.qm(&["plan", "-f", "second.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    let shares = server.call("listquotashares", json!({"jobQueue": "training"}));
+    let names: Vec<&str> = shares["quotaShares"]
+        .as_array()
+        .expect("shares")
+        .iter()
+        .filter_map(|s| s["quotaShareName"].as_str())
+        .collect();
+    assert!(!names.contains(&"old"), "old was not deleted: {names:?}");
+
+    // The audit log has both applies (not the no-op), oldest first.
+    let (code, out) = server.qm(&["audit"]);
+    assert_eq!(code, 0, "{out}");
+    golden("audit.txt", &without_times(&out));
+    let (code, out) = server.qm(&["audit", "--output", "json"]);
+    assert_eq!(code, 0, "{out}");
+    let mut log: Value = serde_json::from_str(&out).expect("JSON");
+    let entries = log["entries"].as_array_mut().expect("entries");
+    assert_eq!(entries.len(), 2, "{out}");
+    assert!(entries[0]["at"].as_i64() <= entries[1]["at"].as_i64());
+    for e in entries.iter_mut() {
+        e["at"] = json!("<TIME>");
+    }
+    golden(
+        "audit.json",
+        &named(serde_json::to_string_pretty(&log).expect("JSON")),
+    );
+}
+
+#[test]
+fn a_cluster_file_without_a_job_queue_is_refused_with_what_to_add() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("c.yaml");
+    std::fs::write(
+        &file,
+        "environment: {gpu: 1}\nshares: [{name: a, limits: {gpu: 1}, strategy: LEND}]\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_qm"))
+        .arg("plan")
+        .arg("-f")
+        .arg(&file)
+        .args(["--endpoint", "http://127.0.0.1:9"])
+        .output()
+        .expect("run qm");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("job_queue"), "{err}");
+}
+
+#[test]
+fn an_unreachable_server_is_an_error_that_says_what_to_do() {
+    let out = Command::new(env!("CARGO_BIN_EXE_qm"))
+        .args(["audit", "--endpoint", "http://127.0.0.1:9"])
+        .output()
+        .expect("run qm");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the server"), "{err}");
+}

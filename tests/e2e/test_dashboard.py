@@ -1,0 +1,209 @@
+"""The web dashboard (`qm serve` at `/`), driven by headless Chromium against the real server.
+
+The AWS demo's queue is brought to a state with something to see in every panel: QS1 borrows
+QS2's idle instance, QS2 reclaims it (a preemption), QS2's job goes away and QS1 borrows again,
+and a third QS1 job waits with NOTHING_TO_BORROW. Chromium loads the page, lets its scripts
+run, and dumps the DOM, which the test reads through the page's `data-testid` attributes. A
+screenshot of each page is kept under `target/e2e-artifacts/` for people to look at.
+
+Needs Debian's `chromium` (or `$CHROMIUM`): without it the test is skipped, unless
+`QM_REQUIRE_CHROMIUM` is set (CI), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from html.parser import HTMLParser
+
+import pytest
+
+from qm_e2e import REPO, demo_setup, wait_for, wait_preempted, wait_status
+
+ARTIFACTS = REPO / "target" / "e2e-artifacts"
+# Virtual time Chromium gives the page before dumping: the first refresh needs well under a
+# second; a few more show that the page keeps refreshing without breaking.
+BUDGET_MS = 8000
+
+
+def chromium() -> str:
+    path = os.environ.get("CHROMIUM") or shutil.which("chromium")
+    if path:
+        return path
+    message = ("headless Chromium is needed for the dashboard test: `apt-get install -y chromium` "
+               "(or set CHROMIUM=/path/to/chromium)")
+    if os.environ.get("QM_REQUIRE_CHROMIUM"):
+        pytest.fail(f"QM_REQUIRE_CHROMIUM is set but {message}")
+    pytest.skip(f"chromium not installed; {message}")
+
+
+def browse(browser: str, url: str, profile, *, screenshot=None) -> str:
+    """Load `url` in headless Chromium and return the DOM after the scripts ran (or, with
+    `screenshot`, write a 1280-px-wide screenshot instead)."""
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
+           f"--virtual-time-budget={BUDGET_MS}"]
+    if screenshot:
+        cmd += [f"--screenshot={screenshot}", "--window-size=1280,1600"]
+    else:
+        cmd += ["--dump-dom"]
+    r = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"chromium failed on {url} (exit {r.returncode}):\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+# -- reading the DOM ----------------------------------------------------------------------
+
+
+class Node:
+    def __init__(self, tag: str, attrs: dict):
+        self.tag, self.attrs, self.children = tag, attrs, []
+
+    def text(self) -> str:
+        return " ".join("".join(c if isinstance(c, str) else " " + c.text() + " "
+                                for c in self.children).split())
+
+    def all(self, testid: str | None = None, **attrs) -> list["Node"]:
+        out = []
+        for c in self.children:
+            if isinstance(c, Node):
+                if ((testid is None or c.attrs.get("data-testid") == testid)
+                        and all(c.attrs.get(k.replace("_", "-")) == v for k, v in attrs.items())):
+                    out.append(c)
+                out.extend(c.all(testid, **attrs))
+        return out
+
+    def one(self, testid: str, **attrs) -> "Node":
+        found = self.all(testid, **attrs)
+        assert len(found) == 1, f"expected one [data-testid={testid}] {attrs}, found {len(found)}"
+        return found[0]
+
+
+class Tree(HTMLParser):
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+            "track", "wbr"}
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, {k: (v if v is not None else "") for k, v in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in self.VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag, attrs):
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag):
+        for i in range(len(self.stack) - 1, 0, -1):
+            if self.stack[i].tag == tag:
+                del self.stack[i:]
+                return
+
+    def handle_data(self, data):
+        self.stack[-1].children.append(data)
+
+
+def page(browser, url, profile) -> Node:
+    return Tree(browse(browser, url, profile)).root
+
+
+def share_numbers(dom: Node, share: str) -> dict:
+    row = dom.one("share-row", data_share=share)
+    return {k: row.one(f"share-{k}").text() for k in ("entitled", "own", "borrowed", "lent", "runnable")}
+
+
+# -- the test -----------------------------------------------------------------------------
+
+
+def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_timeline(
+        server, batch, jobs, tmp_path):
+    browser = chromium()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    q = demo_setup(batch, "dash")
+
+    # QS1: high on its own instance, med borrowing QS2's, low waiting (QS3 is RESERVE).
+    high = jobs.sleeper(q, "QS1", "qs1_job_high", priority=3)
+    med = jobs.sleeper(q, "QS1", "qs1_job_med", priority=2)
+    low = jobs.sleeper(q, "QS1", "qs1_job_low", priority=1)
+    wait_status(batch, high, "RUNNING")
+    wait_status(batch, med, "RUNNING")
+    jobs.wait_started("qs1_job_med")
+    # QS2 reclaims its instance from med...
+    qs2 = jobs.sleeper(q, "QS2", "qs2_job_1", priority=1)
+    wait_preempted(batch, med)
+    wait_status(batch, qs2, "RUNNING")
+    wait_for(lambda: "stoppedAt" in batch.describe_service_job(jobId=med)
+             ["preemptionSummary"]["recentPreemptedAttempts"][0],
+             what="med's preempted attempt to stop")
+    # ...and gives it back: med borrows again, low keeps waiting.
+    # Markup in a reason must come out as text.
+    batch.terminate_service_job(jobId=qs2, reason="<i>done</i> & gone")
+    wait_status(batch, qs2, "FAILED")
+    wait_status(batch, med, "RUNNING")
+    wait_status(batch, low, "RUNNABLE", reason_prefix="NOTHING_TO_BORROW")
+
+    def usage_settled():
+        with urllib.request.urlopen(server.url + "/qm/v1/usage", timeout=5) as r:
+            queues = json.load(r)["queues"]
+        shares = {s["quotaShareName"]: s for s in next(x for x in queues if x["jobQueue"] == q.name)["shares"]}
+        return shares if shares["QS1"]["borrowed"] == 1 and shares["QS2"]["stopping"] == 0 else None
+
+    wait_for(usage_settled, what="QS1 to borrow QS2's instance again")
+
+    # The queue page.
+    url = f"{server.url}/#/queue/{q.name}"
+    shot = ARTIFACTS / "dashboard.png"
+    browse(browser, url, tmp_path / "profile-shot", screenshot=shot)
+    print(f"\n[e2e] dashboard screenshot: {shot}")
+    dump = browse(browser, url, tmp_path / "profile")
+    (ARTIFACTS / "dashboard.html").write_text(dump)
+    dom = Tree(dump).root
+
+    assert dom.one("error").attrs.get("hidden") is not None, dom.one("error").text()
+    assert dom.one("last-refresh").text().startswith("Updated"), dom.one("last-refresh").text()
+    assert dom.one("queue-select").all(None, value=q.name), "the queue is not in the selector"
+    assert share_numbers(dom, "QS1") == {"entitled": "1", "own": "1", "borrowed": "1", "lent": "0", "runnable": "1"}
+    assert share_numbers(dom, "QS2") == {"entitled": "1", "own": "0", "borrowed": "0", "lent": "1", "runnable": "0"}
+    assert share_numbers(dom, "QS3") == {"entitled": "1", "own": "0", "borrowed": "0", "lent": "0", "runnable": "0"}
+    assert "is-borrowing" in dom.one("share-row", data_share="QS1").attrs["class"]
+    assert "is-lending" in dom.one("share-row", data_share="QS2").attrs["class"]
+
+    # The waiting job: at the head of QS1 and in the jobs table, with its reason code.
+    head = dom.one("share-heads").one("snapshot-row")
+    assert head.attrs["data-job-id"] == low
+    assert head.one("reason-code").text() == "NOTHING_TO_BORROW"
+    rows = {r.attrs["data-job-id"]: r for r in dom.one("jobs-table").all("job-row")}
+    assert set(rows) == {high, med, low, qs2}
+    assert rows[low].attrs["data-status"] == "RUNNABLE"
+    assert rows[low].one("reason-code").text() == "NOTHING_TO_BORROW"
+    assert [c.text() for c in rows[low].all(None) if c.tag == "td"][:4] == ["qs1_job_low", "QS1", "1", "RUNNABLE"]
+    assert rows[qs2].attrs["data-status"] == "FAILED"
+    reason = rows[qs2].one("reason")
+    assert "<i>done</i> & gone" in reason.text() and not [n for n in reason.all(None) if n.tag == "i"]
+    assert rows[med].one("job-link").attrs["href"] == f"#/job/{med}"
+
+    # The job page of the preempted job: one preempted attempt, then the one running now.
+    url = f"{server.url}/#/job/{med}"
+    shot = ARTIFACTS / "dashboard-job.png"
+    browse(browser, url, tmp_path / "profile-shot", screenshot=shot)
+    print(f"[e2e] job page screenshot: {shot}")
+    dump = browse(browser, url, tmp_path / "profile")
+    (ARTIFACTS / "dashboard-job.html").write_text(dump)
+    dom = Tree(dump).root
+    assert dom.one("view-job").attrs.get("hidden") is None
+    assert "qs1_job_med" in dom.one("job-title").text()
+    bars = dom.one("timeline").all("attempt-bar")
+    assert [b.attrs["data-preempted"] for b in bars] == ["true", "false"]
+    assert "Preempted: capacity reclaimed by quota share QS2" in bars[0].text()
+    attempts = dom.one("attempts-table").all("attempt-row")
+    assert [a.attrs["data-preempted"] for a in attempts] == ["true", "false"]
+    assert "Preempted: capacity reclaimed by quota share QS2" in attempts[0].one("reason").text()
