@@ -1,8 +1,10 @@
-//! The HTTP client: AWS Batch operations as `POST /v1/<operation>` with the `qm-api` wire
-//! types, plus the Quartermaster endpoints `GET /qm/v1/usage` and `GET /qm/v1/jobs/{id}/logs`.
+//! The one HTTP client of `qm`: AWS Batch operations as `POST /v1/<operation>` (typed with the
+//! `qm-api` wire types, or as plain JSON for the policy commands), plus the Quartermaster
+//! endpoints under `/qm/v1` (usage, logs, the audit log).
 //!
-//! Every failure becomes a [`ClientError`]: the server's own message for an API error, and a
-//! hint to start the server when nothing listens at the endpoint.
+//! This is the only place that builds the HTTP agent and reads answers. Every failure becomes a
+//! [`ClientError`]: the server's own message for an AWS-shaped API error, and a hint to start the
+//! server when nothing listens at the endpoint.
 
 use std::time::Duration;
 
@@ -254,7 +256,43 @@ impl Client {
         operation: &str,
         request: &Req,
     ) -> Result<Resp, ClientError> {
-        let url = format!("{}/v1/{}", self.endpoint, operation.to_ascii_lowercase());
+        self.post(&format!("/v1/{}", operation.to_ascii_lowercase()), request)
+    }
+
+    /// [`Client::call`] with untyped JSON, for callers that read answers field by field.
+    pub fn call_json(
+        &self,
+        operation: &str,
+        request: &serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.call(operation, request)
+    }
+
+    /// `GET` a Quartermaster endpoint (`/qm/v1/...`) and read its JSON answer.
+    pub fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        let answer = self.get(path)?;
+        decode(&self.url(path), &answer)
+    }
+
+    /// `POST` JSON to a Quartermaster endpoint (`/qm/v1/...`) and read its JSON answer.
+    pub fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        self.post(path, body)
+    }
+
+    fn url(&self, path_and_query: &str) -> String {
+        format!("{}{}", self.endpoint, path_and_query)
+    }
+
+    fn post<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        request: &Req,
+    ) -> Result<Resp, ClientError> {
+        let url = self.url(path);
         let body = serde_json::to_vec(request).map_err(|e| ClientError::Protocol {
             url: url.clone(),
             detail: format!("cannot encode the request: {e}"),
@@ -265,19 +303,11 @@ impl Client {
             .header("content-type", "application/json")
             .send(&body[..]);
         let answer = self.finish(&url, result)?;
-        let body = if answer.body.is_empty() {
-            &b"{}"[..]
-        } else {
-            &answer.body[..]
-        };
-        serde_json::from_slice(body).map_err(|e| ClientError::Protocol {
-            url,
-            detail: format!("invalid JSON: {e}"),
-        })
+        decode(&url, &answer)
     }
 
     fn get(&self, path_and_query: &str) -> Result<Answer, ClientError> {
-        let url = format!("{}{}", self.endpoint, path_and_query);
+        let url = self.url(path_and_query);
         let result = self.agent.get(&url).call();
         self.finish(&url, result)
     }
@@ -428,11 +458,9 @@ impl Client {
 
     /// Capacity per queue, share and instance type.
     pub fn usage(&self) -> Result<Usage, ClientError> {
-        let answer = self.get("/qm/v1/usage")?;
-        serde_json::from_slice(&answer.body).map_err(|e| ClientError::Protocol {
-            url: format!("{}/qm/v1/usage", self.endpoint),
-            detail: format!("invalid JSON: {e}"),
-        })
+        let path = "/qm/v1/usage";
+        let answer = self.get(path)?;
+        decode(&self.url(path), &answer)
     }
 
     /// The log of an attempt (`None`: the latest) from byte `offset`.
@@ -458,7 +486,7 @@ impl Client {
                 .map(String::from)
         };
         let protocol = |detail: String| ClientError::Protocol {
-            url: format!("{}{path}", self.endpoint),
+            url: self.url(&path),
             detail,
         };
         let attempt = header("x-qm-attempt")
@@ -478,6 +506,20 @@ impl Client {
             finished,
         })
     }
+}
+
+/// A successful answer's JSON body; an empty body reads as `{}` (some operations answer
+/// nothing).
+fn decode<Resp: DeserializeOwned>(url: &str, answer: &Answer) -> Result<Resp, ClientError> {
+    let body = if answer.body.is_empty() {
+        &b"{}"[..]
+    } else {
+        &answer.body[..]
+    };
+    serde_json::from_slice(body).map_err(|e| ClientError::Protocol {
+        url: url.to_string(),
+        detail: format!("invalid JSON: {e}"),
+    })
 }
 
 /// Percent-encodes everything but unreserved characters (job ids are UUIDs, but a user may

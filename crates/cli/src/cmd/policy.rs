@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use qm_cli::policy::{self, apply, audit, client::Client, live, plan, Desired};
+use qm_cli::client::{http::DEFAULT_ENDPOINT, Client};
+use qm_cli::policy::{apply, audit, live, plan, Desired};
 
 /// How to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -33,7 +34,7 @@ impl Server {
             .endpoint
             .clone()
             .or_else(|| std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty()))
-            .unwrap_or_else(|| policy::client::DEFAULT_ENDPOINT.to_string());
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
         Client::new(&endpoint)
     }
 }

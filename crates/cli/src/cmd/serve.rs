@@ -14,7 +14,7 @@ pub struct Args {
     /// Where state (SQLite), job directories, logs and checkpoints live [default: ./qm-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// TOML config file (region, account_id, [executor], [[executor.pool]], [scheduler]);
+    /// TOML config file (region, account_id, `[executor]`, `[[executor.pool]]`, `[scheduler]`);
     /// flags win over it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,

@@ -6,10 +6,11 @@ use serde_json::{json, Value};
 
 use qm_core::{ShareSpec, Strategy};
 
-use super::client::Client;
+use super::audit::AUDIT_PATH;
 use super::live::Live;
 use super::plan::{Action, Change, Kind, Plan};
-use super::{Desired, Error};
+use super::{call, Desired, Error};
+use crate::client::Client;
 
 fn limits(map: &std::collections::BTreeMap<String, u32>) -> Value {
     Value::Array(
@@ -42,7 +43,8 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
     for c in &plan.changes {
         match (c.kind, c.action) {
             (Kind::SchedulingPolicy, _) => {
-                let r = client.call(
+                let r = call(
+                    client,
                     "createschedulingpolicy",
                     &json!({
                         "name": names.scheduling_policy,
@@ -52,7 +54,8 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                 policy_arn = r.get("arn").and_then(Value::as_str).map(str::to_string);
             }
             (Kind::ServiceEnvironment, Action::Create) => {
-                client.call(
+                call(
+                    client,
                     "createserviceenvironment",
                     &json!({
                         "serviceEnvironmentName": names.service_environment,
@@ -62,7 +65,8 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                 )?;
             }
             (Kind::ServiceEnvironment, _) => {
-                client.call(
+                call(
+                    client,
                     "updateserviceenvironment",
                     &json!({
                         "serviceEnvironment": names.service_environment,
@@ -78,7 +82,8 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                 })?;
                 let order = json!([{"order": 1, "serviceEnvironment": names.service_environment}]);
                 if action == Action::Create {
-                    client.call(
+                    call(
+                        client,
                         "createjobqueue",
                         &json!({
                             "jobQueueName": names.job_queue,
@@ -89,7 +94,8 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                         }),
                     )?;
                 } else {
-                    client.call(
+                    call(
+                        client,
                         "updatejobqueue",
                         &json!({
                             "jobQueue": names.job_queue,
@@ -125,7 +131,8 @@ fn share(
     let spec = || desired.shares.iter().find(|s| s.name == c.name);
     match (action, spec()) {
         (Action::Create, Some(s)) => {
-            client.call(
+            call(
+                client,
                 "createquotashare",
                 &json!({
                     "quotaShareName": s.name,
@@ -138,7 +145,8 @@ fn share(
             )?;
         }
         (Action::Update, Some(s)) => {
-            client.call(
+            call(
+                client,
                 "updatequotashare",
                 &json!({
                     "quotaShareArn": arn()?,
@@ -152,12 +160,13 @@ fn share(
         _ => {
             let arn = arn()?;
             if live.shares.get(&c.name).is_some_and(|l| l.spec.enabled) {
-                client.call(
+                call(
+                    client,
                     "updatequotashare",
                     &json!({"quotaShareArn": arn, "state": "DISABLED"}),
                 )?;
             }
-            client.call("deletequotashare", &json!({"quotaShareArn": arn}))?;
+            call(client, "deletequotashare", &json!({"quotaShareArn": arn}))?;
         }
     }
     Ok(())
@@ -184,10 +193,14 @@ pub fn actor() -> String {
 
 /// Records an applied plan in the server's audit log.
 pub fn record(client: &Client, actor: &str, plan: &Plan, text: &str) -> Result<(), Error> {
-    client.post_audit(&json!({
+    let entry = json!({
         "actor": actor,
         "action": "apply",
         "summary": plan.summary(),
         "details": text,
-    }))
+    });
+    client
+        .post_json(AUDIT_PATH, &entry)
+        .map(|_| ())
+        .map_err(|e| Error::request("audit", e))
 }

@@ -4,8 +4,11 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::client::Client;
 use super::Error;
+use crate::client::Client;
+
+/// Where the server keeps the log: `GET` reads it, `POST` appends an entry.
+pub const AUDIT_PATH: &str = "/qm/v1/audit";
 
 /// One entry, oldest first in the log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +33,9 @@ struct Page {
 
 /// Reads the log.
 pub fn read(client: &Client) -> Result<Vec<Entry>, Error> {
-    let v = client.get_audit()?;
+    let v = client
+        .get_json(AUDIT_PATH)
+        .map_err(|e| Error::request("audit", e))?;
     serde_json::from_value::<Page>(v)
         .map(|p| p.entries)
         .map_err(|e| Error::Shape {

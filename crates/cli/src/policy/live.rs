@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use qm_core::{ShareSpec, Strategy};
 use serde_json::{json, Value};
 
-use super::client::Client;
-use super::{Error, Names};
+use super::{call, Error, Names};
+use crate::client::Client;
 
 /// Most jobs read per status (RUNNING, SCHEDULED, RUNNABLE); a plan over more says so.
 pub const MAX_JOBS_PER_STATUS: usize = 5_000;
@@ -122,7 +122,8 @@ pub fn read(client: &Client, names: &Names) -> Result<Live, Error> {
     let mut live = Live::default();
 
     let op = "describeserviceenvironments";
-    let envs = client.call(
+    let envs = call(
+        client,
         op,
         &json!({"serviceEnvironments": [names.service_environment]}),
     )?;
@@ -141,7 +142,7 @@ pub fn read(client: &Client, names: &Names) -> Result<Live, Error> {
     live.policy_arn = find_policy(client, &names.scheduling_policy)?;
 
     let op = "describejobqueues";
-    let queues = client.call(op, &json!({"jobQueues": [names.job_queue]}))?;
+    let queues = call(client, op, &json!({"jobQueues": [names.job_queue]}))?;
     live.queue = queues
         .get("jobQueues")
         .and_then(Value::as_array)
@@ -188,7 +189,7 @@ fn find_policy(client: &Client, name: &str) -> Result<Option<String>, Error> {
         if let Some(t) = &token {
             body["nextToken"] = json!(t);
         }
-        let page = client.call(op, &body)?;
+        let page = call(client, op, &body)?;
         for p in page
             .get("schedulingPolicies")
             .and_then(Value::as_array)
@@ -227,7 +228,7 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
         if let Some(t) = &token {
             body["nextToken"] = json!(t);
         }
-        let page = client.call(op, &body)?;
+        let page = call(client, op, &body)?;
         for s in page
             .get("quotaShares")
             .and_then(Value::as_array)
@@ -289,7 +290,7 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
             if let Some(t) = &token {
                 body["nextToken"] = json!(t);
             }
-            let page = client.call(op, &body)?;
+            let page = call(client, op, &body)?;
             for j in page
                 .get("jobSummaryList")
                 .and_then(Value::as_array)
@@ -332,7 +333,7 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
     }
     // Summaries carry no priority; DescribeServiceJob does.
     for job in &mut jobs {
-        let d = client.call("describeservicejob", &json!({"jobId": job.id}))?;
+        let d = call(client, "describeservicejob", &json!({"jobId": job.id}))?;
         job.priority = d
             .get("schedulingPriority")
             .and_then(Value::as_i64)

@@ -4,8 +4,8 @@
 //! `service_environment`, `scheduling_policy` and `job_queue` names) declares what the server
 //! should hold. The work is split so that only the edges do IO:
 //!
-//! - [`client`]: the server's HTTP API (AWS Batch REST-JSON and the `/qm/v1/audit` log), with
-//!   errors mapped in one place;
+//! - the server is reached through the one HTTP client, [`crate::client::Client`] (AWS Batch
+//!   REST-JSON and the `/qm/v1/audit` log); [`call`] names the operation in its errors;
 //! - [`live`]: reads what the server holds (environment, policy, queue, shares, jobs) into plain
 //!   values;
 //! - [`plan`]: the pure part — the diff between the file and the server, and what each change
@@ -16,7 +16,6 @@
 
 pub mod apply;
 pub mod audit;
-pub mod client;
 pub mod live;
 pub mod plan;
 
@@ -24,7 +23,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use qm_core::ShareSpec;
+use serde_json::Value;
 
+use crate::client::{Client, ClientError};
 use crate::cluster::ClusterFile;
 
 /// What can go wrong in a policy command.
@@ -41,23 +42,13 @@ pub enum Error {
         /// What to add.
         message: String,
     },
-    /// The server could not be reached or answered something that is not the API.
-    #[error("{endpoint}: {message}")]
-    Transport {
-        /// The server's base URL.
-        endpoint: String,
-        /// What went wrong.
-        message: String,
-    },
-    /// The server refused a request.
-    #[error("the server refused {operation}: {message}")]
-    Api {
-        /// The operation, as in the URL.
+    /// A request to the server failed: not reachable, refused, or not the API.
+    #[error("{}", describe_request_error(operation, error))]
+    Request {
+        /// The operation (as in the URL) or endpoint (`audit`) asked.
         operation: String,
-        /// The AWS error type (`ClientException`, ...).
-        kind: String,
-        /// The server's message.
-        message: String,
+        /// What the client saw.
+        error: ClientError,
     },
     /// The server answered a shape this client does not understand.
     #[error("unexpected answer to {operation}: {message}")]
@@ -67,6 +58,38 @@ pub enum Error {
         /// What is missing or malformed.
         message: String,
     },
+}
+
+impl Error {
+    /// A failed request to `operation`.
+    pub fn request(operation: &str, error: ClientError) -> Error {
+        Error::Request {
+            operation: operation.to_string(),
+            error,
+        }
+    }
+}
+
+/// The policy commands' wording of a failed request: which operation was refused, and what to do
+/// when no server listens. (The client's messages are for one-shot commands; here the operation
+/// is worth naming, since plan and apply make many calls.)
+fn describe_request_error(operation: &str, error: &ClientError) -> String {
+    match error {
+        ClientError::Server { message, .. } => {
+            format!("the server refused {operation}: {message}")
+        }
+        ClientError::NotRunning { endpoint } => format!(
+            "{endpoint}: cannot reach the server; start it with `qm serve` or pass --endpoint"
+        ),
+        other => format!("{operation}: {other}"),
+    }
+}
+
+/// Calls the AWS Batch `operation` (lower case, as in the URL) with a JSON body.
+pub fn call(client: &Client, operation: &str, body: &Value) -> Result<Value, Error> {
+    client
+        .call_json(operation, body)
+        .map_err(|e| Error::request(operation, e))
 }
 
 /// The names of the server resources a cluster file manages.
