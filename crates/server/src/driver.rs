@@ -4,7 +4,7 @@
 //! makes durability cheap: one fsync covers every request that arrived while the last one ran.
 //!
 //! Recovery is the same code: [`recover`] replays the log through [`State`], checks that the
-//! core took the same decisions it logged, and [`reconcile`] deals with the attempts that were
+//! core took the same decisions it logged, and [`Driver::reconcile`] deals with the attempts that were
 //! running when the previous server died.
 
 use std::collections::HashMap;
