@@ -42,7 +42,34 @@ enum Command {
     Policy(cmd::policy::Command),
 }
 
+/// An error and its causes, each cause only once: many of our messages already include their
+/// cause, and repeating it (as `{:#}` would) makes them harder to read.
+pub(crate) fn describe(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
+}
+
 fn main() -> ExitCode {
+    // `qm ... | head` closes the pipe early: end quietly, as other command-line tools do,
+    // instead of panicking in println!.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let broken_pipe = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|m| m.contains("Broken pipe"));
+        if broken_pipe {
+            std::process::exit(141);
+        }
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check(args) => cmd::check::run(args),
@@ -55,7 +82,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(&e));
             ExitCode::from(2)
         }
     }

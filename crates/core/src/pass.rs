@@ -361,17 +361,23 @@ impl Scheduler {
 
     fn schedule_unit(&mut self, now: Millis, q: QueueIx, u: UnitIx, fx: &mut Vec<Effect>) {
         let nshares = self.queues[q.0 as usize].shares.len();
-        let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) else {
+        if !self.queues[q.0 as usize].units.contains_key(&u) {
             return;
-        };
+        }
+        // The view is built while the last pass's holds are still known: a share closed
+        // behind its own aged head reserves nothing (see `fill_view`).
+        let mut view = self.scratch.take().unwrap_or_default();
+        self.fill_view(q, u, &mut view);
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("checked above");
         ul.barrier = None;
         for lane in &mut ul.lanes {
             lane.held_for = None;
         }
         let mut bounds = vec![Bound::OPEN; nshares];
         let mut barriers: Vec<Barrier> = Vec::new();
-        let mut view = self.scratch.take().unwrap_or_default();
-        self.fill_view(q, u, &mut view);
         let mut nominees = Vec::new();
         loop {
             self.nominate(now, q, u, &bounds, &view, &mut nominees);
@@ -489,6 +495,13 @@ impl Scheduler {
                                 });
                             }
                             self.hold(q, u, n.share, id, Hold::Starvation);
+                            if view.reserve[n.share] > 0 {
+                                // The share is now closed behind its aged head: its idle
+                                // entitlement is no longer reserved (see `fill_view`), and
+                                // borrowers decided against the reservation get another look.
+                                view.reserve[n.share] = 0;
+                                self.dirty.insert((q, u));
+                            }
                         } else {
                             b.lower(&n);
                         }
@@ -527,6 +540,13 @@ impl Scheduler {
         for r in lapsed {
             self.clear_reclaiming(r);
         }
+    }
+
+    /// Whether the last pass closed share `s` behind its own head past the starvation guard
+    /// (not merely held it behind another share's older job).
+    fn closed_behind_own_aged_head(&self, lane: &Lane, s: usize) -> bool {
+        matches!(lane.held_for, Some((head, Hold::Starvation))
+            if self.jobs.get(&head).is_some_and(|j| usize::from(j.share.0) == s))
     }
 
     /// Whether the job has waited past the starvation guard.
@@ -720,7 +740,15 @@ impl Scheduler {
                     .sum()
             }));
             view.reserve.push(lane.map_or(0, |l| {
-                pending_own_demand(l, entitlement, share.in_share_preemption())
+                if self.closed_behind_own_aged_head(l, i) {
+                    // Its smaller jobs cannot start past that head, so keeping its idle
+                    // entitlement for them would only block borrowers — and two such
+                    // shares, each head needing the other's idle capacity, would block each
+                    // other for good. The guard's barrier protects the aged head instead.
+                    0
+                } else {
+                    pending_own_demand(l, entitlement, share.in_share_preemption())
+                }
             }));
         }
         let queue_demand: u32 = view.demand.iter().sum();

@@ -925,7 +925,7 @@ fn the_starvation_guard_holds_an_oversubscribed_environment_for_an_old_owner() {
     let mut w = World::with_policy(&[(G5, 2)], policy)
         .share("A", Reserve, &[(G5, 2)])
         .share("B", Reserve, &[(G5, 2)]);
-    w.submit("a-small", "A", 0, 1);
+    w.submit("a-small", "A", 0, 2);
     w.submit("b0", "B", 0, 1);
     w.submit("big", "A", 0, 2);
     w.advance(120);
@@ -1127,6 +1127,24 @@ fn physical_instances_reclaimed_in_one_queue_stay_with_it_while_victims_exit_one
 
 #[test]
 fn a_borrower_kept_from_a_waiting_owner_s_capacity_says_so() {
+    // p fits L's idle entitlement but waits for the environment (C's reserve fills it): L's
+    // idle capacity is kept for p, not lent to b.
+    let mut w = World::new(&[(G5, 6)])
+        .share("L", Lend, &[(G5, 4)])
+        .share("B", LendAndBorrow, &[(G5, 0)])
+        .share("C", Reserve, &[(G5, 4)]);
+    w.submit("l-run", "L", 0, 1);
+    w.submit("c-run", "C", 0, 4);
+    w.submit("p", "L", 0, 2);
+    w.submit("b", "B", 0, 1);
+    assert_eq!(w.reason("p"), "ENVIRONMENT_FULL");
+    assert_eq!(w.reason("b"), "RESERVED_FOR_OTHERS");
+}
+
+#[test]
+fn a_share_closed_behind_its_aged_head_lends_the_idle_capacity_its_small_jobs_cannot_use() {
+    // h (aged, 4) closes L until it fits; p behind it cannot start, so L's idle instance is
+    // not kept for p: b may borrow it (h reclaims it when it can run, as below).
     let mut w = World::with_policy(
         &[(G5, 10)],
         Policy {
@@ -1140,7 +1158,8 @@ fn a_borrower_kept_from_a_waiting_owner_s_capacity_says_so() {
     w.advance(120);
     w.submit("p", "L", 0, 1);
     w.submit("b", "B", 0, 1);
-    assert_eq!(w.reason("b"), "RESERVED_FOR_OTHERS");
+    assert_eq!(w.running(), set(&["b", "l-run"]));
+    assert_eq!(w.reason("p"), "HELD_FOR_OLDER_JOB");
 }
 
 #[test]

@@ -103,8 +103,13 @@ pub fn render_state(state: &State) -> String {
     };
     let mut rows = Vec::new();
     for q in state.queues.values() {
-        for u in state.share_usage(&q.name) {
+        let runnable = state.runnable_counts(&q.name);
+        for mut u in state.share_usage(&q.name) {
             if q.shares.contains_key(&u.share) {
+                u.pending = runnable
+                    .get(&(u.share.clone(), u.instance_type.clone()))
+                    .copied()
+                    .unwrap_or(0) as usize;
                 rows.push((q.name.clone(), u));
             }
         }

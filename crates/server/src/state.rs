@@ -726,6 +726,27 @@ impl State {
         rows
     }
 
+    /// RUNNABLE jobs per (share, instance type) that can fit — those waiting for a stopping
+    /// attempt included (the core's own count leaves them out), misconfigured ones not.
+    pub fn runnable_counts(&self, queue: &str) -> BTreeMap<(String, String), u64> {
+        let mut out = BTreeMap::new();
+        let Some(q) = self.queues.get(queue) else {
+            return out;
+        };
+        for &(_, core) in &q.runnable {
+            let misconfigured = self
+                .core
+                .job(JobId(core))
+                .is_some_and(|j| j.misconfigured.is_some());
+            if !misconfigured {
+                let rec = &self.jobs[&core];
+                *out.entry((rec.share.clone(), rec.payload.instance_type.clone()))
+                    .or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Per queue, share and instance type: entitled, used, own use, borrowed, lent out,
     /// stopping, runnable. "Lent out" splits what others borrow over the lenders in proportion
     /// to their idle entitlement (lending is pooled; no instance belongs to one lender).
@@ -739,6 +760,7 @@ impl State {
                 *borrowed.entry(u.instance_type.as_str()).or_default() += u.borrowed;
                 *lendable.entry(u.instance_type.as_str()).or_default() += u.lendable;
             }
+            let runnable = self.runnable_counts(&q.name);
             let shares: Vec<serde_json::Value> = usage
                 .iter()
                 .filter(|u| q.shares.contains_key(&u.share))
@@ -759,7 +781,10 @@ impl State {
                         "borrowed": u.borrowed,
                         "lentOut": lent,
                         "stopping": u.stopping,
-                        "runnable": u.pending,
+                        "runnable": runnable
+                            .get(&(u.share.clone(), u.instance_type.clone()))
+                            .copied()
+                            .unwrap_or(0),
                     })
                 })
                 .collect();

@@ -84,7 +84,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match run_inner(cmd) {
         Ok(code) => Ok(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::describe(&e));
             Ok(ExitCode::from(1))
         }
     }
@@ -124,16 +124,30 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
                     "apply cancelled: nothing was changed (pass --yes to skip the question)"
                 );
             }
-            apply::apply(&client, &desired, &live, &plan).context("applying the plan")?;
+            let applied = apply::apply(&client, &desired, &live, &plan);
+            // Whatever happened, what changed on the server is audited: a failed apply may
+            // have made some of the changes before the one that was refused.
             let after = plan::diff(&desired, &live::read(&client, &desired.names)?);
-            if !after.is_empty() {
-                anyhow::bail!(
+            let outcome = match (&applied, after.is_empty()) {
+                (Ok(()), true) => None,
+                (Ok(()), false) => Some(format!(
                     "applied, but the server still differs from {source}:\n{}",
                     plan::render(&after, &source)
-                );
+                )),
+                (Err(e), _) => Some(format!("applying the plan failed part way: {e}")),
+            };
+            let details = match &outcome {
+                None => text.clone(),
+                Some(failure) => format!(
+                    "{text}\nFAILED: {failure}\nStill to apply:\n{}",
+                    plan::render(&after, &source)
+                ),
+            };
+            apply::record(&client, &apply::actor(), &plan, &details)
+                .context("recording the apply in the audit log failed")?;
+            if let Some(failure) = outcome {
+                anyhow::bail!("{failure}");
             }
-            apply::record(&client, &apply::actor(), &plan, &text)
-                .context("the changes are applied, but recording them in the audit log failed")?;
             println!("Applied: {}.", plan.summary());
             Ok(ExitCode::SUCCESS)
         }

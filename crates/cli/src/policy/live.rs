@@ -304,6 +304,11 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
                     .and_then(Value::as_array)
                     .and_then(|u| u.first());
                 let Some(usage) = usage else { continue };
+                // A preempted job whose old attempt has not exited yet is RUNNABLE but still
+                // holds its instances until the grace period ends: count it as holding them.
+                let stopping = str_of(j, "statusReason")
+                    .is_some_and(|r| r.starts_with("PREVIOUS_ATTEMPT_STOPPING"));
+                let state = if stopping { JobState::Running } else { state };
                 jobs.push(LiveJob {
                     id: id.to_string(),
                     name: str_of(j, "jobName").unwrap_or_default().to_string(),

@@ -637,7 +637,14 @@ fn claims(
 ) -> Option<Reclaim> {
     let mut accounts: BTreeMap<&str, Account> = after.iter().map(|(p, a)| (p.name, *a)).collect();
     let total: u32 = accounts.values().map(|a| a.usage).sum();
-    let mut free = i64::from(environment) - i64::from(total);
+    // A RESERVE share's idle entitlement is not room for anyone else: the server keeps it
+    // and preempts a borrower instead.
+    let reserved: u32 = accounts
+        .values()
+        .filter(|a| !a.strategy.lends())
+        .map(|a| a.entitlement.saturating_sub(a.usage))
+        .sum();
+    let mut free = i64::from(environment) - i64::from(total) - i64::from(reserved);
     // Borrowed jobs of every share, most likely victims first.
     let mut pool: Vec<&LiveJob> = Vec::new();
     for (name, a) in &accounts {
