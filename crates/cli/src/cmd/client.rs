@@ -292,6 +292,23 @@ fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let statuses = parse_statuses(&args.status)?;
     let client = args.common.client();
     let queue = client.resolve_queue(args.queue.queue.as_deref())?;
+    if let Some(share) = &args.share {
+        // A typo must not look like an empty share.
+        let usage = client.usage()?;
+        let mut names: Vec<&str> = usage
+            .queues
+            .iter()
+            .filter(|q| q.job_queue == queue)
+            .flat_map(|q| q.shares.iter().map(|s| s.quota_share_name.as_str()))
+            .collect();
+        names.dedup();
+        if !names.contains(&share.as_str()) {
+            anyhow::bail!(
+                "job queue '{queue}' has no quota share '{share}'; its shares are: {}",
+                names.join(", ")
+            );
+        }
+    }
     let rows = client.job_rows(&queue, args.share.as_deref(), &statuses)?;
     match args.common.output {
         Output::Table => print!("{}", jobs_table(&rows, now_ms())),
