@@ -637,14 +637,7 @@ fn claims(
 ) -> Option<Reclaim> {
     let mut accounts: BTreeMap<&str, Account> = after.iter().map(|(p, a)| (p.name, *a)).collect();
     let total: u32 = accounts.values().map(|a| a.usage).sum();
-    // A RESERVE share's idle entitlement is not room for anyone else: the server keeps it
-    // and preempts a borrower instead.
-    let reserved: u32 = accounts
-        .values()
-        .filter(|a| !a.strategy.lends())
-        .map(|a| a.entitlement.saturating_sub(a.usage))
-        .sum();
-    let mut free = i64::from(environment) - i64::from(total) - i64::from(reserved);
+    let mut free = i64::from(environment) - i64::from(total);
     // Borrowed jobs of every share, most likely victims first.
     let mut pool: Vec<&LiveJob> = Vec::new();
     for (name, a) in &accounts {
@@ -686,8 +679,16 @@ fn claims(
         if owner.usage + job.count > owner.entitlement {
             continue; // it would borrow: borrowing never preempts
         }
+        // Another RESERVE share's idle entitlement is not room for this job: the server keeps
+        // it for that share and preempts a borrower instead.
+        let reserved_elsewhere: i64 = accounts
+            .iter()
+            .filter(|(name, a)| **name != job.share.as_str() && !a.strategy.lends())
+            .map(|(_, a)| i64::from(a.entitlement.saturating_sub(a.usage)))
+            .sum::<i64>()
+            .min(free.max(0));
         let mut taken = Vec::new();
-        let mut room = free;
+        let mut room = free - reserved_elsewhere;
         let mut rest = Vec::new();
         for v in pool.drain(..) {
             if room < i64::from(job.count) && v.share != job.share {
@@ -716,7 +717,7 @@ fn claims(
             }
             victims.push(JobRef::from(v));
         }
-        free = room - i64::from(job.count);
+        free = room + reserved_elsewhere - i64::from(job.count);
         if let Some(a) = accounts.get_mut(job.share.as_str()) {
             a.usage += job.count;
         }
@@ -981,6 +982,38 @@ mod tests {
         assert_eq!(plan.preempted_at_once.len(), 1, "{plan:?}");
         assert_eq!(names(&plan.preempted_at_once[0].victims), ["a3"]);
         assert_eq!(names(&plan.preempted_at_once[0].claimants), ["b-wait"]);
+    }
+
+    #[test]
+    fn another_reserve_share_s_idle_instance_is_not_room_for_a_claimant() {
+        // The tour after inference took its instance back: research runs on its own two,
+        // inference runs one job and waits with another, prod (RESERVE) is idle. Moving one
+        // instance from research to inference lets the waiting job claim it: prod's idle
+        // instance is not room for it (the server keeps it for prod), so one of research's
+        // jobs — now borrowed — is preempted at once.
+        let before = desired(vec![
+            share("research", 2, Strategy::LendAndBorrow, -1),
+            share("inference", 1, Strategy::Lend, -1),
+            share("prod", 1, Strategy::Reserve, -1),
+        ]);
+        let server = live(
+            &before,
+            &[
+                ("research", "r1", 1, true),
+                ("research", "r2", 2, true),
+                ("inference", "i1", 0, true),
+                ("inference", "i2", 0, false),
+            ],
+        );
+        let after = desired(vec![
+            share("research", 1, Strategy::LendAndBorrow, -1),
+            share("inference", 2, Strategy::Lend, -1),
+            share("prod", 1, Strategy::Reserve, -1),
+        ]);
+        let plan = diff(&after, &server);
+        assert_eq!(plan.preempted_at_once.len(), 1, "{plan:?}");
+        assert_eq!(names(&plan.preempted_at_once[0].claimants), ["i2"]);
+        assert_eq!(names(&plan.preempted_at_once[0].victims), ["r1"]);
     }
 
     #[test]
