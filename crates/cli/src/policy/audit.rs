@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::Error;
 use crate::client::Client;
@@ -10,21 +10,8 @@ use crate::client::Client;
 /// Where the server keeps the log: `GET` reads it, `POST` appends an entry.
 pub const AUDIT_PATH: &str = "/qm/v1/audit";
 
-/// One entry, oldest first in the log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    /// When, epoch milliseconds.
-    pub at: i64,
-    /// Who.
-    pub actor: String,
-    /// What kind of action (`apply`).
-    pub action: String,
-    /// One line.
-    pub summary: String,
-    /// The full text (for an apply, the plan).
-    #[serde(default)]
-    pub details: String,
-}
+/// One entry, oldest first in the log: the server's own type, so the two cannot drift.
+pub use qm_server::command::AuditEntry as Entry;
 
 #[derive(Deserialize)]
 struct Page {
