@@ -1141,10 +1141,9 @@ fn a_borrower_kept_from_a_waiting_owner_s_capacity_says_so() {
     assert_eq!(w.reason("b"), "RESERVED_FOR_OTHERS");
 }
 
-#[test]
-fn a_share_closed_behind_its_aged_head_lends_the_idle_capacity_its_small_jobs_cannot_use() {
-    // h (aged, 4) closes L until it fits; p behind it cannot start, so L's idle instance is
-    // not kept for p: b may borrow it (h reclaims it when it can run, as below).
+/// L (LEND, 4 of 10) runs l-run (3); its head h (priority 5, 4 instances) waits for its own
+/// share and has waited past a one-minute starvation guard; B borrows.
+fn aged_owner_head() -> World {
     let mut w = World::with_policy(
         &[(G5, 10)],
         Policy {
@@ -1156,6 +1155,14 @@ fn a_share_closed_behind_its_aged_head_lends_the_idle_capacity_its_small_jobs_ca
     w.submit("l-run", "L", 0, 3);
     w.submit("h", "L", 5, 4);
     w.advance(120);
+    w
+}
+
+#[test]
+fn a_share_closed_behind_its_aged_head_lends_the_idle_capacity_its_small_jobs_cannot_use() {
+    // h (aged, 4) closes L until it fits; p behind it cannot start, so L's idle instance is
+    // not kept for p: b may borrow it (h reclaims it when it can run, as below).
+    let mut w = aged_owner_head();
     w.submit("p", "L", 0, 1);
     w.submit("b", "B", 0, 1);
     assert_eq!(w.running(), set(&["b", "l-run"]));
@@ -1164,17 +1171,7 @@ fn a_share_closed_behind_its_aged_head_lends_the_idle_capacity_its_small_jobs_ca
 
 #[test]
 fn an_old_owner_waiting_for_its_own_share_does_not_hold_back_borrowers() {
-    let mut w = World::with_policy(
-        &[(G5, 10)],
-        Policy {
-            reserve_after_ms: 60_000,
-        },
-    )
-    .share("L", Lend, &[(G5, 4)])
-    .share("B", LendAndBorrow, &[(G5, 0)]);
-    w.submit("l-run", "L", 0, 3);
-    w.submit("h", "L", 5, 4);
-    w.advance(120);
+    let mut w = aged_owner_head();
     w.submit("b", "B", 0, 1);
     assert_eq!(w.running(), set(&["b", "l-run"]));
     w.finish("l-run");

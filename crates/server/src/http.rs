@@ -121,24 +121,25 @@ fn ok_response(body: Vec<u8>) -> Response {
     r
 }
 
-async fn dispatch(app: &App, request: Request) -> Response {
+/// Hands a request to the driver and waits for its answer (sent once the batch is durable).
+async fn send(app: &App, request: Request) -> Result<Vec<u8>, ApiError> {
     let (tx, rx) = oneshot::channel();
-    if app
-        .requests
+    app.requests
         .send(Envelope { request, reply: tx })
         .await
-        .is_err()
-    {
-        return error_response(&ApiError::server(
-            "the server is shutting down; retry shortly",
-        ));
-    }
-    match rx.await {
-        Ok(Ok(body)) => ok_response(body),
-        Ok(Err(e)) => error_response(&e),
-        Err(_) => error_response(&ApiError::server(
+        .map_err(|_| ApiError::server("the server is shutting down; retry shortly"))?;
+    rx.await.map_err(|_| {
+        ApiError::server(
             "the request was not completed because the server is stopping; retry shortly",
-        )),
+        )
+    })?
+}
+
+/// A request answered in the JSON / AWS-error shape.
+async fn dispatch(app: &App, request: Request) -> Response {
+    match send(app, request).await {
+        Ok(body) => ok_response(body),
+        Err(e) => error_response(&e),
     }
 }
 
@@ -172,22 +173,8 @@ async fn operation(
     response
 }
 
-/// Asks the driver a non-AWS question and returns its JSON (or the AWS-shaped error).
-async fn ask(app: &App, q: Query) -> Result<Vec<u8>, ApiError> {
-    let (tx, rx) = oneshot::channel();
-    app.requests
-        .send(Envelope {
-            request: Request::Query(q),
-            reply: tx,
-        })
-        .await
-        .map_err(|_| ApiError::server("the server is shutting down; retry shortly"))?;
-    rx.await
-        .map_err(|_| ApiError::server("the server is stopping; retry shortly"))?
-}
-
 async fn metrics(AxState(app): AxState<App>) -> Response {
-    match ask(&app, Query::Metrics).await {
+    match send(&app, Request::Query(Query::Metrics)).await {
         Ok(state) => {
             let mut text = String::from_utf8_lossy(&state).into_owned();
             if let Ok(l) = app.latency.lock() {
@@ -205,17 +192,11 @@ async fn metrics(AxState(app): AxState<App>) -> Response {
 }
 
 async fn usage(AxState(app): AxState<App>) -> Response {
-    match ask(&app, Query::Usage).await {
-        Ok(b) => ok_response(b),
-        Err(e) => error_response(&e),
-    }
+    dispatch(&app, Request::Query(Query::Usage)).await
 }
 
 async fn audit_list(AxState(app): AxState<App>) -> Response {
-    match ask(&app, Query::Audit).await {
-        Ok(b) => ok_response(b),
-        Err(e) => error_response(&e),
-    }
+    dispatch(&app, Request::Query(Query::Audit)).await
 }
 
 async fn audit_add(AxState(app): AxState<App>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -254,12 +235,12 @@ async fn logs(
             )))
         }
     };
-    let info = match ask(
+    let info = match send(
         &app,
-        Query::LogInfo {
+        Request::Query(Query::LogInfo {
             job_id: job.clone(),
             attempt: params.attempt,
-        },
+        }),
     )
     .await
     {

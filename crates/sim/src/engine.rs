@@ -152,7 +152,7 @@ struct JobState {
     attempts: u32,
     completed_ms: Option<u64>,
     waiting_since: Option<u64>,
-    lent_clock_at_wait: f64,
+    lent_at_wait: f64,
     queue_delay_ms: u64,
     reclaim_delay_s: f64,
     current: Option<Running>,
@@ -575,7 +575,7 @@ pub fn run_variant(
             attempts: 0,
             completed_ms: None,
             waiting_since: None,
-            lent_clock_at_wait: 0.0,
+            lent_at_wait: 0.0,
             queue_delay_ms: 0,
             reclaim_delay_s: 0.0,
             current: None,
@@ -620,7 +620,7 @@ pub fn run_variant(
                     let st = &mut state[job as usize];
                     st.waiting_since = Some(t);
                     ledger.waiting[st.share][st.unit] += 1;
-                    st.lent_clock_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
+                    st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                     let spec = JobSpec {
                         id: JobId(u64::from(job)),
                         queue: QUEUE.into(),
@@ -714,8 +714,8 @@ pub fn run_variant(
                     if let Some(since) = st.waiting_since.take() {
                         ledger.waiting[st.share][st.unit] -= 1;
                         st.queue_delay_ms += t - since;
-                        st.reclaim_delay_s += ledger.lent[st.share][st.unit].at_least(st.count)
-                            - st.lent_clock_at_wait;
+                        st.reclaim_delay_s +=
+                            ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
                     }
                     let overhead = if st.attempts > 0 { overhead_ms } else { 0 };
                     st.attempts += 1;
@@ -789,7 +789,7 @@ pub fn run_variant(
                         ledger.waiting[st.share][st.unit] += 1;
                     }
                     st.waiting_since = Some(t);
-                    st.lent_clock_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
+                    st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                 }
                 Effect::Finished { job, status, .. } => {
                     let st = &mut state[job.0 as usize];

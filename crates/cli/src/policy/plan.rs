@@ -444,18 +444,22 @@ fn lower(a: Option<u32>, b: Option<u32>) -> bool {
 
 /// The running jobs of `share` on `unit` that make up `amount` instances, most likely picked
 /// first: lowest priority, then newest.
+/// The order in which a share's running jobs are likely preempted: lowest priority first,
+/// then the newest (least work lost), then by id for a stable listing.
+fn victim_order(a: &LiveJob, b: &LiveJob) -> std::cmp::Ordering {
+    a.priority
+        .cmp(&b.priority)
+        .then(b.created_at.cmp(&a.created_at))
+        .then(a.id.cmp(&b.id))
+}
+
 fn likely_victims<'a>(jobs: &'a [LiveJob], share: Option<&str>, unit: &str) -> Vec<&'a LiveJob> {
     let mut v: Vec<&LiveJob> = jobs
         .iter()
         .filter(|j| j.state == JobState::Running && j.unit == unit)
         .filter(|j| share.is_none_or(|s| j.share == s))
         .collect();
-    v.sort_by(|a, b| {
-        a.priority
-            .cmp(&b.priority)
-            .then(b.created_at.cmp(&a.created_at))
-            .then(a.id.cmp(&b.id))
-    });
+    v.sort_by(|a, b| victim_order(a, b));
     v
 }
 
@@ -602,12 +606,7 @@ fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
                         .collect();
                     candidates.extend(mine.into_iter().filter(|j| ids.contains(&j.id)));
                 }
-                candidates.sort_by(|a, b| {
-                    a.priority
-                        .cmp(&b.priority)
-                        .then(b.created_at.cmp(&a.created_at))
-                        .then(a.id.cmp(&b.id))
-                });
+                candidates.sort_by(|a, b| victim_order(a, b));
                 exposures.push(Exposure {
                     unit: unit.to_string(),
                     cause: format!(
@@ -648,12 +647,7 @@ fn claims(
             .collect();
         pool.extend(mine.into_iter().filter(|j| ids.contains(&j.id)));
     }
-    pool.sort_by(|a, b| {
-        a.priority
-            .cmp(&b.priority)
-            .then(b.created_at.cmp(&a.created_at))
-            .then(a.id.cmp(&b.id))
-    });
+    pool.sort_by(|a, b| victim_order(a, b));
     let mut waiting: Vec<&LiveJob> = live
         .jobs
         .iter()
@@ -701,12 +695,7 @@ fn claims(
         if room < i64::from(job.count) {
             // Not enough to reclaim: nothing is preempted for it.
             rest.extend(taken);
-            rest.sort_by(|a, b| {
-                a.priority
-                    .cmp(&b.priority)
-                    .then(b.created_at.cmp(&a.created_at))
-                    .then(a.id.cmp(&b.id))
-            });
+            rest.sort_by(|a, b| victim_order(a, b));
             pool = rest;
             continue;
         }
