@@ -55,8 +55,8 @@ async fn main() {
     }
     let (mut done, mut failed) = (0u64, 0u64);
     while done < total {
-        match rx.recv().await.expect("events") {
-            ExecEvent::Exited { outcome, .. } => {
+        if let ExecEvent::Exited { outcome, .. } = rx.recv().await.expect("events") {
+            {
                 done += 1;
                 if outcome != Outcome::Succeeded {
                     failed += 1;
@@ -69,7 +69,6 @@ async fn main() {
                     next += 1;
                 }
             }
-            ExecEvent::Running { .. } | ExecEvent::Checkpoint { .. } => {}
         }
     }
     let secs = began.elapsed().as_secs_f64();

@@ -58,6 +58,19 @@ pub(crate) fn newest_mtime_ns(dir: &Path) -> Option<u64> {
     newest
 }
 
+/// The newest mtime of each attempt's checkpoint directory that has a file, walked on the
+/// blocking pool since directory walks block.
+pub(crate) async fn scan(targets: Vec<(u64, PathBuf)>) -> Vec<(u64, u64)> {
+    tokio::task::spawn_blocking(move || {
+        targets
+            .into_iter()
+            .filter_map(|(attempt, dir)| Some((attempt, newest_mtime_ns(&dir)?)))
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
 /// What the scanner knows of one running attempt's checkpoints.
 #[derive(Debug, Clone)]
 pub(crate) struct Watched {
@@ -78,17 +91,7 @@ pub(crate) async fn scan_loop(inner: Weak<Inner>, poll: Duration) {
         if targets.is_empty() {
             continue;
         }
-        // Directory walks block; keep them off the runtime's workers.
-        let scanned = tokio::task::spawn_blocking(move || {
-            targets
-                .into_iter()
-                .filter_map(|(attempt, dir)| Some((attempt, newest_mtime_ns(&dir)?)))
-                .collect::<Vec<_>>()
-        })
-        .await;
-        if let Ok(scanned) = scanned {
-            inner.record_checkpoints(&scanned);
-        }
+        inner.record_checkpoints(&scan(targets).await);
     }
 }
 

@@ -54,4 +54,7 @@ pub enum ExecError {
     /// `start` was called outside a tokio runtime.
     #[error("LocalExecutor::start must be called inside a tokio runtime")]
     NoRuntime,
+    /// The Slurm cluster cannot be used as configured.
+    #[error("slurm: {0}")]
+    Slurm(String),
 }

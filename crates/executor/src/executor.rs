@@ -119,6 +119,17 @@ pub enum ExecEvent {
         /// Epoch milliseconds.
         at_ms: u64,
     },
+    /// The attempt was accepted by the cluster and waits to start (Slurm executor only).
+    Starting {
+        /// The attempt.
+        attempt: u64,
+    },
+    /// The instances the executor offers changed (Slurm executor only: nodes went down or
+    /// came back, or jobs of others took or freed nodes).
+    Capacity {
+        /// Instances per instance type.
+        capacity: BTreeMap<String, u32>,
+    },
     /// The newest modification time under the checkpoint directory moved forward.
     Checkpoint {
         /// The attempt.
@@ -178,7 +189,7 @@ pub const OUTCOME_FILE: &str = "outcome.json";
 /// dies before logging the exit finds it there at its next start, so that an attempt that
 /// finished is not run again. Written to a temporary name and renamed, so a reader never sees
 /// half a file; not fsynced, since it only has to survive the server process, not the machine.
-fn record_outcome(path: &Path, outcome: &Outcome) {
+pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
     let result = (|| -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -210,16 +221,9 @@ impl LocalExecutor {
         events: mpsc::UnboundedSender<ExecEvent>,
     ) -> Result<Self, ExecError> {
         let mut cfg = cfg;
-        let jobs = cfg.data_dir.join("jobs");
-        std::fs::create_dir_all(&jobs)
-            .map_err(|source| ExecError::CreateDir { path: jobs, source })?;
         // Absolute from here on: the paths handed to jobs must not depend on their working
         // directory, and the marker that identifies our processes must be one spelling.
-        cfg.data_dir =
-            std::fs::canonicalize(&cfg.data_dir).map_err(|source| ExecError::CreateDir {
-                path: cfg.data_dir.clone(),
-                source,
-            })?;
+        cfg.data_dir = layout::prepare_root(&cfg.data_dir)?;
         let inventory = Inventory::build(&cfg.pools, cfg.gpu_indices.as_deref())?;
         Ok(LocalExecutor {
             inner: Arc::new(Inner {

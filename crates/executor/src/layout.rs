@@ -41,6 +41,17 @@ pub fn log_file_name(stream: LogStream, host: u32) -> String {
     }
 }
 
+/// Creates `root/jobs` and returns `root` made absolute and canonical.
+pub(crate) fn prepare_root(root: &Path) -> Result<PathBuf, crate::ExecError> {
+    let jobs = root.join("jobs");
+    fs::create_dir_all(&jobs)
+        .map_err(|source| crate::ExecError::CreateDir { path: jobs, source })?;
+    fs::canonicalize(root).map_err(|source| crate::ExecError::CreateDir {
+        path: root.to_path_buf(),
+        source,
+    })
+}
+
 /// The per-job directory.
 pub(crate) fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("jobs").join(job_id)

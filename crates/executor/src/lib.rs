@@ -13,6 +13,8 @@
 //! `SM_HP_<NAME>`, `SM_CHECKPOINT_DIR`, `SM_MODEL_DIR`, `SM_OUTPUT_DIR`, `SM_OUTPUT_DATA_DIR`,
 //! `SM_TRAINING_JOB_NAME`, `QM_JOB_ID` and `QM_ATTEMPT`.
 //!
+//! [`slurm`] runs attempts as jobs of a Slurm cluster instead; it reports the same events.
+//!
 //! Modules: `inventory` (instances and GPUs), [`layout`] (directories and log names),
 //! `environment`, `attempt` (one task per attempt: spawn, wait, stop, timeout), `checkpoint`
 //! (one scanner task for all attempts), `group` (process-group signals and stale reaping),
@@ -27,6 +29,7 @@ mod group;
 mod inventory;
 pub mod layout;
 mod outcome;
+pub mod slurm;
 
 pub use error::ExecError;
 pub use executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, OUTCOME_FILE};

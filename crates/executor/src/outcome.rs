@@ -33,6 +33,12 @@ pub enum Outcome {
         /// False only for timeouts, which are not retried.
         retryable: bool,
     },
+    /// The attempt was lost through no fault of the job (a node of a Slurm allocation failed):
+    /// the job goes back to RUNNABLE without using a retry.
+    Lost {
+        /// What happened, shown as the attempt's status reason.
+        reason: String,
+    },
 }
 
 /// `process exited with code <n>` or `process killed by signal <SIGNAME>`, prefixed.

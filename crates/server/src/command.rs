@@ -65,6 +65,11 @@ pub enum Command {
         /// GPU indices handed to it.
         gpus: Vec<u32>,
     },
+    /// The cluster accepted an attempt, which waits to start (Slurm executor).
+    AttemptStarting {
+        /// Core attempt id.
+        attempt: u64,
+    },
     /// The job wrote into its checkpoint directory.
     AttemptCheckpoint {
         /// Core attempt id.

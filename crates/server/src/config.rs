@@ -39,7 +39,7 @@ pub struct FileConfig {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutorSection {
-    /// Only `local` today (Slurm arrives later).
+    /// `local` (default): processes on this machine; `slurm`: jobs of a Slurm cluster.
     pub kind: Option<String>,
     /// SIGTERM, then SIGKILL after this many seconds (SageMaker gives 120).
     pub stop_grace_seconds: Option<f64>,
@@ -49,6 +49,62 @@ pub struct ExecutorSection {
     /// simulated `ml.g5.xlarge`.
     #[serde(default)]
     pub pool: Vec<PoolEntry>,
+    /// `[executor.slurm]`: how to reach the Slurm cluster (kind = "slurm").
+    pub slurm: Option<SlurmSection>,
+}
+
+/// `[executor.slurm]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSection {
+    /// Job directories (scripts, logs, checkpoints) go under `shared_dir/jobs`; every node
+    /// must see it at the same path. Default: the data dir.
+    pub shared_dir: Option<PathBuf>,
+    /// How often `squeue --json` and `sinfo` are read, in seconds (default 1).
+    pub poll_seconds: Option<f64>,
+    /// Where sbatch, squeue, sinfo and scancel are; default: PATH.
+    pub bin_dir: Option<PathBuf>,
+    /// `sbatch --account`.
+    pub account: Option<String>,
+    /// More sbatch arguments for every job, e.g. `["--qos=ml", "--time=7-0"]`.
+    #[serde(default)]
+    pub extra_sbatch_args: Vec<String>,
+    /// The instance types and the nodes that provide them.
+    #[serde(default)]
+    pub instance: Vec<SlurmInstanceEntry>,
+}
+
+/// `[[executor.slurm.instance]]`: one instance of `instance_type` is one node of `partition`
+/// having `feature`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmInstanceEntry {
+    /// SageMaker instance type, e.g. `ml.p4d.24xlarge`.
+    pub instance_type: String,
+    /// Slurm partition.
+    pub partition: Option<String>,
+    /// Node feature (`sbatch --constraint`).
+    pub feature: Option<String>,
+    /// GPUs per node (`--gres=gpu:N`).
+    #[serde(default)]
+    pub gpus_per_instance: u32,
+}
+
+/// The resolved `[executor.slurm]`.
+#[derive(Clone, Debug)]
+pub struct SlurmSettings {
+    /// Shared directory; `None` = the data dir.
+    pub shared_dir: Option<PathBuf>,
+    /// Poll period.
+    pub poll: Duration,
+    /// Slurm commands' directory.
+    pub bin_dir: Option<PathBuf>,
+    /// `--account`.
+    pub account: Option<String>,
+    /// Extra sbatch arguments.
+    pub extra_sbatch_args: Vec<String>,
+    /// Instance types.
+    pub instances: Vec<SlurmInstanceEntry>,
 }
 
 /// `[[executor.pool]]`.
@@ -106,6 +162,8 @@ pub struct Config {
     pub reserve_after: Duration,
     /// Pass period while jobs wait.
     pub tick: Duration,
+    /// `Some` when `executor.kind = "slurm"`.
+    pub slurm: Option<SlurmSettings>,
 }
 
 impl Config {
@@ -153,13 +211,12 @@ impl Config {
                 format!("'{account_id}' is not an account id; use exactly 12 digits"),
             ));
         }
-        if let Some(kind) = &file.executor.kind {
-            if kind != "local" {
-                return Err(bad(
-                    "executor.kind",
-                    format!("'{kind}' is not supported; this version runs attempts with kind = \"local\""),
-                ));
-            }
+        let kind = file.executor.kind.as_deref().unwrap_or("local");
+        if kind != "local" && kind != "slurm" {
+            return Err(bad(
+                "executor.kind",
+                format!("'{kind}' is not supported; use kind = \"local\" (processes on this machine) or \"slurm\""),
+            ));
         }
         let seconds = |key: &str, v: Option<f64>, default: f64| -> Result<Duration, ServerError> {
             let v = v.unwrap_or(default);
@@ -198,6 +255,22 @@ impl Config {
                 ));
             }
         }
+        let slurm = match (kind, &file.executor.slurm) {
+            ("local", None) => None,
+            ("local", Some(_)) => {
+                return Err(bad(
+                    "executor.slurm",
+                    "is set but executor.kind is \"local\"; set kind = \"slurm\" to use the cluster, or remove [executor.slurm]".into(),
+                ))
+            }
+            (_, None) => {
+                return Err(bad(
+                    "executor.slurm",
+                    "is missing; kind = \"slurm\" needs [[executor.slurm.instance]] entries naming the partition or feature of each instance type".into(),
+                ))
+            }
+            (_, Some(section)) => Some(resolve_slurm(section, &file.executor.pool, seconds)?),
+        };
         let data_dir = flags
             .data_dir
             .clone()
@@ -213,8 +286,61 @@ impl Config {
             pool: file.executor.pool.clone(),
             reserve_after: Duration::from_secs(file.scheduler.reserve_after_seconds.unwrap_or(600)),
             tick,
+            slurm,
         })
     }
+}
+
+fn resolve_slurm(
+    section: &SlurmSection,
+    pool: &[PoolEntry],
+    seconds: impl Fn(&str, Option<f64>, f64) -> Result<Duration, ServerError>,
+) -> Result<SlurmSettings, ServerError> {
+    let bad = |key: &str, msg: &str| ServerError::Config(format!("{key}: {msg}"));
+    if !pool.is_empty() {
+        return Err(bad(
+            "executor.pool",
+            "describes local instances, but kind = \"slurm\" takes its nodes from Slurm; use [[executor.slurm.instance]] instead",
+        ));
+    }
+    if section.instance.is_empty() {
+        return Err(bad(
+            "executor.slurm.instance",
+            "is empty; add [[executor.slurm.instance]] with instance_type and a partition and/or feature",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, inst) in section.instance.iter().enumerate() {
+        let key = |k: &str| format!("executor.slurm.instance[{i}].{k}");
+        if inst.instance_type.is_empty() {
+            return Err(bad(
+                &key("instance_type"),
+                "is empty; name a SageMaker instance type, e.g. ml.g5.xlarge",
+            ));
+        }
+        if !seen.insert(inst.instance_type.as_str()) {
+            return Err(bad(
+                &key("instance_type"),
+                "appears twice; give each instance type one entry",
+            ));
+        }
+        if inst.partition.is_none() && inst.feature.is_none() {
+            return Err(bad(
+                &key("partition"),
+                "and feature are both missing; say which nodes provide this type (a partition, a node feature, or both)",
+            ));
+        }
+    }
+    let poll = seconds("executor.slurm.poll_seconds", section.poll_seconds, 1.0)?
+        .max(Duration::from_millis(100));
+    Ok(SlurmSettings {
+        shared_dir: section.shared_dir.clone(),
+        poll,
+        bin_dir: section.bin_dir.clone(),
+        account: section.account.clone(),
+        extra_sbatch_args: section.extra_sbatch_args.clone(),
+        instances: section.instance.clone(),
+    })
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ServerError> {
@@ -270,14 +396,54 @@ gpus_per_instance = 1
     fn bad_values_name_the_key_and_the_fix() {
         let e = parse("account_id = \"12\"").unwrap_err().to_string();
         assert!(e.contains("account_id") && e.contains("12 digits"), "{e}");
+        let e = parse("[executor]\nkind = \"pbs\"").unwrap_err().to_string();
+        assert!(e.contains("executor.kind"), "{e}");
         let e = parse("[executor]\nkind = \"slurm\"")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("executor.kind"), "{e}");
+        assert!(
+            e.contains("executor.slurm") && e.contains("instance"),
+            "{e}"
+        );
+        let e = parse("[executor]\nkind = \"slurm\"\n[[executor.slurm.instance]]\ninstance_type = \"ml.g5.xlarge\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("executor.slurm.instance[0].partition"), "{e}");
+        let e = parse("[executor.slurm]\nshared_dir = \"/x\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kind = \"slurm\""), "{e}");
         let e = parse("[[executor.pool]]\ninstance_type = \"ml.g5.xlarge\"\ncount = 0")
             .unwrap_err()
             .to_string();
         assert!(e.contains("executor.pool[0].count"), "{e}");
+    }
+
+    #[test]
+    fn a_slurm_executor_section_parses() {
+        let c = parse(
+            r#"
+[executor]
+kind = "slurm"
+stop_grace_seconds = 30
+[executor.slurm]
+shared_dir = "/shared/qm"
+poll_seconds = 0.5
+account = "ml"
+extra_sbatch_args = ["--time=7-0"]
+[[executor.slurm.instance]]
+instance_type = "ml.p4d.24xlarge"
+partition = "gpu"
+feature = "a100"
+gpus_per_instance = 8
+"#,
+        )
+        .unwrap();
+        let s = c.slurm.unwrap();
+        assert_eq!(s.poll, Duration::from_millis(500));
+        assert_eq!(s.instances[0].gpus_per_instance, 8);
+        assert_eq!(s.shared_dir.unwrap(), PathBuf::from("/shared/qm"));
+        assert_eq!(c.stop_grace, Duration::from_secs(30));
     }
 
     #[test]

@@ -12,12 +12,14 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qm_api::ApiError;
+use qm_executor::slurm::Adopted;
 use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome};
 use qm_store::{Log, SqliteLog};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::command::{Command, ExitRecord, Query, Request};
 use crate::error::ServerError;
+use crate::exec::Executor;
 use crate::state::{Action, Launch, State};
 
 /// Most requests and reports applied in one batch (one transaction).
@@ -81,7 +83,7 @@ pub struct Driver {
     /// The state.
     pub state: State,
     log: SqliteLog,
-    executor: LocalExecutor,
+    executor: Executor,
     requests: mpsc::Receiver<Envelope>,
     events: mpsc::UnboundedReceiver<ExecEvent>,
     /// To report launch failures as exits, through the same path as real exits.
@@ -105,7 +107,7 @@ impl Driver {
     pub fn new(
         state: State,
         log: SqliteLog,
-        executor: LocalExecutor,
+        executor: Executor,
         requests: mpsc::Receiver<Envelope>,
         events: mpsc::UnboundedReceiver<ExecEvent>,
         events_tx: mpsc::UnboundedSender<ExecEvent>,
@@ -123,23 +125,53 @@ impl Driver {
         }
     }
 
-    /// After a restart: stops what is left of the attempts the log says were running, reports
-    /// them lost (the core puts their jobs back to RUNNABLE without using a retry), and
-    /// publishes the executor's capacity. Commits one batch and starts what it decides.
+    /// After a restart: deals with the attempts the log says were running (the local
+    /// executor stops what is left of them and reports them lost, so the core puts their jobs
+    /// back to RUNNABLE without using a retry; the Slurm executor adopts the jobs Slurm still
+    /// runs), and publishes the executor's capacity. Commits one batch and starts what it
+    /// decides. Returns the number of attempts that were not taken back.
     pub async fn reconcile(&mut self) -> Result<usize, ServerError> {
+        let mut commands = match self.executor.clone() {
+            Executor::Local(local) => self.reconcile_local(&local).await,
+            Executor::Slurm(slurm) => self.reconcile_slurm(&slurm).await?,
+        };
+        let lost = commands.len();
+        let capacity = self.executor.capacity();
+        if capacity != self.state.capacity {
+            commands.push(Command::SetCapacity { capacity });
+        }
+        if commands.is_empty() {
+            return Ok(0);
+        }
+        let now = now_ms();
+        self.state.begin(now);
+        for c in &commands {
+            if let Err(e) = self.state.apply(c) {
+                tracing::warn!(error = %e, "reconciliation step refused");
+            }
+        }
+        let actions = self.state.finish();
+        self.commit(now, &commands)?;
+        self.carry_out(actions);
+        Ok(lost)
+    }
+
+    /// Local attempts cannot outlive their server in a useful way: whatever is left of them
+    /// is stopped, and each is recorded as it ended (its recorded outcome) or as lost.
+    async fn reconcile_local(&mut self, local: &LocalExecutor) -> Vec<Command> {
         let live = self.state.live_attempts();
         // The recorded pids, and every process marked with this data dir: an attempt spawned
         // just before a crash has no recorded pid, but must not run beside its next attempt.
         let mut pids: std::collections::BTreeSet<u32> =
             live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
-        pids.extend(self.executor.orphans());
+        pids.extend(local.orphans());
         let pids: Vec<u32> = pids.into_iter().collect();
         if !pids.is_empty() {
             tracing::info!(
                 groups = pids.len(),
                 "stopping processes left by the previous server"
             );
-            self.executor.reap_stale(&pids).await;
+            local.reap_stale(&pids).await;
         }
         let mut commands = Vec::new();
         let mut finished = 0;
@@ -149,7 +181,7 @@ impl Driver {
             let recorded = self
                 .state
                 .attempt_identity(*attempt)
-                .and_then(|(job, n)| self.executor.recorded_outcome(&job, n));
+                .and_then(|(job, n)| local.recorded_outcome(&job, n));
             let outcome = match recorded {
                 Some(o) => {
                     finished += 1;
@@ -170,24 +202,53 @@ impl Driver {
                 "attempts had ended before the restart; their outcomes are recorded as they were"
             );
         }
-        let capacity = self.executor.capacity();
-        if capacity != self.state.capacity {
-            commands.push(Command::SetCapacity { capacity });
+        commands
+    }
+
+    /// Slurm jobs outlive their server: those still running are adopted, those that ended are
+    /// recorded as they ended, and attempts Slurm does not know are lost (queued again).
+    async fn reconcile_slurm(
+        &mut self,
+        slurm: &qm_executor::slurm::SlurmExecutor,
+    ) -> Result<Vec<Command>, ServerError> {
+        let live = self.state.live_attempts();
+        let specs: Vec<(LaunchSpec, Option<u64>)> = live
+            .iter()
+            .filter_map(|(a, _)| {
+                let (launch, running) = self.state.live_launch(*a)?;
+                Some((launch_spec(launch), running.map(|ms| ms.max(0) as u64)))
+            })
+            .collect();
+        let adopted = slurm
+            .adopt(specs)
+            .await
+            .map_err(|e| ServerError::Executor(e.to_string()))?;
+        let mut commands = Vec::new();
+        let mut kept = 0;
+        for (attempt, what) in adopted {
+            let outcome = match what {
+                Adopted::Running => {
+                    kept += 1;
+                    continue;
+                }
+                Adopted::Ended(o) => exit_record(o),
+                Adopted::Unknown => match self
+                    .state
+                    .attempt_identity(attempt)
+                    .and_then(|(job, n)| slurm.recorded_outcome(&job, n))
+                {
+                    Some(o) => exit_record(o),
+                    None => ExitRecord::Lost {
+                        reason: "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry".into(),
+                    },
+                },
+            };
+            commands.push(Command::AttemptExited { attempt, outcome });
         }
-        if commands.is_empty() {
-            return Ok(0);
+        if kept > 0 {
+            eprintln!("qm: adopted {kept} Slurm job(s) the previous server started");
         }
-        let now = now_ms();
-        self.state.begin(now);
-        for c in &commands {
-            if let Err(e) = self.state.apply(c) {
-                tracing::warn!(error = %e, "reconciliation step refused");
-            }
-        }
-        let actions = self.state.finish();
-        self.commit(now, &commands)?;
-        self.carry_out(actions);
-        Ok(live.len())
+        Ok(commands)
     }
 
     fn commit(&mut self, now: i64, commands: &[Command]) -> Result<(), ServerError> {
@@ -248,6 +309,10 @@ impl Driver {
     /// (the jobs are queued again without using a retry), exactly as after a crash, so that
     /// no pass runs, and no attempt is started, after the server was asked to stop.
     async fn shutdown(&mut self) {
+        let Executor::Local(local) = self.executor.clone() else {
+            // Slurm jobs run on without the server; the next start adopts them.
+            return;
+        };
         let live: Vec<u64> = self
             .state
             .live_attempts()
@@ -281,7 +346,7 @@ impl Driver {
             }
         }
         for (job, n) in identities {
-            self.executor.discard_outcome(&job, n);
+            local.discard_outcome(&job, n);
         }
     }
 
@@ -416,6 +481,8 @@ fn event_command(ev: ExecEvent) -> Command {
             pids,
             gpus,
         },
+        ExecEvent::Starting { attempt } => Command::AttemptStarting { attempt },
+        ExecEvent::Capacity { capacity } => Command::SetCapacity { capacity },
         ExecEvent::Checkpoint { attempt, .. } => Command::AttemptCheckpoint { attempt },
         ExecEvent::Exited {
             attempt, outcome, ..
@@ -430,6 +497,7 @@ fn exit_record(outcome: Outcome) -> ExitRecord {
     match outcome {
         Outcome::Succeeded => ExitRecord::Succeeded,
         Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
+        Outcome::Lost { reason } => ExitRecord::Lost { reason },
     }
 }
 

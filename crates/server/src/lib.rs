@@ -10,6 +10,7 @@
 //!   file per resource family.
 //! - [`command`]: what is logged, and so what a restart replays.
 //! - [`config`]: the TOML file and flags.
+//! - [`exec`]: the executor, local processes or a Slurm cluster.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -18,12 +19,14 @@ pub mod command;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod exec;
 pub mod http;
 pub mod metrics;
 mod ops;
 pub mod state;
 
 use qm_api::Arns;
+use qm_executor::slurm::{SlurmConfig, SlurmExecutor, SlurmInstance};
 use qm_executor::{default_pools, detect_gpus, LocalConfig, LocalExecutor, PoolSpec};
 use qm_store::SqliteLog;
 use tokio::sync::mpsc;
@@ -73,6 +76,106 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         )));
     }
 
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let (executor, instances) = match &config.slurm {
+        None => local_executor(&config, events_tx.clone())?,
+        Some(settings) => {
+            let tag = slurm_tag(&mut log)?;
+            let mut cfg = SlurmConfig::new(
+                settings
+                    .shared_dir
+                    .clone()
+                    .unwrap_or_else(|| config.data_dir.clone()),
+                settings
+                    .instances
+                    .iter()
+                    .map(|i| SlurmInstance {
+                        instance_type: i.instance_type.clone(),
+                        partition: i.partition.clone(),
+                        feature: i.feature.clone(),
+                        gpus_per_instance: i.gpus_per_instance,
+                    })
+                    .collect(),
+                &tag,
+            );
+            cfg.stop_grace = config.stop_grace;
+            cfg.poll = settings.poll;
+            cfg.bin_dir = settings.bin_dir.clone();
+            cfg.account = settings.account.clone();
+            cfg.extra_sbatch_args = settings.extra_sbatch_args.clone();
+            let slurm = SlurmExecutor::new(cfg, events_tx.clone())
+                .map_err(|e| ServerError::Executor(e.to_string()))?;
+            let described = settings
+                .instances
+                .iter()
+                .map(|i| {
+                    let mut at = Vec::new();
+                    if let Some(p) = &i.partition {
+                        at.push(format!("partition {p}"));
+                    }
+                    if let Some(f) = &i.feature {
+                        at.push(format!("feature {f}"));
+                    }
+                    format!(
+                        "{} = Slurm nodes of {} ({} GPU each)",
+                        i.instance_type,
+                        at.join(", "),
+                        i.gpus_per_instance
+                    )
+                })
+                .collect();
+            (exec::Executor::Slurm(slurm), described)
+        }
+    };
+
+    let jobs_root = executor.jobs_root(&config.data_dir);
+    let (req_tx, req_rx) = mpsc::channel(INBOX);
+    let mut driver = driver::Driver::new(
+        state,
+        log,
+        executor,
+        req_rx,
+        events_rx,
+        events_tx,
+        config.tick,
+    );
+    let lost = driver.reconcile().await?;
+    if lost > 0 {
+        eprintln!("qm: {lost} attempt(s) were running when the server last stopped; their jobs are queued again");
+    }
+
+    let addr = listener
+        .local_addr()
+        .map_err(io("reading the listen address".into()))?;
+
+    let handle = tokio::runtime::Handle::current();
+    let driver_thread = std::thread::Builder::new()
+        .name("qm-driver".into())
+        .spawn(move || handle.block_on(driver.run()))
+        .map_err(io("starting the driver thread".into()))?;
+
+    print_banner(&config, addr, &instances);
+    let app = http::App {
+        requests: req_tx,
+        latency: Default::default(),
+        data_dir: jobs_root,
+    };
+    axum::serve(listener, http::router(app))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(io("serving HTTP".into()))?;
+    // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
+    let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
+    eprintln!("qm: stopped");
+    Ok(())
+}
+
+/// The local executor of `config`: its pools (configured, else detected GPUs, else four
+/// simulated instances) and a line per pool for the banner.
+fn local_executor(
+    config: &Config,
+    events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
+) -> Result<(exec::Executor, Vec<String>), ServerError> {
     let mut gpu_indices = None;
     let pools: Vec<PoolSpec> = if config.pool.is_empty() {
         let gpus = detect_gpus();
@@ -100,7 +203,6 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             })
             .collect()
     };
-    let (events_tx, events_rx) = mpsc::unbounded_channel();
     let executor = LocalExecutor::new(
         LocalConfig {
             data_dir: config.data_dir.clone(),
@@ -109,50 +211,32 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             gpu_indices,
             checkpoint_poll: config.checkpoint_poll,
         },
-        events_tx.clone(),
+        events_tx,
     )
     .map_err(|e| ServerError::Executor(e.to_string()))?;
 
-    let (req_tx, req_rx) = mpsc::channel(INBOX);
-    let mut driver = driver::Driver::new(
-        state,
-        log,
-        executor,
-        req_rx,
-        events_rx,
-        events_tx,
-        config.tick,
-    );
-    let lost = driver.reconcile().await?;
-    if lost > 0 {
-        eprintln!("qm: {lost} attempt(s) were running when the server last stopped; their jobs are queued again");
+    let described = pools
+        .iter()
+        .map(|p| {
+            format!(
+                "{} x {} ({} GPU each)",
+                p.count, p.instance_type, p.gpus_per_instance
+            )
+        })
+        .collect();
+    Ok((exec::Executor::Local(executor), described))
+}
+
+/// This server's mark on its Slurm jobs, drawn once per data dir and kept in the store, so
+/// that a restarted server recognises its jobs and leaves other servers' alone.
+fn slurm_tag(log: &mut SqliteLog) -> Result<String, ServerError> {
+    const KEY: &str = "executor.slurm.tag";
+    if let Some(tag) = log.meta(KEY)? {
+        return Ok(tag);
     }
-
-    let addr = listener
-        .local_addr()
-        .map_err(io("reading the listen address".into()))?;
-
-    let handle = tokio::runtime::Handle::current();
-    let driver_thread = std::thread::Builder::new()
-        .name("qm-driver".into())
-        .spawn(move || handle.block_on(driver.run()))
-        .map_err(io("starting the driver thread".into()))?;
-
-    print_banner(&config, addr, &pools);
-    let app = http::App {
-        requests: req_tx,
-        latency: Default::default(),
-        data_dir: std::fs::canonicalize(&config.data_dir)
-            .unwrap_or_else(|_| config.data_dir.clone()),
-    };
-    axum::serve(listener, http::router(app))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(io("serving HTTP".into()))?;
-    // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
-    let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
-    eprintln!("qm: stopped");
-    Ok(())
+    let tag: String = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    log.set_meta(KEY, &tag)?;
+    Ok(tag)
 }
 
 /// Settings that shape the logged state: ARNs are in the logged requests, and the starvation
@@ -221,17 +305,8 @@ async fn shutdown_signal() {
     }
 }
 
-fn print_banner(config: &Config, addr: std::net::SocketAddr, pools: &[PoolSpec]) {
+fn print_banner(config: &Config, addr: std::net::SocketAddr, pool: &[String]) {
     let url = format!("http://{addr}");
-    let pool: Vec<String> = pools
-        .iter()
-        .map(|p| {
-            format!(
-                "{} x {} ({} GPU each)",
-                p.count, p.instance_type, p.gpus_per_instance
-            )
-        })
-        .collect();
     println!(
         "Quartermaster listening on {url}\n\
          data dir: {data}\n\

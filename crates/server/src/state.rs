@@ -142,6 +142,32 @@ pub struct AttemptRec {
     pub preempted: bool,
     /// Process ids reported by the executor.
     pub pids: Vec<u32>,
+    /// The instance type it holds.
+    pub instance_type: String,
+    /// Instances it holds.
+    pub count: u32,
+}
+
+impl JobRec {
+    /// What its live attempt runs: the launch handed to the executor.
+    fn live_launch(&self) -> Option<Launch> {
+        let live = self.live.as_ref()?;
+        Some(Launch {
+            attempt: live.attempt,
+            job_id: self.id.clone(),
+            attempt_number: live.number,
+            job_name: self.request.job_name.clone(),
+            instance_type: live.instance_type.clone(),
+            count: live.count,
+            payload: self.payload.clone(),
+            attempt_duration_seconds: self
+                .request
+                .timeout_config
+                .as_ref()
+                .and_then(|t| t.attempt_duration_seconds)
+                .map(|s| s.max(1) as u64),
+        })
+    }
 }
 
 /// A service job.
@@ -294,6 +320,7 @@ impl State {
                 pids,
                 gpus: _,
             } => self.attempt_running(*attempt, pids),
+            Command::AttemptStarting { attempt } => self.attempt_starting(*attempt),
             Command::AttemptCheckpoint { attempt } => self.attempt_checkpoint(*attempt),
             Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
@@ -378,22 +405,12 @@ impl State {
                         stop_reason: None,
                         preempted: false,
                         pids: Vec::new(),
+                        instance_type: unit.clone(),
+                        count,
                     });
                     rec.scheduled_at = Some(now);
-                    let launch = Launch {
-                        attempt: attempt.0,
-                        job_id: rec.id.clone(),
-                        attempt_number: rec.attempt_counter,
-                        job_name: rec.request.job_name.clone(),
-                        instance_type: unit,
-                        count,
-                        payload: rec.payload.clone(),
-                        attempt_duration_seconds: rec
-                            .request
-                            .timeout_config
-                            .as_ref()
-                            .and_then(|t| t.attempt_duration_seconds)
-                            .map(|s| s.max(1) as u64),
+                    let Some(launch) = rec.live_launch() else {
+                        continue;
                     };
                     self.attempt_job.insert(attempt.0, job.0);
                     self.set_status(job.0, ServiceJobStatus::Scheduled, None);
@@ -486,9 +503,26 @@ impl State {
         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
             live.pids = pids.to_vec();
             rec.started_at = Some(now);
-            if rec.status == ServiceJobStatus::Scheduled {
+            if matches!(
+                rec.status,
+                ServiceJobStatus::Scheduled | ServiceJobStatus::Starting
+            ) {
                 self.set_status(core, ServiceJobStatus::Running, None);
             }
+        }
+        Ok(Vec::new())
+    }
+
+    fn attempt_starting(&mut self, attempt: u64) -> Result<Vec<u8>, ApiError> {
+        let Some(&core) = self.attempt_job.get(&attempt) else {
+            return Ok(Vec::new());
+        };
+        let scheduled = self.jobs.get(&core).is_some_and(|rec| {
+            rec.status == ServiceJobStatus::Scheduled
+                && rec.live.as_ref().is_some_and(|l| l.attempt == attempt)
+        });
+        if scheduled {
+            self.set_status(core, ServiceJobStatus::Starting, None);
         }
         Ok(Vec::new())
     }
@@ -621,6 +655,17 @@ impl State {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         let live = rec.live.as_ref().filter(|l| l.attempt == attempt)?;
         Some((rec.id.clone(), live.number))
+    }
+
+    /// What was launched for live attempt `attempt`, rebuilt from the job (the Slurm executor
+    /// adopts its jobs with it after a restart), and when it was seen running, if it was.
+    pub fn live_launch(&self, attempt: u64) -> Option<(Launch, Option<i64>)> {
+        let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
+        let launch = rec.live_launch().filter(|l| l.attempt == attempt)?;
+        let running = matches!(rec.status, ServiceJobStatus::Running)
+            .then_some(rec.started_at)
+            .flatten();
+        Some((launch, running))
     }
 
     /// Attempts the core still holds capacity for, with their recorded process ids: after a

@@ -45,6 +45,8 @@ async fn a_checkpoint_written_during_the_attempt_is_reported() {
             ExecEvent::Running { .. } => "running",
             ExecEvent::Checkpoint { .. } => "checkpoint",
             ExecEvent::Exited { .. } => "exited",
+            ExecEvent::Starting { .. } => "starting",
+            ExecEvent::Capacity { .. } => "capacity",
         })
         .collect();
     assert_eq!(kinds, ["running", "checkpoint", "exited"]);

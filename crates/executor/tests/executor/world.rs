@@ -107,7 +107,9 @@ impl World {
             .filter(|e| match e {
                 ExecEvent::Running { attempt: a, .. }
                 | ExecEvent::Checkpoint { attempt: a, .. }
-                | ExecEvent::Exited { attempt: a, .. } => *a == attempt,
+                | ExecEvent::Exited { attempt: a, .. }
+                | ExecEvent::Starting { attempt: a } => *a == attempt,
+                ExecEvent::Capacity { .. } => false,
             })
             .collect()
     }
