@@ -116,7 +116,7 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
         "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" => [
             format!("{asks} on the server's physical pool."),
             format!("the executor has no free {unit} instance (the pool is shared by every queue), or fewer than the job asks for."),
-            format!("jobs holding {unit} instances end, or instances are added to the pool ([[executor.pool]] in the server's configuration)."),
+            format!("jobs holding {unit} instances end, or instances are added to the pool ([[executor.pool]] in the server's configuration; with the Slurm executor, nodes of the type's partition or feature come back up or are freed by other Slurm jobs)."),
         ],
         "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE" => [
             format!("{asks}, more than the service environment allows."),

@@ -68,6 +68,8 @@ struct State {
 
 #[derive(Debug)]
 struct Slot {
+    /// The entrypoint's program, for a start failure's reason.
+    program: String,
     log_dir: PathBuf,
     checkpoint_dir: PathBuf,
     failure_file: PathBuf,
@@ -306,6 +308,7 @@ impl Inner {
     fn slot(&self, spec: &LaunchSpec) -> Slot {
         let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
         Slot {
+            program: spec.entrypoint.first().cloned().unwrap_or_default(),
             log_dir: layout.attempt_dir.clone(),
             checkpoint_dir: layout.checkpoints.clone(),
             failure_file: layout.failure_file(),
@@ -561,8 +564,11 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
             for host in 1..=slot.nodes.len().max(1) as u32 {
                 let path = slot.log_dir.join(start_error_file(host));
                 if let Ok(text) = std::fs::read_to_string(&path) {
-                    let program = "the entrypoint";
-                    return failed(format!("{CLIENT_ERROR}cannot start {program}: {}", text.trim()));
+                    return failed(format!(
+                        "{CLIENT_ERROR}cannot start '{}': {}",
+                        slot.program,
+                        text.trim()
+                    ));
                 }
             }
             if let Some(reason) = outcome::failure_file_reason(&slot.failure_file) {
@@ -712,11 +718,11 @@ async fn submit_inner(
 
 /// Reads Slurm every `poll` (sooner when woken by a start or stop), reports, signals.
 async fn poll_loop(inner: std::sync::Weak<Inner>) {
-    let poll = match inner.upgrade() {
-        Some(i) => i.cfg.poll,
+    let (poll, mut last_capacity) = match inner.upgrade() {
+        // What adopt() read is what the server already publishes.
+        Some(i) => (i.cfg.poll, Some(i.state().capacity.clone())),
         None => return,
     };
-    let mut last_capacity: Option<BTreeMap<String, u32>> = None;
     loop {
         let Some(inner) = inner.upgrade() else { return };
         let polled_at = Instant::now();
@@ -854,6 +860,7 @@ mod tests {
         let inner_cfg = SlurmConfig::new(dir, vec![], "t");
         let layout = JobLayout::new(&inner_cfg.shared_dir, "j", 1);
         Slot {
+            program: "train.py".into(),
             log_dir: layout.attempt_dir.clone(),
             checkpoint_dir: layout.checkpoints.clone(),
             failure_file: layout.failure_file(),
@@ -944,7 +951,7 @@ mod tests {
             signal: 0,
         };
         assert!(
-            matches!(slot_outcome(&s, &j), Outcome::Failed { reason, .. } if reason.starts_with(CLIENT_ERROR) && reason.contains("not found"))
+            matches!(slot_outcome(&s, &j), Outcome::Failed { reason, .. } if reason.starts_with(CLIENT_ERROR) && reason.contains("'train.py': not found"))
         );
     }
 }
