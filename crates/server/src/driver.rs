@@ -229,6 +229,11 @@ impl Driver {
             let outcome = match what {
                 Adopted::Running => {
                     kept += 1;
+                    // A stop the previous server had begun (a preemption, a termination) is
+                    // carried on: the core still waits for this attempt to go.
+                    if self.state.attempt_stopping(attempt) {
+                        slurm.stop(attempt);
+                    }
                     continue;
                 }
                 Adopted::Ended(o) => exit_record(o),

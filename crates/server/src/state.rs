@@ -657,6 +657,13 @@ impl State {
         Some((rec.id.clone(), live.number))
     }
 
+    /// Whether the core has asked attempt `attempt` to stop and waits for it to go.
+    pub fn attempt_stopping(&self, attempt: u64) -> bool {
+        self.core
+            .attempt(qm_core::AttemptId(attempt))
+            .is_some_and(|a| a.stopping.is_some())
+    }
+
     /// What was launched for live attempt `attempt`, rebuilt from the job (the Slurm executor
     /// adopts its jobs with it after a restart), and when it was seen running, if it was.
     pub fn live_launch(&self, attempt: u64) -> Option<(Launch, Option<i64>)> {

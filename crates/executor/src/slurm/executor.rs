@@ -28,6 +28,9 @@ const SUBMIT_CONCURRENCY: usize = 4;
 /// The poller never runs more often than this, however often it is woken.
 const MIN_POLL_GAP: Duration = Duration::from_millis(100);
 
+/// How long a cancelled job may stay before `scancel` is sent again.
+const CANCEL_RETRY: Duration = Duration::from_secs(30);
+
 /// The name of an attempt's batch script in its log directory.
 const SCRIPT_FILE: &str = "slurm.sh";
 
@@ -82,7 +85,8 @@ struct Slot {
     running_since: Option<Instant>,
     stop: Option<StopCause>,
     term_sent: Option<Instant>,
-    cancel_sent: bool,
+    /// When `scancel` was last sent; sent again every [`CANCEL_RETRY`] until the job is gone.
+    cancel_sent: Option<Instant>,
     checkpoint_seen_ns: u64,
     nodes: Vec<String>,
 }
@@ -319,7 +323,7 @@ impl Inner {
             running_since: None,
             stop: None,
             term_sent: None,
-            cancel_sent: false,
+            cancel_sent: None,
             checkpoint_seen_ns: 0,
             nodes: Vec::new(),
         }
@@ -450,22 +454,22 @@ impl Inner {
                     slot.stop = Some(StopCause::Timeout);
                 }
             }
-            if slot.stop.is_some() && !slot.cancel_sent {
-                match slot.term_sent {
-                    _ if !started => {
-                        // Nothing runs yet: no grace to give.
-                        plan.cancel.push(id);
-                        slot.cancel_sent = true;
-                    }
-                    None => {
+            if slot.stop.is_some() {
+                let cancel = match (slot.cancel_sent, slot.term_sent) {
+                    // A cancel that was lost (scancel failed, slurmctld busy) is sent again.
+                    (Some(t), _) => now.duration_since(t) >= CANCEL_RETRY,
+                    // Nothing runs yet: no grace to give.
+                    (None, _) if !started => true,
+                    (None, None) => {
                         plan.term.push(id);
                         slot.term_sent = Some(now);
+                        false
                     }
-                    Some(t) if now.duration_since(t) >= self.cfg.stop_grace => {
-                        plan.cancel.push(id);
-                        slot.cancel_sent = true;
-                    }
-                    Some(_) => {}
+                    (None, Some(t)) => now.duration_since(t) >= self.cfg.stop_grace,
+                };
+                if cancel {
+                    plan.cancel.push(id);
+                    slot.cancel_sent = Some(now);
                 }
             }
             if slot.running_since.is_some() {
@@ -871,7 +875,7 @@ mod tests {
             running_since: None,
             stop: None,
             term_sent: None,
-            cancel_sent: false,
+            cancel_sent: None,
             checkpoint_seen_ns: 0,
             nodes: vec!["n1".into()],
         }
@@ -953,5 +957,180 @@ mod tests {
         assert!(
             matches!(slot_outcome(&s, &j), Outcome::Failed { reason, .. } if reason.starts_with(CLIENT_ERROR) && reason.contains("'train.py': not found"))
         );
+    }
+
+    fn inner(dir: &Path, grace: Duration) -> (Inner, mpsc::UnboundedReceiver<ExecEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut cfg = SlurmConfig::new(dir, vec![], "me");
+        cfg.stop_grace = grace;
+        let inner = Inner {
+            cfg,
+            events: tx,
+            state: Mutex::new(State::default()),
+            submits: Semaphore::new(1),
+            wake: Notify::new(),
+        };
+        (inner, rx)
+    }
+
+    /// Attempt `attempt` as submitted: Slurm job `id`, sbatch returned at `at`.
+    fn submitted(inner: &Inner, attempt: u64, id: u64, at: Instant) {
+        let spec = LaunchSpec::new(
+            attempt,
+            format!("job-{attempt}"),
+            "ml.g5.xlarge",
+            vec!["true".into()],
+        );
+        let mut slot = inner.slot(&spec);
+        slot.slurm_id = Some(id);
+        slot.submitted_at = Some(at);
+        inner.state().slots.insert(attempt, slot);
+    }
+
+    fn ours(attempt: u64, id: u64, state: &str) -> SlurmJob {
+        job(
+            id,
+            &marker("me", &format!("job-{attempt}"), 1, attempt),
+            state,
+            &["n1"],
+        )
+    }
+
+    fn drain(rx: &mut mpsc::UnboundedReceiver<ExecEvent>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            out.push(match ev {
+                ExecEvent::Starting { attempt } => format!("starting {attempt}"),
+                ExecEvent::Running { attempt, .. } => format!("running {attempt}"),
+                ExecEvent::Exited {
+                    attempt, outcome, ..
+                } => format!("exited {attempt} {outcome:?}"),
+                ExecEvent::Checkpoint { attempt, .. } => format!("checkpoint {attempt}"),
+                ExecEvent::Capacity { .. } => "capacity".into(),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn a_job_is_reported_starting_then_running_then_exited_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
+        let t0 = Instant::now();
+        submitted(&inner, 1, 10, t0);
+        inner.observe(&[ours(1, 10, "PENDING")], t0);
+        assert_eq!(drain(&mut rx), ["starting 1"]);
+        inner.observe(&[ours(1, 10, "RUNNING")], t0);
+        inner.observe(&[ours(1, 10, "RUNNING")], t0);
+        assert_eq!(drain(&mut rx), ["running 1"]);
+        inner.observe(&[ours(1, 10, "COMPLETING")], t0);
+        assert!(
+            drain(&mut rx).is_empty(),
+            "a completing job still holds its nodes"
+        );
+        inner.observe(&[ours(1, 10, "COMPLETED")], t0);
+        assert_eq!(drain(&mut rx), ["exited 1 Succeeded"]);
+        assert_eq!(inner.state().slots.len(), 0);
+        let recorded = std::fs::read_to_string(
+            JobLayout::new(dir.path(), "job-1", 1)
+                .attempt_dir
+                .join(OUTCOME_FILE),
+        )
+        .unwrap();
+        assert!(
+            recorded.contains("Succeeded"),
+            "the outcome is written before it is reported"
+        );
+    }
+
+    #[test]
+    fn a_running_job_is_signalled_then_cancelled_after_the_grace_period() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inner, _rx) = inner(dir.path(), Duration::from_millis(50));
+        let t0 = Instant::now();
+        submitted(&inner, 1, 10, t0);
+        let running = [ours(1, 10, "RUNNING")];
+        inner.observe(&running, t0);
+        inner.state().slots.get_mut(&1).unwrap().stop = Some(StopCause::Requested);
+        let plan = inner.observe(&running, t0);
+        assert_eq!((plan.term.clone(), plan.cancel.clone()), (vec![10], vec![]));
+        let plan = inner.observe(&running, t0);
+        assert!(
+            plan.term.is_empty() && plan.cancel.is_empty(),
+            "the grace period runs"
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let plan = inner.observe(&running, t0);
+        assert_eq!((plan.term.clone(), plan.cancel.clone()), (vec![], vec![10]));
+        let plan = inner.observe(&running, t0);
+        assert!(
+            plan.cancel.is_empty(),
+            "one scancel until the retry interval"
+        );
+    }
+
+    #[test]
+    fn a_pending_job_is_cancelled_at_once_and_a_late_one_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inner, mut rx) = inner(dir.path(), Duration::from_secs(60));
+        let t0 = Instant::now();
+        submitted(&inner, 1, 10, t0);
+        inner.state().slots.get_mut(&1).unwrap().stop = Some(StopCause::Requested);
+        let plan = inner.observe(&[ours(1, 10, "PENDING")], t0);
+        assert_eq!((plan.term, plan.cancel), (vec![], vec![10]));
+
+        submitted(&inner, 2, 11, t0);
+        inner.state().slots.get_mut(&2).unwrap().max_runtime = Some(Duration::ZERO);
+        let plan = inner.observe(&[ours(2, 11, "RUNNING"), ours(1, 10, "PENDING")], t0);
+        assert_eq!(plan.term, vec![11], "the runtime limit stops the attempt");
+        drain(&mut rx);
+        inner.observe(&[ours(2, 11, "CANCELLED")], t0);
+        let events = drain(&mut rx);
+        assert!(
+            events.iter().any(|e| e.starts_with("exited 2")
+                && e.contains("exceeded timeout")
+                && e.contains("retryable: false")),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_job_slurm_forgot_is_lost_but_only_after_a_snapshot_taken_after_its_submission() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
+        let before = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        submitted(&inner, 1, 10, Instant::now());
+        inner.observe(&[], before);
+        assert!(
+            drain(&mut rx).is_empty(),
+            "the snapshot predates the submission"
+        );
+        inner.observe(&[], Instant::now());
+        let events = drain(&mut rx);
+        assert!(
+            events[0].starts_with("exited 1 Lost") && events[0].contains("no longer knows job 10"),
+            "{events:?}"
+        );
+        // A job id reused by a reset cluster, under another comment, is not this attempt.
+        submitted(&inner, 2, 12, before);
+        inner.observe(&[job(12, "someone's", "RUNNING", &["n1"])], Instant::now());
+        assert!(drain(&mut rx)[0].starts_with("exited 2 Lost"));
+    }
+
+    #[test]
+    fn marked_jobs_of_attempts_not_run_here_are_cancelled_and_others_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inner, _rx) = inner(dir.path(), Duration::from_secs(1));
+        let plan = inner.observe(
+            &[
+                ours(7, 20, "RUNNING"),
+                ours(8, 21, "COMPLETED"),
+                job(22, &marker("other", "job-9", 1, 9), "RUNNING", &["n2"]),
+                job(23, "", "RUNNING", &["n3"]),
+            ],
+            Instant::now(),
+        );
+        assert_eq!(plan.cancel, vec![20]);
     }
 }
