@@ -47,11 +47,16 @@ def qm_binary():
 
 @pytest.fixture(scope="session")
 def start_server(qm_binary, tmp_path_factory):
-    """Factory: `start_server(config=None, name="qm")` starts a server in a fresh directory;
-    callers close it (the session closes any that are left)."""
+    """Factory: `start_server(config=None, name="qm", env=None)` starts a server in a fresh
+    directory, with `env` added to its environment; `config` is the TOML text or a function of
+    that directory returning it (for configurations that name paths in it). Callers close the
+    server (the session closes any that are left)."""
 
-    def start(config: str | None = None, name: str = "qm") -> Server:
-        s = Server(tmp_path_factory.mktemp(name), config or config_toml(), name=name)
+    def start(config=None, name: str = "qm", env: dict | None = None) -> Server:
+        workdir = tmp_path_factory.mktemp(name)
+        if callable(config):
+            config = config(workdir)
+        s = Server(workdir, config or config_toml(), name=name, env=env)
         _servers.append(s)
         try:
             s.start()

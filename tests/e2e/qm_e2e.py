@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -76,8 +77,11 @@ class Server:
     the server and kills every job process it left behind.
     """
 
-    def __init__(self, workdir: Path, config: str | None = None, name: str = "qm"):
+    def __init__(self, workdir: Path, config: str | None = None, name: str = "qm",
+                 env: dict | None = None):
         self.workdir = Path(workdir)
+        # Extra environment of the server process (e.g. SLURM_CONF for the Slurm executor).
+        self.env = dict(env or {})
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.workdir / "data"
         self.config_path = self.workdir / "config.toml"
@@ -102,7 +106,7 @@ class Server:
             "--data-dir", str(self.data_dir),
             "--config", str(self.config_path),
         ]
-        env = dict(os.environ, **{TOKEN_VAR: self.token})
+        env = dict(os.environ, **self.env, **{TOKEN_VAR: self.token})
         env.setdefault("RUST_BACKTRACE", "1")
         print(f"[e2e] starting {' '.join(cmd)}", flush=True)
         self.proc = subprocess.Popen(
@@ -604,3 +608,168 @@ def line(job: dict) -> str:
         s += (f" [preempted {summary.get('preemptedAttemptCount')}x; latest: "
               f"{recent[0].get('statusReason')}]")
     return s
+
+
+# -- Slurm --------------------------------------------------------------------------------
+
+SLURM_SCRIPT = REPO / "scripts" / "slurm" / "cluster"
+# The daemons scripts/slurm/cluster starts (it runs them from /usr/sbin) and the client
+# commands the tests and the executor call.
+SLURM_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
+SLURM_CLIENTS = ("sbatch", "squeue", "sinfo", "scancel", "scontrol", "srun", "munge")
+
+
+def slurm_missing() -> str | None:
+    """Why the Slurm test cluster cannot run here, or None when it can."""
+    missing = [d for d in SLURM_DAEMONS if not os.access(d, os.X_OK)]
+    missing += [c for c in SLURM_CLIENTS if not shutil.which(c)]
+    if missing:
+        return (f"Slurm is not installed (missing: {', '.join(missing)}); "
+                "install it with `scripts/slurm/cluster install` (Debian: slurm-wlm, munge)")
+    return None
+
+
+def _ports_free(first: int, count: int) -> bool:
+    for port in range(first, first + count):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+class SlurmCluster:
+    """A real single-host Slurm cluster started by scripts/slurm/cluster in `dir`: nodes
+    qm-node1..N in partition `gpu`, `gpus` fake GPUs each. `stop()` kills only what the script
+    recorded under `dir` (teardown calls it even when a test failed)."""
+
+    def __init__(self, dir: Path, nodes: int = 4, gpus: int = 1, port_base: int | None = None):
+        self.dir = Path(dir)
+        self.nodes = nodes
+        self.gpus = gpus
+        base = port_base or int(os.environ.get("QM_E2E_SLURM_PORT_BASE", "18817"))
+        # Not the script's default base, so a developer's own cluster keeps running; move on
+        # when another cluster (another test run) holds the ports.
+        for _ in range(20):
+            if _ports_free(base, nodes + 1):
+                break
+            base += 100
+        self.port_base = base
+        self.conf = self.dir / "slurm.conf"
+        self.started = False
+
+    @property
+    def env(self) -> dict:
+        return {"SLURM_CONF": str(self.conf)}
+
+    def names(self) -> list[str]:
+        return [f"qm-node{k}" for k in range(1, self.nodes + 1)]
+
+    def _script(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        env = dict(os.environ, QM_SLURM_PORT_BASE=str(self.port_base), SLURM_CONF=str(self.conf))
+        r = subprocess.run([str(SLURM_SCRIPT), *map(str, args)], capture_output=True, text=True,
+                           env=env, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"scripts/slurm/cluster {' '.join(map(str, args))} failed "
+                               f"(exit {r.returncode}):\n{r.stdout}{r.stderr}")
+        return r
+
+    def start(self) -> "SlurmCluster":
+        self.started = True  # stop() cleans up after a failed start too
+        self._script("start", self.dir, self.nodes, self.gpus)
+        return self
+
+    def stop(self) -> None:
+        if not self.started or not self.dir.exists():
+            return
+        # The script stops the daemons one after the other, ~2 s each; SIGTERM every slurmd
+        # at once first, then let it stop the rest and the job steps.
+        pids = []
+        for f in self.dir.glob("run/slurmd-*.pid"):
+            with contextlib.suppress(OSError, ValueError, ProcessLookupError, PermissionError):
+                pid = int(f.read_text().strip())
+                os.kill(pid, signal.SIGTERM)
+                pids.append(pid)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any(pid_alive(p) for p in pids):
+            time.sleep(0.1)
+        self._script("stop", self.dir)
+        self.started = False
+
+    def stop_node(self, k: int) -> None:
+        self._script("stop-node", self.dir, k)
+
+    def start_node(self, k: int) -> None:
+        self._script("start-node", self.dir, k)
+
+    def run(self, *cmd, check: bool = True, timeout: float = 30) -> str:
+        """A Slurm client command against this cluster; returns its stdout."""
+        r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, **self.env))
+        if check and r.returncode != 0:
+            raise RuntimeError(f"{' '.join(map(str, cmd))} failed (exit {r.returncode}): "
+                               f"{r.stdout}{r.stderr}")
+        return r.stdout
+
+    def node_states(self) -> dict[str, str]:
+        """sinfo's state of every node, e.g. {'qm-node1': 'idle', 'qm-node2': 'down*'}."""
+        out = self.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %t")
+        return dict(line.split() for line in out.splitlines() if line.strip())
+
+    def jobs(self) -> list[dict]:
+        """Jobs slurmctld knows that are not finished: id, name, state, nodes, comment."""
+        out = self.run("squeue", "-h", "-a", "-o", "%i|%j|%T|%N|%k")
+        rows = []
+        for line in out.splitlines():
+            if line.strip():
+                jid, name, state, nodes, comment = line.split("|", 4)
+                rows.append({"id": jid, "name": name, "state": state, "nodes": nodes,
+                             "comment": comment})
+        return rows
+
+    def submit_external(self, node: str, name: str = "not-qm", seconds: int = 600) -> str:
+        """A job that is not qm's, holding `node` exclusively; returns its Slurm job id."""
+        return self.run("sbatch", "--parsable", "--exclusive", "-N", "1", "-w", node, "-J", name,
+                        "-o", "/dev/null", "--wrap", f"sleep {seconds}").strip().split(";")[0]
+
+    def cancel(self, *job_ids: str) -> None:
+        if job_ids:
+            self.run("scancel", *job_ids, check=False)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        path = self.dir / "log" / "slurmctld.log"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return "(no slurmctld log)"
+        return f"--- {path} ---\n{text[-chars:]}"
+
+    def describe(self) -> str:
+        """sinfo and squeue, for failure messages."""
+        parts = []
+        for cmd in (("sinfo", "-N"), ("squeue", "-a", "-o", "%i %j %T %N %r %k")):
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                               env=dict(os.environ, **self.env))
+            parts.append(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+        return "\n".join(parts)
+
+
+def slurm_config_toml(shared_dir: Path | str | None = None, nodes_unit: str = UNIT,
+                      gpus: int = 1, grace: int = 2, poll: float = 0.5,
+                      partition: str = "gpu") -> str:
+    """A server configuration with the Slurm executor: `nodes_unit` instances are the nodes of
+    `partition`, `gpus` GPUs each."""
+    shared = f'shared_dir = "{shared_dir}"\n' if shared_dir is not None else ""
+    return f"""region = "{REGION}"
+account_id = "{ACCOUNT}"
+[executor]
+kind = "slurm"
+stop_grace_seconds = {grace}
+[executor.slurm]
+{shared}poll_seconds = {poll}
+[[executor.slurm.instance]]
+instance_type = "{nodes_unit}"
+partition = "{partition}"
+gpus_per_instance = {gpus}
+"""

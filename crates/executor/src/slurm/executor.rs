@@ -580,12 +580,14 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
             }
             if job.exit.signal != 0 {
                 return failed(format!(
-                    "{ALGORITHM_ERROR}process killed by signal {} (Slurm job {id})",
+                    "{ALGORITHM_ERROR}process killed by signal {}",
                     signal_name(job.exit.signal)
                 ));
             }
+            // Word for word the local executor's reason, so that one set of evaluateOnExit
+            // rules serves both executors.
             failed(format!(
-                "{ALGORITHM_ERROR}process exited with code {} (Slurm job {id})",
+                "{ALGORITHM_ERROR}process exited with code {}",
                 job.exit.code
             ))
         }
@@ -892,7 +894,9 @@ mod tests {
         assert_eq!(
             slot_outcome(&s, &j),
             Outcome::Failed {
-                reason: "Received status from SageMaker: AlgorithmError: process exited with code 3 (Slurm job 5)".into(),
+                reason:
+                    "Received status from SageMaker: AlgorithmError: process exited with code 3"
+                        .into(),
                 retryable: true
             }
         );
