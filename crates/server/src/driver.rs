@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qm_api::ApiError;
-use qm_executor::slurm::Adopted;
+use qm_executor::slurm::{AdoptSpec, Adopted};
 use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome};
 use qm_store::{Log, SqliteLog};
 use tokio::sync::{mpsc, oneshot};
@@ -135,7 +135,18 @@ impl Driver {
             Executor::Local(local) => self.reconcile_local(&local).await,
             Executor::Slurm(slurm) => self.reconcile_slurm(&slurm).await?,
         };
-        let lost = commands.len();
+        let lost = commands
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::AttemptExited {
+                        outcome: ExitRecord::Lost { .. },
+                        ..
+                    }
+                )
+            })
+            .count();
         let capacity = self.executor.capacity();
         if capacity != self.state.capacity {
             commands.push(Command::SetCapacity { capacity });
@@ -212,28 +223,35 @@ impl Driver {
         slurm: &qm_executor::slurm::SlurmExecutor,
     ) -> Result<Vec<Command>, ServerError> {
         let live = self.state.live_attempts();
-        let specs: Vec<(LaunchSpec, Option<u64>)> = live
-            .iter()
-            .filter_map(|(a, _)| {
-                let (launch, running) = self.state.live_launch(*a)?;
-                Some((launch_spec(launch), running.map(|ms| ms.max(0) as u64)))
-            })
-            .collect();
+        let mut commands = Vec::new();
+        let mut specs = Vec::new();
+        for (attempt, _) in &live {
+            match self.state.live_launch(*attempt) {
+                Some((launch, running)) => specs.push(AdoptSpec {
+                    spec: launch_spec(launch),
+                    running_since_ms: running.map(|ms| ms.max(0) as u64),
+                    // A stop the previous server had begun (a preemption, a termination) is
+                    // carried on: the core still waits for this attempt to go.
+                    stopping: self.state.attempt_stopping(*attempt),
+                }),
+                // Cannot happen for a live attempt; if it did, nothing could follow it.
+                None => commands.push(Command::AttemptExited {
+                    attempt: *attempt,
+                    outcome: ExitRecord::Lost {
+                        reason: "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
+                    },
+                }),
+            }
+        }
         let adopted = slurm
             .adopt(specs)
             .await
             .map_err(|e| ServerError::Executor(e.to_string()))?;
-        let mut commands = Vec::new();
         let mut kept = 0;
         for (attempt, what) in adopted {
             let outcome = match what {
                 Adopted::Running => {
                     kept += 1;
-                    // A stop the previous server had begun (a preemption, a termination) is
-                    // carried on: the core still waits for this attempt to go.
-                    if self.state.attempt_stopping(attempt) {
-                        slurm.stop(attempt);
-                    }
                     continue;
                 }
                 Adopted::Ended(o) => exit_record(o),

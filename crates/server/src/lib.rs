@@ -76,6 +76,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         )));
     }
 
+    check_executor_switch(&mut log, &config, state.live_attempts().len())?;
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (executor, instances) = match &config.slurm {
         None => local_executor(&config, events_tx.clone())?,
@@ -225,6 +226,50 @@ fn local_executor(
         })
         .collect();
     Ok((exec::Executor::Local(executor), described))
+}
+
+/// Attempts run where the executor that started them put them: local processes are found by
+/// the local executor, Slurm jobs by the Slurm executor under its shared directory. Switching
+/// either while attempts are live would lose track of them (and run their jobs twice), so it
+/// is refused until they are done; with none live the switch is recorded.
+fn check_executor_switch(
+    log: &mut SqliteLog,
+    config: &Config,
+    live: usize,
+) -> Result<(), ServerError> {
+    let kind = if config.slurm.is_some() {
+        "slurm"
+    } else {
+        "local"
+    };
+    let shared = config.slurm.as_ref().map(|s| {
+        let dir = s
+            .shared_dir
+            .clone()
+            .unwrap_or_else(|| config.data_dir.clone());
+        std::fs::canonicalize(&dir)
+            .unwrap_or(dir)
+            .to_string_lossy()
+            .into_owned()
+    });
+    let settings = [
+        ("executor.kind", Some(kind.to_string())),
+        ("executor.slurm.shared_dir", shared),
+    ];
+    for (key, value) in settings {
+        let Some(value) = value else { continue };
+        match log.meta(key)? {
+            Some(old) if old != value && live > 0 => {
+                return Err(ServerError::Config(format!(
+                    "{key} is '{value}' but {live} attempt(s) started with '{old}' are still running; \
+                     start once more with {key} = \"{old}\" and let them finish (or terminate them), then switch"
+                )))
+            }
+            Some(old) if old == value => {}
+            _ => log.set_meta(key, &value)?,
+        }
+    }
+    Ok(())
 }
 
 /// This server's mark on its Slurm jobs, drawn once per data dir and kept in the store, so

@@ -142,6 +142,8 @@ pub struct AttemptRec {
     pub preempted: bool,
     /// Process ids reported by the executor.
     pub pids: Vec<u32>,
+    /// When the executor reported it running.
+    pub running_at: Option<i64>,
     /// The instance type it holds.
     pub instance_type: String,
     /// Instances it holds.
@@ -405,6 +407,7 @@ impl State {
                         stop_reason: None,
                         preempted: false,
                         pids: Vec::new(),
+                        running_at: None,
                         instance_type: unit.clone(),
                         count,
                     });
@@ -502,6 +505,7 @@ impl State {
         };
         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
             live.pids = pids.to_vec();
+            live.running_at = Some(now);
             rec.started_at = Some(now);
             if matches!(
                 rec.status,
@@ -669,9 +673,7 @@ impl State {
     pub fn live_launch(&self, attempt: u64) -> Option<(Launch, Option<i64>)> {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         let launch = rec.live_launch().filter(|l| l.attempt == attempt)?;
-        let running = matches!(rec.status, ServiceJobStatus::Running)
-            .then_some(rec.started_at)
-            .flatten();
+        let running = rec.live.as_ref().and_then(|l| l.running_at);
         Some((launch, running))
     }
 

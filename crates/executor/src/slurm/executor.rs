@@ -1,7 +1,9 @@
 //! The Slurm executor's handle, its shared state, the submit tasks and the poller.
 //!
-//! The state is one mutex, never held across an await or a Slurm command: the poller reads
-//! Slurm, then decides under the lock, then acts (scancel) outside it.
+//! The state is one mutex, never held across an await, a Slurm command or file system work:
+//! the poller reads Slurm, decides under the lock, then acts outside it (scancel, reading how
+//! ended jobs ended, recording outcomes, scanning checkpoints), since a shared file system that
+//! stalls must not stall `start` and `stop`, which the server's driver calls.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -31,8 +33,22 @@ const MIN_POLL_GAP: Duration = Duration::from_millis(100);
 /// How long a cancelled job may stay before `scancel` is sent again.
 const CANCEL_RETRY: Duration = Duration::from_secs(30);
 
+/// The longest wait between two `sbatch` tries while Slurm cannot be reached.
+const SUBMIT_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
 /// The name of an attempt's batch script in its log directory.
 const SCRIPT_FILE: &str = "slurm.sh";
+
+/// An attempt the previous server left running, as the server's log knows it.
+#[derive(Debug, Clone)]
+pub struct AdoptSpec {
+    /// What was launched.
+    pub spec: LaunchSpec,
+    /// When the server saw it running (epoch ms), if it did.
+    pub running_since_ms: Option<u64>,
+    /// Whether the server had begun to stop it (a preemption, a termination).
+    pub stopping: bool,
+}
 
 /// What became of an attempt the previous server left running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +83,8 @@ struct State {
     poller_started: bool,
     /// The last poll failure reported, so a broken cluster logs once, not every poll.
     last_error: Option<String>,
+    /// Slurm jobs cancelled because no attempt of this server owns them, and when.
+    orphans: BTreeMap<u64, Instant>,
 }
 
 #[derive(Debug)]
@@ -74,6 +92,7 @@ struct Slot {
     /// The entrypoint's program, for a start failure's reason.
     program: String,
     log_dir: PathBuf,
+    /// `SM_CHECKPOINT_DIR` as the job sees it (resolved when the script is written).
     checkpoint_dir: PathBuf,
     failure_file: PathBuf,
     max_runtime: Option<Duration>,
@@ -87,6 +106,7 @@ struct Slot {
     term_sent: Option<Instant>,
     /// When `scancel` was last sent; sent again every [`CANCEL_RETRY`] until the job is gone.
     cancel_sent: Option<Instant>,
+    /// The newest checkpoint mtime seen (ns); the one present at submission is the baseline.
     checkpoint_seen_ns: u64,
     nodes: Vec<String>,
 }
@@ -103,6 +123,18 @@ struct Plan {
     term: Vec<u64>,
     cancel: Vec<u64>,
     scans: Vec<(u64, PathBuf)>,
+    /// Attempts whose job Slurm reports gone, already removed from the slots: their outcome
+    /// is read from the file system and reported by [`Inner::conclude`].
+    ended: Vec<(u64, Slot, Ending)>,
+}
+
+/// Why an attempt ended.
+#[derive(Debug)]
+enum Ending {
+    /// Slurm reports its job gone, in this final state.
+    Job(SlurmJob),
+    /// Slurm does not know its job any more.
+    Forgotten(u64),
 }
 
 /// The comment that marks attempt `attempt` (number `n` of `job_id`) as this server's.
@@ -130,6 +162,32 @@ fn job_name(spec: &LaunchSpec) -> String {
         .take(100)
         .collect();
     format!("qm-{name}-{}", spec.attempt_number)
+}
+
+/// Whether node `node` provides instance type `inst`.
+fn provides(inst: &SlurmInstance, node: &SlurmNode) -> bool {
+    inst.partition.as_ref().is_none_or(|p| *p == node.partition)
+        && inst
+            .feature
+            .as_ref()
+            .is_none_or(|f| node.features.contains(f))
+}
+
+/// Refuses a configuration under which one node provides two instance types: `sbatch` for
+/// one type could land on a node the other type's capacity counts as free.
+fn check_disjoint(instances: &[SlurmInstance], nodes: &[SlurmNode]) -> Result<(), ExecError> {
+    for node in nodes {
+        let matching: Vec<usize> = (0..instances.len())
+            .filter(|&i| provides(&instances[i], node))
+            .collect();
+        if let [a, b, ..] = matching[..] {
+            return Err(ExecError::Slurm(format!(
+                "node {} provides both executor.slurm.instance[{a}] ({}) and executor.slurm.instance[{b}] ({}); give each instance type its own partition or node feature, so that no node counts for two types",
+                node.name, instances[a].instance_type, instances[b].instance_type
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl SlurmExecutor {
@@ -178,8 +236,7 @@ impl SlurmExecutor {
 
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event.
     pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
-        let bytes = std::fs::read(self.log_dir(job_id, attempt_number).join(OUTCOME_FILE)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        read_outcome(&self.log_dir(job_id, attempt_number))
     }
 
     /// Attempts started or adopted and not yet `Exited`.
@@ -188,60 +245,45 @@ impl SlurmExecutor {
     }
 
     /// At start-up, before any `start`: reads Slurm once (an error says what to fix when Slurm
-    /// cannot be reached), takes back the attempts the log says were running, and starts the
-    /// poller. `running_since_ms` is when the server last saw the attempt running, if it did.
-    /// Returns what became of each.
-    pub async fn adopt(
-        &self,
-        attempts: Vec<(LaunchSpec, Option<u64>)>,
-    ) -> Result<Vec<(u64, Adopted)>, ExecError> {
+    /// cannot be reached or two instance types share a node), takes back the attempts the log
+    /// says were running, and starts the poller. Returns what became of each attempt.
+    pub async fn adopt(&self, attempts: Vec<AdoptSpec>) -> Result<Vec<(u64, Adopted)>, ExecError> {
         let jobs = self.inner.squeue().await.map_err(ExecError::Slurm)?;
         let nodes = self.inner.sinfo().await.map_err(ExecError::Slurm)?;
-        let tag = &self.inner.cfg.tag;
-        let mut by_attempt: BTreeMap<u64, &SlurmJob> = BTreeMap::new();
+        check_disjoint(&self.inner.cfg.instances, &nodes)?;
+        let tag = self.inner.cfg.tag.clone();
+        let mut by_attempt: BTreeMap<u64, SlurmJob> = BTreeMap::new();
         for j in &jobs {
-            if let Some((_, _, attempt)) = parse_marker(tag, &j.comment) {
-                // A requeued or resubmitted copy may exist; the live one wins.
+            if let Some((_, _, attempt)) = parse_marker(&tag, &j.comment) {
+                // Two jobs of one attempt (a submit retried after a timeout): the live one wins.
                 let keep = by_attempt.get(&attempt).is_some_and(|old| !old.is_gone());
                 if !keep {
-                    by_attempt.insert(attempt, j);
+                    by_attempt.insert(attempt, j.clone());
                 }
             }
         }
+        // Directories, baselines and recorded outcomes are file system work: done here, at
+        // start-up, before the slots are published.
+        let inner = self.inner.clone();
+        let decided = tokio::task::spawn_blocking(move || {
+            attempts
+                .into_iter()
+                .map(|a| inner.adopt_one(a, &by_attempt))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ExecError::Slurm(format!("adopting the previous server's jobs: {e}")))?;
         let mut out = Vec::new();
         {
             let mut state = self.inner.state();
-            state.capacity = capacity(&self.inner.cfg.instances, &nodes, &jobs, tag);
-            for (spec, running_since_ms) in attempts {
-                let found = by_attempt.get(&spec.attempt).filter(|j| {
-                    parse_marker(tag, &j.comment)
-                        .is_some_and(|(job, n, _)| job == spec.job_id && n == spec.attempt_number)
-                });
-                let Some(job) = found else {
-                    out.push((spec.attempt, Adopted::Unknown));
-                    continue;
-                };
-                let mut slot = self.inner.slot(&spec);
-                slot.slurm_id = Some(job.id);
-                slot.submitted_at = Some(Instant::now());
-                slot.nodes = job.nodes.clone();
-                if job.is_gone() {
-                    let outcome = slot_outcome(&slot, job);
-                    record_outcome(&slot.log_dir.join(OUTCOME_FILE), &outcome);
-                    out.push((spec.attempt, Adopted::Ended(outcome)));
-                    continue;
+            for (attempt, what, slot) in decided {
+                if let Some(slot) = slot {
+                    state.slots.insert(attempt, slot);
                 }
-                if let Some(ms) = running_since_ms {
-                    let ran = Duration::from_millis(now_ms().saturating_sub(ms));
-                    slot.starting_reported = true;
-                    slot.running_since =
-                        Some(Instant::now().checked_sub(ran).unwrap_or_else(Instant::now));
-                    slot.checkpoint_seen_ns = newest_mtime_ns(&slot.checkpoint_dir).unwrap_or(0);
-                }
-                tracing::info!(attempt = spec.attempt, slurm_job = job.id, state = %job.state, "adopted a Slurm job the previous server started");
-                state.slots.insert(spec.attempt, slot);
-                out.push((spec.attempt, Adopted::Running));
+                out.push((attempt, what));
             }
+            let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+            state.capacity = capacity(&self.inner.cfg.instances, &nodes, &jobs, &tag, &live);
         }
         self.ensure_poller();
         Ok(out)
@@ -303,6 +345,12 @@ impl SlurmExecutor {
     }
 }
 
+/// The outcome recorded in an attempt's log directory, if any.
+fn read_outcome(log_dir: &Path) -> Option<Outcome> {
+    let bytes = std::fs::read(log_dir.join(OUTCOME_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         // Every critical section is a few map operations; a panic elsewhere must not wedge us.
@@ -329,6 +377,49 @@ impl Inner {
         }
     }
 
+    /// Decides what becomes of one attempt at adoption (blocking: reads the file system).
+    fn adopt_one(
+        &self,
+        a: AdoptSpec,
+        by_attempt: &BTreeMap<u64, SlurmJob>,
+    ) -> (u64, Adopted, Option<Slot>) {
+        let spec = &a.spec;
+        let found = by_attempt.get(&spec.attempt).filter(|j| {
+            parse_marker(&self.cfg.tag, &j.comment)
+                .is_some_and(|(job, n, _)| job == spec.job_id && n == spec.attempt_number)
+        });
+        let Some(job) = found else {
+            return (spec.attempt, Adopted::Unknown, None);
+        };
+        let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+        let mut slot = self.slot(spec);
+        slot.checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
+        slot.slurm_id = Some(job.id);
+        slot.submitted_at = Some(Instant::now());
+        slot.nodes = job.nodes.clone();
+        if a.stopping {
+            slot.stop = Some(StopCause::Requested);
+        }
+        if job.is_gone() {
+            // What the executor recorded when it saw the end wins over what Slurm's final
+            // state alone can say (a timeout it enforced, a stop it asked for).
+            let outcome = read_outcome(&slot.log_dir).unwrap_or_else(|| {
+                let o = slot_outcome(&slot, job);
+                record_outcome(&slot.log_dir.join(OUTCOME_FILE), &o);
+                o
+            });
+            return (spec.attempt, Adopted::Ended(outcome), None);
+        }
+        if let Some(ms) = a.running_since_ms {
+            let ran = Duration::from_millis(now_ms().saturating_sub(ms));
+            slot.starting_reported = true;
+            slot.running_since = Some(Instant::now().checked_sub(ran).unwrap_or_else(Instant::now));
+        }
+        slot.checkpoint_seen_ns = newest_mtime_ns(&slot.checkpoint_dir).unwrap_or(0);
+        tracing::info!(attempt = spec.attempt, slurm_job = job.id, state = %job.state, "adopted a Slurm job the previous server started");
+        (spec.attempt, Adopted::Running, Some(slot))
+    }
+
     fn program(&self, name: &str) -> PathBuf {
         match &self.cfg.bin_dir {
             Some(dir) => dir.join(name),
@@ -337,7 +428,7 @@ impl Inner {
     }
 
     /// Runs a Slurm command; its stdout, or what went wrong.
-    async fn run(&self, name: &str, args: &[String]) -> Result<String, String> {
+    async fn run(&self, name: &str, args: &[String]) -> Result<String, CommandError> {
         let program = self.program(name);
         let child = Command::new(&program)
             .args(args)
@@ -348,42 +439,55 @@ impl Inner {
             .output();
         let out = match tokio::time::timeout(self.cfg.command_timeout, child).await {
             Err(_) => {
-                return Err(format!(
+                return Err(CommandError::Unreachable(format!(
                     "{name} did not answer within {:?}",
                     self.cfg.command_timeout
-                ))
+                )))
             }
             Ok(Err(e)) => {
-                return Err(format!(
+                return Err(CommandError::Failed(format!(
                     "cannot run {}: {e}; install the Slurm client commands or set executor.slurm.bin_dir",
                     program.display()
-                ))
+                )))
             }
             Ok(Ok(out)) => out,
         };
         if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(format!("{name} failed ({}): {}", out.status, stderr.trim()));
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let text = format!("{name} failed ({}): {stderr}", out.status);
+            return Err(if unreachable(&stderr) {
+                CommandError::Unreachable(text)
+            } else {
+                CommandError::Failed(text)
+            });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     async fn squeue(&self) -> Result<Vec<SlurmJob>, String> {
-        let text = self.run("squeue", &["--json".to_string()]).await?;
+        let text = self
+            .run("squeue", &["--json".to_string()])
+            .await
+            .map_err(CommandError::into_message)?;
         report::parse_squeue(&text)
     }
 
     async fn sinfo(&self) -> Result<Vec<SlurmNode>, String> {
-        let args = ["-N", "-h", "-o", SINFO_FORMAT].map(String::from);
-        Ok(report::parse_sinfo(&self.run("sinfo", &args).await?))
+        // --all: nodes of hidden partitions too, or their types would have no capacity.
+        let args = ["--all", "-N", "-h", "-o", SINFO_FORMAT].map(String::from);
+        Ok(report::parse_sinfo(
+            &self
+                .run("sinfo", &args)
+                .await
+                .map_err(CommandError::into_message)?,
+        ))
     }
 
-    /// Reports `Exited` and forgets the attempt; the outcome is written next to the logs
-    /// first, so a server that dies before logging it finds it at its next start.
-    fn finish(&self, state: &mut State, attempt: u64, outcome: Outcome) {
-        if let Some(slot) = state.slots.remove(&attempt) {
-            record_outcome(&slot.log_dir.join(OUTCOME_FILE), &outcome);
-        }
+    /// Reports `Exited` for an attempt no longer in the slots; the outcome is written next to
+    /// the logs first, so a server that dies before logging it finds it at its next start.
+    /// Blocking (file system).
+    fn report_exit(&self, attempt: u64, log_dir: &Path, outcome: Outcome) {
+        record_outcome(&log_dir.join(OUTCOME_FILE), &outcome);
         tracing::debug!(attempt, ?outcome, "Slurm attempt exited");
         let _ = self.events.send(ExecEvent::Exited {
             attempt,
@@ -392,8 +496,23 @@ impl Inner {
         });
     }
 
+    /// Reports how the ended attempts of a poll ended. Blocking (file system).
+    fn conclude(&self, ended: Vec<(u64, Slot, Ending)>) {
+        for (attempt, slot, ending) in ended {
+            let outcome = match &ending {
+                Ending::Job(job) => slot_outcome(&slot, job),
+                Ending::Forgotten(id) => Outcome::Lost {
+                    reason: format!(
+                        "Attempt lost: Slurm no longer knows job {id} (it was purged, or the cluster's state was reset); the job was queued again without using a retry"
+                    ),
+                },
+            };
+            self.report_exit(attempt, &slot.log_dir, outcome);
+        }
+    }
+
     /// Compares one `squeue` snapshot, taken from `polled_at`, with the attempts: reports
-    /// what changed and plans the signals to send.
+    /// starts, plans the signals to send and hands over the attempts that ended.
     fn observe(&self, jobs: &[SlurmJob], polled_at: Instant) -> Plan {
         let tag = &self.cfg.tag;
         let now = Instant::now();
@@ -415,17 +534,20 @@ impl Inner {
                 .filter(|j| parse_marker(tag, &j.comment).is_some_and(|(_, _, a)| a == attempt));
             let Some(job) = job else {
                 if slot.submitted_at.is_some_and(|t| t <= polled_at) {
-                    let reason = format!(
-                        "Attempt lost: Slurm no longer knows job {id} (it was purged, or the cluster's state was reset); the job was queued again without using a retry"
-                    );
-                    self.finish(&mut state, attempt, Outcome::Lost { reason });
+                    // Should it still exist where this server cannot see it, it must not run
+                    // beside the attempt that replaces it: cancelling an unknown id is harmless.
+                    plan.cancel.push(id);
+                    if let Some(slot) = state.slots.remove(&attempt) {
+                        plan.ended.push((attempt, slot, Ending::Forgotten(id)));
+                    }
                 }
                 continue;
             };
             slot.nodes = job.nodes.clone();
             if job.is_gone() {
-                let outcome = slot_outcome(slot, job);
-                self.finish(&mut state, attempt, outcome);
+                if let Some(slot) = state.slots.remove(&attempt) {
+                    plan.ended.push((attempt, slot, Ending::Job(job.clone())));
+                }
                 continue;
             }
             let started = matches!(
@@ -438,7 +560,6 @@ impl Inner {
             }
             if started && slot.running_since.is_none() {
                 slot.running_since = Some(now);
-                slot.checkpoint_seen_ns = newest_mtime_ns(&slot.checkpoint_dir).unwrap_or(0);
                 let _ = self.events.send(ExecEvent::Running {
                     attempt,
                     pids: Vec::new(),
@@ -479,18 +600,28 @@ impl Inner {
         // Marked jobs of attempts this server does not run: a submit that raced a crash, or an
         // attempt whose end was recorded while Slurm still had it.
         let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+        let mut orphans = BTreeMap::new();
         for j in jobs {
-            if let Some((_, _, attempt)) = parse_marker(tag, &j.comment) {
-                if !j.is_gone() && !live.contains(&attempt) {
-                    tracing::warn!(
-                        slurm_job = j.id,
-                        attempt,
-                        "cancelling a Slurm job of an attempt this server no longer runs"
-                    );
-                    plan.cancel.push(j.id);
-                }
+            let Some((_, _, attempt)) = parse_marker(tag, &j.comment) else {
+                continue;
+            };
+            if j.is_gone() || live.contains(&attempt) {
+                continue;
+            }
+            let last = state.orphans.get(&j.id).copied();
+            if last.is_none_or(|t| now.duration_since(t) >= CANCEL_RETRY) {
+                tracing::warn!(
+                    slurm_job = j.id,
+                    attempt,
+                    "cancelling a Slurm job of an attempt this server no longer runs"
+                );
+                plan.cancel.push(j.id);
+                orphans.insert(j.id, now);
+            } else if let Some(t) = last {
+                orphans.insert(j.id, t);
             }
         }
+        state.orphans = orphans;
         plan
     }
 
@@ -509,37 +640,99 @@ impl Inner {
             }
         }
     }
+
+    fn report_error(&self, e: String) {
+        let mut state = self.state();
+        if state.last_error.as_deref() != Some(e.as_str()) {
+            tracing::error!(error = %e, "cannot read the Slurm cluster's state; attempts keep their last known state");
+            state.last_error = Some(e);
+        }
+    }
 }
 
-/// The capacity Slurm offers per instance type: usable nodes of the type's partition and
-/// feature, less those held by jobs that are not this server's. A node that matches several
-/// types counts for the first configured one, so that no node is offered twice.
+/// Why a Slurm command failed.
+#[derive(Debug)]
+enum CommandError {
+    /// slurmctld could not be reached or did not answer: try again later.
+    Unreachable(String),
+    /// The command ran and refused.
+    Failed(String),
+}
+
+impl CommandError {
+    fn into_message(self) -> String {
+        match self {
+            CommandError::Unreachable(m) | CommandError::Failed(m) => m,
+        }
+    }
+}
+
+/// Whether a Slurm command's error says the controller could not be reached (as opposed to a
+/// refusal): such a submit is tried again rather than failed.
+fn unreachable(stderr: &str) -> bool {
+    [
+        "Unable to contact slurm controller",
+        "Socket timed out",
+        "Zero Bytes were transmitted",
+        "Connection refused",
+        "Connection reset",
+        "Resource temporarily unavailable",
+        "Slurm backup controller in standby mode",
+        "Slurmctld is busy",
+        "Communication connection failure",
+    ]
+    .iter()
+    .any(|p| stderr.contains(p))
+}
+
+/// Whether an `sbatch` refusal comes from the configuration rather than the moment: such a
+/// job fails without retries, with a message naming the keys to check.
+fn misconfigured(message: &str) -> bool {
+    [
+        "Invalid partition",
+        "invalid partition",
+        "Invalid account",
+        "Invalid qos",
+        "Invalid generic resource",
+        "Invalid feature specification",
+        "Requested node configuration is not available",
+        "unrecognized option",
+        "invalid option",
+        "Invalid --",
+    ]
+    .iter()
+    .any(|p| message.contains(p))
+}
+
+/// The capacity Slurm offers per instance type: nodes of the type's partition and feature
+/// that are usable and held by no one else's job, plus those held by this server's live
+/// attempts whatever their state (a node going down under a running attempt is still held by
+/// it until Slurm ends the job). Jobs with this server's tag whose attempt is not live hold
+/// their nodes like anyone else's. A node counts for the first type that matches it.
 fn capacity(
     instances: &[SlurmInstance],
     nodes: &[SlurmNode],
     jobs: &[SlurmJob],
     tag: &str,
+    live: &BTreeSet<u64>,
 ) -> BTreeMap<String, u32> {
-    let foreign: BTreeSet<&str> = jobs
-        .iter()
-        .filter(|j| !j.is_gone() && parse_marker(tag, &j.comment).is_none())
-        .flat_map(|j| j.nodes.iter().map(String::as_str))
-        .collect();
+    let mut ours: BTreeSet<&str> = BTreeSet::new();
+    let mut foreign: BTreeSet<&str> = BTreeSet::new();
+    for j in jobs.iter().filter(|j| !j.is_gone()) {
+        let mine = parse_marker(tag, &j.comment).is_some_and(|(_, _, a)| live.contains(&a));
+        let set = if mine { &mut ours } else { &mut foreign };
+        set.extend(j.nodes.iter().map(String::as_str));
+    }
     let mut claimed: BTreeSet<&str> = BTreeSet::new();
     let mut out = BTreeMap::new();
     for inst in instances {
         let mut n = 0u32;
         for node in nodes {
-            let matches = inst.partition.as_ref().is_none_or(|p| *p == node.partition)
-                && inst
-                    .feature
-                    .as_ref()
-                    .is_none_or(|f| node.features.contains(f));
-            if !matches || claimed.contains(node.name.as_str()) {
+            if !provides(inst, node) || !claimed.insert(node.name.as_str()) {
                 continue;
             }
-            claimed.insert(node.name.as_str());
-            if node.usable() && !foreign.contains(node.name.as_str()) {
+            let name = node.name.as_str();
+            if ours.contains(name) || (node.usable() && !foreign.contains(name)) {
                 n += 1;
             }
         }
@@ -548,7 +741,8 @@ fn capacity(
     out
 }
 
-/// How a job Slurm reports gone ended, for the attempt `slot`.
+/// How a job Slurm reports gone ended, for the attempt `slot`. Blocking: reads the attempt's
+/// start-error and failure files.
 fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
     let id = job.id;
     if slot.stop == Some(StopCause::Timeout) {
@@ -578,18 +772,24 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
             if let Some(reason) = outcome::failure_file_reason(&slot.failure_file) {
                 return failed(reason);
             }
-            if job.exit.signal != 0 {
-                return failed(format!(
-                    "{ALGORITHM_ERROR}process killed by signal {}",
-                    signal_name(job.exit.signal)
-                ));
-            }
-            // Word for word the local executor's reason, so that one set of evaluateOnExit
+            // The batch step is srun, which reports a task killed by signal N as 128 + N.
+            let signal = match job.exit {
+                e if e.signal != 0 => Some(e.signal),
+                e if (129..=128 + 64).contains(&e.code) => Some(e.code - 128),
+                _ => None,
+            };
+            // Word for word the local executor's reasons, so that one set of evaluateOnExit
             // rules serves both executors.
-            failed(format!(
-                "{ALGORITHM_ERROR}process exited with code {}",
-                job.exit.code
-            ))
+            match signal {
+                Some(signal) => failed(format!(
+                    "{ALGORITHM_ERROR}process killed by signal {}",
+                    signal_name(signal)
+                )),
+                None => failed(format!(
+                    "{ALGORITHM_ERROR}process exited with code {}",
+                    job.exit.code
+                )),
+            }
         }
         "CANCELLED" if slot.stop.is_some() => failed(format!(
             "{ALGORITHM_ERROR}stopped: Slurm job {id} was cancelled after the grace period"
@@ -608,7 +808,11 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
             reason: format!(
                 "Attempt lost: Slurm job {id} ended {} ({}) on {nodes}; the job was queued again without using a retry",
                 job.state,
-                if job.reason.is_empty() { "no reason given" } else { &job.reason }
+                if job.reason.is_empty() {
+                    "no reason given"
+                } else {
+                    &job.reason
+                }
             ),
         },
         other => failed(format!(
@@ -624,40 +828,131 @@ fn signal_name(signal: i32) -> String {
         .unwrap_or_else(|_| format!("signal {signal}"))
 }
 
-/// Prepares the job's directories, writes the script and submits it.
+/// What the submit task prepared on the file system.
+struct Prepared {
+    args: Vec<String>,
+    checkpoint_dir: PathBuf,
+    baseline_ns: u64,
+}
+
+/// Prepares the job's directories, writes the script and submits it. While slurmctld cannot
+/// be reached, `sbatch` is tried again with a growing pause (the attempt waits, STARTING is
+/// not reported); before each new try the cluster is asked whether the previous one got
+/// through after all, so that one attempt never becomes two Slurm jobs.
 async fn submit(inner: Arc<Inner>, spec: LaunchSpec, instance: SlurmInstance) {
     let attempt = spec.attempt;
     let result = submit_inner(&inner, &spec, &instance).await;
-    let mut state = inner.state();
     match result {
-        Ok(id) => {
+        Ok((id, prepared)) => {
+            let mut state = inner.state();
             if let Some(slot) = state.slots.get_mut(&attempt) {
                 slot.slurm_id = Some(id);
                 slot.submitted_at = Some(Instant::now());
+                slot.checkpoint_dir = prepared.checkpoint_dir;
+                slot.checkpoint_seen_ns = prepared.baseline_ns;
                 tracing::debug!(attempt, slurm_job = id, "submitted");
             }
             drop(state);
             inner.wake.notify_one();
         }
-        Err(reason) => {
-            tracing::warn!(attempt, %reason, "cannot submit the attempt to Slurm");
-            inner.finish(
-                &mut state,
-                attempt,
-                Outcome::Failed {
-                    reason,
-                    retryable: true,
-                },
-            );
+        Err(outcome) => {
+            if let Outcome::Failed { reason, .. } = &outcome {
+                tracing::warn!(attempt, %reason, "the attempt was not submitted to Slurm");
+            }
+            let slot = inner.state().slots.remove(&attempt);
+            if let Some(slot) = slot {
+                let inner2 = inner.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    inner2.report_exit(attempt, &slot.log_dir, outcome)
+                })
+                .await;
+            }
         }
     }
 }
 
 async fn submit_inner(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     spec: &LaunchSpec,
     instance: &SlurmInstance,
-) -> Result<u64, String> {
+) -> Result<(u64, Prepared), Outcome> {
+    let client_error = |reason: String| Outcome::Failed {
+        reason,
+        retryable: true,
+    };
+    let prepared = {
+        let (inner, spec, instance) = (inner.clone(), spec.clone(), instance.clone());
+        tokio::task::spawn_blocking(move || prepare(&inner, &spec, &instance))
+            .await
+            .map_err(|e| client_error(format!("{CLIENT_ERROR}preparing the job: {e}")))?
+            .map_err(client_error)?
+    };
+    let _permit = inner
+        .submits
+        .acquire()
+        .await
+        .map_err(|e| client_error(e.to_string()))?;
+    let mine = marker(
+        &inner.cfg.tag,
+        &spec.job_id,
+        spec.attempt_number,
+        spec.attempt,
+    );
+    let mut pause = Duration::from_secs(1);
+    loop {
+        // A stop that arrived while the attempt waited: submit nothing.
+        let stopped = inner
+            .state()
+            .slots
+            .get(&spec.attempt)
+            .is_none_or(|s| s.stop.is_some());
+        if stopped {
+            return Err(client_error(format!(
+                "{ALGORITHM_ERROR}stopped before it was submitted to Slurm"
+            )));
+        }
+        match inner.run("sbatch", &prepared.args).await {
+            Ok(out) => {
+                // --parsable prints "<id>" or "<id>;<cluster>".
+                return match out.trim().split(';').next().and_then(|s| s.parse().ok()) {
+                    Some(id) => Ok((id, prepared)),
+                    None => Err(client_error(format!(
+                        "Received status from SageMaker: InternalServerError: sbatch printed no job id: {out:?}"
+                    ))),
+                };
+            }
+            Err(CommandError::Failed(e)) if misconfigured(&e) => {
+                return Err(Outcome::Failed {
+                    reason: format!(
+                        "{CLIENT_ERROR}Slurm refused the job: {e}; check executor.slurm.instance (partition, feature, gpus_per_instance), account and extra_sbatch_args for {}",
+                        spec.instance_type
+                    ),
+                    retryable: false,
+                })
+            }
+            Err(CommandError::Failed(e)) => {
+                return Err(client_error(format!(
+                    "Received status from SageMaker: InternalServerError: Slurm refused the job: {e}"
+                )))
+            }
+            Err(CommandError::Unreachable(e)) => {
+                tracing::warn!(attempt = spec.attempt, error = %e, retry_in = ?pause, "cannot reach Slurm to submit; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(SUBMIT_BACKOFF_MAX);
+                // The try that timed out may have been accepted.
+                if let Ok(jobs) = inner.squeue().await {
+                    if let Some(j) = jobs.iter().find(|j| j.comment == mine) {
+                        return Ok((j.id, prepared));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The job's directories, its checkpoint directory and baseline, the script, and the
+/// `sbatch` arguments. Blocking (file system).
+fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result<Prepared, String> {
     let layout = JobLayout::new(&inner.cfg.shared_dir, &spec.job_id, spec.attempt_number);
     layout.prepare().map_err(|(path, e)| {
         format!(
@@ -666,9 +961,15 @@ async fn submit_inner(
         )
     })?;
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
+    // Newer files than these are this attempt's checkpoints.
+    let baseline_ns = newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
     let vars: Vec<(String, String)> = environment::common(spec, &layout, &checkpoint_dir)
         .into_iter()
-        .filter(|(k, _)| k != "SM_HOSTS")
+        // SM_HOSTS comes from the allocation; with GPUs, Slurm's CUDA_VISIBLE_DEVICES wins
+        // over the payload's, as the local executor's does.
+        .filter(|(k, _)| {
+            k != "SM_HOSTS" && !(instance.gpus_per_instance > 0 && k == "CUDA_VISIBLE_DEVICES")
+        })
         .collect();
     let script_path = layout.attempt_dir.join(SCRIPT_FILE);
     let text = script::batch_script(
@@ -699,27 +1000,11 @@ async fn submit_inner(
         inner.cfg.account.as_deref(),
         &inner.cfg.extra_sbatch_args,
     );
-    let _permit = inner.submits.acquire().await.map_err(|e| e.to_string())?;
-    // A stop that arrived while the attempt waited to be submitted: submit nothing.
-    let stopped = inner
-        .state()
-        .slots
-        .get(&spec.attempt)
-        .is_none_or(|s| s.stop.is_some());
-    if stopped {
-        return Err(format!(
-            "{ALGORITHM_ERROR}stopped before it was submitted to Slurm"
-        ));
-    }
-    let out = inner.run("sbatch", &args).await.map_err(|e| {
-        format!("Received status from SageMaker: InternalServerError: Slurm refused the job: {e}")
-    })?;
-    // --parsable prints "<id>" or "<id>;<cluster>".
-    out.trim()
-        .split(';')
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("Received status from SageMaker: InternalServerError: sbatch printed no job id: {out:?}"))
+    Ok(Prepared {
+        args,
+        checkpoint_dir,
+        baseline_ns,
+    })
 }
 
 /// Reads Slurm every `poll` (sooner when woken by a start or stop), reports, signals.
@@ -737,28 +1022,47 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
             Err(e) => inner.report_error(e),
             Ok(jobs) => {
                 inner.state().last_error = None;
-                let plan = inner.observe(&jobs, polled_at);
-                if !plan.term.is_empty() {
-                    let mut args = vec!["--signal=TERM".to_string()];
-                    args.extend(plan.term.iter().map(u64::to_string));
-                    if let Err(e) = inner.run("scancel", &args).await {
-                        tracing::warn!(error = %e, "scancel --signal=TERM failed");
-                    }
-                }
-                if !plan.cancel.is_empty() {
-                    let args: Vec<String> = plan.cancel.iter().map(u64::to_string).collect();
-                    if let Err(e) = inner.run("scancel", &args).await {
-                        tracing::warn!(error = %e, "scancel failed");
-                    }
-                }
+                let mut plan = inner.observe(&jobs, polled_at);
+                // The capacity first, computed without the attempts that just ended: the
+                // server applies reports in order, and an exit must not free a node that went
+                // down with its job before the capacity says it is gone.
                 if let Ok(nodes) = nodes {
-                    let cap = capacity(&inner.cfg.instances, &nodes, &jobs, &inner.cfg.tag);
-                    inner.state().capacity = cap.clone();
+                    let mut state = inner.state();
+                    let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+                    let cap = capacity(&inner.cfg.instances, &nodes, &jobs, &inner.cfg.tag, &live);
+                    state.capacity = cap.clone();
+                    drop(state);
                     if last_capacity.as_ref() != Some(&cap) {
                         let _ = inner.events.send(ExecEvent::Capacity {
                             capacity: cap.clone(),
                         });
                         last_capacity = Some(cap);
+                    }
+                }
+                let ended = std::mem::take(&mut plan.ended);
+                if !ended.is_empty() {
+                    let i = inner.clone();
+                    let _ = tokio::task::spawn_blocking(move || i.conclude(ended)).await;
+                }
+                if !plan.term.is_empty() {
+                    let mut args = vec!["--signal=TERM".to_string()];
+                    args.extend(plan.term.iter().map(u64::to_string));
+                    if let Err(e) = inner.run("scancel", &args).await {
+                        tracing::warn!(error = %e.into_message(), "scancel --signal=TERM failed");
+                    }
+                }
+                if !plan.cancel.is_empty() {
+                    let ids: Vec<String> = plan.cancel.iter().map(u64::to_string).collect();
+                    // SIGKILL to the batch step and every task first: a plain scancel would
+                    // send SIGTERM again and wait Slurm's KillWait, when the grace period
+                    // has already been given. It fails for jobs that have not started.
+                    let mut kill = vec!["--full".to_string(), "--signal=KILL".to_string()];
+                    kill.extend(ids.iter().cloned());
+                    if let Err(e) = inner.run("scancel", &kill).await {
+                        tracing::debug!(error = %e.into_message(), "scancel --signal=KILL");
+                    }
+                    if let Err(e) = inner.run("scancel", &ids).await {
+                        tracing::warn!(error = %e.into_message(), "scancel failed");
                     }
                 }
                 if !plan.scans.is_empty() {
@@ -774,16 +1078,6 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
             _ = wake.wake.notified() => {
                 tokio::time::sleep_until(polled_at + MIN_POLL_GAP.min(poll)).await;
             }
-        }
-    }
-}
-
-impl Inner {
-    fn report_error(&self, e: String) {
-        let mut state = self.state();
-        if state.last_error.as_deref() != Some(e.as_str()) {
-            tracing::error!(error = %e, "cannot read the Slurm cluster's state; attempts keep their last known state");
-            state.last_error = Some(e);
         }
     }
 }
@@ -851,7 +1145,8 @@ mod tests {
             job(3, "someone else", "COMPLETED", &["n4"]),
             job(4, &marker("other-server", "j", 1, 1), "RUNNING", &["n1"]),
         ];
-        let cap = capacity(&instances, &nodes, &jobs, "me");
+        let live = BTreeSet::from([1]);
+        let cap = capacity(&instances, &nodes, &jobs, "me", &live);
         assert_eq!(
             cap["ml.p4d.24xlarge"], 1,
             "n2 is ours; n1 another server's; n3 down"
@@ -859,6 +1154,43 @@ mod tests {
         assert_eq!(
             cap["ml.g5.xlarge"], 1,
             "n4 only: n1..n3 went to the first type, n5 is held"
+        );
+        // Our live attempt on a node that went down still holds it (no flapping until Slurm
+        // ends the job); our job of an attempt no longer live holds its node like anyone's.
+        let jobs = [
+            job(1, &marker("me", "j", 1, 1), "RUNNING", &["n3"]),
+            job(7, &marker("me", "k", 1, 7), "RUNNING", &["n1"]),
+        ];
+        let cap = capacity(&instances, &nodes, &jobs, "me", &live);
+        assert_eq!(
+            cap["ml.p4d.24xlarge"], 2,
+            "n2 (alloc, no job seen) and n3 (ours)"
+        );
+    }
+
+    #[test]
+    fn a_node_that_provides_two_instance_types_is_refused() {
+        let inst = |t: &str, f: Option<&str>| SlurmInstance {
+            instance_type: t.into(),
+            partition: Some("gpu".into()),
+            feature: f.map(String::from),
+            gpus_per_instance: 1,
+        };
+        let nodes = [
+            node("n1", "idle", "gpu", &["a100"]),
+            node("n2", "idle", "gpu", &["a10g"]),
+        ];
+        assert!(check_disjoint(
+            &[inst("p4d", Some("a100")), inst("g5", Some("a10g"))],
+            &nodes
+        )
+        .is_ok());
+        let e = check_disjoint(&[inst("p4d", Some("a100")), inst("g5", None)], &nodes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("node n1") && e.contains("instance[0]") && e.contains("instance[1]"),
+            "{e}"
         );
     }
 
@@ -908,6 +1240,19 @@ mod tests {
                 reason: "Received status from SageMaker: AlgorithmError: loss is NaN".into(),
                 retryable: true
             }
+        );
+        std::fs::remove_file(&s.failure_file).unwrap();
+        j.exit = ExitStatus {
+            code: 137,
+            signal: 0,
+        };
+        assert_eq!(
+            slot_outcome(&s, &j),
+            Outcome::Failed {
+                reason: "Received status from SageMaker: AlgorithmError: process killed by signal SIGKILL".into(),
+                retryable: true
+            },
+            "srun reports a task killed by signal N as 128 + N"
         );
         j.state = "NODE_FAIL".into();
         j.reason = "NodeDown".into();
@@ -1016,23 +1361,30 @@ mod tests {
         out
     }
 
+    /// One poll's decisions, with the ended attempts concluded as the poller does.
+    fn step(inner: &Inner, jobs: &[SlurmJob], polled_at: Instant) -> Plan {
+        let mut plan = inner.observe(jobs, polled_at);
+        inner.conclude(std::mem::take(&mut plan.ended));
+        plan
+    }
+
     #[test]
     fn a_job_is_reported_starting_then_running_then_exited_once() {
         let dir = tempfile::tempdir().unwrap();
         let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
         let t0 = Instant::now();
         submitted(&inner, 1, 10, t0);
-        inner.observe(&[ours(1, 10, "PENDING")], t0);
+        step(&inner, &[ours(1, 10, "PENDING")], t0);
         assert_eq!(drain(&mut rx), ["starting 1"]);
-        inner.observe(&[ours(1, 10, "RUNNING")], t0);
-        inner.observe(&[ours(1, 10, "RUNNING")], t0);
+        step(&inner, &[ours(1, 10, "RUNNING")], t0);
+        step(&inner, &[ours(1, 10, "RUNNING")], t0);
         assert_eq!(drain(&mut rx), ["running 1"]);
-        inner.observe(&[ours(1, 10, "COMPLETING")], t0);
+        step(&inner, &[ours(1, 10, "COMPLETING")], t0);
         assert!(
             drain(&mut rx).is_empty(),
             "a completing job still holds its nodes"
         );
-        inner.observe(&[ours(1, 10, "COMPLETED")], t0);
+        step(&inner, &[ours(1, 10, "COMPLETED")], t0);
         assert_eq!(drain(&mut rx), ["exited 1 Succeeded"]);
         assert_eq!(inner.state().slots.len(), 0);
         let recorded = std::fs::read_to_string(
@@ -1054,19 +1406,19 @@ mod tests {
         let t0 = Instant::now();
         submitted(&inner, 1, 10, t0);
         let running = [ours(1, 10, "RUNNING")];
-        inner.observe(&running, t0);
+        step(&inner, &running, t0);
         inner.state().slots.get_mut(&1).unwrap().stop = Some(StopCause::Requested);
-        let plan = inner.observe(&running, t0);
+        let plan = step(&inner, &running, t0);
         assert_eq!((plan.term.clone(), plan.cancel.clone()), (vec![10], vec![]));
-        let plan = inner.observe(&running, t0);
+        let plan = step(&inner, &running, t0);
         assert!(
             plan.term.is_empty() && plan.cancel.is_empty(),
             "the grace period runs"
         );
         std::thread::sleep(Duration::from_millis(60));
-        let plan = inner.observe(&running, t0);
+        let plan = step(&inner, &running, t0);
         assert_eq!((plan.term.clone(), plan.cancel.clone()), (vec![], vec![10]));
-        let plan = inner.observe(&running, t0);
+        let plan = step(&inner, &running, t0);
         assert!(
             plan.cancel.is_empty(),
             "one scancel until the retry interval"
@@ -1080,15 +1432,19 @@ mod tests {
         let t0 = Instant::now();
         submitted(&inner, 1, 10, t0);
         inner.state().slots.get_mut(&1).unwrap().stop = Some(StopCause::Requested);
-        let plan = inner.observe(&[ours(1, 10, "PENDING")], t0);
+        let plan = step(&inner, &[ours(1, 10, "PENDING")], t0);
         assert_eq!((plan.term, plan.cancel), (vec![], vec![10]));
 
         submitted(&inner, 2, 11, t0);
         inner.state().slots.get_mut(&2).unwrap().max_runtime = Some(Duration::ZERO);
-        let plan = inner.observe(&[ours(2, 11, "RUNNING"), ours(1, 10, "PENDING")], t0);
+        let plan = step(
+            &inner,
+            &[ours(2, 11, "RUNNING"), ours(1, 10, "PENDING")],
+            t0,
+        );
         assert_eq!(plan.term, vec![11], "the runtime limit stops the attempt");
         drain(&mut rx);
-        inner.observe(&[ours(2, 11, "CANCELLED")], t0);
+        step(&inner, &[ours(2, 11, "CANCELLED")], t0);
         let events = drain(&mut rx);
         assert!(
             events.iter().any(|e| e.starts_with("exited 2")
@@ -1105,20 +1461,29 @@ mod tests {
         let before = Instant::now();
         std::thread::sleep(Duration::from_millis(2));
         submitted(&inner, 1, 10, Instant::now());
-        inner.observe(&[], before);
+        step(&inner, &[], before);
         assert!(
             drain(&mut rx).is_empty(),
             "the snapshot predates the submission"
         );
-        inner.observe(&[], Instant::now());
+        let plan = step(&inner, &[], Instant::now());
         let events = drain(&mut rx);
         assert!(
             events[0].starts_with("exited 1 Lost") && events[0].contains("no longer knows job 10"),
             "{events:?}"
         );
+        assert_eq!(
+            plan.cancel,
+            vec![10],
+            "in case it runs where this server cannot see it"
+        );
         // A job id reused by a reset cluster, under another comment, is not this attempt.
         submitted(&inner, 2, 12, before);
-        inner.observe(&[job(12, "someone's", "RUNNING", &["n1"])], Instant::now());
+        step(
+            &inner,
+            &[job(12, "someone's", "RUNNING", &["n1"])],
+            Instant::now(),
+        );
         assert!(drain(&mut rx)[0].starts_with("exited 2 Lost"));
     }
 
@@ -1126,7 +1491,8 @@ mod tests {
     fn marked_jobs_of_attempts_not_run_here_are_cancelled_and_others_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let (inner, _rx) = inner(dir.path(), Duration::from_secs(1));
-        let plan = inner.observe(
+        let plan = step(
+            &inner,
             &[
                 ours(7, 20, "RUNNING"),
                 ours(8, 21, "COMPLETED"),
@@ -1136,5 +1502,10 @@ mod tests {
             Instant::now(),
         );
         assert_eq!(plan.cancel, vec![20]);
+        let again = step(&inner, &[ours(7, 20, "RUNNING")], Instant::now());
+        assert!(
+            again.cancel.is_empty(),
+            "not again before the retry interval"
+        );
     }
 }

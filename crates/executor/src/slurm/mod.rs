@@ -7,7 +7,8 @@
 //! * One poller task runs `squeue --json` and `sinfo -N` every `poll` (never a call per job),
 //!   turns what changed into [`ExecEvent`]s (PENDING → `Starting`, RUNNING → `Running`, gone →
 //!   `Exited`; NODE_FAIL and its kin → [`Outcome::Lost`]), carries out stops in batches
-//!   (`scancel --signal=TERM` to every step task, then `scancel` after the grace period), scans
+//!   (`scancel --signal=TERM` to every step task, then SIGKILL and `scancel` after the grace
+//!   period), scans
 //!   the running attempts' checkpoint directories and reports the capacity Slurm offers
 //!   ([`ExecEvent::Capacity`]): per instance type, the usable nodes of its partition/feature
 //!   that no job of someone else holds.
@@ -23,7 +24,7 @@ mod executor;
 pub mod report;
 mod script;
 
-pub use executor::{Adopted, SlurmExecutor};
+pub use executor::{AdoptSpec, Adopted, SlurmExecutor};
 
 use std::path::PathBuf;
 use std::time::Duration;

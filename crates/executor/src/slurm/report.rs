@@ -126,17 +126,18 @@ fn number(v: &Value) -> Option<u64> {
 }
 
 /// `"RUNNING"`, or 23.02's `["RUNNING", "COMPLETING"]`: `COMPLETING` wins, since the job's
-/// nodes are not free until it clears.
+/// nodes are not free until it clears, then `CONFIGURING` (nodes still booting: not started).
 fn job_state(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Array(flags) => {
             let flags: Vec<&str> = flags.iter().filter_map(Value::as_str).collect();
-            if flags.contains(&"COMPLETING") {
-                "COMPLETING".into()
-            } else {
-                flags.first().copied().unwrap_or("UNKNOWN").into()
-            }
+            ["COMPLETING", "CONFIGURING"]
+                .into_iter()
+                .find(|f| flags.contains(f))
+                .or(flags.first().copied())
+                .unwrap_or("UNKNOWN")
+                .into()
         }
         _ => "UNKNOWN".into(),
     }

@@ -75,23 +75,24 @@ pub(crate) fn batch_script(
     );
     let _ = writeln!(s, "fi");
     let _ = writeln!(s, "# Task: one per node.");
-    let _ = writeln!(s, "i=$((SLURM_NODEID + 1))");
+    // Private names: the payload's Environment, exported below, must not change them.
+    let _ = writeln!(s, "__qm_i=$((SLURM_NODEID + 1))");
     let out1 = log_file_name(LogStream::Stdout, 1);
     let err1 = log_file_name(LogStream::Stderr, 1);
-    let out_n = log_file_name(LogStream::Stdout, 2).replace('2', "$i");
-    let err_n = log_file_name(LogStream::Stderr, 2).replace('2', "$i");
+    let out_n = log_file_name(LogStream::Stdout, 2).replace('2', "$__qm_i");
+    let err_n = log_file_name(LogStream::Stderr, 2).replace('2', "$__qm_i");
     let _ = writeln!(
         s,
-        "if [ \"$i\" -eq 1 ]; then out={out1}; err={err1}; else out={out_n}; err={err_n}; fi"
+        "if [ \"$__qm_i\" -eq 1 ]; then __qm_out={out1}; __qm_err={err1}; else __qm_out={out_n}; __qm_err={err_n}; fi"
     );
     let _ = writeln!(
         s,
-        "exec >>{}/\"$out\" 2>>{}/\"$err\"",
+        "exec >>{}/\"$__qm_out\" 2>>{}/\"$__qm_err\"",
         quote(&attempt_dir),
         quote(&attempt_dir)
     );
     for (k, v) in vars {
-        if valid_var(k) {
+        if valid_var(k) && !k.starts_with("__qm_") {
             let _ = writeln!(s, "export {k}={}", quote(v));
         } else {
             let _ = writeln!(
@@ -121,7 +122,7 @@ pub(crate) fn batch_script(
         s,
         "  echo \"not found or not executable on $SLURMD_NODENAME\" >{}/{}",
         quote(&attempt_dir),
-        start_error_file(1).replace('1', "$i")
+        start_error_file(1).replace('1', "$__qm_i")
     );
     let _ = writeln!(s, "  exit 127");
     let _ = writeln!(s, "fi");
@@ -152,7 +153,8 @@ pub(crate) fn sbatch_args(
         // Quartermaster decides where a job runs again, and a lost node must not cost a retry.
         "--no-requeue".into(),
         "--open-mode=append".into(),
-        format!("--output={attempt_dir}/slurm-%j.out"),
+        // `%` is a Slurm filename pattern; a literal one in the path is written `%%`.
+        format!("--output={}/slurm-%j.out", attempt_dir.replace('%', "%%")),
         format!("--chdir={}", layout.work.to_string_lossy()),
     ];
     if let Some(p) = &instance.partition {
@@ -207,7 +209,7 @@ mod tests {
         assert!(s.contains(r"export FOO='a b'\''c'"), "{s}");
         assert!(!s.contains("export bad name"), "{s}");
         assert!(s.contains(r"exec 'python3' 'it'\''s.py' '--x'"), "{s}");
-        assert!(s.contains("out=stdout-algo-$i.log"), "{s}");
+        assert!(s.contains("__qm_out=stdout-algo-$__qm_i.log"), "{s}");
         assert!(s.contains("export SM_CURRENT_HOST=\"$SLURMD_NODENAME\""));
         assert!(
             !s.contains("CUDA_VISIBLE_DEVICES=''"),
