@@ -6,7 +6,8 @@ with the jobs going through `qm serve` and its Slurm executor.
         submitted through boto3; jobs/s from the first submit to the moment every job is
         SUCCEEDED (the qm clock: first createdAt to last stoppedAt, and the client's clock).
     qm_bench.py reclaim --qm BIN --work DIR --nodes N --repeats R [--poll S] [--out FILE]
-        A borrower share fills every node with jobs that exit at once on SIGTERM; the owner
+        A borrower share fills every node with jobs that exit at once on SIGTERM (--victim
+        trap; `ignore`: they ignore it, `plain`: they die of it); the owner
         (whose quota is lent) submits one job; owner submit -> owner RUNNING, as qm reports it
         (the job's startedAt minus its createdAt) and as the client saw it (polling every
         0.05 s). R repeats; between them the owner's job is terminated and the preempted
@@ -17,6 +18,7 @@ under DIR and is stopped at the end.
 """
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -204,8 +206,14 @@ def reclaim(a):
         b = qm.batch
         queue = setup(b, "rc", a.nodes, [("owner", "LEND", half, None),
                                         ("borrower", "LEND_AND_BORROW", a.nodes - half, 100)])
-        # Exits at once on SIGTERM, like the raw benchmark's trapping victim.
-        victim = ["bash", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"]
+        victim = {
+            # Exits at once on SIGTERM, like the raw benchmark's trapping victim.
+            "trap": ["bash", "-c", "trap 'exit 0' TERM; while :; do sleep 0.2; done"],
+            # Ignores SIGTERM: the grace is spent, then SIGKILL.
+            "ignore": ["bash", "-c", "trap '' TERM; while :; do sleep 0.2; done"],
+            # Dies of SIGTERM (the default action).
+            "plain": ["sleep", "3600"],
+        }[a.victim]
         borrowers = [submit(b, queue, "borrower", f"b{i}", victim) for i in range(a.nodes)]
         samples = []
         for r in range(a.repeats):
@@ -228,7 +236,7 @@ def reclaim(a):
             b.terminate_service_job(jobId=jid, reason="bench")
         c = [s["client_seconds"] for s in samples]
         return {"nodes": a.nodes, "repeats": a.repeats, "poll_seconds": a.poll,
-                "grace_seconds": a.grace, "samples": samples,
+                "grace_seconds": a.grace, "victim": a.victim, "samples": samples,
                 "median_seconds": round(statistics.median(c), 3),
                 "min_seconds": min(c), "max_seconds": max(c)}
     finally:
@@ -247,11 +255,15 @@ def main():
     p.add_argument("--poll", type=float, default=1.0, help="executor.slurm.poll_seconds")
     p.add_argument("--job-seconds", type=float, default=0, help="jobs run `sleep S`, not `true`")
     p.add_argument("--grace", type=float, default=5, help="executor.stop_grace_seconds")
+    p.add_argument("--victim", choices=["trap", "ignore", "plain"], default="trap",
+                   help="how the borrowers' jobs take SIGTERM (reclaim)")
     p.add_argument("--out")
     a = p.parse_args()
     if not os.environ.get("SLURM_CONF"):
         raise SystemExit("SLURM_CONF is not set: start a cluster with scripts/slurm/cluster first")
     result = throughput(a) if a.mode == "throughput" else reclaim(a)
+    result["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    result["loadavg_after"] = open("/proc/loadavg").read().split()[:3]
     text = json.dumps(result, indent=1)
     print(text)
     if a.out:
