@@ -1,16 +1,16 @@
 //! The Slurm executor: each attempt is one Slurm job on exclusive nodes, one instance per node,
 //! while quota shares, lending, reclaim and priorities stay Quartermaster's (DESIGN.md §4).
 //!
-//! * [`SlurmExecutor::start`] writes the attempt's batch script ([`script`]) into the job's
+//! * [`SlurmExecutor::start`] writes the attempt's batch script (`script`) into the job's
 //!   directory under `shared_dir` (which every node must see at the same path) and submits it
 //!   with `sbatch --exclusive --no-requeue`, at most a few `sbatch` at a time.
 //! * One poller task runs `squeue --json` and `sinfo -N` every `poll` (never a call per job),
-//!   turns what changed into [`ExecEvent`]s (PENDING → `Starting`, RUNNING → `Running`, gone →
-//!   `Exited`; NODE_FAIL and its kin → [`Outcome::Lost`]), carries out stops in batches
+//!   turns what changed into [`crate::ExecEvent`]s (PENDING → `Starting`, RUNNING → `Running`, gone →
+//!   `Exited`; NODE_FAIL and its kin → [`crate::Outcome::Lost`]), carries out stops in batches
 //!   (`scancel --signal=TERM` to every step task, then SIGKILL and `scancel` after the grace
 //!   period), scans
 //!   the running attempts' checkpoint directories and reports the capacity Slurm offers
-//!   ([`ExecEvent::Capacity`]): per instance type, the usable nodes of its partition/feature
+//!   ([`crate::ExecEvent::Capacity`]): per instance type, the usable nodes of its partition/feature
 //!   that no job of someone else holds.
 //! * Jobs are recognised by their comment, `qm/<tag>/<job id>/<attempt number>/<attempt>`;
 //!   `tag` is this server's, so several servers (and anyone else) can share a cluster. After a
