@@ -29,7 +29,12 @@ impl FakeSlurm {
             std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         };
-        script("squeue", &format!("cat {d}/jobs.json"));
+        script(
+            "squeue",
+            &format!(
+                "if [ -e {d}/squeue.fail ]; then echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1; fi\ncat {d}/jobs.json"
+            ),
+        );
         script(
             "sinfo",
             "printf 'n1|idle|gpu|(null)\\nn2|idle|gpu|(null)\\n'",
@@ -247,6 +252,48 @@ async fn adoption_follows_running_jobs_records_ended_ones_and_carries_on_a_stop(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    fake.set_jobs(&format!(
+        "[{}]",
+        job_json(7, &marker("job-a", 1, 1), "CANCELLED", "n1")
+    ));
+    assert!(matches!(exited(&mut rx, 1).await, Outcome::Failed { .. }));
+}
+
+#[tokio::test]
+async fn a_stop_goes_out_while_the_job_list_cannot_be_read() {
+    let fake = FakeSlurm::new();
+    let shared = tempfile::tempdir().unwrap();
+    fake.set_jobs(&format!(
+        "[{}]",
+        job_json(7, &marker("job-a", 1, 1), "RUNNING", "n1")
+    ));
+    let (ex, mut rx) = fake.executor(shared.path());
+    let got = ex
+        .adopt(vec![AdoptSpec {
+            spec: spec(1, "job-a"),
+            running_since_ms: Some(1),
+            stopping: false,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(got, vec![(1, Adopted::Running)]);
+    std::fs::write(fake.path("squeue.fail"), "").unwrap();
+    ex.stop(1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = fake.lines("scancel.log");
+        if log.iter().any(|l| l == "--signal=TERM 7") && log.iter().any(|l| l == "7") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "scancel calls: {log:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The exit is reported only once Slurm can be read again and says the job is gone.
+    assert!(rx.try_recv().is_err());
+    std::fs::remove_file(fake.path("squeue.fail")).unwrap();
     fake.set_jobs(&format!(
         "[{}]",
         job_json(7, &marker("job-a", 1, 1), "CANCELLED", "n1")

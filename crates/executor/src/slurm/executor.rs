@@ -111,6 +111,40 @@ struct Slot {
     nodes: Vec<String>,
 }
 
+impl Slot {
+    /// The next step of a requested stop of Slurm job `id`: SIGTERM to its tasks, then, after
+    /// `grace`, SIGKILL and cancellation (at once for a job that has not started), repeated
+    /// every [`CANCEL_RETRY`] until the job is gone.
+    fn plan_stop(
+        &mut self,
+        id: u64,
+        started: bool,
+        now: Instant,
+        grace: Duration,
+        plan: &mut Plan,
+    ) {
+        if self.stop.is_none() {
+            return;
+        }
+        let cancel = match (self.cancel_sent, self.term_sent) {
+            // A cancel that was lost (scancel failed, slurmctld busy) is sent again.
+            (Some(t), _) => now.duration_since(t) >= CANCEL_RETRY,
+            // Nothing runs yet: no grace to give.
+            (None, _) if !started => true,
+            (None, None) => {
+                plan.term.push(id);
+                self.term_sent = Some(now);
+                false
+            }
+            (None, Some(t)) => now.duration_since(t) >= grace,
+        };
+        if cancel {
+            plan.cancel.push(id);
+            self.cancel_sent = Some(now);
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StopCause {
     Requested,
@@ -575,24 +609,7 @@ impl Inner {
                     slot.stop = Some(StopCause::Timeout);
                 }
             }
-            if slot.stop.is_some() {
-                let cancel = match (slot.cancel_sent, slot.term_sent) {
-                    // A cancel that was lost (scancel failed, slurmctld busy) is sent again.
-                    (Some(t), _) => now.duration_since(t) >= CANCEL_RETRY,
-                    // Nothing runs yet: no grace to give.
-                    (None, _) if !started => true,
-                    (None, None) => {
-                        plan.term.push(id);
-                        slot.term_sent = Some(now);
-                        false
-                    }
-                    (None, Some(t)) => now.duration_since(t) >= self.cfg.stop_grace,
-                };
-                if cancel {
-                    plan.cancel.push(id);
-                    slot.cancel_sent = Some(now);
-                }
-            }
+            slot.plan_stop(id, started, now, self.cfg.stop_grace, &mut plan);
             if slot.running_since.is_some() {
                 plan.scans.push((attempt, slot.checkpoint_dir.clone()));
             }
@@ -625,6 +642,20 @@ impl Inner {
         plan
     }
 
+    /// While Slurm's job list cannot be read, stops still go out, from what was last known of
+    /// each job (a preemption must not wait for slurmctld's answers to come back).
+    fn blind_stops(&self) -> Plan {
+        let now = Instant::now();
+        let mut plan = Plan::default();
+        for slot in self.state().slots.values_mut() {
+            if let Some(id) = slot.slurm_id {
+                let started = slot.running_since.is_some();
+                slot.plan_stop(id, started, now, self.cfg.stop_grace, &mut plan);
+            }
+        }
+        plan
+    }
+
     /// Reports checkpoints whose newest mtime moved forward.
     fn record_checkpoints(&self, scanned: &[(u64, u64)]) {
         let mut state = self.state();
@@ -637,6 +668,32 @@ impl Inner {
                         at_ms: newest / 1_000_000,
                     });
                 }
+            }
+        }
+    }
+
+    /// Sends the planned signals: SIGTERM to the step tasks of `plan.term`; SIGKILL to the batch
+    /// step and every task of `plan.cancel`, then their cancellation.
+    async fn signal(&self, plan: &Plan) {
+        if !plan.term.is_empty() {
+            let mut args = vec!["--signal=TERM".to_string()];
+            args.extend(plan.term.iter().map(u64::to_string));
+            if let Err(e) = self.run("scancel", &args).await {
+                tracing::warn!(error = %e.into_message(), "scancel --signal=TERM failed");
+            }
+        }
+        if !plan.cancel.is_empty() {
+            let ids: Vec<String> = plan.cancel.iter().map(u64::to_string).collect();
+            // SIGKILL first: a plain scancel would send SIGTERM again and wait Slurm's
+            // KillWait, when the grace period has already been given. It fails for jobs that
+            // have not started.
+            let mut kill = vec!["--full".to_string(), "--signal=KILL".to_string()];
+            kill.extend(ids.iter().cloned());
+            if let Err(e) = self.run("scancel", &kill).await {
+                tracing::debug!(error = %e.into_message(), "scancel --signal=KILL");
+            }
+            if let Err(e) = self.run("scancel", &ids).await {
+                tracing::warn!(error = %e.into_message(), "scancel failed");
             }
         }
     }
@@ -1019,7 +1076,10 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
         let polled_at = Instant::now();
         let (jobs, nodes) = tokio::join!(inner.squeue(), inner.sinfo());
         match jobs {
-            Err(e) => inner.report_error(e),
+            Err(e) => {
+                inner.report_error(e);
+                inner.signal(&inner.blind_stops()).await;
+            }
             Ok(jobs) => {
                 inner.state().last_error = None;
                 let mut plan = inner.observe(&jobs, polled_at);
@@ -1044,27 +1104,7 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
                     let i = inner.clone();
                     let _ = tokio::task::spawn_blocking(move || i.conclude(ended)).await;
                 }
-                if !plan.term.is_empty() {
-                    let mut args = vec!["--signal=TERM".to_string()];
-                    args.extend(plan.term.iter().map(u64::to_string));
-                    if let Err(e) = inner.run("scancel", &args).await {
-                        tracing::warn!(error = %e.into_message(), "scancel --signal=TERM failed");
-                    }
-                }
-                if !plan.cancel.is_empty() {
-                    let ids: Vec<String> = plan.cancel.iter().map(u64::to_string).collect();
-                    // SIGKILL to the batch step and every task first: a plain scancel would
-                    // send SIGTERM again and wait Slurm's KillWait, when the grace period
-                    // has already been given. It fails for jobs that have not started.
-                    let mut kill = vec!["--full".to_string(), "--signal=KILL".to_string()];
-                    kill.extend(ids.iter().cloned());
-                    if let Err(e) = inner.run("scancel", &kill).await {
-                        tracing::debug!(error = %e.into_message(), "scancel --signal=KILL");
-                    }
-                    if let Err(e) = inner.run("scancel", &ids).await {
-                        tracing::warn!(error = %e.into_message(), "scancel failed");
-                    }
-                }
+                inner.signal(&plan).await;
                 if !plan.scans.is_empty() {
                     inner.record_checkpoints(&checkpoint::scan(plan.scans).await);
                 }
