@@ -119,10 +119,13 @@ pub enum ExecEvent {
         /// Epoch milliseconds.
         at_ms: u64,
     },
-    /// The attempt was accepted by the cluster and waits to start (Slurm executor only).
+    /// The attempt was accepted by the cluster and waits to start (Slurm executor only); sent
+    /// again when the reason it waits for changes.
     Starting {
         /// The attempt.
         attempt: u64,
+        /// Why the cluster has not started it yet, e.g. `Slurm job 12 is pending: Resources`.
+        reason: Option<String>,
     },
     /// The instances the executor offers changed (Slurm executor only: nodes went down or
     /// came back, or jobs of others took or freed nodes).

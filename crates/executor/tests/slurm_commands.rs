@@ -151,7 +151,7 @@ async fn a_submit_whose_answer_was_lost_is_found_by_its_comment_and_not_submitte
     ex.start(spec(1, "job-a")).unwrap();
     // The job exists (PENDING) although sbatch failed: the executor must follow it.
     loop {
-        if let ExecEvent::Starting { attempt: 1 } = next_event(&mut rx).await {
+        if let ExecEvent::Starting { attempt: 1, .. } = next_event(&mut rx).await {
             break;
         }
     }

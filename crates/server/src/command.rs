@@ -65,10 +65,14 @@ pub enum Command {
         /// GPU indices handed to it.
         gpus: Vec<u32>,
     },
-    /// The cluster accepted an attempt, which waits to start (Slurm executor).
+    /// The cluster accepted an attempt, which waits to start (Slurm executor); sent again when
+    /// the reason it waits changes.
     AttemptStarting {
         /// Core attempt id.
         attempt: u64,
+        /// Why the cluster has not started it yet, as its status reason.
+        #[serde(default)]
+        reason: Option<String>,
     },
     /// The job wrote into its checkpoint directory.
     AttemptCheckpoint {

@@ -504,7 +504,7 @@ fn event_command(ev: ExecEvent) -> Command {
             pids,
             gpus,
         },
-        ExecEvent::Starting { attempt } => Command::AttemptStarting { attempt },
+        ExecEvent::Starting { attempt, reason } => Command::AttemptStarting { attempt, reason },
         ExecEvent::Capacity { capacity } => Command::SetCapacity { capacity },
         ExecEvent::Checkpoint { attempt, .. } => Command::AttemptCheckpoint { attempt },
         ExecEvent::Exited {

@@ -322,7 +322,9 @@ impl State {
                 pids,
                 gpus: _,
             } => self.attempt_running(*attempt, pids),
-            Command::AttemptStarting { attempt } => self.attempt_starting(*attempt),
+            Command::AttemptStarting { attempt, reason } => {
+                self.attempt_starting(*attempt, reason.as_deref())
+            }
             Command::AttemptCheckpoint { attempt } => self.attempt_checkpoint(*attempt),
             Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
@@ -517,16 +519,22 @@ impl State {
         Ok(Vec::new())
     }
 
-    fn attempt_starting(&mut self, attempt: u64) -> Result<Vec<u8>, ApiError> {
+    fn attempt_starting(
+        &mut self,
+        attempt: u64,
+        reason: Option<&str>,
+    ) -> Result<Vec<u8>, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
             return Ok(Vec::new());
         };
-        let scheduled = self.jobs.get(&core).is_some_and(|rec| {
-            rec.status == ServiceJobStatus::Scheduled
-                && rec.live.as_ref().is_some_and(|l| l.attempt == attempt)
+        let starting = self.jobs.get(&core).is_some_and(|rec| {
+            matches!(
+                rec.status,
+                ServiceJobStatus::Scheduled | ServiceJobStatus::Starting
+            ) && rec.live.as_ref().is_some_and(|l| l.attempt == attempt)
         });
-        if scheduled {
-            self.set_status(core, ServiceJobStatus::Starting, None);
+        if starting {
+            self.set_status(core, ServiceJobStatus::Starting, reason.map(String::from));
         }
         Ok(Vec::new())
     }

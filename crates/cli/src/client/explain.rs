@@ -35,6 +35,14 @@ pub fn explain(job: &DescribeServiceJobResponse, context: Context<'_>) -> String
     );
     match job.status {
         ServiceJobStatus::Runnable => {}
+        ServiceJobStatus::Starting if !reason.is_empty() => {
+            // The Slurm executor: Quartermaster granted the capacity, the cluster has not
+            // started the job yet, and says why.
+            out.push_str(&format!(
+                ": it holds {asks}; the cluster has not started it yet.\nreason: {reason}\n"
+            ));
+            return out;
+        }
         ServiceJobStatus::Scheduled | ServiceJobStatus::Starting | ServiceJobStatus::Running => {
             out.push_str(&format!(
                 ": it holds {asks} and is not waiting for anything.\n"

@@ -101,6 +101,8 @@ struct Slot {
     /// When `sbatch` returned: a poll that began before cannot prove the job missing.
     submitted_at: Option<Instant>,
     starting_reported: bool,
+    /// The last pending reason reported.
+    pending_reason: Option<String>,
     running_since: Option<Instant>,
     stop: Option<StopCause>,
     term_sent: Option<Instant>,
@@ -196,6 +198,19 @@ fn job_name(spec: &LaunchSpec) -> String {
         .take(100)
         .collect();
     format!("qm-{name}-{}", spec.attempt_number)
+}
+
+/// The status reason of a job Slurm has accepted and not started: its `state_reason`, unless
+/// that says nothing (`None`).
+fn pending_reason(job: &SlurmJob) -> Option<String> {
+    let reason = job.reason.trim();
+    (!reason.is_empty() && reason != "None").then(|| {
+        format!(
+            "Slurm job {} is {}: {reason}",
+            job.id,
+            job.state.to_lowercase()
+        )
+    })
 }
 
 /// Whether node `node` provides instance type `inst`.
@@ -402,6 +417,7 @@ impl Inner {
             slurm_id: None,
             submitted_at: None,
             starting_reported: false,
+            pending_reason: None,
             running_since: None,
             stop: None,
             term_sent: None,
@@ -588,9 +604,16 @@ impl Inner {
                 job.state.as_str(),
                 "RUNNING" | "SUSPENDED" | "COMPLETING" | "SIGNALING" | "STAGE_OUT"
             );
-            if !slot.starting_reported {
+            // Why Slurm has not started it, when that changes: "why a job waits" goes on
+            // inside Slurm (a node taken by someone else in the poll's window, a QOS limit).
+            let waiting = (!started).then(|| pending_reason(job)).flatten();
+            if !slot.starting_reported || (!started && waiting != slot.pending_reason) {
                 slot.starting_reported = true;
-                let _ = self.events.send(ExecEvent::Starting { attempt });
+                slot.pending_reason.clone_from(&waiting);
+                let _ = self.events.send(ExecEvent::Starting {
+                    attempt,
+                    reason: waiting,
+                });
             }
             if started && slot.running_since.is_none() {
                 slot.running_since = Some(now);
@@ -1246,6 +1269,7 @@ mod tests {
             slurm_id: Some(5),
             submitted_at: None,
             starting_reported: true,
+            pending_reason: None,
             running_since: None,
             stop: None,
             term_sent: None,
@@ -1389,7 +1413,10 @@ mod tests {
         let mut out = Vec::new();
         while let Ok(ev) = rx.try_recv() {
             out.push(match ev {
-                ExecEvent::Starting { attempt } => format!("starting {attempt}"),
+                ExecEvent::Starting { attempt, reason } => match reason {
+                    Some(r) => format!("starting {attempt} ({r})"),
+                    None => format!("starting {attempt}"),
+                },
                 ExecEvent::Running { attempt, .. } => format!("running {attempt}"),
                 ExecEvent::Exited {
                     attempt, outcome, ..
@@ -1436,6 +1463,33 @@ mod tests {
         assert!(
             recorded.contains("Succeeded"),
             "the outcome is written before it is reported"
+        );
+    }
+
+    #[test]
+    fn why_slurm_has_not_started_a_job_is_reported_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
+        let t0 = Instant::now();
+        submitted(&inner, 1, 10, t0);
+        let pending = |reason: &str| {
+            let mut j = ours(1, 10, "PENDING");
+            j.reason = reason.into();
+            j
+        };
+        step(&inner, &[pending("None")], t0);
+        step(&inner, &[pending("Resources")], t0);
+        step(&inner, &[pending("Resources")], t0);
+        step(&inner, &[pending("QOSMaxJobsPerUserLimit")], t0);
+        step(&inner, &[ours(1, 10, "RUNNING")], t0);
+        assert_eq!(
+            drain(&mut rx),
+            [
+                "starting 1",
+                "starting 1 (Slurm job 10 is pending: Resources)",
+                "starting 1 (Slurm job 10 is pending: QOSMaxJobsPerUserLimit)",
+                "running 1"
+            ]
         );
     }
 

@@ -108,7 +108,7 @@ impl World {
                 ExecEvent::Running { attempt: a, .. }
                 | ExecEvent::Checkpoint { attempt: a, .. }
                 | ExecEvent::Exited { attempt: a, .. }
-                | ExecEvent::Starting { attempt: a } => *a == attempt,
+                | ExecEvent::Starting { attempt: a, .. } => *a == attempt,
                 ExecEvent::Capacity { .. } => false,
             })
             .collect()
