@@ -526,8 +526,12 @@ def test_a_job_whose_slurm_job_was_forgotten_while_qm_was_down_goes_back_to_runn
     server.kill9()
     # A fresh slurmctld (the cluster is restarted with its state cleared) knows no job of qm's.
     cluster.stop()
-    assert not pid_alive(first["pid"])
-    cluster.start()
+    try:
+        wait_for(lambda: not pid_alive(first["pid"]), 10,
+                 f"the job's process {first['pid']} to be gone with the cluster")
+    finally:
+        # Started again whatever happened: the module's other tests need it.
+        cluster.start()
     # Jobs that are not qm's hold every node, so the job visibly waits once it is put back.
     external = {n: cluster.submit_external(n, name="not-qm") for n in cluster.names()}
     try:
