@@ -209,6 +209,12 @@ pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
     }
 }
 
+/// The outcome [`record_outcome`] left in an attempt's log directory, if any.
+pub(crate) fn read_outcome(log_dir: &Path) -> Option<Outcome> {
+    let bytes = std::fs::read(log_dir.join(OUTCOME_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// Milliseconds since the epoch, now.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
@@ -340,13 +346,7 @@ impl LocalExecutor {
     /// `QM_DATA_DIR` marker in its environment (a reused pid), are left alone. Meant for
     /// start-up, before any `start`.
     pub async fn reap_stale(&self, pgids: &[u32]) {
-        let own: BTreeSet<u32> = self
-            .inner
-            .state()
-            .attempts
-            .values()
-            .flat_map(|slot| slot.pgids.iter().copied())
-            .collect();
+        let own = self.own_groups();
         let targets: Vec<u32> = pgids
             .iter()
             .copied()
@@ -369,13 +369,7 @@ impl LocalExecutor {
     /// not attempts it runs: at start-up, whatever a previous server left behind, including
     /// attempts it spawned but did not live to record. Empty where /proc cannot be read.
     pub fn orphans(&self) -> Vec<u32> {
-        let own: BTreeSet<u32> = self
-            .inner
-            .state()
-            .attempts
-            .values()
-            .flat_map(|slot| slot.pgids.iter().copied())
-            .collect();
+        let own = self.own_groups();
         crate::group::marked_groups(&self.inner.cfg.data_dir)
             .into_iter()
             .filter(|g| !own.contains(g))
@@ -385,9 +379,17 @@ impl LocalExecutor {
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event;
     /// `None` when it has not ended (or never started here).
     pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
-        let path = self.log_dir(job_id, attempt_number).join(OUTCOME_FILE);
-        let bytes = std::fs::read(path).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        read_outcome(&self.log_dir(job_id, attempt_number))
+    }
+
+    /// Process groups of the attempts this executor runs.
+    fn own_groups(&self) -> BTreeSet<u32> {
+        self.inner
+            .state()
+            .attempts
+            .values()
+            .flat_map(|slot| slot.pgids.iter().copied())
+            .collect()
     }
 
     /// Forgets a recorded outcome (an attempt stopped because the server shuts down did not

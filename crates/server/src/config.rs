@@ -291,6 +291,15 @@ impl Config {
     }
 }
 
+impl SlurmSettings {
+    /// The shared directory: as configured, else the data dir.
+    pub fn shared_dir_or(&self, data_dir: &Path) -> PathBuf {
+        self.shared_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.to_path_buf())
+    }
+}
+
 fn resolve_slurm(
     section: &SlurmSection,
     pool: &[PoolEntry],

@@ -167,6 +167,20 @@ impl Driver {
         Ok(lost)
     }
 
+    /// How live attempt `attempt` ended while no server watched it: as the executor recorded
+    /// it next to its logs, else lost for `reason` (queued again without using a retry).
+    fn recorded_or_lost(&self, attempt: u64, reason: &str) -> ExitRecord {
+        self.state
+            .attempt_identity(attempt)
+            .and_then(|(job, n)| self.executor.recorded_outcome(&job, n))
+            .map_or_else(
+                || ExitRecord::Lost {
+                    reason: reason.into(),
+                },
+                exit_record,
+            )
+    }
+
     /// Local attempts cannot outlive their server in a useful way: whatever is left of them
     /// is stopped, and each is recorded as it ended (its recorded outcome) or as lost.
     async fn reconcile_local(&mut self, local: &LocalExecutor) -> Vec<Command> {
@@ -189,19 +203,13 @@ impl Driver {
         for (attempt, _) in &live {
             // An attempt that ended before the crash, but whose exit never reached the log,
             // left its outcome next to its logs: it counts as it ended, and is not run again.
-            let recorded = self
-                .state
-                .attempt_identity(*attempt)
-                .and_then(|(job, n)| local.recorded_outcome(&job, n));
-            let outcome = match recorded {
-                Some(o) => {
-                    finished += 1;
-                    exit_record(o)
-                }
-                None => ExitRecord::Lost {
-                    reason: "Attempt lost: the server restarted while it ran; the job was queued again without using a retry".into(),
-                },
-            };
+            let outcome = self.recorded_or_lost(
+                *attempt,
+                "Attempt lost: the server restarted while it ran; the job was queued again without using a retry",
+            );
+            if !matches!(outcome, ExitRecord::Lost { .. }) {
+                finished += 1;
+            }
             commands.push(Command::AttemptExited {
                 attempt: *attempt,
                 outcome,
@@ -255,16 +263,10 @@ impl Driver {
                     continue;
                 }
                 Adopted::Ended(o) => exit_record(o),
-                Adopted::Unknown => match self
-                    .state
-                    .attempt_identity(attempt)
-                    .and_then(|(job, n)| slurm.recorded_outcome(&job, n))
-                {
-                    Some(o) => exit_record(o),
-                    None => ExitRecord::Lost {
-                        reason: "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry".into(),
-                    },
-                },
+                Adopted::Unknown => self.recorded_or_lost(
+                    attempt,
+                    "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry",
+                ),
             };
             commands.push(Command::AttemptExited { attempt, outcome });
         }
@@ -380,13 +382,14 @@ impl Driver {
         });
         if !writes {
             // Reads only: nothing to apply, log or decide.
+            let now = now_ms();
             for item in items {
                 if let Item::Request(Envelope {
                     request: Request::Query(q),
                     reply,
                 }) = item
                 {
-                    let _ = reply.send(self.state.query(&q, now_ms()));
+                    let _ = reply.send(self.state.query(&q, now));
                 }
             }
             return Ok(());
@@ -438,8 +441,9 @@ impl Driver {
         for (reply, r) in replies {
             let _ = reply.send(r);
         }
+        let answered = now_ms();
         for (q, reply) in queries {
-            let _ = reply.send(self.state.query(&q, now_ms()));
+            let _ = reply.send(self.state.query(&q, answered));
         }
         self.carry_out(actions);
         Ok(())

@@ -51,13 +51,11 @@ impl Executor {
         }
     }
 
-    /// The directory that holds `jobs/<job_id>/...` (logs, checkpoints).
-    pub fn jobs_root(&self, data_dir: &std::path::Path) -> PathBuf {
+    /// Where attempt `attempt_number` of `job_id` keeps its logs.
+    pub fn log_dir(&self, job_id: &str, attempt_number: u32) -> PathBuf {
         match self {
-            Executor::Local(_) => {
-                std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf())
-            }
-            Executor::Slurm(e) => e.shared_dir().to_path_buf(),
+            Executor::Local(e) => e.log_dir(job_id, attempt_number),
+            Executor::Slurm(e) => e.log_dir(job_id, attempt_number),
         }
     }
 }

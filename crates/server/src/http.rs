@@ -19,7 +19,6 @@ use qm_api::*;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -27,6 +26,7 @@ use qm_executor::{log_file_name, LogStream};
 
 use crate::command::{AuditEntry, Command, Query, Request};
 use crate::driver::Envelope;
+use crate::exec::Executor;
 use crate::metrics::ApiLatency;
 
 /// Largest request body accepted (a training payload with 100 hyperparameters of 2,500
@@ -40,8 +40,18 @@ pub struct App {
     pub requests: mpsc::Sender<Envelope>,
     /// API latency per operation, for `/metrics`.
     pub latency: Arc<Mutex<ApiLatency>>,
-    /// The (canonical) data directory, where attempts' logs are.
-    pub data_dir: PathBuf,
+    /// The executor, which knows where attempts' logs are.
+    pub executor: Executor,
+}
+
+/// What `Query::LogInfo` answers.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogInfo {
+    /// The id the server issued (a UUID), never the client's spelling: no path tricks.
+    job_id: String,
+    attempt: u32,
+    finished: bool,
 }
 
 /// The router.
@@ -247,19 +257,17 @@ async fn logs(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let info: serde_json::Value = serde_json::from_slice(&info).unwrap_or_default();
-    let attempt = info["attempt"].as_u64().unwrap_or(1);
-    let finished = info["finished"].as_bool().unwrap_or(true);
-    // The id the server issued (a UUID), never the client's spelling: no path tricks.
-    let Some(job_id) = info["jobId"].as_str().map(str::to_string) else {
+    let Ok(LogInfo {
+        job_id,
+        attempt,
+        finished,
+    }) = serde_json::from_slice(&info)
+    else {
         return error_response(&ApiError::server("log lookup returned no job id"));
     };
     let path = app
-        .data_dir
-        .join("jobs")
-        .join(&job_id)
-        .join("attempts")
-        .join(attempt.to_string())
+        .executor
+        .log_dir(&job_id, attempt)
         .join(log_file_name(stream, 1));
     let offset = params.offset.unwrap_or(0);
     let bytes = tokio::task::spawn_blocking(move || read_from(&path, offset, MAX_LOG_CHUNK))

@@ -11,6 +11,7 @@
 //! - [`command`]: what is logged, and so what a restart replays.
 //! - [`config`]: the TOML file and flags.
 //! - [`exec`]: the executor, local processes or a Slurm cluster.
+//! - [`metrics`]: Prometheus text for `/metrics`.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -29,6 +30,8 @@ use qm_api::Arns;
 use qm_executor::slurm::{SlurmConfig, SlurmExecutor, SlurmInstance};
 use qm_executor::{default_pools, detect_gpus, LocalConfig, LocalExecutor, PoolSpec};
 use qm_store::SqliteLog;
+
+use crate::config::SlurmSettings;
 use tokio::sync::mpsc;
 
 pub use config::{Config, Flags};
@@ -80,56 +83,10 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (executor, instances) = match &config.slurm {
         None => local_executor(&config, events_tx.clone())?,
-        Some(settings) => {
-            let tag = slurm_tag(&mut log)?;
-            let mut cfg = SlurmConfig::new(
-                settings
-                    .shared_dir
-                    .clone()
-                    .unwrap_or_else(|| config.data_dir.clone()),
-                settings
-                    .instances
-                    .iter()
-                    .map(|i| SlurmInstance {
-                        instance_type: i.instance_type.clone(),
-                        partition: i.partition.clone(),
-                        feature: i.feature.clone(),
-                        gpus_per_instance: i.gpus_per_instance,
-                    })
-                    .collect(),
-                &tag,
-            );
-            cfg.stop_grace = config.stop_grace;
-            cfg.poll = settings.poll;
-            cfg.bin_dir = settings.bin_dir.clone();
-            cfg.account = settings.account.clone();
-            cfg.extra_sbatch_args = settings.extra_sbatch_args.clone();
-            let slurm = SlurmExecutor::new(cfg, events_tx.clone())
-                .map_err(|e| ServerError::Executor(e.to_string()))?;
-            let described = settings
-                .instances
-                .iter()
-                .map(|i| {
-                    let mut at = Vec::new();
-                    if let Some(p) = &i.partition {
-                        at.push(format!("partition {p}"));
-                    }
-                    if let Some(f) = &i.feature {
-                        at.push(format!("feature {f}"));
-                    }
-                    format!(
-                        "{} = Slurm nodes of {} ({} GPU each)",
-                        i.instance_type,
-                        at.join(", "),
-                        i.gpus_per_instance
-                    )
-                })
-                .collect();
-            (exec::Executor::Slurm(slurm), described)
-        }
+        Some(settings) => slurm_executor(&config, settings, &mut log, events_tx.clone())?,
     };
 
-    let jobs_root = executor.jobs_root(&config.data_dir);
+    let logs = executor.clone();
     let (req_tx, req_rx) = mpsc::channel(INBOX);
     let mut driver = driver::Driver::new(
         state,
@@ -159,7 +116,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let app = http::App {
         requests: req_tx,
         latency: Default::default(),
-        data_dir: jobs_root,
+        executor: logs,
     };
     axum::serve(listener, http::router(app))
         .with_graceful_shutdown(shutdown_signal())
@@ -243,10 +200,7 @@ fn check_executor_switch(
         "local"
     };
     let shared = config.slurm.as_ref().map(|s| {
-        let dir = s
-            .shared_dir
-            .clone()
-            .unwrap_or_else(|| config.data_dir.clone());
+        let dir = s.shared_dir_or(&config.data_dir);
         std::fs::canonicalize(&dir)
             .unwrap_or(dir)
             .to_string_lossy()
@@ -258,18 +212,85 @@ fn check_executor_switch(
     ];
     for (key, value) in settings {
         let Some(value) = value else { continue };
-        match log.meta(key)? {
-            Some(old) if old != value && live > 0 => {
-                return Err(ServerError::Config(format!(
+        keep_setting(log, key, &value, |old| {
+            (live > 0).then(|| {
+                ServerError::Config(format!(
                     "{key} is '{value}' but {live} attempt(s) started with '{old}' are still running; \
                      start once more with {key} = \"{old}\" and let them finish (or terminate them), then switch"
-                )))
-            }
-            Some(old) if old == value => {}
-            _ => log.set_meta(key, &value)?,
-        }
+                ))
+            })
+        })?;
     }
     Ok(())
+}
+
+/// The Slurm executor of `config` and a line per instance type for the banner.
+fn slurm_executor(
+    config: &Config,
+    settings: &SlurmSettings,
+    log: &mut SqliteLog,
+    events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
+) -> Result<(exec::Executor, Vec<String>), ServerError> {
+    let tag = slurm_tag(log)?;
+    let mut cfg = SlurmConfig::new(
+        settings.shared_dir_or(&config.data_dir),
+        settings
+            .instances
+            .iter()
+            .map(|i| SlurmInstance {
+                instance_type: i.instance_type.clone(),
+                partition: i.partition.clone(),
+                feature: i.feature.clone(),
+                gpus_per_instance: i.gpus_per_instance,
+            })
+            .collect(),
+        &tag,
+    );
+    cfg.stop_grace = config.stop_grace;
+    cfg.poll = settings.poll;
+    cfg.bin_dir = settings.bin_dir.clone();
+    cfg.account = settings.account.clone();
+    cfg.extra_sbatch_args = settings.extra_sbatch_args.clone();
+    let slurm =
+        SlurmExecutor::new(cfg, events_tx).map_err(|e| ServerError::Executor(e.to_string()))?;
+    let described = settings
+        .instances
+        .iter()
+        .map(|i| {
+            let mut at = Vec::new();
+            if let Some(p) = &i.partition {
+                at.push(format!("partition {p}"));
+            }
+            if let Some(f) = &i.feature {
+                at.push(format!("feature {f}"));
+            }
+            format!(
+                "{} = Slurm nodes of {} ({} GPU each)",
+                i.instance_type,
+                at.join(", "),
+                i.gpus_per_instance
+            )
+        })
+        .collect();
+    Ok((exec::Executor::Slurm(slurm), described))
+}
+
+/// Keeps `value` as the setting `key` stored with the data dir. A different stored value is
+/// refused with the error `refuse` gives for it, or replaced when it gives none.
+fn keep_setting(
+    log: &mut SqliteLog,
+    key: &str,
+    value: &str,
+    refuse: impl Fn(&str) -> Option<ServerError>,
+) -> Result<(), ServerError> {
+    match log.meta(key)? {
+        Some(stored) if stored == value => Ok(()),
+        Some(stored) => match refuse(&stored) {
+            Some(e) => Err(e),
+            None => Ok(log.set_meta(key, value)?),
+        },
+        None => Ok(log.set_meta(key, value)?),
+    }
 }
 
 /// This server's mark on its Slurm jobs, drawn once per data dir and kept in the store, so
@@ -297,17 +318,13 @@ fn pin_settings(log: &mut SqliteLog, config: &Config) -> Result<(), ServerError>
         ),
     ];
     for (key, value) in settings {
-        match log.meta(key)? {
-            None => log.set_meta(key, &value)?,
-            Some(pinned) if pinned == value => {}
-            Some(pinned) => {
-                return Err(ServerError::Config(format!(
-                    "{key} is '{value}' but the data dir {} was created with '{pinned}', and its state depends on it; \
-                     set {key} = \"{pinned}\" or start with a fresh --data-dir",
-                    config.data_dir.display()
-                )))
-            }
-        }
+        keep_setting(log, key, &value, |pinned| {
+            Some(ServerError::Config(format!(
+                "{key} is '{value}' but the data dir {} was created with '{pinned}', and its state depends on it; \
+                 set {key} = \"{pinned}\" or start with a fresh --data-dir",
+                config.data_dir.display()
+            )))
+        })?;
     }
     Ok(())
 }

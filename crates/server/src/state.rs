@@ -414,9 +414,7 @@ impl State {
                         count,
                     });
                     rec.scheduled_at = Some(now);
-                    let Some(launch) = rec.live_launch() else {
-                        continue;
-                    };
+                    let launch = rec.live_launch().expect("the live attempt was just set");
                     self.attempt_job.insert(attempt.0, job.0);
                     self.set_status(job.0, ServiceJobStatus::Scheduled, None);
                     self.actions.push(Action::Launch(Box::new(launch)));

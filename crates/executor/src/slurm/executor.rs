@@ -19,7 +19,7 @@ use super::report::{self, SlurmJob, SlurmNode, SINFO_FORMAT};
 use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
-use crate::executor::{now_ms, record_outcome};
+use crate::executor::{now_ms, read_outcome, record_outcome};
 use crate::layout::{self, JobLayout};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::{environment, ExecError, ExecEvent, LaunchSpec, Outcome, OUTCOME_FILE};
@@ -268,29 +268,14 @@ impl SlurmExecutor {
         self.inner.state().capacity.clone()
     }
 
-    /// The per-job directory (`shared_dir/jobs/<job_id>`).
-    pub fn job_dir(&self, job_id: &str) -> PathBuf {
-        layout::job_dir(&self.inner.cfg.shared_dir, job_id)
-    }
-
     /// Where attempt `attempt_number` of `job_id` keeps its logs.
     pub fn log_dir(&self, job_id: &str, attempt_number: u32) -> PathBuf {
         JobLayout::new(&self.inner.cfg.shared_dir, job_id, attempt_number).attempt_dir
     }
 
-    /// The directory under which job directories live.
-    pub fn shared_dir(&self) -> &Path {
-        &self.inner.cfg.shared_dir
-    }
-
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event.
     pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
         read_outcome(&self.log_dir(job_id, attempt_number))
-    }
-
-    /// Attempts started or adopted and not yet `Exited`.
-    pub fn running(&self) -> usize {
-        self.inner.state().slots.len()
     }
 
     /// At start-up, before any `start`: reads Slurm once (an error says what to fix when Slurm
@@ -331,8 +316,7 @@ impl SlurmExecutor {
                 }
                 out.push((attempt, what));
             }
-            let live: BTreeSet<u64> = state.slots.keys().copied().collect();
-            state.capacity = capacity(&self.inner.cfg.instances, &nodes, &jobs, &tag, &live);
+            self.inner.refresh_capacity(&mut state, &nodes, &jobs);
         }
         self.ensure_poller();
         Ok(out)
@@ -392,12 +376,6 @@ impl SlurmExecutor {
         drop(state);
         tokio::spawn(poll_loop(Arc::downgrade(&self.inner)));
     }
-}
-
-/// The outcome recorded in an attempt's log directory, if any.
-fn read_outcome(log_dir: &Path) -> Option<Outcome> {
-    let bytes = std::fs::read(log_dir.join(OUTCOME_FILE)).ok()?;
-    serde_json::from_slice(&bytes).ok()
 }
 
 impl Inner {
@@ -468,6 +446,19 @@ impl Inner {
         slot.checkpoint_seen_ns = newest_mtime_ns(&slot.checkpoint_dir).unwrap_or(0);
         tracing::info!(attempt = spec.attempt, slurm_job = job.id, state = %job.state, "adopted a Slurm job the previous server started");
         (spec.attempt, Adopted::Running, Some(slot))
+    }
+
+    /// Recomputes the capacity from a `sinfo` and a `squeue` snapshot, with the attempts live
+    /// now, and keeps it as the one [`SlurmExecutor::capacity`] answers with.
+    fn refresh_capacity(
+        &self,
+        state: &mut State,
+        nodes: &[SlurmNode],
+        jobs: &[SlurmJob],
+    ) -> BTreeMap<String, u32> {
+        let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+        state.capacity = capacity(&self.cfg.instances, nodes, jobs, &self.cfg.tag, &live);
+        state.capacity.clone()
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -1110,11 +1101,7 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
                 // server applies reports in order, and an exit must not free a node that went
                 // down with its job before the capacity says it is gone.
                 if let Ok(nodes) = nodes {
-                    let mut state = inner.state();
-                    let live: BTreeSet<u64> = state.slots.keys().copied().collect();
-                    let cap = capacity(&inner.cfg.instances, &nodes, &jobs, &inner.cfg.tag, &live);
-                    state.capacity = cap.clone();
-                    drop(state);
+                    let cap = inner.refresh_capacity(&mut inner.state(), &nodes, &jobs);
                     if last_capacity.as_ref() != Some(&cap) {
                         let _ = inner.events.send(ExecEvent::Capacity {
                             capacity: cap.clone(),
@@ -1153,7 +1140,6 @@ mod tests {
     fn job(id: u64, comment: &str, state: &str, nodes: &[&str]) -> SlurmJob {
         SlurmJob {
             id,
-            name: String::new(),
             comment: comment.into(),
             state: state.into(),
             reason: String::new(),

@@ -17,8 +17,6 @@ use serde_json::Value;
 pub struct SlurmJob {
     /// Slurm's job id.
     pub id: u64,
-    /// `--job-name`.
-    pub name: String,
     /// `--comment`: Quartermaster's marker.
     pub comment: String,
     /// The base state (`PENDING`, `RUNNING`, `COMPLETED`, ...); `COMPLETING` while the job's
@@ -77,8 +75,6 @@ struct RawJob {
     #[serde(default)]
     job_id: Value,
     #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
     comment: Option<String>,
     #[serde(default)]
     job_state: Value,
@@ -103,7 +99,6 @@ pub fn parse_squeue(text: &str) -> Result<Vec<SlurmJob>, String> {
         .filter_map(|j| {
             Some(SlurmJob {
                 id: number(&j.job_id)?,
-                name: j.name.unwrap_or_default(),
                 comment: j.comment.unwrap_or_default(),
                 state: job_state(&j.job_state),
                 reason: j.state_reason.unwrap_or_default(),
