@@ -78,6 +78,41 @@ pub fn recover(state: &mut State, log: &dyn Log) -> Result<(u64, u64), ServerErr
     Ok((n, diverged))
 }
 
+/// The clock side of `jobStateTimeLimitActions`: head jobs seen blocked with a reason an
+/// action names, and since when. Not logged (the resulting terminations are); a restart starts
+/// the clocks again.
+#[derive(Debug, Default)]
+pub struct TimeLimits {
+    blocked_since: HashMap<String, (String, i64)>,
+}
+
+impl TimeLimits {
+    /// The terminations due at `now`, given the current candidates `(job id, reason code,
+    /// max seconds)` of [`State::time_limit_candidates`]: a job's clock starts when it is first
+    /// seen blocked for that reason and restarts when the reason changes; a job no longer
+    /// blocked is forgotten.
+    pub fn due(&mut self, candidates: Vec<(String, String, i64)>, now: i64) -> Vec<Command> {
+        let mut keep = HashMap::new();
+        let mut out = Vec::new();
+        for (job, code, max_seconds) in candidates {
+            let since = match self.blocked_since.get(&job) {
+                Some((c, since)) if *c == code => *since,
+                _ => now,
+            };
+            if now - since >= max_seconds * 1000 {
+                out.push(Command::TimeLimitAction {
+                    job_id: job,
+                    reason: code,
+                });
+            } else {
+                keep.insert(job, (code, since));
+            }
+        }
+        self.blocked_since = keep;
+        out
+    }
+}
+
 /// The running driver.
 pub struct Driver {
     /// The state.
@@ -89,9 +124,8 @@ pub struct Driver {
     /// To report launch failures as exits, through the same path as real exits.
     events_tx: mpsc::UnboundedSender<ExecEvent>,
     tick: Duration,
-    /// Head jobs seen blocked with a reason a `jobStateTimeLimitActions` entry names, and
-    /// since when. Not logged: the resulting terminations are.
-    blocked_since: HashMap<String, (String, i64)>,
+    /// When share heads began to be blocked for a time-limited reason.
+    time_limits: TimeLimits,
 }
 
 enum Item {
@@ -121,7 +155,7 @@ impl Driver {
             events,
             events_tx,
             tick,
-            blocked_since: HashMap::new(),
+            time_limits: TimeLimits::default(),
         }
     }
 
@@ -451,25 +485,8 @@ impl Driver {
 
     /// `jobStateTimeLimitActions`: terminate share heads blocked past their time limit.
     fn time_limit_commands(&mut self, now: i64) -> Vec<Command> {
-        let candidates = self.state.time_limit_candidates();
-        let mut keep = HashMap::new();
-        let mut out = Vec::new();
-        for (job, code, max_seconds) in candidates {
-            let since = match self.blocked_since.get(&job) {
-                Some((c, since)) if *c == code => *since,
-                _ => now,
-            };
-            if now - since >= max_seconds * 1000 {
-                out.push(Command::TimeLimitAction {
-                    job_id: job,
-                    reason: code,
-                });
-            } else {
-                keep.insert(job, (code, since));
-            }
-        }
-        self.blocked_since = keep;
-        out
+        self.time_limits
+            .due(self.state.time_limit_candidates(), now)
     }
 
     fn carry_out(&mut self, actions: Vec<Action>) {

@@ -5,7 +5,7 @@
 
 use qm_api::Arns;
 use qm_server::command::{Command, ExitRecord, Query};
-use qm_server::driver::recover;
+use qm_server::driver::{recover, TimeLimits};
 use qm_server::state::{Action, State};
 use qm_store::{Log, MemoryLog};
 use serde_json::{json, Value};
@@ -404,5 +404,68 @@ fn jobs_of_a_deleted_queue_are_not_listed_under_a_new_queue_of_the_same_name() {
         listed["jobSummaryList"].as_array().unwrap().len(),
         0,
         "{listed}"
+    );
+}
+
+/// DESIGN.md §2 rule 10, last clause: a share's head job blocked for a reason the queue's
+/// `jobStateTimeLimitActions` names is terminated once it has been blocked that long.
+#[test]
+fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
+    let mut w = World::new();
+    w.one(Command::SetCapacity {
+        capacity: [(UNIT.to_string(), 1)].into(),
+    });
+    w.one(cmd(
+        "CreateSchedulingPolicy",
+        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    ));
+    w.one(cmd(
+        "CreateServiceEnvironment",
+        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.p4d.24xlarge"}]}),
+    ));
+    w.one(cmd(
+        "CreateJobQueue",
+        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
+               "jobStateTimeLimitActions": [{
+                   "reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "state": "RUNNABLE",
+                   "maxTimeSeconds": 600, "action": "TERMINATE"}]}),
+    ));
+    w.one(cmd(
+        "CreateQuotaShare",
+        json!({"quotaShareName": "QS", "jobQueue": "jq",
+               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.p4d.24xlarge"}],
+               "resourceSharingConfiguration": {"strategy": "LEND"},
+               "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
+    ));
+    w.one(Command::SubmitServiceJob {
+        job_id: "big".into(),
+        request: serde_json::from_value(json!({
+            "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+            "quotaShareName": "QS",
+            "serviceRequestPayload": payload("big").replace(UNIT, "ml.p4d.24xlarge")
+        }))
+        .unwrap(),
+    });
+    assert_eq!(w.status("big"), "RUNNABLE");
+    let mut limits = TimeLimits::default();
+    let t0 = w.now;
+    assert!(limits.due(w.state.time_limit_candidates(), t0).is_empty());
+    assert!(
+        limits
+            .due(w.state.time_limit_candidates(), t0 + 599_999)
+            .is_empty(),
+        "not before maxTimeSeconds"
+    );
+    let due = limits.due(w.state.time_limit_candidates(), t0 + 600_000);
+    assert_eq!(due.len(), 1, "{due:?}");
+    w.batch(due);
+    let rec = w.describe("big");
+    assert_eq!(rec["status"], "FAILED");
+    assert_eq!(
+        rec["statusReason"],
+        "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
     );
 }

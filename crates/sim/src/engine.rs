@@ -393,11 +393,8 @@ impl Bins {
 
 /// SplitMix64: a tiny, well-known mixing function; the same seed and job give the same phase
 /// on every platform.
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+fn splitmix64(x: u64) -> u64 {
+    crate::generate::mix64(x.wrapping_add(0x9E37_79B9_7F4A_7C15))
 }
 
 /// Checks that a variant can run the workload before any time is spent on it: options in

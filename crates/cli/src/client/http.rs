@@ -186,6 +186,13 @@ struct Answer {
 }
 
 impl Client {
+    /// A client of `endpoint` if given, else of `$QM_ENDPOINT` (when set and not empty), else
+    /// of [`DEFAULT_ENDPOINT`]: the lookup every `qm` client command makes.
+    pub fn for_endpoint(endpoint: Option<&str>) -> Client {
+        let from_env = std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty());
+        Client::new(endpoint.or(from_env.as_deref()).unwrap_or(DEFAULT_ENDPOINT))
+    }
+
     /// A client for `endpoint` (e.g. `http://127.0.0.1:7611`); no request is made yet.
     pub fn new(endpoint: &str) -> Client {
         let agent = ureq::Agent::config_builder()

@@ -68,5 +68,6 @@ mod tests {
     fn instants_are_written_in_utc() {
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc(1_795_958_264_000), "2026-11-29T13:17:44Z");
+        assert_eq!(utc(1_795_959_465_000), "2026-11-29T13:37:45Z");
     }
 }

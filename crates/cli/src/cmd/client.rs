@@ -17,7 +17,7 @@ use qm_cli::client::explain::{explain, Context};
 use qm_cli::client::format::{
     job_details, jobs_table, queue_name, reason_code, shares_table, watch_frame,
 };
-use qm_cli::client::http::{LogStream, QueueUsage, ALL_STATUSES, DEFAULT_ENDPOINT};
+use qm_cli::client::http::{LogStream, QueueUsage, ALL_STATUSES};
 use qm_cli::client::submit::{request, SubmitSpec};
 use qm_cli::client::time::now_ms;
 use qm_cli::client::{Client, ClientError};
@@ -227,13 +227,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 
 impl Common {
     fn client(&self) -> Client {
-        let from_env = std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty());
-        Client::new(
-            self.endpoint
-                .as_deref()
-                .or(from_env.as_deref())
-                .unwrap_or(DEFAULT_ENDPOINT),
-        )
+        Client::for_endpoint(self.endpoint.as_deref())
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use qm_cli::client::{http::DEFAULT_ENDPOINT, Client};
+use qm_cli::client::Client;
 use qm_cli::policy::{apply, audit, live, plan, Desired};
 
 /// How to print.
@@ -30,12 +30,7 @@ pub struct Server {
 
 impl Server {
     fn client(&self) -> Client {
-        let endpoint = self
-            .endpoint
-            .clone()
-            .or_else(|| std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty()))
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        Client::new(&endpoint)
+        Client::for_endpoint(self.endpoint.as_deref())
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use super::Error;
+use crate::client::time::utc;
 use crate::client::Client;
 
 /// Where the server keeps the log: `GET` reads it, `POST` appends an entry.
@@ -29,28 +30,6 @@ pub fn read(client: &Client) -> Result<Vec<Entry>, Error> {
             operation: "audit".into(),
             message: e.to_string(),
         })
-}
-
-/// `2026-11-29T13:17:45Z` for an epoch-milliseconds time (UTC, proleptic Gregorian).
-pub fn utc(at_ms: i64) -> String {
-    let secs = at_ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// The entries as a table: time, actor, action, summary.
@@ -88,15 +67,4 @@ pub fn render(entries: &[Entry]) -> String {
         );
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn epoch_milliseconds_print_as_utc() {
-        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc(1_795_959_465_000), "2026-11-29T13:37:45Z");
-    }
 }

@@ -210,13 +210,11 @@ fn find_policy(client: &Client, name: &str) -> Result<Option<String>, Error> {
     Err(shape(op, "more than 1,000 pages of scheduling policies"))
 }
 
+/// The strategy whose wire spelling ([`Strategy::as_str`]) is `s`.
 fn strategy_of(s: &str) -> Option<Strategy> {
-    Some(match s {
-        "RESERVE" => Strategy::Reserve,
-        "LEND" => Strategy::Lend,
-        "LEND_AND_BORROW" => Strategy::LendAndBorrow,
-        _ => return None,
-    })
+    [Strategy::Reserve, Strategy::Lend, Strategy::LendAndBorrow]
+        .into_iter()
+        .find(|st| st.as_str() == s)
 }
 
 fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShare>, Error> {

@@ -198,10 +198,6 @@ impl Plan {
     }
 }
 
-fn strategy_str(s: Strategy) -> String {
-    s.as_str().to_string()
-}
-
 fn borrow_limit_str(spec: &ShareSpec) -> Option<String> {
     (spec.strategy == Strategy::LendAndBorrow).then(|| {
         if spec.borrow_limit_percent < 0 {
@@ -256,8 +252,8 @@ fn share_fields(before: Option<&ShareSpec>, after: &ShareSpec) -> Vec<FieldChang
     push(
         &mut out,
         "strategy",
-        before.map(|b| strategy_str(b.strategy)),
-        Some(strategy_str(after.strategy)),
+        before.map(|b| b.strategy.as_str().to_string()),
+        Some(after.strategy.as_str().to_string()),
     );
     push(
         &mut out,
