@@ -2,14 +2,17 @@
 that were running are killed (they are orphans), requeued without using retry attempts and run
 again from their checkpoints; a job never runs twice at the same time (issue 3, item 3)."""
 
+import json
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from qm_e2e import (Jobs, ShareSpec, demo_setup, events, make_queue, pid_alive, wait_for,
-                    wait_status)
+from qm_e2e import (REPO, Jobs, Server, ShareSpec, config_toml, demo_setup, events, make_queue,
+                    pid_alive, wait_for, wait_status)
 
 
 @pytest.fixture
@@ -220,3 +223,37 @@ def test_an_attempt_that_finished_just_before_a_crash_is_not_run_again(
     assert len(job["attempts"]) == 1, job["attempts"]
     p = jobs.progress("quick")
     assert events(p, "start") == ["0"], f"the finished job ran again: {p}"
+
+
+def test_a_data_dir_written_by_release_7368e83_starts_with_its_jobs_and_runs_them_on(
+        qm_binary, tmp_path):
+    """Upgrade: the store release 7368e83 left when it was killed with SIGKILL while three
+    attempts ran (crates/server/tests/fixtures/release-7368e83, made by
+    tests/upgrade/make_fixture.py) opens under this build, which says who wrote it, keeps every
+    job, and runs the interrupted ones again."""
+    fixture = REPO / "crates/server/tests/fixtures/release-7368e83"
+    recorded = json.loads((fixture / "answers.json").read_text())
+    server = Server(tmp_path / "upgrade", config_toml(count=3), name="upgrade")
+    server.data_dir.mkdir(parents=True)
+    shutil.copy(fixture / "qm.sqlite3", server.data_dir / "qm.sqlite3")
+    try:
+        server.start()
+        log = Path(server.log_path).read_text()
+        assert "the data dir was written by schema-1 (7368e83 or earlier)" in log, log
+        batch = server.client()
+        ids = recorded["jobs"]
+        final = {"done": "SUCCEEDED", "fails": "FAILED", "terminated": "FAILED"}
+        for name, status in final.items():
+            assert batch.describe_service_job(jobId=ids[name])["status"] == status, name
+        # The attempts that ran when the release died are lost, and their jobs run again.
+        for name in ("r3", "r4", "p1"):
+            job = wait_status(batch, ids[name], "RUNNING")
+            assert job["jobName"] == name
+        names = {j["jobName"] for s in ("RUNNABLE", "RUNNING", "SUCCEEDED", "FAILED")
+                 for j in batch.list_service_jobs(jobQueue="fx-queue", jobStatus=s)["jobSummaryList"]}
+        assert names == set(ids), names
+        # A restart of this build replays its own batches exactly (the start would refuse).
+        server.restart()
+        assert "the data dir was written by" in Path(server.log_path).read_text()
+    finally:
+        server.close()

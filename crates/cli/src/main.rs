@@ -10,7 +10,7 @@ mod cmd;
 
 /// Quartermaster: a GPU quota-share scheduler with the AWS Batch quota-management model.
 #[derive(Debug, Parser)]
-#[command(name = "qm", version, about, propagate_version = true)]
+#[command(name = "qm", version = qm_server::VERSION, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

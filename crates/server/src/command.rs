@@ -102,6 +102,134 @@ pub enum Command {
     },
 }
 
+/// How the decisions of a batch are encoded in the log ([`qm_store::Writer::format`]): 0 was
+/// the core's `Debug` text, one effect a line (schema 1, up to release 7368e83); 1 is a JSON
+/// array of [`Decision`].
+pub const DECISIONS_FORMAT: u32 = 1;
+
+/// One decision of the core as logged: [`qm_core::Effect`] in a shape of its own, so that a
+/// change to the core's types (a renamed field, a new variant) does not change how the
+/// decisions already in a log read back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "effect")]
+pub enum Decision {
+    /// An attempt starts.
+    Start {
+        /// Core job id.
+        job: u64,
+        /// The new attempt.
+        attempt: u64,
+        /// Instance type.
+        unit: String,
+        /// Instances.
+        count: u32,
+    },
+    /// An attempt is stopped.
+    Stop {
+        /// Core job id.
+        job: u64,
+        /// The attempt.
+        attempt: u64,
+        /// Why.
+        cause: StopRecord,
+    },
+    /// A job reached a final status.
+    Finished {
+        /// Core job id.
+        job: u64,
+        /// `SUCCEEDED` or `FAILED`.
+        status: String,
+        /// Status reason.
+        reason: String,
+    },
+    /// A job went back to RUNNABLE.
+    Requeued {
+        /// Core job id.
+        job: u64,
+        /// Why it waits again.
+        reason: String,
+    },
+}
+
+/// Why an attempt was stopped, as logged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum StopRecord {
+    /// Another share reclaimed its capacity.
+    Reclaim {
+        /// The job that needed it.
+        for_job: u64,
+        /// The reclaiming share.
+        by_share: String,
+    },
+    /// A higher-priority job of the same share.
+    InShare {
+        /// The job that preempted.
+        for_job: u64,
+    },
+    /// Terminated by a user or a share deletion.
+    Terminated {
+        /// The user's reason.
+        reason: String,
+    },
+}
+
+impl From<&qm_core::Effect> for Decision {
+    fn from(e: &qm_core::Effect) -> Self {
+        use qm_core::{Effect, JobStatus, StopCause};
+        match e {
+            Effect::Start {
+                job,
+                attempt,
+                unit,
+                count,
+            } => Decision::Start {
+                job: job.0,
+                attempt: attempt.0,
+                unit: unit.clone(),
+                count: *count,
+            },
+            Effect::Stop {
+                job,
+                attempt,
+                cause,
+            } => Decision::Stop {
+                job: job.0,
+                attempt: attempt.0,
+                cause: match cause {
+                    StopCause::Reclaim { for_job, by_share } => StopRecord::Reclaim {
+                        for_job: for_job.0,
+                        by_share: by_share.clone(),
+                    },
+                    StopCause::InShare { for_job } => StopRecord::InShare { for_job: for_job.0 },
+                    StopCause::Terminated { reason } => StopRecord::Terminated {
+                        reason: reason.clone(),
+                    },
+                },
+            },
+            Effect::Finished {
+                job,
+                status,
+                reason,
+            } => Decision::Finished {
+                job: job.0,
+                status: match status {
+                    JobStatus::Runnable => "RUNNABLE",
+                    JobStatus::Dispatched => "DISPATCHED",
+                    JobStatus::Succeeded => "SUCCEEDED",
+                    JobStatus::Failed => "FAILED",
+                }
+                .into(),
+                reason: reason.clone(),
+            },
+            Effect::Requeued { job, reason } => Decision::Requeued {
+                job: job.0,
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
 /// How an attempt ended, as logged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind")]

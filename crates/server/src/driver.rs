@@ -4,7 +4,8 @@
 //! makes durability cheap: one fsync covers every request that arrived while the last one ran.
 //!
 //! Recovery is the same code: [`recover`] replays the log through [`State`], checks that the
-//! core took the same decisions it logged, and [`Driver::reconcile`] deals with the attempts that were
+//! core took the same decisions it logged (exactly for batches of this build; for batches of
+//! another build a difference is an upgrade's changed rule, warned about), and [`Driver::reconcile`] deals with the attempts that were
 //! running when the previous server died.
 
 use std::collections::HashMap;
@@ -12,12 +13,13 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qm_api::ApiError;
+use qm_core::Effect;
 use qm_executor::slurm::{AdoptSpec, Adopted};
 use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome};
-use qm_store::{Log, SqliteLog};
+use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::command::{Command, ExitRecord, Query, Request};
+use crate::command::{Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
 use crate::error::ServerError;
 use crate::exec::Executor;
 use crate::state::{Action, Launch, State};
@@ -44,38 +46,109 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Rebuilds the state from the log. Returns the number of batches replayed and how many of
-/// them decided differently than logged (0 unless the core lost its determinism).
-pub fn recover(state: &mut State, log: &dyn Log) -> Result<(u64, u64), ServerError> {
-    let mut diverged = 0u64;
-    let n = log.replay(&mut |b| {
-        let commands: Vec<Command> = serde_json::from_str(&b.commands)
-            .map_err(|e| format!("cannot decode the logged commands: {e}"))?;
+/// What [`recover`] found in the log.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Batches replayed.
+    pub batches: u64,
+    /// Batches this very build wrote and now decides differently: the core lost its
+    /// determinism, and the server must not run on a state that differs from what it told.
+    pub diverged_own: u64,
+    /// Batches another build wrote that this build decides differently (an upgrade changed a
+    /// rule): expected, logged as warnings.
+    pub diverged_other: u64,
+    /// Commands of another build that this build refuses (an upgrade tightened a check):
+    /// skipped with a warning.
+    pub refused_other: u64,
+    /// The builds that wrote the log other than this one, oldest first.
+    pub other_writers: Vec<String>,
+}
+
+/// Rebuilds the state from the log, as the build `running` (this one). Batches of this build
+/// must replay exactly; batches of another build replay through this build's rules, and where
+/// those rules now decide otherwise, this build's decisions stand (warned, not refused), since
+/// they are the ones the state it goes on from was built with. Ends by checking the core's
+/// invariants.
+pub fn recover(
+    state: &mut State,
+    log: &dyn Log,
+    running: &Writer,
+) -> Result<Recovered, ServerError> {
+    let mut r = Recovered::default();
+    log.replay(&mut |b| {
+        let own = b.writer.version == running.version;
+        if !own && r.other_writers.last() != Some(&b.writer.version) {
+            r.other_writers.push(b.writer.version.clone());
+        }
+        let commands: Vec<Command> = serde_json::from_str(&b.commands).map_err(|e| {
+            format!("cannot decode the commands qm {} logged: {e}", b.writer.version)
+        })?;
         state.begin(b.at_ms);
         for c in &commands {
-            // A logged command was accepted when it was applied; applying it again to the
-            // same state gives the same result, so an error here cannot happen unless the
-            // log was written by a different version.
+            // A logged command was accepted when it was applied, and applying it again to the
+            // same state gives the same result: a refusal means another build's rules.
             if let Err(e) = state.apply(c) {
-                return Err(format!(
-                    "a logged command was refused on replay ({e}); the log was written by another version or configuration of qm"
-                ));
+                if own {
+                    return Err(format!(
+                        "a logged command was refused on replay ({e}); the log was written by another configuration of qm"
+                    ));
+                }
+                r.refused_other += 1;
+                tracing::warn!(batch = b.seq, written_by = %b.writer.version, error = %e,
+                    "a command another build accepted is refused by this one; skipped");
             }
         }
         let _ = state.finish();
-        let decisions = state.decisions.join("\n");
-        if decisions != b.decisions {
-            diverged += 1;
-            tracing::error!(
-                batch = b.seq,
-                logged = %b.decisions,
-                replayed = %decisions,
-                "replay decided differently than the log records"
-            );
+        if !same_decisions(&state.decisions, &b)? {
+            if own {
+                r.diverged_own += 1;
+                tracing::error!(batch = b.seq, logged = %b.decisions,
+                    "replay decided differently than this very build logged");
+            } else {
+                r.diverged_other += 1;
+                tracing::warn!(batch = b.seq, written_by = %b.writer.version, logged = %b.decisions,
+                    "this build decides differently than the build that wrote the batch; its own decisions stand");
+            }
         }
+        r.batches += 1;
         Ok(())
     })?;
-    Ok((n, diverged))
+    state.core.check_invariants().map_err(|e| {
+        ServerError::Recovery(format!(
+            "the state recovered from the log is inconsistent ({e}); keep the data dir and report it"
+        ))
+    })?;
+    Ok(r)
+}
+
+/// Whether the replayed `effects` are the decisions batch `b` logged, read in its writer's
+/// encoding.
+fn same_decisions(effects: &[Effect], b: &Batch) -> Result<bool, String> {
+    match b.writer.format {
+        0 => Ok(effects
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            == b.decisions),
+        DECISIONS_FORMAT => {
+            let logged: Vec<Decision> = serde_json::from_str(&b.decisions)
+                .map_err(|e| format!("cannot decode the logged decisions: {e}"))?;
+            Ok(logged.len() == effects.len()
+                && logged.iter().zip(effects).all(|(l, e)| *l == Decision::from(e)))
+        }
+        other => Err(format!(
+            "qm {} logged its decisions in format {other}, this qm reads formats 0 to {DECISIONS_FORMAT}: run a qm at least as new as the one that wrote the data dir",
+            b.writer.version
+        )),
+    }
+}
+
+/// Encodes the decisions of a batch for the log.
+pub fn encode_decisions(effects: &[Effect]) -> Result<String, ServerError> {
+    let decisions: Vec<Decision> = effects.iter().map(Decision::from).collect();
+    serde_json::to_string(&decisions)
+        .map_err(|e| ServerError::Recovery(format!("encoding decisions: {e}")))
 }
 
 /// The clock side of `jobStateTimeLimitActions`: head jobs seen blocked with a reason an
@@ -313,7 +386,7 @@ impl Driver {
     fn commit(&mut self, now: i64, commands: &[Command]) -> Result<(), ServerError> {
         let json = serde_json::to_string(commands)
             .map_err(|e| ServerError::Recovery(format!("encoding commands: {e}")))?;
-        let decisions = self.state.decisions.join("\n");
+        let decisions = encode_decisions(&self.state.decisions)?;
         self.log.append(now, &json, &decisions)?;
         Ok(())
     }

@@ -29,13 +29,25 @@ pub mod state;
 use qm_api::Arns;
 use qm_executor::slurm::{SlurmConfig, SlurmExecutor, SlurmInstance};
 use qm_executor::{default_pools, detect_gpus, LocalConfig, LocalExecutor, PoolSpec};
-use qm_store::SqliteLog;
+use qm_store::{Log, SqliteLog};
 
 use crate::config::SlurmSettings;
 use tokio::sync::mpsc;
 
 pub use config::{Config, Flags};
 pub use error::ServerError;
+
+/// This build: the package version and the commit it was built from (`build.rs`). The store
+/// records it beside every batch, so that recovery knows which batches must replay exactly.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("QM_GIT_COMMIT"));
+
+/// This build as the writer of the batches it appends.
+pub fn writer() -> qm_store::Writer {
+    qm_store::Writer {
+        version: VERSION.into(),
+        format: command::DECISIONS_FORMAT,
+    }
+}
 
 /// Capacity of the driver's inbox; a full inbox makes handlers wait (backpressure).
 pub const INBOX: usize = 8192;
@@ -63,21 +75,31 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     };
     let mut state = state::State::new(arns, policy);
     let started = std::time::Instant::now();
-    let (batches, diverged) = driver::recover(&mut state, &log)?;
-    if batches > 0 {
+    let running = writer();
+    let recovered = driver::recover(&mut state, &log, &running)?;
+    if recovered.batches > 0 {
         tracing::info!(
-            batches,
+            batches = recovered.batches,
             jobs = state.jobs.len(),
             ms = started.elapsed().as_millis() as u64,
             "state recovered from the log"
         );
     }
-    if diverged > 0 {
+    if recovered.diverged_own > 0 {
         return Err(ServerError::Recovery(format!(
-            "replaying the log decided differently than it records in {diverged} batch(es) (see the errors above); \
-             refusing to run on a state that differs from what clients were told. Keep the data dir and report it"
+            "replaying the log decided differently than this very build ({VERSION}) recorded in {} batch(es) (see the errors above); \
+             refusing to run on a state that differs from what clients were told. Keep the data dir and report it",
+            recovered.diverged_own
         )));
     }
+    if !recovered.other_writers.is_empty() {
+        eprintln!(
+            "qm: the data dir was written by {}; now {VERSION}: {}",
+            recovered.other_writers.join(", then "),
+            upgrade_summary(&recovered)
+        );
+    }
+    log.set_writer(&running)?;
 
     check_executor_switch(&mut log, &config, state.live_attempts().len())?;
     let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -126,6 +148,17 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
     eprintln!("qm: stopped");
     Ok(())
+}
+
+/// One line on how batches of other builds replayed under this one.
+fn upgrade_summary(r: &driver::Recovered) -> String {
+    if r.diverged_other == 0 && r.refused_other == 0 {
+        return format!("all {} batch(es) replayed as they were logged", r.batches);
+    }
+    format!(
+        "{} of {} batch(es) decided differently under this version's rules and {} command(s) were refused (warnings above); this version's decisions stand",
+        r.diverged_other, r.batches, r.refused_other
+    )
 }
 
 /// The local executor of `config`: its pools (configured, else detected GPUs, else four

@@ -253,7 +253,7 @@ pub struct State {
     /// Actions collected while applying the current batch.
     pub actions: Vec<Action>,
     /// Decisions of the current batch, for the log.
-    pub decisions: Vec<String>,
+    pub decisions: Vec<Effect>,
     /// The audit log of configuration changes.
     pub audit: Vec<crate::command::AuditEntry>,
     /// Preemptions decided, per (queue, share).
@@ -385,7 +385,7 @@ impl State {
     fn absorb(&mut self, effects: Vec<Effect>) {
         let now = self.now;
         for e in effects {
-            self.decisions.push(format!("{e:?}"));
+            self.decisions.push(e.clone());
             match e {
                 Effect::Start {
                     job,

@@ -5,9 +5,9 @@
 
 use qm_api::Arns;
 use qm_server::command::{Command, ExitRecord, Query};
-use qm_server::driver::{recover, TimeLimits};
+use qm_server::driver::{encode_decisions, recover, TimeLimits};
 use qm_server::state::{Action, State};
-use qm_store::{Log, MemoryLog};
+use qm_store::{Log, MemoryLog, Writer};
 use serde_json::{json, Value};
 
 const UNIT: &str = "ml.g5.xlarge";
@@ -34,6 +34,26 @@ fn payload(name: &str) -> String {
     .to_string()
 }
 
+fn logged_by(writer: &Writer) -> MemoryLog {
+    let mut log = MemoryLog::default();
+    log.set_writer(writer).unwrap();
+    log
+}
+
+fn old_build() -> Writer {
+    Writer {
+        version: "0.0.1+an-older-build".into(),
+        format: qm_server::command::DECISIONS_FORMAT,
+    }
+}
+
+fn fresh_state() -> State {
+    State::new(
+        Arns::new("us-east-1", "123456789012"),
+        qm_core::Policy::default(),
+    )
+}
+
 impl World {
     fn new() -> Self {
         World {
@@ -41,7 +61,7 @@ impl World {
                 Arns::new("us-east-1", "123456789012"),
                 qm_core::Policy::default(),
             ),
-            log: MemoryLog::default(),
+            log: logged_by(&qm_server::writer()),
             now: 1_000_000,
         }
     }
@@ -62,7 +82,7 @@ impl World {
             .append(
                 self.now,
                 &serde_json::to_string(&logged).unwrap(),
-                &self.state.decisions.join("\n"),
+                &encode_decisions(&self.state.decisions).unwrap(),
             )
             .unwrap();
         self.state.core.check_invariants().expect("core invariants");
@@ -235,9 +255,9 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
         Arns::new("us-east-1", "123456789012"),
         qm_core::Policy::default(),
     );
-    let (batches, diverged) = recover(&mut fresh, &w.log).unwrap();
-    assert_eq!(batches, w.log.len().unwrap());
-    assert_eq!(diverged, 0, "replay decides exactly as logged");
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    assert_eq!(r.batches, w.log.len().unwrap());
+    assert_eq!(r.diverged_own, 0, "replay decides exactly as logged");
     for id in ["high", "med", "low", "qs2"] {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
         let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
@@ -468,4 +488,107 @@ fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
         rec["statusReason"],
         "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
     );
+}
+
+/// A log whose second batch records a start the replay will not make (as if an older build's
+/// rule had started the job elsewhere), written by `writer`.
+fn log_with_a_decision_this_build_does_not_take(writer: &Writer) -> MemoryLog {
+    let mut w = World::new();
+    w.log = logged_by(writer);
+    demo_setup(&mut w);
+    w.submit("j", "QS2", 0);
+    let mut log = logged_by(writer);
+    w.log
+        .replay(&mut |b| {
+            let decisions = if b.decisions.contains("Start") {
+                b.decisions.replace("\"count\":1", "\"count\":2")
+            } else {
+                b.decisions
+            };
+            log.append(b.at_ms, &b.commands, &decisions).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    log
+}
+
+#[test]
+fn a_decision_another_build_took_differently_is_a_warning_not_a_refusal() {
+    let log = log_with_a_decision_this_build_does_not_take(&old_build());
+    let mut state = fresh_state();
+    let r = recover(&mut state, &log, &qm_server::writer()).expect("recovery goes on");
+    assert_eq!((r.diverged_own, r.diverged_other), (0, 1));
+    assert_eq!(r.other_writers, vec![old_build().version]);
+    // This build's decision stands: the job runs on one instance, as this build decided.
+    let live = state.live_attempts();
+    assert_eq!(live.len(), 1, "{live:?}");
+}
+
+#[test]
+fn a_decision_this_very_build_took_differently_is_counted_for_refusal() {
+    let log = log_with_a_decision_this_build_does_not_take(&qm_server::writer());
+    let r = recover(&mut fresh_state(), &log, &qm_server::writer()).unwrap();
+    assert_eq!((r.diverged_own, r.diverged_other), (1, 0));
+    assert!(r.other_writers.is_empty());
+}
+
+#[test]
+fn a_command_another_build_accepted_but_this_one_refuses_is_skipped_with_a_warning() {
+    // An update of a queue that does not exist: refused by this build, as if an older build
+    // had accepted what this one no longer does.
+    let refused = cmd(
+        "UpdateJobQueue",
+        json!({"jobQueue": "no-such-queue", "priority": 3}),
+    );
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let mut log = logged_by(&old_build());
+    w.log
+        .replay(&mut |b| {
+            log.append(b.at_ms, &b.commands, &b.decisions).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    let commands = serde_json::to_string(&vec![refused]).unwrap();
+    log.append(w.now + 1000, &commands, "[]").unwrap();
+
+    let r = recover(&mut fresh_state(), &log, &qm_server::writer()).expect("recovery goes on");
+    assert_eq!(r.refused_other, 1);
+    let mut own = logged_by(&qm_server::writer());
+    own.append(w.now + 1000, &commands, "[]").unwrap();
+    let err = recover(&mut fresh_state(), &own, &qm_server::writer()).unwrap_err();
+    assert!(err.to_string().contains("refused on replay"), "{err}");
+}
+
+#[test]
+fn decisions_in_the_schema_1_encoding_replay_without_a_difference() {
+    // Schema 1 logged each effect's Debug text, one a line; such batches come back attributed
+    // to the legacy writer (format 0).
+    let mut w = World::new();
+    demo_setup(&mut w);
+    w.submit("j", "QS2", 0);
+    let mut replayed = fresh_state();
+    let mut legacy = logged_by(&Writer::legacy());
+    w.log
+        .replay(&mut |b| {
+            replayed.begin(b.at_ms);
+            let commands: Vec<Command> = serde_json::from_str(&b.commands).unwrap();
+            for c in &commands {
+                replayed.apply(c).unwrap();
+            }
+            replayed.finish();
+            let text: Vec<String> = replayed
+                .decisions
+                .iter()
+                .map(|e| format!("{e:?}"))
+                .collect();
+            legacy
+                .append(b.at_ms, &b.commands, &text.join("\n"))
+                .unwrap();
+            Ok(())
+        })
+        .unwrap();
+    let r = recover(&mut fresh_state(), &legacy, &qm_server::writer()).unwrap();
+    assert_eq!((r.diverged_own, r.diverged_other), (0, 0));
+    assert_eq!(r.other_writers, vec![Writer::legacy().version]);
 }

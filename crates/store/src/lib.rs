@@ -10,13 +10,40 @@
 //!
 //! The log sits behind the [`Log`] trait so that tests and the simulator can use
 //! [`MemoryLog`], and another engine could be added without touching the server.
+//!
+//! Every batch knows which build of qm wrote it and in which encoding ([`Writer`]): a server
+//! that changed a scheduling rule replays batches of an older build without expecting the same
+//! decisions, and a later encoding of the decisions still reads the earlier ones. Schema 1
+//! (releases up to 7368e83) had no writers; opening such a store migrates it in place and
+//! attributes its batches to [`Writer::legacy`].
 
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// Schema version written on creation; opening a store of another version is refused.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Schema version written on creation. Older schemas are migrated on open; a newer one (a
+/// store written by a later qm) is refused.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// The build of qm that appended a run of batches, and the encoding of their decisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer {
+    /// qm's version and commit, e.g. `0.1.0+7368e83`.
+    pub version: String,
+    /// Encoding of the `decisions` column (0: `Debug` strings joined by newlines, the schema 1
+    /// encoding; later values are the server's to define).
+    pub format: u32,
+}
+
+impl Writer {
+    /// The writer of every batch of a schema 1 store, which did not record one.
+    pub fn legacy() -> Self {
+        Writer {
+            version: "schema-1 (7368e83 or earlier)".into(),
+            format: 0,
+        }
+    }
+}
 
 /// The store's one error type.
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +82,14 @@ pub struct Batch {
     pub commands: String,
     /// The decisions of the pass that followed, in the server's own encoding.
     pub decisions: String,
+    /// Who wrote it.
+    pub writer: Writer,
 }
 
 /// An append-only log of batches.
 pub trait Log {
+    /// Declares who writes the batches appended from now on (a no-op when it already is).
+    fn set_writer(&mut self, writer: &Writer) -> Result<(), StoreError>;
     /// Appends one batch durably; returns its sequence number.
     fn append(&mut self, at_ms: i64, commands: &str, decisions: &str) -> Result<u64, StoreError>;
     /// Calls `f` for every batch in order.
@@ -79,20 +110,14 @@ pub struct SqliteLog {
 impl SqliteLog {
     /// Opens (creating if needed) the database at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)?;
+        let mut conn = Connection::open(path)?;
         // WAL lets readers run beside the writer; FULL syncs the WAL at every commit, so an
         // acknowledged batch survives a power cut as well as a kill -9.
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS batches (
-                 seq INTEGER PRIMARY KEY,
-                 at_ms INTEGER NOT NULL,
-                 commands TEXT NOT NULL,
-                 decisions TEXT NOT NULL
-             );",
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )?;
         let version: Option<String> = conn
             .query_row(
@@ -101,23 +126,19 @@ impl SqliteLog {
                 |r| r.get(0),
             )
             .optional()?;
-        match version {
-            None => {
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
-                    params![SCHEMA_VERSION.to_string()],
-                )?;
-            }
-            Some(v) => {
-                let found = v.parse::<i64>().unwrap_or(-1);
-                if found != SCHEMA_VERSION {
-                    return Err(StoreError::Version {
-                        path: path.display().to_string(),
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                }
-            }
+        let found = match version {
+            None => 0,
+            Some(v) => v.parse::<i64>().unwrap_or(i64::MAX),
+        };
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::Version {
+                path: path.display().to_string(),
+                found,
+                expected: SCHEMA_VERSION,
+            });
+        }
+        if found < SCHEMA_VERSION {
+            migrate(&mut conn, found)?;
         }
         Ok(SqliteLog { conn })
     }
@@ -143,7 +164,87 @@ impl SqliteLog {
     }
 }
 
+/// Brings a store of schema `from` (0: new and empty) to [`SCHEMA_VERSION`] in one
+/// transaction, so that a crash half-way leaves the old schema, which the next open migrates.
+fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS batches (
+             seq INTEGER PRIMARY KEY,
+             at_ms INTEGER NOT NULL,
+             commands TEXT NOT NULL,
+             decisions TEXT NOT NULL
+         );
+         -- Batches from first_seq up to the next row's first_seq were written by this build.
+         CREATE TABLE IF NOT EXISTS writers (
+             first_seq INTEGER PRIMARY KEY,
+             version TEXT NOT NULL,
+             format INTEGER NOT NULL
+         );",
+    )?;
+    if from == 1 {
+        let legacy = Writer::legacy();
+        tx.execute(
+            "INSERT OR IGNORE INTO writers (first_seq, version, format) VALUES (1, ?1, ?2)",
+            params![legacy.version, legacy.format],
+        )?;
+    }
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![SCHEMA_VERSION.to_string()],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+impl SqliteLog {
+    /// Every writer with the first batch it wrote, in order.
+    pub fn writers(&self) -> Result<Vec<(u64, Writer)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT first_seq, version, format FROM writers ORDER BY first_seq")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                Writer {
+                    version: r.get(1)?,
+                    format: r.get::<_, i64>(2)? as u32,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// The writer of batch `seq`, given the writers in order of their first batch.
+fn writer_of(writers: &[(u64, Writer)], seq: u64) -> Writer {
+    writers
+        .iter()
+        .rev()
+        .find(|(first, _)| *first <= seq)
+        .map_or_else(Writer::legacy, |(_, w)| w.clone())
+}
+
 impl Log for SqliteLog {
+    fn set_writer(&mut self, writer: &Writer) -> Result<(), StoreError> {
+        if self.writers()?.last().map(|(_, w)| w) == Some(writer) {
+            return Ok(());
+        }
+        let next: i64 =
+            self.conn
+                .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM batches", [], |r| {
+                    r.get(0)
+                })?;
+        // A writer that appended nothing yet is replaced rather than followed.
+        self.conn.execute(
+            "INSERT INTO writers (first_seq, version, format) VALUES (?1, ?2, ?3)
+             ON CONFLICT(first_seq) DO UPDATE SET version = excluded.version, format = excluded.format",
+            params![next, writer.version, writer.format],
+        )?;
+        Ok(())
+    }
+
     fn append(&mut self, at_ms: i64, commands: &str, decisions: &str) -> Result<u64, StoreError> {
         let tx = self.conn.transaction()?;
         tx.execute(
@@ -159,16 +260,18 @@ impl Log for SqliteLog {
         let mut stmt = self
             .conn
             .prepare("SELECT seq, at_ms, commands, decisions FROM batches ORDER BY seq")?;
+        let writers = self.writers()?;
         let mut rows = stmt.query([])?;
         let mut n = 0;
         while let Some(row) = rows.next()? {
+            let seq = row.get::<_, i64>(0)? as u64;
             let batch = Batch {
-                seq: row.get::<_, i64>(0)? as u64,
+                seq,
                 at_ms: row.get(1)?,
                 commands: row.get(2)?,
                 decisions: row.get(3)?,
+                writer: writer_of(&writers, seq),
             };
-            let seq = batch.seq;
             f(batch).map_err(|message| StoreError::Replay { seq, message })?;
             n += 1;
         }
@@ -187,9 +290,15 @@ impl Log for SqliteLog {
 #[derive(Default)]
 pub struct MemoryLog {
     batches: Vec<Batch>,
+    writer: Option<Writer>,
 }
 
 impl Log for MemoryLog {
+    fn set_writer(&mut self, writer: &Writer) -> Result<(), StoreError> {
+        self.writer = Some(writer.clone());
+        Ok(())
+    }
+
     fn append(&mut self, at_ms: i64, commands: &str, decisions: &str) -> Result<u64, StoreError> {
         let seq = self.batches.len() as u64 + 1;
         self.batches.push(Batch {
@@ -197,6 +306,7 @@ impl Log for MemoryLog {
             at_ms,
             commands: commands.to_string(),
             decisions: decisions.to_string(),
+            writer: self.writer.clone().unwrap_or_else(Writer::legacy),
         });
         Ok(seq)
     }
@@ -275,6 +385,77 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.to_string().contains("batch 2"), "{err}");
+    }
+
+    fn writer(version: &str) -> Writer {
+        Writer {
+            version: version.into(),
+            format: 1,
+        }
+    }
+
+    /// A store exactly as schema 1 (release 7368e83) created it.
+    fn schema_1_store(path: &Path, batches: &[&str]) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE batches (seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL,
+                                   commands TEXT NOT NULL, decisions TEXT NOT NULL);
+             INSERT INTO meta VALUES ('schema_version', '1');",
+        )
+        .unwrap();
+        for (i, c) in batches.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO batches (at_ms, commands, decisions) VALUES (?1, ?2, '')",
+                params![i as i64, c],
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_schema_1_store_is_migrated_and_its_batches_keep_their_legacy_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qm.sqlite3");
+        schema_1_store(&path, &["[1]", "[2]"]);
+        let mut log = SqliteLog::open(&path).unwrap();
+        assert_eq!(log.meta("schema_version").unwrap().as_deref(), Some("2"));
+        log.set_writer(&writer("new")).unwrap();
+        log.append(5, "[3]", "").unwrap();
+        drop(log);
+        let log = SqliteLog::open(&path).unwrap();
+        let got: Vec<(String, Writer)> = collect(&log)
+            .into_iter()
+            .map(|b| (b.commands, b.writer))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("[1]".into(), Writer::legacy()),
+                ("[2]".into(), Writer::legacy()),
+                ("[3]".into(), writer("new")),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_batch_is_attributed_to_the_build_that_appended_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = SqliteLog::open(&dir.path().join("w.sqlite3")).unwrap();
+        log.set_writer(&writer("a")).unwrap();
+        log.append(1, "1", "").unwrap();
+        log.set_writer(&writer("a")).unwrap();
+        log.append(2, "2", "").unwrap();
+        // A build that starts and appends nothing leaves no trace.
+        log.set_writer(&writer("b")).unwrap();
+        log.set_writer(&writer("c")).unwrap();
+        log.append(3, "3", "").unwrap();
+        let versions: Vec<String> = collect(&log)
+            .into_iter()
+            .map(|b| b.writer.version)
+            .collect();
+        assert_eq!(versions, ["a", "a", "c"]);
+        assert_eq!(log.writers().unwrap().len(), 2);
     }
 
     #[test]

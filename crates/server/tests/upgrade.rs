@@ -1,0 +1,135 @@
+//! Upgrades: a data dir written by an earlier release must open under this one with every
+//! job, share and attempt intact. Each fixture under `tests/fixtures/` is a store a release
+//! wrote (made by `tests/upgrade/make_fixture.py` with that release's binary, killed with
+//! SIGKILL while attempts ran) and what that server answered just before; recovering the store
+//! with this code must give the same answers to the same questions.
+
+use std::path::{Path, PathBuf};
+
+use qm_api::Arns;
+use qm_server::command::{Command, Request};
+use qm_server::driver::{encode_decisions, recover, Recovered};
+use qm_server::http::parse_operation;
+use qm_server::state::State;
+use qm_store::{Log, SqliteLog, Writer};
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A copy of the fixture's store (opening migrates it, and the fixture must stay as made).
+fn open_copy(name: &str, dir: &Path) -> SqliteLog {
+    let db = dir.join("qm.sqlite3");
+    std::fs::copy(fixture(name).join("qm.sqlite3"), &db).expect("fixture store");
+    SqliteLog::open(&db).expect("the store opens")
+}
+
+fn answers(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(name).join("answers.json")).expect("answers.json");
+    serde_json::from_str(&text).expect("answers.json is JSON")
+}
+
+/// A state with the settings the data dir pinned, recovered from `log` by this build.
+fn recovered(log: &SqliteLog) -> (State, Recovered) {
+    let meta = |k: &str| log.meta(k).unwrap().unwrap_or_else(|| panic!("meta {k}"));
+    let reserve_after: u64 = meta("scheduler.reserve_after_seconds").parse().unwrap();
+    let mut state = State::new(
+        Arns::new(meta("region"), meta("account_id")),
+        qm_core::Policy {
+            reserve_after_ms: reserve_after * 1000,
+        },
+    );
+    let r = recover(&mut state, log, &qm_server::writer()).expect("recovery succeeds");
+    (state, r)
+}
+
+/// What the recovered state answers to one recorded read.
+fn ask(state: &State, operation: &str, request: &Value) -> Value {
+    let query = match operation {
+        "usage" => qm_server::command::Query::Usage,
+        "audit" => qm_server::command::Query::Audit,
+        op => match parse_operation(op, request.to_string().as_bytes()).expect("a read") {
+            Request::Query(q) => q,
+            Request::Command(c) => panic!("{op} is not a read: {c:?}"),
+        },
+    };
+    let body = state
+        .query(&query, state.now)
+        .unwrap_or_else(|e| panic!("{operation} {request} fails after the upgrade: {e}"));
+    serde_json::from_slice(&body).expect("the answer is JSON")
+}
+
+fn assert_same_answers(state: &State, recorded: &Value) {
+    let list = recorded["answers"].as_array().expect("answers");
+    assert!(list.len() > 10, "the fixture has its answers");
+    for entry in list {
+        let (op, request, response) = (&entry[0], &entry[1], &entry[2]);
+        let now = ask(state, op.as_str().unwrap(), request);
+        assert_eq!(
+            &now, response,
+            "{op} {request}: the upgraded server answers differently"
+        );
+    }
+}
+
+#[test]
+fn a_data_dir_of_release_7368e83_opens_with_every_job_share_and_attempt_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open_copy("release-7368e83", dir.path());
+    assert_eq!(log.meta("schema_version").unwrap().as_deref(), Some("2"));
+    let (state, r) = recovered(&log);
+    assert!(r.batches > 20, "{r:?}");
+    assert_eq!(r.other_writers, vec![Writer::legacy().version]);
+    assert_eq!(r.diverged_own, 0);
+    assert_eq!(
+        r.refused_other, 0,
+        "every command the release accepted is still accepted"
+    );
+    // This release decides as 7368e83 did; when a later one changes a rule, this becomes the
+    // count of batches it decides differently, and the answers below must still hold for the
+    // jobs the rule does not touch.
+    assert_eq!(r.diverged_other, 0, "{r:?}");
+    let recorded = answers("release-7368e83");
+    assert_same_answers(&state, &recorded);
+    // The three attempts that ran when the release was killed are live again, for the
+    // executor's reconciliation to stop or adopt.
+    assert_eq!(state.live_attempts().len(), 3);
+}
+
+#[test]
+fn a_release_data_dir_goes_on_under_this_build_and_replays_its_own_batches_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_copy("release-7368e83", dir.path());
+    let (mut state, before) = recovered(&log);
+    log.set_writer(&qm_server::writer()).unwrap();
+    // This build appends one batch: the waiting job is terminated.
+    let jobs = &answers("release-7368e83")["jobs"];
+    let terminate: Command = serde_json::from_value(serde_json::json!({
+        "op": "TerminateServiceJob",
+        "body": {"jobId": jobs["waits"], "reason": "after the upgrade"}
+    }))
+    .unwrap();
+    let now = state.now + 1000;
+    state.begin(now);
+    state.apply(&terminate).expect("the command is accepted");
+    state.finish();
+    let commands = serde_json::to_string(&vec![terminate]).unwrap();
+    log.append(now, &commands, &encode_decisions(&state.decisions).unwrap())
+        .unwrap();
+    drop(log);
+
+    let log = SqliteLog::open(&dir.path().join("qm.sqlite3")).unwrap();
+    let (again, r) = recovered(&log);
+    assert_eq!(r.batches, before.batches + 1);
+    assert_eq!((r.diverged_own, r.diverged_other), (0, 0));
+    let waits = jobs["waits"].as_str().unwrap();
+    let job = ask(
+        &again,
+        "describeservicejob",
+        &serde_json::json!({"jobId": waits}),
+    );
+    assert_eq!(job["status"], "FAILED", "{job}");
+}
