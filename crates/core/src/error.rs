@@ -7,6 +7,9 @@ use crate::model::{AttemptId, JobId};
 /// An input the core refuses; the state is unchanged when one is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoreError {
+    /// A state image (a snapshot) that does not hold together.
+    #[error("the snapshot cannot be loaded: {0}; start from the log instead (remove the snapshot) and report it")]
+    BadImage(String),
     /// No queue of that name.
     #[error("job queue '{0}' does not exist: create it first or check the name")]
     UnknownQueue(String),

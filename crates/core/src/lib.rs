@@ -24,6 +24,7 @@
 pub mod error;
 mod explain;
 pub mod glob;
+pub mod image;
 mod invariants;
 pub mod ledger;
 pub mod model;
@@ -33,6 +34,7 @@ pub mod reason;
 mod scheduler;
 
 pub use error::CoreError;
+pub use image::Image;
 pub use model::*;
 pub use pass::VictimRank;
 pub use query::ShareUsage;

@@ -12,7 +12,10 @@ pub type Millis = u64;
 
 /// A job, as numbered by the shell. The server maps its UUIDs onto these; the simulator and
 /// scenarios number jobs in submission order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct JobId(pub u64);
 
 impl std::fmt::Display for JobId {
@@ -23,7 +26,10 @@ impl std::fmt::Display for JobId {
 
 /// One execution of a job. Numbered by the core from a counter that is part of its state, so
 /// the same inputs always give the same ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct AttemptId(pub u64);
 
 impl std::fmt::Display for AttemptId {
@@ -45,7 +51,9 @@ pub struct ShareIx(pub u16);
 pub struct QueueIx(pub u32);
 
 /// How a share treats its idle capacity (AWS `resourceSharingConfiguration.strategy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Strategy {
     /// Idle capacity stays with the share; it neither lends nor borrows.
     Reserve,
@@ -78,7 +86,7 @@ impl Strategy {
 
 /// A job queue with its service environment: the most instances of each type that may be in
 /// use at once. A type missing from the map has a limit of zero.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueSpec {
     /// Unique name of the queue.
     pub name: String,
@@ -87,7 +95,7 @@ pub struct QueueSpec {
 }
 
 /// A quota share as configured by its owner.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShareSpec {
     /// Unique name within the queue.
     pub name: String,
@@ -133,7 +141,7 @@ impl ShareSpec {
 }
 
 /// What to do when an attempt fails with a matching status reason (`evaluateOnExit`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ExitRule {
     /// RETRY (true) or EXIT (false).
     pub retry: bool,
@@ -142,7 +150,7 @@ pub struct ExitRule {
 }
 
 /// A job as submitted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobSpec {
     /// The shell's id for the job; must be new.
     pub id: JobId,
@@ -190,7 +198,9 @@ impl JobSpec {
 
 /// Where a job is in its life, as the core sees it. The server refines `Dispatched` into
 /// SCHEDULED / STARTING / RUNNING from what the executor reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum JobStatus {
     /// Waiting for capacity.
     Runnable,
@@ -230,7 +240,7 @@ pub enum Exit {
 }
 
 /// Why the core asks the shell to stop an attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum StopCause {
     /// Cross-share preemption: the owning share `by_share` needs its capacity for `for_job`.
     Reclaim {

@@ -8,7 +8,9 @@
 use std::fmt;
 
 /// Why a job can never run with the current configuration (DESIGN.md §2 rule 10).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Misconfiguration {
     /// More instances than the service environment's limit for the type.
     EnvironmentMax,

@@ -130,6 +130,7 @@ fn op(updates: bool) -> BoxedStrategy<Op> {
 
 /// Runs the scheduler through the ops, checking every property after every step; returns the
 /// effect log (for the determinism property).
+#[derive(Clone)]
 struct Run {
     s: Scheduler,
     cfg: Config,
@@ -624,6 +625,28 @@ proptest! {
     #[test]
     fn preemptions_settle_once_their_victims_have_exited(cfg in config(), ops in prop::collection::vec(op(true), 1..80)) {
         run_settling(cfg, &ops)?;
+    }
+
+    #[test]
+    fn a_scheduler_rebuilt_from_its_image_decides_the_rest_exactly_as_the_original(
+        cfg in config(), ops in prop::collection::vec(op(true), 2..60), cut in any::<prop::sample::Index>()
+    ) {
+        let cut = cut.index(ops.len());
+        let mut original = Run::new(cfg);
+        for op in &ops[..cut] {
+            original.step(op)?;
+        }
+        let image = original.s.image();
+        let mut rebuilt = original.clone();
+        rebuilt.s = Scheduler::from_image(original.s.policy(), image.clone())
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(rebuilt.s.image(), image, "the image survives a round trip");
+        for op in &ops[cut..] {
+            original.step(op)?;
+            rebuilt.step(op)?;
+        }
+        prop_assert_eq!(&original.log, &rebuilt.log);
+        prop_assert_eq!(original.s.image(), rebuilt.s.image());
     }
 
     #[test]

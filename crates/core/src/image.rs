@@ -1,0 +1,427 @@
+//! The core's state as plain data: what a snapshot stores so that a restart need not replay
+//! the whole history. [`Scheduler::image`] takes one, [`Scheduler::from_image`] rebuilds a
+//! scheduler that decides everything after it exactly as the original would (a property test
+//! checks this at every step of random histories).
+//!
+//! An image holds the records (queues, shares, jobs, attempts, counters) and the little the
+//! last pass left behind for the next one (holds, barriers, dirty lanes). The indexes (pending
+//! and victim orders, usage, reclaim demand) are derived from the records on import and
+//! checked by `check_invariants`, so an image cannot smuggle in an inconsistent index.
+//!
+//! These types are a persisted format: snapshots written by one release are read by the next.
+//! Add fields with `#[serde(default)]`, rename with `#[serde(alias)]`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::model::*;
+use crate::reason::Misconfiguration;
+use crate::scheduler::{Attempt, Hold, Job, Lane, Policy, Queue, Scheduler, Share, UnitLanes};
+
+/// The scheduler's state, by value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// Instance types in the order they were first seen (their index order).
+    pub units: Vec<String>,
+    /// Physical capacity per type, where known.
+    pub physical: Vec<(String, u32)>,
+    /// Queues in index order.
+    pub queues: Vec<QueueImage>,
+    /// Every job the core holds, by id.
+    pub jobs: Vec<JobImage>,
+    /// Every attempt holding capacity, by id.
+    pub attempts: Vec<AttemptImage>,
+    /// The next attempt id.
+    pub next_attempt: u64,
+    /// The next submission order.
+    pub next_seq: u64,
+    /// Lanes the next pass must look at: (queue index, unit index).
+    pub dirty: Vec<(u32, u16)>,
+}
+
+/// One queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueImage {
+    /// Its name.
+    pub name: String,
+    /// The environment's limits, by unit index.
+    pub environment: Vec<(u16, u32)>,
+    /// Shares in index order, deleted ones (tombstones) included.
+    pub shares: Vec<ShareImage>,
+    /// The units the queue has lanes on, with what the last pass left on them.
+    pub units: Vec<UnitImage>,
+}
+
+/// One share.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareImage {
+    /// As configured.
+    pub spec: ShareSpec,
+    /// A tombstone kept until its last attempt has exited.
+    pub deleted: bool,
+}
+
+/// One unit of a queue: what the last pass left for the next one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitImage {
+    /// Unit index.
+    pub unit: u16,
+    /// The oldest aged job later jobs may not pass: (job, its order, bars every start).
+    pub barrier: Option<(JobId, u64, bool)>,
+    /// Per share index, the head the last pass held the share's lane for, and whether for
+    /// the starvation guard (else for capacity being released).
+    pub held_for: Vec<Option<(JobId, bool)>>,
+}
+
+/// One job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobImage {
+    /// As submitted, priority current.
+    pub spec: JobSpec,
+    /// Queue index.
+    pub queue: u32,
+    /// Share index (the name may belong to a newer share once this one is deleted).
+    pub share: u16,
+    /// Submission order.
+    pub seq: u64,
+    /// Submitted.
+    pub submitted_at: Millis,
+    /// Last became RUNNABLE.
+    pub queued_at: Millis,
+    /// Where it is.
+    pub status: JobStatus,
+    /// The attempt holding capacity for it.
+    pub attempt: Option<AttemptId>,
+    /// A preempted attempt not exited yet.
+    pub stopping: Option<AttemptId>,
+    /// Set while it can never fit.
+    pub misconfigured: Option<Misconfiguration>,
+    /// Failed attempts.
+    pub failures: u32,
+    /// Times preempted.
+    pub preemptions: u32,
+    /// A termination was requested.
+    pub terminated: bool,
+    /// The last thing that happened to it.
+    pub status_reason: String,
+    /// The last checkpoint.
+    pub last_checkpoint: Option<Millis>,
+    /// It preempted and waits for the capacity.
+    pub reclaiming: bool,
+    /// The reason it fails with once its stopping attempt has exited.
+    pub fail_on_exit: Option<String>,
+}
+
+/// One attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptImage {
+    /// Its id.
+    pub id: AttemptId,
+    /// Its job.
+    pub job: JobId,
+    /// Instances held.
+    pub count: u32,
+    /// Started.
+    pub started_at: Millis,
+    /// Last checkpoint, else start.
+    pub progress_at: Millis,
+    /// The job's priority as the victim index knows it.
+    pub priority: u32,
+    /// Set once asked to stop.
+    pub stopping: Option<StopCause>,
+}
+
+impl Scheduler {
+    /// The state as data. Jobs and attempts come out sorted by id, so the same state always
+    /// gives the same image.
+    pub fn image(&self) -> Image {
+        let mut jobs: Vec<JobImage> = self.jobs.values().map(|j| job_image(j)).collect();
+        jobs.sort_by_key(|j| j.spec.id);
+        let mut attempts: Vec<AttemptImage> = self.attempts.values().map(attempt_image).collect();
+        attempts.sort_by_key(|a| a.id);
+        Image {
+            units: self.unit_names.clone(),
+            physical: self
+                .physical
+                .iter()
+                .map(|(u, n)| (self.unit_name(*u).to_string(), *n))
+                .collect(),
+            queues: self.queues.iter().map(queue_image).collect(),
+            jobs,
+            attempts,
+            next_attempt: self.next_attempt,
+            next_seq: self.next_seq,
+            dirty: self.dirty.iter().map(|(q, u)| (q.0, u.0)).collect(),
+        }
+    }
+
+    /// A scheduler in the state of `image`, under `policy`. Refused when the image does not
+    /// hold together (an index out of range, or records the invariants reject).
+    pub fn from_image(policy: Policy, image: Image) -> Result<Scheduler, CoreError> {
+        let bad = |what: String| CoreError::BadImage(what);
+        let mut s = Scheduler::new(policy);
+        for name in &image.units {
+            s.intern_unit(name);
+        }
+        let unit = |s: &Scheduler, name: &str| {
+            s.unit_ix.get(name).copied().ok_or_else(|| {
+                bad(format!(
+                    "instance type {name} is not among the image's units"
+                ))
+            })
+        };
+        for (name, n) in &image.physical {
+            let u = unit(&s, name)?;
+            s.physical.insert(u, *n);
+        }
+        for qi in image.queues {
+            let q = QueueIx(s.queues.len() as u32);
+            let queue = import_queue(&s, qi)?;
+            s.queue_ix.insert(queue.name.clone(), q);
+            s.queues.push(queue);
+        }
+        for j in image.jobs {
+            let job = import_job(&s, j)?;
+            s.jobs.insert(job.spec.id, Box::new(job));
+        }
+        for a in image.attempts {
+            s.import_attempt(a)?;
+        }
+        let mut pending: Vec<JobId> = s
+            .jobs
+            .values()
+            .filter(|j| j.status == JobStatus::Runnable && j.stopping.is_none())
+            .map(|j| j.spec.id)
+            .collect();
+        pending.sort();
+        for id in pending {
+            s.enqueue(id);
+        }
+        s.next_attempt = image.next_attempt;
+        s.next_seq = image.next_seq;
+        // Enqueueing marked lanes dirty; the image says which ones the next pass must visit.
+        s.dirty = image
+            .dirty
+            .iter()
+            .map(|(q, u)| (QueueIx(*q), UnitIx(*u)))
+            .collect();
+        s.check_invariants()
+            .map_err(|e| bad(format!("the image's records do not hold together: {e}")))?;
+        Ok(s)
+    }
+
+    fn import_attempt(&mut self, a: AttemptImage) -> Result<(), CoreError> {
+        let job = self
+            .jobs
+            .get(&a.job)
+            .ok_or_else(|| CoreError::BadImage(format!("attempt {} of unknown job", a.id.0)))?;
+        let att = Attempt {
+            id: a.id,
+            job: a.job,
+            queue: job.queue,
+            share: job.share,
+            unit: job.unit,
+            count: a.count,
+            started_at: a.started_at,
+            progress_at: a.progress_at,
+            priority: a.priority,
+            stopping: a.stopping,
+        };
+        let (q, u, s) = (att.queue, att.unit, att.share);
+        let lane = self.queues[q.0 as usize]
+            .units
+            .entry(u)
+            .or_default()
+            .lane(s);
+        lane.usage += att.count;
+        if att.stopping.is_some() {
+            lane.stopping += att.count;
+        } else {
+            lane.running.insert(att.run_key());
+            *lane.running_by_priority.entry(att.priority).or_default() += att.count;
+        }
+        self.physical_used[usize::from(u.0)] += att.count;
+        self.attempts.insert(att.id, att);
+        Ok(())
+    }
+}
+
+fn job_image(j: &Job) -> JobImage {
+    JobImage {
+        spec: j.spec.clone(),
+        queue: j.queue.0,
+        share: j.share.0,
+        seq: j.seq,
+        submitted_at: j.submitted_at,
+        queued_at: j.queued_at,
+        status: j.status,
+        attempt: j.attempt,
+        stopping: j.stopping,
+        misconfigured: j.misconfigured,
+        failures: j.failures,
+        preemptions: j.preemptions,
+        terminated: j.terminated,
+        status_reason: j.status_reason.clone(),
+        last_checkpoint: j.last_checkpoint,
+        reclaiming: j.reclaiming,
+        fail_on_exit: j.fail_on_exit.clone(),
+    }
+}
+
+fn attempt_image(a: &Attempt) -> AttemptImage {
+    AttemptImage {
+        id: a.id,
+        job: a.job,
+        count: a.count,
+        started_at: a.started_at,
+        progress_at: a.progress_at,
+        priority: a.priority,
+        stopping: a.stopping.clone(),
+    }
+}
+
+fn queue_image(q: &Queue) -> QueueImage {
+    let units = q
+        .units
+        .iter()
+        .map(|(u, ul)| UnitImage {
+            unit: u.0,
+            barrier: ul.barrier,
+            held_for: ul
+                .lanes
+                .iter()
+                .map(|l| l.held_for.map(|(j, h)| (j, matches!(h, Hold::Starvation))))
+                .collect(),
+        })
+        .collect();
+    QueueImage {
+        name: q.name.clone(),
+        environment: q.environment.iter().map(|(u, n)| (u.0, *n)).collect(),
+        shares: q
+            .shares
+            .iter()
+            .map(|s| ShareImage {
+                spec: s.spec.clone(),
+                deleted: s.deleted,
+            })
+            .collect(),
+        units,
+    }
+}
+
+fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
+    let units = s.unit_names.len();
+    let check_unit = |u: u16| {
+        if usize::from(u) < units {
+            Ok(UnitIx(u))
+        } else {
+            Err(CoreError::BadImage(format!(
+                "queue {} names unit index {u} of {units}",
+                qi.name
+            )))
+        }
+    };
+    let mut environment = BTreeMap::new();
+    for (u, n) in &qi.environment {
+        environment.insert(check_unit(*u)?, *n);
+    }
+    let mut shares = Vec::new();
+    let mut share_ix = BTreeMap::new();
+    for (i, sh) in qi.shares.iter().enumerate() {
+        let mut limits = BTreeMap::new();
+        for (name, n) in &sh.spec.limits {
+            let u = s.unit_ix.get(name).copied().ok_or_else(|| {
+                CoreError::BadImage(format!("share {} names unknown unit {name}", sh.spec.name))
+            })?;
+            limits.insert(u, *n);
+        }
+        if !sh.deleted {
+            share_ix.insert(sh.spec.name.clone(), ShareIx(i as u16));
+        }
+        shares.push(Share {
+            spec: sh.spec.clone(),
+            limits,
+            deleted: sh.deleted,
+        });
+    }
+    let mut lanes: BTreeMap<UnitIx, UnitLanes> = BTreeMap::new();
+    for ui in &qi.units {
+        if ui.held_for.len() > shares.len() {
+            return Err(CoreError::BadImage(format!(
+                "queue {} has {} lanes on unit {} for {} shares",
+                qi.name,
+                ui.held_for.len(),
+                ui.unit,
+                shares.len()
+            )));
+        }
+        let held = |h: &Option<(JobId, bool)>| {
+            h.map(|(j, starvation)| {
+                let why = if starvation {
+                    Hold::Starvation
+                } else {
+                    Hold::Release
+                };
+                (j, why)
+            })
+        };
+        let ul = UnitLanes {
+            lanes: ui
+                .held_for
+                .iter()
+                .map(|h| Lane {
+                    held_for: held(h),
+                    ..Lane::default()
+                })
+                .collect(),
+            barrier: ui.barrier,
+        };
+        lanes.insert(check_unit(ui.unit)?, ul);
+    }
+    Ok(Queue {
+        name: qi.name,
+        environment,
+        shares,
+        share_ix,
+        units: lanes,
+        parked: Default::default(),
+    })
+}
+
+fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {
+    let bad = |what: String| CoreError::BadImage(format!("job {}: {what}", j.spec.id.0));
+    let queue = s
+        .queues
+        .get(j.queue as usize)
+        .ok_or_else(|| bad(format!("queue index {} out of range", j.queue)))?;
+    if usize::from(j.share) >= queue.shares.len() {
+        return Err(bad(format!("share index {} out of range", j.share)));
+    }
+    let unit = s
+        .unit_ix
+        .get(&j.spec.instance_type)
+        .copied()
+        .ok_or_else(|| bad(format!("unknown unit {}", j.spec.instance_type)))?;
+    Ok(Job {
+        queue: QueueIx(j.queue),
+        share: ShareIx(j.share),
+        unit,
+        seq: j.seq,
+        submitted_at: j.submitted_at,
+        queued_at: j.queued_at,
+        status: j.status,
+        attempt: j.attempt,
+        stopping: j.stopping,
+        misconfigured: j.misconfigured,
+        failures: j.failures,
+        preemptions: j.preemptions,
+        terminated: j.terminated,
+        status_reason: j.status_reason,
+        last_checkpoint: j.last_checkpoint,
+        reclaiming: j.reclaiming,
+        fail_on_exit: j.fail_on_exit,
+        spec: j.spec,
+    })
+}
