@@ -4,6 +4,7 @@ again from their checkpoints; a job never runs twice at the same time (issue 3, 
 
 import json
 import shutil
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -252,8 +253,55 @@ def test_a_data_dir_written_by_release_7368e83_starts_with_its_jobs_and_runs_the
         names = {j["jobName"] for s in ("RUNNABLE", "RUNNING", "SUCCEEDED", "FAILED")
                  for j in batch.list_service_jobs(jobQueue="fx-queue", jobStatus=s)["jobSummaryList"]}
         assert names == set(ids), names
-        # A restart of this build replays its own batches exactly (the start would refuse).
+        # The first start wrote a snapshot of the state it rebuilt: a restart goes on from it
+        # and from this build's own batches, and no longer reads the release's.
+        assert "snapshot written" in log, log
         server.restart()
-        assert "the data dir was written by" in Path(server.log_path).read_text()
+        assert "the data dir was written by" not in Path(server.log_path).read_text()
+        for name in ("r3", "r4", "p1"):
+            wait_status(batch, ids[name], "RUNNING")
+    finally:
+        server.close()
+
+
+def test_snapshots_drop_the_log_they_cover_and_a_kill_9_after_one_loses_nothing(
+        start_server, tmp_path):
+    """`[state] snapshot_every_commands`: the server snapshots its state every N logged
+    commands and drops the batches the snapshot covers; a restart after `kill -9` starts from
+    the snapshot plus the batches after it and has every job."""
+    config = config_toml(count=2) + "[state]\nsnapshot_every_commands = 25\n"
+    server = start_server(config=config, name="snapshots")
+    try:
+        batch = server.client()
+        q = make_queue(batch, "snap", [ShareSpec("A", limit=2)], env_max=2)
+        jobs = Jobs(batch, server, tmp_path)
+        ids = [jobs.sleeper(q, "A", f"snap-{i}") for i in range(60)]
+        for jid in ids[:2]:
+            wait_status(batch, jid, "RUNNING")
+        db = server.data_dir / "qm.sqlite3"
+
+        def store():
+            with sqlite3.connect(db) as conn:
+                batches = conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+                snapshots = conn.execute("SELECT COUNT(*), MAX(seq) FROM snapshots").fetchone()
+            return batches, snapshots
+
+        # Snapshots are written in the background: wait until one has dropped its batches.
+        wait_for(lambda: store()[1][0] == 1 and store()[0] < 60, what="a snapshot")
+        batches, snapshots = store()
+        assert snapshots[1] > 0, snapshots
+
+        first_log = Path(server.log_path).read_text()
+        assert "snapshot written" in first_log, first_log[-2000:]
+        server.kill9()
+        server.start()
+        batch = server.client()
+        found = {j["jobId"] for s in ("RUNNABLE", "RUNNING", "SUCCEEDED", "FAILED")
+                 for j in batch.list_service_jobs(jobQueue=q.name, jobStatus=s)["jobSummaryList"]}
+        assert set(ids) <= found, set(ids) - found
+        for jid in ids[:2]:
+            wait_status(batch, jid, "RUNNING")
+        jobs.batch = batch
+        jobs.cleanup()
     finally:
         server.close()

@@ -13,7 +13,7 @@ use crate::error::{shown, ApiError};
 const FIELD: &str = "serviceRequestPayload";
 
 /// What Quartermaster needs from a training request.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainingPayload {
     /// `TrainingJobName`; attempts are named after it.
     pub training_job_name: Option<String>,

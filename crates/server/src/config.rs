@@ -33,7 +33,23 @@ pub struct FileConfig {
     /// Scheduler knobs.
     #[serde(default)]
     pub scheduler: SchedulerSection,
+    /// Snapshots of the state.
+    #[serde(default)]
+    pub state: StateSection,
 }
+
+/// `[state]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateSection {
+    /// A snapshot is written after this many logged commands (and at every start that
+    /// replayed any, and at shutdown); 0 writes none but those.
+    pub snapshot_every_commands: Option<u64>,
+}
+
+/// Commands between two snapshots by default: a restart replays at most about this many
+/// (about a second's worth at full submit rate), whatever the history.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 50_000;
 
 /// `[executor]`.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -162,6 +178,8 @@ pub struct Config {
     pub reserve_after: Duration,
     /// Pass period while jobs wait.
     pub tick: Duration,
+    /// Logged commands between two snapshots (0: only at start and shutdown).
+    pub snapshot_every: u64,
     /// `Some` when `executor.kind = "slurm"`.
     pub slurm: Option<SlurmSettings>,
 }
@@ -286,6 +304,10 @@ impl Config {
             pool: file.executor.pool.clone(),
             reserve_after: Duration::from_secs(file.scheduler.reserve_after_seconds.unwrap_or(600)),
             tick,
+            snapshot_every: file
+                .state
+                .snapshot_every_commands
+                .unwrap_or(DEFAULT_SNAPSHOT_EVERY),
             slurm,
         })
     }

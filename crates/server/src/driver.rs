@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::command::{Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
 use crate::error::ServerError;
 use crate::exec::Executor;
+use crate::snapshot::{decode_image, encode_image, StateImage, SNAPSHOT_FORMAT};
 use crate::state::{Action, Launch, State};
 
 /// Most requests and reports applied in one batch (one transaction).
@@ -51,6 +52,8 @@ pub fn now_ms() -> i64 {
 pub struct Recovered {
     /// Batches replayed.
     pub batches: u64,
+    /// Commands in them.
+    pub commands: u64,
     /// Batches this very build wrote and now decides differently: the core lost its
     /// determinism, and the server must not run on a state that differs from what it told.
     pub diverged_own: u64,
@@ -62,6 +65,8 @@ pub struct Recovered {
     pub refused_other: u64,
     /// The builds that wrote the log other than this one, oldest first.
     pub other_writers: Vec<String>,
+    /// The batch the snapshot recovery started from covers, if there was one.
+    pub snapshot: Option<u64>,
 }
 
 /// Rebuilds the state from the log, as the build `running` (this one). Batches of this build
@@ -75,7 +80,20 @@ pub fn recover(
     running: &Writer,
 ) -> Result<Recovered, ServerError> {
     let mut r = Recovered::default();
+    let mut after = 0;
+    if let Some(snap) = log.snapshot()? {
+        let image = decode_image(snap.writer.format, &snap.writer.version, &snap.state)?;
+        *state = State::from_image(state.arns.clone(), state.core.policy(), image)?;
+        after = snap.seq;
+        r.snapshot = Some(snap.seq);
+        if snap.writer.version != running.version {
+            r.other_writers.push(snap.writer.version);
+        }
+    }
     log.replay(&mut |b| {
+        if b.seq <= after {
+            return Ok(());
+        }
         let own = b.writer.version == running.version;
         if !own && r.other_writers.last() != Some(&b.writer.version) {
             r.other_writers.push(b.writer.version.clone());
@@ -111,6 +129,7 @@ pub fn recover(
             }
         }
         r.batches += 1;
+        r.commands += commands.len() as u64;
         Ok(())
     })?;
     state.core.check_invariants().map_err(|e| {
@@ -141,6 +160,96 @@ fn same_decisions(effects: &[Effect], b: &Batch) -> Result<bool, String> {
             "qm {} logged its decisions in format {other}, this qm reads formats 0 to {DECISIONS_FORMAT}: run a qm at least as new as the one that wrote the data dir",
             b.writer.version
         )),
+    }
+}
+
+/// Writes a snapshot of `state` as the state after the last batch of `log`, on this thread.
+pub fn write_snapshot(state: &State, log: &mut dyn Log) -> Result<(), ServerError> {
+    write_image(&state.image(), log.last_seq(), state.now, log)
+}
+
+fn write_image(
+    image: &StateImage,
+    seq: u64,
+    at_ms: i64,
+    log: &mut dyn Log,
+) -> Result<(), ServerError> {
+    let started = std::time::Instant::now();
+    let text = encode_image(image)?;
+    log.write_snapshot(seq, at_ms, SNAPSHOT_FORMAT, &text)?;
+    tracing::info!(
+        seq,
+        jobs = image.jobs.len(),
+        bytes = text.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "snapshot written; the batches it covers are dropped"
+    );
+    Ok(())
+}
+
+/// Writes snapshots on a thread and a store connection of their own, so that encoding a large
+/// state never stalls the driver, which only takes the image (a copy of the records). One
+/// snapshot at a time; SQLite serializes its transaction with the driver's appends.
+pub struct Snapshotter {
+    idle: Option<SqliteLog>,
+    busy: Option<std::thread::JoinHandle<(SqliteLog, Result<(), ServerError>)>>,
+}
+
+impl Snapshotter {
+    /// Over a second connection to the driver's store.
+    pub fn new(log: SqliteLog) -> Self {
+        Snapshotter {
+            idle: Some(log),
+            busy: None,
+        }
+    }
+
+    /// Starts writing `image` as the state after batch `seq`; false while the previous
+    /// snapshot is still being written (the caller tries again later).
+    pub fn start(&mut self, image: StateImage, seq: u64, at_ms: i64) -> bool {
+        self.reap(false);
+        let Some(mut log) = self.idle.take() else {
+            return false;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("qm-snapshot".into())
+            .spawn(move || {
+                let result = write_image(&image, seq, at_ms, &mut log);
+                (log, result)
+            });
+        match spawned {
+            Ok(handle) => self.busy = Some(handle),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the snapshot thread; no more snapshots until a restart")
+            }
+        }
+        true
+    }
+
+    /// Collects a finished snapshot, or with `wait` the one in flight.
+    pub fn reap(&mut self, wait: bool) {
+        if self
+            .busy
+            .as_ref()
+            .is_some_and(|h| !wait && !h.is_finished())
+        {
+            return;
+        }
+        let Some(handle) = self.busy.take() else {
+            return;
+        };
+        match handle.join() {
+            Ok((log, result)) => {
+                // A failed snapshot loses nothing: the batches stay until one covers them.
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "writing a snapshot failed; the log keeps every batch");
+                }
+                self.idle = Some(log);
+            }
+            Err(_) => {
+                tracing::error!("the snapshot thread panicked; no more snapshots until a restart")
+            }
+        }
     }
 }
 
@@ -186,6 +295,28 @@ impl TimeLimits {
     }
 }
 
+/// What the driver hears from: the HTTP handlers' requests and the executor's reports (and
+/// a sender of the latter, to report launch failures the same way).
+pub struct Channels {
+    /// Requests, with where their answers go.
+    pub requests: mpsc::Receiver<Envelope>,
+    /// Executor reports.
+    pub events: mpsc::UnboundedReceiver<ExecEvent>,
+    /// Another sender of executor reports.
+    pub events_tx: mpsc::UnboundedSender<ExecEvent>,
+}
+
+/// How often the driver does its periodic work.
+#[derive(Clone, Copy, Debug)]
+pub struct Cadence {
+    /// The scheduling pass runs at least this often while jobs wait.
+    pub tick: Duration,
+    /// A snapshot is written after this many logged commands (0: only at shutdown).
+    pub snapshot_every: u64,
+    /// Commands already logged since the last snapshot (those the start replayed).
+    pub since_snapshot: u64,
+}
+
 /// The running driver.
 pub struct Driver {
     /// The state.
@@ -199,6 +330,11 @@ pub struct Driver {
     tick: Duration,
     /// When share heads began to be blocked for a time-limited reason.
     time_limits: TimeLimits,
+    /// Logged commands between two snapshots (0: only at shutdown).
+    snapshot_every: u64,
+    /// Commands logged since the last snapshot began.
+    since_snapshot: u64,
+    snapshots: Snapshotter,
 }
 
 enum Item {
@@ -215,11 +351,20 @@ impl Driver {
         state: State,
         log: SqliteLog,
         executor: Executor,
-        requests: mpsc::Receiver<Envelope>,
-        events: mpsc::UnboundedReceiver<ExecEvent>,
-        events_tx: mpsc::UnboundedSender<ExecEvent>,
-        tick: Duration,
+        channels: Channels,
+        snapshots: Snapshotter,
+        cadence: Cadence,
     ) -> Self {
+        let Channels {
+            requests,
+            events,
+            events_tx,
+        } = channels;
+        let Cadence {
+            tick,
+            snapshot_every,
+            since_snapshot,
+        } = cadence;
         Driver {
             state,
             log,
@@ -229,6 +374,21 @@ impl Driver {
             events_tx,
             tick,
             time_limits: TimeLimits::default(),
+            snapshot_every,
+            since_snapshot,
+            snapshots,
+        }
+    }
+
+    /// Starts a snapshot of the state after the last logged batch (which drops the batches
+    /// before it once written: the next start replays only what comes after).
+    fn start_snapshot(&mut self) {
+        let image = self.state.image();
+        if self
+            .snapshots
+            .start(image, self.log.last_seq(), self.state.now)
+        {
+            self.since_snapshot = 0;
         }
     }
 
@@ -388,6 +548,14 @@ impl Driver {
             .map_err(|e| ServerError::Recovery(format!("encoding commands: {e}")))?;
         let decisions = encode_decisions(&self.state.decisions)?;
         self.log.append(now, &json, &decisions)?;
+        self.since_snapshot += commands.len() as u64;
+        // A snapshot costs in proportion to the state, so it waits for at least as many
+        // commands as the state has jobs: its cost per command stays bounded however large
+        // the state grows, and a restart replays at most that many commands.
+        let due = self.snapshot_every.max(self.state.jobs.len() as u64);
+        if self.snapshot_every > 0 && self.since_snapshot >= due {
+            self.start_snapshot();
+        }
         Ok(())
     }
 
@@ -434,6 +602,11 @@ impl Driver {
             }
         }
         self.shutdown().await;
+        self.snapshots.reap(true);
+        if self.since_snapshot > 0 {
+            self.start_snapshot();
+            self.snapshots.reap(true);
+        }
     }
 
     /// Stops every running attempt so that a stopped server leaves no process behind. Their

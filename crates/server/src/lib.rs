@@ -24,6 +24,7 @@ pub mod exec;
 pub mod http;
 pub mod metrics;
 mod ops;
+pub mod snapshot;
 pub mod state;
 
 use qm_api::Arns;
@@ -100,6 +101,13 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         );
     }
     log.set_writer(&running)?;
+    // After an upgrade, a snapshot at once: the next start (of this build or a later one) goes
+    // on from this build's state instead of replaying the previous build's batches again.
+    if !recovered.other_writers.is_empty() {
+        driver::write_snapshot(&state, &mut log)?;
+    }
+    let mut snapshot_log = SqliteLog::open(&db)?;
+    snapshot_log.set_writer(&running)?;
 
     check_executor_switch(&mut log, &config, state.live_attempts().len())?;
     let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -114,10 +122,17 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         state,
         log,
         executor,
-        req_rx,
-        events_rx,
-        events_tx,
-        config.tick,
+        driver::Channels {
+            requests: req_rx,
+            events: events_rx,
+            events_tx,
+        },
+        driver::Snapshotter::new(snapshot_log),
+        driver::Cadence {
+            tick: config.tick,
+            snapshot_every: config.snapshot_every,
+            since_snapshot: recovered.commands,
+        },
     );
     let lost = driver.reconcile().await?;
     if lost > 0 {

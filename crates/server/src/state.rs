@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use qm_api::*;
 use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
+use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, ExitRecord, Query};
 
@@ -52,7 +53,7 @@ pub struct Launch {
 }
 
 /// A service environment.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EnvRec {
     /// Name.
     pub name: String,
@@ -67,7 +68,7 @@ pub struct EnvRec {
 }
 
 /// A scheduling policy.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PolicyRec {
     /// Name.
     pub name: String,
@@ -80,7 +81,7 @@ pub struct PolicyRec {
 }
 
 /// A job queue.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QueueRec {
     /// Name.
     pub name: String,
@@ -105,7 +106,7 @@ pub struct QueueRec {
 }
 
 /// A quota share.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ShareRec {
     /// Name.
     pub name: String,
@@ -122,7 +123,7 @@ pub struct ShareRec {
 }
 
 /// One attempt of a job.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AttemptRec {
     /// Core attempt id.
     pub attempt: u64,
@@ -173,7 +174,7 @@ impl JobRec {
 }
 
 /// A service job.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JobRec {
     /// Core id: submission order.
     pub core: u64,
@@ -187,7 +188,9 @@ pub struct JobRec {
     pub share: String,
     /// The request as submitted.
     pub request: SubmitServiceJobRequest,
-    /// Its parsed payload.
+    /// Its parsed payload: parsed from `request` on submission, and again when a snapshot
+    /// is loaded (so a snapshot never holds a second copy of the payload).
+    #[serde(skip)]
     pub payload: TrainingPayload,
     /// Current priority.
     pub priority: i32,

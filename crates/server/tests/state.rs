@@ -6,6 +6,7 @@
 use qm_api::Arns;
 use qm_server::command::{Command, ExitRecord, Query};
 use qm_server::driver::{encode_decisions, recover, TimeLimits};
+use qm_server::snapshot::{decode_image, SNAPSHOT_FORMAT};
 use qm_server::state::{Action, State};
 use qm_store::{Log, MemoryLog, Writer};
 use serde_json::{json, Value};
@@ -591,4 +592,116 @@ fn decisions_in_the_schema_1_encoding_replay_without_a_difference() {
     let r = recover(&mut fresh_state(), &legacy, &qm_server::writer()).unwrap();
     assert_eq!((r.diverged_own, r.diverged_other), (0, 0));
     assert_eq!(r.other_writers, vec![Writer::legacy().version]);
+}
+
+/// A world whose state is rebuilt from the snapshot of `w`'s, at the same time.
+fn rebuilt_from_snapshot(w: &World) -> World {
+    let text = w.state.encode_image().unwrap();
+    let image = decode_image(SNAPSHOT_FORMAT, "test", &text).unwrap();
+    let state = State::from_image(
+        Arns::new("us-east-1", "123456789012"),
+        qm_core::Policy::default(),
+        image,
+    )
+    .expect("the snapshot loads");
+    assert_eq!(
+        state.encode_image().unwrap(),
+        text,
+        "a snapshot survives a round trip"
+    );
+    World {
+        state,
+        log: logged_by(&qm_server::writer()),
+        now: w.now,
+    }
+}
+
+const DEMO_JOBS: [&str; 4] = ["high", "med", "low", "qs2"];
+
+#[test]
+fn a_state_rebuilt_from_its_snapshot_answers_and_decides_as_the_original() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let high = launched(&w.submit("high", "QS1", 3));
+    w.submit("med", "QS1", 2);
+    w.submit("low", "QS1", 1);
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": "arn:aws:batch:us-east-1:123456789012:job-queue/jq", "tags": {"k": "v"}}),
+    ));
+    w.one(Command::AttemptRunning {
+        attempt: high[0].1,
+        pids: vec![42],
+        gpus: vec![],
+    });
+    // QS2's job reclaims the instance med borrowed: med is stopping when the snapshot is taken.
+    let reclaim = w.submit("qs2", "QS2", 0);
+    assert_eq!(stopped(&reclaim).len(), 1, "{reclaim:?}");
+
+    let mut copy = rebuilt_from_snapshot(&w);
+    for id in DEMO_JOBS {
+        assert_eq!(copy.describe(id), w.describe(id), "job {id}");
+    }
+    assert_eq!(copy.state.live_attempts(), w.state.live_attempts());
+    // The rest of the demo decides the same in both.
+    let med_attempt = stopped(&reclaim)[0];
+    let rest = [
+        Command::AttemptExited {
+            attempt: med_attempt,
+            outcome: ExitRecord::Succeeded,
+        },
+        cmd(
+            "UpdateServiceJob",
+            json!({"jobId": "low", "schedulingPriority": 4}),
+        ),
+        Command::AttemptExited {
+            attempt: high[0].1,
+            outcome: ExitRecord::Succeeded,
+        },
+    ];
+    for c in rest {
+        assert_eq!(copy.one(c.clone()), w.one(c), "the same actions");
+    }
+    for id in DEMO_JOBS {
+        assert_eq!(copy.describe(id), w.describe(id), "job {id} afterwards");
+    }
+}
+
+#[test]
+fn recovery_starts_from_the_latest_snapshot_and_replays_only_the_batches_after_it() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    w.submit("high", "QS1", 3);
+    w.submit("med", "QS1", 2);
+    let seq = w.log.last_seq();
+    let text = w.state.encode_image().unwrap();
+    w.log
+        .write_snapshot(seq, w.now, SNAPSHOT_FORMAT, &text)
+        .unwrap();
+    assert_eq!(w.log.len().unwrap(), 0, "the covered batches are gone");
+    w.submit("low", "QS1", 1);
+    w.submit("qs2", "QS2", 0);
+
+    let mut fresh = fresh_state();
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    assert_eq!((r.snapshot, r.batches, r.diverged_own), (Some(seq), 2, 0));
+    for id in DEMO_JOBS {
+        let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
+        let got: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+        assert_eq!(got, w.describe(id), "job {id}");
+    }
+}
+
+#[test]
+fn a_snapshot_in_an_unknown_format_is_refused_with_what_to_do() {
+    let w = World::new();
+    let text = w.state.encode_image().unwrap();
+    let err = decode_image(SNAPSHOT_FORMAT + 1, "9.9.9+later", &text)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("at least as new"), "{err}");
+    let err = decode_image(SNAPSHOT_FORMAT, "x", "{")
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("cannot be decoded"), "{err}");
 }

@@ -86,7 +86,20 @@ pub struct Batch {
     pub writer: Writer,
 }
 
-/// An append-only log of batches.
+/// The state as of a batch, written so that a restart replays only what came after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The last batch it covers.
+    pub seq: u64,
+    /// The server's clock when it was taken (epoch milliseconds).
+    pub at_ms: i64,
+    /// The build that wrote it; `format` is the encoding of `state`.
+    pub writer: Writer,
+    /// The state, in the server's own encoding.
+    pub state: String,
+}
+
+/// An append-only log of batches, compacted by snapshots.
 pub trait Log {
     /// Declares who writes the batches appended from now on (a no-op when it already is).
     fn set_writer(&mut self, writer: &Writer) -> Result<(), StoreError>;
@@ -94,8 +107,22 @@ pub trait Log {
     fn append(&mut self, at_ms: i64, commands: &str, decisions: &str) -> Result<u64, StoreError>;
     /// Calls `f` for every batch in order.
     fn replay(&self, f: &mut dyn FnMut(Batch) -> Result<(), String>) -> Result<u64, StoreError>;
-    /// Number of batches.
+    /// Number of batches (after the latest snapshot).
     fn len(&self) -> Result<u64, StoreError>;
+    /// The sequence number of the last batch appended (0 for none), snapshots included.
+    fn last_seq(&self) -> u64;
+    /// The latest snapshot, if any.
+    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError>;
+    /// Durably records `state` as the state after batch `seq` (by the current writer, in
+    /// the writer's `format` numbering of `state_format`), and drops the batches and
+    /// snapshots it supersedes, in one transaction.
+    fn write_snapshot(
+        &mut self,
+        seq: u64,
+        at_ms: i64,
+        state_format: u32,
+        state: &str,
+    ) -> Result<(), StoreError>;
     /// Whether the log is empty.
     fn is_empty(&self) -> Result<bool, StoreError> {
         Ok(self.len()? == 0)
@@ -105,6 +132,11 @@ pub trait Log {
 /// The embedded default: one SQLite database file.
 pub struct SqliteLog {
     conn: Connection,
+    /// The last sequence number used, by a batch or a snapshot: after a compaction the batches
+    /// table may be empty, and sequence numbers must still only grow.
+    last_seq: u64,
+    /// Who appends.
+    writer: Writer,
 }
 
 impl SqliteLog {
@@ -116,6 +148,9 @@ impl SqliteLog {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // The server writes snapshots through a second connection: each waits for the
+        // other's transaction instead of failing with SQLITE_BUSY.
+        conn.busy_timeout(std::time::Duration::from_secs(60))?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )?;
@@ -140,7 +175,18 @@ impl SqliteLog {
         if found < SCHEMA_VERSION {
             migrate(&mut conn, found)?;
         }
-        Ok(SqliteLog { conn })
+        let last_seq: i64 = conn.query_row(
+            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM batches), 0),
+                        COALESCE((SELECT MAX(seq) FROM snapshots), 0))",
+            [],
+            |r| r.get(0),
+        )?;
+        let writer = Writer::legacy();
+        Ok(SqliteLog {
+            conn,
+            last_seq: last_seq as u64,
+            writer,
+        })
     }
 
     /// A value from the `meta` table.
@@ -180,6 +226,14 @@ fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
              first_seq INTEGER PRIMARY KEY,
              version TEXT NOT NULL,
              format INTEGER NOT NULL
+         );
+         -- The state after batch seq; the batches up to seq are gone once it is written.
+         CREATE TABLE IF NOT EXISTS snapshots (
+             seq INTEGER PRIMARY KEY,
+             at_ms INTEGER NOT NULL,
+             version TEXT NOT NULL,
+             format INTEGER NOT NULL,
+             state TEXT NOT NULL
          );",
     )?;
     if from == 1 {
@@ -228,32 +282,73 @@ fn writer_of(writers: &[(u64, Writer)], seq: u64) -> Writer {
 
 impl Log for SqliteLog {
     fn set_writer(&mut self, writer: &Writer) -> Result<(), StoreError> {
+        self.writer = writer.clone();
         if self.writers()?.last().map(|(_, w)| w) == Some(writer) {
             return Ok(());
         }
-        let next: i64 =
-            self.conn
-                .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM batches", [], |r| {
-                    r.get(0)
-                })?;
         // A writer that appended nothing yet is replaced rather than followed.
         self.conn.execute(
             "INSERT INTO writers (first_seq, version, format) VALUES (?1, ?2, ?3)
              ON CONFLICT(first_seq) DO UPDATE SET version = excluded.version, format = excluded.format",
-            params![next, writer.version, writer.format],
+            params![(self.last_seq + 1) as i64, writer.version, writer.format],
         )?;
         Ok(())
     }
 
     fn append(&mut self, at_ms: i64, commands: &str, decisions: &str) -> Result<u64, StoreError> {
+        let seq = self.last_seq + 1;
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT INTO batches (at_ms, commands, decisions) VALUES (?1, ?2, ?3)",
-            params![at_ms, commands, decisions],
+            "INSERT INTO batches (seq, at_ms, commands, decisions) VALUES (?1, ?2, ?3, ?4)",
+            params![seq as i64, at_ms, commands, decisions],
         )?;
-        let seq = tx.last_insert_rowid() as u64;
         tx.commit()?;
+        self.last_seq = seq;
         Ok(seq)
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT seq, at_ms, version, format, state FROM snapshots ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok(Snapshot {
+                        seq: r.get::<_, i64>(0)? as u64,
+                        at_ms: r.get(1)?,
+                        writer: Writer {
+                            version: r.get(2)?,
+                            format: r.get::<_, i64>(3)? as u32,
+                        },
+                        state: r.get(4)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn write_snapshot(
+        &mut self,
+        seq: u64,
+        at_ms: i64,
+        state_format: u32,
+        state: &str,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO snapshots (seq, at_ms, version, format, state) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![seq as i64, at_ms, self.writer.version, state_format, state],
+        )?;
+        tx.execute("DELETE FROM snapshots WHERE seq < ?1", params![seq as i64])?;
+        tx.execute("DELETE FROM batches WHERE seq <= ?1", params![seq as i64])?;
+        tx.commit()?;
+        self.last_seq = self.last_seq.max(seq);
+        Ok(())
     }
 
     fn replay(&self, f: &mut dyn FnMut(Batch) -> Result<(), String>) -> Result<u64, StoreError> {
@@ -291,6 +386,8 @@ impl Log for SqliteLog {
 pub struct MemoryLog {
     batches: Vec<Batch>,
     writer: Option<Writer>,
+    snapshot: Option<Snapshot>,
+    last_seq: u64,
 }
 
 impl Log for MemoryLog {
@@ -300,7 +397,8 @@ impl Log for MemoryLog {
     }
 
     fn append(&mut self, at_ms: i64, commands: &str, decisions: &str) -> Result<u64, StoreError> {
-        let seq = self.batches.len() as u64 + 1;
+        self.last_seq += 1;
+        let seq = self.last_seq;
         self.batches.push(Batch {
             seq,
             at_ms,
@@ -321,6 +419,36 @@ impl Log for MemoryLog {
 
     fn len(&self) -> Result<u64, StoreError> {
         Ok(self.batches.len() as u64)
+    }
+
+    fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        Ok(self.snapshot.clone())
+    }
+
+    fn write_snapshot(
+        &mut self,
+        seq: u64,
+        at_ms: i64,
+        state_format: u32,
+        state: &str,
+    ) -> Result<(), StoreError> {
+        let version = self.writer.clone().unwrap_or_else(Writer::legacy).version;
+        self.snapshot = Some(Snapshot {
+            seq,
+            at_ms,
+            writer: Writer {
+                version,
+                format: state_format,
+            },
+            state: state.to_string(),
+        });
+        self.batches.retain(|b| b.seq > seq);
+        self.last_seq = self.last_seq.max(seq);
+        Ok(())
     }
 }
 
@@ -456,6 +584,45 @@ mod tests {
             .collect();
         assert_eq!(versions, ["a", "a", "c"]);
         assert_eq!(log.writers().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_snapshot_drops_the_batches_it_covers_and_sequence_numbers_keep_growing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite3");
+        {
+            let mut log = SqliteLog::open(&path).unwrap();
+            log.set_writer(&writer("a")).unwrap();
+            for i in 0..3 {
+                log.append(i, "c", "d").unwrap();
+            }
+            log.write_snapshot(3, 30, 7, "state@3").unwrap();
+            assert_eq!(log.len().unwrap(), 0);
+            assert_eq!(log.append(40, "after", "").unwrap(), 4);
+        }
+        let mut log = SqliteLog::open(&path).unwrap();
+        assert_eq!(log.last_seq(), 4);
+        let snap = log.snapshot().unwrap().expect("a snapshot");
+        assert_eq!(
+            (snap.seq, snap.at_ms, snap.state.as_str()),
+            (3, 30, "state@3")
+        );
+        assert_eq!(
+            snap.writer,
+            Writer {
+                version: "a".into(),
+                format: 7
+            }
+        );
+        let seqs: Vec<u64> = collect(&log).iter().map(|b| b.seq).collect();
+        assert_eq!(seqs, [4]);
+        // A snapshot that covers everything leaves an empty table, and still no seq is reused.
+        log.write_snapshot(4, 50, 7, "state@4").unwrap();
+        drop(log);
+        let mut log = SqliteLog::open(&path).unwrap();
+        assert_eq!((log.len().unwrap(), log.last_seq()), (0, 4));
+        assert_eq!(log.append(60, "x", "").unwrap(), 5);
+        assert_eq!(log.snapshot().unwrap().unwrap().state, "state@4");
     }
 
     #[test]
