@@ -16,10 +16,15 @@
 //! decisions, and a later encoding of the decisions still reads the earlier ones. Schema 1
 //! (releases up to 7368e83) had no writers; opening such a store migrates it in place and
 //! attributes its batches to [`Writer::legacy`].
+//!
+//! [`backup()`] copies a store, also one a running server is writing, into a checked file.
 
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
+
+mod backup;
+pub use backup::{backup, BackupOptions, BackupProgress, BackupSummary};
 
 /// Schema version written on creation. Older schemas are migrated on open; a newer one (a
 /// store written by a later qm) is refused.
@@ -68,6 +73,48 @@ pub enum StoreError {
         seq: u64,
         /// What went wrong.
         message: String,
+    },
+    /// There is no readable store where one was expected.
+    #[error("no qm store at {path} ({detail}): point --data-dir at the directory `qm serve` uses, the one holding qm.sqlite3")]
+    NoStore {
+        /// Database file.
+        path: String,
+        /// Why it is not one.
+        detail: String,
+    },
+    /// A file operation outside SQLite failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, naming the file.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A backup cannot be written where it was asked to go.
+    #[error("will not write the backup to {path}: {problem}")]
+    BackupTarget {
+        /// The target file.
+        path: String,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// A finished copy failed its check; nothing was written under the target's name.
+    #[error("the copy of {store} failed its check ({detail}); no backup was written. Run `sqlite3 {store} 'PRAGMA integrity_check'` to see whether the store itself is damaged")]
+    BadCopy {
+        /// Database file that was copied.
+        store: String,
+        /// What the check found.
+        detail: String,
+    },
+    /// The store stayed locked.
+    #[error(
+        "the store at {path} stayed locked for {waited_s} s: try again, or stop what holds it"
+    )]
+    Busy {
+        /// Database file.
+        path: String,
+        /// How long it waited.
+        waited_s: u64,
     },
 }
 
