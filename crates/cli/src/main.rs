@@ -27,6 +27,12 @@ enum Command {
     /// Run the server: the AWS Batch quota-management API (point boto3 or the AWS CLI at it
     /// with endpoint_url), state in SQLite under --data-dir, attempts run as local processes.
     Serve(cmd::serve::Args),
+    /// Copy a server's store (its SQLite log) into one checked file, while it runs or not.
+    ///
+    /// The copy is consistent (the log up to one batch, every batch whole) and only gets
+    /// FILE's name once complete, checked and synced. Job logs and checkpoints are not in it.
+    /// Restore: docs/server.md, "Backup and restore".
+    Backup(cmd::backup::Args),
     /// Replay a workload through the scheduling core under several policies and compare them:
     /// completion time, waiting, preemptions, lost work, utilization. Writes metrics.json and a
     /// self-contained report.html to --out.
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => cmd::check::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Backup(args) => cmd::backup::run(args),
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Workload(cmd) => cmd::workload::run(cmd),
         Command::Client(cmd) => cmd::client::run(cmd),
