@@ -100,6 +100,11 @@ pub enum Command {
         /// The reason code that held it.
         reason: String,
     },
+    /// Finished jobs past their retention leave the state (they were archived first).
+    RetireJobs {
+        /// The jobs, by id.
+        job_ids: Vec<String>,
+    },
 }
 
 /// How the decisions of a batch are encoded in the log ([`qm_store::Writer::format`]): 0 was

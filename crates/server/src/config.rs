@@ -36,7 +36,22 @@ pub struct FileConfig {
     /// Snapshots of the state.
     #[serde(default)]
     pub state: StateSection,
+    /// How long finished jobs stay.
+    #[serde(default)]
+    pub retention: RetentionSection,
 }
+
+/// `[retention]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// Days a finished job stays describable before it moves to the archive (fractions
+    /// allowed).
+    pub finished_jobs_days: Option<f64>,
+}
+
+/// Days a finished job stays by default.
+pub const DEFAULT_RETENTION_DAYS: f64 = 30.0;
 
 /// `[state]`.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -180,6 +195,8 @@ pub struct Config {
     pub tick: Duration,
     /// Logged commands between two snapshots (0: only at start and shutdown).
     pub snapshot_every: u64,
+    /// How long a finished job stays before it is archived.
+    pub retention: Duration,
     /// `Some` when `executor.kind = "slurm"`.
     pub slurm: Option<SlurmSettings>,
 }
@@ -304,6 +321,19 @@ impl Config {
             pool: file.executor.pool.clone(),
             reserve_after: Duration::from_secs(file.scheduler.reserve_after_seconds.unwrap_or(600)),
             tick,
+            retention: {
+                let days = file
+                    .retention
+                    .finished_jobs_days
+                    .unwrap_or(DEFAULT_RETENTION_DAYS);
+                if !(0.0..=36_500.0).contains(&days) {
+                    return Err(bad(
+                        "retention.finished_jobs_days",
+                        format!("is {days}; give a number of days from 0 to 36500, e.g. 30"),
+                    ));
+                }
+                Duration::from_secs_f64(days * 86_400.0)
+            },
             snapshot_every: file
                 .state
                 .snapshot_every_commands

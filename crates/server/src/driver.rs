@@ -19,6 +19,7 @@ use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome};
 use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::archive::{Archive, ArchivedJob};
 use crate::command::{Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
 use crate::error::ServerError;
 use crate::exec::Executor;
@@ -315,6 +316,8 @@ pub struct Cadence {
     pub snapshot_every: u64,
     /// Commands already logged since the last snapshot (those the start replayed).
     pub since_snapshot: u64,
+    /// How long finished jobs stay before they are archived and leave the state.
+    pub retention: Duration,
 }
 
 /// The running driver.
@@ -335,7 +338,16 @@ pub struct Driver {
     /// Commands logged since the last snapshot began.
     since_snapshot: u64,
     snapshots: Snapshotter,
+    /// Where retired jobs go.
+    archive: Archive,
+    retention: Duration,
+    /// When retirement was last looked for (epoch ms).
+    retire_checked: i64,
 }
+
+/// Most jobs retired in one batch: retirement catches up over several ticks rather than
+/// stalling the driver after a long downtime.
+const RETIRE_MAX: usize = 10_000;
 
 enum Item {
     Request(Envelope),
@@ -353,6 +365,7 @@ impl Driver {
         executor: Executor,
         channels: Channels,
         snapshots: Snapshotter,
+        archive_dir: PathBuf,
         cadence: Cadence,
     ) -> Self {
         let Channels {
@@ -364,6 +377,7 @@ impl Driver {
             tick,
             snapshot_every,
             since_snapshot,
+            retention,
         } = cadence;
         Driver {
             state,
@@ -377,7 +391,32 @@ impl Driver {
             snapshot_every,
             since_snapshot,
             snapshots,
+            archive: Archive::new(&archive_dir),
+            retention,
+            retire_checked: 0,
         }
+    }
+
+    /// The jobs due for retirement, archived durably, as the command that retires them; none
+    /// while it is not time to look, or when archiving failed (they stay, and are tried again).
+    fn retire_commands(&mut self, now: i64) -> Vec<Command> {
+        let retention = self.retention.as_millis() as i64;
+        let every = (retention / 10).clamp(self.tick.as_millis() as i64, 60_000);
+        if now - self.retire_checked < every {
+            return Vec::new();
+        }
+        self.retire_checked = now;
+        let due = self.state.retirable(now - retention, RETIRE_MAX);
+        if due.is_empty() {
+            return Vec::new();
+        }
+        let archived: Vec<ArchivedJob> = due.iter().map(|r| ArchivedJob::of(r)).collect();
+        if let Err(e) = self.archive.append(&archived) {
+            tracing::error!(error = %e, jobs = archived.len(), "cannot write the archive; the finished jobs stay until it can be written");
+            return Vec::new();
+        }
+        let job_ids = archived.into_iter().map(|a| a.job_id).collect();
+        vec![Command::RetireJobs { job_ids }]
     }
 
     /// Starts a snapshot of the state after the last logged batch (which drops the batches
@@ -571,7 +610,9 @@ impl Driver {
                 },
                 Some(ev) = self.events.recv() => Item::Event(ev),
                 _ = ticker.tick() => {
-                    let timed = self.time_limit_commands(now_ms());
+                    let now = now_ms();
+                    let mut timed = self.time_limit_commands(now);
+                    timed.extend(self.retire_commands(now));
                     if timed.is_empty() {
                         continue;
                     }

@@ -16,6 +16,7 @@
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
 
+pub mod archive;
 pub mod command;
 pub mod config;
 pub mod driver;
@@ -128,10 +129,12 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             events_tx,
         },
         driver::Snapshotter::new(snapshot_log),
+        config.data_dir.clone(),
         driver::Cadence {
             tick: config.tick,
             snapshot_every: config.snapshot_every,
             since_snapshot: recovered.commands,
+            retention: config.retention,
         },
     );
     let lost = driver.reconcile().await?;

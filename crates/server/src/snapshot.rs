@@ -95,6 +95,13 @@ impl State {
             rec.payload = TrainingPayload::parse(&rec.request.service_request_payload)
                 .map_err(|e| bad(format!("job {}: {e}", rec.id)))?;
             state.by_id.insert(rec.id.clone(), rec.core);
+            if matches!(
+                rec.status,
+                qm_api::ServiceJobStatus::Succeeded | qm_api::ServiceJobStatus::Failed
+            ) {
+                let stopped = rec.stopped_at.unwrap_or(rec.created_at);
+                state.finished.insert((stopped, rec.core));
+            }
             state.jobs.insert(rec.core, rec);
         }
         for (token, core, canonical) in image.tokens {

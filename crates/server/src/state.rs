@@ -261,6 +261,8 @@ pub struct State {
     pub audit: Vec<crate::command::AuditEntry>,
     /// Preemptions decided, per (queue, share).
     pub preemptions: BTreeMap<(String, String), u64>,
+    /// Finished jobs by (stopped at, core id): which are due for retirement.
+    pub finished: BTreeSet<(i64, u64)>,
     /// Scheduling pass durations (measured by the driver; not part of the replayed state).
     pub pass_seconds: crate::metrics::Histogram,
 }
@@ -286,6 +288,7 @@ impl State {
             decisions: Vec::new(),
             audit: Vec::new(),
             preemptions: BTreeMap::new(),
+            finished: BTreeSet::new(),
             pass_seconds: crate::metrics::Histogram::default(),
         }
     }
@@ -332,6 +335,7 @@ impl State {
             Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
+            Command::RetireJobs { job_ids } => self.retire_jobs(job_ids),
             Command::Audit(entry) => {
                 let mut e = entry.clone();
                 e.at = self.now;
@@ -466,6 +470,7 @@ impl State {
                     self.set_status(job.0, s, Some(reason));
                     if let Some(rec) = self.jobs.get_mut(&job.0) {
                         rec.stopped_at = Some(now);
+                        self.finished.insert((now, job.0));
                     }
                 }
             }

@@ -705,3 +705,52 @@ fn a_snapshot_in_an_unknown_format_is_refused_with_what_to_do() {
         .expect("refused");
     assert!(err.to_string().contains("cannot be decoded"), "{err}");
 }
+
+#[test]
+fn a_retired_job_leaves_the_state_the_core_and_its_client_token_and_replays_the_same() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let started = launched(&w.submit("done", "QS1", 0));
+    w.submit("waiting", "QS3", 0);
+    w.one(Command::AttemptExited {
+        attempt: started[0].1,
+        outcome: ExitRecord::Succeeded,
+    });
+    assert_eq!(w.status("done"), "SUCCEEDED");
+    let jobs_before = w.state.core.job_count();
+    // Nothing is due before the job finished; then exactly the finished job is.
+    assert!(w.state.retirable(w.now - 1, 10).is_empty());
+    let due: Vec<String> = w
+        .state
+        .retirable(w.now, 10)
+        .iter()
+        .map(|r| r.id.clone())
+        .collect();
+    assert_eq!(due, ["done"]);
+    let archived = qm_server::archive::ArchivedJob::of(w.state.retirable(w.now, 10)[0]);
+    assert_eq!(
+        (archived.status.as_str(), archived.attempts.len()),
+        ("SUCCEEDED", 1)
+    );
+
+    w.one(Command::RetireJobs {
+        job_ids: vec!["done".into(), "waiting".into()],
+    });
+    let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": "done"})).unwrap());
+    assert!(w.state.query(&q, w.now).is_err(), "a retired job is gone");
+    assert_ne!(
+        w.status("waiting"),
+        "SUCCEEDED",
+        "an unfinished job is never retired"
+    );
+    assert_eq!(w.state.core.job_count(), jobs_before - 1);
+    assert!(w.state.retirable(w.now, 10).is_empty());
+
+    let mut fresh = fresh_state();
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    assert_eq!(r.diverged_own, 0);
+    assert!(fresh.query(&q, w.now).is_err());
+    assert_eq!(fresh.core.job_count(), jobs_before - 1);
+    let copy = rebuilt_from_snapshot(&w);
+    assert!(copy.state.retirable(w.now, 10).is_empty());
+}

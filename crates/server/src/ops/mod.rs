@@ -6,6 +6,7 @@ mod environment;
 mod job;
 mod policy;
 mod queue;
+pub(crate) mod retention;
 mod share;
 mod snapshot;
 mod tags;

@@ -1,0 +1,188 @@
+//! The archive of retired jobs: append-only JSON lines, one file per month of the jobs'
+//! finishing time (`<data-dir>/archive/jobs-YYYY-MM.jsonl`), read by usage accounting. A line
+//! is one [`ArchivedJob`]. Appends are fsynced before the driver logs the retirement, so a
+//! job is always in the state or in the archive; a crash in between may archive a job twice,
+//! and readers keep one record per job id.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use crate::ops::retention::{ArchivedAttempt, ArchivedJob};
+
+/// Where retired jobs go.
+#[derive(Clone, Debug)]
+pub struct Archive {
+    dir: PathBuf,
+}
+
+impl Archive {
+    /// The archive under `data_dir`.
+    pub fn new(data_dir: &Path) -> Self {
+        Archive {
+            dir: data_dir.join("archive"),
+        }
+    }
+
+    /// Appends `jobs` durably (each to the file of the month it finished in).
+    pub fn append(&self, jobs: &[ArchivedJob]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let mut by_file: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
+        for job in jobs {
+            let at = job.stopped_at.unwrap_or(job.created_at);
+            let line = by_file.entry(self.file_for(at)).or_default();
+            serde_json::to_writer(&mut *line, job)?;
+            line.push(b'\n');
+        }
+        for (path, bytes) in by_file {
+            let created = !path.exists();
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            if created {
+                // A new file's name is durable only once its directory is synced.
+                std::fs::File::open(&self.dir)?.sync_all()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every archived job that finished in `[since, until)` (epoch ms), one record per job id
+    /// (the last one written), in no particular order.
+    pub fn read(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedJob>> {
+        let mut out: BTreeMap<String, ArchivedJob> = BTreeMap::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("jobs-") && n.ends_with(".jsonl"))
+            })
+            .collect();
+        files.sort();
+        for path in files {
+            let text = std::fs::read_to_string(&path)?;
+            for (i, line) in text.lines().enumerate() {
+                // A crash mid-append can leave a torn last line: skip what does not parse.
+                let Ok(job) = serde_json::from_str::<ArchivedJob>(line) else {
+                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable archive line");
+                    continue;
+                };
+                let at = job.stopped_at.unwrap_or(job.created_at);
+                if at >= since && at < until {
+                    out.insert(job.job_id.clone(), job);
+                }
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    fn file_for(&self, at_ms: i64) -> PathBuf {
+        let (y, m, _) = civil_from_days(at_ms.div_euclid(86_400_000));
+        self.dir.join(format!("jobs-{y:04}-{m:02}.jsonl"))
+    }
+}
+
+/// The proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (H. Hinnant's
+/// civil-from-days).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_map_to_calendar_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(59), (1970, 3, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+}
+
+#[cfg(test)]
+mod archive_tests {
+    use super::*;
+
+    fn job(id: &str, stopped_at: i64, status: &str) -> ArchivedJob {
+        ArchivedJob {
+            job_id: id.into(),
+            job_name: id.into(),
+            job_queue: "q".into(),
+            quota_share_name: "s".into(),
+            status: status.into(),
+            status_reason: None,
+            scheduling_priority: 0,
+            created_at: stopped_at - 1000,
+            stopped_at: Some(stopped_at),
+            attempts: Vec::new(),
+            preempted_count: 0,
+            tags: Default::default(),
+        }
+    }
+
+    #[test]
+    fn jobs_go_to_the_file_of_their_month_and_read_back_once_per_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::new(dir.path());
+        let dec = 1_764_547_200_000; // 2025-12-01T00:00Z
+        let nov = dec - 86_400_000; // 2025-11-30
+        archive
+            .append(&[job("a", nov, "SUCCEEDED"), job("b", dec, "FAILED")])
+            .unwrap();
+        // A crash between the archive and the log archives a job twice.
+        archive.append(&[job("b", dec, "FAILED")]).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(dir.path().join("archive"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["jobs-2025-11.jsonl", "jobs-2025-12.jsonl"]);
+        let mut all: Vec<String> = archive
+            .read(0, i64::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|j| j.job_id)
+            .collect();
+        all.sort();
+        assert_eq!(all, ["a", "b"]);
+        let december = archive.read(dec, i64::MAX).unwrap();
+        assert_eq!(december.len(), 1);
+        assert_eq!(december[0].job_id, "b");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::new(dir.path());
+        archive.append(&[job("a", 1_000_000, "SUCCEEDED")]).unwrap();
+        let file = dir.path().join("archive/jobs-1970-01.jsonl");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        f.write_all(b"{\"jobId\":\"b\",\"jobN").unwrap();
+        let got = archive.read(0, i64::MAX).unwrap();
+        assert_eq!(got.len(), 1);
+    }
+}

@@ -1,0 +1,137 @@
+//! Retention: a finished job stays describable for `[retention] finished_jobs_days`, then
+//! leaves the state (and with it memory, snapshots and the core) for the archive
+//! ([`crate::archive`]). Which jobs leave is a logged command naming them, so a replay
+//! retires exactly the same ones; the driver archives them before it logs the command.
+
+use qm_api::ApiError;
+use serde::{Deserialize, Serialize};
+
+use crate::state::{body, AttemptRec, JobRec, State};
+
+/// One retired job, as the archive keeps it: what accounting needs, in a documented shape
+/// (docs/server.md, "Retention and archive").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedJob {
+    /// The job id.
+    pub job_id: String,
+    /// The job name.
+    pub job_name: String,
+    /// Queue name.
+    pub job_queue: String,
+    /// Quota share name.
+    pub quota_share_name: String,
+    /// SUCCEEDED or FAILED.
+    pub status: String,
+    /// Final status reason.
+    pub status_reason: Option<String>,
+    /// Scheduling priority at the end.
+    pub scheduling_priority: i32,
+    /// Submitted (epoch ms).
+    pub created_at: i64,
+    /// Finished (epoch ms).
+    pub stopped_at: Option<i64>,
+    /// Every attempt, preempted ones included (the latest `PREEMPTED_WINDOW` of those).
+    pub attempts: Vec<ArchivedAttempt>,
+    /// Times preempted in all.
+    pub preempted_count: u32,
+    /// The job's tags.
+    pub tags: std::collections::BTreeMap<String, String>,
+}
+
+/// One attempt of a retired job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedAttempt {
+    /// 1, 2, ... in start order.
+    pub number: u32,
+    /// Instance type.
+    pub instance_type: String,
+    /// Instances held.
+    pub count: u32,
+    /// Capacity held from (epoch ms).
+    pub started_at: i64,
+    /// Processes running from, when they got that far.
+    pub running_at: Option<i64>,
+    /// Capacity released at.
+    pub stopped_at: Option<i64>,
+    /// Ended by a preemption.
+    pub preempted: bool,
+    /// How it ended.
+    pub status_reason: Option<String>,
+}
+
+impl ArchivedJob {
+    /// The archive's record of `rec`.
+    pub fn of(rec: &JobRec) -> Self {
+        let attempt = |a: &AttemptRec| ArchivedAttempt {
+            number: a.number,
+            instance_type: a.instance_type.clone(),
+            count: a.count,
+            started_at: a.started_at,
+            running_at: a.running_at,
+            stopped_at: a.stopped_at,
+            preempted: a.preempted,
+            status_reason: a.status_reason.clone().or_else(|| a.stop_reason.clone()),
+        };
+        let mut attempts: Vec<ArchivedAttempt> = rec
+            .attempts
+            .iter()
+            .chain(rec.preempted.iter())
+            .map(attempt)
+            .collect();
+        attempts.sort_by_key(|a| a.number);
+        attempts.dedup_by_key(|a| a.number);
+        ArchivedJob {
+            job_id: rec.id.clone(),
+            job_name: rec.request.job_name.clone(),
+            job_queue: rec.queue.clone(),
+            quota_share_name: rec.share.clone(),
+            status: rec.status.as_str().to_string(),
+            status_reason: rec.status_reason.clone(),
+            scheduling_priority: rec.priority,
+            created_at: rec.created_at,
+            stopped_at: rec.stopped_at,
+            attempts,
+            preempted_count: rec.preempted_count,
+            tags: rec.tags.clone(),
+        }
+    }
+}
+
+impl State {
+    /// Finished jobs that stopped at or before `before` (epoch ms), oldest first, at most
+    /// `max` of them.
+    pub fn retirable(&self, before: i64, max: usize) -> Vec<&JobRec> {
+        self.finished
+            .range(..=(before, u64::MAX))
+            .take(max)
+            .filter_map(|(_, core)| self.jobs.get(core))
+            .collect()
+    }
+
+    /// Removes the named jobs from the state; a job that is unknown or not finished is left
+    /// alone (it cannot be: the driver names only retirable jobs, but a replay must not fail).
+    pub(crate) fn retire_jobs(&mut self, ids: &[String]) -> Result<Vec<u8>, ApiError> {
+        let mut retired = 0u64;
+        for id in ids {
+            let Some(&core) = self.by_id.get(id) else {
+                continue;
+            };
+            if !self.core.forget(qm_core::JobId(core)) {
+                continue;
+            }
+            let rec = self.jobs.remove(&core).expect("by_id names a job record");
+            self.by_id.remove(id);
+            self.finished
+                .remove(&(rec.stopped_at.unwrap_or(rec.created_at), core));
+            if let Some(token) = &rec.request.client_token {
+                if self.tokens.get(token).is_some_and(|(c, _)| *c == core) {
+                    self.tokens.remove(token);
+                }
+            }
+            retired += 1;
+        }
+        body(&serde_json::json!({ "retired": retired }))
+    }
+}
