@@ -10,7 +10,16 @@ fn main() {
     let commit = std::env::var("QM_GIT_COMMIT")
         .ok()
         .filter(|c| !c.is_empty())
-        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .or_else(|| {
+            let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
+            // Uncommitted changes to tracked files make a build no longer that commit's.
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
+            Some(if dirty {
+                format!("{commit}-dirty")
+            } else {
+                commit
+            })
+        })
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=QM_GIT_COMMIT={commit}");
     // Rebuild the stamp when HEAD moves: HEAD itself (a checkout) and the branch it names (a
@@ -29,6 +38,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=QM_GIT_COMMIT");
 }
 
+/// The trimmed output of a successful git command that printed something.
 fn git(args: &[&str]) -> Option<String> {
     let out = Command::new("git").args(args).output().ok()?;
     let text = String::from_utf8(out.stdout).ok()?.trim().to_string();

@@ -8,7 +8,7 @@ use crate::model::{AttemptId, JobId};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoreError {
     /// A state image (a snapshot) that does not hold together.
-    #[error("the snapshot cannot be loaded: {0}; start from the log instead (remove the snapshot) and report it")]
+    #[error("the snapshot cannot be loaded: {0}; keep the data dir as it is and report it (the store keeps the snapshot before it, which recovery tries next)")]
     BadImage(String),
     /// No queue of that name.
     #[error("job queue '{0}' does not exist: create it first or check the name")]

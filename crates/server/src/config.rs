@@ -57,8 +57,8 @@ pub const DEFAULT_RETENTION_DAYS: f64 = 30.0;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateSection {
-    /// A snapshot is written after this many logged commands (and at every start that
-    /// replayed any, and at shutdown); 0 writes none but those.
+    /// A snapshot is written after this many logged commands (or half as many as the
+    /// state has jobs, if more), at shutdown, and after an upgrade; 0 writes none but the last two.
     pub snapshot_every_commands: Option<u64>,
 }
 

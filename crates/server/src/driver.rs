@@ -81,21 +81,15 @@ pub fn recover(
     running: &Writer,
 ) -> Result<Recovered, ServerError> {
     let mut r = Recovered::default();
-    let mut after = 0;
-    if let Some(snap) = log.snapshot()? {
-        let image = decode_image(snap.writer.format, &snap.writer.version, &snap.state)?;
-        *state = State::from_image(state.arns.clone(), state.core.policy(), image)?;
-        after = snap.seq;
-        r.snapshot = Some(snap.seq);
-        if snap.writer.version != running.version {
-            r.other_writers.push(snap.writer.version);
-        }
-    }
+    let after = load_snapshot(state, log, running, &mut r)?;
+    // A build that cannot name its source (no git, or uncommitted changes) may differ from a
+    // build stamped the same: its batches are never held to an exact replay.
+    let identified = !running.version.ends_with("+unknown") && !running.version.ends_with("-dirty");
     log.replay(&mut |b| {
         if b.seq <= after {
             return Ok(());
         }
-        let own = b.writer.version == running.version;
+        let own = identified && b.writer.version == running.version;
         if !own && r.other_writers.last() != Some(&b.writer.version) {
             r.other_writers.push(b.writer.version.clone());
         }
@@ -139,6 +133,39 @@ pub fn recover(
         ))
     })?;
     Ok(r)
+}
+
+/// Loads the latest snapshot that can be loaded into `state` (the store keeps the one before
+/// the latest, with its batches, for this); returns the batch it covers (0 for none).
+fn load_snapshot(
+    state: &mut State,
+    log: &dyn Log,
+    running: &Writer,
+    r: &mut Recovered,
+) -> Result<u64, ServerError> {
+    let mut first_error = None;
+    for snap in log.snapshots()? {
+        let loaded = decode_image(snap.writer.format, &snap.writer.version, &snap.state)
+            .and_then(|image| State::from_image(state.arns.clone(), state.core.policy(), image));
+        match loaded {
+            Ok(s) => {
+                *state = s;
+                r.snapshot = Some(snap.seq);
+                if snap.writer.version != running.version {
+                    r.other_writers.push(snap.writer.version);
+                }
+                return Ok(snap.seq);
+            }
+            Err(e) => {
+                tracing::error!(seq = snap.seq, error = %e, "a snapshot cannot be loaded; trying the one before it");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(0),
+    }
 }
 
 /// Whether the replayed `effects` are the decisions batch `b` logged, read in its writer's
@@ -588,10 +615,11 @@ impl Driver {
         let decisions = encode_decisions(&self.state.decisions)?;
         self.log.append(now, &json, &decisions)?;
         self.since_snapshot += commands.len() as u64;
-        // A snapshot costs in proportion to the state, so it waits for at least as many
+        // A snapshot costs in proportion to the state, so it waits for at least half as many
         // commands as the state has jobs: its cost per command stays bounded however large
-        // the state grows, and a restart replays at most that many commands.
-        let due = self.snapshot_every.max(self.state.jobs.len() as u64);
+        // the state grows (even when every command adds a job), and a restart replays at
+        // most that many commands.
+        let due = self.snapshot_every.max(self.state.jobs.len() as u64 / 2);
         if self.snapshot_every > 0 && self.since_snapshot >= due {
             self.start_snapshot();
         }

@@ -92,8 +92,15 @@ impl State {
         state.core =
             qm_core::Scheduler::from_image(policy, image.core).map_err(|e| bad(e.to_string()))?;
         for mut rec in image.jobs {
-            rec.payload = TrainingPayload::parse(&rec.request.service_request_payload)
-                .map_err(|e| bad(format!("job {}: {e}", rec.id)))?;
+            // Accepted when it was submitted: a build whose parsing is stricter keeps the job
+            // (and says so) rather than refusing the whole snapshot.
+            rec.payload = match TrainingPayload::parse(&rec.request.service_request_payload) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(job = %rec.id, error = %e, "this build cannot read the job's payload; it keeps the job, whose next attempt may fail");
+                    TrainingPayload::default()
+                }
+            };
             state.by_id.insert(rec.id.clone(), rec.core);
             if matches!(
                 rec.status,

@@ -525,12 +525,33 @@ fn a_decision_another_build_took_differently_is_a_warning_not_a_refusal() {
     assert_eq!(live.len(), 1, "{live:?}");
 }
 
+/// A build that names its commit (the tests' own build may be dirty, which is never "own").
+fn identified_build() -> Writer {
+    Writer {
+        version: "0.1.0+0123456789ab".into(),
+        format: qm_server::command::DECISIONS_FORMAT,
+    }
+}
+
 #[test]
 fn a_decision_this_very_build_took_differently_is_counted_for_refusal() {
-    let log = log_with_a_decision_this_build_does_not_take(&qm_server::writer());
-    let r = recover(&mut fresh_state(), &log, &qm_server::writer()).unwrap();
+    let log = log_with_a_decision_this_build_does_not_take(&identified_build());
+    let r = recover(&mut fresh_state(), &log, &identified_build()).unwrap();
     assert_eq!((r.diverged_own, r.diverged_other), (1, 0));
     assert!(r.other_writers.is_empty());
+}
+
+#[test]
+fn a_build_that_cannot_name_its_source_never_holds_its_batches_to_an_exact_replay() {
+    for version in ["0.1.0+unknown", "0.1.0+0123456789ab-dirty"] {
+        let w = Writer {
+            version: version.into(),
+            format: qm_server::command::DECISIONS_FORMAT,
+        };
+        let log = log_with_a_decision_this_build_does_not_take(&w);
+        let r = recover(&mut fresh_state(), &log, &w).unwrap();
+        assert_eq!((r.diverged_own, r.diverged_other), (0, 1), "{version}");
+    }
 }
 
 #[test]
@@ -555,9 +576,9 @@ fn a_command_another_build_accepted_but_this_one_refuses_is_skipped_with_a_warni
 
     let r = recover(&mut fresh_state(), &log, &qm_server::writer()).expect("recovery goes on");
     assert_eq!(r.refused_other, 1);
-    let mut own = logged_by(&qm_server::writer());
+    let mut own = logged_by(&identified_build());
     own.append(w.now + 1000, &commands, "[]").unwrap();
-    let err = recover(&mut fresh_state(), &own, &qm_server::writer()).unwrap_err();
+    let err = recover(&mut fresh_state(), &own, &identified_build()).unwrap_err();
     assert!(err.to_string().contains("refused on replay"), "{err}");
 }
 
@@ -678,7 +699,10 @@ fn recovery_starts_from_the_latest_snapshot_and_replays_only_the_batches_after_i
     w.log
         .write_snapshot(seq, w.now, SNAPSHOT_FORMAT, &text)
         .unwrap();
-    assert_eq!(w.log.len().unwrap(), 0, "the covered batches are gone");
+    assert!(
+        w.log.len().unwrap() > 0,
+        "the first snapshot keeps the batches before it"
+    );
     w.submit("low", "QS1", 1);
     w.submit("qs2", "QS2", 0);
 
@@ -753,4 +777,32 @@ fn a_retired_job_leaves_the_state_the_core_and_its_client_token_and_replays_the_
     assert_eq!(fresh.core.job_count(), jobs_before - 1);
     let copy = rebuilt_from_snapshot(&w);
     assert!(copy.state.retirable(w.now, 10).is_empty());
+}
+
+#[test]
+fn a_latest_snapshot_that_cannot_be_loaded_falls_back_to_the_one_before_it() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    w.submit("high", "QS1", 3);
+    let text = w.state.encode_image().unwrap();
+    w.log
+        .write_snapshot(w.log.last_seq(), w.now, SNAPSHOT_FORMAT, &text)
+        .unwrap();
+    w.submit("med", "QS1", 2);
+    // The latest snapshot is garbage (as if a later build's encoding went wrong).
+    w.log
+        .write_snapshot(w.log.last_seq(), w.now, SNAPSHOT_FORMAT, "{not a snapshot")
+        .unwrap();
+    w.submit("low", "QS1", 1);
+    let mut fresh = fresh_state();
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).expect("falls back");
+    assert_eq!(
+        r.batches, 2,
+        "med and low replayed after the older snapshot"
+    );
+    for id in ["high", "med", "low"] {
+        let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
+        let got: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+        assert_eq!(got, w.describe(id), "job {id}");
+    }
 }

@@ -97,6 +97,18 @@ fn a_data_dir_of_release_7368e83_opens_with_every_job_share_and_attempt_intact()
     // The three attempts that ran when the release was killed are live again, for the
     // executor's reconciliation to stop or adopt.
     assert_eq!(state.live_attempts().len(), 3);
+    // The server snapshots the upgraded state at once; that snapshot answers the same.
+    let image = state.image();
+    let text = qm_server::snapshot::encode_image(&image).unwrap();
+    let image = qm_server::snapshot::decode_image(
+        qm_server::snapshot::SNAPSHOT_FORMAT,
+        "this build",
+        &text,
+    )
+    .unwrap();
+    let snapshot = State::from_image(state.arns.clone(), state.core.policy(), image).unwrap();
+    assert_same_answers(&snapshot, &recorded);
+    assert_eq!(snapshot.live_attempts(), state.live_attempts());
 }
 
 #[test]

@@ -159,10 +159,15 @@ pub trait Log {
     /// The sequence number of the last batch appended (0 for none), snapshots included.
     fn last_seq(&self) -> u64;
     /// The latest snapshot, if any.
-    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError>;
-    /// Durably records `state` as the state after batch `seq` (by the current writer, in
-    /// the writer's `format` numbering of `state_format`), and drops the batches and
-    /// snapshots it supersedes, in one transaction.
+    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        Ok(self.snapshots()?.into_iter().next())
+    }
+    /// The snapshots kept, newest first: the latest and the one before it, whose batches are
+    /// kept too, so that a latest snapshot that cannot be loaded is not the end of the data.
+    fn snapshots(&self) -> Result<Vec<Snapshot>, StoreError>;
+    /// Durably records `state` as the state after batch `seq` (by the current writer;
+    /// `state_format` is the encoding of `state`), and drops what the snapshot before it
+    /// covered (older snapshots and the batches up to that one), in one transaction.
     fn write_snapshot(
         &mut self,
         seq: u64,
@@ -219,9 +224,9 @@ impl SqliteLog {
                 expected: SCHEMA_VERSION,
             });
         }
-        if found < SCHEMA_VERSION {
-            migrate(&mut conn, found)?;
-        }
+        // Idempotent at the current version too: a table added without a version bump (as
+        // during development) is created rather than missed.
+        migrate(&mut conn, found)?;
         let last_seq: i64 = conn.query_row(
             "SELECT MAX(COALESCE((SELECT MAX(seq) FROM batches), 0),
                         COALESCE((SELECT MAX(seq) FROM snapshots), 0))",
@@ -358,25 +363,22 @@ impl Log for SqliteLog {
         self.last_seq
     }
 
-    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT seq, at_ms, version, format, state FROM snapshots ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| {
-                    Ok(Snapshot {
-                        seq: r.get::<_, i64>(0)? as u64,
-                        at_ms: r.get(1)?,
-                        writer: Writer {
-                            version: r.get(2)?,
-                            format: r.get::<_, i64>(3)? as u32,
-                        },
-                        state: r.get(4)?,
-                    })
+    fn snapshots(&self) -> Result<Vec<Snapshot>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT seq, at_ms, version, format, state FROM snapshots ORDER BY seq DESC LIMIT 2",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Snapshot {
+                seq: r.get::<_, i64>(0)? as u64,
+                at_ms: r.get(1)?,
+                writer: Writer {
+                    version: r.get(2)?,
+                    format: r.get::<_, i64>(3)? as u32,
                 },
-            )
-            .optional()?)
+                state: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn write_snapshot(
@@ -391,8 +393,13 @@ impl Log for SqliteLog {
             "INSERT OR REPLACE INTO snapshots (seq, at_ms, version, format, state) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![seq as i64, at_ms, self.writer.version, state_format, state],
         )?;
-        tx.execute("DELETE FROM snapshots WHERE seq < ?1", params![seq as i64])?;
-        tx.execute("DELETE FROM batches WHERE seq <= ?1", params![seq as i64])?;
+        let previous: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE seq < ?1",
+            params![seq as i64],
+            |r| r.get(0),
+        )?;
+        tx.execute("DELETE FROM snapshots WHERE seq < ?1", params![previous])?;
+        tx.execute("DELETE FROM batches WHERE seq <= ?1", params![previous])?;
         tx.commit()?;
         self.last_seq = self.last_seq.max(seq);
         Ok(())
@@ -433,7 +440,8 @@ impl Log for SqliteLog {
 pub struct MemoryLog {
     batches: Vec<Batch>,
     writer: Option<Writer>,
-    snapshot: Option<Snapshot>,
+    /// Oldest first.
+    snapshots: Vec<Snapshot>,
     last_seq: u64,
 }
 
@@ -472,8 +480,8 @@ impl Log for MemoryLog {
         self.last_seq
     }
 
-    fn snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
-        Ok(self.snapshot.clone())
+    fn snapshots(&self) -> Result<Vec<Snapshot>, StoreError> {
+        Ok(self.snapshots.iter().rev().cloned().collect())
     }
 
     fn write_snapshot(
@@ -484,7 +492,8 @@ impl Log for MemoryLog {
         state: &str,
     ) -> Result<(), StoreError> {
         let version = self.writer.clone().unwrap_or_else(Writer::legacy).version;
-        self.snapshot = Some(Snapshot {
+        self.snapshots.retain(|s| s.seq < seq);
+        self.snapshots.push(Snapshot {
             seq,
             at_ms,
             writer: Writer {
@@ -493,7 +502,14 @@ impl Log for MemoryLog {
             },
             state: state.to_string(),
         });
-        self.batches.retain(|b| b.seq > seq);
+        let drop_before = self.snapshots.len().saturating_sub(2);
+        self.snapshots.drain(..drop_before);
+        let previous = if self.snapshots.len() == 2 {
+            self.snapshots[0].seq
+        } else {
+            0
+        };
+        self.batches.retain(|b| b.seq > previous);
         self.last_seq = self.last_seq.max(seq);
         Ok(())
     }
@@ -634,26 +650,34 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_drops_the_batches_it_covers_and_sequence_numbers_keep_growing() {
+    fn a_snapshot_drops_what_the_one_before_it_covered_and_sequence_numbers_keep_growing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite3");
+        let seqs = |log: &SqliteLog| -> Vec<u64> { collect(log).iter().map(|b| b.seq).collect() };
         {
             let mut log = SqliteLog::open(&path).unwrap();
             log.set_writer(&writer("a")).unwrap();
             for i in 0..3 {
                 log.append(i, "c", "d").unwrap();
             }
+            // The first snapshot drops nothing: it has no predecessor to fall back to.
             log.write_snapshot(3, 30, 7, "state@3").unwrap();
-            assert_eq!(log.len().unwrap(), 0);
+            assert_eq!(seqs(&log), [1, 2, 3]);
             assert_eq!(log.append(40, "after", "").unwrap(), 4);
+            log.write_snapshot(4, 45, 7, "state@4").unwrap();
+            assert_eq!(seqs(&log), [4], "what the snapshot at 3 covered is gone");
         }
         let mut log = SqliteLog::open(&path).unwrap();
         assert_eq!(log.last_seq(), 4);
+        let kept: Vec<(u64, String)> = log
+            .snapshots()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.seq, s.state))
+            .collect();
+        assert_eq!(kept, [(4, "state@4".into()), (3, "state@3".into())]);
         let snap = log.snapshot().unwrap().expect("a snapshot");
-        assert_eq!(
-            (snap.seq, snap.at_ms, snap.state.as_str()),
-            (3, 30, "state@3")
-        );
+        assert_eq!((snap.seq, snap.at_ms), (4, 45));
         assert_eq!(
             snap.writer,
             Writer {
@@ -661,15 +685,14 @@ mod tests {
                 format: 7
             }
         );
-        let seqs: Vec<u64> = collect(&log).iter().map(|b| b.seq).collect();
-        assert_eq!(seqs, [4]);
-        // A snapshot that covers everything leaves an empty table, and still no seq is reused.
-        log.write_snapshot(4, 50, 7, "state@4").unwrap();
+        // Another drops the first and the batches up to the second; no seq is ever reused.
+        log.append(60, "x", "").unwrap();
+        log.write_snapshot(5, 61, 7, "state@5").unwrap();
         drop(log);
         let mut log = SqliteLog::open(&path).unwrap();
-        assert_eq!((log.len().unwrap(), log.last_seq()), (0, 4));
-        assert_eq!(log.append(60, "x", "").unwrap(), 5);
-        assert_eq!(log.snapshot().unwrap().unwrap().state, "state@4");
+        assert_eq!((seqs(&log), log.last_seq()), (vec![5], 5));
+        assert_eq!(log.snapshots().unwrap().len(), 2);
+        assert_eq!(log.append(70, "y", "").unwrap(), 6);
     }
 
     #[test]
