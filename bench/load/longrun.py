@@ -15,6 +15,7 @@ archive sizes. Figures go to stdout as one JSON line (and progress to stderr).
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -49,7 +50,7 @@ class Server:
             'region = "us-east-1"\naccount_id = "123456789012"\n'
             '[executor]\nkind = "local"\nstop_grace_seconds = 1\n'
             f'[[executor.pool]]\ninstance_type = "{UNIT}"\ncount = 64\n'
-            "[retention]\nfinished_jobs_days = 0\n"
+            "[retention]\nfinished_jobs_days = 0\ndelete_job_dirs = true\n"
         )
         self.proc = None
         self.starts = 0
@@ -178,10 +179,14 @@ def main():
         s.kill9()
         restart = s.start()
         time.sleep(2)
+        log = (a.work / "server-2.log").read_text(errors="replace")
+        recovery = re.search(r"state recovered from the log.*?batches\S*?=\S*?(\d+).*?ms\S*?=\S*?(\d+)", log)
         out = {
             "live_jobs": a.live, "churned_jobs": churned, "churn_seconds": round(seconds, 1),
             "rss_mb_with_live_jobs": round(rss_live), "rss_mb_after_churn": round(rss_end),
             "restart_to_healthy_s": round(restart, 3), "rss_mb_after_restart": round(s.rss_mb()),
+            "recovery_batches": int(recovery.group(1)) if recovery else 0,
+            "recovery_ms": int(recovery.group(2)) if recovery else 0,
             "store_mb": round(sum(f.stat().st_size for f in s.data.glob("qm.sqlite3*")) / 1e6, 1),
             "archive_mb": round(size_mb(s.data / "archive"), 1),
             "archive_bytes_per_job": round(size_mb(s.data / "archive") * 1e6 / max(churned, 1)),

@@ -14,7 +14,8 @@ from qm_e2e import Jobs, ShareSpec, config_toml, make_queue, wait_for, wait_stat
 def server(start_server):
     # Retire at once (a fraction of a day is allowed): the first tick after a job finishes
     # archives it.
-    s = start_server(config=config_toml(count=2) + "[retention]\nfinished_jobs_days = 0\n",
+    s = start_server(config=config_toml(count=2)
+                     + "[retention]\nfinished_jobs_days = 0\ndelete_job_dirs = true\n",
                      name="retention")
     yield s
     s.close()
@@ -52,6 +53,9 @@ def test_a_finished_job_moves_to_the_archive_and_a_running_one_stays(server, tmp
     [attempt] = record["attempts"]
     assert attempt["instanceType"] == "ml.g5.xlarge" and attempt["count"] == 1
     assert attempt["startedAt"] <= attempt["stoppedAt"] <= record["stoppedAt"]
+    # delete_job_dirs: the retired job's directory goes once its retirement is durable.
+    wait_for(lambda: not (server.data_dir / "jobs" / done).exists(), what="the job dir to go")
+    assert (server.data_dir / "jobs" / running).is_dir()
     listed = {j["jobId"] for s in ("SUCCEEDED", "RUNNING")
               for j in batch.list_service_jobs(jobQueue=q.name, jobStatus=s)["jobSummaryList"]}
     assert listed == {running}

@@ -48,6 +48,9 @@ pub struct RetentionSection {
     /// Days a finished job stays describable before it moves to the archive (fractions
     /// allowed).
     pub finished_jobs_days: Option<f64>,
+    /// Whether a retired job's directory (its attempts' logs, outcomes and checkpoints) is
+    /// deleted with it; off by default, since outputs may live there.
+    pub delete_job_dirs: Option<bool>,
 }
 
 /// Days a finished job stays by default.
@@ -197,6 +200,8 @@ pub struct Config {
     pub snapshot_every: u64,
     /// How long a finished job stays before it is archived.
     pub retention: Duration,
+    /// Whether retiring a job deletes its directory.
+    pub delete_job_dirs: bool,
     /// `Some` when `executor.kind = "slurm"`.
     pub slurm: Option<SlurmSettings>,
 }
@@ -334,6 +339,7 @@ impl Config {
                 }
                 Duration::from_secs_f64(days * 86_400.0)
             },
+            delete_job_dirs: file.retention.delete_job_dirs.unwrap_or(false),
             snapshot_every: file
                 .state
                 .snapshot_every_commands

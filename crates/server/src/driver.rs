@@ -345,6 +345,8 @@ pub struct Cadence {
     pub since_snapshot: u64,
     /// How long finished jobs stay before they are archived and leave the state.
     pub retention: Duration,
+    /// Whether a retired job's directory is deleted once its retirement is durable.
+    pub delete_job_dirs: bool,
 }
 
 /// The running driver.
@@ -370,6 +372,9 @@ pub struct Driver {
     retention: Duration,
     /// When retirement was last looked for (epoch ms).
     retire_checked: i64,
+    delete_job_dirs: bool,
+    /// Directories of jobs whose retirement is in the batch being committed.
+    retired_dirs: Vec<PathBuf>,
 }
 
 /// Most jobs retired in one batch: retirement catches up over several ticks rather than
@@ -405,6 +410,7 @@ impl Driver {
             snapshot_every,
             since_snapshot,
             retention,
+            delete_job_dirs,
         } = cadence;
         Driver {
             state,
@@ -421,6 +427,8 @@ impl Driver {
             archive: Archive::new(&archive_dir),
             retention,
             retire_checked: 0,
+            delete_job_dirs,
+            retired_dirs: Vec::new(),
         }
     }
 
@@ -442,7 +450,15 @@ impl Driver {
             tracing::error!(error = %e, jobs = archived.len(), "cannot write the archive; the finished jobs stay until it can be written");
             return Vec::new();
         }
-        let job_ids = archived.into_iter().map(|a| a.job_id).collect();
+        let job_ids: Vec<String> = archived.into_iter().map(|a| a.job_id).collect();
+        if self.delete_job_dirs {
+            // Ids are the server's own UUIDs; anything that could leave jobs/ is never deleted.
+            self.retired_dirs = job_ids
+                .iter()
+                .filter(|id| !id.is_empty() && !id.contains(['/', '\\']) && !id.contains(".."))
+                .map(|id| self.executor.job_dir(id))
+                .collect();
+        }
         vec![Command::RetireJobs { job_ids }]
     }
 
@@ -614,6 +630,20 @@ impl Driver {
             .map_err(|e| ServerError::Recovery(format!("encoding commands: {e}")))?;
         let decisions = encode_decisions(&self.state.decisions)?;
         self.log.append(now, &json, &decisions)?;
+        if !self.retired_dirs.is_empty() {
+            // Only once the retirement is durable: a crash before it keeps the jobs, and
+            // their directories with them.
+            let dirs = std::mem::take(&mut self.retired_dirs);
+            tokio::task::spawn_blocking(move || {
+                for dir in dirs {
+                    if let Err(e) = std::fs::remove_dir_all(&dir) {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            tracing::warn!(dir = %dir.display(), error = %e, "cannot delete a retired job's directory");
+                        }
+                    }
+                }
+            });
+        }
         self.since_snapshot += commands.len() as u64;
         // A snapshot costs in proportion to the state, so it waits for at least half as many
         // commands as the state has jobs: its cost per command stays bounded however large

@@ -51,6 +51,14 @@ impl Executor {
         }
     }
 
+    /// The directory that holds every attempt of `job_id`.
+    pub fn job_dir(&self, job_id: &str) -> PathBuf {
+        match self {
+            Executor::Local(e) => e.job_dir(job_id),
+            Executor::Slurm(e) => e.job_dir(job_id),
+        }
+    }
+
     /// Where attempt `attempt_number` of `job_id` keeps its logs.
     pub fn log_dir(&self, job_id: &str, attempt_number: u32) -> PathBuf {
         match self {

@@ -135,6 +135,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             snapshot_every: config.snapshot_every,
             since_snapshot: recovered.commands,
             retention: config.retention,
+            delete_job_dirs: config.delete_job_dirs,
         },
     );
     let lost = driver.reconcile().await?;

@@ -273,6 +273,11 @@ impl SlurmExecutor {
         JobLayout::new(&self.inner.cfg.shared_dir, job_id, attempt_number).attempt_dir
     }
 
+    /// The per-job directory (`shared_dir/jobs/<job_id>`).
+    pub fn job_dir(&self, job_id: &str) -> PathBuf {
+        crate::layout::job_dir(&self.inner.cfg.shared_dir, job_id)
+    }
+
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event.
     pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
         read_outcome(&self.log_dir(job_id, attempt_number))
