@@ -180,7 +180,8 @@ def main():
         restart = s.start()
         time.sleep(2)
         log = (a.work / "server-2.log").read_text(errors="replace")
-        recovery = re.search(r"state recovered from the log.*?batches\S*?=\S*?(\d+).*?ms\S*?=\S*?(\d+)", log)
+        log = re.sub(r"\x1b\[[0-9;]*m", "", log)
+        recovery = re.search(r"state recovered from the log batches=(\d+) jobs=\d+ ms=(\d+)", log)
         out = {
             "live_jobs": a.live, "churned_jobs": churned, "churn_seconds": round(seconds, 1),
             "rss_mb_with_live_jobs": round(rss_live), "rss_mb_after_churn": round(rss_end),

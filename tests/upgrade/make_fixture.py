@@ -1,7 +1,8 @@
 """Makes an upgrade fixture: a data dir written by the `qm` binary at QM_BIN (a release), and
 what that server answered about every resource and job just before it was killed.
 
-    QM_BIN=/path/to/release/qm .venv-e2e/bin/python tests/upgrade/make_fixture.py OUT_DIR
+    QM_BIN=/path/to/release/qm .venv-e2e/bin/python tests/upgrade/make_fixture.py OUT_DIR \
+        [--snapshot-every N]
 
 OUT_DIR receives `qm.sqlite3` (the data dir's store, its WAL folded in) and `answers.json`
 (each read as `[operation, request, response]`, the bodies exactly as the server sent them).
@@ -160,10 +161,15 @@ def settled(server: Server, ids: dict[str, str]) -> list:
 
 def main() -> None:
     out = Path(sys.argv[1])
+    # `--snapshot-every N`: a release with snapshots writes them every N commands, so that the
+    # fixture holds snapshots and batches after them (what a later release must read).
+    extra = ""
+    if len(sys.argv) > 3 and sys.argv[2] == "--snapshot-every":
+        extra = f"[state]\nsnapshot_every_commands = {int(sys.argv[3])}\n"
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run([str(qm_bin()), "--version"], capture_output=True, text=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="qm-fixture-"))
-    server = Server(work, config_toml(count=3))
+    server = Server(work, config_toml(count=3) + extra)
     try:
         server.start()
         ids = setup(server)

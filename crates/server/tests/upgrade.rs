@@ -145,3 +145,21 @@ fn a_release_data_dir_goes_on_under_this_build_and_replays_its_own_batches_exact
     );
     assert_eq!(job["status"], "FAILED", "{job}");
 }
+
+#[test]
+fn a_data_dir_with_snapshots_of_the_first_snapshotting_release_opens_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open_copy("schema-2-snapshots", dir.path());
+    assert!(
+        log.snapshots().unwrap().len() == 2,
+        "the fixture keeps two snapshots"
+    );
+    assert!(!log.is_empty().unwrap(), "and batches after them");
+    let (state, r) = recovered(&log);
+    assert!(r.snapshot.is_some(), "{r:?}");
+    assert!(r.batches > 0, "the batches after the snapshot are replayed: {r:?}");
+    assert_eq!((r.diverged_own, r.refused_other), (0, 0), "{r:?}");
+    let recorded = answers("schema-2-snapshots");
+    assert_same_answers(&state, &recorded);
+    assert_eq!(state.live_attempts().len(), 3);
+}
