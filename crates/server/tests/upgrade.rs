@@ -157,7 +157,10 @@ fn a_data_dir_with_snapshots_of_the_first_snapshotting_release_opens_intact() {
     assert!(!log.is_empty().unwrap(), "and batches after them");
     let (state, r) = recovered(&log);
     assert!(r.snapshot.is_some(), "{r:?}");
-    assert!(r.batches > 0, "the batches after the snapshot are replayed: {r:?}");
+    assert!(
+        r.batches > 0,
+        "the batches after the snapshot are replayed: {r:?}"
+    );
     assert_eq!((r.diverged_own, r.refused_other), (0, 0), "{r:?}");
     let recorded = answers("schema-2-snapshots");
     assert_same_answers(&state, &recorded);
