@@ -40,7 +40,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, qm, work: Path):
+    def __init__(self, qm, work: Path, retention: bool = True):
         self.qm, self.work = qm, work
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -50,7 +50,7 @@ class Server:
             'region = "us-east-1"\naccount_id = "123456789012"\n'
             '[executor]\nkind = "local"\nstop_grace_seconds = 1\n'
             f'[[executor.pool]]\ninstance_type = "{UNIT}"\ncount = 64\n'
-            "[retention]\nfinished_jobs_days = 0\ndelete_job_dirs = true\n"
+            + ("[retention]\nfinished_jobs_days = 0\ndelete_job_dirs = true\n" if retention else "")
         )
         self.proc = None
         self.starts = 0

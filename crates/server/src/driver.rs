@@ -89,8 +89,9 @@ pub fn recover(
         if b.seq <= after {
             return Ok(());
         }
-        let own = identified && b.writer.version == running.version;
-        if !own && r.other_writers.last() != Some(&b.writer.version) {
+        let same = b.writer.version == running.version;
+        let own = identified && same;
+        if !same && r.other_writers.last() != Some(&b.writer.version) {
             r.other_writers.push(b.writer.version.clone());
         }
         let commands: Vec<Command> = serde_json::from_str(&b.commands).map_err(|e| {

@@ -23,6 +23,7 @@ pub mod driver;
 pub mod error;
 pub mod exec;
 pub mod http;
+pub mod index;
 pub mod metrics;
 mod ops;
 pub mod snapshot;

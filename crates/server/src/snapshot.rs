@@ -109,6 +109,7 @@ impl State {
                 let stopped = rec.stopped_at.unwrap_or(rec.created_at);
                 state.finished.insert((stopped, rec.core));
             }
+            state.by_status.insert(&rec);
             state.jobs.insert(rec.core, rec);
         }
         for (token, core, canonical) in image.tokens {

@@ -186,8 +186,9 @@ pub struct JobRec {
     pub queue_generation: u64,
     /// Share name.
     pub share: String,
-    /// The request as submitted.
-    pub request: SubmitServiceJobRequest,
+    /// The request as submitted (shared, so that a snapshot's copy of the records does not
+    /// copy every payload).
+    pub request: std::sync::Arc<SubmitServiceJobRequest>,
     /// Its parsed payload: parsed from `request` on submission, and again when a snapshot
     /// is loaded (so a snapshot never holds a second copy of the payload).
     #[serde(skip)]
@@ -263,6 +264,8 @@ pub struct State {
     pub preemptions: BTreeMap<(String, String), u64>,
     /// Finished jobs by (stopped at, core id): which are due for retirement.
     pub finished: BTreeSet<(i64, u64)>,
+    /// Jobs by queue, share and status, for ListServiceJobs.
+    pub by_status: crate::index::StatusIndex,
     /// Scheduling pass durations (measured by the driver; not part of the replayed state).
     pub pass_seconds: crate::metrics::Histogram,
 }
@@ -289,6 +292,7 @@ impl State {
             audit: Vec::new(),
             preemptions: BTreeMap::new(),
             finished: BTreeSet::new(),
+            by_status: Default::default(),
             pass_seconds: crate::metrics::Histogram::default(),
         }
     }
@@ -495,7 +499,11 @@ impl State {
                 q.runnable.remove(&key);
             }
         }
-        rec.status = status;
+        if rec.status != status {
+            self.by_status.remove(rec);
+            rec.status = status;
+            self.by_status.insert(rec);
+        }
         if reason.is_some() || status != ServiceJobStatus::Runnable {
             rec.status_reason = reason;
         }

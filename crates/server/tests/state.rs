@@ -806,3 +806,88 @@ fn a_latest_snapshot_that_cannot_be_loaded_falls_back_to_the_one_before_it() {
         assert_eq!(got, w.describe(id), "job {id}");
     }
 }
+
+/// Job ids ListServiceJobs gives for `request` (every page).
+fn listed(state: &State, mut request: Value) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let q = Query::ListServiceJobs(serde_json::from_value(request.clone()).unwrap());
+        let page: Value = serde_json::from_slice(&state.query(&q, 0).unwrap()).unwrap();
+        for j in page["jobSummaryList"].as_array().unwrap() {
+            out.push(j["jobId"].as_str().unwrap().to_string());
+        }
+        match page.get("nextToken").and_then(|t| t.as_str()) {
+            Some(t) => request["nextToken"] = json!(t),
+            None => return out,
+        }
+    }
+}
+
+#[test]
+fn listing_by_queue_and_status_walks_the_index_and_finds_what_a_full_scan_finds() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let mut attempts = Vec::new();
+    for i in 0..12 {
+        let share = ["QS1", "QS2", "QS3"][i % 3];
+        attempts.extend(launched(&w.submit(&format!("j{i}"), share, (i % 4) as i32)));
+    }
+    w.one(Command::AttemptRunning {
+        attempt: attempts[0].1,
+        pids: vec![],
+        gpus: vec![],
+    });
+    w.one(Command::AttemptExited {
+        attempt: attempts[1].1,
+        outcome: ExitRecord::Succeeded,
+    });
+    w.one(cmd(
+        "TerminateServiceJob",
+        json!({"jobId": "j5", "reason": "not needed"}),
+    ));
+    w.one(Command::RetireJobs {
+        job_ids: vec![attempts[1].0.clone()],
+    });
+    let copy = rebuilt_from_snapshot(&w);
+    for state in [&w.state, &copy.state] {
+        for status in ["RUNNABLE", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED"] {
+            let scan = listed(state, json!({"jobStatus": status, "maxResults": 2}));
+            let indexed = listed(
+                state,
+                json!({"jobQueue": "jq", "jobStatus": status, "maxResults": 2}),
+            );
+            assert_eq!(indexed, scan, "{status}");
+            for share in ["QS1", "QS2", "QS3"] {
+                let f = json!([{"name": "QUOTA_SHARE_NAME", "values": [share]}]);
+                let scan = listed(
+                    state,
+                    json!({"jobStatus": status, "filters": f, "maxResults": 1}),
+                );
+                let indexed = listed(
+                    state,
+                    json!({"jobQueue": "jq", "jobStatus": status, "filters": f, "maxResults": 1}),
+                );
+                assert_eq!(indexed, scan, "{status} {share}");
+            }
+        }
+        let every: usize = [
+            "SUBMITTED",
+            "PENDING",
+            "RUNNABLE",
+            "SCHEDULED",
+            "STARTING",
+            "RUNNING",
+            "SUCCEEDED",
+            "FAILED",
+        ]
+        .iter()
+        .map(|s| listed(state, json!({"jobQueue": "jq", "jobStatus": s})).len())
+        .sum();
+        assert_eq!(
+            every,
+            state.jobs.len(),
+            "every job is listed under one status"
+        );
+        assert_eq!(state.jobs.len(), 11, "12 submitted, one retired");
+    }
+}

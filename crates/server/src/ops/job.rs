@@ -113,7 +113,7 @@ impl State {
             queue: queue.clone(),
             queue_generation: self.queues[&queue].generation,
             share,
-            request: r.clone(),
+            request: std::sync::Arc::new(r.clone()),
             payload,
             priority,
             created_at: self.now,
@@ -140,6 +140,7 @@ impl State {
         if let (Some(token), Some(canonical)) = (&r.client_token, canonical) {
             self.tokens.insert(token.clone(), (core, canonical));
         }
+        self.by_status.insert(&rec);
         self.jobs.insert(core, rec);
         self.submit_response(core)
     }
@@ -379,14 +380,31 @@ impl State {
             })?),
             None => None,
         };
-        let range = match before {
-            Some(b) => self.jobs.range(..b),
-            None => self.jobs.range(..),
+        let below = before.unwrap_or(u64::MAX);
+        // With a queue and a status, walk only the jobs in that status (of that share, with
+        // the QUOTA_SHARE_NAME filter); otherwise every job.
+        let indexed = match (&queue, status) {
+            (Some(q), Some(st)) => {
+                let share = match &filter {
+                    Some(JobFilter::QuotaShareName(name)) => Some(name.as_str()),
+                    _ => None,
+                };
+                Some(self.by_status.jobs(q, share, st))
+            }
+            _ => None,
+        };
+        let candidates: Box<dyn Iterator<Item = (u64, &JobRec)>> = match indexed {
+            Some(set) => Box::new(
+                set.into_iter()
+                    .flat_map(move |s| s.range(..below).rev())
+                    .filter_map(|core| self.jobs.get(core).map(|r| (*core, r))),
+            ),
+            None => Box::new(self.jobs.range(..below).rev().map(|(c, r)| (*c, r))),
         };
         let mut out = Vec::new();
         let mut next = None;
         // Newest first.
-        for (&core, rec) in range.rev() {
+        for (core, rec) in candidates {
             if queue
                 .as_ref()
                 .is_some_and(|(q, g)| *q != rec.queue || *g != rec.queue_generation)

@@ -122,6 +122,7 @@ impl State {
                 continue;
             }
             let rec = self.jobs.remove(&core).expect("by_id names a job record");
+            self.by_status.remove(&rec);
             self.by_id.remove(id);
             self.finished
                 .remove(&(rec.stopped_at.unwrap_or(rec.created_at), core));
