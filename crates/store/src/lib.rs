@@ -286,8 +286,22 @@ fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
              version TEXT NOT NULL,
              format INTEGER NOT NULL,
              state TEXT NOT NULL
+         );
+         -- A snapshot's state in pieces, each written in a transaction of its own, so that
+         -- the server's appends never wait for a whole large state to be written.
+         CREATE TABLE IF NOT EXISTS snapshot_chunks (
+             seq INTEGER NOT NULL,
+             idx INTEGER NOT NULL,
+             data TEXT NOT NULL,
+             PRIMARY KEY (seq, idx)
          );",
     )?;
+    let has_chunks: bool = tx
+        .prepare("SELECT 1 FROM pragma_table_info('snapshots') WHERE name = 'chunks'")?
+        .exists([])?;
+    if !has_chunks {
+        tx.execute_batch("ALTER TABLE snapshots ADD COLUMN chunks INTEGER NOT NULL DEFAULT 0")?;
+    }
     if from == 1 {
         let legacy = Writer::legacy();
         tx.execute(
@@ -320,6 +334,48 @@ impl SqliteLog {
             ))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Bytes of snapshot state per row: small enough that writing one never holds the database
+/// long, large enough that a big state is a few hundred rows.
+const SNAPSHOT_CHUNK: usize = 4 << 20;
+
+/// `text` in pieces of at most about `size` bytes, cut at character boundaries.
+fn chunks(text: &str, size: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(size);
+        while !rest.is_char_boundary(cut) {
+            cut += 1;
+        }
+        let (head, tail) = rest.split_at(cut);
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+impl SqliteLog {
+    /// The state of snapshot `seq`, from its `n` pieces.
+    fn chunked_state(&self, seq: u64, n: i64) -> Result<String, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT data FROM snapshot_chunks WHERE seq = ?1 ORDER BY idx")?;
+        let pieces: Vec<String> = stmt
+            .query_map(params![seq as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        if pieces.len() as i64 != n {
+            return Err(StoreError::Replay {
+                seq,
+                message: format!(
+                    "snapshot after batch {seq} has {} of its {n} pieces",
+                    pieces.len()
+                ),
+            });
+        }
+        Ok(pieces.concat())
     }
 }
 
@@ -365,20 +421,31 @@ impl Log for SqliteLog {
 
     fn snapshots(&self) -> Result<Vec<Snapshot>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "SELECT seq, at_ms, version, format, state FROM snapshots ORDER BY seq DESC LIMIT 2",
+            "SELECT seq, at_ms, version, format, state, chunks FROM snapshots ORDER BY seq DESC LIMIT 2",
         )?;
         let rows = stmt.query_map([], |r| {
-            Ok(Snapshot {
-                seq: r.get::<_, i64>(0)? as u64,
-                at_ms: r.get(1)?,
-                writer: Writer {
-                    version: r.get(2)?,
-                    format: r.get::<_, i64>(3)? as u32,
+            Ok((
+                Snapshot {
+                    seq: r.get::<_, i64>(0)? as u64,
+                    at_ms: r.get(1)?,
+                    writer: Writer {
+                        version: r.get(2)?,
+                        format: r.get::<_, i64>(3)? as u32,
+                    },
+                    state: r.get(4)?,
                 },
-                state: r.get(4)?,
-            })
+                r.get::<_, i64>(5)?,
+            ))
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut out = Vec::new();
+        for row in rows {
+            let (mut snap, chunks) = row?;
+            if chunks > 0 {
+                snap.state = self.chunked_state(snap.seq, chunks)?;
+            }
+            out.push(snap);
+        }
+        Ok(out)
     }
 
     fn write_snapshot(
@@ -388,10 +455,32 @@ impl Log for SqliteLog {
         state_format: u32,
         state: &str,
     ) -> Result<(), StoreError> {
+        // The state after a batch is one state: a second snapshot of it changes nothing.
+        let exists = self
+            .conn
+            .prepare("SELECT 1 FROM snapshots WHERE seq = ?1")?
+            .exists(params![seq as i64])?;
+        if exists {
+            return Ok(());
+        }
+        // Pieces left by a snapshot of the same batch that a crash interrupted.
+        self.conn.execute(
+            "DELETE FROM snapshot_chunks WHERE seq = ?1",
+            params![seq as i64],
+        )?;
+        let pieces = chunks(state, SNAPSHOT_CHUNK);
+        for (idx, piece) in pieces.iter().enumerate() {
+            self.conn.execute(
+                "INSERT INTO snapshot_chunks (seq, idx, data) VALUES (?1, ?2, ?3)",
+                params![seq as i64, idx as i64, piece],
+            )?;
+        }
+        // The snapshot exists once this row does: a crash before it leaves only pieces,
+        // which the next snapshot clears.
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT OR REPLACE INTO snapshots (seq, at_ms, version, format, state) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![seq as i64, at_ms, self.writer.version, state_format, state],
+            "INSERT OR REPLACE INTO snapshots (seq, at_ms, version, format, state, chunks) VALUES (?1, ?2, ?3, ?4, '', ?5)",
+            params![seq as i64, at_ms, self.writer.version, state_format, pieces.len() as i64],
         )?;
         let previous: i64 = tx.query_row(
             "SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE seq < ?1",
@@ -399,6 +488,10 @@ impl Log for SqliteLog {
             |r| r.get(0),
         )?;
         tx.execute("DELETE FROM snapshots WHERE seq < ?1", params![previous])?;
+        tx.execute(
+            "DELETE FROM snapshot_chunks WHERE seq NOT IN (SELECT seq FROM snapshots)",
+            [],
+        )?;
         tx.execute("DELETE FROM batches WHERE seq <= ?1", params![previous])?;
         tx.commit()?;
         self.last_seq = self.last_seq.max(seq);
@@ -693,6 +786,24 @@ mod tests {
         assert_eq!((seqs(&log), log.last_seq()), (vec![5], 5));
         assert_eq!(log.snapshots().unwrap().len(), 2);
         assert_eq!(log.append(70, "y", "").unwrap(), 6);
+    }
+
+    #[test]
+    fn a_large_snapshot_is_written_in_pieces_and_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = SqliteLog::open(&dir.path().join("c.sqlite3")).unwrap();
+        log.append(1, "c", "d").unwrap();
+        // Multi-byte characters across piece boundaries.
+        let state: String = "é-ü-∑-".repeat(SNAPSHOT_CHUNK / 3);
+        log.write_snapshot(1, 10, 1, &state).unwrap();
+        let pieces: i64 = log
+            .conn
+            .query_row("SELECT COUNT(*) FROM snapshot_chunks", [], |r| r.get(0))
+            .unwrap();
+        assert!(pieces > 1, "{pieces}");
+        assert_eq!(log.snapshot().unwrap().unwrap().state, state);
+        assert_eq!(chunks("", 4), Vec::<&str>::new());
+        assert_eq!(chunks("abcdef", 4), ["abcd", "ef"]);
     }
 
     #[test]
