@@ -60,8 +60,8 @@ pub const DEFAULT_RETENTION_DAYS: f64 = 30.0;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateSection {
-    /// A snapshot is written after this many logged commands (or half as many as the
-    /// state has jobs, if more), at shutdown, and after an upgrade; 0 writes none but the last two.
+    /// A snapshot is written after this many logged commands (or four times as many
+    /// as the last snapshot had jobs, if more), at shutdown, and after an upgrade; 0 writes none but the last two.
     pub snapshot_every_commands: Option<u64>,
 }
 

@@ -367,6 +367,8 @@ pub struct Driver {
     snapshot_every: u64,
     /// Commands logged since the last snapshot began.
     since_snapshot: u64,
+    /// Jobs in the last snapshot begun.
+    snapshot_jobs: u64,
     snapshots: Snapshotter,
     /// Where retired jobs go.
     archive: Archive,
@@ -424,6 +426,7 @@ impl Driver {
             time_limits: TimeLimits::default(),
             snapshot_every,
             since_snapshot,
+            snapshot_jobs: 0,
             snapshots,
             archive: Archive::new(&archive_dir),
             retention,
@@ -467,6 +470,7 @@ impl Driver {
     /// before it once written: the next start replays only what comes after).
     fn start_snapshot(&mut self) {
         let image = self.state.image();
+        self.snapshot_jobs = image.jobs.len() as u64;
         if self
             .snapshots
             .start(image, self.log.last_seq(), self.state.now)
@@ -646,11 +650,11 @@ impl Driver {
             });
         }
         self.since_snapshot += commands.len() as u64;
-        // A snapshot costs in proportion to the state, so it waits for at least half as many
-        // commands as the state has jobs: its cost per command stays bounded however large
-        // the state grows (even when every command adds a job), and a restart replays at
-        // most that many commands.
-        let due = self.snapshot_every.max(self.state.jobs.len() as u64 / 2);
+        // A snapshot costs in proportion to the state, so the next one waits for four times
+        // as many commands as the last one had jobs: its cost per command stays a fraction
+        // of a job's encoding however large the state grows (a flood of submits included),
+        // and a restart replays at most that many commands.
+        let due = self.snapshot_every.max(4 * self.snapshot_jobs);
         if self.snapshot_every > 0 && self.since_snapshot >= due {
             self.start_snapshot();
         }
