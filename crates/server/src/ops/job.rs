@@ -19,7 +19,7 @@ impl State {
         };
         self.by_id.get(&id).copied().ok_or_else(|| {
             ApiError::client(format!(
-                "{field}: service job '{id}' does not exist; check the id returned by SubmitServiceJob (ListServiceJobs shows the jobs of a queue)"
+                "{field}: service job '{id}' does not exist; check the id returned by SubmitServiceJob (ListServiceJobs shows the jobs of a queue; a job that finished more than [retention] finished_jobs_days ago is in the server's archive instead)"
             ))
         })
     }
