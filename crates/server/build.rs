@@ -13,7 +13,14 @@ fn main() {
         .or_else(|| {
             let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
             // Uncommitted changes to tracked files make a build no longer that commit's.
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
+            // --no-optional-locks: a plain `git status` may rewrite .git/index.
+            let dirty = git(&[
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ])
+            .is_some();
             Some(if dirty {
                 format!("{commit}-dirty")
             } else {
@@ -22,18 +29,24 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=QM_GIT_COMMIT={commit}");
-    // Rebuild the stamp when HEAD moves: HEAD itself (a checkout) and the branch it names (a
-    // commit). Outside a git checkout there is nothing to watch and the stamp is "unknown".
+    // Rebuild the stamp when HEAD moves (HEAD itself on a checkout, the branch it names on a
+    // commit) and when the sources that make the decisions change (the core's and the
+    // server's: an edit there rebuilds this crate anyway, and "-dirty" must not miss it).
+    // Only paths that exist: cargo takes a missing one as changed, and would rebuild this
+    // crate on every run.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let manifest = Path::new(&manifest);
+    let mut watched = vec![manifest.join("src"), manifest.join("../core/src")];
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         let dir = Path::new(&dir);
-        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        watched.push(dir.join("HEAD"));
+        watched.push(dir.join("packed-refs"));
         if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", dir.join(branch).display());
+            watched.push(dir.join(branch));
         }
-        println!(
-            "cargo:rerun-if-changed={}",
-            dir.join("packed-refs").display()
-        );
+    }
+    for path in watched.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     println!("cargo:rerun-if-env-changed=QM_GIT_COMMIT");
 }
