@@ -398,6 +398,11 @@ pub struct ServiceJobSummary {
     /// True once a termination was accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_terminated: Option<bool>,
+    /// The job's `schedulingPriority`: a Quartermaster extension, not in the AWS model
+    /// (botocore drops members its model lacks), so that a listing needs no
+    /// DescribeServiceJob per job to show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_priority: Option<i32>,
 }
 
 /// Instances of one type that a job holds (ListServiceJobs).

@@ -1,6 +1,6 @@
 //! Tables and detail views: pure functions from the server's data (and `now`) to text.
 
-use qm_api::{DescribeServiceJobResponse, ServiceJobStatus, TrainingPayload};
+use qm_api::{DescribeServiceJobResponse, ServiceJobStatus, ServiceJobSummary, TrainingPayload};
 use serde::Serialize;
 
 use super::http::{QueueUsage, ShareUsage};
@@ -30,6 +30,19 @@ pub struct JobRow {
 }
 
 impl JobRow {
+    /// The row of a listed job, when the listing carries its priority (a qm extension).
+    pub fn from_summary(job: &ServiceJobSummary) -> Option<JobRow> {
+        Some(JobRow {
+            job_id: job.job_id.clone(),
+            job_name: job.job_name.clone(),
+            quota_share_name: job.quota_share_name.clone().unwrap_or_default(),
+            scheduling_priority: job.scheduling_priority?,
+            status: job.status?.as_str().to_string(),
+            status_reason: job.status_reason.clone().unwrap_or_default(),
+            created_at: job.created_at.unwrap_or(0),
+        })
+    }
+
     /// The row of a described job.
     pub fn from_job(job: &DescribeServiceJobResponse) -> JobRow {
         JobRow {

@@ -378,8 +378,9 @@ impl Client {
         Ok(jobs)
     }
 
-    /// The table rows of the jobs [`Client::list_jobs`] finds, each described for its
-    /// priority (which the listing lacks); a job deleted in between is left out.
+    /// The table rows of the jobs [`Client::list_jobs`] finds. A qm server's listing carries
+    /// each job's priority; from a server whose listing lacks it, each job is described for
+    /// it (a job deleted in between is left out).
     pub fn job_rows(
         &self,
         queue: &str,
@@ -388,6 +389,10 @@ impl Client {
     ) -> Result<Vec<JobRow>, ClientError> {
         let mut rows = Vec::new();
         for summary in self.list_jobs(queue, share, statuses)? {
+            if let Some(row) = JobRow::from_summary(&summary) {
+                rows.push(row);
+                continue;
+            }
             match self.describe(&summary.job_id) {
                 Ok(job) => rows.push(JobRow::from_job(&job)),
                 Err(ClientError::Server { .. }) => {}

@@ -347,6 +347,7 @@ impl State {
             started_at: rec.started_at,
             stopped_at: rec.stopped_at,
             is_terminated: rec.is_terminated.then_some(true),
+            scheduling_priority: Some(rec.priority),
         }
     }
 
