@@ -313,8 +313,11 @@
       shown.push(...byStatus.get(st).jobs);
       more = more || byStatus.get(st).more;
     }
-    // Priorities are only in DescribeServiceJob.
-    const details = await pool(shown, (j) => describe(j.jobId).catch(() => null));
+    // A qm server's listing carries each job's priority (an extension); only a server whose
+    // listing lacks it costs a DescribeServiceJob per job.
+    const details = await pool(shown, (j) => (j.schedulingPriority !== undefined
+      ? Promise.resolve(j)
+      : describe(j.jobId).catch(() => null)));
     if (queue !== state.queue) return; // the selection changed while loading
 
     renderShares(usage);
