@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from longrun import UNIT, Server  # noqa: E402
+from longrun import Server, create_queue  # noqa: E402
 
 
 def main():
@@ -37,19 +37,7 @@ def main():
     s = Server(a.qm, a.work, retention=False)
     s.start()
     try:
-        s.post("createschedulingpolicy", {"name": "load-p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}})
-        s.post("createserviceenvironment", {
-            "serviceEnvironmentName": "load-se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-            "capacityLimits": [{"maxCapacity": 64, "capacityUnit": UNIT}]})
-        s.post("createjobqueue", {
-            "jobQueueName": "load-q", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
-            "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/load-p",
-            "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "load-se"}]})
-        s.post("createquotashare", {
-            "quotaShareName": "load", "jobQueue": "load-q",
-            "capacityLimits": [{"maxCapacity": 64, "capacityUnit": UNIT}],
-            "resourceSharingConfiguration": {"strategy": "LEND"},
-            "preemptionConfiguration": {"inSharePreemption": "DISABLED"}})
+        create_queue(s, "load", (("load", 64),), "LEND")
         queued = 0
         while queued < a.jobs:
             out = subprocess.run(["wrk", "-t2", "-c32", "-d3s", "-s", str(HERE / "submit.lua"), s.url],

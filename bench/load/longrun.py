@@ -108,21 +108,27 @@ def payload(entrypoint):
         "OutputDataConfig": {"S3OutputPath": "s3://b/o"}})
 
 
-def setup(s: Server, live: int):
-    s.post("createschedulingpolicy", {"name": "lr-p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}})
+def create_queue(s: Server, prefix: str, shares, strategy: str):
+    """A policy, a 64-instance environment and a queue `<prefix>-q` with `shares` as
+    (name, limit) pairs, each with `strategy` and no in-share preemption."""
+    s.post("createschedulingpolicy", {"name": f"{prefix}-p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}})
     s.post("createserviceenvironment", {
-        "serviceEnvironmentName": "lr-se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+        "serviceEnvironmentName": f"{prefix}-se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
         "capacityLimits": [{"maxCapacity": 64, "capacityUnit": UNIT}]})
     s.post("createjobqueue", {
-        "jobQueueName": "lr-q", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
-        "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/lr-p",
-        "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "lr-se"}]})
-    for name, limit in (("live", 1), ("churn", 63)):
+        "jobQueueName": f"{prefix}-q", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+        "schedulingPolicyArn": f"arn:aws:batch:us-east-1:123456789012:scheduling-policy/{prefix}-p",
+        "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": f"{prefix}-se"}]})
+    for name, limit in shares:
         s.post("createquotashare", {
-            "quotaShareName": name, "jobQueue": "lr-q",
+            "quotaShareName": name, "jobQueue": f"{prefix}-q",
             "capacityLimits": [{"maxCapacity": limit, "capacityUnit": UNIT}],
-            "resourceSharingConfiguration": {"strategy": "RESERVE"},
+            "resourceSharingConfiguration": {"strategy": strategy},
             "preemptionConfiguration": {"inSharePreemption": "DISABLED"}})
+
+
+def setup(s: Server, live: int):
+    create_queue(s, "lr", (("live", 1), ("churn", 63)), "RESERVE")
     sleeper = payload(["sleep", "86399"])
 
     def submit(i):

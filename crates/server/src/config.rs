@@ -61,7 +61,7 @@ pub const DEFAULT_RETENTION_DAYS: f64 = 30.0;
 #[serde(deny_unknown_fields)]
 pub struct StateSection {
     /// A snapshot is written after this many logged commands (or four times as many
-    /// as the last snapshot had jobs, if more), at shutdown, and after an upgrade; 0 writes none but the last two.
+    /// as the last snapshot had jobs, if more), at shutdown, and after an upgrade; 0 writes only those two.
     pub snapshot_every_commands: Option<u64>,
 }
 
