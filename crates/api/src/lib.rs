@@ -11,7 +11,8 @@
 //! * [`parse`], [`validate`], [`payload`]: from bytes to a checked request;
 //! * [`arn`], [`page`], [`filter`]: identifiers, tokens and filters;
 //! * [`convert`]: wire shapes to `qm_core` specs;
-//! * [`error`]: `ClientException` / `ServerException`.
+//! * [`error`]: `ClientException` / `ServerException`;
+//! * [`qm`]: Quartermaster's own `/qm/v1` wire types (usage reports).
 
 pub mod arn;
 pub mod convert;
@@ -20,6 +21,7 @@ pub mod filter;
 pub mod page;
 pub mod parse;
 pub mod payload;
+pub mod qm;
 pub mod types;
 pub mod validate;
 

@@ -66,6 +66,8 @@ impl Archive {
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with("jobs-") && n.ends_with(".jsonl"))
             })
+            // A month's file holds the jobs that finished in it: earlier months cannot match.
+            .filter(|p| *p >= self.file_for(since.max(0)))
             .collect();
         files.sort();
         for path in files {
@@ -138,6 +140,7 @@ mod archive_tests {
             attempts: Vec::new(),
             preempted_count: 0,
             tags: Default::default(),
+            principal: None,
         }
     }
 

@@ -45,6 +45,10 @@ pub enum Command {
         job_id: String,
         /// The request as received.
         request: SubmitServiceJobRequest,
+        /// Who submitted it: the access key id the request was signed with (see
+        /// docs/server.md, "Usage accounting"); absent in logs of older builds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<String>,
     },
     /// UpdateServiceJob.
     UpdateServiceJob(UpdateServiceJobRequest),
@@ -324,6 +328,68 @@ pub enum Query {
     },
     /// `GET /metrics`, the parts the state knows.
     Metrics,
+    /// The facts usage accounting needs from the state: the jobs that may have held capacity
+    /// at or after `since`, and every share's entitlement history.
+    UsageFacts {
+        /// Window start (epoch ms).
+        since: i64,
+    },
+}
+
+/// What the driver answers: a response body for the API, or a typed value for the HTTP
+/// layer's own use (so nothing is encoded to JSON only to be decoded again).
+#[derive(Debug)]
+pub enum Answer {
+    /// An API response body (JSON, or text for `/metrics`).
+    Body(Vec<u8>),
+    /// See [`Query::LogInfo`].
+    LogInfo(LogInfo),
+    /// See [`Query::UsageFacts`].
+    UsageFacts(Box<UsageFacts>),
+}
+
+impl Answer {
+    /// The body of an API answer; a typed answer has none (asking for one is a bug in the
+    /// HTTP layer, answered as a server error rather than a panic).
+    pub fn into_body(self) -> Result<Vec<u8>, ApiError> {
+        match self {
+            Answer::Body(b) => Ok(b),
+            other => Err(ApiError::server(format!(
+                "internal: a typed answer ({}) where a response body was expected",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Answer::Body(_) => "body",
+            Answer::LogInfo(_) => "log info",
+            Answer::UsageFacts(_) => "usage facts",
+        }
+    }
+}
+
+/// Where an attempt's logs are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogInfo {
+    /// The id the server issued (a UUID), never the client's spelling: no path tricks.
+    pub job_id: String,
+    /// The attempt number.
+    pub attempt: u32,
+    /// Whether the attempt has ended (its log will not grow).
+    pub finished: bool,
+}
+
+/// The state's part of a usage report.
+#[derive(Clone, Debug)]
+pub struct UsageFacts {
+    /// Jobs still in the state.
+    pub jobs: Vec<crate::usage::UsageJob>,
+    /// Entitlements over time.
+    pub history: crate::usage::ShareHistory,
+    /// The state's time.
+    pub now: i64,
 }
 
 /// Anything a client asks.

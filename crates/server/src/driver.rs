@@ -20,7 +20,7 @@ use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::archive::{Archive, ArchivedJob};
-use crate::command::{Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
+use crate::command::{Answer, Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
 use crate::error::ServerError;
 use crate::exec::Executor;
 use crate::snapshot::{decode_image, encode_image, StateImage, SNAPSHOT_FORMAT};
@@ -30,7 +30,7 @@ use crate::state::{Action, Launch, State};
 pub const MAX_BATCH: usize = 2048;
 
 /// Where a response goes once its batch is durable.
-pub type Reply = oneshot::Sender<Result<Vec<u8>, ApiError>>;
+pub type Reply = oneshot::Sender<Result<Answer, ApiError>>;
 
 /// A request with the channel its answer goes back on.
 pub struct Envelope {
@@ -773,7 +773,7 @@ impl Driver {
                     reply,
                 }) = item
                 {
-                    let _ = reply.send(self.state.query(&q, now));
+                    let _ = reply.send(self.state.answer(&q, now));
                 }
             }
             return Ok(());
@@ -823,11 +823,11 @@ impl Driver {
             return Err(e);
         }
         for (reply, r) in replies {
-            let _ = reply.send(r);
+            let _ = reply.send(r.map(Answer::Body));
         }
         let answered = now_ms();
         for (q, reply) in queries {
-            let _ = reply.send(self.state.query(&q, answered));
+            let _ = reply.send(self.state.answer(&q, answered));
         }
         self.carry_out(actions);
         Ok(())

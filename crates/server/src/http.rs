@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State as AxState};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use qm_executor::{log_file_name, LogStream};
 
-use crate::command::{AuditEntry, Command, Query, Request};
+use crate::command::{Answer, AuditEntry, Command, LogInfo, Query, Request};
 use crate::driver::Envelope;
 use crate::exec::Executor;
 use crate::metrics::ApiLatency;
@@ -42,16 +42,10 @@ pub struct App {
     pub latency: Arc<Mutex<ApiLatency>>,
     /// The executor, which knows where attempts' logs are.
     pub executor: Executor,
-}
-
-/// What `Query::LogInfo` answers.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LogInfo {
-    /// The id the server issued (a UUID), never the client's spelling: no path tricks.
-    job_id: String,
-    attempt: u32,
-    finished: bool,
+    /// The archive of retired jobs, read by usage reports.
+    pub archive: crate::archive::Archive,
+    /// GPUs per instance, per instance type (from the executor's pools).
+    pub gpus: BTreeMap<String, u32>,
 }
 
 /// The router.
@@ -76,6 +70,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/metrics", get(metrics))
         .route("/qm/v1/usage", get(usage))
+        .route("/qm/v1/usage/report", get(usage_report))
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
         .fallback(unknown_route)
@@ -132,7 +127,7 @@ fn ok_response(body: Vec<u8>) -> Response {
 }
 
 /// Hands a request to the driver and waits for its answer (sent once the batch is durable).
-async fn send(app: &App, request: Request) -> Result<Vec<u8>, ApiError> {
+async fn send(app: &App, request: Request) -> Result<Answer, ApiError> {
     let (tx, rx) = oneshot::channel();
     app.requests
         .send(Envelope { request, reply: tx })
@@ -147,7 +142,7 @@ async fn send(app: &App, request: Request) -> Result<Vec<u8>, ApiError> {
 
 /// A request answered in the JSON / AWS-error shape.
 async fn dispatch(app: &App, request: Request) -> Response {
-    match send(app, request).await {
+    match send(app, request).await.and_then(Answer::into_body) {
         Ok(body) => ok_response(body),
         Err(e) => error_response(&e),
     }
@@ -166,6 +161,7 @@ fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 async fn operation(
     AxState(app): AxState<App>,
     Path(operation): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
@@ -173,7 +169,13 @@ async fn operation(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let response = match parse_operation(&operation, &body) {
+    let request = parse_operation(&operation, &body).map(|mut r| {
+        if let Request::Command(Command::SubmitServiceJob { principal, .. }) = &mut r {
+            *principal = signing_key(&headers);
+        }
+        r
+    });
+    let response = match request {
         Ok(r) => dispatch(&app, r).await,
         Err(e) => return error_response(&e),
     };
@@ -184,7 +186,10 @@ async fn operation(
 }
 
 async fn metrics(AxState(app): AxState<App>) -> Response {
-    match send(&app, Request::Query(Query::Metrics)).await {
+    match send(&app, Request::Query(Query::Metrics))
+        .await
+        .and_then(Answer::into_body)
+    {
         Ok(state) => {
             let mut text = String::from_utf8_lossy(&state).into_owned();
             if let Ok(l) = app.latency.lock() {
@@ -203,6 +208,88 @@ async fn metrics(AxState(app): AxState<App>) -> Response {
 
 async fn usage(AxState(app): AxState<App>) -> Response {
     dispatch(&app, Request::Query(Query::Usage)).await
+}
+
+/// A typed answer of the wrong kind: a bug in this layer, said as a server error.
+fn unexpected(answer: &Answer) -> ApiError {
+    ApiError::server(format!("internal: unexpected answer {answer:?}"))
+}
+
+#[derive(Deserialize)]
+struct ReportParams {
+    since: Option<i64>,
+    until: Option<i64>,
+    by: Option<String>,
+    every: Option<String>,
+}
+
+/// `GET /qm/v1/usage/report?since=&until=&by=&every=`: a [`qm_api::qm::UsageReport`] from the
+/// state's jobs and the archive's. The state is asked first: a job retired meanwhile is in
+/// the archive by then (it is archived before its retirement is logged).
+async fn usage_report(
+    AxState(app): AxState<App>,
+    axum::extract::Query(params): axum::extract::Query<ReportParams>,
+) -> Response {
+    let query = match report_params(params, crate::driver::now_ms()) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    let facts = match send(&app, Request::Query(Query::UsageFacts { since: query.since })).await {
+        Ok(Answer::UsageFacts(f)) => f,
+        Ok(other) => return error_response(&unexpected(&other)),
+        Err(e) => return error_response(&e),
+    };
+    let archive = app.archive.clone();
+    let gpus = app.gpus.clone();
+    let report = tokio::task::spawn_blocking(move || {
+        let mut query = query;
+        query.now = facts.now;
+        query.gpus = gpus;
+        crate::usage::report_with_archive(&archive, *facts, &query)
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("computing the report: {e}")))
+    .and_then(|r| r);
+    match report.and_then(|r| crate::state::body(&r)) {
+        Ok(body) => ok_response(body),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// Checks a report's parameters: the window defaults to the last 7 days.
+fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams, ApiError> {
+    use qm_api::qm::{UsageBy, UsageEvery};
+    let until = p.until.unwrap_or(now);
+    let since = p.since.unwrap_or(until - 7 * 86_400_000);
+    if since >= until {
+        return Err(ApiError::client(format!(
+            "since: {since} is not before until ({until}); both are epoch milliseconds"
+        )));
+    }
+    let by = p
+        .by
+        .as_deref()
+        .map_or(Ok(UsageBy::Share), |b| UsageBy::parse("by", b))?;
+    let every = p
+        .every
+        .as_deref()
+        .map(|e| UsageEvery::parse("every", e))
+        .transpose()?;
+    let n = crate::usage::period_count(since, until, every);
+    if n > crate::usage::MAX_PERIODS {
+        return Err(ApiError::client(format!(
+            "every: the window has {n} periods, more than the {} a report may have; use a longer period or a shorter window",
+            crate::usage::MAX_PERIODS
+        )));
+    }
+    Ok(crate::usage::UsageParams {
+        since,
+        until,
+        now,
+        by,
+        every,
+        gpus: BTreeMap::new(),
+    })
 }
 
 async fn audit_list(AxState(app): AxState<App>) -> Response {
@@ -245,25 +332,22 @@ async fn logs(
             )))
         }
     };
-    let info = match send(
+    let info = send(
         &app,
         Request::Query(Query::LogInfo {
             job_id: job.clone(),
             attempt: params.attempt,
         }),
     )
-    .await
-    {
-        Ok(b) => b,
-        Err(e) => return error_response(&e),
-    };
-    let Ok(LogInfo {
+    .await;
+    let LogInfo {
         job_id,
         attempt,
         finished,
-    }) = serde_json::from_slice(&info)
-    else {
-        return error_response(&ApiError::server("log lookup returned no job id"));
+    } = match info {
+        Ok(Answer::LogInfo(info)) => info,
+        Ok(other) => return error_response(&unexpected(&other)),
+        Err(e) => return error_response(&e),
     };
     let path = app
         .executor
@@ -308,6 +392,19 @@ fn read_from(path: &std::path::Path, offset: u64, max: u64) -> Vec<u8> {
     buf
 }
 
+/// The access key id a request says it was signed with (`Authorization: AWS4-HMAC-SHA256
+/// Credential=<key>/<date>/...`): who submitted a job, for usage accounting. It is what the
+/// client claims; nothing here checks the signature.
+pub fn signing_key(headers: &HeaderMap) -> Option<String> {
+    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let credential = auth.split([' ', ',']).find_map(|p| p.strip_prefix("Credential="))?;
+    let key = credential.split('/').next()?;
+    let printable = !key.is_empty()
+        && key.len() <= 128
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
+    printable.then(|| key.to_string())
+}
+
 /// Decodes the body of `POST /v1/<operation>`.
 pub fn parse_operation(operation: &str, body: &[u8]) -> Result<Request, ApiError> {
     use Command as C;
@@ -336,6 +433,7 @@ pub fn parse_operation(operation: &str, body: &[u8]) -> Result<Request, ApiError
         "submitservicejob" => c(C::SubmitServiceJob {
             job_id: uuid::Uuid::new_v4().to_string(),
             request: parse_request(body)?,
+            principal: None,
         }),
         "describeservicejob" => q(Q::DescribeServiceJob(parse_request(body)?)),
         "listservicejobs" => q(Q::ListServiceJobs(parse_request(body)?)),

@@ -28,6 +28,7 @@ pub mod metrics;
 mod ops;
 pub mod snapshot;
 pub mod state;
+pub mod usage;
 
 use qm_api::Arns;
 use qm_executor::slurm::{SlurmConfig, SlurmExecutor, SlurmInstance};
@@ -113,7 +114,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
 
     check_executor_switch(&mut log, &config, state.live_attempts().len())?;
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let (executor, instances) = match &config.slurm {
+    let (executor, instances, gpus) = match &config.slurm {
         None => local_executor(&config, events_tx.clone())?,
         Some(settings) => slurm_executor(&config, settings, &mut log, events_tx.clone())?,
     };
@@ -159,6 +160,8 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         requests: req_tx,
         latency: Default::default(),
         executor: logs,
+        archive: archive::Archive::new(&config.data_dir),
+        gpus,
     };
     axum::serve(listener, http::router(app))
         .with_graceful_shutdown(shutdown_signal())
@@ -181,12 +184,19 @@ fn upgrade_summary(r: &driver::Recovered) -> String {
     )
 }
 
+/// A started executor, the lines that describe its instances, and GPUs per instance type.
+type StartedExecutor = (
+    exec::Executor,
+    Vec<String>,
+    std::collections::BTreeMap<String, u32>,
+);
+
 /// The local executor of `config`: its pools (configured, else detected GPUs, else four
 /// simulated instances) and a line per pool for the banner.
 fn local_executor(
     config: &Config,
     events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
-) -> Result<(exec::Executor, Vec<String>), ServerError> {
+) -> Result<StartedExecutor, ServerError> {
     let mut gpu_indices = None;
     let pools: Vec<PoolSpec> = if config.pool.is_empty() {
         let gpus = detect_gpus();
@@ -235,7 +245,11 @@ fn local_executor(
             )
         })
         .collect();
-    Ok((exec::Executor::Local(executor), described))
+    let gpus = pools
+        .iter()
+        .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
+        .collect();
+    Ok((exec::Executor::Local(executor), described, gpus))
 }
 
 /// Attempts run where the executor that started them put them: local processes are found by
@@ -283,7 +297,7 @@ fn slurm_executor(
     settings: &SlurmSettings,
     log: &mut SqliteLog,
     events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
-) -> Result<(exec::Executor, Vec<String>), ServerError> {
+) -> Result<StartedExecutor, ServerError> {
     let tag = slurm_tag(log)?;
     let mut cfg = SlurmConfig::new(
         settings.shared_dir_or(&config.data_dir),
@@ -325,7 +339,12 @@ fn slurm_executor(
             )
         })
         .collect();
-    Ok((exec::Executor::Slurm(slurm), described))
+    let gpus = settings
+        .instances
+        .iter()
+        .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
+        .collect();
+    Ok((exec::Executor::Slurm(slurm), described, gpus))
 }
 
 /// Keeps `value` as the setting `key` stored with the data dir. A different stored value is

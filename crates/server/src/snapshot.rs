@@ -47,6 +47,9 @@ pub struct StateImage {
     pub preemptions: Vec<(String, String, u64)>,
     /// The scheduling core.
     pub core: qm_core::Image,
+    /// Entitlements over time (absent from snapshots of builds before usage accounting).
+    #[serde(default)]
+    pub share_history: Vec<((String, String), Vec<crate::usage::ShareEpoch>)>,
 }
 
 impl State {
@@ -75,6 +78,11 @@ impl State {
                 .map(|((q, s), n)| (q.clone(), s.clone(), *n))
                 .collect(),
             core: self.core.image(),
+            share_history: self
+                .share_history
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         }
     }
 
@@ -128,6 +136,8 @@ impl State {
             .into_iter()
             .map(|(q, s, n)| ((q, s), n))
             .collect();
+        state.share_history = image.share_history.into_iter().collect();
+        state.seed_share_history();
         Ok(state)
     }
 

@@ -14,7 +14,7 @@ use qm_api::*;
 use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, ExitRecord, Query};
+use crate::command::{Answer, Command, ExitRecord, LogInfo, Query, UsageFacts};
 
 /// How many preempted attempts `preemptionSummary.recentPreemptedAttempts` keeps.
 pub const PREEMPTED_WINDOW: usize = 10;
@@ -149,6 +149,15 @@ pub struct AttemptRec {
     pub instance_type: String,
     /// Instances it holds.
     pub count: u32,
+    /// When the job last reported a checkpoint during this attempt (lost-work accounting).
+    #[serde(default)]
+    pub checkpoint_at: Option<i64>,
+    /// When the core decided to stop it (a preemption or a termination).
+    #[serde(default)]
+    pub stop_at: Option<i64>,
+    /// For a preemption: the share and the job it was preempted for.
+    #[serde(default)]
+    pub preempted_for: Option<(String, String)>,
 }
 
 impl JobRec {
@@ -211,8 +220,8 @@ pub struct JobRec {
     pub attempts: Vec<AttemptRec>,
     /// The attempt holding capacity, if any (it may be stopping).
     pub live: Option<AttemptRec>,
-    /// Preempted attempts, newest first, at most [`PREEMPTED_WINDOW`]; an entry is added when
-    /// the preemption is decided.
+    /// Every preempted attempt, newest first (DescribeServiceJob shows the newest
+    /// [`PREEMPTED_WINDOW`]); an entry is added when the preemption is decided.
     pub preempted: VecDeque<AttemptRec>,
     /// Total preemptions.
     pub preempted_count: u32,
@@ -224,6 +233,9 @@ pub struct JobRec {
     pub tags: BTreeMap<String, String>,
     /// The training job name of the newest attempt.
     pub latest_training_job: Option<String>,
+    /// Who submitted it, when known.
+    #[serde(default)]
+    pub principal: Option<String>,
 }
 
 /// The server state. See the module docs.
@@ -266,6 +278,9 @@ pub struct State {
     pub finished: BTreeSet<(i64, u64)>,
     /// Jobs by queue, share and status, for ListServiceJobs.
     pub by_status: crate::index::StatusIndex,
+    /// Every share's entitlement over time, for usage accounting (a few entries per change
+    /// of a share, never pruned).
+    pub share_history: crate::usage::ShareHistory,
     /// Scheduling pass durations (measured by the driver; not part of the replayed state).
     pub pass_seconds: crate::metrics::Histogram,
 }
@@ -293,6 +308,7 @@ impl State {
             preemptions: BTreeMap::new(),
             finished: BTreeSet::new(),
             by_status: Default::default(),
+            share_history: BTreeMap::new(),
             pass_seconds: crate::metrics::Histogram::default(),
         }
     }
@@ -319,9 +335,11 @@ impl State {
             Command::CreateQuotaShare(r) => self.create_quota_share(r),
             Command::UpdateQuotaShare(r) => self.update_quota_share(r),
             Command::DeleteQuotaShare(r) => self.delete_quota_share(r),
-            Command::SubmitServiceJob { job_id, request } => {
-                self.submit_service_job(job_id, request)
-            }
+            Command::SubmitServiceJob {
+                job_id,
+                request,
+                principal,
+            } => self.submit_service_job(job_id, request, principal.as_deref()),
             Command::UpdateServiceJob(r) => self.update_service_job(r),
             Command::TerminateServiceJob(r) => self.terminate_service_job(r),
             Command::TerminateServiceJobs(r) => self.terminate_service_jobs(r),
@@ -349,7 +367,21 @@ impl State {
         }
     }
 
-    /// Answers a read; `now` is only shown (`lastUpdatedAt`), never kept.
+    /// Answers a read, typed where the HTTP layer uses the answer itself.
+    pub fn answer(&self, q: &Query, now: i64) -> Result<Answer, ApiError> {
+        match q {
+            Query::LogInfo { job_id, attempt } => self.log_info(job_id, *attempt).map(Answer::LogInfo),
+            Query::UsageFacts { since } => Ok(Answer::UsageFacts(Box::new(UsageFacts {
+                jobs: self.usage_jobs(*since),
+                history: self.share_history.clone(),
+                now: now.max(self.now),
+            }))),
+            q => self.query(q, now).map(Answer::Body),
+        }
+    }
+
+    /// Answers a read with a response body; `now` is only shown (`lastUpdatedAt`), never
+    /// kept.
     pub fn query(&self, q: &Query, now: i64) -> Result<Vec<u8>, ApiError> {
         match q {
             Query::DescribeServiceEnvironments(r) => self.describe_service_environments(r),
@@ -364,8 +396,10 @@ impl State {
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
             Query::Audit => body(&serde_json::json!({ "entries": self.audit })),
-            Query::LogInfo { job_id, attempt } => self.log_info(job_id, *attempt),
             Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),
+            Query::LogInfo { .. } | Query::UsageFacts { .. } => Err(ApiError::server(
+                "internal: this read has a typed answer (State::answer)",
+            )),
         }
     }
 
@@ -423,6 +457,9 @@ impl State {
                         running_at: None,
                         instance_type: unit.clone(),
                         count,
+                        checkpoint_at: None,
+                        stop_at: None,
+                        preempted_for: None,
                     });
                     rec.scheduled_at = Some(now);
                     let launch = rec.live_launch().expect("the live attempt was just set");
@@ -436,10 +473,13 @@ impl State {
                     cause,
                 } => {
                     let reason = cause.describe(|j| self.api_id(j));
+                    let preempted_for = self.preemptor(&cause);
                     if let Some(rec) = self.jobs.get_mut(&job.0) {
                         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
                             live.stop_reason = Some(reason.clone());
+                            live.stop_at = Some(now);
                             live.preempted = cause.is_preemption();
+                            live.preempted_for = preempted_for;
                             if live.preempted {
                                 *self
                                     .preemptions
@@ -451,8 +491,10 @@ impl State {
                                 let mut entry = live.clone();
                                 entry.status_reason = Some(reason);
                                 rec.preempted_count += 1;
+                                // Every preempted attempt is kept (usage accounting needs
+                                // its hours); DescribeServiceJob shows the newest
+                                // PREEMPTED_WINDOW.
                                 rec.preempted.push_front(entry);
-                                rec.preempted.truncate(PREEMPTED_WINDOW);
                             }
                         }
                     }
@@ -479,6 +521,18 @@ impl State {
                 }
             }
         }
+    }
+
+    /// The (share, job id) a preemption is for.
+    fn preemptor(&self, cause: &qm_core::StopCause) -> Option<(String, String)> {
+        let for_job = match cause {
+            qm_core::StopCause::Reclaim { for_job, .. } | qm_core::StopCause::InShare { for_job } => {
+                *for_job
+            }
+            qm_core::StopCause::Terminated { .. } => return None,
+        };
+        let rec = self.jobs.get(&for_job.0)?;
+        Some((rec.share.clone(), rec.id.clone()))
     }
 
     /// Moves a job to `status`, keeping the queue's RUNNABLE index in step.
@@ -557,6 +611,15 @@ impl State {
         let Some(&core) = self.attempt_job.get(&attempt) else {
             return Ok(Vec::new());
         };
+        let now = self.now;
+        if let Some(live) = self
+            .jobs
+            .get_mut(&core)
+            .and_then(|rec| rec.live.as_mut())
+            .filter(|l| l.attempt == attempt)
+        {
+            live.checkpoint_at = Some(now);
+        }
         // A checkpoint of a job that is no longer dispatched means nothing to the core.
         if self.core.attempt(qm_core::AttemptId(attempt)).is_some() {
             self.core_apply(Input::Checkpoint { job: JobId(core) })?;
@@ -585,6 +648,7 @@ impl State {
                 if live.preempted {
                     if let Some(entry) = rec.preempted.iter_mut().find(|p| p.attempt == attempt) {
                         entry.stopped_at = Some(now);
+                        entry.checkpoint_at = live.checkpoint_at;
                     }
                 } else {
                     live.status_reason = Some(match &live.stop_reason {
@@ -869,8 +933,8 @@ impl State {
         body(&serde_json::json!({ "queues": queues }))
     }
 
-    /// The attempt whose logs a client asks for: `{attempt, finished}`.
-    fn log_info(&self, job_id: &str, attempt: Option<u32>) -> Result<Vec<u8>, ApiError> {
+    /// The attempt whose logs a client asks for.
+    fn log_info(&self, job_id: &str, attempt: Option<u32>) -> Result<LogInfo, ApiError> {
         let core = self.job_core("jobId", job_id)?;
         let rec = &self.jobs[&core];
         let latest = rec.attempt_counter;
@@ -886,7 +950,11 @@ impl State {
             )));
         }
         let running = rec.live.as_ref().is_some_and(|l| l.number == n);
-        body(&serde_json::json!({ "jobId": rec.id, "attempt": n, "finished": !running }))
+        Ok(LogInfo {
+            job_id: rec.id.clone(),
+            attempt: n,
+            finished: !running,
+        })
     }
 
     /// Whether any job waits (the driver re-runs the pass periodically only then).

@@ -97,6 +97,7 @@ impl World {
     fn submit(&mut self, id: &str, share: &str, priority: i32) -> Vec<Action> {
         self.one(Command::SubmitServiceJob {
             job_id: id.into(),
+            principal: None,
             request: serde_json::from_value(json!({
                 "jobName": id, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
                 "quotaShareName": share, "schedulingPriority": priority,
@@ -285,6 +286,7 @@ fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused(
         .state
         .apply(&Command::SubmitServiceJob {
             job_id: "j1".into(),
+            principal: None,
             request: req("a"),
         })
         .unwrap();
@@ -292,6 +294,7 @@ fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused(
         .state
         .apply(&Command::SubmitServiceJob {
             job_id: "j2".into(),
+            principal: None,
             request: req("a"),
         })
         .unwrap();
@@ -300,6 +303,7 @@ fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused(
         .state
         .apply(&Command::SubmitServiceJob {
             job_id: "j3".into(),
+            principal: None,
             request: req("b"),
         })
         .unwrap_err();
@@ -364,6 +368,7 @@ fn a_job_for_an_instance_type_the_executor_lacks_waits_with_a_reason_instead_of_
     ));
     let a = w.one(Command::SubmitServiceJob {
         job_id: "big".into(),
+        principal: None,
         request: serde_json::from_value(json!({
             "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
             "quotaShareName": "QS",
@@ -463,6 +468,7 @@ fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
     ));
     w.one(Command::SubmitServiceJob {
         job_id: "big".into(),
+        principal: None,
         request: serde_json::from_value(json!({
             "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
             "quotaShareName": "QS",

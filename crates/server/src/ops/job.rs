@@ -37,6 +37,7 @@ impl State {
         &mut self,
         job_id: &str,
         r: &SubmitServiceJobRequest,
+        principal: Option<&str>,
     ) -> Result<Vec<u8>, ApiError> {
         validate_submit_service_job(r)?;
         let canonical = r.client_token.as_ref().map(|_| {
@@ -130,6 +131,7 @@ impl State {
             attempt_counter: 0,
             tags: r.tags.clone().unwrap_or_default(),
             latest_training_job: None,
+            principal: principal.map(str::to_string),
         };
         self.queues
             .get_mut(&queue)
@@ -271,6 +273,7 @@ impl State {
             recent_preempted_attempts: Some(
                 rec.preempted
                     .iter()
+                    .take(crate::state::PREEMPTED_WINDOW)
                     .map(|a| ServiceJobPreemptedAttempt {
                         service_resource_id: Some(self.resource_id(&a.training_job_name)),
                         started_at: Some(a.started_at),

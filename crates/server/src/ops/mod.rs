@@ -10,6 +10,7 @@ pub(crate) mod retention;
 mod share;
 mod snapshot;
 mod tags;
+mod usage;
 
 use qm_api::{decode_token, encode_token, ApiError};
 

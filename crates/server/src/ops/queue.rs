@@ -179,6 +179,7 @@ impl State {
                 share: share.clone(),
             })?;
             self.mark_terminated(&doomed);
+            self.record_share(&name, &share, None);
         }
         let q = self.queues.remove(&name).expect("checked");
         if let Some(e) = self.environments.get_mut(&q.environment) {

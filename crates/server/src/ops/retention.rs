@@ -37,6 +37,9 @@ pub struct ArchivedJob {
     pub preempted_count: u32,
     /// The job's tags.
     pub tags: std::collections::BTreeMap<String, String>,
+    /// Who submitted it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// One attempt of a retired job.
@@ -59,6 +62,15 @@ pub struct ArchivedAttempt {
     pub preempted: bool,
     /// How it ended.
     pub status_reason: Option<String>,
+    /// When the core decided to stop it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_at: Option<i64>,
+    /// The last checkpoint it reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at: Option<i64>,
+    /// For a preemption: the share and the job it was preempted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_for: Option<(String, String)>,
 }
 
 impl ArchivedJob {
@@ -73,6 +85,9 @@ impl ArchivedJob {
             stopped_at: a.stopped_at,
             preempted: a.preempted,
             status_reason: a.status_reason.clone().or_else(|| a.stop_reason.clone()),
+            stop_at: a.stop_at,
+            checkpoint_at: a.checkpoint_at,
+            preempted_for: a.preempted_for.clone(),
         };
         let mut attempts: Vec<ArchivedAttempt> = rec
             .attempts
@@ -95,6 +110,33 @@ impl ArchivedJob {
             attempts,
             preempted_count: rec.preempted_count,
             tags: rec.tags.clone(),
+            principal: rec.principal.clone(),
+        }
+    }
+
+    /// What usage accounting needs of it.
+    pub fn usage(&self) -> crate::usage::UsageJob {
+        crate::usage::UsageJob {
+            id: self.job_id.clone(),
+            queue: self.job_queue.clone(),
+            share: self.quota_share_name.clone(),
+            principal: self.principal.clone(),
+            created_at: self.created_at,
+            attempts: self
+                .attempts
+                .iter()
+                .map(|a| crate::usage::UsageAttempt {
+                    instance_type: a.instance_type.clone(),
+                    count: a.count,
+                    started_at: a.started_at,
+                    running_at: a.running_at,
+                    stopped_at: a.stopped_at,
+                    stop_at: a.stop_at,
+                    checkpoint_at: a.checkpoint_at,
+                    preempted: a.preempted,
+                    preempted_for: a.preempted_for.clone(),
+                })
+                .collect(),
         }
     }
 }

@@ -58,6 +58,7 @@ impl State {
             share: self.share_spec_of(&rec),
         })?;
         let name = rec.name.clone();
+        self.record_share(&queue, &name, Some(&rec));
         self.queues
             .get_mut(&queue)
             .expect("checked")
@@ -92,6 +93,7 @@ impl State {
             queue: queue.clone(),
             share: self.share_spec_of(&rec),
         })?;
+        self.record_share(&queue, &name, Some(&rec));
         self.queues
             .get_mut(&queue)
             .expect("checked")
@@ -119,6 +121,7 @@ impl State {
             share: name.clone(),
         })?;
         self.mark_terminated(&doomed);
+        self.record_share(&queue, &name, None);
         self.queues
             .get_mut(&queue)
             .expect("checked")

@@ -1,0 +1,200 @@
+//! The wire types of Quartermaster's own API (`/qm/v1/...`): what is not AWS Batch but is
+//! read by `qm`, the dashboard and scripts, so the server and its clients share one
+//! definition instead of a `json!` on one side and a copy on the other.
+
+use serde::{Deserialize, Serialize};
+
+/// How `GET /qm/v1/usage/report` groups its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UsageBy {
+    /// One row per (queue, quota share).
+    Share,
+    /// One row per principal (who submitted the jobs).
+    Principal,
+    /// One row per instance type.
+    InstanceType,
+}
+
+impl UsageBy {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageBy::Share => "share",
+            UsageBy::Principal => "principal",
+            UsageBy::InstanceType => "instance-type",
+        }
+    }
+
+    /// Parses the wire spelling; the error says what is accepted.
+    pub fn parse(field: &str, s: &str) -> Result<Self, crate::ApiError> {
+        match s {
+            "share" => Ok(UsageBy::Share),
+            "principal" => Ok(UsageBy::Principal),
+            "instance-type" => Ok(UsageBy::InstanceType),
+            other => Err(crate::ApiError::client(format!(
+                "{field}: '{other}' is not a grouping; use share, principal or instance-type"
+            ))),
+        }
+    }
+}
+
+/// How long each period of a usage report is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UsageEvery {
+    /// UTC hours (the dashboard's day view).
+    Hour,
+    /// UTC days.
+    Day,
+    /// ISO weeks: Monday 00:00 UTC to the next Monday.
+    Week,
+}
+
+impl UsageEvery {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageEvery::Hour => "hour",
+            UsageEvery::Day => "day",
+            UsageEvery::Week => "week",
+        }
+    }
+
+    /// Parses the wire spelling; the error says what is accepted.
+    pub fn parse(field: &str, s: &str) -> Result<Self, crate::ApiError> {
+        match s {
+            "hour" => Ok(UsageEvery::Hour),
+            "day" => Ok(UsageEvery::Day),
+            "week" => Ok(UsageEvery::Week),
+            other => Err(crate::ApiError::client(format!(
+                "{field}: '{other}' is not a period; use hour, day or week"
+            ))),
+        }
+    }
+}
+
+/// A usage report: what each share (principal, instance type) used, borrowed and lent in
+/// `[since, until)`, period by period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageReport {
+    /// Start of the window (epoch ms, inclusive).
+    pub since: i64,
+    /// End of the window (epoch ms, exclusive).
+    pub until: i64,
+    /// The grouping.
+    pub by: UsageBy,
+    /// The period length, if the window is split.
+    pub every: Option<UsageEvery>,
+    /// One row per period and key, periods in order, keys sorted.
+    pub rows: Vec<UsageRow>,
+    /// What the reader should know about the figures (e.g. an instance type without a GPU
+    /// count, so its GPU-hours are 0).
+    pub notes: Vec<String>,
+}
+
+/// One row of a [`UsageReport`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageRow {
+    /// Start of the period (epoch ms).
+    pub period_start: i64,
+    /// End of the period (epoch ms, exclusive).
+    pub period_end: i64,
+    /// The job queue (by share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_queue: Option<String>,
+    /// The quota share (by share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_share_name: Option<String>,
+    /// Who submitted (by principal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+    /// The instance type (by instance type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// Instance-hours.
+    pub instance_hours: UsageHours,
+    /// GPU-hours: instance-hours times the type's GPUs per instance.
+    pub gpu_hours: UsageHours,
+    /// Attempts of these jobs preempted (capacity reclaimed or in-share).
+    pub preemptions_suffered: u64,
+    /// Attempts of other jobs preempted for these jobs.
+    pub preemptions_caused: u64,
+    /// Instance-hours of work lost to those preemptions: from the attempt's last checkpoint
+    /// (else its start running) to its end.
+    pub lost_instance_hours: f64,
+    /// The same in GPU-hours.
+    pub lost_gpu_hours: f64,
+    /// Attempts started in the period.
+    pub starts: u64,
+    /// Seconds from RUNNABLE to capacity granted, over the starts in the period.
+    pub queue_delay_seconds: Option<Percentiles>,
+}
+
+/// Hours split by whose capacity they were.
+///
+/// `used = withinEntitlement + borrowed`. By share, `withinEntitlement + idleEntitlement +
+/// lentOut` is the share's entitlement over time. By principal, `lentOut` and
+/// `idleEntitlement` are 0 (they belong to shares, not people).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageHours {
+    /// All hours used.
+    pub used: f64,
+    /// Hours used within the share's own entitlement.
+    pub within_entitlement: f64,
+    /// Hours used above it, on capacity lent by other shares.
+    pub borrowed: f64,
+    /// The share's idle entitlement that other shares borrowed.
+    pub lent_out: f64,
+    /// Entitlement no one used.
+    pub idle_entitlement: f64,
+}
+
+/// Nearest-rank percentiles of a sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Of `values` (sorted here); `None` when empty.
+    pub fn of(values: &mut [f64]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let i = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
+            values[i - 1]
+        };
+        Some(Percentiles {
+            p50: rank(0.50),
+            p90: rank(0.90),
+            p99: rank(0.99),
+            max: values[values.len() - 1],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let mut v: Vec<f64> = (1..=10).map(f64::from).collect();
+        let p = Percentiles::of(&mut v).unwrap();
+        assert_eq!((p.p50, p.p90, p.p99, p.max), (5.0, 9.0, 10.0, 10.0));
+        assert_eq!(Percentiles::of(&mut []), None);
+    }
+}

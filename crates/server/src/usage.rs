@@ -1,0 +1,503 @@
+//! Usage accounting: who used, borrowed and lent what over a time window (`qm report usage`,
+//! `GET /qm/v1/usage/report`, the dashboard's history).
+//!
+//! The figures are computed from facts only: every attempt's capacity interval (granted to
+//! processes gone), its preemption and last checkpoint, and each share's entitlement over
+//! time ([`ShareEpoch`]). Live jobs come from the state, retired ones from the archive, so a
+//! report is the same before and after a restart or a retirement. The computation is pure
+//! ([`report`]): a sweep over the instants where anything changes, per (queue, instance type),
+//! applying DESIGN.md's identity `own = min(U, L)`, `borrowed = U - own`, `idle = L - own`
+//! in every interval, and splitting what others borrow over the lenders in proportion to their
+//! idle lendable entitlement, the same split the live `/qm/v1/usage` shows.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use qm_api::qm::{Percentiles, UsageBy, UsageEvery, UsageHours, UsageReport, UsageRow};
+use serde::{Deserialize, Serialize};
+
+const HOUR_MS: f64 = 3_600_000.0;
+const DAY_MS: i64 = 86_400_000;
+
+/// A share's entitlement from `from` (epoch ms) until its next epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareEpoch {
+    /// When this configuration took effect.
+    pub from: i64,
+    /// Entitled instances per instance type (empty once the share is deleted).
+    pub limits: BTreeMap<String, u32>,
+    /// Whether its idle entitlement is lent (LEND, LEND_AND_BORROW).
+    pub lends: bool,
+}
+
+/// Entitlement history: per (queue, share), epochs in time order.
+pub type ShareHistory = BTreeMap<(String, String), Vec<ShareEpoch>>;
+
+/// One job, as accounting sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UsageJob {
+    /// Job id.
+    pub id: String,
+    /// Queue.
+    pub queue: String,
+    /// Share.
+    pub share: String,
+    /// Who submitted it (`None` for jobs from before principals were recorded).
+    pub principal: Option<String>,
+    /// Submitted (epoch ms).
+    pub created_at: i64,
+    /// Every attempt that got capacity, in start order.
+    pub attempts: Vec<UsageAttempt>,
+}
+
+/// One attempt's capacity interval and how it ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UsageAttempt {
+    /// Instance type.
+    pub instance_type: String,
+    /// Instances held.
+    pub count: u32,
+    /// Capacity granted (epoch ms).
+    pub started_at: i64,
+    /// Processes started.
+    pub running_at: Option<i64>,
+    /// Processes gone, capacity released; `None` while it holds capacity.
+    pub stopped_at: Option<i64>,
+    /// When the core decided to stop it.
+    pub stop_at: Option<i64>,
+    /// Last checkpoint reported during it.
+    pub checkpoint_at: Option<i64>,
+    /// Ended by a preemption.
+    pub preempted: bool,
+    /// The (share, job id) it was preempted for, when known.
+    pub preempted_for: Option<(String, String)>,
+}
+
+/// What a report is asked for.
+#[derive(Clone, Debug)]
+pub struct UsageParams {
+    /// Window start (epoch ms, inclusive).
+    pub since: i64,
+    /// Window end (epoch ms, exclusive).
+    pub until: i64,
+    /// The time of the data: attempts still holding capacity count up to here.
+    pub now: i64,
+    /// Grouping.
+    pub by: UsageBy,
+    /// Period length, if split.
+    pub every: Option<UsageEvery>,
+    /// GPUs per instance, per instance type.
+    pub gpus: BTreeMap<String, u32>,
+}
+
+/// The most periods one report may have (a year of hours), so a careless window cannot make
+/// the server build millions of rows.
+pub const MAX_PERIODS: usize = 366 * 24;
+
+/// At most how many periods `[since, until)` has (without building them).
+pub fn period_count(since: i64, until: i64, every: Option<UsageEvery>) -> usize {
+    let len = match every {
+        None => return 1,
+        Some(UsageEvery::Hour) => 3_600_000,
+        Some(UsageEvery::Day) => DAY_MS,
+        Some(UsageEvery::Week) => 7 * DAY_MS,
+    };
+    usize::try_from((until - since).max(0) / len + 2).unwrap_or(usize::MAX)
+}
+
+/// The report of the state's `facts` plus the archive's jobs, for `p`.
+pub fn report_with_archive(
+    archive: &crate::archive::Archive,
+    facts: crate::command::UsageFacts,
+    p: &UsageParams,
+) -> Result<UsageReport, qm_api::ApiError> {
+    let archived = archive.read(p.since, i64::MAX).map_err(|e| {
+        qm_api::ApiError::server(format!("reading the archive of retired jobs: {e}"))
+    })?;
+    let mut jobs: BTreeMap<String, UsageJob> = archived
+        .iter()
+        .map(|j| (j.job_id.clone(), j.usage()))
+        .collect();
+    // A job both archived and still in the state (a crash between the two): the state wins.
+    for job in facts.jobs {
+        jobs.insert(job.id.clone(), job);
+    }
+    let jobs: Vec<UsageJob> = jobs.into_values().collect();
+    Ok(report(&jobs, &facts.history, p))
+}
+
+/// The period boundaries of `[since, until)`.
+pub fn periods(since: i64, until: i64, every: Option<UsageEvery>) -> Vec<(i64, i64)> {
+    let Some(every) = every else {
+        return vec![(since, until)];
+    };
+    let start_of = |t: i64| match every {
+        UsageEvery::Hour => t.div_euclid(3_600_000) * 3_600_000,
+        UsageEvery::Day => t.div_euclid(DAY_MS) * DAY_MS,
+        // 1970-01-01 was a Thursday: Mondays are days d with (d + 3) % 7 == 0.
+        UsageEvery::Week => {
+            let d = t.div_euclid(DAY_MS);
+            (d - (d + 3).rem_euclid(7)) * DAY_MS
+        }
+    };
+    let len = match every {
+        UsageEvery::Hour => 3_600_000,
+        UsageEvery::Day => DAY_MS,
+        UsageEvery::Week => 7 * DAY_MS,
+    };
+    let mut out = Vec::new();
+    let mut t = since;
+    while t < until {
+        let end = (start_of(t) + len).min(until);
+        out.push((t, end));
+        t = end;
+    }
+    out
+}
+
+/// A row's key: (queue, share, principal, instance type), the parts the grouping uses.
+type Key = (Option<String>, Option<String>, Option<String>, Option<String>);
+
+#[derive(Default)]
+struct Cell {
+    instance: UsageHours,
+    gpu: UsageHours,
+    suffered: u64,
+    caused: u64,
+    lost_instance: f64,
+    lost_gpu: f64,
+    starts: u64,
+    delays: Vec<f64>,
+}
+
+/// The report of `jobs` under `history`. Jobs must be unique by id.
+pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> UsageReport {
+    let periods = periods(p.since, p.until, p.every);
+    let mut cells: BTreeMap<(usize, Key), Cell> = BTreeMap::new();
+    let mut notes = BTreeSet::new();
+    let gpus = |t: &str, notes: &mut BTreeSet<String>| match p.gpus.get(t) {
+        Some(&g) => f64::from(g),
+        None => {
+            notes.insert(format!(
+                "{t}: no gpus_per_instance in the server's [[executor.pool]] configuration, so its GPU-hours count 0"
+            ));
+            0.0
+        }
+    };
+    let principal_of: BTreeMap<&str, &str> = jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.principal.as_deref().unwrap_or("unknown")))
+        .collect();
+    let key_of = |queue: &str, share: &str, principal: &str, unit: &str| -> Key {
+        match p.by {
+            UsageBy::Share => (Some(queue.into()), Some(share.into()), None, None),
+            UsageBy::Principal => (None, None, Some(principal.into()), None),
+            UsageBy::InstanceType => (None, None, None, Some(unit.into())),
+        }
+    };
+    let period_of = |t: i64| periods.iter().position(|&(a, b)| t >= a && t < b);
+
+    // Events: preemptions, lost work, starts and their waits.
+    for job in jobs {
+        let principal = principal_of[job.id.as_str()];
+        let mut runnable_since = job.created_at;
+        for a in &job.attempts {
+            let key = key_of(&job.queue, &job.share, principal, &a.instance_type);
+            let g = gpus(&a.instance_type, &mut notes);
+            if let Some(i) = period_of(a.started_at) {
+                let cell = cells.entry((i, key.clone())).or_default();
+                cell.starts += 1;
+                cell.delays
+                    .push((a.started_at - runnable_since).max(0) as f64 / 1000.0);
+            }
+            runnable_since = a.stop_at.or(a.stopped_at).unwrap_or(a.started_at);
+            if !a.preempted {
+                continue;
+            }
+            let ended = a.stopped_at.unwrap_or(p.now);
+            if let Some(i) = period_of(ended) {
+                let worked_from = a.checkpoint_at.or(a.running_at);
+                let lost_ms = worked_from.map_or(0, |w| (ended - w).max(0)) as f64;
+                let hours = lost_ms / HOUR_MS * f64::from(a.count);
+                let cell = cells.entry((i, key)).or_default();
+                cell.suffered += 1;
+                cell.lost_instance += hours;
+                cell.lost_gpu += hours * g;
+                if let Some((by_share, by_job)) = &a.preempted_for {
+                    let by_principal = principal_of.get(by_job.as_str()).copied().unwrap_or("unknown");
+                    let key = key_of(&job.queue, by_share, by_principal, &a.instance_type);
+                    cells.entry((i, key)).or_default().caused += 1;
+                }
+            }
+        }
+    }
+
+    // Hours: one sweep per (queue, instance type).
+    let mut units: BTreeSet<(String, String)> = BTreeSet::new();
+    for job in jobs {
+        for a in &job.attempts {
+            units.insert((job.queue.clone(), a.instance_type.clone()));
+        }
+    }
+    for ((queue, _), epochs) in history {
+        for e in epochs {
+            for unit in e.limits.keys() {
+                units.insert((queue.clone(), unit.clone()));
+            }
+        }
+    }
+    for (queue, unit) in &units {
+        let g = gpus(unit, &mut notes);
+        let grouping = Grouping {
+            key: &key_of,
+            share_level: p.by != UsageBy::Principal,
+        };
+        let sweep = Sweep::new(queue, unit, jobs, history, p);
+        for seg in sweep.segments() {
+            for (i, &(a, b)) in periods.iter().enumerate() {
+                let (from, to) = (seg.from.max(a), seg.to.min(b));
+                if from >= to {
+                    continue;
+                }
+                let h = (to - from) as f64 / HOUR_MS;
+                seg.add(h, g, i, &mut cells, &grouping);
+            }
+        }
+    }
+
+    let rows = cells
+        .into_iter()
+        .map(|((i, (job_queue, quota_share_name, principal, instance_type)), mut c)| UsageRow {
+            period_start: periods[i].0,
+            period_end: periods[i].1,
+            job_queue,
+            quota_share_name,
+            principal,
+            instance_type,
+            instance_hours: round_hours(c.instance),
+            gpu_hours: round_hours(c.gpu),
+            preemptions_suffered: c.suffered,
+            preemptions_caused: c.caused,
+            lost_instance_hours: round(c.lost_instance),
+            lost_gpu_hours: round(c.lost_gpu),
+            starts: c.starts,
+            queue_delay_seconds: Percentiles::of(&mut c.delays),
+        })
+        .collect();
+    UsageReport {
+        since: p.since,
+        until: p.until,
+        by: p.by,
+        every: p.every,
+        rows,
+        notes: notes.into_iter().collect(),
+    }
+}
+
+/// Hours to the millisecond's precision, so that sums do not show float noise.
+fn round(h: f64) -> f64 {
+    (h * 1e6).round() / 1e6
+}
+
+fn round_hours(h: UsageHours) -> UsageHours {
+    UsageHours {
+        used: round(h.used),
+        within_entitlement: round(h.within_entitlement),
+        borrowed: round(h.borrowed),
+        lent_out: round(h.lent_out),
+        idle_entitlement: round(h.idle_entitlement),
+    }
+}
+
+/// The intervals of one (queue, instance type) over which nothing changes.
+struct Sweep<'a> {
+    /// Instants where usage or an entitlement changes, with the change: (share, principal,
+    /// +/- instances) for usage, or a new entitlement for a share.
+    changes: BTreeMap<i64, Vec<Change<'a>>>,
+    queue: &'a str,
+    unit: &'a str,
+    since: i64,
+    until: i64,
+}
+
+enum Change<'a> {
+    Usage { share: &'a str, principal: &'a str, delta: i64 },
+    Entitled { share: &'a str, limit: u32, lends: bool },
+}
+
+/// One interval: per share, its usage per principal and its entitlement.
+struct Segment<'a> {
+    from: i64,
+    to: i64,
+    queue: &'a str,
+    unit: &'a str,
+    shares: BTreeMap<&'a str, ShareNow<'a>>,
+}
+
+#[derive(Clone, Default)]
+struct ShareNow<'a> {
+    by_principal: BTreeMap<&'a str, i64>,
+    limit: u32,
+    lends: bool,
+}
+
+impl<'a> Sweep<'a> {
+    fn new(
+        queue: &'a str,
+        unit: &'a str,
+        jobs: &'a [UsageJob],
+        history: &'a ShareHistory,
+        p: &UsageParams,
+    ) -> Self {
+        let mut changes: BTreeMap<i64, Vec<Change<'a>>> = BTreeMap::new();
+        for job in jobs.iter().filter(|j| j.queue == queue) {
+            let principal = job.principal.as_deref().unwrap_or("unknown");
+            for a in job.attempts.iter().filter(|a| a.instance_type == unit) {
+                let end = a.stopped_at.unwrap_or(p.now.max(a.started_at));
+                if end <= p.since || a.started_at >= p.until || end <= a.started_at {
+                    continue;
+                }
+                let delta = i64::from(a.count);
+                let share = job.share.as_str();
+                changes.entry(a.started_at).or_default().push(Change::Usage {
+                    share,
+                    principal,
+                    delta,
+                });
+                changes.entry(end).or_default().push(Change::Usage {
+                    share,
+                    principal,
+                    delta: -delta,
+                });
+            }
+        }
+        for ((q, share), epochs) in history {
+            if q != queue {
+                continue;
+            }
+            for e in epochs {
+                changes.entry(e.from).or_default().push(Change::Entitled {
+                    share,
+                    limit: e.limits.get(unit).copied().unwrap_or(0),
+                    lends: e.lends,
+                });
+            }
+        }
+        Sweep {
+            changes,
+            queue,
+            unit,
+            since: p.since,
+            until: p.until,
+        }
+    }
+
+    fn segments(&self) -> Vec<Segment<'a>> {
+        let mut out = Vec::new();
+        let mut now: BTreeMap<&'a str, ShareNow<'a>> = BTreeMap::new();
+        let instants: Vec<i64> = self.changes.keys().copied().collect();
+        for (k, &t) in instants.iter().enumerate() {
+            for c in &self.changes[&t] {
+                match *c {
+                    Change::Usage {
+                        share,
+                        principal,
+                        delta,
+                    } => {
+                        let s = now.entry(share).or_default();
+                        let n = s.by_principal.entry(principal).or_default();
+                        *n += delta;
+                        if *n == 0 {
+                            s.by_principal.remove(principal);
+                        }
+                    }
+                    Change::Entitled {
+                        share,
+                        limit,
+                        lends,
+                    } => {
+                        let s = now.entry(share).or_default();
+                        s.limit = limit;
+                        s.lends = lends;
+                    }
+                }
+            }
+            let to = instants.get(k + 1).copied().unwrap_or(self.until);
+            let (from, to) = (t.max(self.since), to.min(self.until));
+            if from < to {
+                out.push(Segment {
+                    from,
+                    to,
+                    queue: self.queue,
+                    unit: self.unit,
+                    shares: now.clone(),
+                });
+            }
+        }
+        // Before the first change nothing is used or entitled: no segment is needed.
+        out
+    }
+}
+
+impl Segment<'_> {
+    /// Adds `h` hours of this segment to the cells of period `i`: usage split over the
+    /// principals in proportion to their instances, and (unless rows are per principal) the
+    /// share's lent-out and idle entitlement.
+    fn add(&self, h: f64, gpus: f64, i: usize, cells: &mut BTreeMap<(usize, Key), Cell>, grouping: &Grouping) {
+        let used_of = |s: &ShareNow| s.by_principal.values().sum::<i64>().max(0) as f64;
+        let mut borrowed_total = 0.0;
+        let mut lendable_total = 0.0;
+        for s in self.shares.values() {
+            let (used, limit) = (used_of(s), f64::from(s.limit));
+            borrowed_total += (used - limit).max(0.0);
+            if s.lends {
+                lendable_total += (limit - used).max(0.0);
+            }
+        }
+        let lent_ratio = if lendable_total > 0.0 {
+            (borrowed_total / lendable_total).min(1.0)
+        } else {
+            0.0
+        };
+        let mut add = |key: Key, hours: UsageHours| {
+            let c = cells.entry((i, key)).or_default();
+            for (total, part, scale) in [(&mut c.instance, hours, h), (&mut c.gpu, hours, h * gpus)] {
+                total.used += part.used * scale;
+                total.within_entitlement += part.within_entitlement * scale;
+                total.borrowed += part.borrowed * scale;
+                total.lent_out += part.lent_out * scale;
+                total.idle_entitlement += part.idle_entitlement * scale;
+            }
+        };
+        for (share, s) in &self.shares {
+            let (used, limit) = (used_of(s), f64::from(s.limit));
+            let own = used.min(limit);
+            let idle = limit - own;
+            let lent = if s.lends { idle * lent_ratio } else { 0.0 };
+            for (principal, &n) in &s.by_principal {
+                let f = n.max(0) as f64 / used;
+                let hours = UsageHours {
+                    used: used * f,
+                    within_entitlement: own * f,
+                    borrowed: (used - own) * f,
+                    ..UsageHours::default()
+                };
+                add((grouping.key)(self.queue, share, principal, self.unit), hours);
+            }
+            if grouping.share_level && idle > 0.0 {
+                let hours = UsageHours {
+                    lent_out: lent,
+                    idle_entitlement: idle - lent,
+                    ..UsageHours::default()
+                };
+                add((grouping.key)(self.queue, share, "", self.unit), hours);
+            }
+        }
+    }
+}
+
+/// How rows are keyed: the key of a (queue, share, principal, unit), and whether the
+/// share-level figures (lent out, idle) have a row to go to.
+struct Grouping<'a> {
+    key: &'a dyn Fn(&str, &str, &str, &str) -> Key,
+    share_level: bool,
+}
