@@ -181,14 +181,15 @@ class Server:
 
     # -- clients --------------------------------------------------------------------------
 
-    def client(self, validate: bool = True):
+    def client(self, validate: bool = True, access_key: str = "x"):
         """A boto3 Batch client for this server. `validate=False` turns botocore's own parameter
-        validation off, so that invalid requests reach the server."""
+        validation off, so that invalid requests reach the server; `access_key` is the key id
+        the requests are signed with (the principal usage is accounted to)."""
         return boto3.client(
             "batch",
             region_name=REGION,
             endpoint_url=self.url,
-            aws_access_key_id="x",
+            aws_access_key_id=access_key,
             aws_secret_access_key="x",
             config=Config(
                 parameter_validation=validate,
@@ -773,3 +774,14 @@ instance_type = "{nodes_unit}"
 partition = "{partition}"
 gpus_per_instance = {gpus}
 """
+
+
+def archived(server) -> dict:
+    """The server's archive of retired jobs (`<data-dir>/archive/jobs-YYYY-MM.jsonl`), one record
+    per job id, the last written."""
+    out = {}
+    for f in sorted((server.data_dir / "archive").glob("jobs-*.jsonl")):
+        for line in f.read_text().splitlines():
+            job = json.loads(line)
+            out[job["jobId"]] = job
+    return out

@@ -177,6 +177,15 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     assert "is-borrowing" in dom.one("share-row", data_share="QS1").attrs["class"]
     assert "is-lending" in dom.one("share-row", data_share="QS2").attrs["class"]
 
+    # The history: QS1 borrowed and was preempted once, for QS2, which lent; QS3 lent nothing.
+    hist = {r.attrs["data-share"]: r for r in dom.one("history-list").all("history-row")}
+    assert set(hist) == {"QS1", "QS2", "QS3"}, set(hist)
+    assert hist["QS1"].one("history-borrowed").text() != "0 h"
+    assert hist["QS1"].one("history-preempted").text() == "1"
+    assert hist["QS2"].one("history-caused").text() == "1"
+    assert hist["QS2"].one("history-lent").text() != "0 h"
+    assert hist["QS3"].one("history-lent").text() == "0 h"
+
     # The waiting job: at the head of QS1 and in the jobs table, with its reason code.
     head = dom.one("share-heads").one("snapshot-row")
     assert head.attrs["data-job-id"] == low

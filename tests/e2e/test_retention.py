@@ -2,12 +2,10 @@
 `[retention] finished_jobs_days`, then leaves the server for the archive
 (`<data-dir>/archive/jobs-YYYY-MM.jsonl`), across restarts; unfinished jobs never do."""
 
-import json
-
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import Jobs, ShareSpec, config_toml, make_queue, wait_for, wait_status
+from qm_e2e import Jobs, archived, ShareSpec, config_toml, make_queue, wait_for, wait_status
 
 
 @pytest.fixture
@@ -27,15 +25,6 @@ def gone(batch, job_id) -> bool:
         return False
     except ClientError:
         return True
-
-
-def archived(server) -> dict:
-    out = {}
-    for f in sorted((server.data_dir / "archive").glob("jobs-*.jsonl")):
-        for line in f.read_text().splitlines():
-            job = json.loads(line)
-            out[job["jobId"]] = job
-    return out
 
 
 def test_a_finished_job_moves_to_the_archive_and_a_running_one_stays(server, tmp_path):

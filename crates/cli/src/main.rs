@@ -46,6 +46,9 @@ enum Command {
     /// Policy as code: plan, apply and audit a cluster file against a running server.
     #[command(flatten)]
     Policy(cmd::policy::Command),
+    /// Reports from a running server's records: `qm report usage` for the quota review.
+    #[command(subcommand)]
+    Report(cmd::report::Command),
 }
 
 /// An error and its causes, each cause only once: many of our messages already include their
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Command::Workload(cmd) => cmd::workload::run(cmd),
         Command::Client(cmd) => cmd::client::run(cmd),
         Command::Policy(cmd) => cmd::policy::run(cmd),
+        Command::Report(cmd) => cmd::report::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -30,7 +30,10 @@
     skewExact: false,            // server clock minus this browser's, from the snapshot's lastUpdatedAt
     lastOk: null,         // Date of the last successful refresh
     described: new Map(), // jobId -> DescribeServiceJob (terminal jobs are kept, others refreshed)
+    history: { window: "day", at: 0, key: "", report: null }, // the last usage report fetched
   };
+  // The history changes slowly and costs the server an archive read: fetched at most this often.
+  const HISTORY_MS = 60000;
 
   // -- DOM helpers --------------------------------------------------------------------------
 
@@ -114,6 +117,15 @@
   function fmtNum(n) {
     if (n === null || n === undefined) return "—";
     return String(Math.round(n * 100) / 100);
+  }
+
+  // Instance-hours in the unit that shows them best: short test runs in seconds, a quarter
+  // in hours.
+  function fmtHours(h) {
+    if (!h) return "0 h";
+    if (h < 1 / 60) return `${Math.round(h * 3600)} s`;
+    if (h < 1) return `${Math.round(h * 60)} min`;
+    return `${fmtNum(h)} h`;
   }
 
   function idOfArn(arn) {
@@ -305,7 +317,11 @@
     if (stamp) { state.skewMs = stamp - Date.now(); state.skewExact = true; }
     const byStatus = new Map(listed.map((st, i) => [st, lists[i]]));
     const runnable = byStatus.get("RUNNABLE").jobs;
-    const usage = await loadUsage(queue, snapshot, runnable);
+    const [usage, history] = await Promise.all([
+      loadUsage(queue, snapshot, runnable),
+      // An older server has no history: the rest of the page still works.
+      loadHistory(queue).catch((e) => { if (e.status === 404) return null; throw e; }),
+    ]);
 
     const shown = [];
     let more = false;
@@ -321,6 +337,7 @@
     if (queue !== state.queue) return; // the selection changed while loading
 
     renderShares(usage);
+    renderHistory(history, queue);
     const byId = new Map(runnable.map((j) => [j.jobId, j]));
     shown.forEach((j, i) => { if (details[i]) byId.set(j.jobId, Object.assign({}, j, { schedulingPriority: details[i].schedulingPriority })); });
     renderSnapshot(snapshot, byId);
@@ -370,6 +387,88 @@
     }
     replace("shares-body", list,
       usage.derived ? h("p", { class: "muted small" }, "Lent-out capacity is unknown: this server has no /qm/v1/usage.") : null);
+  }
+
+  // -- history ------------------------------------------------------------------------------
+
+  async function loadHistory(queue) {
+    const hist = state.history;
+    const key = `${queue}/${hist.window}`;
+    const now = serverNow();
+    if (hist.report && hist.key === key && now - hist.at < HISTORY_MS) return hist.report;
+    const hour = 3600000;
+    const [span, every] = hist.window === "week" ? [7 * 24 * hour, "day"] : [24 * hour, "hour"];
+    // Whole periods, ending with the current one.
+    const until = Math.ceil(now / hour) * hour;
+    const q = new URLSearchParams({ since: String(until - span), until: String(until), by: "share", every });
+    const report = await call("GET", `/qm/v1/usage/report?${q}`);
+    Object.assign(hist, { key, at: now, report });
+    return report;
+  }
+
+  function renderHistory(report, queue) {
+    if (!report) {
+      replace("history-body", h("p", { class: "muted" }, "This server has no usage history (/qm/v1/usage/report)."));
+      return;
+    }
+    const rows = report.rows.filter((r) => r.jobQueue === queue);
+    // Every period of the window, also those without a row (the server splits at UTC hours
+    // and days, as here).
+    const len = report.every === "day" ? 86400000 : 3600000;
+    const periods = [];
+    for (let t = report.since; t < report.until; t = Math.min(Math.floor(t / len) * len + len, report.until)) periods.push(t);
+    if (rows.length === 0) {
+      replace("history-body", h("p", { class: "muted" }, "No share of this queue held or was entitled to capacity in this window."));
+      return;
+    }
+    const byShare = new Map();
+    for (const r of rows) {
+      if (!byShare.has(r.quotaShareName)) byShare.set(r.quotaShareName, new Map());
+      byShare.get(r.quotaShareName).set(r.periodStart, r);
+    }
+    // Average instances over a period = instance-hours / the period's hours; one scale for all.
+    const avg = (r, part) => (r ? r.instanceHours[part] / ((r.periodEnd - r.periodStart) / 3600000) : 0);
+    const entitled = (r) => avg(r, "withinEntitlement") + avg(r, "lentOut") + avg(r, "idleEntitlement");
+    let scale = 1;
+    for (const m of byShare.values()) for (const r of m.values()) scale = Math.max(scale, entitled(r) + avg(r, "borrowed"));
+    const W = 720, H = 90, gap = 2, bw = (W - gap * periods.length) / periods.length;
+    const list = h("ul", { class: "history", "data-testid": "history-list" });
+    for (const [share, m] of byShare) {
+      const svg = s("svg", { viewBox: `0 0 ${W} ${H + 14}`, class: "history-chart", preserveAspectRatio: "none", "aria-hidden": "true" });
+      let used = 0, borrowed = 0, lent = 0, suffered = 0, caused = 0;
+      periods.forEach((p, i) => {
+        const r = m.get(p);
+        if (!r) return;
+        used += r.instanceHours.used; borrowed += r.instanceHours.borrowed; lent += r.instanceHours.lentOut;
+        suffered += r.preemptionsSuffered; caused += r.preemptionsCaused;
+        const x = i * (bw + gap);
+        const own = (H * avg(r, "withinEntitlement")) / scale;
+        const bor = (H * avg(r, "borrowed")) / scale;
+        const tip = `${fmtTime(r.periodStart)}: own ${fmtHours(r.instanceHours.withinEntitlement)}, borrowed ${fmtHours(r.instanceHours.borrowed)}, lent out ${fmtHours(r.instanceHours.lentOut)}, preemptions ${r.preemptionsSuffered}`;
+        const g = s("g", null, s("title", null, tip));
+        const ent = (H * entitled(r)) / scale;
+        if (ent > 0) g.appendChild(s("rect", { x, y: H - ent, width: bw, height: ent, class: "h-entitled" }));
+        if (own > 0) g.appendChild(s("rect", { x, y: H - own, width: bw, height: own, class: "h-own" }));
+        if (bor > 0) g.appendChild(s("rect", { x, y: H - own - bor, width: bw, height: bor, class: "h-borrowed" }));
+        if (r.preemptionsSuffered > 0) g.appendChild(s("circle", { cx: x + bw / 2, cy: H + 7, r: Math.min(5, bw / 2), class: "h-preempt" }));
+        g.appendChild(s("rect", { x, y: 0, width: bw, height: H + 14, class: "h-hit" }));
+        svg.appendChild(g);
+      });
+      const label = `${share}: used ${fmtHours(used)} of instance time, of which borrowed ${fmtHours(borrowed)}; lent out ${fmtHours(lent)}; ` +
+        `${suffered} preemption(s) suffered, ${caused} caused`;
+      list.appendChild(h("li", { class: "history-row", "data-testid": "history-row", "data-share": share },
+        h("div", { class: "share-name" }, h("strong", null, share)),
+        h("div", { class: "chart-wrap", role: "img", "aria-label": label }, svg),
+        h("p", { class: "nums" },
+          h("span", { class: "num" }, "used ", h("b", { "data-testid": "history-used" }, fmtHours(used))),
+          h("span", { class: "num borrowed" }, "borrowed ", h("b", { "data-testid": "history-borrowed" }, fmtHours(borrowed))),
+          h("span", { class: "num lent" }, "lent out ", h("b", { "data-testid": "history-lent" }, fmtHours(lent))),
+          h("span", { class: "num" }, "preempted ", h("b", { "data-testid": "history-preempted" }, String(suffered))),
+          h("span", { class: "num" }, "caused ", h("b", { "data-testid": "history-caused" }, String(caused))))));
+    }
+    replace("history-body", list,
+      h("p", { class: "muted small" }, `${fmtTime(report.since)} to ${fmtTime(report.until)}; bar height: ${fmtNum(scale)} instances; the pale box is the share's entitlement. `,
+        ...report.notes.map((n) => h("span", { class: "note" }, n))));
   }
 
   function snapshotRows(entries, byId, withShare) {
@@ -623,6 +722,13 @@
     filter.addEventListener("change", () => {
       state.filter = filter.value;
       replace("jobs-body", h("p", { class: "muted" }, "Loading…"));
+      refresh();
+    });
+    const windowSel = document.getElementById("history-window");
+    windowSel.value = state.history.window;
+    windowSel.addEventListener("change", () => {
+      state.history.window = windowSel.value;
+      replace("history-body", h("p", { class: "muted" }, "Loading…"));
       refresh();
     });
     const pause = document.getElementById("pause");

@@ -234,7 +234,12 @@ async fn usage_report(
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
-    let facts = match send(&app, Request::Query(Query::UsageFacts { since: query.since })).await {
+    let facts = match send(
+        &app,
+        Request::Query(Query::UsageFacts { since: query.since }),
+    )
+    .await
+    {
         Ok(Answer::UsageFacts(f)) => f,
         Ok(other) => return error_response(&unexpected(&other)),
         Err(e) => return error_response(&e),
@@ -266,10 +271,9 @@ fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams,
             "since: {since} is not before until ({until}); both are epoch milliseconds"
         )));
     }
-    let by = p
-        .by
-        .as_deref()
-        .map_or(Ok(UsageBy::Share), |b| UsageBy::parse("by", b))?;
+    let by =
+        p.by.as_deref()
+            .map_or(Ok(UsageBy::Share), |b| UsageBy::parse("by", b))?;
     let every = p
         .every
         .as_deref()
@@ -397,11 +401,15 @@ fn read_from(path: &std::path::Path, offset: u64, max: u64) -> Vec<u8> {
 /// client claims; nothing here checks the signature.
 pub fn signing_key(headers: &HeaderMap) -> Option<String> {
     let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let credential = auth.split([' ', ',']).find_map(|p| p.strip_prefix("Credential="))?;
+    let credential = auth
+        .split([' ', ','])
+        .find_map(|p| p.strip_prefix("Credential="))?;
     let key = credential.split('/').next()?;
     let printable = !key.is_empty()
         && key.len() <= 128
-        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
     printable.then(|| key.to_string())
 }
 

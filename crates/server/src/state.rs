@@ -370,7 +370,9 @@ impl State {
     /// Answers a read, typed where the HTTP layer uses the answer itself.
     pub fn answer(&self, q: &Query, now: i64) -> Result<Answer, ApiError> {
         match q {
-            Query::LogInfo { job_id, attempt } => self.log_info(job_id, *attempt).map(Answer::LogInfo),
+            Query::LogInfo { job_id, attempt } => {
+                self.log_info(job_id, *attempt).map(Answer::LogInfo)
+            }
             Query::UsageFacts { since } => Ok(Answer::UsageFacts(Box::new(UsageFacts {
                 jobs: self.usage_jobs(*since),
                 history: self.share_history.clone(),
@@ -526,9 +528,8 @@ impl State {
     /// The (share, job id) a preemption is for.
     fn preemptor(&self, cause: &qm_core::StopCause) -> Option<(String, String)> {
         let for_job = match cause {
-            qm_core::StopCause::Reclaim { for_job, .. } | qm_core::StopCause::InShare { for_job } => {
-                *for_job
-            }
+            qm_core::StopCause::Reclaim { for_job, .. }
+            | qm_core::StopCause::InShare { for_job } => *for_job,
             qm_core::StopCause::Terminated { .. } => return None,
         };
         let rec = self.jobs.get(&for_job.0)?;

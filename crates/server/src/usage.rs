@@ -155,7 +155,12 @@ pub fn periods(since: i64, until: i64, every: Option<UsageEvery>) -> Vec<(i64, i
 }
 
 /// A row's key: (queue, share, principal, instance type), the parts the grouping uses.
-type Key = (Option<String>, Option<String>, Option<String>, Option<String>);
+type Key = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 #[derive(Default)]
 struct Cell {
@@ -223,7 +228,10 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
                 cell.lost_instance += hours;
                 cell.lost_gpu += hours * g;
                 if let Some((by_share, by_job)) = &a.preempted_for {
-                    let by_principal = principal_of.get(by_job.as_str()).copied().unwrap_or("unknown");
+                    let by_principal = principal_of
+                        .get(by_job.as_str())
+                        .copied()
+                        .unwrap_or("unknown");
                     let key = key_of(&job.queue, by_share, by_principal, &a.instance_type);
                     cells.entry((i, key)).or_default().caused += 1;
                 }
@@ -266,22 +274,24 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
 
     let rows = cells
         .into_iter()
-        .map(|((i, (job_queue, quota_share_name, principal, instance_type)), mut c)| UsageRow {
-            period_start: periods[i].0,
-            period_end: periods[i].1,
-            job_queue,
-            quota_share_name,
-            principal,
-            instance_type,
-            instance_hours: round_hours(c.instance),
-            gpu_hours: round_hours(c.gpu),
-            preemptions_suffered: c.suffered,
-            preemptions_caused: c.caused,
-            lost_instance_hours: round(c.lost_instance),
-            lost_gpu_hours: round(c.lost_gpu),
-            starts: c.starts,
-            queue_delay_seconds: Percentiles::of(&mut c.delays),
-        })
+        .map(
+            |((i, (job_queue, quota_share_name, principal, instance_type)), mut c)| UsageRow {
+                period_start: periods[i].0,
+                period_end: periods[i].1,
+                job_queue,
+                quota_share_name,
+                principal,
+                instance_type,
+                instance_hours: round_hours(c.instance),
+                gpu_hours: round_hours(c.gpu),
+                preemptions_suffered: c.suffered,
+                preemptions_caused: c.caused,
+                lost_instance_hours: round(c.lost_instance),
+                lost_gpu_hours: round(c.lost_gpu),
+                starts: c.starts,
+                queue_delay_seconds: Percentiles::of(&mut c.delays),
+            },
+        )
         .collect();
     UsageReport {
         since: p.since,
@@ -320,8 +330,16 @@ struct Sweep<'a> {
 }
 
 enum Change<'a> {
-    Usage { share: &'a str, principal: &'a str, delta: i64 },
-    Entitled { share: &'a str, limit: u32, lends: bool },
+    Usage {
+        share: &'a str,
+        principal: &'a str,
+        delta: i64,
+    },
+    Entitled {
+        share: &'a str,
+        limit: u32,
+        lends: bool,
+    },
 }
 
 /// One interval: per share, its usage per principal and its entitlement.
@@ -358,11 +376,14 @@ impl<'a> Sweep<'a> {
                 }
                 let delta = i64::from(a.count);
                 let share = job.share.as_str();
-                changes.entry(a.started_at).or_default().push(Change::Usage {
-                    share,
-                    principal,
-                    delta,
-                });
+                changes
+                    .entry(a.started_at)
+                    .or_default()
+                    .push(Change::Usage {
+                        share,
+                        principal,
+                        delta,
+                    });
                 changes.entry(end).or_default().push(Change::Usage {
                     share,
                     principal,
@@ -387,7 +408,9 @@ impl<'a> Sweep<'a> {
             queue,
             unit,
             since: p.since,
-            until: p.until,
+            // Nothing is used or idle after the data's time: a window reaching into the future
+            // is counted up to now.
+            until: p.until.min(p.now),
         }
     }
 
@@ -442,7 +465,14 @@ impl Segment<'_> {
     /// Adds `h` hours of this segment to the cells of period `i`: usage split over the
     /// principals in proportion to their instances, and (unless rows are per principal) the
     /// share's lent-out and idle entitlement.
-    fn add(&self, h: f64, gpus: f64, i: usize, cells: &mut BTreeMap<(usize, Key), Cell>, grouping: &Grouping) {
+    fn add(
+        &self,
+        h: f64,
+        gpus: f64,
+        i: usize,
+        cells: &mut BTreeMap<(usize, Key), Cell>,
+        grouping: &Grouping,
+    ) {
         let used_of = |s: &ShareNow| s.by_principal.values().sum::<i64>().max(0) as f64;
         let mut borrowed_total = 0.0;
         let mut lendable_total = 0.0;
@@ -460,7 +490,8 @@ impl Segment<'_> {
         };
         let mut add = |key: Key, hours: UsageHours| {
             let c = cells.entry((i, key)).or_default();
-            for (total, part, scale) in [(&mut c.instance, hours, h), (&mut c.gpu, hours, h * gpus)] {
+            for (total, part, scale) in [(&mut c.instance, hours, h), (&mut c.gpu, hours, h * gpus)]
+            {
                 total.used += part.used * scale;
                 total.within_entitlement += part.within_entitlement * scale;
                 total.borrowed += part.borrowed * scale;
@@ -481,7 +512,10 @@ impl Segment<'_> {
                     borrowed: (used - own) * f,
                     ..UsageHours::default()
                 };
-                add((grouping.key)(self.queue, share, principal, self.unit), hours);
+                add(
+                    (grouping.key)(self.queue, share, principal, self.unit),
+                    hours,
+                );
             }
             if grouping.share_level && idle > 0.0 {
                 let hours = UsageHours {
@@ -500,4 +534,147 @@ impl Segment<'_> {
 struct Grouping<'a> {
     key: &'a dyn Fn(&str, &str, &str, &str) -> Key,
     share_level: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const H: i64 = 3_600_000;
+
+    fn params(since: i64, until: i64, now: i64, every: Option<UsageEvery>) -> UsageParams {
+        UsageParams {
+            since,
+            until,
+            now,
+            by: UsageBy::Share,
+            every,
+            gpus: [("u".to_string(), 8)].into(),
+        }
+    }
+
+    fn history(limits: &[(&str, u32, bool)]) -> ShareHistory {
+        limits
+            .iter()
+            .map(|&(name, limit, lends)| {
+                let epoch = ShareEpoch {
+                    from: i64::MIN,
+                    limits: [("u".to_string(), limit)].into(),
+                    lends,
+                };
+                (("q".to_string(), name.to_string()), vec![epoch])
+            })
+            .collect()
+    }
+
+    fn job(id: &str, share: &str, spans: &[(i64, i64, u32)]) -> UsageJob {
+        UsageJob {
+            id: id.into(),
+            queue: "q".into(),
+            share: share.into(),
+            principal: None,
+            created_at: spans.first().map_or(0, |s| s.0),
+            attempts: spans
+                .iter()
+                .map(|&(from, to, count)| UsageAttempt {
+                    instance_type: "u".into(),
+                    count,
+                    started_at: from,
+                    running_at: Some(from),
+                    stopped_at: Some(to),
+                    stop_at: None,
+                    checkpoint_at: None,
+                    preempted: false,
+                    preempted_for: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn weeks_start_on_monday_and_days_at_utc_midnight() {
+        // 2026-11-04T12:00Z is a Wednesday; its week began Monday 2026-11-02.
+        let wed_noon = 20_761 * DAY_MS + 12 * H;
+        let p = periods(wed_noon, wed_noon + 7 * DAY_MS, Some(UsageEvery::Week));
+        assert_eq!(p[0], (wed_noon, 20_766 * DAY_MS));
+        assert_eq!(p[1], (20_766 * DAY_MS, wed_noon + 7 * DAY_MS));
+        let d = periods(wed_noon, wed_noon + DAY_MS, Some(UsageEvery::Day));
+        assert_eq!(
+            d,
+            vec![
+                (wed_noon, 20_762 * DAY_MS),
+                (20_762 * DAY_MS, wed_noon + DAY_MS)
+            ]
+        );
+        assert!(period_count(0, 10 * H, Some(UsageEvery::Hour)) >= 10);
+    }
+
+    #[test]
+    fn a_window_into_the_future_counts_entitlement_only_up_to_now() {
+        let r = report(
+            &[],
+            &history(&[("A", 2, true)]),
+            &params(0, 10 * H, 4 * H, None),
+        );
+        let [row] = &r.rows[..] else { panic!("{r:?}") };
+        assert_eq!(row.instance_hours.idle_entitlement, 8.0);
+        assert_eq!(row.gpu_hours.idle_entitlement, 64.0);
+    }
+
+    #[test]
+    fn an_instance_type_without_a_gpu_count_says_so() {
+        let mut p = params(0, H, H, None);
+        p.gpus.clear();
+        let r = report(
+            &[job("j", "A", &[(0, H, 1)])],
+            &history(&[("A", 1, true)]),
+            &p,
+        );
+        assert_eq!(r.rows[0].gpu_hours.used, 0.0);
+        assert!(r.notes[0].contains("gpus_per_instance"), "{:?}", r.notes);
+    }
+
+    proptest! {
+        /// Whatever ran: per share, own + lent + idle is its entitlement over the window and
+        /// own + borrowed its use; over all shares, what was lent is what was borrowed as long
+        /// as the lenders had that much idle (DESIGN.md's admissible states).
+        #[test]
+        fn hours_always_add_up(
+            spans in proptest::collection::vec((0usize..3, 0i64..20, 1i64..10, 1u32..3), 0..12),
+        ) {
+            let names = ["A", "B", "C"];
+            let hist = history(&[("A", 2, true), ("B", 2, true), ("C", 1, false)]);
+            let jobs: Vec<UsageJob> = spans
+                .iter()
+                .enumerate()
+                .map(|(i, &(s, from, len, count))| {
+                    job(&format!("j{i}"), names[s], &[(from * H / 2, (from + len) * H / 2, count)])
+                })
+                .collect();
+            let r = report(&jobs, &hist, &params(0, 12 * H, 12 * H, Some(UsageEvery::Hour)));
+            let mut per_share: BTreeMap<String, UsageHours> = BTreeMap::new();
+            for row in &r.rows {
+                let t = per_share.entry(row.quota_share_name.clone().unwrap()).or_default();
+                let h = row.instance_hours;
+                prop_assert!((h.within_entitlement + h.borrowed - h.used).abs() < 1e-6);
+                for v in [h.used, h.within_entitlement, h.borrowed, h.lent_out, h.idle_entitlement] {
+                    prop_assert!(v >= 0.0);
+                }
+                t.within_entitlement += h.within_entitlement;
+                t.lent_out += h.lent_out;
+                t.idle_entitlement += h.idle_entitlement;
+                t.borrowed += h.borrowed;
+            }
+            for (share, limit) in [("A", 2.0), ("B", 2.0), ("C", 1.0)] {
+                let t = per_share.get(share).copied().unwrap_or_default();
+                let entitled = t.within_entitlement + t.lent_out + t.idle_entitlement;
+                prop_assert!((entitled - limit * 12.0).abs() < 1e-5, "{share}: {t:?}");
+            }
+            prop_assert_eq!(per_share.get("C").map_or(0.0, |t| t.lent_out), 0.0, "RESERVE lends nothing");
+            let lent: f64 = per_share.values().map(|t| t.lent_out).sum();
+            let borrowed: f64 = per_share.values().map(|t| t.borrowed).sum();
+            prop_assert!(lent <= borrowed + 1e-5, "lent {lent} > borrowed {borrowed}");
+        }
+    }
 }

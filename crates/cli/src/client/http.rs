@@ -475,6 +475,25 @@ impl Client {
         decode(&self.url(path), &answer)
     }
 
+    /// A usage report (`GET /qm/v1/usage/report`) for `[since, until)` (epoch ms).
+    pub fn usage_report(
+        &self,
+        since: i64,
+        until: i64,
+        by: qm_api::qm::UsageBy,
+        every: Option<qm_api::qm::UsageEvery>,
+    ) -> Result<qm_api::qm::UsageReport, ClientError> {
+        let mut path = format!(
+            "/qm/v1/usage/report?since={since}&until={until}&by={}",
+            by.as_str()
+        );
+        if let Some(e) = every {
+            path.push_str(&format!("&every={}", e.as_str()));
+        }
+        let answer = self.get(&path)?;
+        decode(&self.url(&path), &answer)
+    }
+
     /// The log of an attempt (`None`: the latest) from byte `offset`.
     pub fn logs(
         &self,

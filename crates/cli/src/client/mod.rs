@@ -10,6 +10,7 @@
 //! - [`submit`]: the SageMaker `CreateTrainingJob` payload built from flags;
 //! - [`format`](mod@format): tables and detail views — functions from data (and `now`) to strings;
 //! - [`explain`]: plain-words explanations of a job's state from its reason code;
+//! - [`report`]: `qm report usage` as a table or CSV;
 //! - [`time`]: ages and UTC timestamps without a date library.
 //!
 //! The binary's `cmd/client.rs` only parses flags, calls these and prints.
@@ -17,6 +18,7 @@
 pub mod explain;
 pub mod format;
 pub mod http;
+pub mod report;
 pub mod submit;
 pub mod time;
 

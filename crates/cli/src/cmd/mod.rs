@@ -5,6 +5,7 @@ pub mod backup;
 pub mod check;
 pub mod client;
 pub mod policy;
+pub mod report;
 pub mod serve;
 pub mod simulate;
 pub mod workload;

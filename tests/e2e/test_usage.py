@@ -1,0 +1,97 @@
+"""Usage accounting (issue 15, item 4) on the real server: real processes, a real reclaim,
+boto3 clients signing as two principals, jobs retired to the archive at once, and
+`qm report usage` asked before and after a kill -9 restart. The hours the report gives are
+checked against the attempts' own start and stop times in the archive."""
+
+import json
+import subprocess
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from qm_e2e import Jobs, archived, ShareSpec, config_toml, make_queue, qm_bin, wait_for, wait_status
+
+
+@pytest.fixture
+def server(start_server):
+    s = start_server(config=config_toml(count=2, gpus=0)
+                     + "[retention]\nfinished_jobs_days = 0\n", name="usage")
+    yield s
+    s.close()
+
+
+def utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def report(server, since: int, until: int, *args: str, output: str = "json"):
+    cmd = [str(qm_bin()), "report", "usage", "--endpoint", server.url, "--since", utc(since),
+           "--until", utc(until), "--output", output, *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}"
+    return json.loads(r.stdout) if output == "json" else r.stdout
+
+
+def test_usage_reports_real_runs_and_survives_retirement_and_restart(server, tmp_path):
+    alice, bob = server.client(access_key="alice"), server.client(access_key="bob")
+    q = make_queue(alice, "use", [ShareSpec("A", strategy="LEND", limit=1),
+                                  ShareSpec("B", limit=1, borrow_limit=100)], env_max=2)
+    # The window opens once the shares exist, so A is entitled all through it.
+    time.sleep(1)
+    since = int(time.time()) * 1000
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    jobs_a, jobs_b = Jobs(alice, server, tmp_path / "a"), Jobs(bob, server, tmp_path / "b")
+
+    # bob's job holds both instances (one borrowed from A) until alice's job reclaims A's.
+    big = jobs_b.sleeper(q, "B", "big", count=2)
+    wait_status(bob, big, "RUNNING")
+    time.sleep(1.5)
+    small = jobs_a.submit(q, "A", "small", "exit_code.py", args=[0])
+    wait_for(lambda: bob.describe_service_job(jobId=big).get("preemptionSummary"),
+             what="big to be preempted")
+    wait_for(lambda: small in archived(server), what="small to finish and be retired")
+    wait_status(bob, big, "RUNNING")
+    time.sleep(1)
+    bob.terminate_service_job(jobId=big, reason="done measuring")
+    wait_for(lambda: big in archived(server), what="big to finish and be retired")
+    # A window that has ended: a report counts entitlement only up to now.
+    until = (int(time.time()) + 1) * 1000
+    time.sleep(max(0.0, until / 1000 - time.time()) + 0.1)
+
+    records = archived(server)
+    hours = {}
+    for job in records.values():
+        share = job["quotaShareName"]
+        for a in job["attempts"]:
+            hours[share] = hours.get(share, 0) + a["count"] * (a["stoppedAt"] - a["startedAt"]) / 3.6e6
+    by_share = report(server, since, until)
+    rows = {r["quotaShareName"]: r for r in by_share["rows"] if r["jobQueue"] == q.name}
+    a, b = rows["A"], rows["B"]
+    for share, row in rows.items():
+        assert row["instanceHours"]["used"] == pytest.approx(hours[share], abs=1e-5), share
+    assert b["preemptionsSuffered"] == 1 and a["preemptionsCaused"] == 1
+    assert b["instanceHours"]["borrowed"] > 0 and a["instanceHours"]["lentOut"] > 0
+    assert b["lostInstanceHours"] > 0, "big ran, and checkpointed nothing, before it was preempted"
+    assert b["starts"] == 2 and a["starts"] == 1
+    # Within, borrowed and used agree; A's entitlement over the window is fully accounted.
+    for row in (a, b):
+        h = row["instanceHours"]
+        assert h["withinEntitlement"] + h["borrowed"] == pytest.approx(h["used"], abs=1e-5)
+    window_h = (until - since) / 3.6e6
+    ha = a["instanceHours"]
+    assert ha["withinEntitlement"] + ha["lentOut"] + ha["idleEntitlement"] == pytest.approx(
+        window_h, abs=1e-4)
+
+    people = {r["principal"]: r for r in report(server, since, until, "--by", "principal")["rows"]}
+    assert set(people) >= {"alice", "bob"}
+    assert people["bob"]["preemptionsSuffered"] == 1 and people["alice"]["preemptionsCaused"] == 1
+
+    table = report(server, since, until, output="table")
+    assert "BORROWED" in table and q.name in table
+
+    # The jobs are only in the archive now; a crash and restart change nothing.
+    server.kill9()
+    server.start()
+    assert report(server, since, until) == by_share
