@@ -79,7 +79,7 @@ pub struct UnitImage {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobImage {
     /// As submitted, priority current.
-    pub spec: JobSpec,
+    pub spec: std::sync::Arc<JobSpec>,
     /// Queue index.
     pub queue: u32,
     /// Share index (the name may belong to a newer share once this one is deleted).

@@ -210,8 +210,9 @@ pub(crate) struct Queue {
 /// What the core knows about a job.
 #[derive(Clone, Debug)]
 pub struct Job {
-    /// As submitted (priority kept current).
-    pub spec: JobSpec,
+    /// As submitted (priority kept current). Shared with images: a snapshot takes a
+    /// reference, and a priority change copies it then.
+    pub spec: std::sync::Arc<JobSpec>,
     pub(crate) queue: QueueIx,
     pub(crate) share: ShareIx,
     pub(crate) unit: UnitIx,
@@ -641,7 +642,7 @@ impl Scheduler {
         self.next_seq += 1;
         let id = spec.id;
         let job = Job {
-            spec,
+            spec: std::sync::Arc::new(spec),
             queue: q,
             share: s,
             unit: u,
@@ -838,7 +839,7 @@ impl Scheduler {
             self.dequeue(id);
         }
         let job = self.jobs.get_mut(&id).expect("checked above");
-        job.spec.priority = priority;
+        std::sync::Arc::make_mut(&mut job.spec).priority = priority;
         let (q, u) = (job.queue, job.unit);
         if let Some(a) = job.attempt {
             self.rekey_attempt(a, |att| att.priority = priority);

@@ -255,6 +255,12 @@ impl Snapshotter {
         true
     }
 
+    /// Whether a snapshot can start now (the previous one, if any, is written).
+    pub fn idle(&mut self) -> bool {
+        self.reap(false);
+        self.idle.is_some()
+    }
+
     /// Collects a finished snapshot, or with `wait` the one in flight.
     pub fn reap(&mut self, wait: bool) {
         if self
@@ -469,7 +475,17 @@ impl Driver {
     /// Starts a snapshot of the state after the last logged batch (which drops the batches
     /// before it once written: the next start replays only what comes after).
     fn start_snapshot(&mut self) {
+        // The image costs the driver time: none while the previous snapshot is being written.
+        if !self.snapshots.idle() {
+            return;
+        }
+        let started = std::time::Instant::now();
         let image = self.state.image();
+        tracing::debug!(
+            jobs = image.jobs.len(),
+            us = started.elapsed().as_micros() as u64,
+            "took the state's image for a snapshot"
+        );
         self.snapshot_jobs = image.jobs.len() as u64;
         if self
             .snapshots

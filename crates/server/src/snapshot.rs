@@ -29,8 +29,8 @@ pub struct StateImage {
     pub policies: BTreeMap<String, PolicyRec>,
     /// Queues with their shares.
     pub queues: BTreeMap<String, QueueRec>,
-    /// Every job record, by core id.
-    pub jobs: Vec<JobRec>,
+    /// Every job record, by core id (shared with the state: see [`State::jobs`]).
+    pub jobs: Vec<std::sync::Arc<JobRec>>,
     /// clientToken, core id, canonical request.
     pub tokens: Vec<(String, u64, String)>,
     /// Next core job id.
@@ -99,7 +99,8 @@ impl State {
         }
         state.core =
             qm_core::Scheduler::from_image(policy, image.core).map_err(|e| bad(e.to_string()))?;
-        for mut rec in image.jobs {
+        for mut shared in image.jobs {
+            let rec = std::sync::Arc::make_mut(&mut shared);
             // Accepted when it was submitted: a build whose parsing is stricter keeps the job
             // (and says so) rather than refusing the whole snapshot.
             rec.payload = match TrainingPayload::parse(&rec.request.service_request_payload) {
@@ -117,8 +118,8 @@ impl State {
                 let stopped = rec.stopped_at.unwrap_or(rec.created_at);
                 state.finished.insert((stopped, rec.core));
             }
-            state.by_status.insert(&rec);
-            state.jobs.insert(rec.core, rec);
+            state.by_status.insert(rec);
+            state.jobs.insert(rec.core, shared);
         }
         for (token, core, canonical) in image.tokens {
             state.tokens.insert(token, (core, canonical));

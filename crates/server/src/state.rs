@@ -9,6 +9,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use qm_api::*;
 use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
@@ -250,8 +251,10 @@ pub struct State {
     pub policies: BTreeMap<String, PolicyRec>,
     /// Job queues by name.
     pub queues: BTreeMap<String, QueueRec>,
-    /// Jobs by core id (submission order).
-    pub jobs: BTreeMap<u64, JobRec>,
+    /// Jobs by core id (submission order). Shared with snapshots: a snapshot's copy of the
+    /// state takes a reference to each record, and a record changed afterwards is copied
+    /// then ([`Arc::make_mut`]), so a snapshot costs the driver no deep copy.
+    pub jobs: BTreeMap<u64, Arc<JobRec>>,
     /// API id -> core id.
     pub by_id: HashMap<String, u64>,
     /// clientToken -> (core id, canonical request).
@@ -440,7 +443,7 @@ impl State {
                     unit,
                     count,
                 } => {
-                    let Some(rec) = self.jobs.get_mut(&job.0) else {
+                    let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) else {
                         continue;
                     };
                     rec.attempt_counter += 1;
@@ -476,7 +479,7 @@ impl State {
                 } => {
                     let reason = cause.describe(|j| self.api_id(j));
                     let preempted_for = self.preemptor(&cause);
-                    if let Some(rec) = self.jobs.get_mut(&job.0) {
+                    if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
                         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
                             live.stop_reason = Some(reason.clone());
                             live.stop_at = Some(now);
@@ -516,7 +519,7 @@ impl State {
                         ServiceJobStatus::Failed
                     };
                     self.set_status(job.0, s, Some(reason));
-                    if let Some(rec) = self.jobs.get_mut(&job.0) {
+                    if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
                         rec.stopped_at = Some(now);
                         self.finished.insert((now, job.0));
                     }
@@ -543,7 +546,7 @@ impl State {
         status: ServiceJobStatus,
         reason: Option<String>,
     ) {
-        let Some(rec) = self.jobs.get_mut(&core) else {
+        let Some(rec) = self.jobs.get_mut(&core).map(Arc::make_mut) else {
             return;
         };
         let key = (Reverse(rec.priority), core);
@@ -571,7 +574,7 @@ impl State {
             // restart): nothing to change.
             return Ok(Vec::new());
         };
-        let Some(rec) = self.jobs.get_mut(&core) else {
+        let Some(rec) = self.jobs.get_mut(&core).map(Arc::make_mut) else {
             return Ok(Vec::new());
         };
         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
@@ -616,7 +619,7 @@ impl State {
         if let Some(live) = self
             .jobs
             .get_mut(&core)
-            .and_then(|rec| rec.live.as_mut())
+            .and_then(|rec| Arc::make_mut(rec).live.as_mut())
             .filter(|l| l.attempt == attempt)
         {
             live.checkpoint_at = Some(now);
@@ -637,7 +640,7 @@ impl State {
             return Ok(Vec::new());
         }
         // Record the attempt's end first: the core's effects below may start a new one.
-        if let Some(rec) = self.jobs.get_mut(&core) {
+        if let Some(rec) = self.jobs.get_mut(&core).map(Arc::make_mut) {
             if let Some(mut live) = rec.live.take().filter(|l| l.attempt == attempt) {
                 live.stopped_at = Some(now);
                 let outcome_reason = match outcome {
@@ -735,7 +738,7 @@ impl State {
     /// Sets `isTerminated` on jobs whose termination was accepted.
     pub(crate) fn mark_terminated(&mut self, jobs: &[u64]) {
         for core in jobs {
-            if let Some(rec) = self.jobs.get_mut(core) {
+            if let Some(rec) = self.jobs.get_mut(core).map(Arc::make_mut) {
                 rec.is_terminated = true;
             }
         }

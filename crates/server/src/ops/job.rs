@@ -4,6 +4,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use qm_api::*;
 use qm_core::{Input, JobId, JobSpec};
@@ -143,7 +144,7 @@ impl State {
             self.tokens.insert(token.clone(), (core, canonical));
         }
         self.by_status.insert(&rec);
-        self.jobs.insert(core, rec);
+        self.jobs.insert(core, Arc::new(rec));
         self.submit_response(core)
     }
 
@@ -174,7 +175,11 @@ impl State {
                 q.runnable.insert((Reverse(r.scheduling_priority), core));
             }
         }
-        let rec = self.jobs.get_mut(&core).expect("checked");
+        let rec = self
+            .jobs
+            .get_mut(&core)
+            .map(Arc::make_mut)
+            .expect("checked");
         rec.priority = r.scheduling_priority;
         body(&UpdateServiceJobResponse {
             job_arn: Some(self.arns.service_job(&rec.id)),
@@ -185,7 +190,11 @@ impl State {
 
     /// Terminates one job; finished jobs are left as they are.
     fn terminate(&mut self, core: u64, reason: &str) -> Result<(), ApiError> {
-        let rec = self.jobs.get_mut(&core).expect("caller checked");
+        let rec = self
+            .jobs
+            .get_mut(&core)
+            .map(Arc::make_mut)
+            .expect("caller checked");
         if matches!(
             rec.status,
             ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
@@ -401,9 +410,9 @@ impl State {
             Some(set) => Box::new(
                 set.into_iter()
                     .flat_map(move |s| s.range(..below).rev())
-                    .filter_map(|core| self.jobs.get(core).map(|r| (*core, r))),
+                    .filter_map(|core| self.jobs.get(core).map(|r| (*core, &**r))),
             ),
-            None => Box::new(self.jobs.range(..below).rev().map(|(c, r)| (*c, r))),
+            None => Box::new(self.jobs.range(..below).rev().map(|(c, r)| (*c, &**r))),
         };
         let mut out = Vec::new();
         let mut next = None;
@@ -443,6 +452,9 @@ impl State {
     /// Tags of a job, for the tag operations.
     pub(crate) fn job_tags_mut(&mut self, id: &str) -> Option<&mut BTreeMap<String, String>> {
         let core = *self.by_id.get(id)?;
-        self.jobs.get_mut(&core).map(|r| &mut r.tags)
+        self.jobs
+            .get_mut(&core)
+            .map(Arc::make_mut)
+            .map(|r| &mut r.tags)
     }
 }

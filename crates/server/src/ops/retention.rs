@@ -148,7 +148,7 @@ impl State {
         self.finished
             .range(..=(before, u64::MAX))
             .take(max)
-            .filter_map(|(_, core)| self.jobs.get(core))
+            .filter_map(|(_, core)| self.jobs.get(core).map(|r| &**r))
             .collect()
     }
 

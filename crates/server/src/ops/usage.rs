@@ -67,7 +67,7 @@ impl State {
             .values()
             .filter(|r| r.stopped_at.is_none_or(|t| t >= since))
             .filter(|r| r.attempt_counter > 0)
-            .map(usage_job)
+            .map(|r| usage_job(r))
             .collect()
     }
 }
