@@ -42,15 +42,12 @@ fn cmd(op: &str, body: Value) -> Command {
 
 /// Applies `commands` as one batch at `t0 + minutes`, returning the actions.
 fn at(state: &mut State, minutes: i64, commands: Vec<Command>) -> Vec<Action> {
-    state.begin(T0 + minutes * MIN);
-    for c in commands {
-        state
-            .apply(&c)
-            .unwrap_or_else(|e| panic!("refused: {e}: {c:?}"));
+    let outcome = state.apply_batch(T0 + minutes * MIN, commands);
+    for r in &outcome.results {
+        r.as_ref().unwrap_or_else(|e| panic!("refused: {e}"));
     }
-    let actions = state.finish();
     state.core.check_invariants().expect("core invariants");
-    actions
+    outcome.actions
 }
 
 fn submit(id: &str, share: &str, principal: &str, count: u32) -> Command {

@@ -51,10 +51,18 @@ fn submit(i: u64) -> Command {
     }
 }
 
+/// Applies a batch that must be accepted whole.
+fn applied(s: &mut State, now: i64, commands: Vec<Command>) {
+    let outcome = s.apply_batch(now, commands);
+    assert!(
+        outcome.results.iter().all(Result::is_ok),
+        "a setup command was refused"
+    );
+}
+
 fn state(n: u64) -> State {
     let mut s = State::new(Arns::new("us-east-1", "123456789012"), Default::default());
-    s.begin(1);
-    for c in [
+    let setup = vec![
         cmd(
             "CreateSchedulingPolicy",
             json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
@@ -80,16 +88,15 @@ fn state(n: u64) -> State {
         Command::SetCapacity {
             capacity: [("ml.g5.xlarge".to_string(), 64)].into(),
         },
-    ] {
-        s.apply(&c).expect("setup");
-    }
-    s.finish();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(2048) {
-        s.begin(2 + chunk[0] as i64);
-        for &i in chunk {
-            s.apply(&submit(i)).expect("submit");
-        }
-        s.finish();
+    ];
+    applied(&mut s, 1, setup);
+    let ids: Vec<u64> = (0..n).collect();
+    for chunk in ids.chunks(2048) {
+        applied(
+            &mut s,
+            2 + chunk[0] as i64,
+            chunk.iter().map(|&i| submit(i)).collect(),
+        );
     }
     s
 }
@@ -101,9 +108,7 @@ fn submit_one(b: divan::Bencher) {
     let mut i = n;
     b.bench_local(|| {
         i += 1;
-        s.begin(10_000_000 + i as i64);
-        s.apply(&submit(i)).expect("submit");
-        s.finish()
+        s.apply_batch(10_000_000 + i as i64, vec![submit(i)])
     });
 }
 

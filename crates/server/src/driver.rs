@@ -97,23 +97,21 @@ pub fn recover(
         let commands: Vec<Command> = serde_json::from_str(&b.commands).map_err(|e| {
             format!("cannot decode the commands qm {} logged: {e}", b.writer.version)
         })?;
-        state.begin(b.at_ms);
-        for c in &commands {
-            // A logged command was accepted when it was applied, and applying it again to the
-            // same state gives the same result: a refusal means another build's rules.
-            if let Err(e) = state.apply(c) {
-                if own {
-                    return Err(format!(
-                        "a logged command was refused on replay ({e}); the log was written by another configuration of qm"
-                    ));
-                }
-                r.refused_other += 1;
-                tracing::warn!(batch = b.seq, written_by = %b.writer.version, error = %e,
-                    "a command another build accepted is refused by this one; skipped");
+        let n = commands.len() as u64;
+        let outcome = state.apply_batch(b.at_ms, commands);
+        // A logged command was accepted when it was applied, and applying it again to the
+        // same state gives the same result: a refusal means another build's rules.
+        for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
+            if own {
+                return Err(format!(
+                    "a logged command was refused on replay ({e}); the log was written by another configuration of qm"
+                ));
             }
+            r.refused_other += 1;
+            tracing::warn!(batch = b.seq, written_by = %b.writer.version, error = %e,
+                "a command another build accepted is refused by this one; skipped");
         }
-        let _ = state.finish();
-        if !same_decisions(&state.decisions, &b)? {
+        if !same_decisions(&outcome.decisions, &b)? {
             if own {
                 r.diverged_own += 1;
                 tracing::error!(batch = b.seq, logged = %b.decisions,
@@ -125,7 +123,7 @@ pub fn recover(
             }
         }
         r.batches += 1;
-        r.commands += commands.len() as u64;
+        r.commands += n;
         Ok(())
     })?;
     state.core.check_invariants().map_err(|e| {
@@ -525,15 +523,12 @@ impl Driver {
             return Ok(0);
         }
         let now = now_ms();
-        self.state.begin(now);
-        for c in &commands {
-            if let Err(e) = self.state.apply(c) {
-                tracing::warn!(error = %e, "reconciliation step refused");
-            }
+        let outcome = self.state.apply_batch(now, commands);
+        for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
+            tracing::warn!(error = %e, "reconciliation step refused");
         }
-        let actions = self.state.finish();
-        self.commit(now, &commands)?;
-        self.carry_out(actions);
+        self.commit(now, &outcome.logged, &outcome.decisions)?;
+        self.carry_out(outcome.actions);
         Ok(lost)
     }
 
@@ -646,10 +641,15 @@ impl Driver {
         Ok(commands)
     }
 
-    fn commit(&mut self, now: i64, commands: &[Command]) -> Result<(), ServerError> {
+    fn commit(
+        &mut self,
+        now: i64,
+        commands: &[Command],
+        decisions: &[Effect],
+    ) -> Result<(), ServerError> {
         let json = serde_json::to_string(commands)
             .map_err(|e| ServerError::Recovery(format!("encoding commands: {e}")))?;
-        let decisions = encode_decisions(&self.state.decisions)?;
+        let decisions = encode_decisions(decisions)?;
         self.log.append(now, &json, &decisions)?;
         if !self.retired_dirs.is_empty() {
             // Only once the retirement is durable: a crash before it keeps the jobs, and
@@ -795,52 +795,52 @@ impl Driver {
             return Ok(());
         }
         let now = now_ms();
-        self.state.begin(now);
-        let mut logged: Vec<Command> = Vec::new();
-        let mut replies = Vec::new();
+        // Commands in arrival order; `repliers[i]` is where command i's answer goes, if it
+        // came from a client.
+        let mut commands: Vec<Command> = Vec::new();
+        let mut repliers: Vec<Option<Reply>> = Vec::new();
         let mut queries: Vec<(Query, Reply)> = Vec::new();
         for item in items {
             match item {
                 Item::Request(Envelope { request, reply }) => match request {
                     Request::Command(c) => {
-                        let r = self.state.apply(&c);
-                        if r.is_ok() {
-                            logged.push(c);
-                        }
-                        replies.push((reply, r));
+                        commands.push(c);
+                        repliers.push(Some(reply));
                     }
                     Request::Query(q) => queries.push((q, reply)),
                 },
                 Item::Event(ev) => {
-                    let c = event_command(ev);
-                    if self.state.apply(&c).is_ok() {
-                        logged.push(c);
-                    }
+                    commands.push(event_command(ev));
+                    repliers.push(None);
                 }
-                Item::Timed(commands) => {
-                    for c in commands {
-                        if self.state.apply(&c).is_ok() {
-                            logged.push(c);
-                        }
-                    }
+                Item::Timed(timed) => {
+                    repliers.extend(timed.iter().map(|_| None));
+                    commands.extend(timed);
                 }
             }
         }
         let pass = std::time::Instant::now();
-        let actions = self.state.finish();
-        let elapsed = pass.elapsed().as_secs_f64();
-        self.state.pass_seconds.observe(elapsed);
-        if let Err(e) = self.commit(now, &logged) {
+        let outcome = self.state.apply_batch(now, commands);
+        self.state
+            .pass_seconds
+            .observe(pass.elapsed().as_secs_f64());
+        let replies = repliers.into_iter().zip(outcome.results);
+        if let Err(e) = self.commit(now, &outcome.logged, &outcome.decisions) {
             for (reply, _) in replies {
-                let _ = reply.send(Err(ApiError::server(
-                    "the server could not make the request durable; retry shortly",
-                )));
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(ApiError::server(
+                        "the server could not make the request durable; retry shortly",
+                    )));
+                }
             }
             return Err(e);
         }
         for (reply, r) in replies {
-            let _ = reply.send(r.map(Answer::Body));
+            if let Some(reply) = reply {
+                let _ = reply.send(r.map(Answer::Body));
+            }
         }
+        let actions = outcome.actions;
         let answered = now_ms();
         for (q, reply) in queries {
             let _ = reply.send(self.state.answer(&q, answered));

@@ -239,6 +239,19 @@ pub struct JobRec {
     pub principal: Option<String>,
 }
 
+/// What applying a batch did ([`State::apply_batch`]).
+#[derive(Debug)]
+pub struct BatchOutcome {
+    /// Each command's answer, in the order given.
+    pub results: Vec<Result<Vec<u8>, ApiError>>,
+    /// The commands that were accepted: what the log records.
+    pub logged: Vec<Command>,
+    /// What to carry out once the batch is durable.
+    pub actions: Vec<Action>,
+    /// The core's decisions, which the log records beside the commands.
+    pub decisions: Vec<Effect>,
+}
+
 /// The server state. See the module docs.
 pub struct State {
     /// ARN builder/parser.
@@ -405,6 +418,29 @@ impl State {
             Query::LogInfo { .. } | Query::UsageFacts { .. } => Err(ApiError::server(
                 "internal: this read has a typed answer (State::answer)",
             )),
+        }
+    }
+
+    /// Applies one batch: every command at `now` in order, then the scheduling pass. The one
+    /// way the driver, recovery and tests change the state, so they cannot differ in how.
+    /// A refused command changed nothing and is not in `logged`.
+    pub fn apply_batch(&mut self, now: i64, commands: Vec<Command>) -> BatchOutcome {
+        self.begin(now);
+        let mut results = Vec::with_capacity(commands.len());
+        let mut logged = Vec::with_capacity(commands.len());
+        for c in commands {
+            let r = self.apply(&c);
+            if r.is_ok() {
+                logged.push(c);
+            }
+            results.push(r);
+        }
+        let actions = self.finish();
+        BatchOutcome {
+            results,
+            logged,
+            actions,
+            decisions: std::mem::take(&mut self.decisions),
         }
     }
 

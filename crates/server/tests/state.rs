@@ -70,24 +70,21 @@ impl World {
     /// Applies commands as one batch, logs it like the driver does, returns the actions.
     fn batch(&mut self, commands: Vec<Command>) -> Vec<Action> {
         self.now += 1000;
-        self.state.begin(self.now);
-        let mut logged = Vec::new();
-        for c in commands {
-            if let Err(e) = self.state.apply(&c) {
+        let outcome = self.state.apply_batch(self.now, commands.clone());
+        for (r, c) in outcome.results.iter().zip(&commands) {
+            if let Err(e) = r {
                 panic!("command refused: {e}: {c:?}");
             }
-            logged.push(c);
         }
-        let actions = self.state.finish();
         self.log
             .append(
                 self.now,
-                &serde_json::to_string(&logged).unwrap(),
-                &encode_decisions(&self.state.decisions).unwrap(),
+                &serde_json::to_string(&outcome.logged).unwrap(),
+                &encode_decisions(&outcome.decisions).unwrap(),
             )
             .unwrap();
         self.state.core.check_invariants().expect("core invariants");
-        actions
+        outcome.actions
     }
 
     fn one(&mut self, c: Command) -> Vec<Action> {
@@ -599,17 +596,10 @@ fn decisions_in_the_schema_1_encoding_replay_without_a_difference() {
     let mut legacy = logged_by(&Writer::legacy());
     w.log
         .replay(&mut |b| {
-            replayed.begin(b.at_ms);
             let commands: Vec<Command> = serde_json::from_str(&b.commands).unwrap();
-            for c in &commands {
-                replayed.apply(c).unwrap();
-            }
-            replayed.finish();
-            let text: Vec<String> = replayed
-                .decisions
-                .iter()
-                .map(|e| format!("{e:?}"))
-                .collect();
+            let outcome = replayed.apply_batch(b.at_ms, commands);
+            assert!(outcome.results.iter().all(Result::is_ok));
+            let text: Vec<String> = outcome.decisions.iter().map(|e| format!("{e:?}")).collect();
             legacy
                 .append(b.at_ms, &b.commands, &text.join("\n"))
                 .unwrap();

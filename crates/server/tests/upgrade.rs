@@ -140,12 +140,17 @@ fn a_release_data_dir_goes_on_under_this_build_and_replays_its_own_batches_exact
     }))
     .unwrap();
     let now = state.now + 1000;
-    state.begin(now);
-    state.apply(&terminate).expect("the command is accepted");
-    state.finish();
-    let commands = serde_json::to_string(&vec![terminate]).unwrap();
-    log.append(now, &commands, &encode_decisions(&state.decisions).unwrap())
-        .unwrap();
+    let outcome = state.apply_batch(now, vec![terminate]);
+    outcome.results[0]
+        .as_ref()
+        .expect("the command is accepted");
+    let commands = serde_json::to_string(&outcome.logged).unwrap();
+    log.append(
+        now,
+        &commands,
+        &encode_decisions(&outcome.decisions).unwrap(),
+    )
+    .unwrap();
     drop(log);
 
     let log = SqliteLog::open(&dir.path().join("qm.sqlite3")).unwrap();
