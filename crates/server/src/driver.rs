@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::archive::{Archive, ArchivedJob};
 use crate::command::{Answer, Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
 use crate::error::ServerError;
-use crate::exec::Executor;
+use crate::exec::{Execute, Executor};
 use crate::snapshot::{decode_image, encode_image, StateImage, SNAPSHOT_FORMAT};
 use crate::state::{Action, Launch, State};
 
@@ -217,14 +217,14 @@ fn write_image(
 /// Writes snapshots on a thread and a store connection of their own, so that encoding a large
 /// state never stalls the driver, which only takes the image (a copy of the records). One
 /// snapshot at a time; SQLite serializes its transaction with the driver's appends.
-pub struct Snapshotter {
-    idle: Option<SqliteLog>,
-    busy: Option<std::thread::JoinHandle<(SqliteLog, Result<(), ServerError>)>>,
+pub struct Snapshotter<L = SqliteLog> {
+    idle: Option<L>,
+    busy: Option<std::thread::JoinHandle<(L, Result<(), ServerError>)>>,
 }
 
-impl Snapshotter {
+impl<L: Log + Send + 'static> Snapshotter<L> {
     /// Over a second connection to the driver's store.
-    pub fn new(log: SqliteLog) -> Self {
+    pub fn new(log: L) -> Self {
         Snapshotter {
             idle: Some(log),
             busy: None,
@@ -354,12 +354,13 @@ pub struct Cadence {
     pub delete_job_dirs: bool,
 }
 
-/// The running driver.
-pub struct Driver {
+/// The running driver, over a store `L` and an executor `E` (the server's: SQLite and the
+/// local or Slurm executor; tests put fakes there).
+pub struct Driver<L = SqliteLog, E = Executor> {
     /// The state.
     pub state: State,
-    log: SqliteLog,
-    executor: Executor,
+    log: L,
+    executor: E,
     requests: mpsc::Receiver<Envelope>,
     events: mpsc::UnboundedReceiver<ExecEvent>,
     /// To report launch failures as exits, through the same path as real exits.
@@ -373,7 +374,7 @@ pub struct Driver {
     since_snapshot: u64,
     /// Jobs in the last snapshot begun.
     snapshot_jobs: u64,
-    snapshots: Snapshotter,
+    snapshots: Snapshotter<L>,
     /// Where retired jobs go.
     archive: Archive,
     retention: Duration,
@@ -396,14 +397,14 @@ enum Item {
     Timed(Vec<Command>),
 }
 
-impl Driver {
+impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
     /// A driver over a recovered state.
     pub fn new(
         state: State,
-        log: SqliteLog,
-        executor: Executor,
+        log: L,
+        executor: E,
         channels: Channels,
-        snapshots: Snapshotter,
+        snapshots: Snapshotter<L>,
         archive_dir: PathBuf,
         cadence: Cadence,
     ) -> Self {
@@ -499,10 +500,7 @@ impl Driver {
     /// runs), and publishes the executor's capacity. Commits one batch and starts what it
     /// decides. Returns the number of attempts that were not taken back.
     pub async fn reconcile(&mut self) -> Result<usize, ServerError> {
-        let mut commands = match self.executor.clone() {
-            Executor::Local(local) => self.reconcile_local(&local).await,
-            Executor::Slurm(slurm) => self.reconcile_slurm(&slurm).await?,
-        };
+        let mut commands = self.executor.reconcile(&self.state).await?;
         let lost = commands
             .iter()
             .filter(|c| {
@@ -531,116 +529,129 @@ impl Driver {
         self.carry_out(outcome.actions);
         Ok(lost)
     }
+}
 
-    /// How live attempt `attempt` ended while no server watched it: as the executor recorded
-    /// it next to its logs, else lost for `reason` (queued again without using a retry).
-    fn recorded_or_lost(&self, attempt: u64, reason: &str) -> ExitRecord {
-        self.state
-            .attempt_identity(attempt)
-            .and_then(|(job, n)| self.executor.recorded_outcome(&job, n))
-            .map_or_else(
-                || ExitRecord::Lost {
-                    reason: reason.into(),
-                },
-                exit_record,
-            )
+/// How live attempt `attempt` ended while no server watched it: as the executor recorded it
+/// next to its logs, else lost for `reason` (queued again without using a retry).
+fn recorded_or_lost(
+    state: &State,
+    recorded: impl Fn(&str, u32) -> Option<Outcome>,
+    attempt: u64,
+    reason: &str,
+) -> ExitRecord {
+    state
+        .attempt_identity(attempt)
+        .and_then(|(job, n)| recorded(&job, n))
+        .map_or_else(
+            || ExitRecord::Lost {
+                reason: reason.into(),
+            },
+            exit_record,
+        )
+}
+
+/// Local attempts cannot outlive their server in a useful way: whatever is left of them is
+/// stopped, and each is recorded as it ended (its recorded outcome) or as lost.
+pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec<Command> {
+    let recorded = |job: &str, n: u32| local.recorded_outcome(job, n);
+    let live = state.live_attempts();
+    // The recorded pids, and every process marked with this data dir: an attempt spawned
+    // just before a crash has no recorded pid, but must not run beside its next attempt.
+    let mut pids: std::collections::BTreeSet<u32> =
+        live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+    pids.extend(local.orphans());
+    let pids: Vec<u32> = pids.into_iter().collect();
+    if !pids.is_empty() {
+        tracing::info!(
+            groups = pids.len(),
+            "stopping processes left by the previous server"
+        );
+        local.reap_stale(&pids).await;
     }
-
-    /// Local attempts cannot outlive their server in a useful way: whatever is left of them
-    /// is stopped, and each is recorded as it ended (its recorded outcome) or as lost.
-    async fn reconcile_local(&mut self, local: &LocalExecutor) -> Vec<Command> {
-        let live = self.state.live_attempts();
-        // The recorded pids, and every process marked with this data dir: an attempt spawned
-        // just before a crash has no recorded pid, but must not run beside its next attempt.
-        let mut pids: std::collections::BTreeSet<u32> =
-            live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
-        pids.extend(local.orphans());
-        let pids: Vec<u32> = pids.into_iter().collect();
-        if !pids.is_empty() {
-            tracing::info!(
-                groups = pids.len(),
-                "stopping processes left by the previous server"
-            );
-            local.reap_stale(&pids).await;
+    let mut commands = Vec::new();
+    let mut finished = 0;
+    for (attempt, _) in &live {
+        // An attempt that ended before the crash, but whose exit never reached the log,
+        // left its outcome next to its logs: it counts as it ended, and is not run again.
+        let outcome = recorded_or_lost(
+            state,
+            recorded,
+            *attempt,
+            "Attempt lost: the server restarted while it ran; the job was queued again without using a retry",
+        );
+        if !matches!(outcome, ExitRecord::Lost { .. }) {
+            finished += 1;
         }
-        let mut commands = Vec::new();
-        let mut finished = 0;
-        for (attempt, _) in &live {
-            // An attempt that ended before the crash, but whose exit never reached the log,
-            // left its outcome next to its logs: it counts as it ended, and is not run again.
-            let outcome = self.recorded_or_lost(
-                *attempt,
-                "Attempt lost: the server restarted while it ran; the job was queued again without using a retry",
-            );
-            if !matches!(outcome, ExitRecord::Lost { .. }) {
-                finished += 1;
-            }
-            commands.push(Command::AttemptExited {
+        commands.push(Command::AttemptExited {
+            attempt: *attempt,
+            outcome,
+        });
+    }
+    if finished > 0 {
+        tracing::info!(
+            finished,
+            "attempts had ended before the restart; their outcomes are recorded as they were"
+        );
+    }
+    commands
+}
+
+/// Slurm jobs outlive their server: those still running are adopted, those that ended are
+/// recorded as they ended, and attempts Slurm does not know are lost (queued again).
+pub(crate) async fn reconcile_slurm(
+    state: &State,
+    slurm: &qm_executor::slurm::SlurmExecutor,
+) -> Result<Vec<Command>, ServerError> {
+    let recorded = |job: &str, n: u32| slurm.recorded_outcome(job, n);
+    let live = state.live_attempts();
+    let mut commands = Vec::new();
+    let mut specs = Vec::new();
+    for (attempt, _) in &live {
+        match state.live_launch(*attempt) {
+            Some((launch, running)) => specs.push(AdoptSpec {
+                spec: launch_spec(launch),
+                running_since_ms: running.map(|ms| ms.max(0) as u64),
+                // A stop the previous server had begun (a preemption, a termination) is
+                // carried on: the core still waits for this attempt to go.
+                stopping: state.attempt_stopping(*attempt),
+            }),
+            // Cannot happen for a live attempt; if it did, nothing could follow it.
+            None => commands.push(Command::AttemptExited {
                 attempt: *attempt,
-                outcome,
-            });
+                outcome: ExitRecord::Lost {
+                    reason: "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
+                },
+            }),
         }
-        if finished > 0 {
-            tracing::info!(
-                finished,
-                "attempts had ended before the restart; their outcomes are recorded as they were"
-            );
-        }
-        commands
     }
-
-    /// Slurm jobs outlive their server: those still running are adopted, those that ended are
-    /// recorded as they ended, and attempts Slurm does not know are lost (queued again).
-    async fn reconcile_slurm(
-        &mut self,
-        slurm: &qm_executor::slurm::SlurmExecutor,
-    ) -> Result<Vec<Command>, ServerError> {
-        let live = self.state.live_attempts();
-        let mut commands = Vec::new();
-        let mut specs = Vec::new();
-        for (attempt, _) in &live {
-            match self.state.live_launch(*attempt) {
-                Some((launch, running)) => specs.push(AdoptSpec {
-                    spec: launch_spec(launch),
-                    running_since_ms: running.map(|ms| ms.max(0) as u64),
-                    // A stop the previous server had begun (a preemption, a termination) is
-                    // carried on: the core still waits for this attempt to go.
-                    stopping: self.state.attempt_stopping(*attempt),
-                }),
-                // Cannot happen for a live attempt; if it did, nothing could follow it.
-                None => commands.push(Command::AttemptExited {
-                    attempt: *attempt,
-                    outcome: ExitRecord::Lost {
-                        reason: "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
-                    },
-                }),
+    let adopted = slurm
+        .adopt(specs)
+        .await
+        .map_err(|e| ServerError::Executor(e.to_string()))?;
+    let mut kept = 0;
+    for (attempt, what) in adopted {
+        let outcome = match what {
+            Adopted::Running => {
+                kept += 1;
+                continue;
             }
-        }
-        let adopted = slurm
-            .adopt(specs)
-            .await
-            .map_err(|e| ServerError::Executor(e.to_string()))?;
-        let mut kept = 0;
-        for (attempt, what) in adopted {
-            let outcome = match what {
-                Adopted::Running => {
-                    kept += 1;
-                    continue;
-                }
-                Adopted::Ended(o) => exit_record(o),
-                Adopted::Unknown => self.recorded_or_lost(
-                    attempt,
-                    "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry",
-                ),
-            };
-            commands.push(Command::AttemptExited { attempt, outcome });
-        }
-        if kept > 0 {
-            eprintln!("qm: adopted {kept} Slurm job(s) the previous server started");
-        }
-        Ok(commands)
+            Adopted::Ended(o) => exit_record(o),
+            Adopted::Unknown => recorded_or_lost(
+                state,
+                recorded,
+                attempt,
+                "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry",
+            ),
+        };
+        commands.push(Command::AttemptExited { attempt, outcome });
     }
+    if kept > 0 {
+        eprintln!("qm: adopted {kept} Slurm job(s) the previous server started");
+    }
+    Ok(commands)
+}
 
+impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
     fn commit(
         &mut self,
         now: i64,
@@ -677,8 +688,11 @@ impl Driver {
         Ok(())
     }
 
-    /// Runs until every request sender is gone.
-    pub async fn run(mut self) {
+    /// Runs until every request sender is gone. An error means the log could not be written:
+    /// the state in memory is ahead of what is durable, and the caller must stop the process,
+    /// so that a restart rebuilds the state from what was committed (clients got
+    /// ServerException for everything in the failed batch).
+    pub async fn run(mut self) -> Result<(), ServerError> {
         let mut ticker = tokio::time::interval(self.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -713,13 +727,7 @@ impl Driver {
                     Err(_) => break,
                 }
             }
-            if let Err(e) = self.batch(items) {
-                // The log could not be written: the state in memory is ahead of what is
-                // durable. Stop, so that a restart rebuilds the state from what was committed
-                // (clients got ServerException for everything in the failed batch).
-                tracing::error!(error = %e, "cannot commit to the log; stopping the server");
-                std::process::exit(70);
-            }
+            self.batch(items)?;
         }
         self.shutdown().await;
         self.snapshots.reap(true);
@@ -727,6 +735,7 @@ impl Driver {
             self.start_snapshot();
             self.snapshots.reap(true);
         }
+        Ok(())
     }
 
     /// Stops every running attempt so that a stopped server leaves no process behind. Their
@@ -734,10 +743,10 @@ impl Driver {
     /// (the jobs are queued again without using a retry), exactly as after a crash, so that
     /// no pass runs, and no attempt is started, after the server was asked to stop.
     async fn shutdown(&mut self) {
-        let Executor::Local(local) = self.executor.clone() else {
+        if !self.executor.stops_with_server() {
             // Slurm jobs run on without the server; the next start adopts them.
             return;
-        };
+        }
         let live: Vec<u64> = self
             .state
             .live_attempts()
@@ -770,9 +779,7 @@ impl Driver {
                 None => break,
             }
         }
-        for (job, n) in identities {
-            local.discard_outcome(&job, n);
-        }
+        self.executor.forget_outcomes(&identities);
     }
 
     fn batch(&mut self, items: Vec<Item>) -> Result<(), ServerError> {

@@ -2,12 +2,43 @@
 //! launches and stops and report the same events; they differ at start-up (the local one
 //! stops what a previous server left running, the Slurm one adopts it) and at shutdown (local
 //! attempts are stopped with the server, Slurm jobs keep running and are adopted next time).
+//!
+//! The driver sees them through [`Execute`], so that its order of work (commit, then act),
+//! its recovery and its shutdown can be tested with a fake that records what it was asked.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
 
 use qm_executor::slurm::SlurmExecutor;
 use qm_executor::{ExecError, LaunchSpec, LocalExecutor, Outcome};
+
+use crate::command::Command;
+use crate::error::ServerError;
+use crate::state::State;
+
+/// What the driver asks of an executor.
+pub trait Execute: Send + 'static {
+    /// Instances per type it offers.
+    fn capacity(&self) -> BTreeMap<String, u32>;
+    /// Starts an attempt; it reports `Running`, later `Exited`, as events.
+    fn start(&self, spec: LaunchSpec) -> Result<(), ExecError>;
+    /// Stops an attempt; it reports `Exited` once its processes are gone.
+    fn stop(&self, attempt: u64);
+    /// How an attempt ended, as the executor recorded it before reporting it.
+    fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome>;
+    /// The directory that holds every attempt of `job_id`.
+    fn job_dir(&self, job_id: &str) -> PathBuf;
+    /// After a restart: the commands that say what became of the attempts `state` holds as
+    /// live (stopped and lost, ended as recorded, or adopted and still running).
+    fn reconcile(&self, state: &State) -> impl Future<Output = Result<Vec<Command>, ServerError>>;
+    /// Whether a stopping server stops its attempts (and waits for their exits), rather than
+    /// leaving them to run and be adopted by the next start.
+    fn stops_with_server(&self) -> bool;
+    /// After such a stop: forgets the outcomes those attempts recorded, so that the next start
+    /// counts them as lost (stopped with the server), not as failed by the signal.
+    fn forget_outcomes(&self, attempts: &[(String, u32)]);
+}
 
 /// One of the two executors.
 #[derive(Debug, Clone)]
@@ -64,6 +95,47 @@ impl Executor {
         match self {
             Executor::Local(e) => e.log_dir(job_id, attempt_number),
             Executor::Slurm(e) => e.log_dir(job_id, attempt_number),
+        }
+    }
+}
+
+impl Execute for Executor {
+    fn capacity(&self) -> BTreeMap<String, u32> {
+        Executor::capacity(self)
+    }
+
+    fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
+        Executor::start(self, spec)
+    }
+
+    fn stop(&self, attempt: u64) {
+        Executor::stop(self, attempt)
+    }
+
+    fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
+        Executor::recorded_outcome(self, job_id, attempt_number)
+    }
+
+    fn job_dir(&self, job_id: &str) -> PathBuf {
+        Executor::job_dir(self, job_id)
+    }
+
+    async fn reconcile(&self, state: &State) -> Result<Vec<Command>, ServerError> {
+        match self {
+            Executor::Local(local) => Ok(crate::driver::reconcile_local(state, local).await),
+            Executor::Slurm(slurm) => crate::driver::reconcile_slurm(state, slurm).await,
+        }
+    }
+
+    fn stops_with_server(&self) -> bool {
+        matches!(self, Executor::Local(_))
+    }
+
+    fn forget_outcomes(&self, attempts: &[(String, u32)]) {
+        if let Executor::Local(local) = self {
+            for (job, n) in attempts {
+                local.discard_outcome(job, *n);
+            }
         }
     }
 }

@@ -152,7 +152,12 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let handle = tokio::runtime::Handle::current();
     let driver_thread = std::thread::Builder::new()
         .name("qm-driver".into())
-        .spawn(move || handle.block_on(driver.run()))
+        .spawn(move || {
+            if let Err(e) = handle.block_on(driver.run()) {
+                tracing::error!(error = %e, "cannot commit to the log; stopping the server");
+                std::process::exit(70);
+            }
+        })
         .map_err(io("starting the driver thread".into()))?;
 
     print_banner(&config, addr, &instances);
