@@ -4,6 +4,88 @@
 
 use serde::{Deserialize, Serialize};
 
+/// One quota share's usage of one capacity unit, as `GET /qm/v1/usage` reports it
+/// (instance counts; read as numbers, since the server may write `0.0`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareUsage {
+    /// The share.
+    pub quota_share_name: String,
+    /// The instance type.
+    pub capacity_unit: String,
+    /// Its entitlement (the share's limit).
+    #[serde(serialize_with = "whole_if_integral")]
+    pub entitled: f64,
+    /// Instances its attempts hold, own and borrowed.
+    #[serde(serialize_with = "whole_if_integral")]
+    pub used: f64,
+    /// Of those, within its own entitlement.
+    #[serde(serialize_with = "whole_if_integral")]
+    pub own_use: f64,
+    /// Of those, borrowed from other shares.
+    #[serde(serialize_with = "whole_if_integral")]
+    pub borrowed: f64,
+    /// Its idle instances that other shares are using.
+    #[serde(serialize_with = "whole_if_integral")]
+    pub lent_out: f64,
+    /// Instances held by attempts that are stopping.
+    #[serde(default, serialize_with = "whole_if_integral")]
+    pub stopping: f64,
+    /// Its RUNNABLE jobs.
+    #[serde(serialize_with = "whole_if_integral")]
+    pub runnable: f64,
+}
+
+/// Writes an instance count as an integer when it is one, as the server does.
+pub fn whole_if_integral<S: serde::Serializer>(n: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+    if n.fract() == 0.0 && n.abs() < 9.0e15 {
+        serializer.serialize_i64(*n as i64)
+    } else {
+        serializer.serialize_f64(*n)
+    }
+}
+
+/// The usage of one queue's shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUsage {
+    /// The queue.
+    pub job_queue: String,
+    /// One row per share and instance type.
+    pub shares: Vec<ShareUsage>,
+}
+
+/// The body of `GET /qm/v1/usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// One entry per queue.
+    pub queues: Vec<QueueUsage>,
+}
+
+/// One entry of the audit log (`GET`/`POST /qm/v1/audit`); `at` is set by the server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// When it was recorded (epoch ms); ignored on input.
+    #[serde(default)]
+    pub at: i64,
+    /// Who (e.g. `alice@host`).
+    pub actor: String,
+    /// What kind of change (`apply`).
+    pub action: String,
+    /// One line.
+    pub summary: String,
+    /// The full plan that was applied.
+    #[serde(default)]
+    pub details: String,
+}
+
+/// The body of `GET /qm/v1/audit`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditLog {
+    /// Oldest first.
+    pub entries: Vec<AuditEntry>,
+}
+
 /// How `GET /qm/v1/usage/report` groups its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

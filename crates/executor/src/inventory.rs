@@ -8,14 +8,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::ExecError;
 
-/// A group of identical local instances.
+/// A group of identical local instances; also the server's `[[executor.pool]]` table, read
+/// as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PoolSpec {
     /// The capacity unit, e.g. `ml.g5.xlarge`.
     pub instance_type: String,
     /// How many instances of that type.
     pub count: u32,
     /// GPUs each instance gets (0: the process runs on the CPU).
+    #[serde(default)]
     pub gpus_per_instance: u32,
 }
 

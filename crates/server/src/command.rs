@@ -275,22 +275,7 @@ impl ExitRecord {
     }
 }
 
-/// One entry of the audit log (`POST /qm/v1/audit`); `at` is set by the server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    /// When it was recorded (epoch ms); ignored on input.
-    #[serde(default)]
-    pub at: i64,
-    /// Who (e.g. `alice@host`).
-    pub actor: String,
-    /// What kind of change (`apply`).
-    pub action: String,
-    /// One line.
-    pub summary: String,
-    /// The full plan that was applied.
-    #[serde(default)]
-    pub details: String,
-}
+pub use qm_api::qm::AuditEntry;
 
 /// A read: answered from the state in memory after the batch it arrived in has committed.
 #[derive(Clone, Debug)]

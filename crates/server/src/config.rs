@@ -108,21 +108,8 @@ pub struct SlurmSection {
     pub instance: Vec<SlurmInstanceEntry>,
 }
 
-/// `[[executor.slurm.instance]]`: one instance of `instance_type` is one node of `partition`
-/// having `feature`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlurmInstanceEntry {
-    /// SageMaker instance type, e.g. `ml.p4d.24xlarge`.
-    pub instance_type: String,
-    /// Slurm partition.
-    pub partition: Option<String>,
-    /// Node feature (`sbatch --constraint`).
-    pub feature: Option<String>,
-    /// GPUs per node (`--gres=gpu:N`).
-    #[serde(default)]
-    pub gpus_per_instance: u32,
-}
+/// `[[executor.slurm.instance]]`: the Slurm executor's own type.
+pub use qm_executor::slurm::SlurmInstance as SlurmInstanceEntry;
 
 /// The resolved `[executor.slurm]`.
 #[derive(Clone, Debug)]
@@ -141,18 +128,8 @@ pub struct SlurmSettings {
     pub instances: Vec<SlurmInstanceEntry>,
 }
 
-/// `[[executor.pool]]`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolEntry {
-    /// SageMaker instance type, e.g. `ml.g5.xlarge`.
-    pub instance_type: String,
-    /// Instances of that type.
-    pub count: u32,
-    /// GPU indices handed to each instance via CUDA_VISIBLE_DEVICES.
-    #[serde(default)]
-    pub gpus_per_instance: u32,
-}
+/// `[[executor.pool]]`: the local executor's own type.
+pub use qm_executor::PoolSpec as PoolEntry;
 
 /// `[scheduler]`.
 #[derive(Clone, Debug, Default, Deserialize)]

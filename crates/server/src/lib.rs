@@ -31,7 +31,7 @@ pub mod state;
 pub mod usage;
 
 use qm_api::Arns;
-use qm_executor::slurm::{SlurmConfig, SlurmExecutor, SlurmInstance};
+use qm_executor::slurm::{SlurmConfig, SlurmExecutor};
 use qm_executor::{default_pools, detect_gpus, LocalConfig, LocalExecutor, PoolSpec};
 use qm_store::{Log, SqliteLog};
 
@@ -219,15 +219,7 @@ fn local_executor(
         }
         pools
     } else {
-        config
-            .pool
-            .iter()
-            .map(|p| PoolSpec {
-                instance_type: p.instance_type.clone(),
-                count: p.count,
-                gpus_per_instance: p.gpus_per_instance,
-            })
-            .collect()
+        config.pool.clone()
     };
     let executor = LocalExecutor::new(
         LocalConfig {
@@ -306,16 +298,7 @@ fn slurm_executor(
     let tag = slurm_tag(log)?;
     let mut cfg = SlurmConfig::new(
         settings.shared_dir_or(&config.data_dir),
-        settings
-            .instances
-            .iter()
-            .map(|i| SlurmInstance {
-                instance_type: i.instance_type.clone(),
-                partition: i.partition.clone(),
-                feature: i.feature.clone(),
-                gpus_per_instance: i.gpus_per_instance,
-            })
-            .collect(),
+        settings.instances.clone(),
         &tag,
     );
     cfg.stop_grace = config.stop_grace;

@@ -413,7 +413,9 @@ impl State {
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
-            Query::Audit => body(&serde_json::json!({ "entries": self.audit })),
+            Query::Audit => body(&qm_api::qm::AuditLog {
+                entries: self.audit.clone(),
+            }),
             Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),
             Query::LogInfo { .. } | Query::UsageFacts { .. } => Err(ApiError::server(
                 "internal: this read has a typed answer (State::answer)",
@@ -941,7 +943,7 @@ impl State {
                 *lendable.entry(u.instance_type.as_str()).or_default() += u.lendable;
             }
             let runnable = self.runnable_counts(&q.name);
-            let shares: Vec<serde_json::Value> = usage
+            let shares: Vec<qm_api::qm::ShareUsage> = usage
                 .iter()
                 .filter(|u| q.shares.contains_key(&u.share))
                 .map(|u| {
@@ -952,25 +954,28 @@ impl State {
                     } else {
                         0.0
                     };
-                    serde_json::json!({
-                        "quotaShareName": u.share,
-                        "capacityUnit": u.instance_type,
-                        "entitled": u.entitlement,
-                        "used": u.usage,
-                        "ownUse": u.usage - u.borrowed,
-                        "borrowed": u.borrowed,
-                        "lentOut": lent,
-                        "stopping": u.stopping,
-                        "runnable": runnable
+                    qm_api::qm::ShareUsage {
+                        quota_share_name: u.share.clone(),
+                        capacity_unit: u.instance_type.clone(),
+                        entitled: f64::from(u.entitlement),
+                        used: f64::from(u.usage),
+                        own_use: f64::from(u.usage - u.borrowed),
+                        borrowed: f64::from(u.borrowed),
+                        lent_out: lent,
+                        stopping: f64::from(u.stopping),
+                        runnable: runnable
                             .get(&(u.share.clone(), u.instance_type.clone()))
                             .copied()
-                            .unwrap_or(0),
-                    })
+                            .unwrap_or(0) as f64,
+                    }
                 })
                 .collect();
-            queues.push(serde_json::json!({ "jobQueue": q.name, "shares": shares }));
+            queues.push(qm_api::qm::QueueUsage {
+                job_queue: q.name.clone(),
+                shares,
+            });
         }
-        body(&serde_json::json!({ "queues": queues }))
+        body(&qm_api::qm::Usage { queues })
     }
 
     /// The attempt whose logs a client asks for.

@@ -2,8 +2,6 @@
 
 use std::fmt::Write as _;
 
-use serde::Deserialize;
-
 use super::Error;
 use crate::client::time::utc;
 use crate::client::Client;
@@ -11,20 +9,16 @@ use crate::client::Client;
 /// Where the server keeps the log: `GET` reads it, `POST` appends an entry.
 pub const AUDIT_PATH: &str = "/qm/v1/audit";
 
-/// One entry, oldest first in the log: the server's own type, so the two cannot drift.
-pub use qm_server::command::AuditEntry as Entry;
-
-#[derive(Deserialize)]
-struct Page {
-    entries: Vec<Entry>,
-}
+/// One entry, oldest first in the log: the wire type the server writes, so the two cannot
+/// drift.
+pub use qm_api::qm::AuditEntry as Entry;
 
 /// Reads the log.
 pub fn read(client: &Client) -> Result<Vec<Entry>, Error> {
     let v = client
         .get_json(AUDIT_PATH)
         .map_err(|e| Error::request("audit", e))?;
-    serde_json::from_value::<Page>(v)
+    serde_json::from_value::<qm_api::qm::AuditLog>(v)
         .map(|p| p.entries)
         .map_err(|e| Error::Shape {
             operation: "audit".into(),

@@ -30,8 +30,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// How one instance type maps onto the cluster: one instance is one node of `partition` (if
-/// set) having `feature` (if set).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// set) having `feature` (if set). Also the server's `[[executor.slurm.instance]]` table,
+/// read as it is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SlurmInstance {
     /// SageMaker instance type, e.g. `ml.g5.xlarge`.
     pub instance_type: String,
@@ -40,6 +42,7 @@ pub struct SlurmInstance {
     /// Node feature (`--constraint`).
     pub feature: Option<String>,
     /// GPUs per node requested with `--gres=gpu:N`; 0 asks for none.
+    #[serde(default)]
     pub gpus_per_instance: u32,
 }
 
