@@ -240,6 +240,20 @@ impl View {
         entitled > u64::from(self.ceiling.environment) || self.ceiling.physical_for_queue.is_some()
     }
 
+    /// Whether a job of share `s` needing `c` instances could start if every other share's
+    /// jobs were gone: only then can holding capacity for it (the starvation guard) help.
+    /// A job that waits for its own share's jobs alone (its share full and unable to borrow
+    /// that much) would hold the whole unit idle for nothing.
+    pub(crate) fn others_could_free(&self, s: usize, c: u32) -> bool {
+        let mut alone = self.projected.clone();
+        for (x, a) in alone.iter_mut().enumerate() {
+            if x != s {
+                a.usage = 0;
+            }
+        }
+        ledger::allowed_add(&ledger::pressure(self.ceiling, &alone), &alone[s], s, c).is_ok()
+    }
+
     /// Whether share `s` has reclaiming jobs.
     fn claims(&self, s: usize) -> bool {
         self.demand[s] > 0
@@ -486,8 +500,13 @@ impl Scheduler {
                             // the shares' limits exceed the environment (or a physical limit
                             // is shared), when other owners compete with it: then it bars
                             // every later start.
+                            // A head that waits for its own share's jobs alone bars nobody:
+                            // holding other shares' capacity cannot help it (and, in a full
+                            // share behind a job that runs for days, would idle the unit).
                             let owner_sized = n.count <= view.held(n.share).entitlement;
-                            if !owner_sized || view.contested() {
+                            if (!owner_sized || view.contested())
+                                && view.others_could_free(n.share, n.count)
+                            {
                                 barriers.push(Barrier {
                                     seq: n.key.seq,
                                     job: id,
@@ -882,13 +901,29 @@ impl Scheduler {
         let borrowed0: Vec<u32> = projected.iter().map(Account::borrowed).collect();
         let mut acc = projected.to_vec();
         let mut chosen: Vec<(usize, RunKey)> = Vec::new();
+        // In-share preemption is for a share at its entitlement: the share's own jobs are
+        // victims only for the part of the demand above its idle entitlement. Lent capacity
+        // is taken back by reclaim, never by stopping an own job that would then reclaim it
+        // itself (one wasted preemption, its lost work and a restart).
+        let own_needed = (projected[s].usage + c).saturating_sub(entitlement);
         loop {
             // Drop streams of shares that no longer borrow: their jobs are not victims.
             streams
                 .retain_mut(|(x, it)| it.peek().is_some() && (*x == s || acc[*x].borrowed() > 0));
+            let freed_own = projected[s].usage - acc[s].usage;
+            let borrowers_left = streams.iter().any(|(x, _)| *x != s);
+            let own_left = streams.iter().any(|(x, _)| *x == s);
+            let eligible = |x: usize| {
+                if x == s {
+                    freed_own < own_needed || !borrowers_left
+                } else {
+                    freed_own >= own_needed || !own_left
+                }
+            };
             let (i, _) = streams
                 .iter_mut()
                 .enumerate()
+                .filter(|(_, (x, _))| eligible(*x))
                 .map(|(i, (x, it))| {
                     (
                         i,
@@ -905,6 +940,16 @@ impl Scheduler {
                 break;
             }
         }
+        // An own job kept running beside the new one is, past the entitlement, borrowing: it
+        // may stay when that borrowing is admissible (lower-priority own jobs are the
+        // share's borrowers, the job and those above it fit the entitlement), rather than be
+        // preempted only to borrow again what the reclaim freed.
+        let higher = projected[s].usage - lower;
+        let may_keep_own = |acc: &[Account]| {
+            higher + c <= entitlement
+                && ledger::allowed_add(&ledger::pressure(ceiling, acc), &acc[s], s, c).is_ok()
+                && view.borrow_gate(acc, s, c)
+        };
         // Minimize: from the last chosen back, drop every victim the set does not need, and
         // repeat until nothing drops (dropping one can make another unneeded).
         loop {
@@ -918,7 +963,7 @@ impl Scheduler {
                     .iter()
                     .enumerate()
                     .any(|(j, (y, _))| j != i && *y != s);
-                if sufficient(&acc, reclaims) {
+                if sufficient(&acc, reclaims) || (x == s && reclaims && may_keep_own(&acc)) {
                     chosen.remove(i);
                     dropped = true;
                 } else {
