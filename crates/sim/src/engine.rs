@@ -156,6 +156,8 @@ struct JobState {
     queue_delay_ms: u64,
     reclaim_delay_s: f64,
     current: Option<Running>,
+    /// When the attempt last stopped by a preemption was gone (its instances free again).
+    preempted_gone_ms: Option<u64>,
 }
 
 impl JobState {
@@ -187,6 +189,9 @@ impl JobState {
 #[derive(Clone, Debug, Default)]
 struct Group {
     preemptions: u64,
+    /// Preemptions whose victim got its instances back the moment its stopped attempt was
+    /// gone: they stopped work and bought nothing.
+    needless_preemptions: u64,
     lost_ms_instances: f64,
     overhead_ms_instances: f64,
     usage_integral: f64,
@@ -576,6 +581,7 @@ pub fn run_variant(
             queue_delay_ms: 0,
             reclaim_delay_s: 0.0,
             current: None,
+            preempted_gone_ms: None,
         });
         push(
             &mut heap,
@@ -653,6 +659,7 @@ pub fn run_variant(
                     };
                     changed = true;
                     st.current = None;
+                    st.preempted_gone_ms = (!finishing).then_some(t);
                     ledger.usage[st.share][st.unit] -= st.count;
                     ledger.group_usage[st.group][st.unit] -= st.count;
                     ledger.split[st.share][st.group][st.unit] -= st.count;
@@ -713,6 +720,9 @@ pub fn run_variant(
                         st.queue_delay_ms += t - since;
                         st.reclaim_delay_s +=
                             ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
+                    }
+                    if st.preempted_gone_ms.take() == Some(t) {
+                        groups[st.group].needless_preemptions += 1;
                     }
                     let overhead = if st.attempts > 0 { overhead_ms } else { 0 };
                     st.attempts += 1;
@@ -863,6 +873,7 @@ fn collect(
             queue_delay_s: Dist::of(&mut queue),
             reclaim_delay_s: Dist::of(&mut reclaim),
             preemptions: gs.iter().map(|g| g.preemptions).sum(),
+            needless_preemptions: gs.iter().map(|g| g.needless_preemptions).sum(),
             lost_gpu_hours: hours(gs.iter().map(|g| g.lost_ms_instances).sum()),
             restart_overhead_gpu_hours: hours(gs.iter().map(|g| g.overhead_ms_instances).sum()),
             borrowed_gpu_hours: hours(gs.iter().map(|g| g.borrowed_integral).sum()),

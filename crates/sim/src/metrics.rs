@@ -70,6 +70,9 @@ pub struct Stats {
     pub reclaim_delay_s: Dist,
     /// Attempts preempted (reclaim or in-share).
     pub preemptions: u64,
+    /// Of those, preemptions whose victim started again at the instant its stopped attempt
+    /// was gone (it got its instances straight back): work stopped for nothing.
+    pub needless_preemptions: u64,
     /// Work rolled back by preemptions (since the last checkpoint), in GPU-hours.
     pub lost_gpu_hours: f64,
     /// Time restarted attempts spent loading their checkpoint, in GPU-hours.

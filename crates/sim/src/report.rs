@@ -534,6 +534,9 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
             "Preemption and sharing",
             vec![
                 Row::new("preemptions", Lower, &stats, |s| Cell::count(s.preemptions)),
+                Row::new("needless preemptions", Lower, &stats, |s| {
+                    Cell::count(s.needless_preemptions)
+                }),
                 Row::new("lost GPU-h", Lower, &stats, |s| {
                     Cell::gpu_hours(s.lost_gpu_hours)
                 }),

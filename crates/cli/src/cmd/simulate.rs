@@ -256,6 +256,10 @@ pub fn table(runs: &[VariantRun]) -> String {
         ),
         ("preemptions", Box::new(|s| s.preemptions.to_string())),
         (
+            "needless preemptions",
+            Box::new(|s| s.needless_preemptions.to_string()),
+        ),
+        (
             "lost GPU-h",
             Box::new(|s| format!("{:.1}", s.lost_gpu_hours)),
         ),
