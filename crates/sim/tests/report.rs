@@ -31,6 +31,7 @@ fn stats(seed: usize, scale: f64) -> Stats {
         queue_delay_s: d(120.0),
         reclaim_delay_s: d(30.0),
         preemptions: (seed as u64 * 13) % 50,
+        needless_preemptions: (seed as u64 * 3) % 7,
         lost_gpu_hours: (seed % 17) as f64 * 1.37,
         restart_overhead_gpu_hours: (seed % 5) as f64 * 0.21,
         borrowed_gpu_hours: (seed % 11) as f64 * 12.5,
