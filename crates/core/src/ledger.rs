@@ -110,6 +110,24 @@ pub enum Violation {
     Reserved,
 }
 
+/// What each share has lent out: what all shares borrow, split over the lenders in
+/// proportion to their idle lendable entitlement (lending is pooled: no borrowed instance
+/// belongs to one lender), never more than a lender's idle entitlement. The one definition
+/// the server's live usage, `qm shares` and usage reports share.
+pub fn lent_out(accounts: &[Account]) -> Vec<f64> {
+    let borrowed: f64 = accounts.iter().map(|a| f64::from(a.borrowed())).sum();
+    let lendable: f64 = accounts.iter().map(|a| f64::from(a.lendable())).sum();
+    let ratio = if lendable > 0.0 {
+        (borrowed / lendable).min(1.0)
+    } else {
+        0.0
+    };
+    accounts
+        .iter()
+        .map(|a| f64::from(a.lendable()) * ratio)
+        .collect()
+}
+
 /// Computes how far `accounts` are over each constraint.
 pub fn pressure(ceiling: Ceiling, accounts: &[Account]) -> Pressure {
     let mut p = Pressure {
@@ -236,6 +254,20 @@ mod tests {
         let route = a[s].route(c);
         a[s].usage += c;
         (pressure(ENV3, &a), route)
+    }
+
+    #[test]
+    fn what_is_borrowed_is_lent_out_in_proportion_to_idle_lendable_entitlement() {
+        let accounts = [
+            acct(4, 1, Lend, None),          // 3 idle lendable
+            acct(2, 1, LendAndBorrow, None), // 1 idle lendable
+            acct(2, 4, LendAndBorrow, None), // borrows 2
+            acct(3, 0, Reserve, None),       // lends nothing
+        ];
+        assert_eq!(lent_out(&accounts), vec![1.5, 0.5, 0.0, 0.0]);
+        // More borrowed than lendable (a limit was lowered): lenders lend at most their idle.
+        let over = [acct(1, 0, Lend, None), acct(1, 4, LendAndBorrow, None)];
+        assert_eq!(lent_out(&over), vec![1.0, 0.0]);
     }
 
     #[test]

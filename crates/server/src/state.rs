@@ -936,24 +936,40 @@ impl State {
         let mut queues = Vec::new();
         for q in self.queues.values() {
             let usage = self.share_usage(&q.name);
-            let mut borrowed: BTreeMap<&str, u32> = BTreeMap::new();
-            let mut lendable: BTreeMap<&str, u32> = BTreeMap::new();
-            for u in &usage {
-                *borrowed.entry(u.instance_type.as_str()).or_default() += u.borrowed;
-                *lendable.entry(u.instance_type.as_str()).or_default() += u.lendable;
+            // Per instance type, the core's split of what is borrowed over the lenders.
+            let mut by_type: BTreeMap<&str, Vec<(usize, qm_core::ledger::Account)>> =
+                BTreeMap::new();
+            for (i, u) in usage.iter().enumerate() {
+                let strategy = q
+                    .shares
+                    .get(&u.share)
+                    .map_or(qm_core::Strategy::Reserve, |s| {
+                        qm_api::strategy(s.sharing.strategy)
+                    });
+                by_type.entry(u.instance_type.as_str()).or_default().push((
+                    i,
+                    qm_core::ledger::Account {
+                        entitlement: u.entitlement,
+                        usage: u.usage,
+                        strategy,
+                        allowance: None,
+                    },
+                ));
+            }
+            let mut lent_of = vec![0.0; usage.len()];
+            for rows in by_type.values() {
+                let accounts: Vec<_> = rows.iter().map(|(_, a)| *a).collect();
+                for ((i, _), lent) in rows.iter().zip(qm_core::ledger::lent_out(&accounts)) {
+                    lent_of[*i] = (lent * 100.0).round() / 100.0;
+                }
             }
             let runnable = self.runnable_counts(&q.name);
             let shares: Vec<qm_api::qm::ShareUsage> = usage
                 .iter()
-                .filter(|u| q.shares.contains_key(&u.share))
-                .map(|u| {
-                    let b = f64::from(borrowed[u.instance_type.as_str()]);
-                    let l = f64::from(lendable[u.instance_type.as_str()]);
-                    let lent = if l > 0.0 {
-                        (f64::from(u.lendable) * (b / l).min(1.0) * 100.0).round() / 100.0
-                    } else {
-                        0.0
-                    };
+                .enumerate()
+                .filter(|(_, u)| q.shares.contains_key(&u.share))
+                .map(|(i, u)| {
+                    let lent = lent_of[i];
                     qm_api::qm::ShareUsage {
                         quota_share_name: u.share.clone(),
                         capacity_unit: u.instance_type.clone(),

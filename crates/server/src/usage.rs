@@ -7,8 +7,8 @@
 //! report is the same before and after a restart or a retirement. The computation is pure
 //! ([`report`]): a sweep over the instants where anything changes, per (queue, instance type),
 //! applying DESIGN.md's identity `own = min(U, L)`, `borrowed = U - own`, `idle = L - own`
-//! in every interval, and splitting what others borrow over the lenders in proportion to their
-//! idle lendable entitlement, the same split the live `/qm/v1/usage` shows.
+//! in every interval, and splitting what others borrow over the lenders with the core's
+//! `ledger::lent_out`, the same split the live `/qm/v1/usage` shows.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -474,20 +474,24 @@ impl Segment<'_> {
         grouping: &Grouping,
     ) {
         let used_of = |s: &ShareNow| s.by_principal.values().sum::<i64>().max(0) as f64;
-        let mut borrowed_total = 0.0;
-        let mut lendable_total = 0.0;
-        for s in self.shares.values() {
-            let (used, limit) = (used_of(s), f64::from(s.limit));
-            borrowed_total += (used - limit).max(0.0);
-            if s.lends {
-                lendable_total += (limit - used).max(0.0);
-            }
-        }
-        let lent_ratio = if lendable_total > 0.0 {
-            (borrowed_total / lendable_total).min(1.0)
-        } else {
-            0.0
-        };
+        // The core's own split of what is borrowed over the lenders (`qm shares` shows the
+        // same at an instant).
+        let accounts: Vec<qm_core::ledger::Account> = self
+            .shares
+            .values()
+            .map(|s| qm_core::ledger::Account {
+                entitlement: s.limit,
+                usage: u32::try_from(s.by_principal.values().sum::<i64>().max(0))
+                    .unwrap_or(u32::MAX),
+                strategy: if s.lends {
+                    qm_core::Strategy::Lend
+                } else {
+                    qm_core::Strategy::Reserve
+                },
+                allowance: None,
+            })
+            .collect();
+        let lent_of = qm_core::ledger::lent_out(&accounts);
         let mut add = |key: Key, hours: UsageHours| {
             let c = cells.entry((i, key)).or_default();
             for (total, part, scale) in [(&mut c.instance, hours, h), (&mut c.gpu, hours, h * gpus)]
@@ -499,11 +503,10 @@ impl Segment<'_> {
                 total.idle_entitlement += part.idle_entitlement * scale;
             }
         };
-        for (share, s) in &self.shares {
+        for ((share, s), lent) in self.shares.iter().zip(lent_of) {
             let (used, limit) = (used_of(s), f64::from(s.limit));
             let own = used.min(limit);
             let idle = limit - own;
-            let lent = if s.lends { idle * lent_ratio } else { 0.0 };
             for (principal, &n) in &s.by_principal {
                 let f = n.max(0) as f64 / used;
                 let hours = UsageHours {
