@@ -32,12 +32,44 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> bool {
 }
 
 /// Whether any process of group `pgid` exists and can be signalled by us.
+/// A group whose processes are all zombies is gone: they hold nothing, and where their new
+/// parent (PID 1 of a container, say) never reaps them they would otherwise hold start-up for
+/// the whole grace period and `KILL_WAIT`.
 fn group_alive(pgid: u32) -> bool {
     match i32::try_from(pgid) {
         // Signal 0 only checks. EPERM means it exists but is not ours: nothing we can do.
-        Ok(raw) if raw > 1 => kill(Pid::from_raw(-raw), None).is_ok(),
+        Ok(raw) if raw > 1 => {
+            kill(Pid::from_raw(-raw), None).is_ok() && has_live_member(pgid).unwrap_or(true)
+        }
         _ => false,
     }
+}
+
+/// Whether a process of group `pgid` is not a zombie, from `/proc/<pid>/stat` (`None` when
+/// /proc cannot be read).
+fn has_live_member(pgid: u32) -> Option<bool> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (state, _ppid, pgrp) = (fields.next(), fields.next(), fields.next());
+        if pgrp.and_then(|g| g.parse::<u32>().ok()) == Some(pgid) && state != Some("Z") {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// Collects the group leader if it is a zombie child of ours (the server may be PID 1 or a
@@ -132,7 +164,12 @@ async fn wait_gone(alive: &mut Vec<u32>, until: Instant) {
     loop {
         alive.retain(|&pgid| {
             collect_zombie(pgid);
-            group_alive(pgid)
+            let alive = group_alive(pgid);
+            if !alive {
+                // It may have become a zombie of ours just now: collect it too.
+                collect_zombie(pgid);
+            }
+            alive
         });
         if alive.is_empty() || Instant::now() >= until {
             return;
