@@ -73,10 +73,10 @@ pub struct ArchivedAttempt {
     pub preempted_for: Option<(String, String)>,
 }
 
-impl ArchivedJob {
-    /// The archive's record of `rec`.
-    pub fn of(rec: &JobRec) -> Self {
-        let attempt = |a: &AttemptRec| ArchivedAttempt {
+impl ArchivedAttempt {
+    /// The archive's record of attempt `a`.
+    pub fn of(a: &AttemptRec) -> Self {
+        ArchivedAttempt {
             number: a.number,
             instance_type: a.instance_type.clone(),
             count: a.count,
@@ -88,12 +88,18 @@ impl ArchivedJob {
             stop_at: a.stop_at,
             checkpoint_at: a.checkpoint_at,
             preempted_for: a.preempted_for.clone(),
-        };
+        }
+    }
+}
+
+impl ArchivedJob {
+    /// The archive's record of `rec`: its ended attempts (a retired job has no other).
+    pub fn of(rec: &JobRec) -> Self {
         let mut attempts: Vec<ArchivedAttempt> = rec
             .attempts
             .iter()
             .chain(rec.preempted.iter())
-            .map(attempt)
+            .map(ArchivedAttempt::of)
             .collect();
         attempts.sort_by_key(|a| a.number);
         attempts.dedup_by_key(|a| a.number);

@@ -3,8 +3,9 @@
 
 use qm_api::QuotaShareResourceSharingStrategy;
 
-use crate::state::{AttemptRec, JobRec, ShareRec, State};
-use crate::usage::{ShareEpoch, UsageAttempt, UsageJob};
+use crate::archive::{ArchivedAttempt, ArchivedJob};
+use crate::state::{JobRec, ShareRec, State};
+use crate::usage::{ShareEpoch, UsageJob};
 
 impl State {
     /// Records that share `name` of `queue` is configured as `rec` from now on (`None`: it
@@ -72,35 +73,12 @@ impl State {
     }
 }
 
+/// A job's usage facts: the archive's record of it (its ended attempts) plus the attempt
+/// that holds capacity now, if any.
 fn usage_job(rec: &JobRec) -> UsageJob {
-    let mut attempts: Vec<&AttemptRec> = rec
-        .attempts
-        .iter()
-        .chain(rec.preempted.iter())
-        .chain(rec.live.iter().filter(|l| !l.preempted))
-        .collect();
-    attempts.sort_by_key(|a| a.number);
-    attempts.dedup_by_key(|a| a.number);
-    UsageJob {
-        id: rec.id.clone(),
-        queue: rec.queue.clone(),
-        share: rec.share.clone(),
-        principal: rec.principal.clone(),
-        created_at: rec.created_at,
-        attempts: attempts.into_iter().map(usage_attempt).collect(),
+    let mut record = ArchivedJob::of(rec);
+    if let Some(live) = rec.live.as_ref().filter(|l| !l.preempted) {
+        record.attempts.push(ArchivedAttempt::of(live));
     }
-}
-
-fn usage_attempt(a: &AttemptRec) -> UsageAttempt {
-    UsageAttempt {
-        instance_type: a.instance_type.clone(),
-        count: a.count,
-        started_at: a.started_at,
-        running_at: a.running_at,
-        stopped_at: a.stopped_at,
-        stop_at: a.stop_at,
-        checkpoint_at: a.checkpoint_at,
-        preempted: a.preempted,
-        preempted_for: a.preempted_for.clone(),
-    }
+    record.usage()
 }
