@@ -63,9 +63,14 @@ fn has_live_member(pgid: u32) -> Option<bool> {
         let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
             continue;
         };
-        let mut fields = rest.split_whitespace();
-        let (state, _ppid, pgrp) = (fields.next(), fields.next(), fields.next());
-        if pgrp.and_then(|g| g.parse::<u32>().ok()) == Some(pgid) && state != Some("Z") {
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Fields 3 (state), 5 (pgrp) and 20 (num_threads) of proc(5). A process whose main
+        // thread exited while others run shows `Z` too: it is alive while it has threads.
+        let (state, pgrp, threads) = (fields.first(), fields.get(2), fields.get(17));
+        let threads: u32 = threads.and_then(|t| t.parse().ok()).unwrap_or(1);
+        if pgrp.and_then(|g| g.parse::<u32>().ok()) == Some(pgid)
+            && (state != Some(&"Z") || threads > 1)
+        {
             return Some(true);
         }
     }

@@ -264,8 +264,20 @@ async fn usage_report(
 /// Checks a report's parameters: the window defaults to the last 7 days.
 fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams, ApiError> {
     use qm_api::qm::{UsageBy, UsageEvery};
-    let until = p.until.unwrap_or(now);
-    let since = p.since.unwrap_or(until - 7 * 86_400_000);
+    // Epoch milliseconds from 1970 to the end of year 9999: no arithmetic on a window can
+    // overflow, whatever a client sends.
+    const LATEST: i64 = 253_402_300_800_000;
+    let in_range = |field: &str, t: i64| {
+        if (0..=LATEST).contains(&t) {
+            Ok(t)
+        } else {
+            Err(ApiError::client(format!(
+                "{field}: {t} is not a time between 1970 and 9999; give epoch milliseconds"
+            )))
+        }
+    };
+    let until = in_range("until", p.until.unwrap_or(now))?;
+    let since = in_range("since", p.since.unwrap_or((until - 7 * 86_400_000).max(0)))?;
     if since >= until {
         return Err(ApiError::client(format!(
             "since: {since} is not before until ({until}); both are epoch milliseconds"
@@ -522,4 +534,44 @@ async fn unknown_route(uri: axum::http::Uri) -> Response {
         "no operation at '{}': AWS Batch operations are POST /v1/<operation> (point the AWS CLI or boto3 at this server with --endpoint-url / endpoint_url)",
         uri.path()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(since: Option<i64>, until: Option<i64>, every: Option<&str>) -> ReportParams {
+        ReportParams {
+            since,
+            until,
+            by: None,
+            every: every.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn report_windows_are_checked_before_any_arithmetic() {
+        let now = 1_796_000_000_000;
+        let p = report_params(params(None, None, None), now).unwrap();
+        assert_eq!((p.since, p.until), (now - 7 * 86_400_000, now));
+        for (since, until) in [
+            (Some(i64::MIN), Some(0)),
+            (Some(0), Some(i64::MAX)),
+            (None, Some(i64::MIN)),
+            (Some(-1), None),
+        ] {
+            let e = report_params(params(since, until, None), now).unwrap_err();
+            assert!(e.message().contains("between 1970 and 9999"), "{e}");
+        }
+        let e = report_params(params(Some(now), Some(now), None), now).unwrap_err();
+        assert!(e.message().contains("not before"), "{e}");
+        // A year of hours is allowed; ten years of hours are not.
+        let year = 365 * 86_400_000;
+        assert!(report_params(params(Some(now - year), Some(now), Some("hour")), now).is_ok());
+        let e =
+            report_params(params(Some(now - 10 * year), Some(now), Some("hour")), now).unwrap_err();
+        assert!(e.message().contains("periods"), "{e}");
+        let e = report_params(params(None, None, Some("month")), now).unwrap_err();
+        assert!(e.message().contains("hour, day or week"), "{e}");
+    }
 }

@@ -101,7 +101,8 @@ pub fn period_count(since: i64, until: i64, every: Option<UsageEvery>) -> usize 
         Some(UsageEvery::Day) => DAY_MS,
         Some(UsageEvery::Week) => 7 * DAY_MS,
     };
-    usize::try_from((until - since).max(0) / len + 2).unwrap_or(usize::MAX)
+    let span = until.checked_sub(since).unwrap_or(i64::MAX).max(0);
+    usize::try_from(span / len + 2).unwrap_or(usize::MAX)
 }
 
 /// The report of the state's `facts` plus the archive's jobs, for `p`.
@@ -147,7 +148,7 @@ pub fn periods(since: i64, until: i64, every: Option<UsageEvery>) -> Vec<(i64, i
     let mut out = Vec::new();
     let mut t = since;
     while t < until {
-        let end = (start_of(t) + len).min(until);
+        let end = start_of(t).saturating_add(len).min(until);
         out.push((t, end));
         t = end;
     }
@@ -199,7 +200,11 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
             UsageBy::InstanceType => (None, None, None, Some(unit.into())),
         }
     };
-    let period_of = |t: i64| periods.iter().position(|&(a, b)| t >= a && t < b);
+    // Periods are sorted and contiguous: the one holding `t` is found by binary search.
+    let period_of = |t: i64| {
+        let i = periods.partition_point(|&(_, b)| b <= t);
+        periods.get(i).filter(|&&(a, _)| t >= a).map(|_| i)
+    };
 
     // Events: preemptions, lost work, starts and their waits.
     for job in jobs {
@@ -261,7 +266,12 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
         };
         let sweep = Sweep::new(queue, unit, jobs, history, p);
         for seg in sweep.segments() {
-            for (i, &(a, b)) in periods.iter().enumerate() {
+            // Only the periods the segment overlaps.
+            let first = periods.partition_point(|&(_, b)| b <= seg.from);
+            for (i, &(a, b)) in periods.iter().enumerate().skip(first) {
+                if a >= seg.to {
+                    break;
+                }
                 let (from, to) = (seg.from.max(a), seg.to.min(b));
                 if from >= to {
                     continue;
@@ -611,6 +621,15 @@ mod tests {
             ]
         );
         assert!(period_count(0, 10 * H, Some(UsageEvery::Hour)) >= 10);
+        // Extreme windows neither wrap nor loop (the server refuses them before this).
+        assert_eq!(
+            periods(i64::MAX - 10, i64::MAX, Some(UsageEvery::Hour)).len(),
+            1
+        );
+        assert_eq!(
+            period_count(i64::MIN, i64::MAX, Some(UsageEvery::Hour)),
+            usize::try_from(i64::MAX / H + 2).unwrap()
+        );
     }
 
     #[test]
