@@ -170,7 +170,7 @@ pub fn render_state(state: &State) -> String {
         let _ = writeln!(out, "qm_jobs{{status=\"{status}\"}} {n}");
     }
     out.push_str(
-        "# HELP qm_scheduling_pass_seconds Duration of a scheduling pass (one per batch).\n",
+        "# HELP qm_scheduling_pass_seconds Duration of applying a batch and its scheduling pass (one per batch).\n",
     );
     out.push_str("# TYPE qm_scheduling_pass_seconds histogram\n");
     state

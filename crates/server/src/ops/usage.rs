@@ -11,8 +11,13 @@ impl State {
     /// Records that share `name` of `queue` is configured as `rec` from now on (`None`: it
     /// was deleted).
     pub(crate) fn record_share(&mut self, queue: &str, name: &str, rec: Option<&ShareRec>) {
+        self.push_epoch(queue, name, rec, self.now);
+    }
+
+    /// Records `rec` as share `name`'s configuration from `from` on.
+    fn push_epoch(&mut self, queue: &str, name: &str, rec: Option<&ShareRec>, from: i64) {
         let epoch = ShareEpoch {
-            from: self.now,
+            from,
             limits: rec
                 .map(|r| {
                     r.limits
@@ -54,12 +59,9 @@ impl State {
                     .contains_key(&(q.clone(), s.name.clone()))
             })
             .collect();
-        let now = self.now;
-        self.now = i64::MIN;
         for (queue, share) in missing {
-            self.record_share(&queue, &share.name, Some(&share));
+            self.push_epoch(&queue, &share.name, Some(&share), i64::MIN);
         }
-        self.now = now;
     }
 
     /// The jobs in the state that may have held capacity at or after `since`.
