@@ -716,9 +716,11 @@ steps:
   - advance: 600
   - submit: {job: s3, share: A, instance_type: ml.g5.xlarge}
   - finish: {job: s1}
-  - expect: {running: [s2], runnable: [big, s3], reason: {s3: HELD_FOR_OLDER_JOB}}
+  - expect: {running: [s2, s3], runnable: [big], reason: {big: OWN_QUOTA_FULL}}
   - finish: {job: s2}
-  - expect: {running: [big], runnable: [s3], succeeded: [s1, s2]}
+  - expect: {running: [s3], runnable: [big], reason: {big: BACKFILL_FINISHING}}
+  - advance: 1800
+  - expect: {running: [big], runnable: [s3], preempted: [s3]}
 ",
         );
         assert!(out.passed(), "{}", out.failure.unwrap());

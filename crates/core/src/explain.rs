@@ -25,18 +25,32 @@ impl Scheduler {
         let view = self.view(job.queue, job.unit);
         let ul = self.queues[job.queue.0 as usize].units.get(&job.unit)?;
         let s = usize::from(job.share.0);
-        if let Some((older, seq, all)) = ul.barrier {
-            let borrows = view.for_share(s).projected[s].route(job.spec.count)
-                == crate::ledger::Route::Borrow;
-            if job.seq > seq && (all || borrows) {
-                return Some(PendingReason::HeldForOlderJob { job: older.0 });
-            }
-        }
         match self.decide(id, &view) {
             Decision::Wait(violation) => {
                 Some(self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation))
             }
             Decision::Release(instances) => Some(PendingReason::WaitingForRelease { instances }),
+            Decision::Preempt(victims) if job.ready_at.is_some() => {
+                // Patient with its victims (see `Scheduler::patience`). Only an aged head has
+                // jobs backfilled onto its reservation.
+                // (The pass found it patient, or it would not have a `ready_at`.)
+                let backfill = victims
+                    .iter()
+                    .any(|a| self.attempts[a].backfill_for == Some(job.share));
+                let wait = if backfill {
+                    self.policy.backfill_patience_ms
+                } else {
+                    self.policy.reclaim_patience_ms
+                };
+                let instances = victims.iter().map(|a| self.attempts[a].count).sum();
+                let until = job.ready_at.expect("checked").saturating_add(wait);
+                Some(if backfill {
+                    PendingReason::BackfillFinishing { instances, until }
+                } else {
+                    PendingReason::WaitingForCheckpoint { instances, until }
+                })
+            }
+            Decision::Drain(_) => unreachable!("decide never drains; the pass does"),
             // It could start or preempt on its own, so the last pass held it behind another
             // job: its share's head (waiting for released capacity, or past the starvation
             // guard), or an older borrower past the guard.

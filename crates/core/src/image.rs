@@ -68,11 +68,16 @@ pub struct ShareImage {
 pub struct UnitImage {
     /// Unit index.
     pub unit: u16,
-    /// The oldest aged job later jobs may not pass: (job, its order, bars every start).
+    /// The oldest aged job holding a reservation: (job, its order, whether it covers other
+    /// shares' later starts).
     pub barrier: Option<(JobId, u64, bool)>,
     /// Per share index, the head the last pass held the share's lane for, and whether for
     /// the starvation guard (else for capacity being released).
     pub held_for: Vec<Option<(JobId, bool)>>,
+    /// When the unit must be passed again although nothing happened (images written before
+    /// backfill have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<Millis>,
 }
 
 /// One job.
@@ -110,6 +115,9 @@ pub struct JobImage {
     pub last_checkpoint: Option<Millis>,
     /// It preempted and waits for the capacity.
     pub reclaiming: bool,
+    /// As an aged head, when it could first have preempted backfilled jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Millis>,
     /// The reason it fails with once its stopping attempt has exited.
     pub fail_on_exit: Option<String>,
 }
@@ -131,6 +139,13 @@ pub struct AttemptImage {
     pub priority: u32,
     /// Set once asked to stop.
     pub stopping: Option<StopCause>,
+    /// The share whose aged head's reservation it was backfilled onto (index); images written
+    /// before backfill existed have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_for: Option<u16>,
+    /// Time between its last two checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_gap: Option<Millis>,
 }
 
 impl Scheduler {
@@ -228,6 +243,8 @@ impl Scheduler {
             progress_at: a.progress_at,
             priority: a.priority,
             stopping: a.stopping,
+            backfill_for: a.backfill_for.map(ShareIx),
+            checkpoint_gap: a.checkpoint_gap,
         };
         let (q, u, s) = (att.queue, att.unit, att.share);
         let lane = self.queues[q.0 as usize]
@@ -241,6 +258,9 @@ impl Scheduler {
         } else {
             lane.running.insert(att.run_key());
             *lane.running_by_priority.entry(att.priority).or_default() += att.count;
+            if let Some(h) = att.backfill_for {
+                *lane.backfill.entry(h).or_default() += att.count;
+            }
         }
         self.physical_used[usize::from(u.0)] += att.count;
         self.attempts.insert(att.id, att);
@@ -266,6 +286,7 @@ fn job_image(j: &Job) -> JobImage {
         status_reason: j.status_reason.clone(),
         last_checkpoint: j.last_checkpoint,
         reclaiming: j.reclaiming,
+        ready_at: j.ready_at,
         fail_on_exit: j.fail_on_exit.clone(),
     }
 }
@@ -279,6 +300,8 @@ fn attempt_image(a: &Attempt) -> AttemptImage {
         progress_at: a.progress_at,
         priority: a.priority,
         stopping: a.stopping.clone(),
+        backfill_for: a.backfill_for.map(|s| s.0),
+        checkpoint_gap: a.checkpoint_gap,
     }
 }
 
@@ -289,6 +312,7 @@ fn queue_image(q: &Queue) -> QueueImage {
         .map(|(u, ul)| UnitImage {
             unit: u.0,
             barrier: ul.barrier,
+            wake: ul.wake,
             held_for: ul
                 .lanes
                 .iter()
@@ -377,6 +401,7 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
                 })
                 .collect(),
             barrier: ui.barrier,
+            wake: ui.wake,
         };
         lanes.insert(check_unit(ui.unit)?, ul);
     }
@@ -421,6 +446,7 @@ fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {
         status_reason: j.status_reason,
         last_checkpoint: j.last_checkpoint,
         reclaiming: j.reclaiming,
+        ready_at: j.ready_at,
         fail_on_exit: j.fail_on_exit,
         spec: j.spec,
     })

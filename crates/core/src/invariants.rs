@@ -108,6 +108,17 @@ impl Scheduler {
                         }
                         *by_priority.entry(a.priority).or_default() += a.count;
                     }
+                    let mut backfill: BTreeMap<ShareIx, u32> = BTreeMap::new();
+                    for k in &lane.running {
+                        if let Some(h) = self.attempts[&k.attempt.0].backfill_for {
+                            *backfill.entry(h).or_default() += k.count.0;
+                        }
+                    }
+                    if backfill != lane.backfill {
+                        return Err(format!(
+                            "backfill index of lane {si} disagrees with its attempts"
+                        ));
+                    }
                     if by_priority != lane.running_by_priority {
                         return Err(format!(
                             "running-by-priority of lane {si} disagrees with its attempts"

@@ -39,7 +39,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use crate::ledger::{self, Account, Ceiling, Pressure, Route, Violation};
 use crate::model::*;
 use crate::reason::PendingReason;
-use crate::scheduler::{Attempt, Hold, Lane, PendKey, RunKey, Scheduler};
+use crate::scheduler::{Attempt, Hold, Lane, PendKey, RunKey, Scheduler, Share};
 
 /// The documented victim order (DESIGN.md §2 rule 7): a smaller rank is preempted first.
 /// Fields compare in declaration order:
@@ -88,6 +88,9 @@ pub(crate) enum Decision {
     /// It fits once the stopping attempts (this many instances) have exited.
     Release(u32),
     Wait(Violation),
+    /// An aged head that could start by preempting jobs backfilled onto its reservation
+    /// lets them finish until then (see `Scheduler::patience`).
+    Drain(Millis),
 }
 
 /// The accounts of one lane group (a queue's unit), built once per pass and kept current as
@@ -335,14 +338,33 @@ impl Bound {
     }
 }
 
-/// An aged job that nothing later may pass on this unit: every later start (`all`) when it
-/// is an owner blocked by the environment or the physical instances, else every later
-/// borrowing start.
+/// An aged head that the starvation guard holds capacity for on this unit. The jobs that may
+/// not pass it — every other job of its share, and, when it competes with other owners,
+/// every later start of other shares (`cross`) — still start, but backfilled: preemptible for
+/// it whatever their share and priority. While the head lets them finish (`draining`),
+/// nothing new is backfilled.
 #[derive(Clone, Copy, Debug)]
-struct Barrier {
+struct Reservation {
     seq: u64,
     job: JobId,
-    all: bool,
+    share: usize,
+    cross: bool,
+    draining: bool,
+    /// Its head has been decided in this pass.
+    decided: bool,
+}
+
+impl Reservation {
+    /// Whether a start of `n` is backfill on this reservation.
+    fn covers(&self, n: &Nominee) -> bool {
+        if n.key.job == self.job {
+            return false;
+        }
+        if n.share == self.share {
+            return true;
+        }
+        self.cross && n.key.seq > self.seq
+    }
 }
 
 impl Scheduler {
@@ -351,6 +373,16 @@ impl Scheduler {
     /// that physical instances released for it are not taken by another queue.
     pub fn schedule(&mut self, now: Millis) -> Vec<Effect> {
         let mut fx = Vec::new();
+        // Wake-ups that are due: the unit is passed now (a wake-up whose job has started since
+        // costs one pass that decides nothing).
+        for (q, queue) in self.queues.iter_mut().enumerate() {
+            for (&u, ul) in &mut queue.units {
+                if ul.wake.is_some_and(|w| w <= now) {
+                    ul.wake = None;
+                    self.dirty.insert((QueueIx(q as u32), u));
+                }
+            }
+        }
         loop {
             let next = self
                 .dirty
@@ -364,6 +396,16 @@ impl Scheduler {
             self.schedule_unit(now, q, u, &mut fx);
         }
         fx
+    }
+
+    /// The earliest instant at which time passing alone changes a decision (an aged head's
+    /// patience with backfilled jobs runs out): the shell calls [`Scheduler::schedule`] then
+    /// even if nothing else happens.
+    pub fn next_wakeup(&self) -> Option<Millis> {
+        self.queues
+            .iter()
+            .flat_map(|q| q.units.values().filter_map(|ul| ul.wake))
+            .min()
     }
 
     fn has_reclaimers(&self, q: QueueIx, u: UnitIx) -> bool {
@@ -391,7 +433,10 @@ impl Scheduler {
             lane.held_for = None;
         }
         let mut bounds = vec![Bound::OPEN; nshares];
-        let mut barriers: Vec<Barrier> = Vec::new();
+        let mut reservations = self.reservations(now, q, u, &view);
+        // Starts backfilled onto each reservation in this pass: if its head starts after all,
+        // they were never in its way and lose the tag.
+        let mut backfilled: Vec<(usize, AttemptId)> = Vec::new();
         let mut nominees = Vec::new();
         loop {
             self.nominate(now, q, u, &bounds, &view, &mut nominees);
@@ -415,32 +460,42 @@ impl Scheduler {
                 if reclaimer {
                     b.reclaim_seen = Some(n.key);
                 }
-                // Whether it needs more than its share's entitlement, whatever its share's own
-                // claims and stopping attempts hold for the moment.
-                let would_borrow =
-                    view.for_share(n.share).projected[n.share].route(n.count) == Route::Borrow;
-                let barred = barriers
-                    .iter()
-                    .find(|x| n.key.seq > x.seq && (x.all || would_borrow))
-                    .map(|x| x.job);
-                if let Some(older) = barred {
-                    // Held behind an older job: not even a preemption, which would free
-                    // capacity this job could not take. The jobs its bound passes over in its
-                    // share are held for that older job too (explain says so).
+                // A start the starvation guard would hold back goes ahead on the capacity it
+                // holds, preemptibly: backfill, never idle capacity — except while the aged
+                // head lets what is backfilled finish, when nothing new is backfilled.
+                let covering = reservations.iter().find(|x| x.covers(&n));
+                if let Some(x) = covering.filter(|x| x.draining) {
                     b.lower(&n);
-                    let ul = self.queues[q.0 as usize]
-                        .units
-                        .get_mut(&u)
-                        .expect("lane group");
-                    let lane = ul.lane(ShareIx(n.share as u16));
-                    if lane.held_for.is_none() {
-                        lane.held_for = Some((older, Hold::Starvation));
-                    }
+                    let (holder, s) = (x.job, n.share);
+                    self.hold_if_free(q, u, s, holder);
                     continue;
                 }
-                match self.decide(id, &view) {
+                let backfill = covering.map(|x| (x.share, x.decided));
+                let (decision, patient) = {
+                    let d = self.decide(id, &view);
+                    self.patience(now, q, u, id, d)
+                };
+                if let Some(r) = reservations.iter_mut().find(|r| r.job == id) {
+                    r.draining = patient;
+                    r.decided = true;
+                }
+                let (reserved_before, started) =
+                    (view.reserve[n.share], matches!(decision, Decision::Start));
+                match decision {
                     Decision::Start => {
-                        self.start(now, id, fx);
+                        let a = self.start(now, id, backfill.map(|x| ShareIx(x.0 as u16)), fx);
+                        if let Some((x, decided)) = backfill {
+                            backfilled.push((x, a));
+                            if decided {
+                                // Its head, already decided, may now preempt what was a claim
+                                // or free capacity it could not use: it gets another look.
+                                self.dirty.insert((q, u));
+                            }
+                        }
+                        if let Some(i) = reservations.iter().position(|r| r.job == id) {
+                            let r = reservations.remove(i);
+                            self.untag(&mut backfilled, r.share);
+                        }
                         let s = n.share;
                         if reclaimer {
                             // Its claim becomes usage.
@@ -452,19 +507,6 @@ impl Scheduler {
                             view.demand[s] = 0;
                         }
                         view.add(s, n.count);
-                        let lane = &self.queues[q.0 as usize].units[&u].lanes[s];
-                        let share = &self.queues[q.0 as usize].shares[s];
-                        let reserve = pending_own_demand(
-                            lane,
-                            view.held[s].entitlement,
-                            share.in_share_preemption(),
-                        );
-                        if reserve + n.count < view.reserve[s] {
-                            // The start freed more of the share's reservation than it used:
-                            // borrowers decided against it get another look.
-                            self.dirty.insert((q, u));
-                        }
-                        view.reserve[s] = reserve;
                     }
                     Decision::Preempt(victims) => {
                         b.close();
@@ -491,48 +533,28 @@ impl Scheduler {
                             view.claim(n.share, -i64::from(n.count));
                             self.dirty.insert((q, u));
                         }
-                        if n.head && self.aged(now, id) {
-                            b.close();
-                            // The barrier depends only on the job's size and the
-                            // configuration, so that it cannot come and go between passes: a
-                            // job that must borrow bars later borrowers; a job within its
-                            // entitlement needs no barrier (it reclaims what it needs) unless
-                            // the shares' limits exceed the environment (or a physical limit
-                            // is shared), when other owners compete with it: then it bars
-                            // every later start.
-                            // A head that waits for its own share's jobs alone bars nobody:
-                            // holding other shares' capacity cannot help it (and, in a full
-                            // share behind a job that runs for days, would idle the unit).
-                            let owner_sized = n.count <= view.held(n.share).entitlement;
-                            if (!owner_sized || view.contested())
-                                && view.others_could_free(n.share, n.count)
-                            {
-                                barriers.push(Barrier {
-                                    seq: n.key.seq,
-                                    job: id,
-                                    all: owner_sized,
-                                });
-                            }
-                            self.hold(q, u, n.share, id, Hold::Starvation);
-                            if view.reserve[n.share] > 0 {
-                                // The share is now closed behind its aged head: its idle
-                                // entitlement is no longer reserved (see `fill_view`), and
-                                // borrowers decided against the reservation get another look.
-                                view.reserve[n.share] = 0;
-                                self.dirty.insert((q, u));
-                            }
-                        } else {
-                            b.lower(&n);
-                        }
+                        b.lower(&n);
+                    }
+                    Decision::Drain(_) => {
+                        // Like a job waiting for its victims to exit, it holds its share.
+                        b.close();
+                        self.hold(q, u, n.share, id, Hold::Starvation);
                     }
                 }
+                let reserve = self.reserve_of(q, u, n.share);
+                if reserve + if started { n.count } else { 0 } < reserved_before {
+                    // The share's reservation shrank by more than a start used (a start, or a
+                    // head no longer patient): borrowers decided against it get another look.
+                    self.dirty.insert((q, u));
+                }
+                view.reserve[n.share] = reserve;
             }
         }
         if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            ul.barrier = barriers
+            ul.barrier = reservations
                 .iter()
                 .min_by_key(|x| x.seq)
-                .map(|x| (x.job, x.seq, x.all));
+                .map(|x| (x.job, x.seq, x.cross));
         }
         if view.releasing == 0 {
             // Every victim has exited and this pass has handed the capacity out: a claim that
@@ -541,6 +563,161 @@ impl Scheduler {
             self.lapse_claims(q, u, None);
         }
         self.scratch = Some(view);
+    }
+
+    /// Patience before preempting (`Policy::reclaim_patience_ms`, `backfill_patience_ms`).
+    /// A job that could start by reclaiming from jobs that report checkpoints, or, as an aged
+    /// head, by preempting jobs backfilled onto its reservation, does not preempt at once: from
+    /// the first pass that found it a victim set, until its patience runs out, it takes only the
+    /// victims that checkpointed at this very instant (they lose nothing) and lets capacity
+    /// free up on its own. Meanwhile nothing new is backfilled onto a draining reservation (the
+    /// returned flag). Victims that never reported a checkpoint, and in-share victims alone,
+    /// are taken at once: waiting would save nothing.
+    fn patience(
+        &mut self,
+        now: Millis,
+        q: QueueIx,
+        u: UnitIx,
+        id: JobId,
+        decision: Decision,
+    ) -> (Decision, bool) {
+        let victims = match decision {
+            Decision::Preempt(v) => v,
+            Decision::Release(_) | Decision::Drain(_) => return (decision, false),
+            other => {
+                self.jobs.get_mut(&id).expect("nominee").ready_at = None;
+                return (other, false);
+            }
+        };
+        let (wait, backfill) = self.patience_for(id, &victims, now);
+        let job = self.jobs.get_mut(&id).expect("nominee");
+        if wait == 0 {
+            job.ready_at = None;
+            return (Decision::Preempt(victims), false);
+        }
+        let until = job.ready_at.get_or_insert(now).saturating_add(wait);
+        if now >= until {
+            return (Decision::Preempt(victims), false);
+        }
+        self.wake_at(q, u, until);
+        let fresh: Vec<AttemptId> = victims
+            .into_iter()
+            .filter(|a| {
+                let att = &self.attempts[a];
+                att.progress_at == now && att.started_at < now
+            })
+            .collect();
+        if fresh.is_empty() {
+            (Decision::Drain(until), backfill)
+        } else {
+            (Decision::Preempt(fresh), backfill)
+        }
+    }
+
+    /// How long job `id` is patient with `victims` (0: it preempts at once), and whether
+    /// because some were backfilled onto its share's reservation (only a head finds those).
+    pub(crate) fn patience_for(
+        &self,
+        id: JobId,
+        victims: &[AttemptId],
+        now: Millis,
+    ) -> (Millis, bool) {
+        let share = self.jobs[&id].share;
+        let backfill = victims
+            .iter()
+            .any(|a| self.attempts[a].backfill_for == Some(share));
+        if backfill {
+            return (self.policy.backfill_patience_ms, true);
+        }
+        let checkpointing_reclaim = victims.iter().any(|a| {
+            let att = &self.attempts[a];
+            att.share != share && keeps_checkpointing(att, now)
+        });
+        let wait = if checkpointing_reclaim {
+            self.policy.reclaim_patience_ms
+        } else {
+            0
+        };
+        (wait, false)
+    }
+
+    /// The reservations of the unit's aged heads, at the start of a pass. What one covers
+    /// depends only on the head's size and the configuration, so that it cannot come and go
+    /// between passes: the share's other jobs always; other shares' later starts only when the
+    /// head is within its share's entitlement but competes with other owners (the shares'
+    /// limits exceed the environment, or a physical limit is shared), and could start if
+    /// those shares were empty. A head that must borrow reserves only its own share's
+    /// capacity: others may always take their own, and what they lend goes to the oldest
+    /// borrower first. A head patient with its victims is draining from the start.
+    fn reservations(&self, now: Millis, q: QueueIx, u: UnitIx, view: &View) -> Vec<Reservation> {
+        let Some(ul) = self.queues[q.0 as usize].units.get(&u) else {
+            return Vec::new();
+        };
+        ul.lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(s, lane)| {
+                let (c, k) = lane.pending.first(u32::MAX)?;
+                if !self.aged(now, k.job) {
+                    return None;
+                }
+                let owner_sized = c <= view.held(s).entitlement;
+                Some(Reservation {
+                    seq: k.seq,
+                    job: k.job,
+                    share: s,
+                    cross: owner_sized && view.contested() && view.others_could_free(s, c),
+                    draining: self.jobs[&k.job].ready_at.is_some(),
+                    decided: false,
+                })
+            })
+            .collect()
+    }
+
+    /// The head of share `s` started after all: the jobs backfilled onto its reservation in
+    /// this pass are ordinary jobs.
+    fn untag(&mut self, backfilled: &mut Vec<(usize, AttemptId)>, s: usize) {
+        backfilled.retain(|&(x, a)| {
+            if x != s {
+                return true;
+            }
+            let att = self.attempts.get_mut(&a).expect("started in this pass");
+            att.backfill_for = None;
+            if att.stopping.is_some() {
+                // Already out of the index (preempted later in this pass).
+                return false;
+            }
+            let (q, u, share, count) = (att.queue, att.unit, att.share, att.count);
+            let lane = self.queues[q.0 as usize]
+                .units
+                .get_mut(&u)
+                .expect("lane")
+                .lane(share);
+            crate::scheduler::sub_priority(&mut lane.backfill, ShareIx(x as u16), count);
+            false
+        });
+    }
+
+    /// Records that the lane of share `s` waits behind `holder` (unless the pass already
+    /// recorded a hold there), for `explain`.
+    fn hold_if_free(&mut self, q: QueueIx, u: UnitIx, s: usize, holder: JobId) {
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane group");
+        let lane = ul.lane(ShareIx(s as u16));
+        if lane.held_for.is_none() {
+            lane.held_for = Some((holder, Hold::Starvation));
+        }
+    }
+
+    /// The unit must be passed again at `at` even if nothing happens before.
+    fn wake_at(&mut self, q: QueueIx, u: UnitIx, at: Millis) {
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane group");
+        ul.wake = Some(ul.wake.map_or(at, |w| w.min(at)));
     }
 
     /// Drops the claims of the reclaiming jobs of share `only` (else of every share) of a lane
@@ -561,11 +738,31 @@ impl Scheduler {
         }
     }
 
-    /// Whether the last pass closed share `s` behind its own head past the starvation guard
-    /// (not merely held it behind another share's older job).
-    fn closed_behind_own_aged_head(&self, lane: &Lane, s: usize) -> bool {
-        matches!(lane.held_for, Some((head, Hold::Starvation))
-            if self.jobs.get(&head).is_some_and(|j| usize::from(j.share.0) == s))
+    /// What share `s` of the unit reserves against borrowers now (see `pending_own_demand`).
+    fn reserve_of(&self, q: QueueIx, u: UnitIx, s: usize) -> u32 {
+        let queue = &self.queues[q.0 as usize];
+        let share = &queue.shares[s];
+        queue.units[&u]
+            .lanes
+            .get(s)
+            .map_or(0, |l| self.lane_reserve(l, share, share.entitlement(u)))
+    }
+
+    fn lane_reserve(&self, lane: &Lane, share: &Share, entitlement: u32) -> u32 {
+        if self.patient_head(lane) {
+            // Its idle capacity is about to be its head's: lending it now would only mean
+            // preempting the borrower in a moment.
+            entitlement.saturating_sub(lane.usage)
+        } else {
+            pending_own_demand(lane, entitlement, share.in_share_preemption())
+        }
+    }
+
+    /// Whether the lane's head is patient with its victims (see `Scheduler::patience`).
+    fn patient_head(&self, lane: &Lane) -> bool {
+        lane.pending
+            .first(u32::MAX)
+            .is_some_and(|(_, h)| self.jobs[&h.job].ready_at.is_some())
     }
 
     /// Whether the job has waited past the starvation guard.
@@ -637,7 +834,7 @@ impl Scheduler {
                 }
                 match self.decide(key.job, view) {
                     // It only waits: decide it among the owners.
-                    Decision::Wait(_) | Decision::Release(_) => Kind::Own,
+                    Decision::Wait(_) | Decision::Release(_) | Decision::Drain(_) => Kind::Own,
                     // In-share preemption that brings it within its entitlement: an owner.
                     Decision::Preempt(victims) => {
                         let freed: u32 = victims
@@ -689,7 +886,12 @@ impl Scheduler {
                 now.saturating_sub(h.queued_at) >= self.policy.reserve_after_ms
                     && (c > view.held(s).entitlement || view.contested())
             };
-            if !can_act && !head.is_some_and(|(c, h)| barrier_head(c, h)) {
+            // ... or jobs were backfilled onto its head's reservation: it may preempt them.
+            let backfilled = ul
+                .lanes
+                .iter()
+                .any(|l| l.backfill.contains_key(&ShareIx(s as u16)));
+            if !can_act && !backfilled && !head.is_some_and(|(c, h)| barrier_head(c, h)) {
                 continue;
             }
             if strict {
@@ -758,17 +960,8 @@ impl Scheduler {
                     .map(|k| self.jobs[&k.job].spec.count)
                     .sum()
             }));
-            view.reserve.push(lane.map_or(0, |l| {
-                if self.closed_behind_own_aged_head(l, i) {
-                    // Its smaller jobs cannot start past that head, so keeping its idle
-                    // entitlement for them would only block borrowers — and two such
-                    // shares, each head needing the other's idle capacity, would block each
-                    // other for good. The guard's barrier protects the aged head instead.
-                    0
-                } else {
-                    pending_own_demand(l, entitlement, share.in_share_preemption())
-                }
-            }));
+            view.reserve
+                .push(lane.map_or(0, |l| self.lane_reserve(l, share, entitlement)));
         }
         let queue_demand: u32 = view.demand.iter().sum();
         let physical_for_queue = self.physical.get(&u).map(|p| {
@@ -846,6 +1039,24 @@ impl Scheduler {
                 && view.borrow_gate(acc, s, c)
         };
 
+        // Attempts backfilled onto its share's reservation, per share: victims for the share's
+        // head whatever their share and priority (they started on capacity held for it).
+        let is_head = ul
+            .lanes
+            .get(s)
+            .and_then(|l| l.pending.first(u32::MAX))
+            .is_some_and(|(_, k)| k.job == id);
+        let tagged: Vec<u32> = (0..projected.len())
+            .map(|x| {
+                ul.lanes
+                    .get(x)
+                    .filter(|_| is_head)
+                    .and_then(|l| l.backfill.get(&ShareIx(s as u16)))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .collect();
+
         // Cheap exits first, without allocating: the common "cluster full, nothing to take"
         // case costs O(shares).
         let lower: u32 = if in_share {
@@ -859,15 +1070,26 @@ impl Scheduler {
             .iter()
             .enumerate()
             .any(|(x, a)| x != s && a.borrowed() > 0);
-        let reclaim_helps = any_borrower && projected[s].usage - lower + c <= entitlement;
-        if lower == 0 && !reclaim_helps {
+        let others_tagged = tagged.iter().enumerate().any(|(x, &n)| x != s && n > 0);
+        let reclaim_helps = (any_borrower || others_tagged)
+            && projected[s].usage.saturating_sub(lower + tagged[s]) + c <= entitlement;
+        if lower == 0 && !reclaim_helps && tagged[s] == 0 {
             return None;
         }
 
         // Optimistic bound next, so that a hopeless job costs O(shares), not O(running).
+        // (A backfilled own job of lower priority counts twice: the bound is only optimistic.)
         let mut best: Vec<Account> = projected.to_vec();
         best[s].usage -= lower;
-        let in_share_enough = lower > 0 && sufficient(&best, false);
+        for (x, a) in best.iter_mut().enumerate() {
+            a.usage -= tagged[x].min(a.usage);
+        }
+        let in_share_enough = {
+            // Without other shares' jobs: the share's own lower-priority and backfilled jobs.
+            let mut own = projected.to_vec();
+            own[s].usage = best[s].usage;
+            (lower > 0 || tagged[s] > 0) && sufficient(&own, false)
+        };
         let borrowers: Vec<usize> = (0..projected.len())
             .filter(|&x| x != s && projected[x].borrowed() > 0)
             .collect();
@@ -883,24 +1105,48 @@ impl Scheduler {
             }
         }
 
-        // Candidate streams, each already in victim order; merged by VictimRank.
-        let mut streams: Vec<(usize, Candidates<'_>)> = Vec::new();
-        if lower > 0 {
-            if let Some(lane) = ul.lanes.get(s) {
+        // Candidate streams, each already in victim order; merged by VictimRank. Backfilled
+        // attempts form their own streams (`true`): they stay victims when their share no
+        // longer borrows.
+        let attempts = &self.attempts;
+        let is_tagged =
+            move |k: &RunKey| attempts[&k.attempt.0].backfill_for == Some(ShareIx(s as u16));
+        let mut streams: Vec<(usize, bool, Candidates<'_>)> = Vec::new();
+        for (x, lane) in ul.lanes.iter().enumerate().take(projected.len()) {
+            if tagged[x] > 0 && (x == s || reclaim_helps) {
                 let it: Box<dyn Iterator<Item = &RunKey>> =
-                    Box::new(lane.running.iter().take_while(move |k| k.priority < p));
-                streams.push((s, it.peekable()));
+                    Box::new(lane.running.iter().filter(move |k| is_tagged(k)));
+                streams.push((x, true, it.peekable()));
             }
-        }
-        if reclaim_helps {
-            for &x in &borrowers {
-                let it: Box<dyn Iterator<Item = &RunKey>> = Box::new(ul.lanes[x].running.iter());
-                streams.push((x, it.peekable()));
+            let has_tagged = tagged[x] > 0;
+            let untagged = move |k: &&RunKey| !has_tagged || !is_tagged(k);
+            if x == s && lower > 0 {
+                let it: Box<dyn Iterator<Item = &RunKey>> = Box::new(
+                    lane.running
+                        .iter()
+                        .take_while(move |k| k.priority < p)
+                        .filter(untagged),
+                );
+                streams.push((s, false, it.peekable()));
+            } else if x != s && reclaim_helps && projected[x].borrowed() > 0 {
+                let it: Box<dyn Iterator<Item = &RunKey>> =
+                    Box::new(lane.running.iter().filter(untagged));
+                streams.push((x, false, it.peekable()));
             }
         }
         let borrowed0: Vec<u32> = projected.iter().map(Account::borrowed).collect();
         let mut acc = projected.to_vec();
-        let mut chosen: Vec<(usize, RunKey)> = Vec::new();
+        // (share, backfilled, key)
+        let mut chosen: Vec<(usize, bool, RunKey)> = Vec::new();
+        // Taking another share's jobs, backfilled or not, serves only a job that then runs
+        // within its share's entitlement: a borrower that took an owner's backfilled job would
+        // be reclaimed by that owner at once.
+        let reclaims = |chosen: &[(usize, bool, RunKey)], skip: Option<usize>| {
+            chosen
+                .iter()
+                .enumerate()
+                .any(|(j, (y, _, _))| Some(j) != skip && *y != s)
+        };
         // In-share preemption is for a share at its entitlement: the share's own jobs are
         // victims only for the part of the demand above its idle entitlement. Lent capacity
         // is taken back by reclaim, never by stopping an own job that would then reclaim it
@@ -908,13 +1154,16 @@ impl Scheduler {
         let own_needed = (projected[s].usage + c).saturating_sub(entitlement);
         loop {
             // Drop streams of shares that no longer borrow: their jobs are not victims.
-            streams
-                .retain_mut(|(x, it)| it.peek().is_some() && (*x == s || acc[*x].borrowed() > 0));
+            streams.retain_mut(|(x, t, it)| {
+                it.peek().is_some() && (*x == s || *t || acc[*x].borrowed() > 0)
+            });
             let freed_own = projected[s].usage - acc[s].usage;
-            let borrowers_left = streams.iter().any(|(x, _)| *x != s);
-            let own_left = streams.iter().any(|(x, _)| *x == s);
-            let eligible = |x: usize| {
-                if x == s {
+            let borrowers_left = streams.iter().any(|(x, t, _)| *x != s && !*t);
+            let own_left = streams.iter().any(|(x, t, _)| *x == s && !*t);
+            let eligible = |x: usize, t: bool| {
+                if t {
+                    true
+                } else if x == s {
                     freed_own < own_needed || !borrowers_left
                 } else {
                     freed_own >= own_needed || !own_left
@@ -923,20 +1172,20 @@ impl Scheduler {
             let (i, _) = streams
                 .iter_mut()
                 .enumerate()
-                .filter(|(_, (x, _))| eligible(*x))
-                .map(|(i, (x, it))| {
+                .filter(|(_, (x, t, _))| eligible(*x, *t))
+                .map(|(i, (x, _, it))| {
                     (
                         i,
                         VictimRank::of(it.peek().expect("non-empty"), borrowed0[*x]),
                     )
                 })
                 .min_by_key(|(_, r)| *r)?;
-            let (x, it) = &mut streams[i];
+            let (x, t, it) = &mut streams[i];
             let key = *it.next().expect("peeked");
-            let x = *x;
+            let (x, t) = (*x, *t);
             acc[x].usage -= key.count.0;
-            chosen.push((x, key));
-            if sufficient(&acc, chosen.iter().any(|(y, _)| *y != s)) {
+            chosen.push((x, t, key));
+            if sufficient(&acc, reclaims(&chosen, None)) {
                 break;
             }
         }
@@ -957,13 +1206,10 @@ impl Scheduler {
             let mut i = chosen.len();
             while i > 0 {
                 i -= 1;
-                let (x, key) = chosen[i];
+                let (x, t, key) = chosen[i];
                 acc[x].usage += key.count.0;
-                let reclaims = chosen
-                    .iter()
-                    .enumerate()
-                    .any(|(j, (y, _))| j != i && *y != s);
-                if sufficient(&acc, reclaims) || (x == s && reclaims && may_keep_own(&acc)) {
+                let reclaims = reclaims(&chosen, Some(i));
+                if sufficient(&acc, reclaims) || (x == s && !t && reclaims && may_keep_own(&acc)) {
                     chosen.remove(i);
                     dropped = true;
                 } else {
@@ -974,7 +1220,7 @@ impl Scheduler {
                 break;
             }
         }
-        Some(chosen.into_iter().map(|(_, k)| k.attempt.0).collect())
+        Some(chosen.into_iter().map(|(_, _, k)| k.attempt.0).collect())
     }
 
     /// Classifies why a job with no victim set must wait: first what its share may do (own
@@ -1031,7 +1277,13 @@ impl Scheduler {
         unit_full(violation)
     }
 
-    fn start(&mut self, now: Millis, id: JobId, fx: &mut Vec<Effect>) {
+    fn start(
+        &mut self,
+        now: Millis,
+        id: JobId,
+        backfill_for: Option<ShareIx>,
+        fx: &mut Vec<Effect>,
+    ) -> AttemptId {
         self.dequeue(id);
         let a = AttemptId(self.next_attempt);
         self.next_attempt += 1;
@@ -1039,6 +1291,7 @@ impl Scheduler {
         job.status = JobStatus::Dispatched;
         job.attempt = Some(a);
         job.reclaiming = false;
+        job.ready_at = None;
         job.status_reason.clear();
         let attempt = Attempt {
             id: a,
@@ -1051,6 +1304,8 @@ impl Scheduler {
             progress_at: now,
             priority: job.spec.priority,
             stopping: None,
+            backfill_for,
+            checkpoint_gap: None,
         };
         let (q, u, s, count, priority) = (
             job.queue,
@@ -1067,6 +1322,9 @@ impl Scheduler {
         lane.usage += count;
         lane.running.insert(attempt.run_key());
         *lane.running_by_priority.entry(priority).or_default() += count;
+        if let Some(h) = backfill_for {
+            *lane.backfill.entry(h).or_default() += count;
+        }
         self.physical_used[usize::from(u.0)] += count;
         self.attempts.insert(a, attempt);
         fx.push(Effect::Start {
@@ -1075,6 +1333,7 @@ impl Scheduler {
             unit: self.unit_name(u).to_string(),
             count,
         });
+        a
     }
 
     fn preempt(
@@ -1159,6 +1418,14 @@ fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
         return 0;
     }
     lane.pending.first(own_room).map_or(0, |(c, _)| c)
+}
+
+/// Whether an attempt checkpoints regularly and is on time: it checkpointed twice or more and
+/// its next checkpoint is not overdue. Only such a victim is worth waiting for; one that
+/// stopped checkpointing (it waits on something, or never did) is taken at once.
+fn keeps_checkpointing(att: &Attempt, now: Millis) -> bool {
+    att.checkpoint_gap
+        .is_some_and(|g| g > 0 && now <= att.progress_at.saturating_add(2 * g))
 }
 
 /// One share's victim candidates, in victim order.

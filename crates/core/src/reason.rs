@@ -101,11 +101,30 @@ pub enum PendingReason {
     },
     /// The executor has no free physical instance of the type (shared with other queues).
     InsufficientCapacity,
-    /// An older or higher-priority job is waiting for this capacity and has waited longer than
-    /// the starvation guard, so nothing may start past it (see `Policy::reserve_after_ms`).
+    /// An older or higher-priority job is waiting for this capacity: it has waited longer than
+    /// the starvation guard (see `Policy::reserve_after_ms`), or it is patient with the jobs
+    /// it would preempt (`Policy::reclaim_patience_ms`), so nothing new may start on it.
     HeldForOlderJob {
         /// The shell's id of that job.
         job: u64,
+    },
+    /// The job waited past the starvation guard and holds a reservation; it could start by
+    /// preempting jobs backfilled onto it, and gives them until `until` to finish (taking each
+    /// that checkpoints meanwhile) before it preempts them.
+    BackfillFinishing {
+        /// Instances of backfilled jobs it would preempt.
+        instances: u32,
+        /// When its patience runs out (shell milliseconds).
+        until: u64,
+    },
+    /// It could reclaim its capacity from jobs that report checkpoints, and waits until
+    /// `until` for them (taking each as it checkpoints, so that it loses no work) or for
+    /// capacity that frees up on its own, before it preempts them.
+    WaitingForCheckpoint {
+        /// Instances it would preempt.
+        instances: u32,
+        /// When its patience runs out (shell milliseconds).
+        until: u64,
     },
     /// What it would borrow is kept for another share: that share's waiting owner needs its
     /// idle capacity, or a job of it preempted for capacity and waits for its victims to exit.
@@ -128,6 +147,8 @@ impl PendingReason {
             PendingReason::EnvironmentFull { .. } => "ENVIRONMENT_FULL",
             PendingReason::InsufficientCapacity => "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
             PendingReason::HeldForOlderJob { .. } => "HELD_FOR_OLDER_JOB",
+            PendingReason::BackfillFinishing { .. } => "BACKFILL_FINISHING",
+            PendingReason::WaitingForCheckpoint { .. } => "WAITING_FOR_CHECKPOINT",
             PendingReason::ReservedForOthers => "RESERVED_FOR_OTHERS",
             PendingReason::PreviousAttemptStopping => "PREVIOUS_ATTEMPT_STOPPING",
             PendingReason::AwaitingPass => "AWAITING_PASS",
@@ -145,6 +166,8 @@ impl PendingReason {
         "WAITING_FOR_RELEASE",
         "ENVIRONMENT_FULL",
         "HELD_FOR_OLDER_JOB",
+        "BACKFILL_FINISHING",
+        "WAITING_FOR_CHECKPOINT",
         "RESERVED_FOR_OTHERS",
         "PREVIOUS_ATTEMPT_STOPPING",
         "AWAITING_PASS",
@@ -181,7 +204,17 @@ impl fmt::Display for PendingReason {
             ),
             PendingReason::HeldForOlderJob { job } => write!(
                 f,
-                "HELD_FOR_OLDER_JOB - capacity is held for job {job}, which has waited past the starvation guard"
+                "HELD_FOR_OLDER_JOB - capacity is held for job {job}, which is ahead of it: it has waited past the starvation guard, or waits for the jobs it would preempt to checkpoint or finish"
+            ),
+            PendingReason::BackfillFinishing { instances, until } => write!(
+                f,
+                "BACKFILL_FINISHING - capacity is reserved for this job: the jobs backfilled onto it (it needs {instances} instance(s) of them and the jobs it waits for) may finish, or are taken as they checkpoint, until {}; then they are preempted for it",
+                utc(*until)
+            ),
+            PendingReason::WaitingForCheckpoint { instances, until } => write!(
+                f,
+                "WAITING_FOR_CHECKPOINT - it may reclaim {instances} instance(s) from jobs that checkpoint; it takes each as it checkpoints (losing no work), and the rest at {}",
+                utc(*until)
             ),
             PendingReason::ReservedForOthers => write!(
                 f,
@@ -194,5 +227,38 @@ impl fmt::Display for PendingReason {
                 write!(f, "AWAITING_PASS - submitted or changed; the next scheduling pass decides")
             }
         }
+    }
+}
+
+/// `ms` since the Unix epoch as RFC 3339 UTC (second precision), computed without a clock or
+/// a time zone database so that the core stays pure.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc(1_796_169_599_999), "2026-12-01T23:59:59Z");
     }
 }

@@ -27,16 +27,27 @@ pub const MAX_PRIORITY: u32 = 9999;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Starvation guard for best-effort FIFO (DESIGN.md §2 rule 8). A job at the head of its
-    /// share that has waited this long, and is not misconfigured, reserves the capacity it
-    /// waits for: no job behind it in its share may start on that unit, and no later borrower
-    /// (FIFO) may borrow that unit, until it starts. Before that, smaller jobs may pass it.
+    /// share that has waited this long reserves its share's capacity on that unit (and, when
+    /// it competes with other owners for the environment, every later start): jobs still start
+    /// on it, backfilled, and are preempted for it once it could start (docs/scheduling.md).
+    /// Before that, smaller jobs may pass it.
     pub reserve_after_ms: Millis,
+    /// How long a job that could start by reclaiming capacity from jobs that report
+    /// checkpoints waits before it preempts them: meanwhile it takes each victim as it
+    /// checkpoints (losing nothing) and capacity that frees up on its own. 0 = at once.
+    pub reclaim_patience_ms: Millis,
+    /// How long an aged head that could start by preempting the jobs backfilled onto its
+    /// reservation lets them finish (taking each as it checkpoints), while nothing new is
+    /// backfilled. 0 = at once.
+    pub backfill_patience_ms: Millis,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Policy {
             reserve_after_ms: 10 * 60 * 1000,
+            reclaim_patience_ms: 5 * 60 * 1000,
+            backfill_patience_ms: 30 * 60 * 1000,
         }
     }
 }
@@ -132,6 +143,19 @@ pub(crate) struct Lane {
     pub(crate) reclaimers: BTreeSet<PendKey>,
     /// Set by the last pass when this share's head held the lane (see `Hold`).
     pub(crate) held_for: Option<(JobId, Hold)>,
+    /// Instances of active attempts backfilled onto a share's reservation, per that share.
+    pub(crate) backfill: BTreeMap<ShareIx, u32>,
+}
+
+impl Lane {
+    /// An active attempt of this lane leaves the victim index (it stops or exits).
+    pub(crate) fn deactivate(&mut self, att: &Attempt) {
+        self.running.remove(&att.run_key());
+        sub_priority(&mut self.running_by_priority, att.priority, att.count);
+        if let Some(h) = att.backfill_for {
+            sub_priority(&mut self.backfill, h, att.count);
+        }
+    }
 }
 
 /// Why the last pass let nothing past a share's head job.
@@ -139,7 +163,8 @@ pub(crate) struct Lane {
 pub(crate) enum Hold {
     /// The head waits for capacity that preempted attempts are releasing.
     Release,
-    /// The head waited longer than the starvation guard.
+    /// A job ahead holds the capacity: an aged head letting what was backfilled onto its
+    /// reservation finish, or a job patient with the victims it would preempt.
     Starvation,
 }
 
@@ -148,9 +173,11 @@ pub(crate) enum Hold {
 pub(crate) struct UnitLanes {
     /// Indexed by `ShareIx`.
     pub(crate) lanes: Vec<Lane>,
-    /// Set by the last pass: the oldest aged job that later jobs may not pass, its submission
-    /// order, and whether it bars every start (else only borrowing ones).
+    /// Set by the last pass: the oldest aged job holding a reservation, its submission order,
+    /// and whether the reservation covers other shares' later starts.
     pub(crate) barrier: Option<(JobId, u64, bool)>,
+    /// Set by the last pass: when the unit must be passed again although nothing happened.
+    pub(crate) wake: Option<Millis>,
 }
 
 impl UnitLanes {
@@ -245,6 +272,9 @@ pub struct Job {
     /// Set when it must become FAILED once its stopping attempt has exited (terminated, or
     /// out of preemption retries); the reason it will carry.
     pub(crate) fail_on_exit: Option<String>,
+    /// When it first could have started by preempting victims it is patient with (see
+    /// `Policy::reclaim_patience_ms` and `backfill_patience_ms`).
+    pub(crate) ready_at: Option<Millis>,
 }
 
 impl Job {
@@ -284,6 +314,12 @@ pub struct Attempt {
     pub priority: u32,
     /// Set once the core asked for it to stop.
     pub stopping: Option<StopCause>,
+    /// Started on capacity the starvation guard holds for this share's aged head (backfill):
+    /// that share's head may preempt it whatever its share and priority.
+    pub backfill_for: Option<ShareIx>,
+    /// Time between its last two checkpoints: a victim that keeps to it is worth waiting for
+    /// (`Policy::reclaim_patience_ms`).
+    pub checkpoint_gap: Option<Millis>,
 }
 
 impl Attempt {
@@ -659,6 +695,7 @@ impl Scheduler {
             status_reason: String::new(),
             last_checkpoint: None,
             reclaiming: false,
+            ready_at: None,
             fail_on_exit: None,
         };
         self.jobs.insert(id, Box::new(job));
@@ -856,7 +893,12 @@ impl Scheduler {
         job.last_checkpoint = Some(now);
         let lane = (job.queue, job.unit);
         if let Some(a) = job.attempt {
-            self.rekey_attempt(a, |att| att.progress_at = now);
+            self.rekey_attempt(a, |att| {
+                if att.progress_at > att.started_at {
+                    att.checkpoint_gap = Some(now.saturating_sub(att.progress_at));
+                }
+                att.progress_at = now;
+            });
             // The victim order changed, and with it which victim sets a waiting job finds.
             self.dirty.insert(lane);
         }
@@ -949,16 +991,15 @@ impl Scheduler {
     pub(crate) fn stop_attempt(&mut self, a: AttemptId, cause: StopCause) {
         let att = self.attempts.get_mut(&a).expect("attempt exists");
         debug_assert!(att.stopping.is_none());
-        let key = att.run_key();
+        let active = att.clone();
         att.stopping = Some(cause);
-        let (q, u, s, count, priority) = (att.queue, att.unit, att.share, att.count, att.priority);
+        let (q, u, s, count) = (att.queue, att.unit, att.share, att.count);
         let lane = self.queues[q.0 as usize]
             .units
             .get_mut(&u)
             .expect("lane")
             .lane(s);
-        lane.running.remove(&key);
-        sub_priority(&mut lane.running_by_priority, priority, count);
+        lane.deactivate(&active);
         lane.stopping += count;
     }
 
@@ -984,8 +1025,7 @@ impl Scheduler {
             if att.stopping.is_some() {
                 lane.stopping -= att.count;
             } else {
-                lane.running.remove(&att.run_key());
-                sub_priority(&mut lane.running_by_priority, att.priority, att.count);
+                lane.deactivate(&att);
             }
         }
         self.physical_used[usize::from(u.0)] -= att.count;
@@ -1077,12 +1117,10 @@ impl Scheduler {
     }
 }
 
-pub(crate) fn sub_priority(map: &mut BTreeMap<u32, u32>, priority: u32, count: u32) {
-    let e = map
-        .get_mut(&priority)
-        .expect("priority bucket of a running attempt");
+pub(crate) fn sub_priority<K: Ord>(map: &mut BTreeMap<K, u32>, key: K, count: u32) {
+    let e = map.get_mut(&key).expect("bucket of a running attempt");
     *e -= count;
     if *e == 0 {
-        map.remove(&priority);
+        map.remove(&key);
     }
 }

@@ -215,6 +215,7 @@ impl Run {
     fn new(cfg: Config) -> Self {
         let mut s = Scheduler::new(Policy {
             reserve_after_ms: 900_000,
+            ..Default::default()
         });
         let environment = UNITS
             .iter()
@@ -455,12 +456,24 @@ impl Run {
             {
                 let victim = self.s.job(*job).unwrap();
                 let victim_priority = victim.spec.priority;
+                let share_ix = |name: &str| {
+                    qm_core::ShareIx(
+                        self.cfg.shares.iter().position(|s| s.name == name).unwrap() as u16
+                    )
+                };
+                // A job backfilled onto a share's reservation may be preempted for that
+                // share's head whatever its share and priority (the starvation guard).
+                let backfilled_for = |for_job: &JobId| {
+                    let p = self.s.job(*for_job).unwrap();
+                    self.s.attempt(*attempt).and_then(|a| a.backfill_for)
+                        == Some(share_ix(&p.spec.share))
+                };
                 match cause {
                     StopCause::InShare { for_job } => {
                         let p = self.s.job(*for_job).unwrap();
                         prop_assert_eq!(&p.spec.share, &victim.spec.share);
                         prop_assert!(
-                            victim_priority < p.spec.priority,
+                            victim_priority < p.spec.priority || backfilled_for(for_job),
                             "in-share preemption of equal or higher priority"
                         );
                     }
@@ -479,7 +492,9 @@ impl Run {
                             .unwrap();
                         let (ent, used, ..) = before_acc[u][vs];
                         prop_assert!(
-                            used > ent || started.contains(&victim.spec.share),
+                            used > ent
+                                || started.contains(&victim.spec.share)
+                                || backfilled_for(for_job),
                             "reclaimed from share {} that was not borrowing",
                             victim.spec.share
                         );
@@ -564,11 +579,26 @@ impl Run {
             let before = pressure(self.cfg.env[u], &reclaimed);
             reclaimed[s].1 += c;
             let after = pressure(self.cfg.env[u], &reclaimed);
-            let held = matches!(
-                self.s.explain(id),
-                Some(PendingReason::HeldForOlderJob { .. })
-            );
-            if not_worse(&before, &after).is_ok() && !held {
+            let reason = self.s.explain(id);
+            let held = matches!(reason, Some(PendingReason::HeldForOlderJob { .. }));
+            // Patience with its victims is a reason to wait only until a wake-up the core has
+            // asked for: it must come back to the job by then.
+            let patient = match reason {
+                Some(
+                    PendingReason::WaitingForCheckpoint { until, .. }
+                    | PendingReason::BackfillFinishing { until, .. },
+                ) => {
+                    prop_assert!(
+                        until > self.now && self.s.next_wakeup().is_some_and(|w| w <= until),
+                        "job {id:?} is patient until {until} at {} without a wake-up by then ({:?})",
+                        self.now,
+                        self.s.next_wakeup()
+                    );
+                    true
+                }
+                _ => false,
+            };
+            if not_worse(&before, &after).is_ok() && !held && !patient {
                 return Err(TestCaseError::fail(format!(
                     "job {id:?} of {share} fits its entitlement and reclaim would make room, but waits: {:?}; accounts {acc:?}; job {:?}",
                     self.s.explain(id),

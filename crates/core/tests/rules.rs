@@ -368,7 +368,16 @@ fn the_lowest_priority_victim_goes_first() {
 
 #[test]
 fn among_equal_priorities_the_victim_that_loses_least_work_goes_first() {
-    let mut w = two_borrowers();
+    // At once (no reclaim patience), so that the order alone decides.
+    let mut w = World::with_policy(
+        &[(G5, 3)],
+        Policy {
+            reclaim_patience_ms: 0,
+            ..Default::default()
+        },
+    )
+    .share("B", LendAndBorrow, &[(G5, 1)])
+    .share("L", Lend, &[(G5, 2)]);
     w.submit("old", "B", 1, 1);
     w.submit("young", "B", 1, 1);
     w.advance(60);
@@ -491,9 +500,10 @@ fn a_big_job_that_cannot_fit_does_not_block_smaller_ones_behind_it() {
 }
 
 #[test]
-fn the_starvation_guard_holds_capacity_for_a_big_job_that_waited_too_long() {
+fn the_starvation_guard_reserves_capacity_for_a_big_job_and_backfills_it_preemptibly() {
     let policy = Policy {
         reserve_after_ms: 600_000,
+        ..Default::default()
     };
     let mut w = World::with_policy(&[(G5, 4)], policy).share("S", Reserve, &[(G5, 4)]);
     w.submit("r1", "S", 0, 2);
@@ -511,18 +521,66 @@ fn the_starvation_guard_holds_capacity_for_a_big_job_that_waited_too_long() {
     w.finish("r2");
     assert_eq!(
         w.running(),
-        set(&["s1"]),
-        "after the guard, nothing passes the big job"
+        set(&["s1", "s2"]),
+        "after the guard, a smaller job still starts, backfilled onto big's reservation"
     );
-    assert_eq!(w.reason("s2"), "HELD_FOR_OLDER_JOB");
+    assert_eq!(w.reason("big"), "OWN_QUOTA_FULL", "s1 is not backfilled");
     w.finish("s1");
+    assert_eq!(w.reason("big"), "BACKFILL_FINISHING");
+    w.submit("s3", "S", 0, 2);
+    assert_eq!(
+        w.reason("s3"),
+        "HELD_FOR_OLDER_JOB",
+        "nothing new is backfilled"
+    );
+    w.wait(30 * 60);
+    assert_eq!(w.preempted(), set(&["s2"]), "the patience ran out");
+    w.release_stopped();
     assert_eq!(w.running(), set(&["big"]));
 }
 
 #[test]
-fn the_starvation_guard_stops_later_borrowers_from_passing_an_old_borrower() {
+fn a_backfilled_job_that_finishes_within_the_patience_is_never_preempted() {
     let policy = Policy {
         reserve_after_ms: 600_000,
+        ..Default::default()
+    };
+    let mut w = World::with_policy(&[(G5, 4)], policy).share("S", Reserve, &[(G5, 4)]);
+    w.submit("r", "S", 0, 2);
+    w.submit("big", "S", 5, 4);
+    w.advance(600);
+    w.submit("s", "S", 0, 2);
+    assert_eq!(w.running(), set(&["r", "s"]));
+    w.finish("r");
+    w.wait(60);
+    w.finish("s");
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.running(), set(&["big"]));
+}
+
+#[test]
+fn a_backfilled_job_is_taken_as_it_checkpoints() {
+    let policy = Policy {
+        reserve_after_ms: 600_000,
+        ..Default::default()
+    };
+    let mut w = World::with_policy(&[(G5, 4)], policy).share("S", Reserve, &[(G5, 4)]);
+    w.submit("r", "S", 0, 2);
+    w.submit("big", "S", 5, 4);
+    w.advance(600);
+    w.submit("s", "S", 0, 2);
+    w.finish("r");
+    w.wait(60);
+    assert!(w.preempted().is_empty());
+    w.checkpoint("s");
+    assert_eq!(w.preempted(), set(&["s"]), "it loses nothing now");
+}
+
+#[test]
+fn an_aged_head_that_must_borrow_reserves_only_its_own_share_s_capacity() {
+    let policy = Policy {
+        reserve_after_ms: 600_000,
+        ..Default::default()
     };
     let mut w = World::with_policy(&[(G5, 4)], policy)
         .share("B1", LendAndBorrow, &[(G5, 0)])
@@ -534,10 +592,20 @@ fn the_starvation_guard_stops_later_borrowers_from_passing_an_old_borrower() {
     w.submit("big", "B1", 0, 3);
     w.advance(600);
     w.submit("late", "B2", 0, 1);
-    assert_eq!(w.reason("late"), "HELD_FOR_OLDER_JOB");
+    assert_eq!(
+        w.running(),
+        set(&["l1", "l2", "l3", "late"]),
+        "L's lendable instance is not held idle for big"
+    );
     w.finish("l1");
     w.finish("l2");
-    assert_eq!(w.running(), set(&["big", "l3"]));
+    assert_eq!(w.reason("big"), "NOTHING_TO_BORROW");
+    w.finish("late");
+    assert_eq!(
+        w.running(),
+        set(&["big", "l3"]),
+        "the oldest borrower goes first"
+    );
 }
 
 // ---- Rule 9: after preemption ----------------------------------------------------------------
@@ -755,6 +823,7 @@ fn a_misconfigured_job_fits_again_once_the_limit_is_raised() {
 fn a_misconfigured_job_does_not_block_the_jobs_behind_it() {
     let policy = Policy {
         reserve_after_ms: 0,
+        ..Default::default()
     };
     let mut w = World::with_policy(&[(G5, 2)], policy).share("S", Reserve, &[(G5, 2)]);
     w.submit("huge", "S", 9, 5);
@@ -916,11 +985,12 @@ fn an_owner_reclaims_a_lowered_lender_s_excess_in_one_complete_decision() {
 }
 
 #[test]
-fn the_starvation_guard_holds_an_oversubscribed_environment_for_an_old_owner() {
+fn the_starvation_guard_reserves_an_oversubscribed_environment_for_an_old_owner() {
     // A and B are each entitled to the whole environment of 2. big (A, 2) has waited past the
-    // guard: B's later jobs may not take the instances it waits for.
+    // guard: B's later jobs still start, but backfilled, and big takes them back.
     let policy = Policy {
         reserve_after_ms: 60_000,
+        ..Default::default()
     };
     let mut w = World::with_policy(&[(G5, 2)], policy)
         .share("A", Reserve, &[(G5, 2)])
@@ -931,8 +1001,13 @@ fn the_starvation_guard_holds_an_oversubscribed_environment_for_an_old_owner() {
     w.advance(120);
     w.finish("a-small");
     w.submit("b1", "B", 0, 1);
-    assert_eq!(w.reason("b1"), "HELD_FOR_OLDER_JOB");
+    assert_eq!(w.running(), set(&["b0", "b1"]));
+    assert_eq!(w.reason("big"), "ENVIRONMENT_FULL", "b0 is not backfilled");
     w.finish("b0");
+    assert_eq!(w.reason("big"), "BACKFILL_FINISHING");
+    w.wait(30 * 60);
+    assert_eq!(w.preempted(), set(&["b1"]));
+    w.release_stopped();
     assert_eq!(w.running(), set(&["big"]));
 }
 
@@ -1050,9 +1125,12 @@ fn a_job_out_of_preemption_retries_fails_only_once_its_attempt_has_stopped() {
 }
 
 #[test]
-fn a_borrower_held_behind_an_old_borrower_preempts_nothing() {
+fn an_aged_borrower_does_not_hold_back_another_share_s_in_share_preemption() {
+    // big (B1, must borrow 4) reserves only B1's own capacity, which is none: high may still
+    // preempt its share's lower-priority job to run, borrowing the rest.
     let policy = Policy {
         reserve_after_ms: 60_000,
+        ..Default::default()
     };
     let mut w = World::with_policy(&[(G5, 10)], policy)
         .share("L", Lend, &[(G5, 2)])
@@ -1066,11 +1144,10 @@ fn a_borrower_held_behind_an_old_borrower_preempts_nothing() {
     w.submit("big", "B1", 0, 4);
     w.advance(120);
     w.submit("high", "S2", 5, 3);
-    for i in 0..3 {
-        w.submit(&format!("x{i}"), "B1", 0, 1);
-    }
-    assert_eq!(w.job("low").preemptions, 0);
-    assert_eq!(w.reason("high"), "HELD_FOR_OLDER_JOB");
+    assert_eq!(w.preempted(), set(&["low"]));
+    w.release_stopped();
+    assert_eq!(w.running(), set(&["high", "m1"]));
+    assert_eq!(w.reason("big"), "NOTHING_TO_BORROW");
 }
 
 // ---- Regressions from the second review ------------------------------------------------------
@@ -1148,6 +1225,7 @@ fn aged_owner_head() -> World {
         &[(G5, 10)],
         Policy {
             reserve_after_ms: 60_000,
+            ..Default::default()
         },
     )
     .share("L", Lend, &[(G5, 4)])
@@ -1159,14 +1237,18 @@ fn aged_owner_head() -> World {
 }
 
 #[test]
-fn a_share_closed_behind_its_aged_head_lends_the_idle_capacity_its_small_jobs_cannot_use() {
-    // h (aged, 4) closes L until it fits; p behind it cannot start, so L's idle instance is
-    // not kept for p: b may borrow it (h reclaims it when it can run, as below).
+fn an_aged_head_s_share_runs_its_smaller_jobs_on_its_idle_capacity_instead_of_lending_it() {
+    // h (aged, 4) waits for l-run; p behind it takes L's idle instance, backfilled (owners get
+    // their capacity back at once, whatever the guard), and b finds nothing to borrow.
     let mut w = aged_owner_head();
     w.submit("p", "L", 0, 1);
     w.submit("b", "B", 0, 1);
-    assert_eq!(w.running(), set(&["b", "l-run"]));
-    assert_eq!(w.reason("p"), "HELD_FOR_OLDER_JOB");
+    assert_eq!(w.running(), set(&["l-run", "p"]));
+    assert_eq!(w.reason("b"), "NOTHING_TO_BORROW");
+    w.finish("l-run");
+    assert_eq!(w.reason("h"), "BACKFILL_FINISHING");
+    w.finish("p");
+    assert_eq!(w.running(), set(&["h"]));
 }
 
 #[test]

@@ -109,6 +109,10 @@ pub enum Command {
         /// The jobs, by id.
         job_ids: Vec<String>,
     },
+    /// The instant the core asked to be passed again at has come
+    /// (`qm_core::Scheduler::next_wakeup`: a job's patience with its victims ran out). It
+    /// changes nothing itself; its batch's pass runs at its time.
+    Wake,
 }
 
 /// How the decisions of a batch are encoded in the log ([`qm_store::Writer::format`]): 0 was

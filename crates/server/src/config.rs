@@ -137,6 +137,11 @@ pub use qm_executor::PoolSpec as PoolEntry;
 pub struct SchedulerSection {
     /// Starvation guard: a share's head job that waited this long holds capacity for itself.
     pub reserve_after_seconds: Option<u64>,
+    /// How long an owner that could reclaim from jobs that checkpoint waits for them to
+    /// checkpoint before it preempts them (0 = at once).
+    pub reclaim_patience_seconds: Option<u64>,
+    /// How long an aged head lets the jobs backfilled onto its reservation finish (0 = none).
+    pub backfill_patience_seconds: Option<u64>,
     /// How often the server re-runs the scheduling pass while jobs wait, in seconds.
     pub tick_seconds: Option<f64>,
 }
@@ -171,6 +176,10 @@ pub struct Config {
     pub pool: Vec<PoolEntry>,
     /// Starvation guard.
     pub reserve_after: Duration,
+    /// `[scheduler] reclaim_patience_seconds` (default 300).
+    pub reclaim_patience: Duration,
+    /// `[scheduler] backfill_patience_seconds` (default 1800).
+    pub backfill_patience: Duration,
     /// Pass period while jobs wait.
     pub tick: Duration,
     /// Logged commands between two snapshots (0: only at start and shutdown).
@@ -302,6 +311,12 @@ impl Config {
             checkpoint_poll,
             pool: file.executor.pool.clone(),
             reserve_after: Duration::from_secs(file.scheduler.reserve_after_seconds.unwrap_or(600)),
+            reclaim_patience: Duration::from_secs(
+                file.scheduler.reclaim_patience_seconds.unwrap_or(300),
+            ),
+            backfill_patience: Duration::from_secs(
+                file.scheduler.backfill_patience_seconds.unwrap_or(1800),
+            ),
             tick,
             retention: {
                 let days = file

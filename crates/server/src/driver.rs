@@ -706,6 +706,9 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                     let now = now_ms();
                     let mut timed = self.time_limit_commands(now);
                     timed.extend(self.retire_commands(now));
+                    if self.state.core.next_wakeup().is_some_and(|w| w <= now as u64) {
+                        timed.push(Command::Wake);
+                    }
                     if timed.is_empty() {
                         continue;
                     }

@@ -76,6 +76,8 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     let arns = Arns::new(config.region.clone(), config.account_id.clone());
     let policy = qm_core::Policy {
         reserve_after_ms: config.reserve_after.as_millis() as u64,
+        reclaim_patience_ms: config.reclaim_patience.as_millis() as u64,
+        backfill_patience_ms: config.backfill_patience.as_millis() as u64,
     };
     let mut state = state::State::new(arns, policy);
     let started = std::time::Instant::now();
@@ -375,6 +377,14 @@ fn pin_settings(log: &mut SqliteLog, config: &Config) -> Result<(), ServerError>
         (
             "scheduler.reserve_after_seconds",
             config.reserve_after.as_secs().to_string(),
+        ),
+        (
+            "scheduler.reclaim_patience_seconds",
+            config.reclaim_patience.as_secs().to_string(),
+        ),
+        (
+            "scheduler.backfill_patience_seconds",
+            config.backfill_patience.as_secs().to_string(),
         ),
     ];
     for (key, value) in settings {

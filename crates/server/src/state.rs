@@ -374,6 +374,7 @@ impl State {
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
             Command::RetireJobs { job_ids } => self.retire_jobs(job_ids),
+            Command::Wake => body(&serde_json::json!({})),
             Command::Audit(entry) => {
                 let mut e = entry.clone();
                 e.at = self.now;
@@ -831,7 +832,7 @@ impl State {
             if let Some(r) = self.core.explain(JobId(rec.core)) {
                 return Some(match r {
                     qm_core::PendingReason::HeldForOlderJob { job } => format!(
-                        "HELD_FOR_OLDER_JOB - capacity is held for job {}, which has waited past the starvation guard",
+                        "HELD_FOR_OLDER_JOB - capacity is held for job {}, which is ahead of it: it has waited past the starvation guard, or waits for the jobs it would preempt to checkpoint or finish",
                         self.api_id(JobId(job))
                     ),
                     other => other.to_string(),

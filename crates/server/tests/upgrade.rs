@@ -41,6 +41,7 @@ fn recovered(log: &SqliteLog) -> (State, Recovered) {
         Arns::new(meta("region"), meta("account_id")),
         qm_core::Policy {
             reserve_after_ms: reserve_after * 1000,
+            ..Default::default()
         },
     );
     let r = recover(&mut state, log, &qm_server::writer()).expect("recovery succeeds");

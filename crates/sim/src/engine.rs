@@ -122,6 +122,8 @@ enum EventKind {
     Checkpoint { job: u32, attempt: u64 },
     /// A job is submitted.
     Arrive { job: u32 },
+    /// The core asked to be passed again at this instant (`Scheduler::next_wakeup`).
+    Wake,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -603,6 +605,8 @@ pub fn run_variant(
     let mut next_report = 0u64;
     let mut finished = 0usize;
     let mut end_ms = first_submit_ms;
+    // The last wake-up pushed: one event per instant the core asks for.
+    let mut woken: Option<u64> = None;
     while let Some(&Reverse((t, _, _))) = heap.peek() {
         ledger.advance(t, &mut groups, &mut timeline);
         let mut effects = Vec::new();
@@ -671,6 +675,7 @@ pub fn run_variant(
                         },
                     )?);
                 }
+                EventKind::Wake => changed = true,
                 EventKind::Checkpoint { job, attempt } => {
                     let st = &state[job as usize];
                     let Some(r) = st.current else { continue };
@@ -691,7 +696,10 @@ pub fn run_variant(
                     // borrow, or it may preempt within its share). On the Philly study this
                     // gives the same decisions as a pass at every instant, in 60 % of the time;
                     // what it can miss is only the starvation guard aging between events.
-                    if ledger.could_preempt(st.unit, &in_share) {
+                    let backfilled = core
+                        .attempt(AttemptId(attempt))
+                        .is_some_and(|a| a.backfill_for.is_some());
+                    if backfilled || ledger.could_preempt(st.unit, &in_share) {
                         changed = true;
                     }
                     let next = st.checkpoint_above(st.work_at(&r, t));
@@ -704,6 +712,10 @@ pub fn run_variant(
         }
         if changed {
             effects.extend(core.schedule(t));
+            if let Some(w) = core.next_wakeup().filter(|&w| w > t && woken != Some(w)) {
+                woken = Some(w);
+                push(&mut heap, w, EventKind::Wake);
+            }
         }
         for effect in effects {
             match effect {

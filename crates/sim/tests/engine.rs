@@ -56,6 +56,14 @@ fn run(c: &Cluster, jobs: &[WorkloadJob]) -> VariantRun {
     run_variant("v", c, c, jobs, &opts(), &mut |_, _, _| {}).unwrap()
 }
 
+/// As `run`, with owners reclaiming at once (no reclaim patience): the checkpoint model
+/// alone decides what a reclaim loses.
+fn run_impatient(c: &Cluster, jobs: &[WorkloadJob]) -> VariantRun {
+    let mut o = opts();
+    o.core.reclaim_patience_ms = 0;
+    run_variant("v", c, c, jobs, &o, &mut |_, _, _| {}).unwrap()
+}
+
 fn share_stats<'a>(r: &'a VariantRun, name: &str) -> &'a Stats {
     &r.metrics
         .shares
@@ -111,7 +119,7 @@ fn a_reclaim_rolls_the_borrower_back_to_its_last_checkpoint() {
             share("B", 1, Strategy::Lend),
         ],
     );
-    let r = run(
+    let r = run_impatient(
         &c,
         &[
             job("x", "A", 0, 10_000, 1, 5),
@@ -162,13 +170,46 @@ fn lost_work_follows_the_checkpoint_interval_of_the_job() {
         job("x", "A", 0, 10_000, 1, 5),
         job("z", "B", 4_000, 100, 1, 0),
     ];
-    let r = run(&c, &[base[0].clone(), y, base[1].clone()]);
+    let r = run_impatient(&c, &[base[0].clone(), y, base[1].clone()]);
     assert_eq!(share_stats(&r, "A").lost_gpu_hours, 0.0);
     // Every 3,000 s: last checkpoint at 3,000, 1,000 s lost.
-    let r = run(&c, &[base[0].clone(), y2, base[1].clone()]);
+    let r = run_impatient(&c, &[base[0].clone(), y2, base[1].clone()]);
     assert_eq!(
         share_stats(&r, "A").lost_gpu_hours,
         (1_000.0 / HOUR * 1000.0).round() / 1000.0
+    );
+}
+
+/// The case of `a_reclaim_rolls_the_borrower_back_to_its_last_checkpoint` with the default
+/// reclaim patience (300 s): z does not preempt y at 4,000 (400 s of work since y's last
+/// checkpoint would be lost) but waits for y; y checkpoints every 250 s here, the next one at
+/// 4,250, and z takes it then: nothing is lost, z waits 250 s more.
+#[test]
+fn with_reclaim_patience_the_owner_takes_the_borrower_at_its_next_checkpoint() {
+    let c = cluster(
+        2,
+        vec![
+            share("A", 1, Strategy::LendAndBorrow),
+            share("B", 1, Strategy::Lend),
+        ],
+    );
+    let mut y = job("y", "A", 0, 10_000, 1, 1);
+    y.checkpoint_interval_s = Some(250);
+    let r = run(
+        &c,
+        &[
+            job("x", "A", 0, 10_000, 1, 5),
+            y,
+            job("z", "B", 4_100, 100, 1, 0),
+        ],
+    );
+    let (a, b) = (share_stats(&r, "A"), share_stats(&r, "B"));
+    assert_eq!(a.preemptions, 1);
+    assert_eq!(a.lost_gpu_hours, 0.0, "taken at its checkpoint");
+    assert_eq!(
+        b.queue_delay_s.mean,
+        150.0 + 120.0,
+        "4,100..4,250, then the stop grace"
     );
 }
 

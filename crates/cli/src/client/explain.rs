@@ -108,8 +108,18 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
         ],
         "HELD_FOR_OLDER_JOB" => s(
             &format!("{asks}."),
-            "an older or higher-priority job has waited past the starvation guard, and capacity is kept for it.",
-            "that job starts.",
+            "an older or higher-priority job holds the capacity: it has waited past the starvation guard and lets the jobs backfilled onto its reservation finish, or it waits for the jobs it would preempt to checkpoint.",
+            "that job starts (at the latest when its patience runs out).",
+        ),
+        "BACKFILL_FINISHING" => s(
+            &format!("{asks}: it has waited past the starvation guard, and capacity is reserved for it."),
+            "jobs that started on that capacity meanwhile (backfilled, preemptible for this job).",
+            "they finish, or checkpoint (each is taken then, losing nothing); when the backfill patience runs out they are preempted for it.",
+        ),
+        "WAITING_FOR_CHECKPOINT" => s(
+            &format!("{asks}, reclaimed from borrowers that checkpoint regularly."),
+            "the borrowers it would preempt; it waits for them to checkpoint so that they lose no work.",
+            "each is taken as it checkpoints, capacity frees up on its own, or the reclaim patience runs out and they are preempted.",
         ),
         "RESERVED_FOR_OTHERS" => [
             format!("{asks}, borrowed from other shares."),

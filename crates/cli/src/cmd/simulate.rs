@@ -59,6 +59,14 @@ pub struct Args {
     /// after which a share's waiting head holds the capacity it waits for.
     #[arg(long, default_value_t = 600)]
     reserve_after: u64,
+    /// Reclaim patience (as `[scheduler] reclaim_patience_seconds`): seconds an owner that
+    /// could reclaim from jobs that checkpoint waits for them to checkpoint (0 = at once).
+    #[arg(long, default_value_t = 300)]
+    reclaim_patience: u64,
+    /// Backfill patience (as `[scheduler] backfill_patience_seconds`): seconds an aged head
+    /// lets the jobs backfilled onto its reservation finish before it preempts them.
+    #[arg(long, default_value_t = 1800)]
+    backfill_patience: u64,
 }
 
 /// Runs the simulation, prints the table and writes the outputs.
@@ -121,6 +129,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ignore_priorities: fifo,
         core: qm_core::Policy {
             reserve_after_ms: args.reserve_after.saturating_mul(1000),
+            reclaim_patience_ms: args.reclaim_patience.saturating_mul(1000),
+            backfill_patience_ms: args.backfill_patience.saturating_mul(1000),
         },
         ..SimOptions::default()
     };

@@ -189,6 +189,12 @@ impl World {
         self.now += secs * 1000;
     }
 
+    /// Moves the clock and runs the passes the core asked to be woken for by then.
+    pub fn wait(&mut self, secs: u64) {
+        self.advance(secs);
+        self.settle();
+    }
+
     /// Applies an input and runs to the fixed point.
     pub fn input(&mut self, input: Input) -> Result<(), CoreError> {
         let fx = self.s.apply(self.now, input)?;
