@@ -30,21 +30,13 @@ impl Scheduler {
                 Some(self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation))
             }
             Decision::Release(instances) => Some(PendingReason::WaitingForRelease { instances }),
-            Decision::Preempt(victims) if job.ready_at.is_some() => {
+            Decision::Preempt(victims) if ul.patient.contains_key(&id) => {
                 // Patient with its victims (see `Scheduler::patience`). Only an aged head has
                 // jobs backfilled onto its reservation.
-                // (The pass found it patient, or it would not have a `ready_at`.)
-                let backfill = victims
-                    .iter()
-                    .any(|a| self.attempts[a].backfill_for == Some(job.share));
-                let wait = if backfill {
-                    self.policy.backfill_patience_ms
-                } else {
-                    self.policy.reclaim_patience_ms
-                };
+                let p = ul.patient[&id];
                 let instances = victims.iter().map(|a| self.attempts[a].count).sum();
-                let until = job.ready_at.expect("checked").saturating_add(wait);
-                Some(if backfill {
+                let until = p.until(&self.policy);
+                Some(if p.backfill {
                     PendingReason::BackfillFinishing { instances, until }
                 } else {
                     PendingReason::WaitingForCheckpoint { instances, until }

@@ -4,7 +4,7 @@
 //! checks this at every step of random histories).
 //!
 //! An image holds the records (queues, shares, jobs, attempts, counters) and the little the
-//! last pass left behind for the next one (holds, barriers, dirty lanes). The indexes (pending
+//! last pass left behind for the next one (holds, patient jobs, dirty lanes). The indexes (pending
 //! and victim orders, usage, reclaim demand) are derived from the records on import and
 //! checked by `check_invariants`, so an image cannot smuggle in an inconsistent index.
 //!
@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::CoreError;
 use crate::model::*;
 use crate::reason::Misconfiguration;
-use crate::scheduler::{Attempt, Hold, Job, Lane, Policy, Queue, Scheduler, Share, UnitLanes};
+use crate::scheduler::{
+    Attempt, Hold, Job, Lane, Patience, Policy, Queue, Scheduler, Share, UnitLanes,
+};
 
 /// The scheduler's state, by value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,16 +70,17 @@ pub struct ShareImage {
 pub struct UnitImage {
     /// Unit index.
     pub unit: u16,
-    /// The oldest aged job holding a reservation: (job, its order, whether it covers other
-    /// shares' later starts).
+    /// Written by releases whose starvation guard barred later starts; no longer used (the
+    /// guard's reservations are derived from the state at each pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub barrier: Option<(JobId, u64, bool)>,
     /// Per share index, the head the last pass held the share's lane for, and whether for
     /// the starvation guard (else for capacity being released).
     pub held_for: Vec<Option<(JobId, bool)>>,
-    /// When the unit must be passed again although nothing happened (images written before
-    /// backfill have none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wake: Option<Millis>,
+    /// Jobs patient with their victims: (job, since, with backfilled victims); images written
+    /// before patience existed have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patient: Vec<(JobId, Millis, bool)>,
 }
 
 /// One job.
@@ -115,9 +118,7 @@ pub struct JobImage {
     pub last_checkpoint: Option<Millis>,
     /// It preempted and waits for the capacity.
     pub reclaiming: bool,
-    /// As an aged head, when it could first have preempted backfilled jobs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_at: Option<Millis>,
+
     /// The reason it fails with once its stopping attempt has exited.
     pub fail_on_exit: Option<String>,
 }
@@ -139,10 +140,10 @@ pub struct AttemptImage {
     pub priority: u32,
     /// Set once asked to stop.
     pub stopping: Option<StopCause>,
-    /// The share whose aged head's reservation it was backfilled onto (index); images written
-    /// before backfill existed have none.
+    /// The aged head whose reservation it was backfilled onto; images written before backfill
+    /// existed have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backfill_for: Option<u16>,
+    pub backfill_for: Option<JobId>,
     /// Time between its last two checkpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_gap: Option<Millis>,
@@ -243,7 +244,7 @@ impl Scheduler {
             progress_at: a.progress_at,
             priority: a.priority,
             stopping: a.stopping,
-            backfill_for: a.backfill_for.map(ShareIx),
+            backfill_for: a.backfill_for,
             checkpoint_gap: a.checkpoint_gap,
         };
         let (q, u, s) = (att.queue, att.unit, att.share);
@@ -286,7 +287,7 @@ fn job_image(j: &Job) -> JobImage {
         status_reason: j.status_reason.clone(),
         last_checkpoint: j.last_checkpoint,
         reclaiming: j.reclaiming,
-        ready_at: j.ready_at,
+
         fail_on_exit: j.fail_on_exit.clone(),
     }
 }
@@ -300,7 +301,7 @@ fn attempt_image(a: &Attempt) -> AttemptImage {
         progress_at: a.progress_at,
         priority: a.priority,
         stopping: a.stopping.clone(),
-        backfill_for: a.backfill_for.map(|s| s.0),
+        backfill_for: a.backfill_for,
         checkpoint_gap: a.checkpoint_gap,
     }
 }
@@ -311,8 +312,12 @@ fn queue_image(q: &Queue) -> QueueImage {
         .iter()
         .map(|(u, ul)| UnitImage {
             unit: u.0,
-            barrier: ul.barrier,
-            wake: ul.wake,
+            barrier: None,
+            patient: ul
+                .patient
+                .iter()
+                .map(|(j, p)| (*j, p.since, p.backfill))
+                .collect(),
             held_for: ul
                 .lanes
                 .iter()
@@ -391,6 +396,12 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
                 (j, why)
             })
         };
+        let patient: BTreeMap<JobId, Patience> = ui
+            .patient
+            .iter()
+            .map(|&(j, since, backfill)| (j, Patience { since, backfill }))
+            .collect();
+        let wake = patient.values().map(|p| p.until(&s.policy)).min();
         let ul = UnitLanes {
             lanes: ui
                 .held_for
@@ -400,8 +411,8 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
                     ..Lane::default()
                 })
                 .collect(),
-            barrier: ui.barrier,
-            wake: ui.wake,
+            patient,
+            wake,
         };
         lanes.insert(check_unit(ui.unit)?, ul);
     }
@@ -446,7 +457,7 @@ fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {
         status_reason: j.status_reason,
         last_checkpoint: j.last_checkpoint,
         reclaiming: j.reclaiming,
-        ready_at: j.ready_at,
+
         fail_on_exit: j.fail_on_exit,
         spec: j.spec,
     })

@@ -108,7 +108,7 @@ impl Scheduler {
                         }
                         *by_priority.entry(a.priority).or_default() += a.count;
                     }
-                    let mut backfill: BTreeMap<ShareIx, u32> = BTreeMap::new();
+                    let mut backfill: BTreeMap<JobId, u32> = BTreeMap::new();
                     for k in &lane.running {
                         if let Some(h) = self.attempts[&k.attempt.0].backfill_for {
                             *backfill.entry(h).or_default() += k.count.0;

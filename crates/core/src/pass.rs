@@ -34,12 +34,13 @@
 //! attempts only until a set suffices; none of it grows with the number of waiting jobs.
 
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::ledger::{self, Account, Ceiling, Pressure, Route, Violation};
 use crate::model::*;
 use crate::reason::PendingReason;
-use crate::scheduler::{Attempt, Hold, Lane, PendKey, RunKey, Scheduler, Share};
+use crate::scheduler::{Attempt, Hold, Lane, Patience, PendKey, RunKey, Scheduler, Share};
 
 /// The documented victim order (DESIGN.md §2 rule 7): a smaller rank is preempted first.
 /// Fields compare in declaration order:
@@ -88,8 +89,8 @@ pub(crate) enum Decision {
     /// It fits once the stopping attempts (this many instances) have exited.
     Release(u32),
     Wait(Violation),
-    /// An aged head that could start by preempting jobs backfilled onto its reservation
-    /// lets them finish until then (see `Scheduler::patience`).
+    /// A job patient with the victims it could preempt (backfilled jobs, or borrowers that
+    /// checkpoint) waits until then (see `Scheduler::patience`).
     Drain(Millis),
 }
 
@@ -274,8 +275,8 @@ enum Kind {
     /// for an owner is never re-borrowed under it.
     Own,
     /// A job that needs more than its share's idle entitlement but would use some of it,
-    /// could preempt in its share, or is a head past the starvation guard (its barrier must be
-    /// up before later borrowers are decided): decided before the plain borrowers, FIFO.
+    /// could preempt in its share, or is a head past the starvation guard: decided before the
+    /// plain borrowers, FIFO.
     Head,
     /// Everything else — a share's head that needs more than its idle entitlement, then
     /// (best-effort backfill) jobs behind it — in FIFO order of submission across shares.
@@ -355,7 +356,7 @@ struct Reservation {
 }
 
 impl Reservation {
-    /// Whether a start of `n` is backfill on this reservation.
+    /// Whether `n` may not pass this reservation's head.
     fn covers(&self, n: &Nominee) -> bool {
         if n.key.job == self.job {
             return false;
@@ -364,6 +365,33 @@ impl Reservation {
             return true;
         }
         self.cross && n.key.seq > self.seq
+    }
+}
+
+/// What the reservations of a pass make of a nominee.
+enum Cover {
+    /// A covering reservation is draining: it waits behind that head.
+    Held(JobId),
+    /// It may start backfilled onto this head's reservation (and whether that head has been
+    /// decided in this pass already).
+    Backfill(JobId, bool),
+    None,
+}
+
+/// Which reservation covers `n`: any that is draining holds it; else it is backfilled onto
+/// its own share's reservation if one covers it (its own head is the one it passes), else
+/// onto the oldest.
+fn cover(reservations: &[Reservation], n: &Nominee) -> Cover {
+    let covering = || reservations.iter().filter(|r| r.covers(n));
+    if let Some(r) = covering().find(|r| r.draining) {
+        return Cover::Held(r.job);
+    }
+    match covering()
+        .find(|r| r.share == n.share)
+        .or_else(|| covering().min_by_key(|r| r.seq))
+    {
+        Some(r) => Cover::Backfill(r.job, r.decided),
+        None => Cover::None,
     }
 }
 
@@ -398,9 +426,9 @@ impl Scheduler {
         fx
     }
 
-    /// The earliest instant at which time passing alone changes a decision (an aged head's
-    /// patience with backfilled jobs runs out): the shell calls [`Scheduler::schedule`] then
-    /// even if nothing else happens.
+    /// The earliest instant at which time passing alone changes a decision (a job's patience
+    /// with its victims runs out, `Policy::reclaim_patience_ms` and `backfill_patience_ms`):
+    /// the shell calls [`Scheduler::schedule`] then even if nothing else happens.
     pub fn next_wakeup(&self) -> Option<Millis> {
         self.queues
             .iter()
@@ -420,23 +448,21 @@ impl Scheduler {
         if !self.queues[q.0 as usize].units.contains_key(&u) {
             return;
         }
-        // The view is built while the last pass's holds are still known: a share closed
-        // behind its own aged head reserves nothing (see `fill_view`).
+        // The view is built while the last pass's patient jobs are still known: a share whose
+        // head is patient keeps its idle capacity (see `fill_view`).
         let mut view = self.scratch.take().unwrap_or_default();
         self.fill_view(q, u, &mut view);
+        let mut reservations = self.reservations(now, q, u, &view);
         let ul = self.queues[q.0 as usize]
             .units
             .get_mut(&u)
             .expect("checked above");
-        ul.barrier = None;
+        // Rebuilt by this pass: a job it does not decide is no longer patient.
+        let patient_before = std::mem::take(&mut ul.patient);
         for lane in &mut ul.lanes {
             lane.held_for = None;
         }
         let mut bounds = vec![Bound::OPEN; nshares];
-        let mut reservations = self.reservations(now, q, u, &view);
-        // Starts backfilled onto each reservation in this pass: if its head starts after all,
-        // they were never in its way and lose the tag.
-        let mut backfilled: Vec<(usize, AttemptId)> = Vec::new();
         let mut nominees = Vec::new();
         loop {
             self.nominate(now, q, u, &bounds, &view, &mut nominees);
@@ -463,17 +489,19 @@ impl Scheduler {
                 // A start the starvation guard would hold back goes ahead on the capacity it
                 // holds, preemptibly: backfill, never idle capacity — except while the aged
                 // head lets what is backfilled finish, when nothing new is backfilled.
-                let covering = reservations.iter().find(|x| x.covers(&n));
-                if let Some(x) = covering.filter(|x| x.draining) {
-                    b.lower(&n);
-                    let (holder, s) = (x.job, n.share);
-                    self.hold_if_free(q, u, s, holder);
-                    continue;
-                }
-                let backfill = covering.map(|x| (x.share, x.decided));
+                let backfill = match cover(&reservations, &n) {
+                    Cover::Held(holder) => {
+                        b.lower(&n);
+                        self.hold_if_free(q, u, n.share, holder);
+                        continue;
+                    }
+                    Cover::Backfill(head, decided) => Some((head, decided)),
+                    Cover::None => None,
+                };
+                let was_patient = patient_before.contains_key(&id);
                 let (decision, patient) = {
                     let d = self.decide(id, &view);
-                    self.patience(now, q, u, id, d)
+                    self.patience(now, q, u, id, d, &patient_before)
                 };
                 if let Some(r) = reservations.iter_mut().find(|r| r.job == id) {
                     r.draining = patient;
@@ -483,18 +511,16 @@ impl Scheduler {
                     (view.reserve[n.share], matches!(decision, Decision::Start));
                 match decision {
                     Decision::Start => {
-                        let a = self.start(now, id, backfill.map(|x| ShareIx(x.0 as u16)), fx);
-                        if let Some((x, decided)) = backfill {
-                            backfilled.push((x, a));
-                            if decided {
-                                // Its head, already decided, may now preempt what was a claim
-                                // or free capacity it could not use: it gets another look.
-                                self.dirty.insert((q, u));
-                            }
+                        self.start(now, id, backfill.map(|(head, _)| head), fx);
+                        if backfill.is_some_and(|(_, decided)| decided) {
+                            // Its head, already decided, may now preempt what was a claim or
+                            // free capacity it could not use: it gets another look.
+                            self.dirty.insert((q, u));
                         }
                         if let Some(i) = reservations.iter().position(|r| r.job == id) {
-                            let r = reservations.remove(i);
-                            self.untag(&mut backfilled, r.share);
+                            // Its reservation ends: what was backfilled onto it is ordinary.
+                            reservations.remove(i);
+                            self.untag(q, u, id);
                         }
                         let s = n.share;
                         if reclaimer {
@@ -541,20 +567,24 @@ impl Scheduler {
                         self.hold(q, u, n.share, id, Hold::Starvation);
                     }
                 }
-                let reserve = self.reserve_of(q, u, n.share);
-                if reserve + if started { n.count } else { 0 } < reserved_before {
-                    // The share's reservation shrank by more than a start used (a start, or a
-                    // head no longer patient): borrowers decided against it get another look.
-                    self.dirty.insert((q, u));
+                let is_patient = self.queues[q.0 as usize].units[&u]
+                    .patient
+                    .contains_key(&id);
+                if started || was_patient != is_patient {
+                    let reserve = self.reserve_of(q, u, n.share);
+                    if reserve + if started { n.count } else { 0 } < reserved_before {
+                        // The share's reservation shrank by more than a start used (a start,
+                        // or a head no longer patient): borrowers decided against it get
+                        // another look.
+                        self.dirty.insert((q, u));
+                    }
+                    view.reserve[n.share] = reserve;
                 }
-                view.reserve[n.share] = reserve;
             }
         }
+        let policy = self.policy;
         if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            ul.barrier = reservations
-                .iter()
-                .min_by_key(|x| x.seq)
-                .map(|x| (x.job, x.seq, x.cross));
+            ul.wake = ul.patient.values().map(|p| p.until(&policy)).min();
         }
         if view.releasing == 0 {
             // Every victim has exited and this pass has handed the capacity out: a claim that
@@ -566,13 +596,13 @@ impl Scheduler {
     }
 
     /// Patience before preempting (`Policy::reclaim_patience_ms`, `backfill_patience_ms`).
-    /// A job that could start by reclaiming from jobs that report checkpoints, or, as an aged
-    /// head, by preempting jobs backfilled onto its reservation, does not preempt at once: from
-    /// the first pass that found it a victim set, until its patience runs out, it takes only the
-    /// victims that checkpointed at this very instant (they lose nothing) and lets capacity
-    /// free up on its own. Meanwhile nothing new is backfilled onto a draining reservation (the
-    /// returned flag). Victims that never reported a checkpoint, and in-share victims alone,
-    /// are taken at once: waiting would save nothing.
+    /// A job that could start by reclaiming from borrowers that checkpoint regularly, or, as
+    /// an aged head, by preempting jobs backfilled onto its reservation, does not preempt at
+    /// once: from the first pass that found it a victim set, until its patience runs out, it
+    /// takes only the victims that checkpointed at this very instant (they lose nothing) and
+    /// lets capacity free up on its own, and nothing new is backfilled onto its reservation
+    /// (the returned flag: it is patient). A set in which no victim checkpoints regularly,
+    /// and in-share victims alone, are taken at once: waiting would save nothing.
     fn patience(
         &mut self,
         now: Millis,
@@ -580,26 +610,29 @@ impl Scheduler {
         u: UnitIx,
         id: JobId,
         decision: Decision,
+        before: &BTreeMap<JobId, Patience>,
     ) -> (Decision, bool) {
         let victims = match decision {
             Decision::Preempt(v) => v,
-            Decision::Release(_) | Decision::Drain(_) => return (decision, false),
-            other => {
-                self.jobs.get_mut(&id).expect("nominee").ready_at = None;
-                return (other, false);
+            // Waiting for the victims it took at their checkpoints: still patient.
+            Decision::Release(_) if before.contains_key(&id) => {
+                self.keep_patient(q, u, id, before[&id]);
+                return (decision, true);
             }
+            other => return (other, false),
         };
-        let (wait, backfill) = self.patience_for(id, &victims, now);
-        let job = self.jobs.get_mut(&id).expect("nominee");
-        if wait == 0 {
-            job.ready_at = None;
+        let Some(backfill) = self.patience_kind(id, &victims, now) else {
+            return (Decision::Preempt(victims), false);
+        };
+        let since = before
+            .get(&id)
+            .filter(|p| p.backfill == backfill)
+            .map_or(now, |p| p.since);
+        let patience = Patience { since, backfill };
+        if now >= patience.until(&self.policy) {
             return (Decision::Preempt(victims), false);
         }
-        let until = job.ready_at.get_or_insert(now).saturating_add(wait);
-        if now >= until {
-            return (Decision::Preempt(victims), false);
-        }
-        self.wake_at(q, u, until);
+        self.keep_patient(q, u, id, patience);
         let fresh: Vec<AttemptId> = victims
             .into_iter()
             .filter(|a| {
@@ -608,37 +641,37 @@ impl Scheduler {
             })
             .collect();
         if fresh.is_empty() {
-            (Decision::Drain(until), backfill)
+            (Decision::Drain(patience.until(&self.policy)), true)
         } else {
-            (Decision::Preempt(fresh), backfill)
+            (Decision::Preempt(fresh), true)
         }
     }
 
-    /// How long job `id` is patient with `victims` (0: it preempts at once), and whether
-    /// because some were backfilled onto its share's reservation (only a head finds those).
-    pub(crate) fn patience_for(
-        &self,
-        id: JobId,
-        victims: &[AttemptId],
-        now: Millis,
-    ) -> (Millis, bool) {
+    fn keep_patient(&mut self, q: QueueIx, u: UnitIx, id: JobId, p: Patience) {
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane group");
+        ul.patient.insert(id, p);
+    }
+
+    /// Whether job `id` is patient with `victims`, and if so whether with jobs backfilled
+    /// onto its reservation (`Some(true)`, only its share's head finds those) or with
+    /// borrowers that checkpoint regularly (`Some(false)`); `None` when a zero patience or
+    /// the victims make waiting pointless.
+    fn patience_kind(&self, id: JobId, victims: &[AttemptId], now: Millis) -> Option<bool> {
         let share = self.jobs[&id].share;
         let backfill = victims
             .iter()
-            .any(|a| self.attempts[a].backfill_for == Some(share));
+            .any(|a| self.attempts[a].backfill_for == Some(id));
         if backfill {
-            return (self.policy.backfill_patience_ms, true);
+            return (self.policy.backfill_patience_ms > 0).then_some(true);
         }
-        let checkpointing_reclaim = victims.iter().any(|a| {
+        let checkpointing = victims.iter().any(|a| {
             let att = &self.attempts[a];
             att.share != share && keeps_checkpointing(att, now)
         });
-        let wait = if checkpointing_reclaim {
-            self.policy.reclaim_patience_ms
-        } else {
-            0
-        };
-        (wait, false)
+        (checkpointing && self.policy.reclaim_patience_ms > 0).then_some(false)
     }
 
     /// The reservations of the unit's aged heads, at the start of a pass. What one covers
@@ -657,8 +690,11 @@ impl Scheduler {
             .iter()
             .enumerate()
             .filter_map(|(s, lane)| {
+                if lane.pending.len() == 0 {
+                    return None;
+                }
                 let (c, k) = lane.pending.first(u32::MAX)?;
-                if !self.aged(now, k.job) {
+                if now.saturating_sub(k.queued_at) < self.policy.reserve_after_ms {
                     return None;
                 }
                 let owner_sized = c <= view.held(s).entitlement;
@@ -667,35 +703,35 @@ impl Scheduler {
                     job: k.job,
                     share: s,
                     cross: owner_sized && view.contested() && view.others_could_free(s, c),
-                    draining: self.jobs[&k.job].ready_at.is_some(),
+                    draining: ul.patient.contains_key(&k.job),
                     decided: false,
                 })
             })
             .collect()
     }
 
-    /// The head of share `s` started after all: the jobs backfilled onto its reservation in
-    /// this pass are ordinary jobs.
-    fn untag(&mut self, backfilled: &mut Vec<(usize, AttemptId)>, s: usize) {
-        backfilled.retain(|&(x, a)| {
-            if x != s {
-                return true;
+    /// Aged head `head` starts: its reservation ends, and the jobs backfilled onto it are
+    /// ordinary jobs again (a tag never outlives its reservation). Costs a walk of the running
+    /// attempts of the lanes that hold such jobs, only when there are some.
+    fn untag(&mut self, q: QueueIx, u: UnitIx, head: JobId) {
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("lane group");
+        for lane in &mut ul.lanes {
+            if lane.backfill.remove(&head).is_none() {
+                continue;
             }
-            let att = self.attempts.get_mut(&a).expect("started in this pass");
-            att.backfill_for = None;
-            if att.stopping.is_some() {
-                // Already out of the index (preempted later in this pass).
-                return false;
+            for k in &lane.running {
+                let att = self
+                    .attempts
+                    .get_mut(&k.attempt.0)
+                    .expect("running attempt");
+                if att.backfill_for == Some(head) {
+                    att.backfill_for = None;
+                }
             }
-            let (q, u, share, count) = (att.queue, att.unit, att.share, att.count);
-            let lane = self.queues[q.0 as usize]
-                .units
-                .get_mut(&u)
-                .expect("lane")
-                .lane(share);
-            crate::scheduler::sub_priority(&mut lane.backfill, ShareIx(x as u16), count);
-            false
-        });
+        }
     }
 
     /// Records that the lane of share `s` waits behind `holder` (unless the pass already
@@ -709,15 +745,6 @@ impl Scheduler {
         if lane.held_for.is_none() {
             lane.held_for = Some((holder, Hold::Starvation));
         }
-    }
-
-    /// The unit must be passed again at `at` even if nothing happens before.
-    fn wake_at(&mut self, q: QueueIx, u: UnitIx, at: Millis) {
-        let ul = self.queues[q.0 as usize]
-            .units
-            .get_mut(&u)
-            .expect("lane group");
-        ul.wake = Some(ul.wake.map_or(at, |w| w.min(at)));
     }
 
     /// Drops the claims of the reclaiming jobs of share `only` (else of every share) of a lane
@@ -742,27 +769,32 @@ impl Scheduler {
     fn reserve_of(&self, q: QueueIx, u: UnitIx, s: usize) -> u32 {
         let queue = &self.queues[q.0 as usize];
         let share = &queue.shares[s];
-        queue.units[&u]
-            .lanes
-            .get(s)
-            .map_or(0, |l| self.lane_reserve(l, share, share.entitlement(u)))
+        let ul = &queue.units[&u];
+        ul.lanes.get(s).map_or(0, |l| {
+            self.lane_reserve(l, share, share.entitlement(u), &ul.patient)
+        })
     }
 
-    fn lane_reserve(&self, lane: &Lane, share: &Share, entitlement: u32) -> u32 {
-        if self.patient_head(lane) {
+    /// `patient`: the unit's patient jobs (see `Patience`).
+    fn lane_reserve(
+        &self,
+        lane: &Lane,
+        share: &Share,
+        entitlement: u32,
+        patient: &BTreeMap<JobId, Patience>,
+    ) -> u32 {
+        let patient_head = !patient.is_empty()
+            && lane
+                .pending
+                .first(u32::MAX)
+                .is_some_and(|(_, h)| patient.contains_key(&h.job));
+        if patient_head {
             // Its idle capacity is about to be its head's: lending it now would only mean
             // preempting the borrower in a moment.
             entitlement.saturating_sub(lane.usage)
         } else {
             pending_own_demand(lane, entitlement, share.in_share_preemption())
         }
-    }
-
-    /// Whether the lane's head is patient with its victims (see `Scheduler::patience`).
-    fn patient_head(&self, lane: &Lane) -> bool {
-        lane.pending
-            .first(u32::MAX)
-            .is_some_and(|(_, h)| self.jobs[&h.job].ready_at.is_some())
     }
 
     /// Whether the job has waited past the starvation guard.
@@ -879,19 +911,10 @@ impl Scheduler {
             // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
             // within a pass): skip it without looking at its jobs. This keeps a full cluster's
             // pass O(shares).
-            // ... unless its head is past the starvation guard and would put up a barrier
-            // (see `schedule_unit`): barriers must not depend on what else happens to be open.
+            // ... unless jobs were backfilled onto its head's reservation: it may preempt them.
             let can_act = own_room > 0 || strict || (share.strategy().borrows() && borrow_open);
-            let barrier_head = |c: u32, h: PendKey| {
-                now.saturating_sub(h.queued_at) >= self.policy.reserve_after_ms
-                    && (c > view.held(s).entitlement || view.contested())
-            };
-            // ... or jobs were backfilled onto its head's reservation: it may preempt them.
-            let backfilled = ul
-                .lanes
-                .iter()
-                .any(|l| l.backfill.contains_key(&ShareIx(s as u16)));
-            if !can_act && !backfilled && !head.is_some_and(|(c, h)| barrier_head(c, h)) {
+            let backfilled = |h: PendKey| ul.lanes.iter().any(|l| l.backfill.contains_key(&h.job));
+            if !can_act && !head.is_some_and(|(_, h)| backfilled(h)) {
                 continue;
             }
             if strict {
@@ -960,8 +983,9 @@ impl Scheduler {
                     .map(|k| self.jobs[&k.job].spec.count)
                     .sum()
             }));
-            view.reserve
-                .push(lane.map_or(0, |l| self.lane_reserve(l, share, entitlement)));
+            view.reserve.push(lane.map_or(0, |l| {
+                self.lane_reserve(l, share, entitlement, &ul.expect("lane of a unit").patient)
+            }));
         }
         let queue_demand: u32 = view.demand.iter().sum();
         let physical_for_queue = self.physical.get(&u).map(|p| {
@@ -1051,7 +1075,7 @@ impl Scheduler {
                 ul.lanes
                     .get(x)
                     .filter(|_| is_head)
-                    .and_then(|l| l.backfill.get(&ShareIx(s as u16)))
+                    .and_then(|l| l.backfill.get(&id))
                     .copied()
                     .unwrap_or(0)
             })
@@ -1109,8 +1133,7 @@ impl Scheduler {
         // attempts form their own streams (`true`): they stay victims when their share no
         // longer borrows.
         let attempts = &self.attempts;
-        let is_tagged =
-            move |k: &RunKey| attempts[&k.attempt.0].backfill_for == Some(ShareIx(s as u16));
+        let is_tagged = move |k: &RunKey| attempts[&k.attempt.0].backfill_for == Some(id);
         let mut streams: Vec<(usize, bool, Candidates<'_>)> = Vec::new();
         for (x, lane) in ul.lanes.iter().enumerate().take(projected.len()) {
             if tagged[x] > 0 && (x == s || reclaim_helps) {
@@ -1277,13 +1300,7 @@ impl Scheduler {
         unit_full(violation)
     }
 
-    fn start(
-        &mut self,
-        now: Millis,
-        id: JobId,
-        backfill_for: Option<ShareIx>,
-        fx: &mut Vec<Effect>,
-    ) -> AttemptId {
+    fn start(&mut self, now: Millis, id: JobId, backfill_for: Option<JobId>, fx: &mut Vec<Effect>) {
         self.dequeue(id);
         let a = AttemptId(self.next_attempt);
         self.next_attempt += 1;
@@ -1291,7 +1308,6 @@ impl Scheduler {
         job.status = JobStatus::Dispatched;
         job.attempt = Some(a);
         job.reclaiming = false;
-        job.ready_at = None;
         job.status_reason.clear();
         let attempt = Attempt {
             id: a,
@@ -1333,7 +1349,6 @@ impl Scheduler {
             unit: self.unit_name(u).to_string(),
             count,
         });
-        a
     }
 
     fn preempt(

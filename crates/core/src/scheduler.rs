@@ -143,8 +143,8 @@ pub(crate) struct Lane {
     pub(crate) reclaimers: BTreeSet<PendKey>,
     /// Set by the last pass when this share's head held the lane (see `Hold`).
     pub(crate) held_for: Option<(JobId, Hold)>,
-    /// Instances of active attempts backfilled onto a share's reservation, per that share.
-    pub(crate) backfill: BTreeMap<ShareIx, u32>,
+    /// Instances of active attempts backfilled onto an aged head's reservation, per head.
+    pub(crate) backfill: BTreeMap<JobId, u32>,
 }
 
 impl Lane {
@@ -173,11 +173,33 @@ pub(crate) enum Hold {
 pub(crate) struct UnitLanes {
     /// Indexed by `ShareIx`.
     pub(crate) lanes: Vec<Lane>,
-    /// Set by the last pass: the oldest aged job holding a reservation, its submission order,
-    /// and whether the reservation covers other shares' later starts.
-    pub(crate) barrier: Option<(JobId, u64, bool)>,
-    /// Set by the last pass: when the unit must be passed again although nothing happened.
+    /// Set by the last pass: the jobs patient with their victims (see `Patience`). Rebuilt by
+    /// every pass: a job the pass did not decide is no longer patient.
+    pub(crate) patient: BTreeMap<JobId, Patience>,
+    /// The earliest instant a patient job's patience runs out (derived from `patient`).
     pub(crate) wake: Option<Millis>,
+}
+
+/// A job waiting for its victims to checkpoint or finish before it preempts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Patience {
+    /// The first pass that found it a victim set.
+    pub(crate) since: Millis,
+    /// With jobs backfilled onto its reservation (`Policy::backfill_patience_ms`), else with
+    /// borrowers that checkpoint (`Policy::reclaim_patience_ms`).
+    pub(crate) backfill: bool,
+}
+
+impl Patience {
+    /// When it runs out under `policy`.
+    pub(crate) fn until(&self, policy: &Policy) -> Millis {
+        let wait = if self.backfill {
+            policy.backfill_patience_ms
+        } else {
+            policy.reclaim_patience_ms
+        };
+        self.since.saturating_add(wait)
+    }
 }
 
 impl UnitLanes {
@@ -272,9 +294,6 @@ pub struct Job {
     /// Set when it must become FAILED once its stopping attempt has exited (terminated, or
     /// out of preemption retries); the reason it will carry.
     pub(crate) fail_on_exit: Option<String>,
-    /// When it first could have started by preempting victims it is patient with (see
-    /// `Policy::reclaim_patience_ms` and `backfill_patience_ms`).
-    pub(crate) ready_at: Option<Millis>,
 }
 
 impl Job {
@@ -314,9 +333,9 @@ pub struct Attempt {
     pub priority: u32,
     /// Set once the core asked for it to stop.
     pub stopping: Option<StopCause>,
-    /// Started on capacity the starvation guard holds for this share's aged head (backfill):
-    /// that share's head may preempt it whatever its share and priority.
-    pub backfill_for: Option<ShareIx>,
+    /// Started on capacity the starvation guard held for this aged head (backfill): that job,
+    /// while it is its share's head, may preempt it whatever its share and priority.
+    pub backfill_for: Option<JobId>,
     /// Time between its last two checkpoints: a victim that keeps to it is worth waiting for
     /// (`Policy::reclaim_patience_ms`).
     pub checkpoint_gap: Option<Millis>,
@@ -695,7 +714,6 @@ impl Scheduler {
             status_reason: String::new(),
             last_checkpoint: None,
             reclaiming: false,
-            ready_at: None,
             fail_on_exit: None,
         };
         self.jobs.insert(id, Box::new(job));

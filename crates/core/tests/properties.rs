@@ -456,17 +456,10 @@ impl Run {
             {
                 let victim = self.s.job(*job).unwrap();
                 let victim_priority = victim.spec.priority;
-                let share_ix = |name: &str| {
-                    qm_core::ShareIx(
-                        self.cfg.shares.iter().position(|s| s.name == name).unwrap() as u16
-                    )
-                };
-                // A job backfilled onto a share's reservation may be preempted for that
-                // share's head whatever its share and priority (the starvation guard).
+                // A job backfilled onto an aged head's reservation may be preempted for that
+                // head whatever its share and priority (the starvation guard).
                 let backfilled_for = |for_job: &JobId| {
-                    let p = self.s.job(*for_job).unwrap();
-                    self.s.attempt(*attempt).and_then(|a| a.backfill_for)
-                        == Some(share_ix(&p.spec.share))
+                    self.s.attempt(*attempt).and_then(|a| a.backfill_for) == Some(*for_job)
                 };
                 match cause {
                     StopCause::InShare { for_job } => {
