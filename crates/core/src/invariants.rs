@@ -134,6 +134,9 @@ impl Scheduler {
                         }
                         *demand.entry(u.0).or_default() += job.spec.count;
                     }
+                    if !lane.pending.head_is_consistent() {
+                        return Err(format!("pending head of lane {si} is stale"));
+                    }
                     let mut n = 0;
                     for (count, k) in lane.pending.iter() {
                         n += 1;

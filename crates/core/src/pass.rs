@@ -436,6 +436,50 @@ impl Scheduler {
             .min()
     }
 
+    /// Whether a checkpoint of `attempt` can change a decision, so that a shell which passes
+    /// only units where something changed (the simulator) must pass its unit now. Only if the
+    /// attempt could be a victim of a waiting job: it was backfilled onto a patient head's
+    /// reservation (which takes it as it checkpoints); its share borrows and a job of the
+    /// unit is patient with borrowers, or an owner of another share waits with idle
+    /// entitlement; or a higher-priority job of its own share waits under in-share
+    /// preemption. A checkpoint also reorders the victims, and the victim search walks them
+    /// greedily in that order, so a set missed before may be found now. The server passes
+    /// after every batch and needs no such test.
+    pub fn checkpoint_matters(&self, attempt: AttemptId) -> bool {
+        let Some(a) = self.attempts.get(&attempt) else {
+            return false;
+        };
+        let queue = &self.queues[a.queue.0 as usize];
+        let Some(ul) = queue.units.get(&a.unit) else {
+            return false;
+        };
+        if a.backfill_for.is_some_and(|h| ul.patient.contains_key(&h)) {
+            return true;
+        }
+        let s = usize::from(a.share.0);
+        let entitlement = |x: usize| queue.shares[x].entitlement(a.unit);
+        let Some(own) = ul.lanes.get(s) else {
+            return false;
+        };
+        if queue.shares[s].in_share_preemption()
+            && own
+                .pending
+                .first(u32::MAX)
+                .is_some_and(|(_, k)| k.priority.0 > a.priority)
+        {
+            return true;
+        }
+        if own.usage <= entitlement(s) {
+            return false;
+        }
+        !ul.patient.is_empty()
+            || ul
+                .lanes
+                .iter()
+                .enumerate()
+                .any(|(x, l)| x != s && l.pending.len() > 0 && l.usage < entitlement(x))
+    }
+
     fn has_reclaimers(&self, q: QueueIx, u: UnitIx) -> bool {
         self.queues[q.0 as usize]
             .units

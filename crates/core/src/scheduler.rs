@@ -65,17 +65,23 @@ pub(crate) struct PendKey {
 }
 
 /// Pending jobs of one share on one unit, bucketed by instance count so that "the first job
-/// in order that needs at most N instances" costs O(distinct counts · log n), not O(n).
+/// in order that needs at most N instances" costs O(distinct counts · log n), not O(n), and
+/// O(1) when the share's head itself fits (the pass asks for the head on every nomination).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PendingIndex {
     by_count: BTreeMap<u32, BTreeSet<PendKey>>,
     len: usize,
+    /// The first job of all, with its count.
+    head: Option<(u32, PendKey)>,
 }
 
 impl PendingIndex {
     pub(crate) fn insert(&mut self, count: u32, key: PendKey) {
         if self.by_count.entry(count).or_default().insert(key) {
             self.len += 1;
+            if self.head.is_none_or(|(_, h)| key < h) {
+                self.head = Some((count, key));
+            }
         }
     }
 
@@ -89,12 +95,23 @@ impl PendingIndex {
         }
         if removed {
             self.len -= 1;
+            if self.head.is_some_and(|(_, h)| h == *key) {
+                self.head = self.scan(u32::MAX);
+            }
         }
         removed
     }
 
     /// The first job in share order among those needing at most `max_count` instances.
     pub(crate) fn first(&self, max_count: u32) -> Option<(u32, PendKey)> {
+        match self.head {
+            Some((c, k)) if c <= max_count => Some((c, k)),
+            None => None,
+            Some(_) => self.scan(max_count),
+        }
+    }
+
+    fn scan(&self, max_count: u32) -> Option<(u32, PendKey)> {
         self.by_count
             .range(..=max_count)
             .filter_map(|(c, set)| set.first().map(|k| (*c, *k)))
@@ -103,6 +120,11 @@ impl PendingIndex {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the cached head is the first job of all (checked by the invariants).
+    pub(crate) fn head_is_consistent(&self) -> bool {
+        self.head == self.scan(u32::MAX)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &PendKey)> {

@@ -212,8 +212,6 @@ struct Ledger {
     /// usage[share][group][unit]: how a variant share's usage splits over reporting groups,
     /// so that a share's borrowing is attributed to the groups whose jobs hold it.
     split: Vec<Vec<Vec<u32>>>,
-    /// Waiting jobs per share and unit.
-    waiting: Vec<Vec<u32>>,
     /// Per share and unit, seconds spent at each headroom level (idle entitlement) while
     /// someone borrowed on the unit: a job needing `n` instances was kept from its own
     /// capacity by lending during `lent[s][u].at_least(n)`.
@@ -224,22 +222,6 @@ struct Ledger {
 impl Ledger {
     fn borrowed(&self, s: usize, u: usize) -> u32 {
         self.usage[s][u].saturating_sub(self.entitlement[s][u])
-    }
-
-    /// Whether some job waiting on `u` might preempt (see the checkpoint event).
-    fn could_preempt(&self, u: usize, in_share: &[bool]) -> bool {
-        let mut borrowing = None;
-        (0..self.usage.len()).any(|s| {
-            if self.waiting[s][u] == 0 {
-                return false;
-            }
-            if in_share[s] {
-                return true;
-            }
-            self.usage[s][u] < self.entitlement[s][u]
-                && *borrowing
-                    .get_or_insert_with(|| (0..self.usage.len()).any(|x| self.borrowed(x, u) > 0))
-        })
     }
 
     /// Integrates everything from the last event to `t`.
@@ -535,7 +517,6 @@ pub fn run_variant(
         usage: vec![vec![0; units]; cluster.shares.len()],
         group_usage: vec![vec![0; units]; reference.shares.len()],
         split: vec![vec![vec![0; units]; reference.shares.len()]; cluster.shares.len()],
-        waiting: vec![vec![0; units]; cluster.shares.len()],
         lent: cluster
             .shares
             .iter()
@@ -594,11 +575,6 @@ pub fn run_variant(
     ledger.last_ms = first_submit_ms;
     let mut timeline = Bins::new(reference.shares.len(), first_submit_ms, opts.bins);
     let stop_grace_ms = ck.stop_grace_s * 1000;
-    let in_share: Vec<bool> = cluster
-        .shares
-        .iter()
-        .map(|s| s.in_share_preemption)
-        .collect();
     let overhead_ms = ck.restart_overhead_s * 1000;
 
     let mut events = 0u64;
@@ -626,7 +602,6 @@ pub fn run_variant(
                     let j = &jobs[job as usize];
                     let st = &mut state[job as usize];
                     st.waiting_since = Some(t);
-                    ledger.waiting[st.share][st.unit] += 1;
                     st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                     let spec = JobSpec {
                         id: JobId(u64::from(job)),
@@ -688,18 +663,11 @@ pub fn run_variant(
                             job: JobId(u64::from(job)),
                         },
                     )?);
-                    // A checkpoint reorders the victims, and the core's victim search is
-                    // greedy in that order: it can turn a preemption that was not found into
-                    // one that is. The server runs a pass for every batch, checkpoints
-                    // included; here a checkpoint-only instant runs one when some waiting job
-                    // may preempt (its share has room for it in its own quota while others
-                    // borrow, or it may preempt within its share). On the Philly study this
-                    // gives the same decisions as a pass at every instant, in 60 % of the time;
-                    // what it can miss is only the starvation guard aging between events.
-                    let backfilled = core
-                        .attempt(AttemptId(attempt))
-                        .is_some_and(|a| a.backfill_for.is_some());
-                    if backfilled || ledger.could_preempt(st.unit, &in_share) {
+                    // The server runs a pass for every batch, checkpoints included; here a
+                    // checkpoint-only instant runs one when the core says the checkpoint can
+                    // change a decision (a job of the unit is patient and takes victims as they
+                    // checkpoint).
+                    if core.checkpoint_matters(AttemptId(attempt)) {
                         changed = true;
                     }
                     let next = st.checkpoint_above(st.work_at(&r, t));
@@ -728,7 +696,6 @@ pub fn run_variant(
                     let i = job.0 as u32;
                     let st = &mut state[job.0 as usize];
                     if let Some(since) = st.waiting_since.take() {
-                        ledger.waiting[st.share][st.unit] -= 1;
                         st.queue_delay_ms += t - since;
                         st.reclaim_delay_s +=
                             ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
@@ -804,9 +771,6 @@ pub fn run_variant(
                 }
                 Effect::Requeued { job, .. } => {
                     let st = &mut state[job.0 as usize];
-                    if st.waiting_since.is_none() {
-                        ledger.waiting[st.share][st.unit] += 1;
-                    }
                     st.waiting_since = Some(t);
                     st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                 }
