@@ -40,7 +40,9 @@ pub fn share_spec<L: CapacityLimitEntry>(
     sharing: &QuotaShareResourceSharingConfiguration,
     preemption: &QuotaSharePreemptionConfiguration,
     state: QuotaShareState,
+    tags: &BTreeMap<String, String>,
 ) -> ShareSpec {
+    let (min_runtime_ms, max_preemptions_per_hour) = crate::validate::protection(tags);
     ShareSpec {
         name: name.to_string(),
         limits: limits_map(limits),
@@ -49,6 +51,8 @@ pub fn share_spec<L: CapacityLimitEntry>(
         in_share_preemption: preemption.in_share_preemption
             == QuotaShareInSharePreemptionState::Enabled,
         enabled: state == QuotaShareState::Enabled,
+        min_runtime_ms,
+        max_preemptions_per_hour,
     }
 }
 
@@ -128,6 +132,7 @@ mod tests {
                 in_share_preemption: QuotaShareInSharePreemptionState::Enabled,
             },
             QuotaShareState::Enabled,
+            &BTreeMap::new(),
         );
         assert_eq!(spec.name, "QS1");
         assert_eq!(spec.limits.get("ml.g5.xlarge"), Some(&2));
@@ -150,7 +155,14 @@ mod tests {
                 in_share_preemption: QuotaShareInSharePreemptionState::Disabled,
             },
             QuotaShareState::Disabled,
+            &[(
+                crate::validate::TAG_MIN_RUNTIME.to_string(),
+                "900".to_string(),
+            )]
+            .into(),
         );
+        assert_eq!(spec.min_runtime_ms, 900_000);
+        assert_eq!(spec.max_preemptions_per_hour, 0);
         assert_eq!(spec.strategy, Strategy::Reserve);
         assert_eq!(spec.borrow_limit_percent, 200);
         assert_eq!(spec.limits.len(), 2);

@@ -152,6 +152,55 @@ fn tag_key(field: &str, key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Quota-share tag (a qm extension): a job of the share that started less than this many
+/// seconds ago is not preempted (thrash protection, docs/scheduling.md).
+pub const TAG_MIN_RUNTIME: &str = "qm:min-runtime-seconds";
+/// Quota-share tag (a qm extension): a job of the share preempted this many times in the last
+/// hour is not preempted again until the oldest of those is an hour old.
+pub const TAG_MAX_PREEMPTIONS: &str = "qm:max-preemptions-per-hour";
+/// The longest minimum run time a share may ask for: a week.
+pub const MAX_MIN_RUNTIME_SECONDS: u64 = 7 * 24 * 3600;
+/// The highest preemption cap a share may ask for.
+pub const MAX_PREEMPTIONS_PER_HOUR: u32 = 1000;
+
+/// The thrash-protection tags of a quota share, checked: whole numbers in range.
+pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if let Some(v) = tags.get(TAG_MIN_RUNTIME) {
+        if !v.parse::<u64>().is_ok_and(|n| n <= MAX_MIN_RUNTIME_SECONDS) {
+            return fail(format!(
+                "{field}.{TAG_MIN_RUNTIME} is '{v}': give a whole number of seconds from 0 to {MAX_MIN_RUNTIME_SECONDS} (0 turns the protection off)"
+            ));
+        }
+    }
+    if let Some(v) = tags.get(TAG_MAX_PREEMPTIONS) {
+        if !v
+            .parse::<u32>()
+            .is_ok_and(|n| n <= MAX_PREEMPTIONS_PER_HOUR)
+        {
+            return fail(format!(
+                "{field}.{TAG_MAX_PREEMPTIONS} is '{v}': give a whole number from 0 to {MAX_PREEMPTIONS_PER_HOUR} (0 means no cap)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The protection the tags ask for, as the core's (min run time in ms, preemptions per hour);
+/// values `protection_tags` refuses count as 0 (they never get stored).
+pub fn protection(tags: &BTreeMap<String, String>) -> (u64, u32) {
+    let min = tags
+        .get(TAG_MIN_RUNTIME)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n <= MAX_MIN_RUNTIME_SECONDS)
+        .map_or(0, |n| n * 1000);
+    let cap = tags
+        .get(TAG_MAX_PREEMPTIONS)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&n| n <= MAX_PREEMPTIONS_PER_HOUR)
+        .unwrap_or(0);
+    (min, cap)
+}
+
 /// The `tagKeys` of UntagResource: 1..=50 keys, each a valid tag key.
 pub fn tag_keys(field: &str, keys: &[String]) -> Result<(), ApiError> {
     if keys.is_empty() {
@@ -633,6 +682,7 @@ pub fn validate_create_quota_share(req: &CreateQuotaShareRequest) -> Result<(), 
     // refused a request without it.
     if let Some(t) = &req.tags {
         tags("tags", t)?;
+        protection_tags("tags", t)?;
     }
     Ok(())
 }

@@ -109,6 +109,14 @@ pub struct ShareDecl {
     /// ENABLED (default) or DISABLED.
     #[serde(default = "enabled")]
     pub state: ShareState,
+    /// Thrash protection: its jobs are not preempted before they have run this long (the
+    /// server's share tag `qm:min-runtime-seconds`).
+    #[serde(default)]
+    pub min_runtime_seconds: Option<u64>,
+    /// Thrash protection: a job preempted this many times in the last hour is not preempted
+    /// again until the oldest of those is an hour old (tag `qm:max-preemptions-per-hour`).
+    #[serde(default)]
+    pub max_preemptions_per_hour: Option<u32>,
 }
 
 fn enabled() -> ShareState {
@@ -125,6 +133,8 @@ impl ShareDecl {
             borrow_limit_percent: self.borrow_limit.unwrap_or(-1),
             in_share_preemption: self.in_share_preemption,
             enabled: self.state == ShareState::Enabled,
+            min_runtime_ms: self.min_runtime_seconds.unwrap_or(0).saturating_mul(1000),
+            max_preemptions_per_hour: self.max_preemptions_per_hour.unwrap_or(0),
         }
     }
 }

@@ -27,11 +27,13 @@ impl Scheduler {
         let s = usize::from(job.share.0);
         match self.decide(id, &view) {
             Decision::Wait(violation) => {
-                Some(self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation))
+                Some(self.protected_victims(id, &view).unwrap_or_else(|| {
+                    self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation)
+                }))
             }
             Decision::Release(instances) => Some(PendingReason::WaitingForRelease { instances }),
             Decision::Preempt(victims) if ul.patient.contains_key(&id) => {
-                // Patient with its victims (see `Scheduler::patience`). Only an aged head has
+                // Patient with its victims (see `Scheduler::patience`). Only a head has
                 // jobs backfilled onto its reservation.
                 let p = ul.patient[&id];
                 let instances = victims.iter().map(|a| self.attempts[a].count).sum();
@@ -59,5 +61,22 @@ impl Scheduler {
                 })
             }
         }
+    }
+
+    /// `VICTIMS_PROTECTED` when thrash protection alone keeps the job from preempting: it
+    /// would find victims if their shares' protection were off.
+    fn protected_victims(&self, id: JobId, view: &crate::pass::View) -> Option<PendingReason> {
+        let job = &self.jobs[&id];
+        let queue = &self.queues[job.queue.0 as usize];
+        if !queue.shares.iter().any(|s| s.protects()) {
+            return None;
+        }
+        let victims =
+            self.find_victims_among(id, &view.for_share(usize::from(job.share.0)), false)?;
+        let until = victims
+            .iter()
+            .filter_map(|a| self.protected_until(&self.attempts[a], self.clock))
+            .max()?;
+        Some(PendingReason::VictimsProtected { until })
     }
 }

@@ -41,6 +41,9 @@ pub struct Image {
     pub next_seq: u64,
     /// Lanes the next pass must look at: (queue index, unit index).
     pub dirty: Vec<(u32, u16)>,
+    /// The latest time the shell passed in (images written before thrash protection: 0).
+    #[serde(default)]
+    pub clock: Millis,
 }
 
 /// One queue.
@@ -118,6 +121,10 @@ pub struct JobImage {
     pub last_checkpoint: Option<Millis>,
     /// It preempted and waits for the capacity.
     pub reclaiming: bool,
+    /// When it was preempted within the last hour, oldest first (images written before
+    /// thrash protection have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_preemptions: Vec<Millis>,
 
     /// The reason it fails with once its stopping attempt has exited.
     pub fail_on_exit: Option<String>,
@@ -169,6 +176,7 @@ impl Scheduler {
             attempts,
             next_attempt: self.next_attempt,
             next_seq: self.next_seq,
+            clock: self.clock,
             dirty: self.dirty.iter().map(|(q, u)| (q.0, u.0)).collect(),
         }
     }
@@ -217,6 +225,16 @@ impl Scheduler {
         }
         s.next_attempt = image.next_attempt;
         s.next_seq = image.next_seq;
+        s.clock = image.clock;
+        let units: Vec<(QueueIx, UnitIx)> = s
+            .queues
+            .iter()
+            .enumerate()
+            .flat_map(|(q, queue)| queue.units.keys().map(move |u| (QueueIx(q as u32), *u)))
+            .collect();
+        for (q, u) in units {
+            s.set_wake(q, u, s.clock);
+        }
         // Enqueueing marked lanes dirty; the image says which ones the next pass must visit.
         s.dirty = image
             .dirty
@@ -287,7 +305,7 @@ fn job_image(j: &Job) -> JobImage {
         status_reason: j.status_reason.clone(),
         last_checkpoint: j.last_checkpoint,
         reclaiming: j.reclaiming,
-
+        recent_preemptions: j.recent_preemptions.clone(),
         fail_on_exit: j.fail_on_exit.clone(),
     }
 }
@@ -401,7 +419,6 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
             .iter()
             .map(|&(j, since, backfill)| (j, Patience { since, backfill }))
             .collect();
-        let wake = patient.values().map(|p| p.until(&s.policy)).min();
         let ul = UnitLanes {
             lanes: ui
                 .held_for
@@ -412,7 +429,7 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
                 })
                 .collect(),
             patient,
-            wake,
+            wake: None,
         };
         lanes.insert(check_unit(ui.unit)?, ul);
     }
@@ -457,7 +474,7 @@ fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {
         status_reason: j.status_reason,
         last_checkpoint: j.last_checkpoint,
         reclaiming: j.reclaiming,
-
+        recent_preemptions: j.recent_preemptions,
         fail_on_exit: j.fail_on_exit,
         spec: j.spec,
     })

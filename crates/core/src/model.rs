@@ -110,6 +110,15 @@ pub struct ShareSpec {
     pub in_share_preemption: bool,
     /// DISABLED shares accept no new jobs but still run, lend and finish what they have.
     pub enabled: bool,
+    /// Thrash protection (a qm extension, share tag `qm:min-runtime-seconds`): a job of this
+    /// share that started less than this long ago is preempted by nobody. 0 = off.
+    #[serde(default)]
+    pub min_runtime_ms: Millis,
+    /// Thrash protection (share tag `qm:max-preemptions-per-hour`): a job of this share that
+    /// was preempted this many times in the last hour is preempted by nobody until the oldest
+    /// of those is an hour old. 0 = no cap.
+    #[serde(default)]
+    pub max_preemptions_per_hour: u32,
 }
 
 impl ShareSpec {
@@ -123,6 +132,8 @@ impl ShareSpec {
             borrow_limit_percent: -1,
             in_share_preemption: false,
             enabled: true,
+            min_runtime_ms: 0,
+            max_preemptions_per_hour: 0,
         }
     }
 

@@ -42,6 +42,9 @@ use crate::model::*;
 use crate::reason::PendingReason;
 use crate::scheduler::{Attempt, Hold, Lane, Patience, PendKey, RunKey, Scheduler, Share};
 
+/// An hour, for `ShareSpec::max_preemptions_per_hour`.
+const HOUR_MS: Millis = 3_600_000;
+
 /// The documented victim order (DESIGN.md §2 rule 7): a smaller rank is preempted first.
 /// Fields compare in declaration order:
 ///
@@ -116,6 +119,8 @@ pub(crate) struct View {
     projected_pressure: Pressure,
     /// Instances held by stopping attempts.
     pub(crate) releasing: u32,
+    /// The time decisions are made at (thrash protection depends on it).
+    pub(crate) now: Millis,
 }
 
 impl View {
@@ -400,6 +405,7 @@ impl Scheduler {
     /// decisions, in order. Groups where a job waits for capacity it reclaimed go first, so
     /// that physical instances released for it are not taken by another queue.
     pub fn schedule(&mut self, now: Millis) -> Vec<Effect> {
+        self.clock = self.clock.max(now);
         let mut fx = Vec::new();
         // Wake-ups that are due: the unit is passed now (a wake-up whose job has started since
         // costs one pass that decides nothing).
@@ -626,10 +632,7 @@ impl Scheduler {
                 }
             }
         }
-        let policy = self.policy;
-        if let Some(ul) = self.queues[q.0 as usize].units.get_mut(&u) {
-            ul.wake = ul.patient.values().map(|p| p.until(&policy)).min();
-        }
+        self.set_wake(q, u, now);
         if view.releasing == 0 {
             // Every victim has exited and this pass has handed the capacity out: a claim that
             // is left (its job was held behind a job of its share that could not start)
@@ -697,6 +700,70 @@ impl Scheduler {
             .get_mut(&u)
             .expect("lane group");
         ul.patient.insert(id, p);
+    }
+
+    /// Until when thrash protection keeps `att` from being preempted (its share's
+    /// `min_runtime_ms` since its start, or `max_preemptions_per_hour` reached), if it does.
+    pub(crate) fn protected_until(&self, att: &Attempt, now: Millis) -> Option<Millis> {
+        let spec = &self.queues[att.queue.0 as usize].shares[usize::from(att.share.0)].spec;
+        let mut until = None;
+        if spec.min_runtime_ms > 0 {
+            let t = att.started_at.saturating_add(spec.min_runtime_ms);
+            if now < t {
+                until = Some(t);
+            }
+        }
+        let cap = spec.max_preemptions_per_hour as usize;
+        if cap > 0 {
+            let recent: Vec<Millis> = self.jobs[&att.job]
+                .recent_preemptions
+                .iter()
+                .copied()
+                .filter(|&t| t.saturating_add(HOUR_MS) > now)
+                .collect();
+            if recent.len() >= cap {
+                // Free again once fewer than `cap` preemptions are within the hour.
+                let t = recent[recent.len() - cap].saturating_add(HOUR_MS);
+                until = Some(until.map_or(t, |u: Millis| u.max(t)));
+            }
+        }
+        until
+    }
+
+    /// When the unit must be passed again although nothing happens: a patient job's patience
+    /// runs out, or, while jobs wait, thrash protection of a running job ends (they may find
+    /// victims then).
+    pub(crate) fn set_wake(&mut self, q: QueueIx, u: UnitIx, now: Millis) {
+        let queue = &self.queues[q.0 as usize];
+        let Some(ul) = queue.units.get(&u) else {
+            return;
+        };
+        let waiting = ul.lanes.iter().any(|l| l.pending.len() > 0);
+        let protected = if waiting && queue.shares.iter().any(Share::protects) {
+            self.protection_ends(q, u, now)
+        } else {
+            None
+        };
+        let policy = self.policy;
+        let ul = self.queues[q.0 as usize]
+            .units
+            .get_mut(&u)
+            .expect("checked above");
+        let patient = ul.patient.values().map(|p| p.until(&policy)).min();
+        ul.wake = patient.into_iter().chain(protected).min();
+    }
+
+    /// The earliest instant a protected running attempt of the unit becomes preemptible.
+    fn protection_ends(&self, q: QueueIx, u: UnitIx, now: Millis) -> Option<Millis> {
+        let queue = &self.queues[q.0 as usize];
+        let ul = queue.units.get(&u)?;
+        ul.lanes
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| queue.shares[*s].protects())
+            .flat_map(|(_, l)| l.running.iter())
+            .filter_map(|k| self.protected_until(&self.attempts[&k.attempt.0], now))
+            .min()
     }
 
     /// Whether job `id` is patient with `victims`, and if so whether with jobs backfilled
@@ -1037,6 +1104,7 @@ impl Scheduler {
             let claimed_by_others = self.reclaim_demand[usize::from(u.0)] - queue_demand;
             p.saturating_sub(others + claimed_by_others)
         });
+        view.now = self.clock;
         view.ceiling = Ceiling {
             environment: queue.environment.get(&u).copied().unwrap_or(0),
             physical_for_queue,
@@ -1083,6 +1151,17 @@ impl Scheduler {
     /// The smallest sufficient set of victims for the job, in the documented order, or `None`
     /// when no set of allowed victims would let it start.
     fn find_victims(&self, id: JobId, view: &View) -> Option<Vec<AttemptId>> {
+        self.find_victims_among(id, view, true)
+    }
+
+    /// [`Scheduler::find_victims`], optionally ignoring thrash protection (`explain` asks
+    /// whether protection is what keeps a job waiting).
+    pub(crate) fn find_victims_among(
+        &self,
+        id: JobId,
+        view: &View,
+        protect: bool,
+    ) -> Option<Vec<AttemptId>> {
         let (ceiling, projected) = (view.ceiling, &view.projected[..]);
         let job = &self.jobs[&id];
         let (q, u, s, c, p) = (
@@ -1178,11 +1257,23 @@ impl Scheduler {
         // longer borrows.
         let attempts = &self.attempts;
         let is_tagged = move |k: &RunKey| attempts[&k.attempt.0].backfill_for == Some(id);
+        let shares = &queue.shares;
+        let now = view.now;
+        let free = move |k: &&RunKey| {
+            !protect || {
+                let a = &attempts[&k.attempt.0];
+                !shares[usize::from(a.share.0)].protects() || self.protected_until(a, now).is_none()
+            }
+        };
         let mut streams: Vec<(usize, bool, Candidates<'_>)> = Vec::new();
         for (x, lane) in ul.lanes.iter().enumerate().take(projected.len()) {
             if tagged[x] > 0 && (x == s || reclaim_helps) {
-                let it: Box<dyn Iterator<Item = &RunKey>> =
-                    Box::new(lane.running.iter().filter(move |k| is_tagged(k)));
+                let it: Box<dyn Iterator<Item = &RunKey>> = Box::new(
+                    lane.running
+                        .iter()
+                        .filter(move |k| is_tagged(k))
+                        .filter(free),
+                );
                 streams.push((x, true, it.peekable()));
             }
             let has_tagged = tagged[x] > 0;
@@ -1192,12 +1283,13 @@ impl Scheduler {
                     lane.running
                         .iter()
                         .take_while(move |k| k.priority < p)
-                        .filter(untagged),
+                        .filter(untagged)
+                        .filter(free),
                 );
                 streams.push((s, false, it.peekable()));
             } else if x != s && reclaim_helps && projected[x].borrowed() > 0 {
                 let it: Box<dyn Iterator<Item = &RunKey>> =
-                    Box::new(lane.running.iter().filter(untagged));
+                    Box::new(lane.running.iter().filter(untagged).filter(free));
                 streams.push((x, false, it.peekable()));
             }
         }
@@ -1422,6 +1514,9 @@ impl Scheduler {
             let reason = cause.describe(|j| format!("{}", j.0));
             let job = self.jobs.get_mut(&victim).expect("victim's job exists");
             job.preemptions += 1;
+            job.recent_preemptions
+                .retain(|&t| t.saturating_add(HOUR_MS) > now);
+            job.recent_preemptions.push(now);
             fx.push(Effect::Stop {
                 job: victim,
                 attempt: a,

@@ -126,6 +126,12 @@ pub enum PendingReason {
         /// When its patience runs out (shell milliseconds).
         until: u64,
     },
+    /// It could preempt, but the jobs it would take are protected from preemption until
+    /// `until` (their share's `qm:min-runtime-seconds` or `qm:max-preemptions-per-hour`).
+    VictimsProtected {
+        /// When the last of them may be preempted again (shell milliseconds).
+        until: u64,
+    },
     /// What it would borrow is kept for another share: that share's waiting owner needs its
     /// idle capacity, or a job of it preempted for capacity and waits for its victims to exit.
     ReservedForOthers,
@@ -149,6 +155,7 @@ impl PendingReason {
             PendingReason::HeldForOlderJob { .. } => "HELD_FOR_OLDER_JOB",
             PendingReason::BackfillFinishing { .. } => "BACKFILL_FINISHING",
             PendingReason::WaitingForCheckpoint { .. } => "WAITING_FOR_CHECKPOINT",
+            PendingReason::VictimsProtected { .. } => "VICTIMS_PROTECTED",
             PendingReason::ReservedForOthers => "RESERVED_FOR_OTHERS",
             PendingReason::PreviousAttemptStopping => "PREVIOUS_ATTEMPT_STOPPING",
             PendingReason::AwaitingPass => "AWAITING_PASS",
@@ -168,6 +175,7 @@ impl PendingReason {
         "HELD_FOR_OLDER_JOB",
         "BACKFILL_FINISHING",
         "WAITING_FOR_CHECKPOINT",
+        "VICTIMS_PROTECTED",
         "RESERVED_FOR_OTHERS",
         "PREVIOUS_ATTEMPT_STOPPING",
         "AWAITING_PASS",
@@ -214,6 +222,11 @@ impl fmt::Display for PendingReason {
             PendingReason::WaitingForCheckpoint { instances, until } => write!(
                 f,
                 "WAITING_FOR_CHECKPOINT - it may reclaim {instances} instance(s) from jobs that checkpoint; it takes each as it checkpoints (losing no work), and the rest at {}",
+                utc(*until)
+            ),
+            PendingReason::VictimsProtected { until } => write!(
+                f,
+                "VICTIMS_PROTECTED - the jobs it would preempt are protected until {} by their share's thrash protection (min-runtime or max-preemptions-per-hour)",
                 utc(*until)
             ),
             PendingReason::ReservedForOthers => write!(

@@ -244,6 +244,11 @@ pub(crate) struct Share {
 }
 
 impl Share {
+    /// Whether its jobs have thrash protection.
+    pub(crate) fn protects(&self) -> bool {
+        self.spec.min_runtime_ms > 0 || self.spec.max_preemptions_per_hour > 0
+    }
+
     pub(crate) fn entitlement(&self, u: UnitIx) -> u32 {
         if self.deleted {
             0
@@ -305,6 +310,8 @@ pub struct Job {
     pub failures: u32,
     /// Times preempted.
     pub preemptions: u32,
+    /// When it was preempted within the last hour, oldest first (thrash protection).
+    pub(crate) recent_preemptions: Vec<Millis>,
     /// A termination was requested.
     pub terminated: bool,
     /// The last thing that happened to it, in words (empty while nothing did).
@@ -455,6 +462,8 @@ pub struct Scheduler {
     pub(crate) dirty: BTreeSet<(QueueIx, UnitIx)>,
     /// The pass's working accounts, kept between passes only to reuse their allocations.
     pub(crate) scratch: Option<crate::pass::View>,
+    /// The latest time the shell passed in: what `explain` judges thrash protection by.
+    pub(crate) clock: Millis,
 }
 
 impl Scheduler {
@@ -482,6 +491,7 @@ impl Scheduler {
     /// Applies one input without running the pass (the shell calls [`Scheduler::schedule`]
     /// when it wants decisions, e.g. once per batch of inputs).
     pub fn apply(&mut self, now: Millis, input: Input) -> Result<Vec<Effect>, CoreError> {
+        self.clock = self.clock.max(now);
         let mut fx = Vec::new();
         match input {
             Input::PutQueue(spec) => self.put_queue(spec)?,
@@ -736,6 +746,7 @@ impl Scheduler {
             status_reason: String::new(),
             last_checkpoint: None,
             reclaiming: false,
+            recent_preemptions: Vec::new(),
             fail_on_exit: None,
         };
         self.jobs.insert(id, Box::new(job));

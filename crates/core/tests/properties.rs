@@ -87,6 +87,13 @@ fn share_spec(
     };
     spec.in_share_preemption = in_share;
     spec.enabled = enabled;
+    // Thrash protection on two of the shares, so that every property also holds with it.
+    if i == 1 {
+        spec.min_runtime_ms = 300_000;
+    }
+    if i == 2 {
+        spec.max_preemptions_per_hour = 1;
+    }
     spec
 }
 
@@ -501,6 +508,19 @@ impl Run {
                     }
                     StopCause::Terminated { .. } => {}
                 }
+                if cause.is_preemption() {
+                    let att = self.s.attempt(*attempt).unwrap();
+                    let min = self
+                        .cfg
+                        .shares
+                        .iter()
+                        .find(|s| s.name == victim.spec.share)
+                        .map_or(0, |s| s.min_runtime_ms);
+                    prop_assert!(
+                        att.started_at + min <= self.now,
+                        "preempted attempt {attempt:?} before its share's minimum run time"
+                    );
+                }
                 self.stopping.push(*attempt);
             }
         }
@@ -579,7 +599,8 @@ impl Run {
             let patient = match reason {
                 Some(
                     PendingReason::WaitingForCheckpoint { until, .. }
-                    | PendingReason::BackfillFinishing { until, .. },
+                    | PendingReason::BackfillFinishing { until, .. }
+                    | PendingReason::VictimsProtected { until },
                 ) => {
                     prop_assert!(
                         until > self.now && self.s.next_wakeup().is_some_and(|w| w <= until),

@@ -887,3 +887,45 @@ fn listing_by_queue_and_status_walks_the_index_and_finds_what_a_full_scan_finds(
         assert_eq!(state.jobs.len(), 11, "12 submitted, one retired");
     }
 }
+
+/// Issue 18, item 4: the `qm:` thrash-protection tags of a quota share reach the core. In the
+/// demo, QS1 borrows QS2's idle instance with qs1_b; with `qm:min-runtime-seconds` on QS1,
+/// QS2's owner job waits with VICTIMS_PROTECTED instead of reclaiming it, until the tag is
+/// removed. A value out of range is refused, naming the tag and the range.
+#[test]
+fn thrash_protection_tags_on_a_quota_share_protect_its_jobs_from_reclaim() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let qs1 = "arn:aws:batch:us-east-1:123456789012:job-queue/jq/quota-share/QS1";
+    let refused = w.state.apply_batch(
+        w.now + 1,
+        vec![cmd(
+            "TagResource",
+            json!({"resourceArn": qs1, "tags": {"qm:min-runtime-seconds": "soon"}}),
+        )],
+    );
+    let err = refused.results[0].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("qm:min-runtime-seconds") && err.contains("0 to 604800"),
+        "{err}"
+    );
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": qs1, "tags": {"qm:min-runtime-seconds": "3600"}}),
+    ));
+    w.submit("qs1-a", "QS1", 1);
+    w.submit("qs1-b", "QS1", 1);
+    assert_eq!(w.status("qs1-b"), "SCHEDULED");
+    let actions = w.submit("qs2-owner", "QS2", 1);
+    assert!(stopped(&actions).is_empty(), "the borrower is protected");
+    let reason = w.describe("qs2-owner")["statusReason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(reason.starts_with("VICTIMS_PROTECTED"), "{reason}");
+    let actions = w.one(cmd(
+        "UntagResource",
+        json!({"resourceArn": qs1, "tagKeys": ["qm:min-runtime-seconds"]}),
+    ));
+    assert_eq!(stopped(&actions).len(), 1, "reclaimed once unprotected");
+}

@@ -116,6 +116,11 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             "jobs that started on that capacity meanwhile (backfilled, preemptible for this job).",
             "they finish, or checkpoint (each is taken then, losing nothing); when the backfill patience runs out they are preempted for it.",
         ),
+        "VICTIMS_PROTECTED" => s(
+            &format!("{asks}, by preempting running jobs."),
+            "the jobs it would preempt are under their share's thrash protection (tags qm:min-runtime-seconds, qm:max-preemptions-per-hour).",
+            "their protection ends (the time is in the server's reason below); then it preempts them.",
+        ),
         "WAITING_FOR_CHECKPOINT" => s(
             &format!("{asks}, reclaimed from borrowers that checkpoint regularly."),
             "the borrowers it would preempt; it waits for them to checkpoint so that they lose no work.",

@@ -253,6 +253,8 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
                     .and_then(|p| str_of(p, "inSharePreemption"))
                     == Some("ENABLED"),
                 enabled: str_of(s, "state") != Some("DISABLED"),
+                min_runtime_ms: 0,
+                max_preemptions_per_hour: 0,
             };
             let arn = str_of(s, "quotaShareArn")
                 .ok_or_else(|| shape(op, format!("share {name}: no quotaShareArn")))?;

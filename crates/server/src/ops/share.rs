@@ -9,7 +9,14 @@ use crate::state::{body, ShareRec, State};
 
 impl State {
     pub(crate) fn share_spec_of(&self, s: &ShareRec) -> ShareSpec {
-        share_spec(&s.name, &s.limits, &s.sharing, &s.preemption, s.state)
+        share_spec(
+            &s.name,
+            &s.limits,
+            &s.sharing,
+            &s.preemption,
+            s.state,
+            &s.tags,
+        )
     }
 
     /// (queue, share) of a share ARN that exists.

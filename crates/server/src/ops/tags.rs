@@ -38,12 +38,37 @@ impl State {
 
     pub(crate) fn tag_resource(&mut self, r: &TagResourceRequest) -> Result<Vec<u8>, ApiError> {
         validate::tags("tags", &r.tags)?;
+        let share = self.quota_share_of(&r.resource_arn)?;
+        if share.is_some() {
+            validate::protection_tags("tags", &r.tags)?;
+        }
         let tags = self.tags_mut(&r.resource_arn)?;
         let mut merged = tags.clone();
         merged.extend(r.tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         validate::tags("tags", &merged)?;
         *tags = merged;
+        if let Some((queue, share)) = share {
+            self.put_share_tags(&queue, &share)?;
+        }
         body(&TagResourceResponse {})
+    }
+
+    /// (queue, share) when the ARN names a quota share.
+    fn quota_share_of(&self, arn: &str) -> Result<Option<(String, String)>, ApiError> {
+        Ok(match self.arns.parse("resourceArn", arn)? {
+            Resource::QuotaShare { queue, share } => Some((queue, share)),
+            _ => None,
+        })
+    }
+
+    /// A quota share's tags changed: its thrash protection (the `qm:` tags) goes to the core.
+    fn put_share_tags(&mut self, queue: &str, share: &str) -> Result<(), ApiError> {
+        let rec = &self.queues[queue].shares[share];
+        let spec = self.share_spec_of(rec);
+        self.core_apply(qm_core::Input::PutShare {
+            queue: queue.to_string(),
+            share: spec,
+        })
     }
 
     pub(crate) fn untag_resource(&mut self, r: &UntagResourceRequest) -> Result<Vec<u8>, ApiError> {
@@ -52,9 +77,13 @@ impl State {
                 "tagKeys: is empty; name at least one tag key to remove",
             ));
         }
+        let share = self.quota_share_of(&r.resource_arn)?;
         let tags = self.tags_mut(&r.resource_arn)?;
         for k in &r.tag_keys {
             tags.remove(k);
+        }
+        if let Some((queue, share)) = share {
+            self.put_share_tags(&queue, &share)?;
         }
         body(&UntagResourceResponse {})
     }
