@@ -34,6 +34,22 @@ pub struct ShareUsage {
     /// Its RUNNABLE jobs.
     #[serde(serialize_with = "whole_if_integral")]
     pub runnable: f64,
+    /// Its thrash protection in words (`min-runtime 900s`, `max 2 preemptions/h`), from its
+    /// `qm:` tags; absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protection: Option<String>,
+}
+
+/// A share's thrash protection in words, as `qm shares` shows it; `None` without any.
+pub fn protection_words(min_runtime_ms: u64, max_preemptions_per_hour: u32) -> Option<String> {
+    let mut parts = Vec::new();
+    if min_runtime_ms > 0 {
+        parts.push(format!("min-runtime {}s", min_runtime_ms / 1000));
+    }
+    if max_preemptions_per_hour > 0 {
+        parts.push(format!("max {max_preemptions_per_hour} preemptions/h"));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// Writes an instance count as an integer when it is one, as the server does.

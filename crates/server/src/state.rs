@@ -984,6 +984,10 @@ impl State {
                             .get(&(u.share.clone(), u.instance_type.clone()))
                             .copied()
                             .unwrap_or(0) as f64,
+                        protection: q.shares.get(&u.share).and_then(|s| {
+                            let (min, cap) = qm_api::validate::protection(&s.tags);
+                            qm_api::qm::protection_words(min, cap)
+                        }),
                     }
                 })
                 .collect();

@@ -327,10 +327,12 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
         shares.sort_by(|a, b| {
             (&a.quota_share_name, &a.capacity_unit).cmp(&(&b.quota_share_name, &b.capacity_unit))
         });
+        // The protection column only where a share has thrash protection.
+        let protected = shares.iter().any(|s| s.protection.is_some());
         let rows: Vec<Vec<String>> = shares
             .iter()
             .map(|s| {
-                vec![
+                let mut row = vec![
                     s.quota_share_name.clone(),
                     s.capacity_unit.clone(),
                     count(s.entitled),
@@ -339,16 +341,20 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
                     count(s.lent_out),
                     count(s.stopping),
                     count(s.runnable),
-                ]
+                ];
+                if protected {
+                    row.push(s.protection.clone().unwrap_or_else(|| "-".into()));
+                }
+                row
             })
             .collect();
-        out.push_str(&table(
-            &[
-                "share", "type", "entitled", "own-use", "borrowed", "lent-out", "stopping",
-                "runnable",
-            ],
-            &rows,
-        ));
+        let mut head = vec![
+            "share", "type", "entitled", "own-use", "borrowed", "lent-out", "stopping", "runnable",
+        ];
+        if protected {
+            head.push("protection");
+        }
+        out.push_str(&table(&head, &rows));
     }
     out
 }
@@ -361,6 +367,34 @@ pub fn watch_frame(queues: &[QueueUsage], rows: &[JobRow], now_ms: i64) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_show_a_protection_column_only_when_a_share_has_thrash_protection() {
+        let row = |name: &str, protection: Option<&str>| ShareUsage {
+            quota_share_name: name.into(),
+            capacity_unit: "ml.g5.xlarge".into(),
+            entitled: 2.0,
+            used: 0.0,
+            own_use: 0.0,
+            borrowed: 0.0,
+            lent_out: 0.0,
+            stopping: 0.0,
+            runnable: 0.0,
+            protection: protection.map(str::to_string),
+        };
+        let queue = |shares| QueueUsage {
+            job_queue: "jq".into(),
+            shares,
+        };
+        let plain = shares_table(&[queue(vec![row("A", None)])]);
+        assert!(!plain.contains("PROTECTION"), "{plain}");
+        let protected = shares_table(&[queue(vec![
+            row("A", None),
+            row("B", Some("min-runtime 900s")),
+        ])]);
+        assert!(protected.contains("PROTECTION"), "{protected}");
+        assert!(protected.contains("min-runtime 900s"), "{protected}");
+    }
 
     #[test]
     fn the_reason_code_is_the_part_before_the_dash() {
