@@ -539,8 +539,9 @@ fn the_starvation_guard_reserves_capacity_for_a_big_job_and_backfills_it_preempt
     assert_eq!(w.running(), set(&["big"]));
 }
 
-#[test]
-fn a_backfilled_job_that_finishes_within_the_patience_is_never_preempted() {
+/// S (RESERVE 4) runs r (2); big (4) has waited past the guard; s (2) is backfilled onto
+/// big's reservation; r finishes and a minute passes: big could start by preempting s.
+fn backfilled_behind_a_draining_head() -> World {
     let policy = Policy {
         reserve_after_ms: 600_000,
         ..Default::default()
@@ -553,6 +554,12 @@ fn a_backfilled_job_that_finishes_within_the_patience_is_never_preempted() {
     assert_eq!(w.running(), set(&["r", "s"]));
     w.finish("r");
     w.wait(60);
+    w
+}
+
+#[test]
+fn a_backfilled_job_that_finishes_within_the_patience_is_never_preempted() {
+    let mut w = backfilled_behind_a_draining_head();
     w.finish("s");
     assert!(w.preempted().is_empty());
     assert_eq!(w.running(), set(&["big"]));
@@ -560,17 +567,7 @@ fn a_backfilled_job_that_finishes_within_the_patience_is_never_preempted() {
 
 #[test]
 fn a_backfilled_job_is_taken_as_it_checkpoints() {
-    let policy = Policy {
-        reserve_after_ms: 600_000,
-        ..Default::default()
-    };
-    let mut w = World::with_policy(&[(G5, 4)], policy).share("S", Reserve, &[(G5, 4)]);
-    w.submit("r", "S", 0, 2);
-    w.submit("big", "S", 5, 4);
-    w.advance(600);
-    w.submit("s", "S", 0, 2);
-    w.finish("r");
-    w.wait(60);
+    let mut w = backfilled_behind_a_draining_head();
     assert!(w.preempted().is_empty());
     w.checkpoint("s");
     assert_eq!(w.preempted(), set(&["s"]), "it loses nothing now");
