@@ -403,6 +403,29 @@ impl Run {
         let before_acc: Vec<_> = (0..2).map(|u| accounts(&self.s, &self.cfg, u)).collect();
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
+        // No job is stopped and restarted in one pass, nor started and stopped: either would
+        // cost a preemption for nothing (issue 18, item 1).
+        let mut started: Vec<JobId> = Vec::new();
+        let mut stopped: Vec<JobId> = Vec::new();
+        for e in &decided {
+            match e {
+                Effect::Start { job, .. } => {
+                    prop_assert!(
+                        !stopped.contains(job),
+                        "job {job:?} stopped, then started in one pass"
+                    );
+                    started.push(*job);
+                }
+                Effect::Stop { job, cause, .. } if cause.is_preemption() => {
+                    prop_assert!(
+                        !started.contains(job),
+                        "job {job:?} started, then preempted in one pass"
+                    );
+                    stopped.push(*job);
+                }
+                _ => {}
+            }
+        }
         for (u, before) in before.iter().enumerate() {
             let acc = accounts(&self.s, &self.cfg, u);
             let after = pressure(self.cfg.env[u], &acc);
