@@ -9,6 +9,43 @@ use crate::scheduler::{Hold, Scheduler};
 impl Scheduler {
     /// Why a RUNNABLE job is not running; `None` for a job that is not RUNNABLE or unknown.
     pub fn explain(&self, id: JobId) -> Option<PendingReason> {
+        let reason = self.explain_bare(id)?;
+        Some(self.with_reservation(id, reason))
+    }
+
+    /// A head past the starvation guard that waits for an ordinary reason also says that it
+    /// holds a reservation and what runs on it, backfilled.
+    fn with_reservation(&self, id: JobId, reason: PendingReason) -> PendingReason {
+        let job = &self.jobs[&id];
+        let since = job.queued_at.saturating_add(self.policy.reserve_after_ms);
+        let waits_plainly = !matches!(
+            reason,
+            PendingReason::Misconfigured(_)
+                | PendingReason::AwaitingPass
+                | PendingReason::PreviousAttemptStopping
+                | PendingReason::BackfillFinishing { .. }
+                | PendingReason::HeldForOlderJob { .. }
+        );
+        let Some(ul) = self.queues[job.queue.0 as usize].units.get(&job.unit) else {
+            return reason;
+        };
+        let head = ul
+            .lanes
+            .get(usize::from(job.share.0))
+            .and_then(|l| l.pending.first(u32::MAX))
+            .is_some_and(|(_, k)| k.job == id);
+        if !waits_plainly || !head || self.clock < since {
+            return reason;
+        }
+        let backfilled = ul.lanes.iter().filter_map(|l| l.backfill.get(&id)).sum();
+        PendingReason::Reserved {
+            reason: Box::new(reason),
+            since,
+            backfilled,
+        }
+    }
+
+    fn explain_bare(&self, id: JobId) -> Option<PendingReason> {
         let job = self.jobs.get(&id)?;
         if job.status != JobStatus::Runnable {
             return None;

@@ -84,6 +84,10 @@ pub struct UnitImage {
     /// before patience existed have none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patient: Vec<(JobId, Millis, bool)>,
+    /// When the last pass asked to be woken (kept as it was: recomputing it from a later
+    /// clock could wake the restored scheduler where the original would not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<Millis>,
 }
 
 /// One job.
@@ -226,15 +230,7 @@ impl Scheduler {
         s.next_attempt = image.next_attempt;
         s.next_seq = image.next_seq;
         s.clock = image.clock;
-        let units: Vec<(QueueIx, UnitIx)> = s
-            .queues
-            .iter()
-            .enumerate()
-            .flat_map(|(q, queue)| queue.units.keys().map(move |u| (QueueIx(q as u32), *u)))
-            .collect();
-        for (q, u) in units {
-            s.set_wake(q, u, s.clock);
-        }
+
         // Enqueueing marked lanes dirty; the image says which ones the next pass must visit.
         s.dirty = image
             .dirty
@@ -331,6 +327,7 @@ fn queue_image(q: &Queue) -> QueueImage {
         .map(|(u, ul)| UnitImage {
             unit: u.0,
             barrier: None,
+            wake: ul.wake,
             patient: ul
                 .patient
                 .iter()
@@ -429,7 +426,7 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
                 })
                 .collect(),
             patient,
-            wake: None,
+            wake: ui.wake,
         };
         lanes.insert(check_unit(ui.unit)?, ul);
     }

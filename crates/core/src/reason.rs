@@ -139,12 +139,24 @@ pub enum PendingReason {
     PreviousAttemptStopping,
     /// Its lane changed since the last scheduling pass; the next pass decides.
     AwaitingPass,
+    /// The job waits for `reason`, and has waited past the starvation guard: capacity is
+    /// reserved for it, and `backfilled` instances run on it meanwhile, preemptible for it.
+    /// Its code is `reason`'s, so that `jobStateTimeLimitActions` see the same codes.
+    Reserved {
+        /// Why it cannot start yet.
+        reason: Box<PendingReason>,
+        /// Since when it holds the reservation (shell milliseconds).
+        since: u64,
+        /// Instances of jobs backfilled onto it.
+        backfilled: u32,
+    },
 }
 
 impl PendingReason {
     /// The stable machine code.
     pub fn code(&self) -> &'static str {
         match self {
+            PendingReason::Reserved { reason, .. } => reason.code(),
             PendingReason::Misconfigured(m) => m.code(),
             PendingReason::OwnQuotaFull { .. } => "OWN_QUOTA_FULL",
             PendingReason::BorrowLimitReached { .. } => "BORROW_LIMIT_REACHED",
@@ -236,6 +248,15 @@ impl fmt::Display for PendingReason {
             PendingReason::PreviousAttemptStopping => {
                 write!(f, "PREVIOUS_ATTEMPT_STOPPING - the previous attempt has not exited yet")
             }
+            PendingReason::Reserved {
+                reason,
+                since,
+                backfilled,
+            } => write!(
+                f,
+                "{reason} (capacity is reserved for it since {}: {backfilled} instance(s) backfilled onto it, preemptible for it)",
+                utc(*since)
+            ),
             PendingReason::AwaitingPass => {
                 write!(f, "AWAITING_PASS - submitted or changed; the next scheduling pass decides")
             }

@@ -403,29 +403,6 @@ impl Run {
         let before_acc: Vec<_> = (0..2).map(|u| accounts(&self.s, &self.cfg, u)).collect();
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
-        // No job is stopped and restarted in one pass, nor started and stopped: either would
-        // cost a preemption for nothing (issue 18, item 1).
-        let mut started: Vec<JobId> = Vec::new();
-        let mut stopped: Vec<JobId> = Vec::new();
-        for e in &decided {
-            match e {
-                Effect::Start { job, .. } => {
-                    prop_assert!(
-                        !stopped.contains(job),
-                        "job {job:?} stopped, then started in one pass"
-                    );
-                    started.push(*job);
-                }
-                Effect::Stop { job, cause, .. } if cause.is_preemption() => {
-                    prop_assert!(
-                        !started.contains(job),
-                        "job {job:?} started, then preempted in one pass"
-                    );
-                    stopped.push(*job);
-                }
-                _ => {}
-            }
-        }
         for (u, before) in before.iter().enumerate() {
             let acc = accounts(&self.s, &self.cfg, u);
             let after = pressure(self.cfg.env[u], &acc);
@@ -615,7 +592,10 @@ impl Run {
             let before = pressure(self.cfg.env[u], &reclaimed);
             reclaimed[s].1 += c;
             let after = pressure(self.cfg.env[u], &reclaimed);
-            let reason = self.s.explain(id);
+            let reason = match self.s.explain(id) {
+                Some(PendingReason::Reserved { reason, .. }) => Some(*reason),
+                other => other,
+            };
             let held = matches!(reason, Some(PendingReason::HeldForOlderJob { .. }));
             // Patience with its victims is a reason to wait only until a wake-up the core has
             // asked for: it must come back to the job by then.
