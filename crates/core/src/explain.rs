@@ -81,10 +81,10 @@ impl Scheduler {
                     PendingReason::WaitingForCheckpoint { instances, until }
                 })
             }
-            Decision::Drain(_) => unreachable!("decide never drains; the pass does"),
+            Decision::Drain => unreachable!("decide never drains; the pass does"),
             // It could start or preempt on its own, so the last pass held it behind another
-            // job: its share's head (waiting for released capacity, or past the starvation
-            // guard), or an older borrower past the guard.
+            // job: its share's head waiting for released capacity, a job patient with its
+            // victims, or an aged head whose reservation covers it and is draining.
             Decision::Start | Decision::Preempt(_) => {
                 let lane = ul.lanes.get(s)?;
                 Some(match lane.held_for {

@@ -77,8 +77,8 @@ pub struct UnitImage {
     /// guard's reservations are derived from the state at each pass).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub barrier: Option<(JobId, u64, bool)>,
-    /// Per share index, the head the last pass held the share's lane for, and whether for
-    /// the starvation guard (else for capacity being released).
+    /// Per share index, the job the last pass held the share's lane for, and whether because
+    /// it is patient or drains a reservation (else for capacity being released).
     pub held_for: Vec<Option<(JobId, bool)>>,
     /// Jobs patient with their victims: (job, since, with backfilled victims); images written
     /// before patience existed have none.

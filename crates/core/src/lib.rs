@@ -32,6 +32,7 @@ mod pass;
 mod query;
 pub mod reason;
 mod scheduler;
+pub mod time;
 
 pub use error::CoreError;
 pub use image::Image;

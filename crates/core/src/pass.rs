@@ -5,7 +5,9 @@
 //!    not-yet-started demand: a job that preempted for its capacity *claims* it (counted as
 //!    its share's usage, so nobody else takes what it reclaimed), and a share's first waiting
 //!    job that fits its idle entitlement *reserves* it (that idle capacity is not lent, and a
-//!    borrower leaves environment room for it, since the owner would reclaim it at once).
+//!    borrower leaves environment room for it, since the owner would reclaim it at once; a
+//!    share whose head is patient reserves all its idle entitlement). Separately, every aged
+//!    head holds a [`Reservation`] (the starvation guard), known from the start of the pass.
 //! 2. **Nominate**: each share offers one job at a time — a job ahead of or equal to a
 //!    reclaiming job of the share, else its head until decided, else its first job fitting
 //!    the idle entitlement, else its first job within the bound this pass has learnt. A share
@@ -16,22 +18,28 @@
 //!    some idle entitlement and borrow the rest, or preempt in their share, or heads past the
 //!    starvation guard; then plain borrowers. The last two groups go one decision at a time in
 //!    FIFO order of submission (`idleResourceAssignmentStrategy` FIFO).
-//! 4. **Decide** each nominee against the view: start it, preempt a minimal complete victim
-//!    set for it, wait for released capacity, or wait with a typed reason.
+//! 4. **Decide** each nominee against the view: start it (backfilled onto the reservation
+//!    that covers it, if any), preempt a minimal complete victim set for it — or, when it is
+//!    patient with those victims (`Scheduler::patience`), only the ones that checkpointed at
+//!    this instant, or none yet —, wait for released capacity, or wait with a typed reason.
+//!    A nominee covered by a draining reservation waits behind its head.
 //! 5. **Bound**: a waiting job of count `c` means no later job of its share with count ≥ `c`
 //!    can do better in this pass (it has the same or fewer victims: lower or equal priority),
-//!    so the share's next nominee must need fewer instances (best-effort FIFO). A job waiting
-//!    for released capacity, or a head past the starvation guard, closes its share for the
-//!    pass; an aged head also bars later starts on the unit (every start when it is an
-//!    owner-sized job blocked by the environment, else borrowing starts).
+//!    so the share's next nominee must need fewer instances (best-effort FIFO). A job that
+//!    preempted, waits for released capacity or is patient with its victims closes its share
+//!    for the pass.
 //!
 //! Capacity only shrinks within a pass (a start consumes it; a preemption frees it only when
 //! the attempt exits), which is why the bounds are sound. The exceptions are claims and
 //! reservations that shrink by more than a start uses (a job ahead of a reclaimer took the
-//! capacity, a reclaimer can no longer use it, a start changed which owner waits next): the
-//! group is then passed again, so that jobs decided against them get another look. Cost per
-//! pass: O(nominations · (shares + log n)) plus the victim searches, which walk running
-//! attempts only until a set suffices; none of it grows with the number of waiting jobs.
+//! capacity, a reclaimer can no longer use it, a start changed which owner waits next, a head
+//! stopped being patient), and a start backfilled onto a head already decided (the head may
+//! now take it): the group is then passed again, so that jobs decided against them get
+//! another look. Cost per pass: O(nominations · (shares + log n)) plus the victim searches,
+//! which walk running attempts only until a set suffices; none of it grows with the number of
+//! waiting jobs. Shares with thrash protection add a walk of the unit's running attempts per
+//! pass while jobs wait (`set_wake`), and a head that starts walks the lanes holding jobs
+//! backfilled onto it (`untag`).
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -93,8 +101,8 @@ pub(crate) enum Decision {
     Release(u32),
     Wait(Violation),
     /// A job patient with the victims it could preempt (backfilled jobs, or borrowers that
-    /// checkpoint) waits until then (see `Scheduler::patience`).
-    Drain(Millis),
+    /// checkpoint) waits; when its patience runs out is in `UnitLanes::patient`.
+    Drain,
 }
 
 /// The accounts of one lane group (a queue's unit), built once per pass and kept current as
@@ -109,8 +117,8 @@ pub(crate) struct View {
     held: Vec<Account>,
     held_projected: Vec<Account>,
     /// Per share: instances its reclaiming jobs wait for (claims), and instances its first
-    /// waiting job that fits its idle entitlement needs (reservations, which only borrowers
-    /// see: see `borrow_gate`).
+    /// waiting job that fits its idle entitlement needs, or all its idle entitlement while its
+    /// head is patient (reservations, which only borrowers see: see `borrow_gate`).
     demand: Vec<u32>,
     reserve: Vec<u32>,
     pub(crate) real: Vec<Account>,
@@ -250,9 +258,9 @@ impl View {
     }
 
     /// Whether a job of share `s` needing `c` instances could start if every other share's
-    /// jobs were gone: only then can holding capacity for it (the starvation guard) help.
-    /// A job that waits for its own share's jobs alone (its share full and unable to borrow
-    /// that much) would hold the whole unit idle for nothing.
+    /// jobs were gone: only then can a reservation covering other shares' starts help it. A
+    /// job that waits for its own share's jobs alone (its share full and unable to borrow that
+    /// much) gains nothing from taking other shares' jobs back.
     pub(crate) fn others_could_free(&self, s: usize, c: u32) -> bool {
         let mut alone = self.projected.clone();
         for (x, a) in alone.iter_mut().enumerate() {
@@ -401,8 +409,8 @@ fn cover(reservations: &[Reservation], n: &Nominee) -> Cover {
 }
 
 impl Scheduler {
-    /// Runs the scheduling pass over every lane group whose inputs changed and returns the
-    /// decisions, in order. Groups where a job waits for capacity it reclaimed go first, so
+    /// Runs the scheduling pass over every lane group whose inputs changed, or whose wake-up
+    /// (`next_wakeup`) is due, and returns the decisions, in order. Groups where a job waits for capacity it reclaimed go first, so
     /// that physical instances released for it are not taken by another queue.
     pub fn schedule(&mut self, now: Millis) -> Vec<Effect> {
         self.clock = self.clock.max(now);
@@ -433,8 +441,9 @@ impl Scheduler {
     }
 
     /// The earliest instant at which time passing alone changes a decision (a job's patience
-    /// with its victims runs out, `Policy::reclaim_patience_ms` and `backfill_patience_ms`):
-    /// the shell calls [`Scheduler::schedule`] then even if nothing else happens.
+    /// with its victims runs out, `Policy::reclaim_patience_ms` and `backfill_patience_ms`, or,
+    /// while jobs wait, a running job's thrash protection ends): the shell calls
+    /// [`Scheduler::schedule`] then even if nothing else happens.
     pub fn next_wakeup(&self) -> Option<Millis> {
         self.queues
             .iter()
@@ -611,7 +620,7 @@ impl Scheduler {
                         }
                         b.lower(&n);
                     }
-                    Decision::Drain(_) => {
+                    Decision::Drain => {
                         // Like a job waiting for its victims to exit, it holds its share.
                         b.close();
                         self.hold(q, u, n.share, id, Hold::Starvation);
@@ -688,7 +697,7 @@ impl Scheduler {
             })
             .collect();
         if fresh.is_empty() {
-            (Decision::Drain(patience.until(&self.policy)), true)
+            (Decision::Drain, true)
         } else {
             (Decision::Preempt(fresh), true)
         }
@@ -715,12 +724,9 @@ impl Scheduler {
         }
         let cap = spec.max_preemptions_per_hour as usize;
         if cap > 0 {
-            let recent: Vec<Millis> = self.jobs[&att.job]
-                .recent_preemptions
-                .iter()
-                .copied()
-                .filter(|&t| t.saturating_add(HOUR_MS) > now)
-                .collect();
+            // Oldest first: the preemptions within the hour are a suffix.
+            let all = &self.jobs[&att.job].recent_preemptions;
+            let recent = &all[all.partition_point(|&t| t.saturating_add(HOUR_MS) <= now)..];
             if recent.len() >= cap {
                 // Free again once fewer than `cap` preemptions are within the hour.
                 let t = recent[recent.len() - cap].saturating_add(HOUR_MS);
@@ -805,7 +811,7 @@ impl Scheduler {
                     return None;
                 }
                 let (c, k) = lane.pending.first(u32::MAX)?;
-                if now.saturating_sub(k.queued_at) < self.policy.reserve_after_ms {
+                if !self.aged(now, k) {
                     return None;
                 }
                 let owner_sized = c <= view.held(s).entitlement;
@@ -821,8 +827,10 @@ impl Scheduler {
             .collect()
     }
 
-    /// Aged head `head` starts: its reservation ends, and the jobs backfilled onto it are
-    /// ordinary jobs again (a tag never outlives its reservation). Costs a walk of the running
+    /// Aged head `head` starts: its reservation ends, and the jobs backfilled onto it, in any
+    /// pass, are ordinary jobs again. (Tags of a head that is terminated or stops being its
+    /// share's head stay, but count for nobody: only the head they name, as its share's head,
+    /// may take them.) Costs a walk of the running
     /// attempts of the lanes that hold such jobs, only when there are some.
     fn untag(&mut self, q: QueueIx, u: UnitIx, head: JobId) {
         let ul = self.queues[q.0 as usize]
@@ -909,8 +917,8 @@ impl Scheduler {
     }
 
     /// Whether the job has waited past the starvation guard.
-    fn aged(&self, now: Millis, id: JobId) -> bool {
-        now.saturating_sub(self.jobs[&id].queued_at) >= self.policy.reserve_after_ms
+    fn aged(&self, now: Millis, key: PendKey) -> bool {
+        now.saturating_sub(key.queued_at) >= self.policy.reserve_after_ms
     }
 
     fn hold(&mut self, q: QueueIx, u: UnitIx, s: usize, id: JobId, why: Hold) {
@@ -971,13 +979,13 @@ impl Scheduler {
                 if count <= own_room {
                     return Kind::Own;
                 }
-                let aged_head = head.is_some_and(|(_, h)| h == key) && self.aged(now, key.job);
+                let aged_head = head.is_some_and(|(_, h)| h == key) && self.aged(now, key);
                 if own_room == 0 && !strict && !aged_head {
                     return Kind::Rest;
                 }
                 match self.decide(key.job, view) {
                     // It only waits: decide it among the owners.
-                    Decision::Wait(_) | Decision::Release(_) | Decision::Drain(_) => Kind::Own,
+                    Decision::Wait(_) | Decision::Release(_) | Decision::Drain => Kind::Own,
                     // In-share preemption that brings it within its entitlement: an owner.
                     Decision::Preempt(victims) => {
                         let freed: u32 = victims
@@ -1514,9 +1522,10 @@ impl Scheduler {
             let reason = cause.describe(|j| format!("{}", j.0));
             let job = self.jobs.get_mut(&victim).expect("victim's job exists");
             job.preemptions += 1;
-            job.recent_preemptions
-                .retain(|&t| t.saturating_add(HOUR_MS) > now);
-            job.recent_preemptions.push(now);
+            // Kept oldest first (a shell's clock could step back), only the last hour's.
+            let recent = &mut job.recent_preemptions;
+            recent.retain(|&t| t.saturating_add(HOUR_MS) > now);
+            recent.insert(recent.partition_point(|&t| t <= now), now);
             fx.push(Effect::Stop {
                 job: victim,
                 attempt: a,

@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use crate::time::utc;
+
 /// Why a job can never run with the current configuration (DESIGN.md §2 rule 10).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -101,9 +103,10 @@ pub enum PendingReason {
     },
     /// The executor has no free physical instance of the type (shared with other queues).
     InsufficientCapacity,
-    /// An older or higher-priority job is waiting for this capacity: it has waited longer than
-    /// the starvation guard (see `Policy::reserve_after_ms`), or it is patient with the jobs
-    /// it would preempt (`Policy::reclaim_patience_ms`), so nothing new may start on it.
+    /// An older or higher-priority job is waiting for this capacity: an aged head letting the
+    /// jobs backfilled onto its reservation finish (`Policy::backfill_patience_ms`), or a job
+    /// patient with the jobs it would preempt (`Policy::reclaim_patience_ms`), so nothing new
+    /// may start on it.
     HeldForOlderJob {
         /// The shell's id of that job.
         job: u64,
@@ -229,17 +232,17 @@ impl fmt::Display for PendingReason {
             PendingReason::BackfillFinishing { instances, until } => write!(
                 f,
                 "BACKFILL_FINISHING - capacity is reserved for this job: the jobs backfilled onto it (it needs {instances} instance(s) of them and the jobs it waits for) may finish, or are taken as they checkpoint, until {}; then they are preempted for it",
-                utc(*until)
+                utc(*until as i64)
             ),
             PendingReason::WaitingForCheckpoint { instances, until } => write!(
                 f,
                 "WAITING_FOR_CHECKPOINT - it may reclaim {instances} instance(s) from jobs that checkpoint; it takes each as it checkpoints (losing no work), and the rest at {}",
-                utc(*until)
+                utc(*until as i64)
             ),
             PendingReason::VictimsProtected { until } => write!(
                 f,
                 "VICTIMS_PROTECTED - the jobs it would preempt are protected until {} by their share's thrash protection (min-runtime or max-preemptions-per-hour)",
-                utc(*until)
+                utc(*until as i64)
             ),
             PendingReason::ReservedForOthers => write!(
                 f,
@@ -255,44 +258,11 @@ impl fmt::Display for PendingReason {
             } => write!(
                 f,
                 "{reason} (capacity is reserved for it since {}: {backfilled} instance(s) backfilled onto it, preemptible for it)",
-                utc(*since)
+                utc(*since as i64)
             ),
             PendingReason::AwaitingPass => {
                 write!(f, "AWAITING_PASS - submitted or changed; the next scheduling pass decides")
             }
         }
-    }
-}
-
-/// `ms` since the Unix epoch as RFC 3339 UTC (second precision), computed without a clock or
-/// a time zone database so that the core stays pure.
-pub fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formats_known_instants() {
-        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::utc(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(super::utc(1_796_169_599_999), "2026-12-01T23:59:59Z");
     }
 }

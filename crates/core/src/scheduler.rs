@@ -198,7 +198,8 @@ pub(crate) struct UnitLanes {
     /// Set by the last pass: the jobs patient with their victims (see `Patience`). Rebuilt by
     /// every pass: a job the pass did not decide is no longer patient.
     pub(crate) patient: BTreeMap<JobId, Patience>,
-    /// The earliest instant a patient job's patience runs out (derived from `patient`).
+    /// Set by the last pass: the earliest instant a patient job's patience runs out or, while
+    /// jobs wait, a running job's thrash protection ends (see `Scheduler::set_wake`).
     pub(crate) wake: Option<Millis>,
 }
 

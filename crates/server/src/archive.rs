@@ -4,6 +4,7 @@
 //! job is always in the state or in the archive; a crash in between may archive a job twice,
 //! and readers keep one record per job id.
 
+use qm_core::time::civil_from_days;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,35 +91,6 @@ impl Archive {
     fn file_for(&self, at_ms: i64) -> PathBuf {
         let (y, m, _) = civil_from_days(at_ms.div_euclid(86_400_000));
         self.dir.join(format!("jobs-{y:04}-{m:02}.jsonl"))
-    }
-}
-
-/// The proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (H. Hinnant's
-/// civil-from-days).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn days_map_to_calendar_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(59), (1970, 3, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_788), (2026, 12, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
     }
 }
 

@@ -110,7 +110,8 @@ pub enum Command {
         job_ids: Vec<String>,
     },
     /// The instant the core asked to be passed again at has come
-    /// (`qm_core::Scheduler::next_wakeup`: a job's patience with its victims ran out). It
+    /// (`qm_core::Scheduler::next_wakeup`: a job's patience with its victims ran out, or a
+    /// running job's thrash protection ended while jobs wait). It
     /// changes nothing itself; its batch's pass runs at its time.
     Wake,
 }

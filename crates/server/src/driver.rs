@@ -392,8 +392,8 @@ const RETIRE_MAX: usize = 10_000;
 enum Item {
     Request(Envelope),
     Event(ExecEvent),
-    /// Commands the clock produced (time-limit actions). Time alone changes no decision of
-    /// the core, so a tick that produces none runs no pass and logs nothing.
+    /// Commands the clock produced (time-limit actions, retirement, and `Wake` when the core's
+    /// `next_wakeup` is due). A tick that produces none runs no pass and logs nothing.
     Timed(Vec<Command>),
 }
 

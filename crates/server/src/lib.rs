@@ -368,7 +368,7 @@ fn slurm_tag(log: &mut SqliteLog) -> Result<String, ServerError> {
 }
 
 /// Settings that shape the logged state: ARNs are in the logged requests, and the starvation
-/// guard changes the core's decisions. They are fixed when the data directory is created; a
+/// guard and the reclaim and backfill patience change the core's decisions. They are fixed when the data directory is created; a
 /// later change would make the replay refuse commands or decide differently.
 fn pin_settings(log: &mut SqliteLog, config: &Config) -> Result<(), ServerError> {
     let settings = [

@@ -665,8 +665,7 @@ pub fn run_variant(
                     )?);
                     // The server runs a pass for every batch, checkpoints included; here a
                     // checkpoint-only instant runs one when the core says the checkpoint can
-                    // change a decision (a job of the unit is patient and takes victims as they
-                    // checkpoint).
+                    // change a decision (`Scheduler::checkpoint_matters`).
                     if core.checkpoint_matters(AttemptId(attempt)) {
                         changed = true;
                     }

@@ -68,7 +68,8 @@ pub struct Stats {
     /// Time spent RUNNABLE while the job's own share had enough idle entitlement for it, and
     /// some shares borrowed (its capacity was lent out), started jobs.
     pub reclaim_delay_s: Dist,
-    /// Attempts preempted (reclaim or in-share).
+    /// Attempts preempted (reclaim, in-share, or taken back for the aged head they were
+    /// backfilled onto).
     pub preemptions: u64,
     /// Of those, preemptions whose victim started again at the instant its stopped attempt
     /// was gone (it got its instances straight back): work stopped for nothing.

@@ -17,22 +17,10 @@ pub fn duration(from_ms: i64, to_ms: i64) -> String {
     age(to_ms, from_ms)
 }
 
-/// An epoch-milliseconds instant in UTC: `2026-11-29T13:17:44Z`.
-pub fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let of_day = secs.rem_euclid(86_400);
-    let (y, m, d) = qm_server::archive::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3_600,
-        of_day % 3_600 / 60,
-        of_day % 60
-    )
-}
+pub use qm_core::time::utc;
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days-from-civil, the
-/// inverse of [`qm_server::archive::civil_from_days`]).
+/// inverse of [`qm_core::time::civil_from_days`]).
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -79,7 +67,7 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
         return Err(bad());
     }
     let days = days_from_civil(y, m, d);
-    if qm_server::archive::civil_from_days(days) != (y, m, d) {
+    if qm_core::time::civil_from_days(days) != (y, m, d) {
         return Err(format!("'{text}': {y:04}-{m:02} has no day {d}"));
     }
     let mut secs = 0i64;
@@ -154,7 +142,7 @@ mod tests {
             assert!(parse_instant(bad, now).is_err(), "{bad}");
         }
         for days in [-800_000, -1, 0, 59, 11_016, 20_788, 2_000_000] {
-            let (y, m, d) = qm_server::archive::civil_from_days(days);
+            let (y, m, d) = qm_core::time::civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
         }
     }

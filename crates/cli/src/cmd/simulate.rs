@@ -56,7 +56,8 @@ pub struct Args {
     #[arg(long, default_value_t = 120)]
     stop_grace: u64,
     /// The starvation guard (as `[scheduler] reserve_after_seconds` of the server): seconds
-    /// after which a share's waiting head holds the capacity it waits for.
+    /// after which a share's waiting head reserves its share's capacity (jobs that start on
+    /// it meanwhile are backfilled: preemptible for that head).
     #[arg(long, default_value_t = 600)]
     reserve_after: u64,
     /// Reclaim patience (as `[scheduler] reclaim_patience_seconds`): seconds an owner that
