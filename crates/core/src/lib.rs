@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Rules (DESIGN.md §2): [`ledger`] holds the lend/borrow arithmetic; `pass` the scheduling
-//! pass, admission and victim choice ([`VictimRank`]); `explain` the pending reasons
+//! pass and admission; `victims` the exact victim search in the documented order
+//! ([`VictimRank`]); `explain` the pending reasons
 //! ([`PendingReason`]); `invariants` the consistency check. Nothing here reads a clock, does
 //! IO, spawns a thread, draws a random number or lets hash-map order reach a decision.
 
@@ -33,6 +34,7 @@ mod query;
 pub mod reason;
 mod scheduler;
 pub mod time;
+mod victims;
 
 pub use error::CoreError;
 pub use image::Image;

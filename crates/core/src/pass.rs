@@ -35,12 +35,16 @@
 //! capacity, a reclaimer can no longer use it, a start changed which owner waits next, a head
 //! stopped being patient), and a start backfilled onto a head already decided (the head may
 //! now take it): the group is then passed again, so that jobs decided against them get
-//! another look. Cost per pass: O(nominations · (shares + log n)) plus the victim searches,
-//! which walk running attempts only until a set suffices; none of it grows with the number of
-//! waiting jobs. Shares with thrash protection add a walk of the unit's running attempts per
+//! another look. Cost per pass: O(nominations · (shares + log n)) plus the victim searches
+//! (`victims`: a walk of the job's own lane below its priority, then candidates of other
+//! lanes drawn in victim order about as far as the best set needs, decided in O(log)
+//! admission checks per victim, each with a subset-sum over job sizes where a share's bound
+//! binds; a decision is remembered while the view is unchanged, so a nominee classified by
+//! it is not searched twice); none of it grows with the number of waiting jobs. Shares with thrash protection add a walk of the unit's running attempts per
 //! pass while jobs wait (`set_wake`), and a head that starts walks the lanes holding jobs
 //! backfilled onto it (`untag`).
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
@@ -63,8 +67,8 @@ const HOUR_MS: Millis = 3_600_000;
 ///    on the state at decision time);
 /// 4. the larger job, then the newer attempt, so that the order is total.
 ///
-/// The pass then walks candidates in this order until the set is sufficient and drops, from
-/// the last chosen backwards, every victim the set does not need.
+/// The victim search (`crate::victims`) takes the valid set that is first in this order: the
+/// one whose worst victim ranks earliest, then whose second-worst does, and so on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VictimRank {
     /// The victim's priority.
@@ -80,7 +84,7 @@ pub struct VictimRank {
 }
 
 impl VictimRank {
-    fn of(k: &RunKey, share_borrowed: u32) -> Self {
+    pub(crate) fn of(k: &RunKey, share_borrowed: u32) -> Self {
         VictimRank {
             priority: k.priority,
             progress_at: k.progress,
@@ -89,6 +93,13 @@ impl VictimRank {
             attempt: k.attempt,
         }
     }
+}
+
+/// Whether a decision changed the view (see `schedule_unit`'s memo).
+#[derive(Clone, Copy)]
+enum DecisionKind {
+    Changes,
+    Waits,
 }
 
 /// What the pass does with one nominee. Waiting carries only the constraint that blocked it;
@@ -206,7 +217,7 @@ impl View {
     /// and neither that room nor the lendable capacity may go to this job when another
     /// share's job preempted for it in order to borrow: it waits for its victims to exit.
     /// Owners ignore both: an owner may always take its own capacity (the other then waits).
-    fn borrow_gate(&self, accounts: &[Account], s: usize, c: u32) -> bool {
+    pub(crate) fn borrow_gate(&self, accounts: &[Account], s: usize, c: u32) -> bool {
         if accounts[s].route(c) == Route::Own {
             return true;
         }
@@ -451,15 +462,15 @@ impl Scheduler {
             .min()
     }
 
-    /// Whether a checkpoint of `attempt` can change a decision, so that a shell which passes
-    /// only units where something changed (the simulator) must pass its unit now. Only if the
-    /// attempt could be a victim of a waiting job: it was backfilled onto a patient head's
-    /// reservation (which takes it as it checkpoints); its share borrows and a job of the
-    /// unit is patient with borrowers, or an owner of another share waits with idle
-    /// entitlement; or a higher-priority job of its own share waits under in-share
-    /// preemption. A checkpoint also reorders the victims, and the victim search walks them
-    /// greedily in that order, so a set missed before may be found now. The server passes
-    /// after every batch and needs no such test.
+    /// Whether a checkpoint of the attempt can change a decision, so that a shell that passes
+    /// only units where something changed (the simulator) must pass its unit now. Only
+    /// patience makes it so: a job patient with its victims takes each one at the instant it
+    /// checkpoints — an attempt backfilled onto a patient head's reservation, one of a
+    /// borrowing share while a job of the unit is patient, or a lower-priority one of a
+    /// patient job's own share under in-share preemption. Otherwise a
+    /// checkpoint only reorders the victims: whether a valid set exists does not depend on
+    /// the order, and the victim search is exact, so no decision a pass would make changes.
+    /// The server passes after every batch and needs no such test.
     pub fn checkpoint_matters(&self, attempt: AttemptId) -> bool {
         let Some(a) = self.attempts.get(&attempt) else {
             return false;
@@ -468,31 +479,27 @@ impl Scheduler {
         let Some(ul) = queue.units.get(&a.unit) else {
             return false;
         };
+        if ul.patient.is_empty() {
+            return false;
+        }
         if a.backfill_for.is_some_and(|h| ul.patient.contains_key(&h)) {
             return true;
         }
         let s = usize::from(a.share.0);
-        let entitlement = |x: usize| queue.shares[x].entitlement(a.unit);
-        let Some(own) = ul.lanes.get(s) else {
-            return false;
+        let borrows = ul
+            .lanes
+            .get(s)
+            .is_some_and(|own| own.usage > queue.shares[s].entitlement(a.unit));
+        // A patient set may also hold lower-priority jobs of the patient job's own share.
+        let own_victim = || {
+            queue.shares[s].in_share_preemption()
+                && ul.patient.keys().any(|j| {
+                    self.jobs
+                        .get(j)
+                        .is_some_and(|job| job.share == a.share && job.spec.priority > a.priority)
+                })
         };
-        if queue.shares[s].in_share_preemption()
-            && own
-                .pending
-                .first(u32::MAX)
-                .is_some_and(|(_, k)| k.priority.0 > a.priority)
-        {
-            return true;
-        }
-        if own.usage <= entitlement(s) {
-            return false;
-        }
-        !ul.patient.is_empty()
-            || ul
-                .lanes
-                .iter()
-                .enumerate()
-                .any(|(x, l)| x != s && l.pending.len() > 0 && l.usage < entitlement(x))
+        borrows || own_victim()
     }
 
     fn has_reclaimers(&self, q: QueueIx, u: UnitIx) -> bool {
@@ -523,8 +530,12 @@ impl Scheduler {
         }
         let mut bounds = vec![Bound::OPEN; nshares];
         let mut nominees = Vec::new();
+        // Decisions on the view as it is: `nominate` classifies its nominees by them, and the
+        // pass nominates every round until the view changes (a start, a preemption, a claim
+        // or reservation that moves), when they are forgotten.
+        let decided = RefCell::new(BTreeMap::new());
         loop {
-            self.nominate(now, q, u, &bounds, &view, &mut nominees);
+            self.nominate(now, q, u, &bounds, &view, &mut nominees, &decided);
             let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
                 break;
             };
@@ -559,7 +570,7 @@ impl Scheduler {
                 };
                 let was_patient = patient_before.contains_key(&id);
                 let (decision, patient) = {
-                    let d = self.decide(id, &view);
+                    let d = self.decide_once(id, &view, &decided);
                     self.patience(now, q, u, id, d, &patient_before)
                 };
                 if let Some(r) = reservations.iter_mut().find(|r| r.job == id) {
@@ -568,6 +579,12 @@ impl Scheduler {
                 }
                 let (reserved_before, started) =
                     (view.reserve[n.share], matches!(decision, Decision::Start));
+                // Only starts and preemptions (and a reclaimer giving up its claim) change the
+                // view; a job that waits, is patient or waits for release leaves it as it was.
+                let decision_kind = match decision {
+                    Decision::Start | Decision::Preempt(_) => DecisionKind::Changes,
+                    _ => DecisionKind::Waits,
+                };
                 match decision {
                     Decision::Start => {
                         self.start(now, id, backfill.map(|(head, _)| head), fx);
@@ -616,6 +633,9 @@ impl Scheduler {
                             // decided against the claim get another look in a new pass.
                             self.clear_reclaiming(id);
                             view.claim(n.share, -i64::from(n.count));
+                            // Without reclaimers its share reserves its idle entitlement for
+                            // its next owner again (the claim protected it until now).
+                            view.reserve[n.share] = self.reserve_of(q, u, n.share);
                             self.dirty.insert((q, u));
                         }
                         b.lower(&n);
@@ -629,6 +649,10 @@ impl Scheduler {
                 let is_patient = self.queues[q.0 as usize].units[&u]
                     .patient
                     .contains_key(&id);
+                let waited = matches!(decision_kind, DecisionKind::Waits) && !reclaimer;
+                if !waited || was_patient != is_patient {
+                    decided.borrow_mut().clear();
+                }
                 if started || was_patient != is_patient {
                     let reserve = self.reserve_of(q, u, n.share);
                     if reserve + if started { n.count } else { 0 } < reserved_before {
@@ -638,6 +662,12 @@ impl Scheduler {
                         self.dirty.insert((q, u));
                     }
                     view.reserve[n.share] = reserve;
+                }
+                if reclaimer && matches!(decision_kind, DecisionKind::Waits) && !started {
+                    // A reclaimer that gave up its claim freed capacity the round's other
+                    // nominees were classified without ("sure to wait" may no longer hold):
+                    // nominate again.
+                    break;
                 }
             }
         }
@@ -932,6 +962,9 @@ impl Scheduler {
     /// Each share's nominee: a job of it that preempted for its capacity, until the pass has
     /// decided each; then its head until decided; then the first job that fits its idle
     /// entitlement; else the first job within its bound.
+    // The pass's state travels as separate borrows (bounds, view, decisions) because the loop
+    // mutates some of it between rounds.
+    #[allow(clippy::too_many_arguments)]
     fn nominate(
         &self,
         now: Millis,
@@ -940,6 +973,7 @@ impl Scheduler {
         bounds: &[Bound],
         view: &View,
         out: &mut Vec<Nominee>,
+        decided: &RefCell<BTreeMap<JobId, Decision>>,
     ) {
         out.clear();
         let queue = &self.queues[q.0 as usize];
@@ -983,7 +1017,8 @@ impl Scheduler {
                 if own_room == 0 && !strict && !aged_head {
                     return Kind::Rest;
                 }
-                match self.decide(key.job, view) {
+                let decision = self.decide_once(key.job, view, decided);
+                match &decision {
                     // It only waits: decide it among the owners.
                     Decision::Wait(_) | Decision::Release(_) | Decision::Drain => Kind::Own,
                     // In-share preemption that brings it within its entitlement: an owner.
@@ -1120,6 +1155,21 @@ impl Scheduler {
         view.finish();
     }
 
+    /// [`Scheduler::decide`], remembered in `memo` while the view stays as it is.
+    fn decide_once(
+        &self,
+        id: JobId,
+        view: &View,
+        memo: &RefCell<BTreeMap<JobId, Decision>>,
+    ) -> Decision {
+        if let Some(d) = memo.borrow().get(&id) {
+            return d.clone();
+        }
+        let d = self.decide(id, view);
+        memo.borrow_mut().insert(id, d.clone());
+        d
+    }
+
     /// Decides what to do with a pending job now, against `view` (the current accounts of
     /// its lane group). Pure: the pass applies the decision, and `explain` reads it.
     pub(crate) fn decide(&self, id: JobId, view: &View) -> Decision {
@@ -1156,238 +1206,10 @@ impl Scheduler {
         }
     }
 
-    /// The smallest sufficient set of victims for the job, in the documented order, or `None`
-    /// when no set of allowed victims would let it start.
+    /// The first valid victim set for the job in the documented order (`crate::victims`), or
+    /// `None` when no set of allowed victims would let it start.
     fn find_victims(&self, id: JobId, view: &View) -> Option<Vec<AttemptId>> {
         self.find_victims_among(id, view, true)
-    }
-
-    /// [`Scheduler::find_victims`], optionally ignoring thrash protection (`explain` asks
-    /// whether protection is what keeps a job waiting).
-    pub(crate) fn find_victims_among(
-        &self,
-        id: JobId,
-        view: &View,
-        protect: bool,
-    ) -> Option<Vec<AttemptId>> {
-        let (ceiling, projected) = (view.ceiling, &view.projected[..]);
-        let job = &self.jobs[&id];
-        let (q, u, s, c, p) = (
-            job.queue,
-            job.unit,
-            usize::from(job.share.0),
-            job.spec.count,
-            job.spec.priority,
-        );
-        let queue = &self.queues[q.0 as usize];
-        let ul = queue.units.get(&u)?;
-        let share = &queue.shares[s];
-        let in_share = share.in_share_preemption();
-        let entitlement = projected[s].entitlement;
-        // A set is sufficient when, once its victims have exited, the job passes the very
-        // admission check the pass will then make, and, if the set reclaims from other shares,
-        // the job runs within its share's entitlement (rule 4: reclaim serves owners; rule 6:
-        // a borrower never preempts another borrower). `acc` never includes the job.
-        let sufficient = |acc: &[Account], reclaimed: bool| {
-            (!reclaimed || acc[s].usage + c <= entitlement)
-                && ledger::allowed_add(&ledger::pressure(ceiling, acc), &acc[s], s, c).is_ok()
-                && view.borrow_gate(acc, s, c)
-        };
-
-        // Attempts backfilled onto its share's reservation, per share: victims for the share's
-        // head whatever their share and priority (they started on capacity held for it).
-        let is_head = ul
-            .lanes
-            .get(s)
-            .and_then(|l| l.pending.first(u32::MAX))
-            .is_some_and(|(_, k)| k.job == id);
-        let tagged: Vec<u32> = (0..projected.len())
-            .map(|x| {
-                ul.lanes
-                    .get(x)
-                    .filter(|_| is_head)
-                    .and_then(|l| l.backfill.get(&id))
-                    .copied()
-                    .unwrap_or(0)
-            })
-            .collect();
-
-        // Cheap exits first, without allocating: the common "cluster full, nothing to take"
-        // case costs O(shares).
-        let lower: u32 = if in_share {
-            ul.lanes.get(s).map_or(0, |l| {
-                l.running_by_priority.range(..p).map(|(_, n)| *n).sum()
-            })
-        } else {
-            0
-        };
-        let any_borrower = projected
-            .iter()
-            .enumerate()
-            .any(|(x, a)| x != s && a.borrowed() > 0);
-        let others_tagged = tagged.iter().enumerate().any(|(x, &n)| x != s && n > 0);
-        let reclaim_helps = (any_borrower || others_tagged)
-            && projected[s].usage.saturating_sub(lower + tagged[s]) + c <= entitlement;
-        if lower == 0 && !reclaim_helps && tagged[s] == 0 {
-            return None;
-        }
-
-        // Optimistic bound next, so that a hopeless job costs O(shares), not O(running).
-        // (A backfilled own job of lower priority counts twice: the bound is only optimistic.)
-        let mut best: Vec<Account> = projected.to_vec();
-        best[s].usage -= lower;
-        for (x, a) in best.iter_mut().enumerate() {
-            a.usage -= tagged[x].min(a.usage);
-        }
-        let in_share_enough = {
-            // Without other shares' jobs: the share's own lower-priority and backfilled jobs.
-            let mut own = projected.to_vec();
-            own[s].usage = best[s].usage;
-            (lower > 0 || tagged[s] > 0) && sufficient(&own, false)
-        };
-        let borrowers: Vec<usize> = (0..projected.len())
-            .filter(|&x| x != s && projected[x].borrowed() > 0)
-            .collect();
-        if !in_share_enough {
-            if !reclaim_helps {
-                return None;
-            }
-            for &x in &borrowers {
-                best[x].usage = 0;
-            }
-            if !sufficient(&best, true) {
-                return None;
-            }
-        }
-
-        // Candidate streams, each already in victim order; merged by VictimRank. Backfilled
-        // attempts form their own streams (`true`): they stay victims when their share no
-        // longer borrows.
-        let attempts = &self.attempts;
-        let is_tagged = move |k: &RunKey| attempts[&k.attempt.0].backfill_for == Some(id);
-        let shares = &queue.shares;
-        let now = view.now;
-        let free = move |k: &&RunKey| {
-            !protect || {
-                let a = &attempts[&k.attempt.0];
-                !shares[usize::from(a.share.0)].protects() || self.protected_until(a, now).is_none()
-            }
-        };
-        let mut streams: Vec<(usize, bool, Candidates<'_>)> = Vec::new();
-        for (x, lane) in ul.lanes.iter().enumerate().take(projected.len()) {
-            if tagged[x] > 0 && (x == s || reclaim_helps) {
-                let it: Box<dyn Iterator<Item = &RunKey>> = Box::new(
-                    lane.running
-                        .iter()
-                        .filter(move |k| is_tagged(k))
-                        .filter(free),
-                );
-                streams.push((x, true, it.peekable()));
-            }
-            let has_tagged = tagged[x] > 0;
-            let untagged = move |k: &&RunKey| !has_tagged || !is_tagged(k);
-            if x == s && lower > 0 {
-                let it: Box<dyn Iterator<Item = &RunKey>> = Box::new(
-                    lane.running
-                        .iter()
-                        .take_while(move |k| k.priority < p)
-                        .filter(untagged)
-                        .filter(free),
-                );
-                streams.push((s, false, it.peekable()));
-            } else if x != s && reclaim_helps && projected[x].borrowed() > 0 {
-                let it: Box<dyn Iterator<Item = &RunKey>> =
-                    Box::new(lane.running.iter().filter(untagged).filter(free));
-                streams.push((x, false, it.peekable()));
-            }
-        }
-        let borrowed0: Vec<u32> = projected.iter().map(Account::borrowed).collect();
-        let mut acc = projected.to_vec();
-        // (share, backfilled, key)
-        let mut chosen: Vec<(usize, bool, RunKey)> = Vec::new();
-        // Taking another share's jobs, backfilled or not, serves only a job that then runs
-        // within its share's entitlement: a borrower that took an owner's backfilled job would
-        // be reclaimed by that owner at once.
-        let reclaims = |chosen: &[(usize, bool, RunKey)], skip: Option<usize>| {
-            chosen
-                .iter()
-                .enumerate()
-                .any(|(j, (y, _, _))| Some(j) != skip && *y != s)
-        };
-        // In-share preemption is for a share at its entitlement: the share's own jobs are
-        // victims only for the part of the demand above its idle entitlement. Lent capacity
-        // is taken back by reclaim, never by stopping an own job that would then reclaim it
-        // itself (one wasted preemption, its lost work and a restart).
-        let own_needed = (projected[s].usage + c).saturating_sub(entitlement);
-        loop {
-            // Drop streams of shares that no longer borrow: their jobs are not victims.
-            streams.retain_mut(|(x, t, it)| {
-                it.peek().is_some() && (*x == s || *t || acc[*x].borrowed() > 0)
-            });
-            let freed_own = projected[s].usage - acc[s].usage;
-            let borrowers_left = streams.iter().any(|(x, t, _)| *x != s && !*t);
-            let own_left = streams.iter().any(|(x, t, _)| *x == s && !*t);
-            let eligible = |x: usize, t: bool| {
-                if t {
-                    true
-                } else if x == s {
-                    freed_own < own_needed || !borrowers_left
-                } else {
-                    freed_own >= own_needed || !own_left
-                }
-            };
-            let (i, _) = streams
-                .iter_mut()
-                .enumerate()
-                .filter(|(_, (x, t, _))| eligible(*x, *t))
-                .map(|(i, (x, _, it))| {
-                    (
-                        i,
-                        VictimRank::of(it.peek().expect("non-empty"), borrowed0[*x]),
-                    )
-                })
-                .min_by_key(|(_, r)| *r)?;
-            let (x, t, it) = &mut streams[i];
-            let key = *it.next().expect("peeked");
-            let (x, t) = (*x, *t);
-            acc[x].usage -= key.count.0;
-            chosen.push((x, t, key));
-            if sufficient(&acc, reclaims(&chosen, None)) {
-                break;
-            }
-        }
-        // An own job kept running beside the new one is, past the entitlement, borrowing: it
-        // may stay when that borrowing is admissible (lower-priority own jobs are the
-        // share's borrowers, the job and those above it fit the entitlement), rather than be
-        // preempted only to borrow again what the reclaim freed.
-        let higher = projected[s].usage - lower;
-        let may_keep_own = |acc: &[Account]| {
-            higher + c <= entitlement
-                && ledger::allowed_add(&ledger::pressure(ceiling, acc), &acc[s], s, c).is_ok()
-                && view.borrow_gate(acc, s, c)
-        };
-        // Minimize: from the last chosen back, drop every victim the set does not need, and
-        // repeat until nothing drops (dropping one can make another unneeded).
-        loop {
-            let mut dropped = false;
-            let mut i = chosen.len();
-            while i > 0 {
-                i -= 1;
-                let (x, t, key) = chosen[i];
-                acc[x].usage += key.count.0;
-                let reclaims = reclaims(&chosen, Some(i));
-                if sufficient(&acc, reclaims) || (x == s && !t && reclaims && may_keep_own(&acc)) {
-                    chosen.remove(i);
-                    dropped = true;
-                } else {
-                    acc[x].usage -= key.count.0;
-                }
-            }
-            if !dropped {
-                break;
-            }
-        }
-        Some(chosen.into_iter().map(|(_, _, k)| k.attempt.0).collect())
     }
 
     /// Classifies why a job with no victim set must wait: first what its share may do (own
@@ -1555,8 +1377,9 @@ impl Scheduler {
 }
 
 /// Instances of a share's idle entitlement that its waiting owners need: its first job that
-/// fits the idle entitlement, or, with in-share preemption, its head when preempting
-/// lower-priority jobs of the share would make it fit. Capacity an owner waits for is not lent
+/// fits the idle entitlement, or its head when taking the share's lower-priority jobs (with
+/// in-share preemption) and the jobs backfilled onto its reservation would make it fit (an
+/// optimistic count: a job may be both, or protected). Capacity an owner waits for is not lent
 /// (nor, when the shares' limits add up to more than the environment, taken by a borrower),
 /// since the owner would reclaim it at once.
 fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
@@ -1565,16 +1388,21 @@ fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
         return 0;
     }
     let own_room = entitlement.saturating_sub(lane.usage);
-    if in_share {
-        if let Some((c, head)) = lane.pending.first(u32::MAX) {
-            let lower: u32 = lane
-                .running_by_priority
+    if let Some((c, head)) = lane.pending.first(u32::MAX) {
+        // The head may take its share's lower-priority jobs (in-share preemption) and the
+        // jobs backfilled onto its reservation: what they hold counts as room it has.
+        let lower: u32 = if in_share {
+            lane.running_by_priority
                 .range(..head.priority.0)
                 .map(|(_, n)| *n)
-                .sum();
-            if lane.usage - lower + c <= entitlement {
-                return c.min(own_room);
-            }
+                .sum()
+        } else {
+            0
+        };
+        let backfilled = lane.backfill.get(&head.job).copied().unwrap_or(0);
+        let freeable = (lower + backfilled).min(lane.usage);
+        if (in_share || backfilled > 0) && lane.usage - freeable + c <= entitlement {
+            return c.min(own_room);
         }
     }
     if own_room == 0 {
@@ -1591,9 +1419,7 @@ fn keeps_checkpointing(att: &Attempt, now: Millis) -> bool {
         .is_some_and(|g| g > 0 && now <= att.progress_at.saturating_add(2 * g))
 }
 
-/// One share's victim candidates, in victim order.
-type Candidates<'a> = std::iter::Peekable<Box<dyn Iterator<Item = &'a RunKey> + 'a>>;
-
+/// The pressure once share `s` holds `c` more instances.
 fn with_usage(ceiling: Ceiling, accounts: &[Account], s: usize, c: u32) -> Pressure {
     let mut acc = accounts.to_vec();
     acc[s].usage += c;

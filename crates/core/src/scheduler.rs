@@ -136,8 +136,8 @@ impl PendingIndex {
 
 /// Order of running attempts as preemption victims (DESIGN.md §2 rule 7), within one share:
 /// lower priority first, then the least work lost (the most recent checkpoint, else start),
-/// then the larger job, then the newer attempt. Across shares the pass merges these lists,
-/// inserting "more borrowed instances of the unit" after work lost (see
+/// then the larger job, then the newer attempt. Across shares the victim search merges these
+/// lists, inserting "more borrowed instances of the unit" after work lost (see
 /// [`crate::pass::VictimRank`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct RunKey {

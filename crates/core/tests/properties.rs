@@ -59,8 +59,12 @@ fn borrow_limit() -> impl Strategy<Value = i32> {
 }
 
 fn limits() -> impl Strategy<Value = [Option<u32>; 2]> {
+    limits_up_to(4)
+}
+
+fn limits_up_to(n: u32) -> impl Strategy<Value = [Option<u32>; 2]> {
     [
-        proptest::option::weighted(0.85, 0..4u32),
+        proptest::option::weighted(0.85, 0..n),
         proptest::option::weighted(0.6, 0..4u32),
     ]
 }
@@ -98,9 +102,27 @@ fn share_spec(
 }
 
 fn config() -> impl Strategy<Value = Config> {
+    sized_config(10, 4)
+}
+
+/// A larger environment and limits than `config`: more jobs run at once, so that victim
+/// searches have many candidates.
+fn wide_config() -> impl Strategy<Value = Config> {
+    sized_config(16, 8)
+}
+
+fn sized_config(env: u32, limit: u32) -> impl Strategy<Value = Config> {
     (
-        [1..10u32, 1..6u32],
-        prop::collection::vec((limits(), strategy(), borrow_limit(), any::<bool>()), 2..5),
+        [1..env, 1..6u32],
+        prop::collection::vec(
+            (
+                limits_up_to(limit),
+                strategy(),
+                borrow_limit(),
+                any::<bool>(),
+            ),
+            2..5,
+        ),
     )
         .prop_map(|(env, shares)| Config {
             env,
@@ -135,6 +157,22 @@ fn op(updates: bool) -> BoxedStrategy<Op> {
     .boxed()
 }
 
+/// Ops that keep many small jobs running (few finish), for searches with many candidates.
+fn dense_op() -> BoxedStrategy<Op> {
+    prop_oneof![
+        10 => (0..4usize, prop::sample::select(vec![0usize, 0, 0, 1]), 1..3u32, 0..4u32)
+            .prop_map(|(share, unit, count, priority)| Op::Submit { share, unit, count, priority, retries: None }),
+        1 => any::<usize>().prop_map(Op::Finish),
+        1 => any::<usize>().prop_map(Op::Checkpoint),
+        3 => (any::<usize>(), 0..5u32).prop_map(|(j, p)| Op::Priority(j, p)),
+        1 => (0..1200u64).prop_map(Op::Advance),
+        2 => Just(Op::Release),
+        1 => (0..4usize, limits_up_to(8), strategy(), borrow_limit(), any::<bool>(), Just(true))
+            .prop_map(|(share, limits, strategy, borrow, in_share, enabled)| Op::UpdateShare { share, limits, strategy, borrow, in_share, enabled }),
+    ]
+    .boxed()
+}
+
 /// Runs the scheduler through the ops, checking every property after every step; returns the
 /// effect log (for the determinism property).
 #[derive(Clone)]
@@ -147,6 +185,8 @@ struct Run {
     log: Vec<Effect>,
     /// No share was updated yet: the state must be admissible in the absolute sense.
     pristine: bool,
+    /// Check every victim search against brute force (slow).
+    brute: bool,
 }
 
 /// Per unit, per share: (entitlement, usage, strategy, allowance) recomputed from views.
@@ -254,6 +294,7 @@ impl Run {
             jobs: Vec::new(),
             stopping: Vec::new(),
             log: Vec::new(),
+            brute: false,
             pristine: true,
         }
     }
@@ -397,6 +438,10 @@ impl Run {
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let mut fx = self.apply(op)?;
         self.s.check_invariants().map_err(TestCaseError::fail)?;
+        if self.brute {
+            // Before the pass, too: a new job or a changed share is when victim sets exist.
+            self.check_victims_by_brute_force()?;
+        }
         let before: Vec<_> = (0..2)
             .map(|u| pressure(self.cfg.env[u], &accounts(&self.s, &self.cfg, u)))
             .collect();
@@ -544,6 +589,102 @@ impl Run {
         Ok(())
     }
 
+    /// For every waiting job with few candidates, with and without thrash protection: the
+    /// victim search finds a set exactly when some subset of the candidates is a valid set,
+    /// and the same one brute force finds, the first in victim order (the earliest worst
+    /// victim, then the earliest second-worst...; as a bitmask over the candidates in victim
+    /// order, the smallest), within condition 4's bound if any set is (tier 1).
+    fn check_victims_by_brute_force(&self) -> Result<(), TestCaseError> {
+        for id in self.s.job_ids() {
+            let j = self.s.job(id).unwrap();
+            if j.status != JobStatus::Runnable || j.stopping.is_some() {
+                continue;
+            }
+            for protect in [true, false] {
+                let cands = self.s.victim_candidates(id, protect);
+                if cands.len() > 10 {
+                    continue;
+                }
+                let mut best: Option<(u8, u32)> = None;
+                for mask in 1u32..(1 << cands.len()) {
+                    let set: Vec<AttemptId> = (0..cands.len())
+                        .filter(|i| mask >> i & 1 == 1)
+                        .map(|i| cands[i])
+                        .collect();
+                    if let Some(tier) = self.s.victim_set_tier(id, &set, protect) {
+                        if best.is_none_or(|b| (tier, mask) < b) {
+                            best = Some((tier, mask));
+                        }
+                    }
+                }
+                let expected: Option<Vec<AttemptId>> = best.map(|(_, mask)| {
+                    (0..cands.len())
+                        .filter(|i| mask >> i & 1 == 1)
+                        .map(|i| cands[i])
+                        .collect()
+                });
+                let found = self.s.victims_for(id, protect);
+                prop_assert_eq!(
+                    &found,
+                    &expected,
+                    "job {:?} (protect {}): search vs brute force over {:?}",
+                    id,
+                    protect,
+                    cands
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// No instance stays idle while a job that fits it waits, other than for a documented
+    /// reason: a waiting job within its share's entitlement, with as many instances idle in
+    /// the environment, is held behind another job (`HELD_FOR_OLDER_JOB`: an aged head letting
+    /// its backfill finish, a job patient with its victims), waits for capacity being
+    /// released for another (`WAITING_FOR_RELEASE`), or is owed an instance a borrower holds
+    /// (capacity no share is entitled to is not lendable, AWS's accounting, so the idle ones
+    /// are not its) and waits for that borrower: protected (`VICTIMS_PROTECTED`), or given
+    /// its patience (`WAITING_FOR_CHECKPOINT`, `BACKFILL_FINISHING`). Called once every
+    /// stopped attempt has exited.
+    fn check_no_idle_instance(&self, id: JobId) -> Result<(), TestCaseError> {
+        let j = self.s.job(id).unwrap();
+        let u = UNITS
+            .iter()
+            .position(|x| *x == j.spec.instance_type)
+            .unwrap();
+        let s = self
+            .cfg
+            .shares
+            .iter()
+            .position(|x| x.name == j.spec.share)
+            .unwrap();
+        let acc = accounts(&self.s, &self.cfg, u);
+        let used: u32 = acc.iter().map(|a| a.1).sum();
+        let idle = self.cfg.env[u].saturating_sub(used);
+        let c = j.spec.count;
+        if acc[s].1 + c > acc[s].0 || c > idle {
+            return Ok(());
+        }
+        let reason = match self.s.explain(id) {
+            Some(PendingReason::Reserved { reason, .. }) => Some(*reason),
+            other => other,
+        };
+        prop_assert!(
+            matches!(
+                reason,
+                Some(
+                    PendingReason::HeldForOlderJob { .. }
+                        | PendingReason::WaitingForRelease { .. }
+                        | PendingReason::VictimsProtected { .. }
+                        | PendingReason::WaitingForCheckpoint { .. }
+                        | PendingReason::BackfillFinishing { .. }
+                )
+            ),
+            "job {id:?} fits its share's entitlement and {idle} instances are idle, but it waits: {reason:?}; accounts {acc:?}"
+        );
+        Ok(())
+    }
+
     /// A share's first waiting job that fits its entitlement, and that reclaiming every other
     /// share's borrowed instances would let start, must not be left waiting.
     fn check_owner_liveness(&self) -> Result<(), TestCaseError> {
@@ -563,6 +704,7 @@ impl Run {
                 "job {:?} could start but the pass left it waiting",
                 id
             );
+            self.check_no_idle_instance(id)?;
             let key = (j.spec.share.clone(), j.spec.instance_type.clone());
             let rank = (std::cmp::Reverse(j.spec.priority), j.seq, id);
             heads
@@ -694,6 +836,18 @@ proptest! {
         }
         prop_assert_eq!(&original.log, &rebuilt.log);
         prop_assert_eq!(original.s.image(), rebuilt.s.image());
+    }
+
+    #[test]
+    fn the_victim_search_finds_a_set_whenever_brute_force_does_and_the_same_one(
+        cfg in wide_config(), ops in prop::collection::vec(dense_op(), 1..80)
+    ) {
+        let mut run = Run::new(cfg);
+        run.brute = true;
+        for op in &ops {
+            run.step(op)?;
+            run.check_victims_by_brute_force()?;
+        }
     }
 
     #[test]
