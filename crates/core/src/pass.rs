@@ -547,6 +547,7 @@ impl Scheduler {
                 nominees.truncate(1);
             }
             for &n in &nominees {
+                let mut gave_up = false;
                 let id = n.key.job;
                 let b = &mut bounds[n.share];
                 if n.head {
@@ -607,6 +608,7 @@ impl Scheduler {
                             // claimed: their claims lapse.
                             self.lapse_claims(q, u, Some(s));
                             view.demand[s] = 0;
+                            gave_up = true;
                         }
                         view.add(s, n.count);
                     }
@@ -637,6 +639,7 @@ impl Scheduler {
                             // its next owner again (the claim protected it until now).
                             view.reserve[n.share] = self.reserve_of(q, u, n.share);
                             self.dirty.insert((q, u));
+                            gave_up = true;
                         }
                         b.lower(&n);
                     }
@@ -663,10 +666,13 @@ impl Scheduler {
                     }
                     view.reserve[n.share] = reserve;
                 }
-                if reclaimer && matches!(decision_kind, DecisionKind::Waits) && !started {
-                    // A reclaimer that gave up its claim freed capacity the round's other
-                    // nominees were classified without ("sure to wait" may no longer hold):
-                    // nominate again.
+                if gave_up {
+                    // A claim that was given up or lapsed freed capacity that the jobs decided
+                    // so far (and the round's other nominees) were decided without: every
+                    // share is offered again from its first job, so that a job that waited
+                    // for the claimed capacity is decided before the jobs behind it take it.
+                    // (A claim goes once, so this ends.)
+                    bounds = vec![Bound::OPEN; nshares];
                     break;
                 }
             }
