@@ -826,8 +826,26 @@ impl State {
         out
     }
 
-    /// The status reason the API shows: the core's pending reason for RUNNABLE jobs.
+    /// The status reason the API shows: the core's pending reason for RUNNABLE jobs; for a
+    /// job whose attempt was backfilled onto an aged head's reservation, that it is
+    /// preemptible for that head (issue 18, item 7).
     pub fn status_reason(&self, rec: &JobRec) -> Option<String> {
+        let active = matches!(
+            rec.status,
+            ServiceJobStatus::Scheduled | ServiceJobStatus::Starting | ServiceJobStatus::Running
+        );
+        let head = self
+            .core
+            .job(JobId(rec.core))
+            .and_then(|j| j.attempt)
+            .and_then(|a| self.core.attempt(a))
+            .and_then(|a| a.backfill_for);
+        if let Some(head) = head.filter(|_| active) {
+            return Some(format!(
+                "BACKFILLED - runs on capacity reserved for job {}, which has waited past the starvation guard; preemptible: that job takes the capacity back when it can start",
+                self.api_id(head)
+            ));
+        }
         if rec.status == ServiceJobStatus::Runnable {
             if let Some(r) = self.core.explain(JobId(rec.core)) {
                 return Some(match r {

@@ -929,3 +929,64 @@ fn thrash_protection_tags_on_a_quota_share_protect_its_jobs_from_reclaim() {
     ));
     assert_eq!(stopped(&actions).len(), 1, "reclaimed once unprotected");
 }
+
+#[test]
+fn a_job_backfilled_onto_a_reservation_says_it_is_preemptible_for_that_job() {
+    // One share of 2 instances: a1 holds one, big (2) waits past the starvation guard (10
+    // minutes) and holds a reservation; small (1) then starts on the free instance, backfilled
+    // onto it, and its statusReason names big.
+    let mut w = World::new();
+    w.one(Command::SetCapacity {
+        capacity: [(UNIT.to_string(), 2)].into(),
+    });
+    w.one(cmd(
+        "CreateSchedulingPolicy",
+        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    ));
+    w.one(cmd(
+        "CreateServiceEnvironment",
+        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": UNIT}]}),
+    ));
+    w.one(cmd(
+        "CreateJobQueue",
+        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
+    ));
+    w.one(cmd(
+        "CreateQuotaShare",
+        json!({"quotaShareName": "A", "jobQueue": "jq",
+               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": UNIT}],
+               "resourceSharingConfiguration": {"strategy": "RESERVE"},
+               "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
+    ));
+    w.submit("a1", "A", 0);
+    w.one(Command::SubmitServiceJob {
+        job_id: "big".into(),
+        principal: None,
+        request: serde_json::from_value(json!({
+            "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
+            "quotaShareName": "A",
+            "serviceRequestPayload": payload("big").replace("\"InstanceCount\":1", "\"InstanceCount\":2")
+        }))
+        .unwrap(),
+    });
+    assert_eq!(w.status("big"), "RUNNABLE");
+    w.now += 700_000;
+    w.submit("small", "A", 0);
+    assert_ne!(w.status("small"), "RUNNABLE");
+    let reason = w.describe("small")["statusReason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        reason.starts_with("BACKFILLED - runs on capacity reserved for job big"),
+        "{reason}"
+    );
+    assert_eq!(
+        w.describe("a1").get("statusReason"),
+        None,
+        "a1 is not backfilled"
+    );
+}
