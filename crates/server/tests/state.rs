@@ -172,6 +172,31 @@ fn demo_setup(w: &mut World) {
     });
 }
 
+/// The executor's `capacity` of `UNIT`, a FIFO scheduling policy `p`, a service environment
+/// `se` of `max` instances of `unit` and a job queue `jq` on it; `actions` are its
+/// `jobStateTimeLimitActions`.
+fn fifo_queue(w: &mut World, capacity: u32, unit: &str, max: u32, actions: Value) {
+    w.one(Command::SetCapacity {
+        capacity: [(UNIT.to_string(), capacity)].into(),
+    });
+    w.one(cmd(
+        "CreateSchedulingPolicy",
+        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
+    ));
+    w.one(cmd(
+        "CreateServiceEnvironment",
+        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+               "capacityLimits": [{"maxCapacity": max, "capacityUnit": unit}]}),
+    ));
+    w.one(cmd(
+        "CreateJobQueue",
+        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
+               "jobStateTimeLimitActions": actions}),
+    ));
+}
+
 #[test]
 fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
     let mut w = World::new();
@@ -338,24 +363,7 @@ fn a_lost_attempt_requeues_its_job_without_using_a_retry() {
 #[test]
 fn a_job_for_an_instance_type_the_executor_lacks_waits_with_a_reason_instead_of_starting() {
     let mut w = World::new();
-    w.one(Command::SetCapacity {
-        capacity: [(UNIT.to_string(), 3)].into(),
-    });
-    w.one(cmd(
-        "CreateSchedulingPolicy",
-        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
-    ));
-    w.one(cmd(
-        "CreateServiceEnvironment",
-        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.p4d.24xlarge"}]}),
-    ));
-    w.one(cmd(
-        "CreateJobQueue",
-        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
-               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
-               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
-    ));
+    fifo_queue(&mut w, 3, "ml.p4d.24xlarge", 2, json!([]));
     w.one(cmd(
         "CreateQuotaShare",
         json!({"quotaShareName": "QS", "jobQueue": "jq",
@@ -435,27 +443,14 @@ fn jobs_of_a_deleted_queue_are_not_listed_under_a_new_queue_of_the_same_name() {
 #[test]
 fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
     let mut w = World::new();
-    w.one(Command::SetCapacity {
-        capacity: [(UNIT.to_string(), 1)].into(),
-    });
-    w.one(cmd(
-        "CreateSchedulingPolicy",
-        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
-    ));
-    w.one(cmd(
-        "CreateServiceEnvironment",
-        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": "ml.p4d.24xlarge"}]}),
-    ));
-    w.one(cmd(
-        "CreateJobQueue",
-        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
-               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
-               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
-               "jobStateTimeLimitActions": [{
-                   "reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "state": "RUNNABLE",
-                   "maxTimeSeconds": 600, "action": "TERMINATE"}]}),
-    ));
+    fifo_queue(
+        &mut w,
+        1,
+        "ml.p4d.24xlarge",
+        2,
+        json!([{"reason": "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY", "state": "RUNNABLE",
+                "maxTimeSeconds": 600, "action": "TERMINATE"}]),
+    );
     w.one(cmd(
         "CreateQuotaShare",
         json!({"quotaShareName": "QS", "jobQueue": "jq",
@@ -936,24 +931,7 @@ fn a_job_backfilled_onto_a_reservation_says_it_is_preemptible_for_that_job() {
     // minutes) and holds a reservation; small (1) then starts on the free instance, backfilled
     // onto it, and its statusReason names big.
     let mut w = World::new();
-    w.one(Command::SetCapacity {
-        capacity: [(UNIT.to_string(), 2)].into(),
-    });
-    w.one(cmd(
-        "CreateSchedulingPolicy",
-        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
-    ));
-    w.one(cmd(
-        "CreateServiceEnvironment",
-        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-               "capacityLimits": [{"maxCapacity": 2, "capacityUnit": UNIT}]}),
-    ));
-    w.one(cmd(
-        "CreateJobQueue",
-        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
-               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
-               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
-    ));
+    fifo_queue(&mut w, 2, UNIT, 2, json!([]));
     w.one(cmd(
         "CreateQuotaShare",
         json!({"quotaShareName": "A", "jobQueue": "jq",
