@@ -95,13 +95,6 @@ impl VictimRank {
     }
 }
 
-/// Whether a decision changed the view (see `schedule_unit`'s memo).
-#[derive(Clone, Copy)]
-enum DecisionKind {
-    Changes,
-    Waits,
-}
-
 /// What the pass does with one nominee. Waiting carries only the constraint that blocked it;
 /// the full [`PendingReason`] is built on demand by `explain`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -582,10 +575,7 @@ impl Scheduler {
                     (view.reserve[n.share], matches!(decision, Decision::Start));
                 // Only starts and preemptions (and a reclaimer giving up its claim) change the
                 // view; a job that waits, is patient or waits for release leaves it as it was.
-                let decision_kind = match decision {
-                    Decision::Start | Decision::Preempt(_) => DecisionKind::Changes,
-                    _ => DecisionKind::Waits,
-                };
+                let changes_view = matches!(decision, Decision::Start | Decision::Preempt(_));
                 match decision {
                     Decision::Start => {
                         self.start(now, id, backfill.map(|(head, _)| head), fx);
@@ -652,8 +642,7 @@ impl Scheduler {
                 let is_patient = self.queues[q.0 as usize].units[&u]
                     .patient
                     .contains_key(&id);
-                let waited = matches!(decision_kind, DecisionKind::Waits) && !reclaimer;
-                if !waited || was_patient != is_patient {
+                if changes_view || reclaimer || was_patient != is_patient {
                     decided.borrow_mut().clear();
                 }
                 if started || was_patient != is_patient {

@@ -525,16 +525,7 @@ impl Run {
                     StopCause::Reclaim { for_job, .. } => {
                         let p = self.s.job(*for_job).unwrap();
                         prop_assert_ne!(&p.spec.share, &victim.spec.share);
-                        let u = UNITS
-                            .iter()
-                            .position(|u| *u == victim.spec.instance_type)
-                            .unwrap();
-                        let vs = self
-                            .cfg
-                            .shares
-                            .iter()
-                            .position(|s| s.name == victim.spec.share)
-                            .unwrap();
+                        let (u, vs) = self.place(&victim.spec.instance_type, &victim.spec.share);
                         let (ent, used, ..) = before_acc[u][vs];
                         prop_assert!(
                             used > ent
@@ -637,6 +628,18 @@ impl Run {
         Ok(())
     }
 
+    /// Where a job runs or waits: its unit's and its share's index in the configuration.
+    fn place(&self, unit: &str, share: &str) -> (usize, usize) {
+        let u = UNITS.iter().position(|x| *x == unit).unwrap();
+        let s = self
+            .cfg
+            .shares
+            .iter()
+            .position(|x| x.name == share)
+            .unwrap();
+        (u, s)
+    }
+
     /// No instance stays idle while a job that fits it waits, other than for a documented
     /// reason: a waiting job within its share's entitlement, with as many instances idle in
     /// the environment, is held behind another job (`HELD_FOR_OLDER_JOB`: an aged head letting
@@ -648,16 +651,7 @@ impl Run {
     /// stopped attempt has exited.
     fn check_no_idle_instance(&self, id: JobId) -> Result<(), TestCaseError> {
         let j = self.s.job(id).unwrap();
-        let u = UNITS
-            .iter()
-            .position(|x| *x == j.spec.instance_type)
-            .unwrap();
-        let s = self
-            .cfg
-            .shares
-            .iter()
-            .position(|x| x.name == j.spec.share)
-            .unwrap();
+        let (u, s) = self.place(&j.spec.instance_type, &j.spec.share);
         let acc = accounts(&self.s, &self.cfg, u);
         let used: u32 = acc.iter().map(|a| a.1).sum();
         let idle = self.cfg.env[u].saturating_sub(used);
@@ -713,13 +707,7 @@ impl Run {
                 .or_insert(rank);
         }
         for ((share, unit), (_, _, id)) in heads {
-            let u = UNITS.iter().position(|x| *x == unit).unwrap();
-            let s = self
-                .cfg
-                .shares
-                .iter()
-                .position(|x| x.name == share)
-                .unwrap();
+            let (u, s) = self.place(&unit, &share);
             let acc = accounts(&self.s, &self.cfg, u);
             let c = self.s.job(id).unwrap().spec.count;
             if acc[s].1 + c > acc[s].0 {

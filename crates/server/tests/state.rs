@@ -92,13 +92,24 @@ impl World {
     }
 
     fn submit(&mut self, id: &str, share: &str, priority: i32) -> Vec<Action> {
+        self.submit_payload(id, share, priority, payload(id))
+    }
+
+    /// [`World::submit`] with a training-job payload of its own.
+    fn submit_payload(
+        &mut self,
+        id: &str,
+        share: &str,
+        priority: i32,
+        body: String,
+    ) -> Vec<Action> {
         self.one(Command::SubmitServiceJob {
             job_id: id.into(),
             principal: None,
             request: serde_json::from_value(json!({
                 "jobName": id, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
                 "quotaShareName": share, "schedulingPriority": priority,
-                "serviceRequestPayload": payload(id)
+                "serviceRequestPayload": body
             }))
             .unwrap(),
         })
@@ -135,21 +146,7 @@ fn stopped(actions: &[Action]) -> Vec<u64> {
 }
 
 fn demo_setup(w: &mut World) {
-    w.one(cmd(
-        "CreateSchedulingPolicy",
-        json!({"name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}),
-    ));
-    w.one(cmd(
-        "CreateServiceEnvironment",
-        json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-               "capacityLimits": [{"maxCapacity": 3, "capacityUnit": UNIT}]}),
-    ));
-    w.one(cmd(
-        "CreateJobQueue",
-        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
-               "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
-               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]}),
-    ));
+    fifo_queue(w, 3, UNIT, 3, json!([]));
     for (name, strategy, borrow, isp) in [
         ("QS1", "LEND_AND_BORROW", Some(200), "ENABLED"),
         ("QS2", "LEND", None, "DISABLED"),
@@ -167,9 +164,6 @@ fn demo_setup(w: &mut World) {
                    "preemptionConfiguration": {"inSharePreemption": isp}}),
         ));
     }
-    w.one(Command::SetCapacity {
-        capacity: [(UNIT.to_string(), 3)].into(),
-    });
 }
 
 /// The executor's `capacity` of `UNIT`, a FIFO scheduling policy `p`, a service environment
@@ -188,13 +182,13 @@ fn fifo_queue(w: &mut World, capacity: u32, unit: &str, max: u32, actions: Value
         json!({"serviceEnvironmentName": "se", "serviceEnvironmentType": "SAGEMAKER_TRAINING",
                "capacityLimits": [{"maxCapacity": max, "capacityUnit": unit}]}),
     ));
-    w.one(cmd(
-        "CreateJobQueue",
-        json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
+    let mut queue = json!({"jobQueueName": "jq", "jobQueueType": "SAGEMAKER_TRAINING", "priority": 1,
                "schedulingPolicyArn": "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p",
-               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}],
-               "jobStateTimeLimitActions": actions}),
-    ));
+               "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]});
+    if actions.as_array().is_some_and(|a| !a.is_empty()) {
+        queue["jobStateTimeLimitActions"] = actions;
+    }
+    w.one(cmd("CreateJobQueue", queue));
 }
 
 #[test]
@@ -458,16 +452,12 @@ fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
                "resourceSharingConfiguration": {"strategy": "LEND"},
                "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
     ));
-    w.one(Command::SubmitServiceJob {
-        job_id: "big".into(),
-        principal: None,
-        request: serde_json::from_value(json!({
-            "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
-            "quotaShareName": "QS",
-            "serviceRequestPayload": payload("big").replace(UNIT, "ml.p4d.24xlarge")
-        }))
-        .unwrap(),
-    });
+    w.submit_payload(
+        "big",
+        "QS",
+        0,
+        payload("big").replace(UNIT, "ml.p4d.24xlarge"),
+    );
     assert_eq!(w.status("big"), "RUNNABLE");
     let mut limits = TimeLimits::default();
     let t0 = w.now;
@@ -940,16 +930,8 @@ fn a_job_backfilled_onto_a_reservation_says_it_is_preemptible_for_that_job() {
                "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
     ));
     w.submit("a1", "A", 0);
-    w.one(Command::SubmitServiceJob {
-        job_id: "big".into(),
-        principal: None,
-        request: serde_json::from_value(json!({
-            "jobName": "big", "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
-            "quotaShareName": "A",
-            "serviceRequestPayload": payload("big").replace("\"InstanceCount\":1", "\"InstanceCount\":2")
-        }))
-        .unwrap(),
-    });
+    let two = payload("big").replace("\"InstanceCount\":1", "\"InstanceCount\":2");
+    w.submit_payload("big", "A", 0, two);
     assert_eq!(w.status("big"), "RUNNABLE");
     w.now += 700_000;
     w.submit("small", "A", 0);
