@@ -102,6 +102,81 @@ pub struct AuditLog {
     pub entries: Vec<AuditEntry>,
 }
 
+/// The body of `POST /qm/v1/what-if`: a queue's configuration as a change would leave it.
+/// The server answers with what its scheduler would decide on a copy of its state
+/// ([`WhatIf`]); nothing is changed. `qm plan` sends the cluster file's configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhatIfRequest {
+    /// The job queue (name or ARN).
+    pub job_queue: String,
+    /// Its service environment's capacity limits after the change; unchanged when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_limits: Option<Vec<crate::CapacityLimit>>,
+    /// Every quota share the queue is to have, in the shape of CreateQuotaShare (each
+    /// `jobQueue` names this queue); a share of the queue not listed is deleted. A listed
+    /// share without `tags` keeps its current ones, as UpdateQuotaShare does.
+    pub quota_shares: Vec<crate::CreateQuotaShareRequest>,
+}
+
+/// What a what-if decision does to a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum WhatIfAction {
+    /// The waiting job would start.
+    Start,
+    /// The running job would be preempted (`forJobId` says for which job).
+    Preempt,
+    /// The running job would be terminated (its share is deleted).
+    Terminate,
+}
+
+/// A job a what-if decision names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhatIfJob {
+    /// Its id.
+    pub job_id: String,
+    /// Its name.
+    pub job_name: String,
+    /// Its quota share.
+    pub quota_share_name: String,
+    /// Its instance type.
+    pub capacity_unit: String,
+    /// Its instances.
+    pub instances: u32,
+    /// Its scheduling priority.
+    pub priority: u32,
+}
+
+/// One decision of a what-if.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhatIfDecision {
+    /// When (epoch ms): the request's instant, or later when a job would first wait out its
+    /// patience with its victims.
+    pub at: i64,
+    /// What happens.
+    pub action: WhatIfAction,
+    /// The job it happens to.
+    pub job: WhatIfJob,
+    /// For a preemption: the job it is preempted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_job: Option<WhatIfJob>,
+}
+
+/// The answer to `POST /qm/v1/what-if`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhatIf {
+    /// The instant it was worked out for (epoch ms): decisions at it happen at once.
+    pub now: i64,
+    /// In the order the scheduler would make them.
+    pub decisions: Vec<WhatIfDecision>,
+    /// How far ahead it looked (ms): passes that patience brings within it are included.
+    pub horizon_ms: u64,
+}
+
 /// How `GET /qm/v1/usage/report` groups its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

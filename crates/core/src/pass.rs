@@ -172,6 +172,11 @@ impl View {
         self.held[s]
     }
 
+    /// Every share's account, as attempts hold it.
+    pub(crate) fn accounts(&self) -> &[Account] {
+        &self.held
+    }
+
     /// Share `s` started a job of `c` instances.
     fn add(&mut self, s: usize, c: u32) {
         self.held[s].usage += c;

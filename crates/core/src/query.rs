@@ -1,10 +1,13 @@
 //! Read-only views of the state for shells: jobs, attempts and per-share accounting.
 
+use std::collections::BTreeSet;
+
 use crate::model::*;
-use crate::scheduler::{Attempt, Job, Scheduler};
+use crate::scheduler::{Attempt, Input, Job, Scheduler};
+use crate::CoreError;
 
 /// One share's position on one unit, as the CLI and dashboard show it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ShareUsage {
     /// Share name.
     pub share: String,
@@ -20,6 +23,9 @@ pub struct ShareUsage {
     pub borrowed: u32,
     /// Idle entitlement others may borrow.
     pub lendable: u32,
+    /// What others borrow of it: the unit's borrowed total split over the lenders
+    /// ([`crate::ledger::lent_out`]).
+    pub lent_out: f64,
     /// RUNNABLE jobs of the share on the type (misconfigured ones excluded).
     pub pending: usize,
 }
@@ -58,17 +64,56 @@ impl Scheduler {
         }
     }
 
-    /// Per share and unit accounting of a queue, shares in name order.
+    /// What the scheduler would decide if `inputs` were applied at `now`, worked out on a copy
+    /// (this one is untouched): the effects of the pass at `now`, and of the passes that its
+    /// wake-ups bring within `horizon_ms` (a job patient with its victims preempts when its
+    /// patience runs out), each with its instant, assuming nothing else happens meanwhile (no
+    /// job ends or checkpoints, no victim exits). The one model of the rules for a what-if:
+    /// `qm plan` asks the server for this rather than re-deriving the victim choice.
+    pub fn what_if(
+        &self,
+        now: Millis,
+        inputs: impl IntoIterator<Item = Input>,
+        horizon_ms: Millis,
+    ) -> Result<Vec<(Millis, Effect)>, CoreError> {
+        let mut copy = self.clone();
+        let mut out = Vec::new();
+        for input in inputs {
+            out.extend(copy.apply(now, input)?.into_iter().map(|e| (now, e)));
+        }
+        let mut at = now.max(copy.clock);
+        let until = at.saturating_add(horizon_ms);
+        loop {
+            out.extend(copy.schedule(at).into_iter().map(|e| (at, e)));
+            match copy.next_wakeup() {
+                Some(w) if w > at && w <= until => at = w,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Per share and unit accounting of a queue, shares in name order: every share on every
+    /// unit that a share has a limit for or a job has used, so that a share with no job yet
+    /// still shows its entitlement (and what it could lend).
     pub fn usage(&self, queue: &str) -> Option<Vec<ShareUsage>> {
         let q = *self.queue_ix.get(queue)?;
         let qu = &self.queues[q.0 as usize];
+        let units: BTreeSet<UnitIx> = qu
+            .units
+            .keys()
+            .copied()
+            .chain(qu.shares.iter().flat_map(|s| s.limits.keys().copied()))
+            .collect();
         let mut out = Vec::new();
-        for (&u, _) in qu.units.iter() {
+        for u in units {
             let view = self.view(q, u);
+            let lent = crate::ledger::lent_out(view.accounts());
             for (name, &s) in &qu.share_ix {
+                let i = usize::from(s.0);
                 // What attempts hold, without the claims of jobs waiting for their victims.
-                let a = view.held(usize::from(s.0));
-                let lane = qu.units[&u].lanes.get(usize::from(s.0));
+                let a = view.held(i);
+                let lane = qu.units.get(&u).and_then(|ul| ul.lanes.get(i));
                 out.push(ShareUsage {
                     share: name.clone(),
                     instance_type: self.unit_name(u).to_string(),
@@ -77,6 +122,7 @@ impl Scheduler {
                     stopping: lane.map_or(0, |l| l.stopping),
                     borrowed: a.borrowed(),
                     lendable: a.lendable(),
+                    lent_out: (lent[i] * 100.0).round() / 100.0,
                     pending: lane.map_or(0, |l| l.pending.len()),
                 });
             }

@@ -1257,3 +1257,120 @@ fn an_old_owner_waiting_for_its_own_share_does_not_hold_back_borrowers() {
     assert_eq!(w.preempted(), set(&["b"]), "h reclaims what it needs");
     assert_eq!(w.running(), set(&["h"]));
 }
+
+// ---- What-if (one source of rules for `qm plan`) -------------------------------------------
+
+#[test]
+fn a_what_if_names_the_reclaim_a_raised_limit_would_cause_and_changes_nothing() {
+    // B borrows L's idle instance (b4 finds nothing more to borrow); L's 2-instance job cannot
+    // fit its 1-instance quota (LEND never borrows). Raised to 2, L would take the free
+    // instance and reclaim one of B's jobs, the lowest priority running.
+    let mut w = World::new(&[(G5, 4)]).share("L", Lend, &[(G5, 1)]);
+    w.share_with("B", LendAndBorrow, &[(G5, 2)], |s| {
+        s.borrow_limit_percent = 100
+    });
+    for (name, p) in [("b1", 4), ("b2", 3), ("b3", 2), ("b4", 1)] {
+        w.submit(name, "B", p, 1);
+    }
+    w.submit("l", "L", 0, 2);
+    assert_eq!(w.running(), set(&["b1", "b2", "b3"]));
+    let mut raised = ShareSpec::new("L");
+    raised.limits = [(G5.to_string(), 2)].into();
+    let put = Input::PutShare {
+        queue: Q.into(),
+        share: raised,
+    };
+    let foreseen = w.s.what_if(w.now, [put], 0).unwrap();
+    let stopped: Vec<(String, Option<JobId>)> = foreseen
+        .iter()
+        .filter_map(|(at, e)| match e {
+            Effect::Stop { job, cause, .. } if *at == w.now => Some((
+                w.name(*job).to_string(),
+                match cause {
+                    StopCause::Reclaim { for_job, .. } => Some(*for_job),
+                    _ => None,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+    let l = Some(w.id("l"));
+    assert_eq!(stopped, [("b3".to_string(), l)]);
+    // The real scheduler did not move.
+    assert_eq!(w.running(), set(&["b1", "b2", "b3"]));
+    assert_eq!(w.runnable(), set(&["b4", "l"]));
+    assert_eq!(
+        w.s.usage(Q)
+            .unwrap()
+            .iter()
+            .find(|u| u.share == "L")
+            .unwrap()
+            .entitlement,
+        1
+    );
+}
+
+#[test]
+fn a_what_if_runs_out_a_reclaimer_s_patience_within_its_horizon() {
+    // b borrows L's idle instance and checkpoints, which makes an owner patient with it
+    // (`reclaim_patience_ms`): raised to 2, L's job would preempt nothing at once, and b when
+    // its patience runs out.
+    let policy = Policy {
+        reclaim_patience_ms: 60_000,
+        ..Default::default()
+    };
+    let mut w = World::with_policy(&[(G5, 2)], policy).share("L", Lend, &[(G5, 1)]);
+    w.share_with("B", LendAndBorrow, &[(G5, 0)], |s| {
+        s.borrow_limit_percent = -1
+    });
+    w.submit("b", "B", 0, 1);
+    w.advance(10);
+    w.checkpoint("b");
+    w.advance(10);
+    w.checkpoint("b");
+    w.submit("l", "L", 0, 2);
+    // A victim that checkpoints at this very instant would be taken at once (it loses nothing).
+    w.advance(1);
+    assert_eq!(w.running(), set(&["b"]));
+    let mut raised = ShareSpec::new("L");
+    raised.limits = [(G5.to_string(), 2)].into();
+    let put = || Input::PutShare {
+        queue: Q.into(),
+        share: raised.clone(),
+    };
+    let stops = |fx: &[(Millis, Effect)]| -> Vec<Millis> {
+        fx.iter()
+            .filter(|(_, e)| matches!(e, Effect::Stop { .. }))
+            .map(|(at, _)| *at)
+            .collect()
+    };
+    let now = w.now;
+    assert!(stops(&w.s.what_if(now, [put()], 0).unwrap()).is_empty());
+    assert_eq!(
+        stops(&w.s.what_if(now, [put()], 120_000).unwrap()),
+        [now + 60_000]
+    );
+}
+
+#[test]
+fn usage_lists_a_share_s_entitlement_before_it_has_run_a_job() {
+    let w = World::new(&[(G5, 4), (P4, 2)])
+        .share("L", Lend, &[(G5, 1), (P4, 2)])
+        .share("R", Reserve, &[(P4, 0)]);
+    let rows: Vec<(String, String, u32, u32)> =
+        w.s.usage(Q)
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.share, u.instance_type, u.entitlement, u.lendable))
+            .collect();
+    let row = |s: &str, t: &str, e, l| (s.to_string(), t.to_string(), e, l);
+    assert_eq!(
+        rows,
+        [
+            row("L", G5, 1, 1),
+            row("L", P4, 2, 2),
+            row("R", G5, 0, 0),
+            row("R", P4, 0, 0)
+        ]
+    );
+}

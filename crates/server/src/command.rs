@@ -309,6 +309,8 @@ pub enum Query {
     Usage,
     /// `GET /qm/v1/audit`.
     Audit,
+    /// `POST /qm/v1/what-if`.
+    WhatIf(qm_api::qm::WhatIfRequest),
     /// Where an attempt's logs are: the job's id and the attempt number (latest if `None`).
     LogInfo {
         /// Job id.

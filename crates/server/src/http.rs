@@ -73,6 +73,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/usage/report", get(usage_report))
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
+        .route("/qm/v1/what-if", post(what_if))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -306,6 +307,14 @@ fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams,
         every,
         gpus: BTreeMap::new(),
     })
+}
+
+/// `POST /qm/v1/what-if`: see [`qm_api::qm::WhatIfRequest`].
+async fn what_if(AxState(app): AxState<App>, body: Result<Bytes, BytesRejection>) -> Response {
+    match read_body(body).and_then(|b| parse_request(&b)) {
+        Ok(r) => dispatch(&app, Request::Query(Query::WhatIf(r))).await,
+        Err(e) => error_response(&e),
+    }
 }
 
 async fn audit_list(AxState(app): AxState<App>) -> Response {

@@ -414,6 +414,7 @@ impl State {
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
+            Query::WhatIf(r) => self.what_if(r),
             Query::Audit => body(&qm_api::qm::AuditLog {
                 entries: self.audit.clone(),
             }),
@@ -890,41 +891,10 @@ impl State {
         out
     }
 
-    /// The core's accounting of a queue, with a zero row for every share and instance type it
-    /// has a limit for that the core has not seen a job of yet.
+    /// The core's accounting of a queue: every share on every instance type it has a limit
+    /// for or a job has used.
     pub fn share_usage(&self, queue: &str) -> Vec<qm_core::ShareUsage> {
-        let Some(q) = self.queues.get(queue) else {
-            return Vec::new();
-        };
-        let mut rows = self.core.usage(queue).unwrap_or_default();
-        for share in q.shares.values() {
-            for limit in &share.limits {
-                let unit = &limit.capacity_unit;
-                if rows
-                    .iter()
-                    .any(|r| r.share == share.name && &r.instance_type == unit)
-                {
-                    continue;
-                }
-                let entitlement = limit.max_capacity.max(0) as u32;
-                let lends = !matches!(
-                    share.sharing.strategy,
-                    QuotaShareResourceSharingStrategy::Reserve
-                );
-                rows.push(qm_core::ShareUsage {
-                    share: share.name.clone(),
-                    instance_type: unit.clone(),
-                    entitlement,
-                    usage: 0,
-                    stopping: 0,
-                    borrowed: 0,
-                    lendable: if lends { entitlement } else { 0 },
-                    pending: 0,
-                });
-            }
-        }
-        rows.sort_by(|a, b| (&a.share, &a.instance_type).cmp(&(&b.share, &b.instance_type)));
-        rows
+        self.core.usage(queue).unwrap_or_default()
     }
 
     /// RUNNABLE jobs per (share, instance type) that can fit — those waiting for a stopping
@@ -955,58 +925,27 @@ impl State {
         let mut queues = Vec::new();
         for q in self.queues.values() {
             let usage = self.share_usage(&q.name);
-            // Per instance type, the core's split of what is borrowed over the lenders.
-            let mut by_type: BTreeMap<&str, Vec<(usize, qm_core::ledger::Account)>> =
-                BTreeMap::new();
-            for (i, u) in usage.iter().enumerate() {
-                let strategy = q
-                    .shares
-                    .get(&u.share)
-                    .map_or(qm_core::Strategy::Reserve, |s| {
-                        qm_api::strategy(s.sharing.strategy)
-                    });
-                by_type.entry(u.instance_type.as_str()).or_default().push((
-                    i,
-                    qm_core::ledger::Account {
-                        entitlement: u.entitlement,
-                        usage: u.usage,
-                        strategy,
-                        allowance: None,
-                    },
-                ));
-            }
-            let mut lent_of = vec![0.0; usage.len()];
-            for rows in by_type.values() {
-                let accounts: Vec<_> = rows.iter().map(|(_, a)| *a).collect();
-                for ((i, _), lent) in rows.iter().zip(qm_core::ledger::lent_out(&accounts)) {
-                    lent_of[*i] = (lent * 100.0).round() / 100.0;
-                }
-            }
             let runnable = self.runnable_counts(&q.name);
             let shares: Vec<qm_api::qm::ShareUsage> = usage
                 .iter()
-                .enumerate()
-                .filter(|(_, u)| q.shares.contains_key(&u.share))
-                .map(|(i, u)| {
-                    let lent = lent_of[i];
-                    qm_api::qm::ShareUsage {
-                        quota_share_name: u.share.clone(),
-                        capacity_unit: u.instance_type.clone(),
-                        entitled: f64::from(u.entitlement),
-                        used: f64::from(u.usage),
-                        own_use: f64::from(u.usage - u.borrowed),
-                        borrowed: f64::from(u.borrowed),
-                        lent_out: lent,
-                        stopping: f64::from(u.stopping),
-                        runnable: runnable
-                            .get(&(u.share.clone(), u.instance_type.clone()))
-                            .copied()
-                            .unwrap_or(0) as f64,
-                        protection: q.shares.get(&u.share).and_then(|s| {
-                            let (min, cap) = qm_api::validate::protection(&s.tags);
-                            qm_api::qm::protection_words(min, cap)
-                        }),
-                    }
+                .filter(|u| q.shares.contains_key(&u.share))
+                .map(|u| qm_api::qm::ShareUsage {
+                    quota_share_name: u.share.clone(),
+                    capacity_unit: u.instance_type.clone(),
+                    entitled: f64::from(u.entitlement),
+                    used: f64::from(u.usage),
+                    own_use: f64::from(u.usage - u.borrowed),
+                    borrowed: f64::from(u.borrowed),
+                    lent_out: u.lent_out,
+                    stopping: f64::from(u.stopping),
+                    runnable: runnable
+                        .get(&(u.share.clone(), u.instance_type.clone()))
+                        .copied()
+                        .unwrap_or(0) as f64,
+                    protection: q.shares.get(&u.share).and_then(|s| {
+                        let (min, cap) = qm_api::validate::protection(&s.tags);
+                        qm_api::qm::protection_words(min, cap)
+                    }),
                 })
                 .collect();
             queues.push(qm_api::qm::QueueUsage {

@@ -950,3 +950,97 @@ fn a_job_backfilled_onto_a_reservation_says_it_is_preemptible_for_that_job() {
         "a1 is not backfilled"
     );
 }
+
+fn share_body(name: &str, limit: u32, strategy: &str) -> Value {
+    json!({"quotaShareName": name, "jobQueue": "jq",
+           "capacityLimits": [{"maxCapacity": limit, "capacityUnit": UNIT}],
+           "resourceSharingConfiguration": {"strategy": strategy},
+           "preemptionConfiguration": {"inSharePreemption": "DISABLED"}})
+}
+
+fn what_if(w: &World, request: Value) -> Result<Value, String> {
+    let q = Query::WhatIf(serde_json::from_value(request).expect("a what-if request"));
+    w.state
+        .query(&q, w.now)
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_what_if_names_the_job_the_scheduler_would_preempt_and_changes_nothing() {
+    // research runs its own two, inference runs one and waits with another, prod (RESERVE) is
+    // idle. Moving one instance from research to inference lets the waiting job claim it:
+    // prod's idle instance is not room for it, so research's lower-priority job (now borrowed)
+    // is the victim.
+    let mut w = World::new();
+    fifo_queue(&mut w, 4, UNIT, 4, json!([]));
+    let shares = |research: u32, inference: u32| {
+        vec![
+            share_body("research", research, "LEND_AND_BORROW"),
+            share_body("inference", inference, "LEND"),
+            share_body("prod", 1, "RESERVE"),
+        ]
+    };
+    for s in shares(2, 1) {
+        w.one(cmd("CreateQuotaShare", s));
+    }
+    w.submit("r1", "research", 1);
+    w.submit("r2", "research", 2);
+    w.submit("i1", "inference", 0);
+    w.submit("i2", "inference", 0);
+    assert_eq!(w.status("i2"), "RUNNABLE");
+
+    let answer = what_if(&w, json!({"jobQueue": "jq", "quotaShares": shares(1, 2)})).unwrap();
+    let decisions = answer["decisions"].as_array().unwrap();
+    let preempted: Vec<(&str, &str)> = decisions
+        .iter()
+        .filter(|d| d["action"] == "PREEMPT")
+        .map(|d| {
+            (
+                d["job"]["jobId"].as_str().unwrap(),
+                d["forJob"]["jobId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(preempted, [("r1", "i2")], "{answer}");
+    assert_eq!(decisions[0]["at"], answer["now"]);
+    // Nothing moved.
+    assert_eq!(w.status("r1"), "SCHEDULED");
+    assert_eq!(w.status("i2"), "RUNNABLE");
+
+    // Leaving a share out deletes it: its running job is terminated.
+    let answer = what_if(
+        &w,
+        json!({"jobQueue": "jq", "quotaShares": [share_body("research", 2, "LEND_AND_BORROW")]}),
+    )
+    .unwrap();
+    let terminated: Vec<&str> = answer["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["action"] == "TERMINATE")
+        .map(|d| d["job"]["jobId"].as_str().unwrap())
+        .collect();
+    assert_eq!(terminated, ["i1"], "{answer}");
+}
+
+#[test]
+fn a_what_if_is_validated_like_the_operations_it_stands_for() {
+    let mut w = World::new();
+    fifo_queue(&mut w, 4, UNIT, 4, json!([]));
+    let mut bad = share_body("research", 1, "LEND_AND_BORROW");
+    bad["capacityLimits"] = json!([]);
+    let err = what_if(&w, json!({"jobQueue": "jq", "quotaShares": [bad]})).unwrap_err();
+    assert!(err.contains("quotaShares[0].capacityLimits"), "{err}");
+    let twice = vec![share_body("a", 1, "LEND"), share_body("a", 1, "LEND")];
+    let err = what_if(&w, json!({"jobQueue": "jq", "quotaShares": twice})).unwrap_err();
+    assert!(
+        err.contains("quotaShares[1].quotaShareName") && err.contains("twice"),
+        "{err}"
+    );
+    let err = what_if(&w, json!({"jobQueue": "nope", "quotaShares": []})).unwrap_err();
+    assert!(
+        err.contains("jobQueue: job queue 'nope' does not exist"),
+        "{err}"
+    );
+}

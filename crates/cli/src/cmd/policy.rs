@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use qm_cli::client::Client;
-use qm_cli::policy::{apply, audit, live, plan, Desired};
+use qm_cli::policy::{apply, audit, live, plan, whatif, Desired, Error};
 
 /// How to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -85,6 +85,16 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The plan, with what the server's scheduler would preempt once it is applied (asked only
+/// when there is a change to a queue that exists).
+fn planned(client: &Client, desired: &Desired, live: &live::Live) -> Result<plan::Plan, Error> {
+    let mut plan = plan::diff(desired, live);
+    if !plan.is_empty() && live.queue.is_some() {
+        plan.foresee(&whatif::read(client, desired)?);
+    }
+    Ok(plan)
+}
+
 fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Plan {
@@ -95,7 +105,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             let desired = Desired::load(&file)?;
             let client = server.client();
             let live = live::read(&client, &desired.names)?;
-            let plan = plan::diff(&desired, &live);
+            let plan = planned(&client, &desired, &live)?;
             match output {
                 Output::Table => print!("{}", plan::render(&plan, &file.display().to_string())),
                 Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
@@ -106,7 +116,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             let desired = Desired::load(&file)?;
             let client = server.client();
             let live = live::read(&client, &desired.names)?;
-            let plan = plan::diff(&desired, &live);
+            let plan = planned(&client, &desired, &live)?;
             let source = file.display().to_string();
             let text = plan::render(&plan, &source);
             print!("{text}");

@@ -28,6 +28,23 @@ fn sharing(s: &ShareSpec) -> Value {
     v
 }
 
+/// A CreateQuotaShare body for `s` in `job_queue` (also the shape of a what-if's shares).
+pub(super) fn create_share_body(s: &ShareSpec, job_queue: &str) -> Value {
+    json!({
+        "quotaShareName": s.name,
+        "jobQueue": job_queue,
+        "capacityLimits": limits(&s.limits),
+        "resourceSharingConfiguration": sharing(s),
+        "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
+        "state": on_off(s.enabled),
+    })
+}
+
+/// The environment's limits in the API's shape.
+pub(super) fn limits_body(map: &std::collections::BTreeMap<String, u32>) -> Value {
+    limits(map)
+}
+
 fn on_off(b: bool) -> &'static str {
     if b {
         "ENABLED"
@@ -134,14 +151,7 @@ fn share(
             call(
                 client,
                 "createquotashare",
-                &json!({
-                    "quotaShareName": s.name,
-                    "jobQueue": desired.names.job_queue,
-                    "capacityLimits": limits(&s.limits),
-                    "resourceSharingConfiguration": sharing(s),
-                    "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
-                    "state": on_off(s.enabled),
-                }),
+                &create_share_body(s, &desired.names.job_queue),
             )?;
         }
         (Action::Update, Some(s)) => {

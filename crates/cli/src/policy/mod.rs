@@ -11,6 +11,8 @@
 //! - [`plan`]: the pure part — the diff between the file and the server, and what each change
 //!   that lowers a limit or makes capacity reclaimable does to running jobs — and its text and
 //!   JSON renderings;
+//! - [`whatif`]: asks the server what its scheduler would preempt once the file is applied
+//!   (the core on a copy of the server's state), which the plan lists as "preempted";
 //! - [`apply`]: carries a plan out in a safe order and records it in the audit log;
 //! - [`audit`]: the audit log's entries and their rendering.
 
@@ -18,6 +20,7 @@ pub mod apply;
 pub mod audit;
 pub mod live;
 pub mod plan;
+pub mod whatif;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -15,12 +15,12 @@
 //!   share, and — when lent capacity is withdrawn — of the borrowers whose borrowing is no
 //!   longer backed: `Σ borrowed - Σ lendable`, [`qm_core::ledger::pressure`]), lowest priority
 //!   first, then newest: the order in which they are most likely to be picked;
-//! - **preempted at once**: the jobs that would be stopped if every share's waiting (RUNNABLE)
-//!   jobs that fit within their share's new entitlement claimed it now, highest priority first:
-//!   a claim takes free environment capacity first, then borrowed jobs of other shares in the
-//!   preemptible order. This is a simpler rule than the scheduler's (which also weighs the work
-//!   lost since a victim's last checkpoint, and the physical pool), so the jobs named are the
-//!   likely ones, the counts exact for a single queue on an unconstrained pool.
+//! - **preempted**: the jobs the server's scheduler would stop once the file is applied, and
+//!   for which waiting jobs. These are not worked out here: the server runs its scheduler on
+//!   a copy of its state with the file's configuration (`POST /qm/v1/what-if`, see
+//!   [`super::whatif`]) and [`Plan::foresee`] lists what it would preempt — at once, or
+//!   later within the scheduler's patience when the victims checkpoint — assuming nothing
+//!   else happens meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -138,12 +138,15 @@ pub struct Exposure {
     pub jobs: Vec<JobRef>,
 }
 
-/// What the owners' waiting jobs would preempt at once after the changes, per instance type.
+/// What the scheduler would preempt after the changes, per instance type and instant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Reclaim {
     /// The instance type.
     pub unit: String,
-    /// Waiting jobs that would start.
+    /// Seconds after the plan was made (0: at once; later: when the waiting jobs' patience
+    /// with victims that checkpoint runs out).
+    pub after_seconds: u64,
+    /// Waiting jobs the victims are preempted for.
     pub claimants: Vec<JobRef>,
     /// Running jobs that would be preempted for them.
     pub victims: Vec<JobRef>,
@@ -158,13 +161,49 @@ pub struct Plan {
     pub changes: Vec<Change>,
     /// Jobs that become preemptible.
     pub preemptible: Vec<Exposure>,
-    /// Jobs preempted at once if the owners' waiting jobs claimed their capacity.
-    pub preempted_at_once: Vec<Reclaim>,
+    /// Jobs the server's scheduler would preempt once the plan is applied (see
+    /// [`Plan::foresee`]); empty until then.
+    pub preempted: Vec<Reclaim>,
     /// Whether the server had more jobs than were read (the job lists may be incomplete).
     pub jobs_truncated: bool,
 }
 
 impl Plan {
+    /// Lists what the server's what-if says the scheduler would preempt.
+    pub fn foresee(&mut self, what_if: &qm_api::qm::WhatIf) {
+        let job = |j: &qm_api::qm::WhatIfJob| JobRef {
+            id: j.job_id.clone(),
+            name: j.job_name.clone(),
+            share: j.quota_share_name.clone(),
+            priority: i64::from(j.priority),
+            unit: j.capacity_unit.clone(),
+            count: j.instances,
+        };
+        let mut groups: BTreeMap<(String, u64), Reclaim> = BTreeMap::new();
+        for d in &what_if.decisions {
+            if d.action != qm_api::qm::WhatIfAction::Preempt {
+                continue;
+            }
+            let after_seconds = (d.at - what_if.now).max(0) as u64 / 1000;
+            let unit = d.job.capacity_unit.clone();
+            let r = groups
+                .entry((unit.clone(), after_seconds))
+                .or_insert_with(|| Reclaim {
+                    unit,
+                    after_seconds,
+                    claimants: Vec::new(),
+                    victims: Vec::new(),
+                });
+            r.victims.push(job(&d.job));
+            if let Some(f) = &d.for_job {
+                if !r.claimants.iter().any(|c| c.id == f.job_id) {
+                    r.claimants.push(job(f));
+                }
+            }
+        }
+        self.preempted = groups.into_values().collect();
+    }
+
     /// Whether applying the plan changes nothing.
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
@@ -401,12 +440,11 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         changes.push(c);
     }
 
-    let (preemptible, preempted_at_once) = impact(desired, live);
     Plan {
         names: names.clone(),
         changes,
-        preemptible,
-        preempted_at_once,
+        preemptible: impact(desired, live),
+        preempted: Vec::new(),
         jobs_truncated: live.jobs_truncated,
     }
 }
@@ -513,8 +551,8 @@ fn lowering_cause(p: &Position<'_>, unit: &str) -> Option<(String, bool)> {
     })
 }
 
-/// The preemptible jobs and the at-once preemptions of the plan's lowering changes.
-fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
+/// The jobs the plan's lowering changes make preemptible.
+fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
     let mut units: BTreeSet<&str> = desired.environment.keys().map(String::as_str).collect();
     if let Some(e) = &live.environment {
         units.extend(e.limits.keys().map(String::as_str));
@@ -526,7 +564,6 @@ fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
         .chain(live.shares.keys().map(String::as_str))
         .collect();
     let mut exposures = Vec::new();
-    let mut reclaims = Vec::new();
     for unit in units {
         let positions: Vec<Position<'_>> = names
             .iter()
@@ -547,7 +584,6 @@ fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
             .as_ref()
             .and_then(|e| e.limits.get(unit).copied());
         let env_after = desired.environment.get(unit).copied().unwrap_or(0);
-        let mut triggered = false;
         let mut withdrawn: Vec<String> = Vec::new();
         if env_before.is_some_and(|b| env_after < b) {
             withdrawn.push(format!(
@@ -560,7 +596,6 @@ fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
             let Some((cause, withdraws)) = lowering_cause(p, unit) else {
                 continue;
             };
-            triggered = true;
             if withdraws {
                 withdrawn.push(cause.clone());
             }
@@ -582,7 +617,6 @@ fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
             .filter_map(|p| p.after.map(|s| (p, account(s, unit, p.usage))))
             .collect();
         if !withdrawn.is_empty() {
-            triggered = true;
             let accounts: Vec<Account> = after.iter().map(|(_, a)| *a).collect();
             let pressure = ledger::pressure(
                 Ceiling {
@@ -614,105 +648,8 @@ fn impact(desired: &Desired, live: &Live) -> (Vec<Exposure>, Vec<Reclaim>) {
                 });
             }
         }
-        if triggered {
-            if let Some(r) = claims(live, unit, env_after, &after) {
-                reclaims.push(r);
-            }
-        }
     }
-    (exposures, reclaims)
-}
-
-/// Plays the owners' waiting jobs against the new settings (see the module doc).
-fn claims(
-    live: &Live,
-    unit: &str,
-    environment: u32,
-    after: &[(&Position<'_>, Account)],
-) -> Option<Reclaim> {
-    let mut accounts: BTreeMap<&str, Account> = after.iter().map(|(p, a)| (p.name, *a)).collect();
-    let total: u32 = accounts.values().map(|a| a.usage).sum();
-    let mut free = i64::from(environment) - i64::from(total);
-    // Borrowed jobs of every share, most likely victims first.
-    let mut pool: Vec<&LiveJob> = Vec::new();
-    for (name, a) in &accounts {
-        let mine = likely_victims(&live.jobs, Some(name), unit);
-        let ids: BTreeSet<String> = covering(mine.clone(), a.borrowed())
-            .into_iter()
-            .map(|j| j.id)
-            .collect();
-        pool.extend(mine.into_iter().filter(|j| ids.contains(&j.id)));
-    }
-    pool.sort_by(|a, b| victim_order(a, b));
-    let mut waiting: Vec<&LiveJob> = live
-        .jobs
-        .iter()
-        .filter(|j| j.state == JobState::Runnable && j.unit == unit)
-        .filter(|j| {
-            after
-                .iter()
-                .any(|(p, _)| p.name == j.share && p.after.is_some_and(|s| s.enabled))
-        })
-        .collect();
-    waiting.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.created_at.cmp(&b.created_at))
-            .then(a.id.cmp(&b.id))
-    });
-    let mut claimants = Vec::new();
-    let mut victims = Vec::new();
-    for job in waiting {
-        let Some(owner) = accounts.get(job.share.as_str()).copied() else {
-            continue;
-        };
-        if owner.usage + job.count > owner.entitlement {
-            continue; // it would borrow: borrowing never preempts
-        }
-        // Another RESERVE share's idle entitlement is not room for this job: the server keeps
-        // it for that share and preempts a borrower instead.
-        let reserved_elsewhere: i64 = accounts
-            .iter()
-            .filter(|(name, a)| **name != job.share.as_str() && !a.strategy.lends())
-            .map(|(_, a)| i64::from(a.entitlement.saturating_sub(a.usage)))
-            .sum::<i64>()
-            .min(free.max(0));
-        let mut taken = Vec::new();
-        let mut room = free - reserved_elsewhere;
-        let mut rest = Vec::new();
-        for v in pool.drain(..) {
-            if room < i64::from(job.count) && v.share != job.share {
-                room += i64::from(v.count);
-                taken.push(v);
-            } else {
-                rest.push(v);
-            }
-        }
-        if room < i64::from(job.count) {
-            // Not enough to reclaim: nothing is preempted for it.
-            rest.extend(taken);
-            rest.sort_by(|a, b| victim_order(a, b));
-            pool = rest;
-            continue;
-        }
-        pool = rest;
-        for v in taken {
-            if let Some(a) = accounts.get_mut(v.share.as_str()) {
-                a.usage -= v.count.min(a.usage);
-            }
-            victims.push(JobRef::from(v));
-        }
-        free = room + reserved_elsewhere - i64::from(job.count);
-        if let Some(a) = accounts.get_mut(job.share.as_str()) {
-            a.usage += job.count;
-        }
-        claimants.push(JobRef::from(job));
-    }
-    (!victims.is_empty()).then(|| Reclaim {
-        unit: unit.to_string(),
-        claimants,
-        victims,
-    })
+    exposures
 }
 
 fn job_line(out: &mut String, j: &JobRef) {
@@ -780,7 +717,7 @@ pub fn render(plan: &Plan, source: &str) -> String {
             }
         }
     }
-    if !plan.preemptible.is_empty() || !plan.preempted_at_once.is_empty() {
+    if !plan.preemptible.is_empty() || !plan.preempted.is_empty() {
         let _ = writeln!(out);
         let _ = writeln!(out, "Running jobs affected:");
     }
@@ -795,13 +732,16 @@ pub fn render(plan: &Plan, source: &str) -> String {
             job_line(&mut out, j);
         }
     }
-    for r in &plan.preempted_at_once {
+    for r in &plan.preempted {
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "  {}: preempted at once if the owners' waiting jobs claimed their capacity:",
-            r.unit
-        );
+        let when = match r.after_seconds {
+            0 => "at once".to_string(),
+            s => format!(
+                "in {} (when its patience with victims that checkpoint runs out), unless they end first",
+                crate::client::time::duration(0, s as i64 * 1000)
+            ),
+        };
+        let _ = writeln!(out, "  {}: the scheduler would preempt {when}:", r.unit);
         for j in &r.victims {
             job_line(&mut out, j);
         }
@@ -906,7 +846,7 @@ mod tests {
         let d = desired(vec![share("a", 2, Strategy::Lend, -1)]);
         let plan = diff(&d, &live(&d, &[("a", "j", 0, true)]));
         assert!(plan.is_empty(), "{plan:?}");
-        assert!(plan.preemptible.is_empty() && plan.preempted_at_once.is_empty());
+        assert!(plan.preemptible.is_empty() && plan.preempted.is_empty());
     }
 
     #[test]
@@ -937,7 +877,7 @@ mod tests {
     }
 
     #[test]
-    fn lend_to_reserve_exposes_the_borrowers_it_backed_and_its_owner_reclaims_at_once() {
+    fn lend_to_reserve_exposes_the_borrowers_it_backed() {
         let before = desired(vec![
             share("a", 1, Strategy::LendAndBorrow, -1),
             share("b", 3, Strategy::Lend, -1),
@@ -964,41 +904,51 @@ mod tests {
             .collect();
         assert_eq!(unbacked.len(), 1, "{plan:?}");
         assert_eq!(names(&unbacked[0].jobs), ["a3", "a2"]);
-        assert_eq!(plan.preempted_at_once.len(), 1, "{plan:?}");
-        assert_eq!(names(&plan.preempted_at_once[0].victims), ["a3"]);
-        assert_eq!(names(&plan.preempted_at_once[0].claimants), ["b-wait"]);
     }
 
     #[test]
-    fn another_reserve_share_s_idle_instance_is_not_room_for_a_claimant() {
-        // The tour after inference took its instance back: research runs on its own two,
-        // inference runs one job and waits with another, prod (RESERVE) is idle. Moving one
-        // instance from research to inference lets the waiting job claim it: prod's idle
-        // instance is not room for it (the server keeps it for prod), so one of research's
-        // jobs — now borrowed — is preempted at once.
-        let before = desired(vec![
-            share("research", 2, Strategy::LendAndBorrow, -1),
-            share("inference", 1, Strategy::Lend, -1),
-            share("prod", 1, Strategy::Reserve, -1),
-        ]);
-        let server = live(
-            &before,
-            &[
-                ("research", "r1", 1, true),
-                ("research", "r2", 2, true),
-                ("inference", "i1", 0, true),
-                ("inference", "i2", 0, false),
+    fn the_server_s_what_if_is_listed_by_unit_and_instant_with_the_jobs_preempted_for() {
+        use qm_api::qm::{WhatIf, WhatIfAction, WhatIfDecision, WhatIfJob};
+        let job = |id: &str, unit: &str| WhatIfJob {
+            job_id: id.into(),
+            job_name: id.into(),
+            quota_share_name: "s".into(),
+            capacity_unit: unit.into(),
+            instances: 1,
+            priority: 0,
+        };
+        let d = |at, action, id: &str, unit: &str, for_job: Option<&str>| WhatIfDecision {
+            at,
+            action,
+            job: job(id, unit),
+            for_job: for_job.map(|f| job(f, unit)),
+        };
+        let what_if = WhatIf {
+            now: 1_000,
+            decisions: vec![
+                d(1_000, WhatIfAction::Preempt, "v1", "gpu", Some("w1")),
+                d(1_000, WhatIfAction::Start, "w0", "gpu", None),
+                d(1_000, WhatIfAction::Preempt, "v2", "gpu", Some("w1")),
+                d(301_000, WhatIfAction::Preempt, "v3", "gpu", Some("w2")),
+                d(1_000, WhatIfAction::Terminate, "t", "cpu", None),
             ],
+            horizon_ms: 1_800_000,
+        };
+        let d0 = desired(vec![share("s", 1, Strategy::Lend, -1)]);
+        let mut plan = diff(&d0, &live(&d0, &[]));
+        plan.foresee(&what_if);
+        let groups: Vec<(u64, Vec<&str>, Vec<&str>)> = plan
+            .preempted
+            .iter()
+            .map(|r| (r.after_seconds, names(&r.victims), names(&r.claimants)))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (0, vec!["v1", "v2"], vec!["w1"]),
+                (300, vec!["v3"], vec!["w2"])
+            ]
         );
-        let after = desired(vec![
-            share("research", 1, Strategy::LendAndBorrow, -1),
-            share("inference", 2, Strategy::Lend, -1),
-            share("prod", 1, Strategy::Reserve, -1),
-        ]);
-        let plan = diff(&after, &server);
-        assert_eq!(plan.preempted_at_once.len(), 1, "{plan:?}");
-        assert_eq!(names(&plan.preempted_at_once[0].claimants), ["i2"]);
-        assert_eq!(names(&plan.preempted_at_once[0].victims), ["r1"]);
     }
 
     #[test]

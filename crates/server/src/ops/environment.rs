@@ -30,20 +30,29 @@ impl State {
         limits: &[CapacityLimit],
     ) -> Result<(), ApiError> {
         let environment = environment_limits(limits);
-        if !self.capacity.is_empty() {
-            for unit in environment.keys() {
-                if !self.capacity.contains_key(unit) {
-                    self.core_apply(Input::SetPhysicalCapacity {
-                        instance_type: unit.clone(),
-                        instances: Some(0),
-                    })?;
-                }
-            }
+        for input in self.physical_for_new_units(limits) {
+            self.core_apply(input)?;
         }
         self.core_apply(Input::PutQueue(QueueSpec {
             name: queue.to_string(),
             environment,
         }))
+    }
+
+    /// Zero physical capacity for each instance type of `limits` that the executor does not
+    /// offer (none when it reports no pools).
+    pub(crate) fn physical_for_new_units(&self, limits: &[CapacityLimit]) -> Vec<Input> {
+        if self.capacity.is_empty() {
+            return Vec::new();
+        }
+        environment_limits(limits)
+            .into_keys()
+            .filter(|unit| !self.capacity.contains_key(unit))
+            .map(|unit| Input::SetPhysicalCapacity {
+                instance_type: unit,
+                instances: Some(0),
+            })
+            .collect()
     }
 
     pub(crate) fn create_service_environment(

@@ -11,6 +11,7 @@ mod share;
 mod snapshot;
 mod tags;
 mod usage;
+mod whatif;
 
 use qm_api::{decode_token, encode_token, ApiError};
 

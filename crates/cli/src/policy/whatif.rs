@@ -1,0 +1,34 @@
+//! What the server's scheduler would decide once a cluster file is applied: `qm plan` asks
+//! `POST /qm/v1/what-if` (the core run on a copy of the server's state) instead of working
+//! out victims itself, so that the jobs it names are the ones the scheduler would pick.
+
+use qm_api::qm::WhatIf;
+use serde_json::json;
+
+use super::apply::{create_share_body, limits_body};
+use super::{Desired, Error};
+use crate::client::Client;
+
+/// The what-if endpoint.
+pub const WHAT_IF_PATH: &str = "/qm/v1/what-if";
+
+/// What the server's scheduler would decide if the queue were configured as `desired` says.
+pub fn read(client: &Client, desired: &Desired) -> Result<WhatIf, Error> {
+    let queue = &desired.names.job_queue;
+    let request = json!({
+        "jobQueue": queue,
+        "capacityLimits": limits_body(&desired.environment),
+        "quotaShares": desired
+            .shares
+            .iter()
+            .map(|s| create_share_body(s, queue))
+            .collect::<Vec<_>>(),
+    });
+    let v = client
+        .post_json(WHAT_IF_PATH, &request)
+        .map_err(|e| Error::request("what-if", e))?;
+    serde_json::from_value(v).map_err(|e| Error::Shape {
+        operation: "what-if".into(),
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,137 @@
+//! `POST /qm/v1/what-if`: what the scheduler would decide if a queue's configuration were
+//! changed, worked out by the core on a copy of its state ([`qm_core::Scheduler::what_if`]).
+//! `qm plan` names the jobs a change would preempt from this answer, so that the victim
+//! choice has one definition, the core's. The request is validated as the real operations
+//! would validate it; nothing is changed or logged.
+
+use std::collections::BTreeSet;
+
+use qm_api::qm::{WhatIf, WhatIfAction, WhatIfDecision, WhatIfJob, WhatIfRequest};
+use qm_api::*;
+use qm_core::{Effect, Input, JobId, QueueSpec, StopCause, MAX_SHARES_PER_QUEUE};
+
+use crate::state::{body, State};
+
+impl State {
+    pub(crate) fn what_if(&self, r: &WhatIfRequest) -> Result<Vec<u8>, ApiError> {
+        let queue = self.queue_name("jobQueue", &r.job_queue)?;
+        let inputs = self.what_if_inputs(&queue, r)?;
+        let policy = self.core.policy();
+        let horizon = policy.reclaim_patience_ms.max(policy.backfill_patience_ms);
+        let effects = self.core.what_if(self.now as u64, inputs, horizon)?;
+        let decisions = effects
+            .into_iter()
+            .filter_map(|(at, e)| self.what_if_decision(at, e))
+            .collect();
+        body(&WhatIf {
+            now: self.now,
+            decisions,
+            horizon_ms: horizon,
+        })
+    }
+
+    /// The core inputs that make `queue` look as `r` says: the environment's limits, every
+    /// listed share put, every other share disabled and deleted.
+    fn what_if_inputs(&self, queue: &str, r: &WhatIfRequest) -> Result<Vec<Input>, ApiError> {
+        let q = &self.queues[queue];
+        let mut inputs = Vec::new();
+        if let Some(limits) = &r.capacity_limits {
+            capacity_limits("capacityLimits", limits, 1)?;
+            inputs.extend(self.physical_for_new_units(limits));
+            inputs.push(Input::PutQueue(QueueSpec {
+                name: queue.to_string(),
+                environment: environment_limits(limits),
+            }));
+        }
+        if r.quota_shares.len() > MAX_SHARES_PER_QUEUE {
+            return Err(ApiError::client(format!(
+                "quotaShares: {} shares listed, more than the {MAX_SHARES_PER_QUEUE} a queue can have",
+                r.quota_shares.len()
+            )));
+        }
+        let mut listed = BTreeSet::new();
+        for (i, s) in r.quota_shares.iter().enumerate() {
+            let field = format!("quotaShares[{i}]");
+            validate_create_quota_share(s)
+                .map_err(|e| ApiError::client(format!("{field}.{}", e.message())))?;
+            if self.queue_name(&format!("{field}.jobQueue"), &s.job_queue)? != queue {
+                return Err(ApiError::client(format!(
+                    "{field}.jobQueue: names another queue than jobQueue '{queue}'; a what-if changes one queue"
+                )));
+            }
+            if !listed.insert(s.quota_share_name.as_str()) {
+                return Err(ApiError::client(format!(
+                    "{field}.quotaShareName: '{}' is listed twice; list each share once",
+                    s.quota_share_name
+                )));
+            }
+            let current = q.shares.get(&s.quota_share_name);
+            let tags = s
+                .tags
+                .clone()
+                .or_else(|| current.map(|c| c.tags.clone()))
+                .unwrap_or_default();
+            inputs.push(Input::PutShare {
+                queue: queue.to_string(),
+                share: share_spec(
+                    &s.quota_share_name,
+                    &s.capacity_limits,
+                    &s.resource_sharing_configuration,
+                    &s.preemption_configuration,
+                    s.state.unwrap_or(QuotaShareState::Enabled),
+                    &tags,
+                ),
+            });
+        }
+        for (name, rec) in &q.shares {
+            if listed.contains(name.as_str()) {
+                continue;
+            }
+            let mut disabled = self.share_spec_of(rec);
+            disabled.enabled = false;
+            inputs.push(Input::PutShare {
+                queue: queue.to_string(),
+                share: disabled,
+            });
+            inputs.push(Input::DeleteShare {
+                queue: queue.to_string(),
+                share: name.clone(),
+            });
+        }
+        Ok(inputs)
+    }
+
+    /// One core effect as a decision the client is shown (requeues and final statuses follow
+    /// from the stops and are left out).
+    fn what_if_decision(&self, at: u64, e: Effect) -> Option<WhatIfDecision> {
+        let (job, action, for_job) = match e {
+            Effect::Start { job, .. } => (job, WhatIfAction::Start, None),
+            Effect::Stop { job, cause, .. } => match cause {
+                StopCause::Reclaim { for_job, .. } | StopCause::InShare { for_job } => {
+                    (job, WhatIfAction::Preempt, Some(for_job))
+                }
+                StopCause::Terminated { .. } => (job, WhatIfAction::Terminate, None),
+            },
+            Effect::Finished { .. } | Effect::Requeued { .. } => return None,
+        };
+        Some(WhatIfDecision {
+            at: at as i64,
+            action,
+            job: self.what_if_job(job)?,
+            for_job: for_job.and_then(|j| self.what_if_job(j)),
+        })
+    }
+
+    fn what_if_job(&self, job: JobId) -> Option<WhatIfJob> {
+        let rec = self.jobs.get(&job.0)?;
+        let spec = &self.core.job(job)?.spec;
+        Some(WhatIfJob {
+            job_id: rec.id.clone(),
+            job_name: rec.request.job_name.clone(),
+            quota_share_name: rec.share.clone(),
+            capacity_unit: rec.payload.instance_type.clone(),
+            instances: spec.count,
+            priority: spec.priority,
+        })
+    }
+}
