@@ -105,6 +105,24 @@ pub fn job_spec(
             .map(|n| u32::try_from(n).unwrap_or(0)),
         attempts,
         evaluate_on_exit,
+        runtime_limit_ms: runtime_limit_seconds(payload, req).map(|s| s.saturating_mul(1000)),
+    }
+}
+
+/// The longest an attempt of the job runs before the executor stops it: the lower of
+/// `StoppingCondition.MaxRuntimeInSeconds` and `timeoutConfig.attemptDurationSeconds`.
+pub fn runtime_limit_seconds(
+    payload: &TrainingPayload,
+    req: &SubmitServiceJobRequest,
+) -> Option<u64> {
+    let timeout = req
+        .timeout_config
+        .as_ref()
+        .and_then(|t| t.attempt_duration_seconds)
+        .map(|s| s.max(1) as u64);
+    match (payload.max_runtime_seconds, timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -26,7 +26,9 @@ pub mod types;
 pub mod validate;
 
 pub use arn::{decode_uri_label, Arns, Resource, ResourceKind};
-pub use convert::{environment_limits, exit_rules, job_spec, share_spec, strategy};
+pub use convert::{
+    environment_limits, exit_rules, job_spec, runtime_limit_seconds, share_spec, strategy,
+};
 pub use error::ApiError;
 pub use filter::{parse_filters, JobFilter, FILTER_NAMES};
 pub use page::{decode_token, encode_token};

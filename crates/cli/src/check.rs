@@ -212,6 +212,7 @@ impl Runner {
                     preemption_retries: s.preemption_retries,
                     attempts: 1,
                     evaluate_on_exit: Vec::new(),
+                    runtime_limit_ms: s.runtime_limit.map(|secs| secs.saturating_mul(1000)),
                 })
             }
             Step::UpdatePriority(u) => Input::UpdatePriority {

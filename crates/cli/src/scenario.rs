@@ -185,6 +185,9 @@ pub struct Submit {
     /// Re-queues allowed after preemptions; absent = unlimited.
     #[serde(default)]
     pub preemption_retries: Option<u32>,
+    /// Seconds an attempt may run at most (`MaxRuntimeInSeconds`); absent = unbounded.
+    #[serde(default)]
+    pub runtime_limit: Option<u64>,
 }
 
 fn one() -> u32 {

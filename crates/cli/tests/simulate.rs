@@ -63,6 +63,8 @@ fn the_same_workload_policies_and_seed_give_a_byte_identical_metrics_json() {
             "strict",
             "--baseline",
             "pooled",
+            "--baseline",
+            "pooled-backfill",
             "--seed",
             "3",
             "--out",
@@ -91,7 +93,13 @@ fn the_same_workload_policies_and_seed_give_a_byte_identical_metrics_json() {
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["lend-and-borrow", "strict", "pooled"]);
+    assert_eq!(
+        names,
+        ["lend-and-borrow", "strict", "pooled", "pooled-backfill"]
+    );
+    // The Slurm-like pool never preempts, and every job that fits completes.
+    assert_eq!(variants[3]["overall"]["preemptions"], 0);
+    assert_eq!(variants[3]["overall"]["completed"], 600);
     for v in variants {
         for stats in std::iter::once(&v["overall"]).chain(v["shares"].as_array().unwrap()) {
             for key in [

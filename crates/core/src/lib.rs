@@ -22,6 +22,7 @@
 //! ([`PendingReason`]); `invariants` the consistency check. Nothing here reads a clock, does
 //! IO, spawns a thread, draws a random number or lets hash-map order reach a decision.
 
+mod easy;
 pub mod error;
 mod explain;
 pub mod glob;

@@ -182,6 +182,11 @@ pub struct JobSpec {
     pub attempts: u32,
     /// `retryStrategy.evaluateOnExit`, first match wins.
     pub evaluate_on_exit: Vec<ExitRule>,
+    /// The longest an attempt holds its instances (`MaxRuntimeInSeconds` or the queue's
+    /// attempt timeout, which the executor enforces), if bounded: a job whose bound ends
+    /// before an aged head could start runs without being preemptible for it (EASY backfill).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_limit_ms: Option<Millis>,
 }
 
 impl JobSpec {
@@ -203,6 +208,7 @@ impl JobSpec {
             preemption_retries: None,
             attempts: 1,
             evaluate_on_exit: Vec::new(),
+            runtime_limit_ms: None,
         }
     }
 }

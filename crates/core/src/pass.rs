@@ -327,15 +327,23 @@ impl Nominee {
     }
 }
 
+/// How many jobs a pass without preemptible backfill looks at behind an aged head for one
+/// that ends before the head could start (Slurm's `bf_max_job_test` default).
+const EASY_DEPTH: u32 = 100;
+
 /// What one pass has learnt about a share: no job of the share needing `any` or more
 /// instances can start (nor, among those that fit its idle entitlement, `own` or more); which
-/// head it has decided; the last of its reclaiming jobs it has decided.
+/// head it has decided; the last of its reclaiming jobs it has decided; the last job it held
+/// behind an aged head for not ending before the head could start (only jobs after it are
+/// nominated), and how many it held so.
 #[derive(Clone, Copy, Debug)]
 struct Bound {
     any: u32,
     own: u32,
     head_seen: Option<JobId>,
     reclaim_seen: Option<PendKey>,
+    easy_after: Option<PendKey>,
+    easy_held: u32,
 }
 
 impl Bound {
@@ -353,6 +361,8 @@ impl Bound {
         own: u32::MAX,
         head_seen: None,
         reclaim_seen: None,
+        easy_after: None,
+        easy_held: 0,
     };
 
     fn close(&mut self) {
@@ -375,6 +385,9 @@ struct Reservation {
     draining: bool,
     /// Its head has been decided in this pass.
     decided: bool,
+    /// Its head's shadow (`crate::easy`), once a pass has needed it; forgotten when a
+    /// preemption or a lapsed claim may have made it earlier.
+    shadow: Option<Option<Millis>>,
 }
 
 impl Reservation {
@@ -564,7 +577,33 @@ impl Scheduler {
                         self.hold_if_free(q, u, n.share, holder);
                         continue;
                     }
-                    Cover::Backfill(head, decided) => Some((head, decided)),
+                    Cover::Backfill(head, decided) => {
+                        let easy = self.jobs[&id].spec.runtime_limit_ms.is_some() && {
+                            let r = reservations
+                                .iter_mut()
+                                .find(|r| r.job == head)
+                                .expect("the covering reservation");
+                            let shadow = *r
+                                .shadow
+                                .get_or_insert_with(|| self.shadow(q, u, head, &view, now));
+                            self.ends_before(id, now, shadow)
+                        };
+                        if easy {
+                            // EASY: it is gone before the head could surely start.
+                            None
+                        } else if self.policy.preemptible_backfill {
+                            Some((head, decided))
+                        } else {
+                            // Held; the jobs after it may still end in time.
+                            b.easy_after = Some(n.key);
+                            b.easy_held += 1;
+                            if b.easy_held >= EASY_DEPTH {
+                                b.close();
+                            }
+                            self.hold_if_free(q, u, n.share, head);
+                            continue;
+                        }
+                    }
                     Cover::None => None,
                 };
                 let was_patient = patient_before.contains_key(&id);
@@ -649,6 +688,10 @@ impl Scheduler {
                     .contains_key(&id);
                 if changes_view || reclaimer || was_patient != is_patient {
                     decided.borrow_mut().clear();
+                }
+                if !started && (changes_view || gave_up) {
+                    // Capacity may come free sooner than the shadows assumed.
+                    reservations.iter_mut().for_each(|r| r.shadow = None);
                 }
                 if started || was_patient != is_patient {
                     let reserve = self.reserve_of(q, u, n.share);
@@ -852,6 +895,7 @@ impl Scheduler {
                     cross: owner_sized && view.contested() && view.others_could_free(s, c),
                     draining: ul.patient.contains_key(&k.job),
                     decided: false,
+                    shadow: None,
                 })
             })
             .collect()
@@ -1084,9 +1128,10 @@ impl Scheduler {
                 continue;
             }
             let own_cap = own_room.min(b.own);
-            if let Some((c, k)) = lane.pending.first(own_cap).filter(|_| own_cap > 0) {
+            let first = |max: u32| lane.pending.first_after(max, b.easy_after);
+            if let Some((c, k)) = first(own_cap).filter(|_| own_cap > 0) {
                 out.push(nominee(c, k, Kind::Own, true));
-            } else if let Some((c, k)) = lane.pending.first(b.any).filter(|_| b.any > 0) {
+            } else if let Some((c, k)) = first(b.any).filter(|_| b.any > 0) {
                 out.push(nominee(c, k, Kind::Rest, false));
             }
         }

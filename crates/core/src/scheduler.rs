@@ -40,6 +40,11 @@ pub struct Policy {
     /// reservation lets them finish (taking each as it checkpoints), while nothing new is
     /// backfilled. 0 = at once.
     pub backfill_patience_ms: Millis,
+    /// Whether a job that may not pass an aged head starts anyway, preemptible for it, on
+    /// capacity the head cannot use yet (the default). Without it, only jobs whose runtime
+    /// bound ends before the head could start do (EASY backfill, as Slurm's backfill plugin
+    /// does): the simulator's `pooled-backfill` baseline.
+    pub preemptible_backfill: bool,
 }
 
 impl Default for Policy {
@@ -48,6 +53,7 @@ impl Default for Policy {
             reserve_after_ms: 10 * 60 * 1000,
             reclaim_patience_ms: 5 * 60 * 1000,
             backfill_patience_ms: 30 * 60 * 1000,
+            preemptible_backfill: true,
         }
     }
 }
@@ -109,6 +115,25 @@ impl PendingIndex {
             None => None,
             Some(_) => self.scan(max_count),
         }
+    }
+
+    /// [`PendingIndex::first`] among the jobs after `after` in share order.
+    pub(crate) fn first_after(
+        &self,
+        max_count: u32,
+        after: Option<PendKey>,
+    ) -> Option<(u32, PendKey)> {
+        let Some(a) = after else {
+            return self.first(max_count);
+        };
+        self.by_count
+            .range(..=max_count)
+            .filter_map(|(c, set)| {
+                set.range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+                    .next()
+                    .map(|k| (*c, *k))
+            })
+            .min_by_key(|(_, k)| *k)
     }
 
     fn scan(&self, max_count: u32) -> Option<(u32, PendKey)> {

@@ -28,6 +28,8 @@ enum Op {
         count: u32,
         priority: u32,
         retries: Option<u32>,
+        /// Runtime bound, seconds (EASY backfill).
+        bound: Option<u64>,
     },
     Finish(usize),
     Fail(usize),
@@ -136,8 +138,8 @@ fn sized_config(env: u32, limit: u32) -> impl Strategy<Value = Config> {
 
 fn op(updates: bool) -> BoxedStrategy<Op> {
     let base = prop_oneof![
-        6 => (0..4usize, prop::sample::select(vec![0usize, 0, 0, 1]), 1..4u32, 0..4u32, proptest::option::weighted(0.3, 0..3u32))
-            .prop_map(|(share, unit, count, priority, retries)| Op::Submit { share, unit, count, priority, retries }),
+        6 => (0..4usize, prop::sample::select(vec![0usize, 0, 0, 1]), 1..4u32, 0..4u32, proptest::option::weighted(0.3, 0..3u32), proptest::option::weighted(0.3, 1..2400u64))
+            .prop_map(|(share, unit, count, priority, retries, bound)| Op::Submit { share, unit, count, priority, retries, bound }),
         3 => any::<usize>().prop_map(Op::Finish),
         1 => any::<usize>().prop_map(Op::Fail),
         1 => any::<usize>().prop_map(Op::Checkpoint),
@@ -161,7 +163,7 @@ fn op(updates: bool) -> BoxedStrategy<Op> {
 fn dense_op() -> BoxedStrategy<Op> {
     prop_oneof![
         10 => (0..4usize, prop::sample::select(vec![0usize, 0, 0, 1]), 1..3u32, 0..4u32)
-            .prop_map(|(share, unit, count, priority)| Op::Submit { share, unit, count, priority, retries: None }),
+            .prop_map(|(share, unit, count, priority)| Op::Submit { share, unit, count, priority, retries: None, bound: None }),
         1 => any::<usize>().prop_map(Op::Finish),
         1 => any::<usize>().prop_map(Op::Checkpoint),
         3 => (any::<usize>(), 0..5u32).prop_map(|(j, p)| Op::Priority(j, p)),
@@ -334,6 +336,7 @@ impl Run {
                 count,
                 priority,
                 retries,
+                bound,
             } => {
                 let share = &self.cfg.shares[share % self.cfg.shares.len()];
                 let id = JobId(self.jobs.len() as u64 + 1);
@@ -341,6 +344,7 @@ impl Run {
                 spec.count = *count;
                 spec.priority = *priority;
                 spec.preemption_retries = *retries;
+                spec.runtime_limit_ms = bound.map(|s| s * 1000);
                 spec.attempts = 2;
                 if share.enabled {
                     self.jobs.push(id);

@@ -1374,3 +1374,36 @@ fn usage_lists_a_share_s_entitlement_before_it_has_run_a_job() {
         ]
     );
 }
+
+// ---- EASY backfill without preemptible backfill (the pooled-backfill baseline) -------------
+
+#[test]
+fn without_preemptible_backfill_only_jobs_that_end_before_the_head_could_start_pass_it() {
+    // As Slurm's backfill does: the head reserves at once, and only a job whose bound runs out
+    // before the head's shadow (r's bound, t=3600) passes it; nothing is ever preempted.
+    let policy = Policy {
+        reserve_after_ms: 0,
+        preemptible_backfill: false,
+        ..Default::default()
+    };
+    let mut w = World::with_policy(&[(G5, 4)], policy).share("A", Reserve, &[(G5, 4)]);
+    let bounded = |w: &mut World, name: &str, count: u32, secs: Option<u64>| {
+        w.submit_with(name, "A", |j| {
+            j.count = count;
+            j.runtime_limit_ms = secs.map(|s| s * 1000);
+        })
+    };
+    bounded(&mut w, "r", 2, Some(3600));
+    bounded(&mut w, "big", 4, None);
+    w.advance(60);
+    bounded(&mut w, "e", 1, Some(600));
+    bounded(&mut w, "p", 1, None);
+    bounded(&mut w, "l", 1, Some(7200));
+    assert_eq!(w.running(), set(&["e", "r"]));
+    assert_eq!(w.reason("p"), "HELD_FOR_OLDER_JOB");
+    assert_eq!(w.reason("l"), "HELD_FOR_OLDER_JOB");
+    w.finish("r");
+    w.finish("e");
+    assert_eq!(w.running(), set(&["big"]));
+    assert!(w.preempted().is_empty());
+}

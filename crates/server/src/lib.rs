@@ -78,6 +78,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         reserve_after_ms: config.reserve_after.as_millis() as u64,
         reclaim_patience_ms: config.reclaim_patience.as_millis() as u64,
         backfill_patience_ms: config.backfill_patience.as_millis() as u64,
+        ..Default::default()
     };
     let mut state = state::State::new(arns, policy);
     let started = std::time::Instant::now();

@@ -1044,3 +1044,33 @@ fn a_what_if_is_validated_like_the_operations_it_stands_for() {
         "{err}"
     );
 }
+
+#[test]
+fn a_job_whose_max_runtime_ends_before_the_aged_head_could_start_is_not_backfilled() {
+    // As the backfill test above, but a1 and small carry MaxRuntimeInSeconds: big could
+    // surely start once a1's hour is up, and small's ten minutes end before that, so small
+    // runs EASY-backfilled: not preemptible for big, and its statusReason says nothing of it.
+    let mut w = World::new();
+    fifo_queue(&mut w, 2, UNIT, 2, json!([]));
+    w.one(cmd("CreateQuotaShare", share_body("A", 2, "RESERVE")));
+    let bounded = |name: &str, secs: u64| {
+        let mut p: Value = serde_json::from_str(&payload(name)).unwrap();
+        p["StoppingCondition"] = json!({"MaxRuntimeInSeconds": secs});
+        p.to_string()
+    };
+    w.submit_payload("a1", "A", 0, bounded("a1", 3600));
+    let two = payload("big").replace("\"InstanceCount\":1", "\"InstanceCount\":2");
+    w.submit_payload("big", "A", 0, two);
+    w.now += 700_000;
+    w.submit_payload("small", "A", 0, bounded("small", 600));
+    assert_ne!(w.status("small"), "RUNNABLE");
+    assert_eq!(w.describe("small").get("statusReason"), None);
+    let core = &w.state.core;
+    let id = core
+        .job_ids()
+        .into_iter()
+        .find(|&j| core.job(j).unwrap().spec.runtime_limit_ms == Some(600_000))
+        .expect("small's core job carries its bound");
+    let attempt = core.job(id).unwrap().attempt.expect("small runs");
+    assert_eq!(core.attempt(attempt).unwrap().backfill_for, None);
+}

@@ -92,6 +92,11 @@ pub struct SimOptions {
     pub ignore_priorities: bool,
     /// The core's policy knobs (the starvation guard), as the server would run them.
     pub core: qm_core::Policy,
+    /// Give every job its trace duration plus the restart overhead as its runtime bound
+    /// (what `MaxRuntimeInSeconds` is to the server), so that jobs that end before an aged
+    /// head could start are EASY-backfilled instead of preemptible. Off by default: real
+    /// users' bounds are far looser than the trace's exact durations.
+    pub runtime_bounds: bool,
 }
 
 impl Default for SimOptions {
@@ -108,6 +113,7 @@ impl Default for SimOptions {
             bins: 1000,
             ignore_priorities: false,
             core: qm_core::Policy::default(),
+            runtime_bounds: false,
         }
     }
 }
@@ -617,6 +623,7 @@ pub fn run_variant(
                         preemption_retries: None,
                         attempts: 1,
                         evaluate_on_exit: Vec::new(),
+                        runtime_limit_ms: opts.runtime_bounds.then(|| st.duration_ms + overhead_ms),
                     };
                     effects.extend(core.apply(t, Input::Submit(spec))?);
                 }

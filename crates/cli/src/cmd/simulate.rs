@@ -20,6 +20,22 @@ pub enum Baseline {
     Strict,
     /// One pool with no quotas, first come first served.
     Pooled,
+    /// One pool with no quotas as a Slurm-like cluster runs it: priority then submission
+    /// order, the first waiting job reserves at once, and only jobs that end (by their trace
+    /// duration, taken as an exact runtime estimate) before it could start pass it (EASY
+    /// backfill); nothing is preempted.
+    PooledBackfill,
+}
+
+/// How a variant's jobs are scheduled, beyond its cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The policy file's own rules.
+    Policy,
+    /// First come first served.
+    Fifo,
+    /// See [`Baseline::PooledBackfill`].
+    EasyOnly,
 }
 
 /// Arguments of `qm simulate`.
@@ -68,6 +84,12 @@ pub struct Args {
     /// lets the jobs backfilled onto its reservation finish before it preempts them.
     #[arg(long, default_value_t = 1800)]
     backfill_patience: u64,
+    /// Give the policies' jobs their trace duration (plus the restart overhead) as a runtime
+    /// bound, as `MaxRuntimeInSeconds` does on the server: jobs that end before an aged head
+    /// could start are then EASY-backfilled, not preemptible for it. (The pooled-backfill
+    /// baseline always has them.)
+    #[arg(long)]
+    runtime_bounds: bool,
 }
 
 /// Runs the simulation, prints the table and writes the outputs.
@@ -77,8 +99,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if jobs.is_empty() {
         bail!("{}: the workload has no job", args.workload.display());
     }
-    let mut variants: Vec<(String, Cluster, bool)> = Vec::new();
-    let unique = |variants: &[(String, Cluster, bool)], base: String| {
+    let mut variants: Vec<(String, Cluster, Mode)> = Vec::new();
+    let unique = |variants: &[(String, Cluster, Mode)], base: String| {
         let taken = |n: &str| variants.iter().any(|(v, _, _)| v == n);
         let mut name = base.clone();
         let mut k = 2;
@@ -95,7 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "policy".into());
         let name = unique(&variants, stem);
-        variants.push((name, file.cluster(), false));
+        variants.push((name, file.cluster(), Mode::Policy));
     }
     let reference = variants[0].1.clone();
     let mut baselines: Vec<Baseline> = Vec::new();
@@ -105,12 +127,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     for b in baselines {
-        let (base, cluster, fifo) = match b {
-            Baseline::Strict => ("strict", reference.strict(), false),
-            Baseline::Pooled => ("pooled", reference.pooled(), true),
+        let (base, cluster, mode) = match b {
+            Baseline::Strict => ("strict", reference.strict(), Mode::Policy),
+            Baseline::Pooled => ("pooled", reference.pooled(), Mode::Fifo),
+            Baseline::PooledBackfill => ("pooled-backfill", reference.pooled(), Mode::EasyOnly),
         };
         let name = unique(&variants, base.to_string());
-        variants.push((name, cluster, fifo));
+        variants.push((name, cluster, mode));
     }
     let checkpoint = CheckpointSettings {
         interval_s: args.checkpoint_interval,
@@ -123,27 +146,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.workload.display(),
         variants.len()
     );
-    let options = |fifo: bool| SimOptions {
-        instance_type: args.instance_type.clone(),
-        checkpoint: checkpoint.clone(),
-        seed: args.seed,
-        ignore_priorities: fifo,
-        core: qm_core::Policy {
-            reserve_after_ms: args.reserve_after.saturating_mul(1000),
-            reclaim_patience_ms: args.reclaim_patience.saturating_mul(1000),
-            backfill_patience_ms: args.backfill_patience.saturating_mul(1000),
-        },
-        ..SimOptions::default()
+    let options = |mode: Mode| {
+        let mut o = SimOptions {
+            instance_type: args.instance_type.clone(),
+            checkpoint: checkpoint.clone(),
+            seed: args.seed,
+            ignore_priorities: mode == Mode::Fifo,
+            core: qm_core::Policy {
+                reserve_after_ms: args.reserve_after.saturating_mul(1000),
+                reclaim_patience_ms: args.reclaim_patience.saturating_mul(1000),
+                backfill_patience_ms: args.backfill_patience.saturating_mul(1000),
+                ..Default::default()
+            },
+            runtime_bounds: args.runtime_bounds,
+            ..SimOptions::default()
+        };
+        if mode == Mode::EasyOnly {
+            o.core.reserve_after_ms = 0;
+            o.core.preemptible_backfill = false;
+            o.runtime_bounds = true;
+        }
+        o
     };
     // Every variant is checked before any runs: a mistake in the last policy should not
     // surface after minutes of simulating the first ones.
-    for (name, cluster, fifo) in &variants {
-        validate(cluster, &reference, &jobs, &options(*fifo))
+    for (name, cluster, mode) in &variants {
+        validate(cluster, &reference, &jobs, &options(*mode))
             .with_context(|| format!("variant {name}"))?;
     }
     let mut runs: Vec<VariantRun> = Vec::new();
-    for (name, cluster, fifo) in &variants {
-        let opts = options(*fifo);
+    for (name, cluster, mode) in &variants {
+        let opts = options(*mode);
         let bar = ProgressBar::new(jobs.len() as u64);
         bar.set_style(
             ProgressStyle::with_template(

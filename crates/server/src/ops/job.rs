@@ -107,6 +107,7 @@ impl State {
                 .map(|n| n.max(0) as u32),
             attempts,
             evaluate_on_exit,
+            runtime_limit_ms: runtime_limit_seconds(&payload, r).map(|s| s.saturating_mul(1000)),
         }))?;
         self.next_job += 1;
         let rec = JobRec {
