@@ -43,10 +43,16 @@
 
 use std::cell::RefCell;
 
+use smallvec::SmallVec;
+
 use crate::ledger::{self, Account, Pressure};
 use crate::model::*;
 use crate::pass::{VictimRank, View};
 use crate::scheduler::{RunKey, Scheduler};
+
+/// A value per share (a queue has at most 20 live shares): the victim search computes these
+/// dozens of times per search, so they stay off the heap.
+type PerShare = SmallVec<[u32; 24]>;
 
 /// One candidate victim.
 #[derive(Clone, Copy, Debug)]
@@ -421,7 +427,7 @@ impl Search<'_> {
     fn exists(&self, prefix: usize, chosen: &[usize]) -> bool {
         // Without the bounds first (O(shares · log n)): the conditions only get easier with
         // more freed, so failing this settles it.
-        let loose: Vec<u32> = (0..self.caps.len())
+        let loose: PerShare = (0..self.caps.len())
             .map(|x| self.totals[x].all(x, prefix, chosen, &self.cands, self.caps[x]))
             .collect();
         let loose = &loose[..];
@@ -451,20 +457,20 @@ impl Search<'_> {
             None => Some(sum),
             Some(cap) => bounded_most(&[], sum, max, || multiset(untagged), cap),
         };
-        let mut freed = vec![0u32; self.caps.len()];
+        let mut freed: PerShare = smallvec::smallvec![0; self.caps.len()];
         freed[self.s] = self.own_tagged + most.unwrap_or(0);
         freed[self.s] > 0 && self.fits(&freed, false)
     }
 
-    fn only_own(&self, freed: &[u32]) -> Vec<u32> {
-        let mut own = vec![0; freed.len()];
+    fn only_own(&self, freed: &[u32]) -> PerShare {
+        let mut own: PerShare = smallvec::smallvec![0; freed.len()];
         own[self.s] = freed[self.s];
         own
     }
 
     /// Per share, the most a valid set's victims of it can free: every `chosen` candidate,
     /// any before `prefix`, within the share's bound; `None` if the chosen ones break a bound.
-    fn most_freed(&self, prefix: usize, chosen: &[usize]) -> Option<Vec<u32>> {
+    fn most_freed(&self, prefix: usize, chosen: &[usize]) -> Option<PerShare> {
         (0..self.caps.len())
             .map(|x| self.most_of(x, prefix, chosen))
             .collect()
@@ -477,7 +483,7 @@ impl Search<'_> {
         let k = pre.count_before(prefix);
         let at = k;
         let mut tagged = pre.tagged[at];
-        let mut forced = Vec::new();
+        let mut forced: PerShare = SmallVec::new();
         for cand in chosen
             .iter()
             .map(|&i| &self.cands[i])
