@@ -12,7 +12,8 @@ use super::plan::{Action, Change, Kind, Plan};
 use super::{call, Desired, Error};
 use crate::client::Client;
 
-fn limits(map: &std::collections::BTreeMap<String, u32>) -> Value {
+/// Capacity limits in the API's shape (also a what-if's environment).
+pub(super) fn limits(map: &std::collections::BTreeMap<String, u32>) -> Value {
     Value::Array(
         map.iter()
             .map(|(unit, max)| json!({"capacityUnit": unit, "maxCapacity": max}))
@@ -38,11 +39,6 @@ pub(super) fn create_share_body(s: &ShareSpec, job_queue: &str) -> Value {
         "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
         "state": on_off(s.enabled),
     })
-}
-
-/// The environment's limits in the API's shape.
-pub(super) fn limits_body(map: &std::collections::BTreeMap<String, u32>) -> Value {
-    limits(map)
 }
 
 fn on_off(b: bool) -> &'static str {

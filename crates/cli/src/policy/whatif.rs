@@ -5,7 +5,7 @@
 use qm_api::qm::WhatIf;
 use serde_json::json;
 
-use super::apply::{create_share_body, limits_body};
+use super::apply::{create_share_body, limits};
 use super::{Desired, Error};
 use crate::client::Client;
 
@@ -17,7 +17,7 @@ pub fn read(client: &Client, desired: &Desired) -> Result<WhatIf, Error> {
     let queue = &desired.names.job_queue;
     let request = json!({
         "jobQueue": queue,
-        "capacityLimits": limits_body(&desired.environment),
+        "capacityLimits": limits(&desired.environment),
         "quotaShares": desired
             .shares
             .iter()
