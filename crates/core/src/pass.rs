@@ -120,9 +120,10 @@ pub(crate) struct View {
     pub(crate) ceiling: Ceiling,
     held: Vec<Account>,
     held_projected: Vec<Account>,
-    /// Per share: instances its reclaiming jobs wait for (claims), and instances its first
-    /// waiting job that fits its idle entitlement needs, or all its idle entitlement while its
-    /// head is patient (reservations, which only borrowers see: see `borrow_gate`).
+    /// Per share: instances its reclaiming jobs wait for (claims), and instances its waiting
+    /// jobs that fit its idle entitlement need (`pending_own_demand`), or all its idle
+    /// entitlement while its head is patient (reservations, which only borrowers see: see
+    /// `borrow_gate`).
     demand: Vec<u32>,
     reserve: Vec<u32>,
     pub(crate) real: Vec<Account>,
@@ -234,8 +235,8 @@ impl View {
         {
             return false;
         }
-        // What is lendable once every other share keeps the idle instances its waiting owner
-        // needs, against what is borrowed with this job and what other reclaimers will borrow.
+        // What is lendable once every other share keeps the idle instances its waiting owners
+        // need, against what is borrowed with this job and what other reclaimers will borrow.
         let grown = Account {
             usage: accounts[s].usage + c,
             ..accounts[s]
@@ -1421,10 +1422,10 @@ impl Scheduler {
     }
 }
 
-/// Instances of a share's idle entitlement that its waiting owners need: its first job that
-/// fits the idle entitlement, or its head when taking the share's lower-priority jobs (with
-/// in-share preemption) and the jobs backfilled onto its reservation would make it fit (an
-/// optimistic count: a job may be both, or protected). Capacity an owner waits for is not lent
+/// Instances of a share's idle entitlement that its waiting owners need: what the jobs that
+/// fit the idle entitlement ask for together (up to it), or its head's count when taking the
+/// share's lower-priority jobs (with in-share preemption) and the jobs backfilled onto its
+/// reservation would make it fit (an optimistic count: a job may be both, or protected). Capacity an owner waits for is not lent
 /// (nor, when the shares' limits add up to more than the environment, taken by a borrower),
 /// since the owner would reclaim it at once.
 fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
@@ -1450,10 +1451,9 @@ fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
             return c.min(own_room);
         }
     }
-    if own_room == 0 {
-        return 0;
-    }
-    lane.pending.first(own_room).map_or(0, |(c, _)| c)
+    // Every waiting job that fits the idle entitlement, not only the first: a borrower given
+    // the room of the second would be reclaimed by it later in the same pass.
+    lane.pending.demand_within(own_room)
 }
 
 /// Whether an attempt checkpoints regularly and is on time: it checkpointed twice or more and

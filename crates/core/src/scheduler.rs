@@ -117,6 +117,19 @@ impl PendingIndex {
         }
     }
 
+    /// The instances that the jobs needing at most `room` instances ask for together, capped
+    /// at `room`: O(distinct counts), stopping once the room is spoken for.
+    pub(crate) fn demand_within(&self, room: u32) -> u32 {
+        let mut demand = 0u64;
+        for (c, set) in self.by_count.range(..=room) {
+            demand += u64::from(*c) * set.len() as u64;
+            if demand >= u64::from(room) {
+                return room;
+            }
+        }
+        demand as u32
+    }
+
     /// [`PendingIndex::first`] among the jobs after `after` in share order.
     pub(crate) fn first_after(
         &self,

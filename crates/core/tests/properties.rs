@@ -764,9 +764,15 @@ impl Run {
 /// Runs the ops with every stopped attempt exiting at once: after each op, passes and exits
 /// alternate until nothing happens. A preemption whose victims have exited must let its job
 /// start, so this settles within a few rounds; churn (start, preempt, restart...) does not.
+///
+/// Nor is a job stopped and restarted in one pass (issue 18, item 1): a victim's attempt holds
+/// its instances until it exits, so "one pass" here is the op's pass and the passes that its
+/// victims' exits bring at the same instant, with nothing else happening. A victim started
+/// again in them was preempted for nothing: there was room for it and its claimant.
 fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut run = Run::new(cfg);
     for op in ops {
+        let from = run.log.len();
         run.step(op)?;
         let mut rounds = 0;
         while !run.stopping.is_empty() {
@@ -777,6 +783,18 @@ fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                 rounds
             );
             run.step(&Op::Release)?;
+        }
+        let mut preempted: Vec<JobId> = Vec::new();
+        for e in &run.log[from..] {
+            match e {
+                Effect::Stop { job, cause, .. } if cause.is_preemption() => preempted.push(*job),
+                Effect::Start { job, .. } => prop_assert!(
+                    !preempted.contains(job),
+                    "job {:?} was preempted and restarted in one pass",
+                    job
+                ),
+                _ => {}
+            }
         }
     }
     Ok(())
@@ -804,7 +822,7 @@ proptest! {
     }
 
     #[test]
-    fn preemptions_settle_once_their_victims_have_exited(cfg in config(), ops in prop::collection::vec(op(true), 1..80)) {
+    fn preemptions_settle_once_their_victims_have_exited_and_none_is_restarted_in_its_pass(cfg in config(), ops in prop::collection::vec(op(true), 1..80)) {
         run_settling(cfg, &ops)?;
     }
 
