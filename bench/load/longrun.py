@@ -61,7 +61,7 @@ class Server:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [self.qm, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(self.data),
-             "--config", str(self.config)],
+             "--config", str(self.config), "--no-auth"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         while True:
             if self.proc.poll() is not None:

@@ -12,6 +12,15 @@ pub enum ApiError {
     /// The server failed; the same request may succeed later. HTTP 500, which clients retry.
     #[error("{0}")]
     Server(String),
+    /// Who sent the request is unknown, or may not do what it asks: HTTP 403, with the code
+    /// AWS uses for the same case (`MissingAuthenticationTokenException`,
+    /// `InvalidSignatureException`, `AccessDeniedException`, ...), which the SDKs report as is.
+    #[error("{1}")]
+    Forbidden(&'static str, String),
+    /// A body in a content type the API does not take (what a web page can send without a
+    /// CORS preflight): HTTP 415.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
 }
 
 impl ApiError {
@@ -25,11 +34,19 @@ impl ApiError {
         ApiError::Server(msg.into())
     }
 
-    /// The HTTP status code: 400 for client errors, 500 for server errors.
+    /// An HTTP 403 with AWS's `code` and this message.
+    pub fn forbidden(code: &'static str, msg: impl Into<String>) -> Self {
+        ApiError::Forbidden(code, msg.into())
+    }
+
+    /// The HTTP status code: 400 for client errors, 500 for server errors, 403 and 415 for
+    /// refusals before the request is looked at.
     pub fn http_status(&self) -> u16 {
         match self {
             ApiError::Client(_) => 400,
             ApiError::Server(_) => 500,
+            ApiError::Forbidden(..) => 403,
+            ApiError::UnsupportedMediaType(_) => 415,
         }
     }
 
@@ -38,13 +55,18 @@ impl ApiError {
         match self {
             ApiError::Client(_) => "ClientException",
             ApiError::Server(_) => "ServerException",
+            ApiError::Forbidden(code, _) => code,
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaTypeException",
         }
     }
 
     /// The message, for the body's `message`.
     pub fn message(&self) -> &str {
         match self {
-            ApiError::Client(m) | ApiError::Server(m) => m,
+            ApiError::Client(m)
+            | ApiError::Server(m)
+            | ApiError::Forbidden(_, m)
+            | ApiError::UnsupportedMediaType(m) => m,
         }
     }
 }

@@ -12,7 +12,8 @@
 //! * [`arn`], [`page`], [`filter`]: identifiers, tokens and filters;
 //! * [`convert`]: wire shapes to `qm_core` specs;
 //! * [`error`]: `ClientException` / `ServerException`;
-//! * [`qm`]: Quartermaster's own `/qm/v1` wire types (usage reports).
+//! * [`qm`]: Quartermaster's own `/qm/v1` wire types (usage reports);
+//! * [`sigv4`]: signing requests and verifying their signatures.
 
 pub mod arn;
 pub mod convert;
@@ -22,6 +23,7 @@ pub mod page;
 pub mod parse;
 pub mod payload;
 pub mod qm;
+pub mod sigv4;
 pub mod types;
 pub mod validate;
 

@@ -84,7 +84,9 @@ pub struct AuditEntry {
     /// When it was recorded (epoch ms); ignored on input.
     #[serde(default)]
     pub at: i64,
-    /// Who (e.g. `alice@host`).
+    /// Who: the principal that signed the request that recorded it (on input, whatever a
+    /// client sends here is replaced by that).
+    #[serde(default)]
     pub actor: String,
     /// What kind of change (`apply`).
     pub action: String,

@@ -17,6 +17,18 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// The day count since 1970-01-01 of a proleptic Gregorian date (the inverse of
+/// [`civil_from_days`]; H. Hinnant's days-from-civil).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// An epoch-milliseconds instant in UTC, to the second: `2026-11-29T13:17:44Z`.
 pub fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);

@@ -39,6 +39,34 @@ pub struct FileConfig {
     /// How long finished jobs stay.
     #[serde(default)]
     pub retention: RetentionSection,
+    /// Authentication.
+    #[serde(default)]
+    pub auth: AuthSection,
+    /// TLS.
+    #[serde(default)]
+    pub tls: TlsSection,
+}
+
+/// `[tls]`: serve HTTPS with this certificate chain and key (PEM files).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The certificate chain, leaf first.
+    pub cert: Option<PathBuf>,
+    /// The private key.
+    pub key: Option<PathBuf>,
+}
+
+/// `[auth]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Host names clients may address the server by, beyond loopback names and IP addresses
+    /// (requests for any other `Host` are refused: DNS rebinding).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Whether `/metrics` may be scraped without signing (default: no).
+    pub public_metrics: Option<bool>,
 }
 
 /// `[retention]`.
@@ -155,6 +183,12 @@ pub struct Flags {
     pub data_dir: Option<PathBuf>,
     /// `--config`.
     pub config: Option<PathBuf>,
+    /// `--no-auth`: no authentication (loopback listen addresses only).
+    pub no_auth: bool,
+    /// `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// `--tls-key`.
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The effective configuration.
@@ -190,6 +224,14 @@ pub struct Config {
     pub delete_job_dirs: bool,
     /// `Some` when `executor.kind = "slurm"`.
     pub slurm: Option<SlurmSettings>,
+    /// Whether requests must be signed (`--no-auth` turns it off).
+    pub auth: bool,
+    /// `[auth] hosts`.
+    pub hosts: Vec<String>,
+    /// `[auth] public_metrics`.
+    pub public_metrics: bool,
+    /// `Some((cert, key))`: serve HTTPS.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Config {
@@ -337,8 +379,52 @@ impl Config {
                 .snapshot_every_commands
                 .unwrap_or(DEFAULT_SNAPSHOT_EVERY),
             slurm,
+            auth: !flags.no_auth,
+            hosts: resolve_hosts(&file.auth.hosts)?,
+            public_metrics: file.auth.public_metrics.unwrap_or(false),
+            tls: match (
+                flags.tls_cert.clone().or(file.tls.cert.clone()),
+                flags.tls_key.clone().or(file.tls.key.clone()),
+            ) {
+                (Some(c), Some(k)) => Some((c, k)),
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(bad(
+                        "tls.key",
+                        "is missing: a certificate needs its private key (--tls-key FILE)".into(),
+                    ))
+                }
+                (None, Some(_)) => {
+                    return Err(bad(
+                        "tls.cert",
+                        "is missing: a private key needs its certificate chain (--tls-cert FILE)"
+                            .into(),
+                    ))
+                }
+            },
         })
     }
+}
+
+/// `[auth] hosts`: plain DNS names, compared case-insensitively.
+fn resolve_hosts(hosts: &[String]) -> Result<Vec<String>, ServerError> {
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let ok = !h.is_empty()
+                && h.len() <= 253
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+            if ok {
+                Ok(h.trim_end_matches('.').to_ascii_lowercase())
+            } else {
+                Err(ServerError::Config(format!(
+                    "auth.hosts[{i}]: '{h}' is not a host name; list names like \"gpu-box.example.com\" (IP addresses need no entry)"
+                )))
+            }
+        })
+        .collect()
 }
 
 impl SlurmSettings {

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State as AxState};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use percent_encoding::percent_decode_str;
 use qm_api::*;
 use serde::Deserialize;
@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use qm_executor::{log_file_name, LogStream};
 
+use crate::auth::Principal;
 use crate::command::{Answer, AuditEntry, Command, LogInfo, Query, Request};
 use crate::driver::Envelope;
 use crate::exec::Executor;
@@ -46,6 +47,8 @@ pub struct App {
     pub archive: crate::archive::Archive,
     /// GPUs per instance, per instance type (from the executor's pools).
     pub gpus: BTreeMap<String, u32>,
+    /// Principals, sessions and the request guard's settings.
+    pub auth: Arc<crate::auth::Auth>,
 }
 
 /// The router.
@@ -74,9 +77,15 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
         .route("/qm/v1/what-if", post(what_if))
+        .merge(crate::auth::routes())
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Outermost: nothing is routed, parsed or answered for a request it refuses.
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::auth::guard,
+        ))
         .with_state(app)
 }
 
@@ -162,7 +171,7 @@ fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 async fn operation(
     AxState(app): AxState<App>,
     Path(operation): Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
@@ -172,18 +181,50 @@ async fn operation(
     };
     let request = parse_operation(&operation, &body).map(|mut r| {
         if let Request::Command(Command::SubmitServiceJob { principal, .. }) = &mut r {
-            *principal = signing_key(&headers);
+            *principal = Some(caller.name.clone());
         }
         r
     });
+    let audited = matches!(&request, Ok(Request::Command(c)) if !matches!(c, Command::SubmitServiceJob { .. }));
     let response = match request {
         Ok(r) => dispatch(&app, r).await,
         Err(e) => return error_response(&e),
     };
+    if audited && response.status().is_success() {
+        // Every change but a submit leaves an entry that names who made it: the signer.
+        let entry = AuditEntry {
+            at: 0,
+            actor: caller.name.clone(),
+            action: operation.clone(),
+            summary: clip(&String::from_utf8_lossy(&body), AUDIT_SUMMARY),
+            details: clip(&String::from_utf8_lossy(&body), AUDIT_DETAILS),
+        };
+        if let Err(e) = send(&app, Request::Command(Command::Audit(entry))).await {
+            tracing::warn!(operation = %operation, error = %e, "the audit entry of a change was not recorded");
+        }
+    }
     if let Ok(mut l) = app.latency.lock() {
         l.observe(&operation, started.elapsed().as_secs_f64());
     }
     response
+}
+
+/// Characters of a request body an audit entry's summary and details keep.
+const AUDIT_SUMMARY: usize = 200;
+const AUDIT_DETAILS: usize = 4096;
+
+/// At most `max` characters of `s`, on one line, with an ellipsis when cut.
+fn clip(s: &str, max: usize) -> String {
+    let one_line: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if one_line.chars().count() <= max {
+        return one_line;
+    }
+    let mut cut: String = one_line.chars().take(max).collect();
+    cut.push('…');
+    cut
 }
 
 async fn metrics(AxState(app): AxState<App>) -> Response {
@@ -321,14 +362,20 @@ async fn audit_list(AxState(app): AxState<App>) -> Response {
     dispatch(&app, Request::Query(Query::Audit)).await
 }
 
-async fn audit_add(AxState(app): AxState<App>, body: Result<Bytes, BytesRejection>) -> Response {
-    let entry: AuditEntry = match read_body(body).and_then(|b| parse_request(&b)) {
+async fn audit_add(
+    AxState(app): AxState<App>,
+    Extension(caller): Extension<Principal>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let mut entry: AuditEntry = match read_body(body).and_then(|b| parse_request(&b)) {
         Ok(e) => e,
         Err(e) => return error_response(&e),
     };
-    if entry.actor.is_empty() || entry.action.is_empty() {
+    // Who acted is who signed, whatever the client says: an audit entry cannot be forged.
+    entry.actor = caller.name.clone();
+    if entry.action.is_empty() {
         return error_response(&ApiError::client(
-            "actor and action are required: say who changed what (e.g. actor \"alice@host\", action \"apply\")",
+            "action is required: say what changed (e.g. action \"apply\")",
         ));
     }
     dispatch(&app, Request::Command(Command::Audit(entry))).await
@@ -415,23 +462,6 @@ fn read_from(path: &std::path::Path, offset: u64, max: u64) -> Vec<u8> {
     let mut buf = Vec::new();
     let _ = f.take(max).read_to_end(&mut buf);
     buf
-}
-
-/// The access key id a request says it was signed with (`Authorization: AWS4-HMAC-SHA256
-/// Credential=<key>/<date>/...`): who submitted a job, for usage accounting. It is what the
-/// client claims; nothing here checks the signature.
-pub fn signing_key(headers: &HeaderMap) -> Option<String> {
-    let auth = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let credential = auth
-        .split([' ', ','])
-        .find_map(|p| p.strip_prefix("Credential="))?;
-    let key = credential.split('/').next()?;
-    let printable = !key.is_empty()
-        && key.len() <= 128
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b));
-    printable.then(|| key.to_string())
 }
 
 /// Decodes the body of `POST /v1/<operation>`.

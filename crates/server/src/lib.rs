@@ -17,6 +17,7 @@
 //! that SQLite's fsync never stalls request parsing or process reaping.
 
 pub mod archive;
+pub mod auth;
 pub mod command;
 pub mod config;
 pub mod driver;
@@ -59,16 +60,47 @@ pub const INBOX: usize = 8192;
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServerError> {
     let io = |context: String| move |source| ServerError::Io { context, source };
+    if !config.auth && !auth::no_auth_allowed(config.listen) {
+        return Err(ServerError::Config(format!(
+            "--no-auth: refused on {}: without authentication anyone who reaches the port can change every share and run code as this server's user; listen on a loopback address (127.0.0.1:PORT) or drop --no-auth",
+            config.listen
+        )));
+    }
+    let existed = config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir).map_err(io(format!(
         "creating data dir {}",
         config.data_dir.display()
     )))?;
+    // The data dir holds the database, the admin's keys and the jobs' files: its owner only.
+    // One that existed is the user's to set (it may be a directory shared on purpose).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = &config.data_dir;
+        if !existed {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(
+                format!("making data dir {} private (mode 0700)", dir.display()),
+            ))?;
+        } else if let Ok(m) = std::fs::metadata(dir) {
+            if m.permissions().mode() & 0o077 != 0 {
+                eprintln!(
+                    "qm: warning: data dir {} is readable by other users (mode {:o}); it holds the database and its secrets: chmod 700 it",
+                    dir.display(),
+                    m.permissions().mode() & 0o777
+                );
+            }
+        }
+    }
     let _lock = lock_data_dir(&config.data_dir)?;
     // Bind before touching the state: a busy port must not cost a replay and a reconciliation
     // that would stop attempts.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(io(format!("listening on {}", config.listen)))?;
+    // Before touching the state, too: an unreadable certificate must not cost a replay.
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(load_tls(cert, key).await?),
+        None => None,
+    };
     let db = config.data_dir.join("qm.sqlite3");
     let mut log = SqliteLog::open(&db)?;
     pin_settings(&mut log, &config)?;
@@ -112,6 +144,16 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     if !recovered.other_writers.is_empty() {
         driver::write_snapshot(&state, &mut log)?;
     }
+    let (auth, auth_lines) = auth::Auth::open(
+        &db,
+        auth::Settings {
+            enabled: config.auth,
+            region: config.region.clone(),
+            hosts: config.hosts.clone(),
+            public_metrics: config.public_metrics,
+            data_dir: config.data_dir.clone(),
+        },
+    )?;
     let mut snapshot_log = SqliteLog::open(&db)?;
     snapshot_log.set_writer(&running)?;
 
@@ -163,22 +205,59 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         })
         .map_err(io("starting the driver thread".into()))?;
 
-    print_banner(&config, addr, &instances);
+    print_banner(&config, addr, &instances, &auth_lines);
     let app = http::App {
+        auth: std::sync::Arc::new(auth),
         requests: req_tx,
         latency: Default::default(),
         executor: logs,
         archive: archive::Archive::new(&config.data_dir),
         gpus,
     };
-    axum::serve(listener, http::router(app))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(io("serving HTTP".into()))?;
+    match tls {
+        None => axum::serve(listener, http::router(app))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(io("serving HTTP".into()))?,
+        Some(tls) => {
+            let handle = axum_server::Handle::new();
+            let stopping = handle.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                stopping.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
+            });
+            let listener = listener
+                .into_std()
+                .map_err(io("handing the listener to TLS".into()))?;
+            axum_server::from_tcp_rustls(listener, tls)
+                .handle(handle)
+                .serve(http::router(app).into_make_service())
+                .await
+                .map_err(io("serving HTTPS".into()))?
+        }
+    }
     // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
     let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
     eprintln!("qm: stopped");
     Ok(())
+}
+
+/// The TLS settings of `[tls]` / `--tls-cert`, with ring as rustls's crypto.
+async fn load_tls(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<axum_server::tls_rustls::RustlsConfig, ServerError> {
+    // Installed once per process; a second server in the same process finds it there.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+        .await
+        .map_err(|e| {
+            ServerError::Config(format!(
+                "tls: cannot use certificate {} with key {} ({e}); give PEM files: the chain, leaf first, and its private key",
+                cert.display(),
+                key.display()
+            ))
+        })
 }
 
 /// One line on how batches of other builds replayed under this one.
@@ -438,21 +517,44 @@ async fn shutdown_signal() {
     }
 }
 
-fn print_banner(config: &Config, addr: std::net::SocketAddr, pool: &[String]) {
-    let url = format!("http://{addr}");
+fn print_banner(config: &Config, addr: std::net::SocketAddr, pool: &[String], auth: &[String]) {
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let url = format!("{scheme}://{addr}");
+    let region = &config.region;
+    let clients = if config.auth {
+        format!(
+            "AWS CLI:  (with the export above) aws batch describe-service-environments --endpoint-url {url}\n\
+             boto3:    boto3.Session(profile_name=\"qm-admin\").client(\"batch\", endpoint_url=\"{url}\", region_name=\"{region}\")"
+        )
+    } else {
+        format!(
+            "AWS CLI:  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DEFAULT_REGION={region}\n\
+             \x20         aws batch describe-service-environments --endpoint-url {url}\n\
+             boto3:    boto3.client(\"batch\", endpoint_url=\"{url}\", region_name=\"{region}\",\n\
+             \x20                      aws_access_key_id=\"local\", aws_secret_access_key=\"local\")"
+        )
+    };
     println!(
         "Quartermaster listening on {url}\n\
          data dir: {data}\n\
          instances: {pool}\n\
          region {region}, account {account}\n\
+         {auth}\n\
          \n\
-         AWS CLI:  export AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DEFAULT_REGION={region}\n\
-         \x20         aws batch describe-service-environments --endpoint-url {url}\n\
-         boto3:    boto3.client(\"batch\", endpoint_url=\"{url}\", region_name=\"{region}\",\n\
-         \x20                      aws_access_key_id=\"local\", aws_secret_access_key=\"local\")",
+         {clients}",
         data = config.data_dir.display(),
         pool = pool.join(", "),
-        region = config.region,
         account = config.account_id,
+        auth = auth.join("\n"),
     );
+    if !config.listen.ip().is_loopback() && config.tls.is_none() {
+        eprintln!(
+            "qm: warning: listening on {} without TLS: SigV4 keeps requests from being forged or altered, but payloads, environment variables and logs cross the network in clear text; put the server behind a TLS proxy or keep it on a trusted network",
+            config.listen
+        );
+    }
 }

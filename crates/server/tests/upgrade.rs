@@ -98,7 +98,7 @@ fn assert_same_answers(state: &State, recorded: &Value) {
 fn a_data_dir_of_release_7368e83_opens_with_every_job_share_and_attempt_intact() {
     let dir = tempfile::tempdir().unwrap();
     let log = open_copy("release-7368e83", dir.path());
-    assert_eq!(log.meta("schema_version").unwrap().as_deref(), Some("2"));
+    assert_eq!(log.meta("schema_version").unwrap().as_deref(), Some("3"));
     let (state, r) = recovered(&log);
     assert!(r.batches > 20, "{r:?}");
     assert_eq!(r.other_writers, vec![Writer::legacy().version]);

@@ -17,6 +17,8 @@
 //! (releases up to 7368e83) had no writers; opening such a store migrates it in place and
 //! attributes its batches to [`Writer::legacy`].
 //!
+//! Schema 3 added the principals table ([`Principals`]); a schema 2 store gains it on open.
+//!
 //! [`backup()`] copies a store, also one a running server is writing, into a checked file.
 
 use std::path::Path;
@@ -24,11 +26,13 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension};
 
 mod backup;
+mod principals;
 pub use backup::{backup, BackupOptions, BackupProgress, BackupSummary};
+pub use principals::{PrincipalRecord, Principals};
 
 /// Schema version written on creation. Older schemas are migrated on open; a newer one (a
 /// store written by a later qm) is refused.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The build of qm that appended a run of batches, and the encoding of their decisions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,6 +306,8 @@ fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
     if !has_chunks {
         tx.execute_batch("ALTER TABLE snapshots ADD COLUMN chunks INTEGER NOT NULL DEFAULT 0")?;
     }
+    // Schema 3: principals and their keys, outside the log (see `principals`).
+    tx.execute_batch(principals::TABLE)?;
     if from == 1 {
         let legacy = Writer::legacy();
         tx.execute(
@@ -703,7 +709,7 @@ mod tests {
         let path = dir.path().join("qm.sqlite3");
         schema_1_store(&path, &["[1]", "[2]"]);
         let mut log = SqliteLog::open(&path).unwrap();
-        assert_eq!(log.meta("schema_version").unwrap().as_deref(), Some("2"));
+        assert_eq!(log.meta("schema_version").unwrap().as_deref(), Some("3"));
         log.set_writer(&writer("new")).unwrap();
         log.append(5, "[3]", "").unwrap();
         drop(log);

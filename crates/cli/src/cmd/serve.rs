@@ -18,6 +18,16 @@ pub struct Args {
     /// flags win over it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Development only: accept unsigned requests, every one acting as the admin
+    /// `anonymous`. Refused unless the listen address is loopback.
+    #[arg(long)]
+    no_auth: bool,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key; or `[tls] cert`).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (or `[tls] key`).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Starts the server and runs until SIGINT / SIGTERM.
@@ -33,6 +43,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         listen: args.listen,
         data_dir: args.data_dir,
         config: args.config,
+        no_auth: args.no_auth,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
     };
     let config = qm_server::Config::load(&flags)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
