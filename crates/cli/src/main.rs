@@ -49,6 +49,12 @@ enum Command {
     /// Reports from a running server's records: `qm report usage` for the quota review.
     #[command(subcommand)]
     Report(cmd::report::Command),
+    /// Who may call the server: create, list, delete principals and rotate their keys
+    /// (admins only).
+    #[command(subcommand)]
+    Principal(cmd::principal::Command),
+    /// Show which principal the server takes this client's credentials for.
+    Whoami(cmd::whoami::WhoamiArgs),
 }
 
 /// An error and its causes, each cause only once: many of our messages already include their
@@ -89,6 +95,8 @@ fn main() -> ExitCode {
         Command::Client(cmd) => cmd::client::run(cmd),
         Command::Policy(cmd) => cmd::policy::run(cmd),
         Command::Report(cmd) => cmd::report::run(cmd),
+        Command::Principal(cmd) => cmd::principal::run(cmd),
+        Command::Whoami(args) => cmd::whoami::run(args),
     };
     match result {
         Ok(code) => code,

@@ -6,6 +6,11 @@
 //! order they first appear, timestamps `<time>`, ages and durations `<age>`, and runs of
 //! spaces one double space (the normalized ids change the column widths). After an intended
 //! change of the output, bless the files with `QM_BLESS=1 cargo test -p qm-cli --test client`.
+//!
+//! Every command signs as the server's first admin, with the key it wrote to
+//! `<data-dir>/credentials`.
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -15,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use qm_cli::client::Client;
 use serde_json::{json, Value};
+use support::Profile;
 
 /// A `qm serve` child process with its data directory; stopped (SIGTERM, then SIGKILL) and
 /// cleaned up when dropped, also when a test panics.
@@ -22,6 +28,8 @@ struct Server {
     child: Child,
     dir: PathBuf,
     endpoint: String,
+    /// Who the tests sign as: the admin (`None`: the server wrote no key).
+    admin: Option<Profile>,
 }
 
 impl Server {
@@ -53,12 +61,14 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("start qm serve");
-        let server = Server {
+        let mut server = Server {
             child,
             dir,
             endpoint: format!("http://127.0.0.1:{port}"),
+            admin: None,
         };
         server.wait_healthy();
+        server.admin = Profile::admin(&server.dir.join("data"));
         server
     }
 
@@ -78,7 +88,7 @@ impl Server {
     }
 
     fn client(&self) -> Client {
-        Client::new(&self.endpoint)
+        support::client(&self.endpoint, self.admin.as_ref())
     }
 
     fn post(&self, operation: &str, body: Value) -> Value {
@@ -89,7 +99,7 @@ impl Server {
 
     /// Runs `qm COMMAND --endpoint <this server> ARGS...`.
     fn qm(&self, args: &[&str]) -> Output {
-        qm_at(&self.endpoint, args)
+        qm_at(&self.endpoint, self.admin.as_ref(), args)
     }
 
     /// Waits until the job has `status` (and, if given, a reason starting with `reason`).
@@ -133,14 +143,13 @@ impl Drop for Server {
     }
 }
 
-fn qm_at(endpoint: &str, args: &[&str]) -> Output {
+fn qm_at(endpoint: &str, profile: Option<&Profile>, args: &[&str]) -> Output {
     // The endpoint goes right after the command: anything after `--` is the job's command.
-    Command::new(env!("CARGO_BIN_EXE_qm"))
+    support::qm(profile)
         .arg(args[0])
         .arg("--endpoint")
         .arg(endpoint)
         .args(&args[1..])
-        .env_remove("QM_ENDPOINT")
         .output()
         .expect("run qm")
 }
@@ -478,7 +487,7 @@ fn every_client_command_prints_what_the_golden_files_show() {
         ),
         (vec!["jobs"], "http://127.0.0.1:1"),
     ] {
-        let out = qm_at(endpoint, &args);
+        let out = qm_at(endpoint, server.admin.as_ref(), &args);
         errors.push_str(&format!(
             "$ qm {}\nexit {}\n{}",
             args.join(" "),

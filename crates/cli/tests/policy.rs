@@ -4,13 +4,20 @@
 //! Outputs are golden files under `tests/golden/policy/`, with job ids replaced by the jobs'
 //! names and times by `<TIME>`; after an intended change of the output, bless them with
 //! `QM_BLESS=1 cargo test -p qm-cli --test policy`.
+//!
+//! Every command signs as the server's first admin, with the key it wrote to
+//! `<data-dir>/credentials`.
+
+mod support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use qm_cli::client::Client;
 use serde_json::{json, Value};
+use support::Profile;
 
 /// The first cluster file: research lends and borrows, ops owns nothing yet, `old` is to go.
 const FIRST: &str = "name: three teams on three instances
@@ -48,6 +55,8 @@ struct Server {
     endpoint: String,
     dir: tempfile::TempDir,
     agent: ureq::Agent,
+    /// Who the tests sign as: the admin (`None`: the server wrote no key).
+    admin: Option<Profile>,
 }
 
 impl Server {
@@ -75,11 +84,12 @@ impl Server {
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
-        let server = Server {
+        let mut server = Server {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
             dir,
             agent,
+            admin: None,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -89,6 +99,7 @@ impl Server {
                 .call()
                 .is_ok_and(|r| r.status() == 200);
             if up {
+                server.admin = Profile::admin(&server.dir.path().join("data"));
                 return server;
             }
             assert!(
@@ -100,15 +111,10 @@ impl Server {
     }
 
     fn call(&self, operation: &str, body: Value) -> Value {
-        let mut r = self
-            .agent
-            .post(format!("{}/v1/{operation}", self.endpoint))
-            .header("content-type", "application/json")
-            .send(body.to_string())
-            .expect("the server answers");
-        let text = r.body_mut().read_to_string().expect("a body");
-        assert_eq!(r.status(), 200, "{operation}: {text}");
-        serde_json::from_str(&text).expect("JSON")
+        let client: Client = support::client(&self.endpoint, self.admin.as_ref());
+        client
+            .call_json(operation, &body)
+            .unwrap_or_else(|e| panic!("{operation}: {e}"))
     }
 
     fn submit(&self, name: &str, share: &str, priority: i32) -> String {
@@ -136,7 +142,7 @@ impl Server {
 
     /// Runs `qm ARGS` in the temp dir, where the cluster files are; returns (exit code, stdout).
     fn qm(&self, args: &[&str]) -> (i32, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_qm"))
+        let out = support::qm(self.admin.as_ref())
             .args(args)
             .arg("--endpoint")
             .arg(&self.endpoint)
@@ -292,7 +298,8 @@ fn plan_apply_and_audit_a_cluster_file_through_a_reclaim() {
         .collect();
     assert!(!names.contains(&"old"), "old was not deleted: {names:?}");
 
-    // The audit log has both applies (not the no-op), oldest first.
+    // The audit log has both applies (not the no-op) and each change they made, oldest first,
+    // every one by the principal that signed it: QM_ACTOR is only what the client claims.
     let (code, out) = server.qm(&["audit"]);
     assert_eq!(code, 0, "{out}");
     golden("audit.txt", &without_times(&out));
@@ -300,8 +307,12 @@ fn plan_apply_and_audit_a_cluster_file_through_a_reclaim() {
     assert_eq!(code, 0, "{out}");
     let mut log: Value = serde_json::from_str(&out).expect("JSON");
     let entries = log["entries"].as_array_mut().expect("entries");
-    assert_eq!(entries.len(), 2, "{out}");
-    assert!(entries[0]["at"].as_i64() <= entries[1]["at"].as_i64());
+    let applies = entries.iter().filter(|e| e["action"] == "apply").count();
+    assert_eq!(applies, 2, "{out}");
+    assert!(entries.iter().all(|e| e["actor"] == "qm-admin"), "{out}");
+    assert!(entries
+        .windows(2)
+        .all(|w| w[0]["at"].as_i64() <= w[1]["at"].as_i64()));
     for e in entries.iter_mut() {
         e["at"] = json!("<TIME>");
     }

@@ -2,11 +2,15 @@
 //! `qm-api` wire types, or as plain JSON for the policy commands), plus the Quartermaster
 //! endpoints under `/qm/v1` (usage, logs, the audit log).
 //!
-//! This is the only place that builds the HTTP agent and reads answers. Every failure becomes a
-//! [`ClientError`]: the server's own message for an AWS-shaped API error, and a hint to start the
-//! server when nothing listens at the endpoint.
+//! This is the only place that builds the HTTP agent and reads answers. Every request is signed
+//! with AWS SigV4 (service `batch`), as boto3 signs it, when the credentials chain
+//! ([`super::credentials`]) finds a key; without one it goes unsigned, for a server run with
+//! `--no-auth`. Every failure becomes a [`ClientError`]: the server's own message for an
+//! AWS-shaped API error, which credentials a refused signature came from, how to point `qm` at
+//! credentials when the server wants some and there are none, and a hint to start the server
+//! when nothing listens at the endpoint.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use qm_api::{
     DescribeJobQueuesRequest, DescribeJobQueuesResponse, DescribeServiceJobRequest,
@@ -16,6 +20,7 @@ use qm_api::{
 };
 use serde::de::DeserializeOwned;
 
+use super::credentials::{self, CredentialsError, Signing};
 use super::format::JobRow;
 use serde::{Deserialize, Serialize};
 
@@ -82,7 +87,49 @@ pub enum ClientError {
     /// The user's request cannot be served (e.g. no queue to pick).
     #[error("{0}")]
     Usage(String),
+    /// The credentials the user chose cannot be used.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    /// The server wants signed requests and the credentials chain found no key.
+    #[error(
+        "the server at {endpoint} accepts only signed requests, and qm found no credentials; \
+         point it at the server's admin key (`qm serve` prints the line when it starts):\n    \
+         export AWS_SHARED_CREDENTIALS_FILE=<data-dir>/credentials\n    \
+         export AWS_PROFILE=qm-admin\n\
+         (<data-dir> is the server's --data-dir), or set AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY"
+    )]
+    NoCredentials {
+        /// The endpoint asked.
+        endpoint: String,
+    },
+    /// The server did not accept the signature: unknown key, wrong secret, clock skew, wrong
+    /// region.
+    #[error("authentication failed ({kind}): {message} (signed with {signed_with})")]
+    Unauthenticated {
+        /// `__type`: `InvalidSignatureException`, `UnrecognizedClientException`, ...
+        kind: String,
+        /// The server's message.
+        message: String,
+        /// The key and where it came from (or that there was none).
+        signed_with: String,
+    },
+    /// The server knows who asks, and does not allow it.
+    #[error("access denied: {message}")]
+    AccessDenied {
+        /// The server's message: principal, action, resource.
+        message: String,
+    },
 }
+
+/// The `__type`s of a 403 that say the request's identity was not established (as opposed to
+/// `AccessDeniedException`: established, and not allowed).
+const AUTHENTICATION_ERRORS: [&str; 4] = [
+    "MissingAuthenticationTokenException",
+    "IncompleteSignatureException",
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+];
 
 pub use qm_api::qm::{QueueUsage, ShareUsage, Usage};
 
@@ -121,6 +168,10 @@ pub struct LogChunk {
 pub struct Client {
     endpoint: String,
     agent: ureq::Agent,
+    /// The key requests are signed with; `None`: unsigned.
+    signing: Option<Signing>,
+    /// The region signed for, and named in profiles written for new keys.
+    region: String,
 }
 
 struct Answer {
@@ -131,13 +182,20 @@ struct Answer {
 
 impl Client {
     /// A client of `endpoint` if given, else of `$QM_ENDPOINT` (when set and not empty), else
-    /// of [`DEFAULT_ENDPOINT`]: the lookup every `qm` client command makes.
-    pub fn for_endpoint(endpoint: Option<&str>) -> Client {
-        let from_env = std::env::var("QM_ENDPOINT").ok().filter(|e| !e.is_empty());
-        Client::new(endpoint.or(from_env.as_deref()).unwrap_or(DEFAULT_ENDPOINT))
+    /// of [`DEFAULT_ENDPOINT`], signing with the key the credentials chain finds in the process
+    /// environment: the lookup every `qm` client command makes.
+    pub fn for_endpoint(endpoint: Option<&str>) -> Result<Client, ClientError> {
+        let env = credentials::process_env;
+        let from_env = env("QM_ENDPOINT").filter(|e| !e.is_empty());
+        let client = Client::new(endpoint.or(from_env.as_deref()).unwrap_or(DEFAULT_ENDPOINT));
+        Ok(match credentials::resolve(&env)? {
+            Some(signing) => client.signed(signing),
+            None => client.in_region(credentials::region(&env, None)),
+        })
     }
 
-    /// A client for `endpoint` (e.g. `http://127.0.0.1:7611`); no request is made yet.
+    /// An unsigned client for `endpoint` (e.g. `http://127.0.0.1:7611`); no request is made
+    /// yet.
     pub fn new(endpoint: &str) -> Client {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -147,12 +205,37 @@ impl Client {
         Client {
             endpoint: endpoint.trim_end_matches('/').to_string(),
             agent,
+            signing: None,
+            region: credentials::DEFAULT_REGION.to_string(),
         }
+    }
+
+    /// This client, signing every request with `signing`'s key for its region.
+    pub fn signed(mut self, signing: Signing) -> Client {
+        self.region = signing.region.clone();
+        self.signing = Some(signing);
+        self
+    }
+
+    /// This client, unsigned, taking `region` as the server's.
+    pub fn in_region(mut self, region: String) -> Client {
+        self.region = region;
+        self
     }
 
     /// The endpoint this client talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The key requests are signed with, if any.
+    pub fn signing(&self) -> Option<&Signing> {
+        self.signing.as_ref()
+    }
+
+    /// The region requests are signed for (the server's, when they are accepted).
+    pub fn region(&self) -> &str {
+        &self.region
     }
 
     fn transport_error(&self, url: &str, e: ureq::Error) -> ClientError {
@@ -196,9 +279,119 @@ impl Client {
             body,
         };
         if answer.status >= 400 {
-            return Err(api_error(url, &answer));
+            return Err(self.api_error(url, &answer));
         }
         Ok(answer)
+    }
+
+    /// Sends one request, signed when there is a key: `host`, and `content-type` with a body,
+    /// are signed, over the body bytes exactly as sent. The `host` header is set here, not by
+    /// the agent, so that the value signed is the value sent.
+    fn send(&self, method: &str, url: &str, body: Option<&[u8]>) -> Result<Answer, ClientError> {
+        let protocol = |detail: String| ClientError::Protocol {
+            url: url.to_string(),
+            detail,
+        };
+        let host = host_of(url).ok_or_else(|| protocol("the URL has no host".to_string()))?;
+        let mut headers = vec![("host", host.as_str())];
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
+        }
+        let bytes = body.unwrap_or_default();
+        let mut signature = Vec::new();
+        if let Some(signing) = &self.signing {
+            signature = qm_api::sigv4::sign(
+                method,
+                url,
+                &headers,
+                bytes,
+                &signing.credentials,
+                &signing.region,
+                SystemTime::now(),
+            )
+            .map_err(|e| protocol(format!("cannot sign the request: {e}")))?;
+        }
+        let mut request = ureq::http::Request::builder().method(method).uri(url);
+        for (name, value) in headers.iter().copied() {
+            request = request.header(name, value);
+        }
+        for (name, value) in &signature {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if body.is_none() && method != "GET" {
+            // The server reads a DELETE without Content-Length as a body of unknown type.
+            request = request.header("content-length", "0");
+        }
+        let result = match body {
+            Some(bytes) => request
+                .body(bytes)
+                .map(|r| self.agent.run(r))
+                .map_err(|e| protocol(format!("cannot build the request: {e}")))?,
+            None => request
+                .body(())
+                .map(|r| self.agent.run(r))
+                .map_err(|e| protocol(format!("cannot build the request: {e}")))?,
+        };
+        self.finish(url, result)
+    }
+
+    /// The AWS error shape `{"__type", "message"}`, or the raw body when it is not that. A
+    /// 403 is told apart: no credentials, credentials refused (naming where they came from),
+    /// or not allowed.
+    fn api_error(&self, url: &str, answer: &Answer) -> ClientError {
+        #[derive(Deserialize)]
+        struct Shape {
+            #[serde(rename = "__type", default)]
+            kind: String,
+            #[serde(default, alias = "Message")]
+            message: String,
+        }
+        let shape = match serde_json::from_slice::<Shape>(&answer.body) {
+            Ok(shape) if !shape.message.is_empty() || !shape.kind.is_empty() => shape,
+            _ => {
+                let text = String::from_utf8_lossy(&answer.body);
+                let text = text.trim();
+                return ClientError::Protocol {
+                    url: url.to_string(),
+                    detail: if text.is_empty() {
+                        format!("HTTP {}", answer.status)
+                    } else {
+                        format!("HTTP {}: {text}", answer.status)
+                    },
+                };
+            }
+        };
+        // `x-amzn-ErrorType` may carry `Code:namespace`; the body's `__type` may too.
+        let kind = shape.kind.split(':').next().unwrap_or_default().to_string();
+        let message = if shape.message.is_empty() {
+            kind.clone()
+        } else {
+            shape.message
+        };
+        if answer.status != 403 {
+            return ClientError::Server { kind, message };
+        }
+        if !AUTHENTICATION_ERRORS.contains(&kind.as_str()) {
+            return ClientError::AccessDenied { message };
+        }
+        match &self.signing {
+            None if kind == "MissingAuthenticationTokenException" => ClientError::NoCredentials {
+                endpoint: self.endpoint.clone(),
+            },
+            None => ClientError::Unauthenticated {
+                kind,
+                message,
+                signed_with: "no key: qm found no credentials".to_string(),
+            },
+            Some(signing) => ClientError::Unauthenticated {
+                kind,
+                message,
+                signed_with: format!(
+                    "{} from {}, region {}",
+                    signing.credentials.access_key_id, signing.source, signing.region
+                ),
+            },
+        }
     }
 
     /// Calls an AWS Batch operation: `POST /v1/<operation>` with `request` as JSON.
@@ -221,8 +414,26 @@ impl Client {
 
     /// `GET` a Quartermaster endpoint (`/qm/v1/...`) and read its JSON answer.
     pub fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        self.get_typed(path)
+    }
+
+    /// `GET` a Quartermaster endpoint and read its JSON answer as `Resp`.
+    pub(super) fn get_typed<Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Resp, ClientError> {
         let answer = self.get(path)?;
         decode(&self.url(path), &answer)
+    }
+
+    /// `DELETE` a Quartermaster resource and read its JSON answer as `Resp`.
+    pub(super) fn delete_typed<Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Resp, ClientError> {
+        let url = self.url(path);
+        let answer = self.send("DELETE", &url, None)?;
+        decode(&url, &answer)
     }
 
     /// `POST` JSON to a Quartermaster endpoint (`/qm/v1/...`) and read its JSON answer.
@@ -238,7 +449,8 @@ impl Client {
         format!("{}{}", self.endpoint, path_and_query)
     }
 
-    fn post<Req: Serialize, Resp: DeserializeOwned>(
+    /// `POST` `request` as JSON to `path` and read the JSON answer as `Resp`.
+    pub(super) fn post<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         path: &str,
         request: &Req,
@@ -248,19 +460,13 @@ impl Client {
             url: url.clone(),
             detail: format!("cannot encode the request: {e}"),
         })?;
-        let result = self
-            .agent
-            .post(&url)
-            .header("content-type", "application/json")
-            .send(&body[..]);
-        let answer = self.finish(&url, result)?;
+        let answer = self.send("POST", &url, Some(&body))?;
         decode(&url, &answer)
     }
 
     fn get(&self, path_and_query: &str) -> Result<Answer, ClientError> {
         let url = self.url(path_and_query);
-        let result = self.agent.get(&url).call();
-        self.finish(&url, result)
+        self.send("GET", &url, None)
     }
 
     /// Submits a job.
@@ -497,9 +703,17 @@ fn decode<Resp: DeserializeOwned>(url: &str, answer: &Answer) -> Result<Resp, Cl
     })
 }
 
+/// The `host` header for `url`: its authority without any `user@`, as the agent would send it.
+fn host_of(url: &str) -> Option<String> {
+    let uri: ureq::http::Uri = url.parse().ok()?;
+    let authority = uri.authority()?.as_str();
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    (!host.is_empty()).then(|| host.to_string())
+}
+
 /// Percent-encodes everything but unreserved characters (job ids are UUIDs, but a user may
 /// type anything).
-fn encode_path_segment(s: &str) -> String {
+pub(super) fn encode_path_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -511,42 +725,268 @@ fn encode_path_segment(s: &str) -> String {
     out
 }
 
-/// The AWS error shape `{"__type", "message"}`, or the raw body when it is not that.
-fn api_error(url: &str, answer: &Answer) -> ClientError {
-    #[derive(Deserialize)]
-    struct Shape {
-        #[serde(rename = "__type", default)]
-        kind: String,
-        #[serde(default, alias = "Message")]
-        message: String,
-    }
-    match serde_json::from_slice::<Shape>(&answer.body) {
-        Ok(shape) if !shape.message.is_empty() => ClientError::Server {
-            kind: shape.kind,
-            message: shape.message,
-        },
-        _ => {
-            let text = String::from_utf8_lossy(&answer.body);
-            let text = text.trim();
-            ClientError::Protocol {
-                url: url.to_string(),
-                detail: if text.is_empty() {
-                    format!("HTTP {}", answer.status)
-                } else {
-                    format!("HTTP {}: {text}", answer.status)
-                },
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::path::PathBuf;
+
+    use qm_api::sigv4::{parse_amz_date, parse_authorization, verify, Credentials};
+
+    use super::credentials::Source;
     use super::*;
 
     #[test]
     fn a_job_id_is_encoded_for_the_path() {
         assert_eq!(encode_path_segment("ab-12"), "ab-12");
         assert_eq!(encode_path_segment("a/b c"), "a%2Fb%20c");
+    }
+
+    #[test]
+    fn the_host_header_is_the_urls_authority() {
+        assert_eq!(
+            host_of("http://127.0.0.1:7611/v1/x").as_deref(),
+            Some("127.0.0.1:7611")
+        );
+        assert_eq!(
+            host_of("http://u:p@qm.example/x").as_deref(),
+            Some("qm.example")
+        );
+        assert_eq!(host_of("http://[::1]:80/").as_deref(), Some("[::1]:80"));
+    }
+
+    /// What the fake server received.
+    struct Received {
+        method: String,
+        uri: String,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    }
+
+    impl Received {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        }
+
+        /// Whether the request carries a valid signature by `secret`, checked as the server
+        /// checks it.
+        fn verifies_with(&self, secret: &str) -> bool {
+            let auth = parse_authorization(self.header("authorization").expect("signed"))
+                .expect("a well-formed Authorization header");
+            let time = parse_amz_date(self.header("x-amz-date").expect("x-amz-date"))
+                .expect("a well-formed X-Amz-Date");
+            let signed: Vec<(&str, &str)> = auth
+                .signed_headers
+                .iter()
+                .filter(|h| *h != "x-amz-date")
+                .map(|h| (h.as_str(), self.header(h).unwrap_or_default()))
+                .collect();
+            verify(
+                &auth,
+                &self.method,
+                &self.uri,
+                &signed,
+                &self.body,
+                secret,
+                time,
+            )
+            .expect("verifiable")
+        }
+    }
+
+    /// A server on a free port that reads one request and answers `status` with `body`.
+    fn serve_once(status: u16, body: &'static str) -> (String, std::thread::JoinHandle<Received>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let endpoint = format!("http://{}", listener.local_addr().expect("an address"));
+        let handle = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("a connection");
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("a request line");
+            let mut parts = line.split_whitespace();
+            let method = parts.next().unwrap_or_default().to_string();
+            let uri = parts.next().unwrap_or_default().to_string();
+            let mut headers = Vec::new();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("a header line");
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                let (name, value) = line.split_once(':').expect("name: value");
+                headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+            }
+            let length = headers
+                .iter()
+                .find(|(n, _)| n == "content-length")
+                .map_or(0, |(_, v)| v.parse().expect("a length"));
+            let mut request_body = vec![0; length];
+            reader.read_exact(&mut request_body).expect("the body");
+            let mut stream = stream;
+            write!(
+                stream,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .expect("answer");
+            Received {
+                method,
+                uri,
+                headers,
+                body: request_body,
+            }
+        });
+        (endpoint, handle)
+    }
+
+    fn signing() -> Signing {
+        Signing {
+            credentials: Credentials {
+                access_key_id: "QMAKTEST".into(),
+                secret_access_key: "s3cret/+=".into(),
+            },
+            region: "eu-west-1".into(),
+            source: Source::Profile {
+                file: PathBuf::from("/home/a/.aws/credentials"),
+                profile: "alice".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_post_is_signed_over_host_content_type_and_the_body_as_sent() {
+        let (endpoint, server) = serve_once(200, r#"{"jobId":"j1"}"#);
+        let client = Client::new(&endpoint).signed(signing());
+        let answer = client
+            .call_json("SubmitServiceJob", &serde_json::json!({"jobName": "a b"}))
+            .expect("an answer");
+        assert_eq!(answer["jobId"], "j1");
+        let got = server.join().expect("the server thread");
+        assert_eq!(got.uri, "/v1/submitservicejob");
+        assert_eq!(got.body, br#"{"jobName":"a b"}"#);
+        let auth = parse_authorization(got.header("authorization").unwrap()).unwrap();
+        assert_eq!(auth.access_key_id, "QMAKTEST");
+        assert_eq!(
+            (auth.region.as_str(), auth.service.as_str()),
+            ("eu-west-1", "batch")
+        );
+        assert_eq!(auth.signed_headers, ["content-type", "host", "x-amz-date"]);
+        assert!(got.verifies_with("s3cret/+="));
+        assert!(!got.verifies_with("another"));
+    }
+
+    #[test]
+    fn a_get_with_a_query_is_signed_over_host_alone() {
+        let (endpoint, server) = serve_once(200, "{}");
+        let client = Client::new(&endpoint).signed(signing());
+        client
+            .get_json("/qm/v1/jobs/a%2Fb/logs?stream=stdout&offset=0")
+            .expect("an answer");
+        let got = server.join().expect("the server thread");
+        let auth = parse_authorization(got.header("authorization").unwrap()).unwrap();
+        assert_eq!(auth.signed_headers, ["host", "x-amz-date"]);
+        assert!(got.verifies_with("s3cret/+="));
+    }
+
+    #[test]
+    fn a_delete_is_signed_and_says_it_has_no_body() {
+        let (endpoint, server) = serve_once(200, "{}");
+        let client = Client::new(&endpoint).signed(signing());
+        client.delete_principal("alice").expect("an answer");
+        let got = server.join().expect("the server thread");
+        assert_eq!(
+            (got.method.as_str(), got.uri.as_str()),
+            ("DELETE", "/qm/v1/principals/alice")
+        );
+        assert_eq!(got.header("content-length"), Some("0"));
+        assert_eq!(got.header("content-type"), None);
+        assert!(got.verifies_with("s3cret/+="));
+    }
+
+    #[test]
+    fn without_a_key_requests_go_unsigned() {
+        let (endpoint, server) = serve_once(200, "{}");
+        Client::new(&endpoint).get_json("/qm/v1/usage").unwrap();
+        let got = server.join().expect("the server thread");
+        assert_eq!(got.header("authorization"), None);
+        assert_eq!(got.header("x-amz-date"), None);
+    }
+
+    fn refusal(status: u16, body: &'static str, signed: bool) -> ClientError {
+        let (endpoint, server) = serve_once(status, body);
+        let mut client = Client::new(&endpoint);
+        if signed {
+            client = client.signed(signing());
+        }
+        let e = client.get_json("/qm/v1/whoami").unwrap_err();
+        server.join().expect("the server thread");
+        e
+    }
+
+    #[test]
+    fn a_missing_signature_tells_how_to_point_qm_at_credentials() {
+        let e = refusal(
+            403,
+            r#"{"__type":"MissingAuthenticationTokenException","message":"Missing Authentication Token"}"#,
+            false,
+        );
+        assert!(matches!(e, ClientError::NoCredentials { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("export AWS_SHARED_CREDENTIALS_FILE=<data-dir>/credentials\n"),
+            "{msg}"
+        );
+        assert!(msg.contains("export AWS_PROFILE=qm-admin\n"), "{msg}");
+    }
+
+    #[test]
+    fn a_refused_signature_names_the_key_and_where_it_came_from() {
+        let e = refusal(
+            403,
+            r#"{"__type":"InvalidSignatureException","message":"clock skew: 20 minutes"}"#,
+            true,
+        );
+        assert_eq!(
+            e.to_string(),
+            "authentication failed (InvalidSignatureException): clock skew: 20 minutes \
+             (signed with QMAKTEST from profile [alice] of /home/a/.aws/credentials, region \
+             eu-west-1)"
+        );
+    }
+
+    #[test]
+    fn a_principal_without_permission_is_denied_with_the_servers_words() {
+        let e = refusal(
+            403,
+            r#"{"__type":"AccessDeniedException","message":"alice may not list the principals"}"#,
+            true,
+        );
+        assert_eq!(
+            e.to_string(),
+            "access denied: alice may not list the principals"
+        );
+    }
+
+    #[test]
+    fn a_client_error_keeps_its_kind_and_message() {
+        let e = refusal(
+            400,
+            r#"{"__type":"ClientException","message":"name: exists already"}"#,
+            true,
+        );
+        match e {
+            ClientError::Server { kind, message } => {
+                assert_eq!(
+                    (kind.as_str(), message.as_str()),
+                    ("ClientException", "name: exists already")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

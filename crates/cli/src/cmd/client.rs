@@ -213,6 +213,12 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Shares(args) => shares(args),
         Command::Watch(args) => watch(args),
     };
+    exit_code(result)
+}
+
+/// The exit code of a client command's result: a refusal or an unreachable server is printed
+/// here as `error: <message>` with exit code 1; other errors go back to `main`.
+pub(crate) fn exit_code(result: anyhow::Result<()>) -> anyhow::Result<ExitCode> {
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => match e.downcast_ref::<ClientError>() {
@@ -226,18 +232,24 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 impl Common {
-    fn client(&self) -> Client {
+    /// The client these flags (and the environment's credentials) point at.
+    pub(crate) fn client(&self) -> Result<Client, ClientError> {
         Client::for_endpoint(self.endpoint.as_deref())
+    }
+
+    /// How to print.
+    pub(crate) fn output(&self) -> Output {
+        self.output
     }
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 fn submit(args: SubmitArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     let file = match &args.payload {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -284,7 +296,7 @@ fn parse_statuses(status: &str) -> Result<Vec<ServiceJobStatus>, ClientError> {
 
 fn jobs(args: JobsArgs) -> anyhow::Result<()> {
     let statuses = parse_statuses(&args.status)?;
-    let client = args.common.client();
+    let client = args.common.client()?;
     let queue = client.resolve_queue(args.queue.queue.as_deref())?;
     if let Some(share) = &args.share {
         // A typo must not look like an empty share.
@@ -312,7 +324,7 @@ fn jobs(args: JobsArgs) -> anyhow::Result<()> {
 }
 
 fn job(args: IdArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     let job = client.describe(&args.id)?;
     match args.common.output {
         Output::Table => print!("{}", job_details(&job, now_ms())),
@@ -322,7 +334,7 @@ fn job(args: IdArgs) -> anyhow::Result<()> {
 }
 
 fn logs(args: LogsArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     let stream = if args.stderr {
         LogStream::Stderr
     } else {
@@ -370,7 +382,7 @@ fn logs(args: LogsArgs) -> anyhow::Result<()> {
 }
 
 fn explain_job(args: IdArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     let job = client.describe(&args.id)?;
     let waiting = job.status == ServiceJobStatus::Runnable;
     let holding = if waiting {
@@ -411,7 +423,7 @@ fn explain_job(args: IdArgs) -> anyhow::Result<()> {
 }
 
 fn priority(args: PriorityArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     client.set_priority(&args.id, args.priority)?;
     match args.common.output {
         Output::Table => println!("job {}: priority {}", args.id, args.priority),
@@ -423,7 +435,7 @@ fn priority(args: PriorityArgs) -> anyhow::Result<()> {
 }
 
 fn terminate(args: TerminateArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     client.terminate(&args.id, &args.reason)?;
     match args.common.output {
         Output::Table => println!("job {}: terminating ({})", args.id, args.reason),
@@ -445,7 +457,7 @@ fn usage_of(client: &Client, queue: Option<&str>) -> anyhow::Result<Vec<QueueUsa
 }
 
 fn shares(args: SharesArgs) -> anyhow::Result<()> {
-    let client = args.common.client();
+    let client = args.common.client()?;
     let queues = usage_of(&client, args.queue.as_deref())?;
     match args.common.output {
         Output::Table => print!("{}", shares_table(&queues)),
@@ -458,7 +470,7 @@ fn watch(args: WatchArgs) -> anyhow::Result<()> {
     if !(args.interval.is_finite() && args.interval >= 0.1) {
         return Err(ClientError::Usage("--interval must be at least 0.1 seconds".into()).into());
     }
-    let client = args.common.client();
+    let client = args.common.client()?;
     let queue = client.resolve_queue(args.queue.queue.as_deref())?;
     let frame = || -> anyhow::Result<String> {
         let queues = usage_of(&client, Some(&queue))?;

@@ -29,7 +29,7 @@ pub struct Server {
 }
 
 impl Server {
-    fn client(&self) -> Client {
+    fn client(&self) -> Result<Client, qm_cli::client::ClientError> {
         Client::for_endpoint(self.endpoint.as_deref())
     }
 }
@@ -103,7 +103,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             output,
         } => {
             let desired = Desired::load(&file)?;
-            let client = server.client();
+            let client = server.client()?;
             let live = live::read(&client, &desired.names)?;
             let plan = planned(&client, &desired, &live)?;
             match output {
@@ -114,7 +114,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Apply { file, server, yes } => {
             let desired = Desired::load(&file)?;
-            let client = server.client();
+            let client = server.client()?;
             let live = live::read(&client, &desired.names)?;
             let plan = planned(&client, &desired, &live)?;
             let source = file.display().to_string();
@@ -157,7 +157,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit { server, output } => {
-            let entries = audit::read(&server.client())?;
+            let entries = audit::read(&server.client()?)?;
             match output {
                 Output::Table => print!("{}", audit::render(&entries)),
                 Output::Json => {

@@ -117,7 +117,7 @@ fn usage(args: UsageArgs) -> anyhow::Result<()> {
         Every::Day => UsageEvery::Day,
         Every::Week => UsageEvery::Week,
     });
-    let client = Client::for_endpoint(args.endpoint.as_deref());
+    let client = Client::for_endpoint(args.endpoint.as_deref())?;
     let report = client.usage_report(since, until, by, every)?;
     match args.output {
         Output::Table => print!("{}", usage_table(&report)),

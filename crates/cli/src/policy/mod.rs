@@ -84,6 +84,11 @@ fn describe_request_error(operation: &str, error: &ClientError) -> String {
         ClientError::NotRunning { endpoint } => format!(
             "{endpoint}: cannot reach the server; start it with `qm serve` or pass --endpoint"
         ),
+        ClientError::AccessDenied { .. } | ClientError::Unauthenticated { .. } => {
+            format!("the server refused {operation}: {error}")
+        }
+        // Says what to export; the operation adds nothing.
+        ClientError::NoCredentials { .. } => error.to_string(),
         other => format!("{operation}: {other}"),
     }
 }

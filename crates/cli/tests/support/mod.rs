@@ -1,0 +1,92 @@
+//! What the end-to-end tests share: running `qm` (and the in-process client) as a chosen
+//! principal of the server under test, and as nobody else.
+//!
+//! A developer's own AWS settings (`AWS_PROFILE`, `~/.aws/credentials`, `AWS_REGION`...) and a
+//! `./qm-data` where the tests run must not reach the `qm` under test: it would sign with
+//! those and the server would refuse them. So every setting the credentials chain reads is
+//! cleared, and only the profile a test names is set.
+
+// Each test binary uses its part of this.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use qm_cli::client::credentials::{resolve, LOCAL_PROFILE};
+use qm_cli::client::Client;
+
+/// Every variable the credentials chain (and the endpoint lookup) reads.
+const CHAIN_VARS: [&str; 9] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "QM_DATA_DIR",
+    "QM_ENDPOINT",
+];
+
+/// A profile of a credentials file: who a `qm` signs as.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// The shared credentials file.
+    pub file: PathBuf,
+    /// The profile in it.
+    pub name: String,
+}
+
+impl Profile {
+    /// The first admin's key, which the server writes to `<data-dir>/credentials` on its
+    /// first start; `None` when it wrote none (a server without authentication).
+    pub fn admin(data_dir: &Path) -> Option<Profile> {
+        let file = data_dir.join("credentials");
+        file.exists().then(|| Profile {
+            file,
+            name: LOCAL_PROFILE.to_string(),
+        })
+    }
+
+    /// Profile `name` of `file`.
+    pub fn new(file: &Path, name: &str) -> Profile {
+        Profile {
+            file: file.to_path_buf(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// The `qm` under test, signing as `profile` (unsigned without one), with no other
+/// credentials to find.
+pub fn qm(profile: Option<&Profile>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qm"));
+    for var in CHAIN_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.env("HOME", "/nonexistent/home")
+        .env("QM_DATA_DIR", "/nonexistent/qm-data");
+    if let Some(p) = profile {
+        cmd.env("AWS_SHARED_CREDENTIALS_FILE", &p.file)
+            .env("AWS_PROFILE", &p.name);
+    }
+    cmd
+}
+
+/// An in-process client of `endpoint` signing as `profile` (unsigned without one).
+pub fn client(endpoint: &str, profile: Option<&Profile>) -> Client {
+    let client = Client::new(endpoint);
+    let Some(p) = profile else {
+        return client;
+    };
+    let file = p.file.display().to_string();
+    let env = |name: &str| match name {
+        "AWS_SHARED_CREDENTIALS_FILE" => Some(file.clone()),
+        "AWS_PROFILE" => Some(p.name.clone()),
+        _ => None,
+    };
+    match resolve(&env).expect("the test's profile can be read") {
+        Some(signing) => client.signed(signing),
+        None => client,
+    }
+}
