@@ -3,7 +3,8 @@
 * `server`: one `qm serve` per test module (tests use unique queue names and clean up their
   jobs, so they do not interfere); a module that needs a fresh server per test overrides it
   with a function-scoped fixture built by `start_server`.
-* `batch`: a boto3 Batch client for `server`; `raw_batch`: the same without botocore's
+* `batch`: a boto3 Batch client for `server`, signing as its admin (the key pair the server
+  wrote to `<data-dir>/credentials`); `raw_batch`: the same without botocore's
   parameter validation, so invalid requests reach the server.
 * `jobs`: submits a test's jobs and terminates the unfinished ones at teardown.
 
@@ -47,16 +48,16 @@ def qm_binary():
 
 @pytest.fixture(scope="session")
 def start_server(qm_binary, tmp_path_factory):
-    """Factory: `start_server(config=None, name="qm", env=None)` starts a server in a fresh
-    directory, with `env` added to its environment; `config` is the TOML text or a function of
-    that directory returning it (for configurations that name paths in it). Callers close the
-    server (the session closes any that are left)."""
+    """Factory: `start_server(config=None, name="qm", env=None, args=())` starts a server in a
+    fresh directory, with `env` added to its environment and `args` to its command line;
+    `config` is the TOML text or a function of that directory returning it (for configurations
+    that name paths in it). Callers close the server (the session closes any that are left)."""
 
-    def start(config=None, name: str = "qm", env: dict | None = None) -> Server:
+    def start(config=None, name: str = "qm", env: dict | None = None, args=()) -> Server:
         workdir = tmp_path_factory.mktemp(name)
         if callable(config):
             config = config(workdir)
-        s = Server(workdir, config or config_toml(), name=name, env=env)
+        s = Server(workdir, config or config_toml(), name=name, env=env, args=args)
         _servers.append(s)
         try:
             s.start()

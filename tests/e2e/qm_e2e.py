@@ -1,5 +1,5 @@
-"""Helpers of the end-to-end tests: a `Server` that runs the real `qm serve`, boto3 clients,
-payload builders for the job programs in `jobs/`, a polling `wait_for`, the AWS demo resources
+"""Helpers of the end-to-end tests: a `Server` that runs the real `qm serve`, boto3 clients and
+SigV4-signed raw requests (as the server's admin or as principals it creates), payload builders for the job programs in `jobs/`, a polling `wait_for`, the AWS demo resources
 (spec/aws-batch-quota.md §8) and readers of the jobs' progress files.
 
 Everything waits with a deadline and says what it was waiting for; no test asserts on timing.
@@ -7,7 +7,9 @@ Everything waits with a deadline and says what it was waiting for; no test asser
 
 from __future__ import annotations
 
+import configparser
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -21,9 +23,13 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +44,9 @@ TOKEN_VAR = "QM_E2E_TOKEN"
 # How long a test waits for something the server should do "soon". Generous: CI is a 2-core
 # machine that may be building or running other things at the same time.
 DEADLINE = float(os.environ.get("QM_E2E_DEADLINE", "60"))
+
+# The profile of the admin key pair the server writes to `<data-dir>/credentials` on first start.
+ADMIN_PROFILE = "qm-admin"
 
 TERMINAL = ("SUCCEEDED", "FAILED")
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
@@ -70,6 +79,80 @@ class ServerError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class Keys:
+    """An access key pair, and the principal it belongs to."""
+    name: str
+    access_key_id: str
+    secret_access_key: str
+
+    def credentials(self) -> Credentials:
+        return Credentials(self.access_key_id, self.secret_access_key)
+
+
+def read_credentials(path: Path, profile: str = ADMIN_PROFILE) -> Keys:
+    """A profile of an AWS shared-credentials file (INI), as the AWS SDKs read it."""
+    ini = configparser.ConfigParser()
+    if not ini.read(path):
+        raise FileNotFoundError(path)
+    section = ini[profile]
+    return Keys(profile, section["aws_access_key_id"], section["aws_secret_access_key"])
+
+
+def sign(method: str, url: str, keys: Keys, body: bytes | None = None,
+         headers: dict | None = None, region: str = REGION, service: str = "batch",
+         at: datetime.datetime | None = None) -> dict:
+    """The headers of a request signed with SigV4 by botocore (as boto3 signs), at `at` (UTC,
+    default now) for `region` and `service`: the given headers plus X-Amz-Date and
+    Authorization."""
+    req = AWSRequest(method=method, url=url, data=body or b"", headers=dict(headers or {}))
+    signer = SigV4Auth(keys.credentials(), service, region)
+    if at is None:
+        signer.add_auth(req)
+    else:
+        # botocore reads the clock in one place; a signature of another moment is made by
+        # moving that clock, not by re-implementing the signer.
+        naive = at.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        with mock.patch("botocore.auth.get_current_datetime", lambda *a, **k: naive):
+            signer.add_auth(req)
+    return dict(req.headers.items())
+
+
+def send(method: str, url: str, body: bytes | None = None, headers: dict | None = None,
+         timeout: float = 30) -> tuple[int, dict, bytes]:
+    """One HTTP request with urllib; an HTTP error status is returned, not raised."""
+    req = urllib.request.Request(url, data=body if body else None, headers=dict(headers or {}),
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def encode_body(body, headers: dict | None) -> tuple[bytes | None, dict]:
+    """A JSON-able body as JSON (with its Content-Type, unless `headers` name one); bytes and
+    str as they are."""
+    headers = dict(headers or {})
+    if body is None or isinstance(body, bytes):
+        return body, headers
+    if isinstance(body, str):
+        return body.encode(), headers
+    if not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/json"
+    return json.dumps(body).encode(), headers
+
+
+def aws_error(headers, body: bytes) -> tuple[str, str]:
+    """(code, message) of an AWS-shaped error answer."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        data = {}
+    code = (data.get("__type") or headers.get("x-amzn-ErrorType") or "").split("#")[-1].split(":")[0]
+    return code, data.get("message") or data.get("Message") or ""
+
+
 class Server:
     """One `qm serve` process on its own port and data directory.
 
@@ -78,8 +161,10 @@ class Server:
     """
 
     def __init__(self, workdir: Path, config: str | None = None, name: str = "qm",
-                 env: dict | None = None):
+                 env: dict | None = None, args=()):
         self.workdir = Path(workdir)
+        # Extra arguments of `qm serve` (e.g. --no-auth).
+        self.args = [str(a) for a in args]
         # Extra environment of the server process (e.g. SLURM_CONF for the Slurm executor).
         self.env = dict(env or {})
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -92,6 +177,15 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self._log = None
+        # The admin's key pair, read from `credentials_path` once the server is up; the key
+        # pairs of the principals the tests created, by name.
+        self.credentials_path = self.data_dir / "credentials"
+        self.admin: Keys | None = None
+        self.principals: dict[str, Keys] = {}
+
+    @property
+    def auth(self) -> bool:
+        return "--no-auth" not in self.args
 
     # -- process control ------------------------------------------------------------------
 
@@ -105,6 +199,7 @@ class Server:
             "--listen", f"127.0.0.1:{self.port}",
             "--data-dir", str(self.data_dir),
             "--config", str(self.config_path),
+            *self.args,
         ]
         env = dict(os.environ, **self.env, **{TOKEN_VAR: self.token})
         env.setdefault("RUST_BACKTRACE", "1")
@@ -114,7 +209,22 @@ class Server:
             env=env, start_new_session=True,
         )
         self.wait_healthy(deadline)
+        if self.auth:
+            self.admin = self.wait_credentials()
         return self
+
+    def wait_credentials(self, deadline: float = 10) -> Keys:
+        """The admin key pair the server wrote on its first start (and keeps afterwards)."""
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                return read_credentials(self.credentials_path)
+            except (OSError, KeyError, configparser.Error) as e:
+                if time.monotonic() >= end:
+                    raise ServerError(
+                        f"qm serve answers /healthz but {self.credentials_path} has no "
+                        f"[{ADMIN_PROFILE}] key pair ({e!r})\n{self.log_tail()}") from e
+            time.sleep(0.1)
 
     def wait_healthy(self, deadline: float = DEADLINE) -> None:
         end = time.monotonic() + deadline
@@ -181,16 +291,59 @@ class Server:
 
     # -- clients --------------------------------------------------------------------------
 
-    def client(self, validate: bool = True, access_key: str = "x"):
-        """A boto3 Batch client for this server. `validate=False` turns botocore's own parameter
-        validation off, so that invalid requests reach the server; `access_key` is the key id
-        the requests are signed with (the principal usage is accounted to)."""
+    def keys(self, principal: str | None = None) -> Keys:
+        """The key pair of `principal` (default: the admin). A principal other than the admin is
+        created through the admin API the first time it is asked for."""
+        if not self.auth:
+            return Keys("anonymous", "unused", "unused")
+        if principal is None or principal == ADMIN_PROFILE:
+            assert self.admin, "the server has not been started"
+            return self.admin
+        if principal not in self.principals:
+            status, headers, body = self.signed("POST", "/qm/v1/principals", {"name": principal})
+            if status != 200:
+                raise ServerError(f"POST /qm/v1/principals {{name: {principal}}} answered "
+                                  f"HTTP {status}: {body[:500]!r}")
+            out = json.loads(body)
+            assert out["name"] == principal, out
+            self.principals[principal] = Keys(principal, out["accessKeyId"], out["secretAccessKey"])
+        return self.principals[principal]
+
+    def signed(self, method: str, path: str, body=None, headers: dict | None = None,
+               principal: str | None = None, keys: Keys | None = None,
+               timeout: float = 30) -> tuple[int, dict, bytes]:
+        """A raw request to this server signed with SigV4 as `principal` (default: the admin),
+        or with `keys`. A dict body is sent as JSON. Returns (status, headers, body); an HTTP
+        error status is returned, not raised."""
+        data, headers = encode_body(body, headers)
+        url = self.url + path
+        return send(method, url, data,
+                    sign(method, url, keys or self.keys(principal), data, headers), timeout)
+
+    def cli_env(self, **extra) -> dict:
+        """The environment of a `qm` or `aws` command that talks to this server as its admin:
+        the standard AWS chain pointed at the server's credentials file, nothing else."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("AWS_") or k == "AWS_PAGER"}
+        env.update(AWS_SHARED_CREDENTIALS_FILE=str(self.credentials_path),
+                   AWS_PROFILE=ADMIN_PROFILE, AWS_CONFIG_FILE=str(self.workdir / "no-aws-config"),
+                   AWS_DEFAULT_REGION=REGION, QM_ENDPOINT=self.url)
+        env.update(extra)
+        return env
+
+    def client(self, validate: bool = True, principal: str | None = None,
+               keys: Keys | None = None):
+        """A boto3 Batch client for this server, signing as `principal` (default: the admin;
+        created at first use; the name usage is accounted to) or with `keys`.
+        `validate=False` turns botocore's own parameter validation off, so that invalid
+        requests reach the server."""
+        keys = keys or self.keys(principal)
         return boto3.client(
             "batch",
             region_name=REGION,
             endpoint_url=self.url,
-            aws_access_key_id=access_key,
-            aws_secret_access_key="x",
+            aws_access_key_id=keys.access_key_id,
+            aws_secret_access_key=keys.secret_access_key,
             config=Config(
                 parameter_validation=validate,
                 retries={"max_attempts": 1, "mode": "standard"},

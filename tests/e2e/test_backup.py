@@ -23,11 +23,14 @@ def qm_backup(data_dir: Path, to: Path, *extra: str) -> subprocess.CompletedProc
 
 
 @contextlib.contextmanager
-def restored(backup: Path, workdir: Path, config: str):
-    """A server whose data dir is empty but for the backup, as the restore procedure says."""
+def restored(backup: Path, credentials: Path, workdir: Path, config: str):
+    """A server whose data dir is empty but for the backup and the admin's credentials file, as
+    the restore procedure says (the backup holds the principals; the file is the admin's copy
+    of its key pair, which the server writes only on a first start)."""
     server = Server(workdir, config, name="restored")
     server.data_dir.mkdir(parents=True)
     shutil.copyfile(backup, server.data_dir / "qm.sqlite3")
+    shutil.copyfile(credentials, server.credentials_path)
     try:
         yield server.start()
     finally:
@@ -87,7 +90,8 @@ def test_a_backup_of_a_running_server_restores_every_job_it_had_answered(
         print(f"[e2e] {in_flight_until} submits answered by the end of the backup, "
               f"{len(during)} in all")
 
-        with restored(backup, tmp_path / "restored", server.config_path.read_text()) as copy:
+        with restored(backup, server.credentials_path, tmp_path / "restored",
+                      server.config_path.read_text()) as copy:
             new = copy.client()
             for jid, old in before.items():
                 same_job(old, new.describe_service_job(jobId=jid))
@@ -121,7 +125,8 @@ def test_a_backup_of_a_stopped_server_restores_everything_and_is_never_overwritt
         assert again.returncode == 2 and "--force" in again.stderr, again.stderr
         assert qm_backup(server.data_dir, backup, "--force").returncode == 0
 
-        with restored(backup, tmp_path / "restored", server.config_path.read_text()) as copy:
+        with restored(backup, server.credentials_path, tmp_path / "restored",
+                      server.config_path.read_text()) as copy:
             new = copy.client()
             for jid, old in before.items():
                 same_job(old, new.describe_service_job(jobId=jid))

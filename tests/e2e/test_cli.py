@@ -1,7 +1,8 @@
-"""Smoke test of the real AWS CLI (`aws batch ... --endpoint-url`) with dummy credentials."""
+"""Smoke test of the real AWS CLI (`aws batch ... --endpoint-url`), signing with the admin key
+pair the server wrote to `<data-dir>/credentials`, found by the CLI's standard chain
+(`AWS_SHARED_CREDENTIALS_FILE`, `AWS_PROFILE=qm-admin`) as the server's banner says."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,8 @@ def aws_cli() -> str:
 
 
 @pytest.fixture
-def aws(server, tmp_path):
-    env = dict(os.environ,
-               AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_PAGER="")
+def aws(server):
+    env = server.cli_env(AWS_PAGER="")
 
     def run(*args, ok=True):
         cmd = [aws_cli(), "batch", *args, "--endpoint-url", server.url, "--output", "json"]

@@ -6,6 +6,10 @@ and a third QS1 job waits with NOTHING_TO_BORROW. Chromium loads the page, lets 
 run, and dumps the DOM, which the test reads through the page's `data-testid` attributes. A
 screenshot of each page is kept under `target/e2e-artifacts/` for people to look at.
 
+The server asks who is looking: Chromium signs in the way automation does, with the key pair
+in the URL fragment (`#key=...&secret=...&view=...`), which the page trades for a session
+cookie and removes. Without keys the page shows its sign-in form and nothing else.
+
 Needs Debian's `chromium` (or `$CHROMIUM`): without it the test is skipped, unless
 `QM_REQUIRE_CHROMIUM` is set (CI), where a missing browser is a failure.
 """
@@ -16,12 +20,12 @@ import json
 import os
 import shutil
 import subprocess
-import urllib.request
+import urllib.parse
 from html.parser import HTMLParser
 
 import pytest
 
-from qm_e2e import REPO, demo_setup, wait_for, wait_preempted, wait_status
+from qm_e2e import REPO, ShareSpec, demo_setup, make_queue, wait_for, wait_preempted, wait_status
 
 ARTIFACTS = REPO / "target" / "e2e-artifacts"
 # Virtual time Chromium gives the page before dumping: the first refresh needs well under a
@@ -116,6 +120,20 @@ def page(browser, url, profile) -> Node:
     return Tree(browse(browser, url, profile)).root
 
 
+def signed_in(server, view: str = "", principal: str | None = None, secret: str | None = None) -> str:
+    """The dashboard's URL that signs in as `principal` (default: the admin) and shows `view`
+    (a route such as `/queue/NAME`); `secret` replaces the right one."""
+    keys = server.keys(principal)
+    fragment = {"key": keys.access_key_id, "secret": secret or keys.secret_access_key}
+    if view:
+        fragment["view"] = view
+    return f"{server.url}/#{urllib.parse.urlencode(fragment)}"
+
+
+def shown(node: Node) -> bool:
+    return node.attrs.get("hidden") is None
+
+
 def share_numbers(dom: Node, share: str) -> dict:
     row = dom.one("share-row", data_share=share)
     return {k: row.one(f"share-{k}").text() for k in ("entitled", "own", "borrowed", "lent", "runnable")}
@@ -152,15 +170,16 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     wait_status(batch, low, "RUNNABLE", reason_prefix="NOTHING_TO_BORROW")
 
     def usage_settled():
-        with urllib.request.urlopen(server.url + "/qm/v1/usage", timeout=5) as r:
-            queues = json.load(r)["queues"]
+        status, _, body = server.signed("GET", "/qm/v1/usage")
+        assert status == 200, body
+        queues = json.loads(body)["queues"]
         shares = {s["quotaShareName"]: s for s in next(x for x in queues if x["jobQueue"] == q.name)["shares"]}
         return shares if shares["QS1"]["borrowed"] == 1 and shares["QS2"]["stopping"] == 0 else None
 
     wait_for(usage_settled, what="QS1 to borrow QS2's instance again")
 
     # The queue page.
-    url = f"{server.url}/#/queue/{q.name}"
+    url = signed_in(server, f"/queue/{q.name}")
     shot = ARTIFACTS / "dashboard.png"
     browse(browser, url, tmp_path / "profile-shot", screenshot=shot)
     print(f"\n[e2e] dashboard screenshot: {shot}")
@@ -169,6 +188,8 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     dom = Tree(dump).root
 
     assert dom.one("error").attrs.get("hidden") is not None, dom.one("error").text()
+    assert not shown(dom.one("login")), dom.one("login").text()
+    assert dom.one("whoami").text().startswith("qm-admin"), dom.one("whoami").text()
     assert dom.one("last-refresh").text().startswith("Updated"), dom.one("last-refresh").text()
     assert dom.one("queue-select").all(None, value=q.name), "the queue is not in the selector"
     assert share_numbers(dom, "QS1") == {"entitled": "1", "own": "1", "borrowed": "1", "lent": "0", "runnable": "1"}
@@ -201,7 +222,7 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     assert rows[med].one("job-link").attrs["href"] == f"#/job/{med}"
 
     # The job page of the preempted job: one preempted attempt, then the one running now.
-    url = f"{server.url}/#/job/{med}"
+    url = signed_in(server, f"/job/{med}")
     shot = ARTIFACTS / "dashboard-job.png"
     browse(browser, url, tmp_path / "profile-shot", screenshot=shot)
     print(f"[e2e] job page screenshot: {shot}")
@@ -216,3 +237,46 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     attempts = dom.one("attempts-table").all("attempt-row")
     assert [a.attrs["data-preempted"] for a in attempts] == ["true", "false"]
     assert "Preempted: capacity reclaimed by quota share QS2" in attempts[0].one("reason").text()
+
+
+def test_the_dashboard_without_keys_shows_the_sign_in_form_and_no_data(server, batch, tmp_path):
+    browser = chromium()
+    q = make_queue(batch, "dash-nokeys", [ShareSpec("Q1", "RESERVE", 1)], env_max=1)
+    dump = browse(browser, f"{server.url}/#/queue/{q.name}", tmp_path / "profile")
+    (ARTIFACTS / "dashboard-login.html").parent.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "dashboard-login.html").write_text(dump)
+    dom = Tree(dump).root
+    login = dom.one("login")
+    assert shown(login)
+    assert login.one("login-key").tag == "input"
+    assert login.one("login-secret").attrs.get("type") == "password"
+    assert [b.text() for b in login.all(None) if b.tag == "button"] == ["Sign in"]
+    assert not shown(dom.one("login-error")), dom.one("login-error").text()
+    # Nothing the server knows is on the page.
+    assert not shown(dom.one("view-queue")) and not shown(dom.one("view-job"))
+    assert not dom.all("share-row") and not dom.all("job-row") and not dom.all("history-row")
+    assert not [o for o in dom.one("queue-select").all(None) if o.tag == "option"]
+    assert q.name not in dump
+    assert dom.one("whoami").text() == ""
+    assert not shown(dom.one("error")), dom.one("error").text()
+
+
+def test_the_dashboard_signed_in_by_fragment_shows_who_and_the_data(server, batch, tmp_path):
+    browser = chromium()
+    q = make_queue(batch, "dash-who", [ShareSpec("Q1", "RESERVE", 1)], env_max=1)
+    dom = page(browser, signed_in(server, f"/queue/{q.name}", principal="alice"), tmp_path / "profile")
+    assert not shown(dom.one("login")), dom.one("login").text()
+    assert dom.one("whoami").text() == "alice", dom.one("whoami").text()
+    assert shown(dom.one("sign-out")) and dom.one("sign-out").text() == "Sign out"
+    assert dom.one("error").attrs.get("hidden") is not None, dom.one("error").text()
+    assert [r.attrs["data-share"] for r in dom.all("share-row")] == ["Q1"]
+    assert dom.one("queue-select").all(None, value=q.name)
+
+
+def test_the_dashboard_with_a_wrong_secret_in_the_fragment_says_so_at_the_sign_in_form(
+        server, tmp_path):
+    browser = chromium()
+    dom = page(browser, signed_in(server, secret="not-the-secret"), tmp_path / "profile")
+    assert shown(dom.one("login"))
+    assert "secret access key" in dom.one("login-error").text(), dom.one("login-error").text()
+    assert not shown(dom.one("view-queue"))

@@ -17,7 +17,6 @@ import json
 import os
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -361,8 +360,9 @@ def test_a_two_node_job_runs_once_on_each_of_two_distinct_nodes_that_see_each_ot
     assert f"host {first_host}" in logs["stdout.log"], logs
     assert f"host {second_host}" in logs["stdout-algo-2.log"], logs
     assert f"host {second_host}" in logs["stderr-algo-2.log"], logs
-    with urllib.request.urlopen(f"{server.url}/qm/v1/jobs/{jid}/logs?stream=stdout", timeout=10) as r:
-        assert f"host {first_host}".encode() in r.read()
+    status, _, body = server.signed("GET", f"/qm/v1/jobs/{jid}/logs?stream=stdout")
+    assert status == 200, (status, body)
+    assert f"host {first_host}".encode() in body
 
 
 class StatusLog:

@@ -1,5 +1,5 @@
 """Usage accounting (issue 15, item 4) on the real server: real processes, a real reclaim,
-boto3 clients signing as two principals, jobs retired to the archive at once, and
+boto3 clients signing as two principals (created through the admin API), jobs retired to the archive at once, and
 `qm report usage` asked before and after a kill -9 restart. The hours the report gives are
 checked against the attempts' own start and stop times in the archive."""
 
@@ -28,13 +28,14 @@ def utc(ms: int) -> str:
 def report(server, since: int, until: int, *args: str, output: str = "json"):
     cmd = [str(qm_bin()), "report", "usage", "--endpoint", server.url, "--since", utc(since),
            "--until", utc(until), "--output", output, *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=server.cli_env())
     assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}"
     return json.loads(r.stdout) if output == "json" else r.stdout
 
 
 def test_usage_reports_real_runs_and_survives_retirement_and_restart(server, tmp_path):
-    alice, bob = server.client(access_key="alice"), server.client(access_key="bob")
+    # Two principals, created by the admin; usage is accounted to the name that signed.
+    alice, bob = server.client(principal="alice"), server.client(principal="bob")
     q = make_queue(alice, "use", [ShareSpec("A", strategy="LEND", limit=1),
                                   ShareSpec("B", limit=1, borrow_limit=100)], env_max=2)
     # The window opens once the shares exist, so A is entitled all through it.

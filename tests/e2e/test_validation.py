@@ -3,8 +3,6 @@ offending field (spec §1, §3, §6; DESIGN.md §5). botocore's own parameter va
 (`raw_batch`), so the server sees the bad values."""
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -293,12 +291,10 @@ def test_tag_limits_are_checked(raw_batch, q):
 # -- the wire -----------------------------------------------------------------------------
 
 def test_a_malformed_body_gets_a_client_exception_in_the_aws_shape(server):
-    req = urllib.request.Request(server.url + "/v1/submitservicejob", data=b"{not json",
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(req, timeout=10)
-    assert e.value.code == 400
-    assert e.value.headers["x-amzn-ErrorType"].split(":")[0] == "ClientException"
-    body = json.loads(e.value.read())
+    status, headers, raw = server.signed("POST", "/v1/submitservicejob", b"{not json",
+                                         headers={"Content-Type": "application/json"})
+    assert status == 400, (status, raw)
+    assert headers["x-amzn-ErrorType"].split(":")[0] == "ClientException"
+    body = json.loads(raw)
     assert body["__type"].split("#")[-1] == "ClientException"
     assert body["message"]

@@ -5,6 +5,15 @@
 // innerHTML — every text goes through textContent or setAttribute (see `h`). The page refreshes
 // every REFRESH_MS while the tab is visible; a failed refresh keeps the last data on screen and
 // says that the server cannot be reached.
+//
+// Signing in: the server refuses a request without a signature or a session with 403
+// MissingAuthenticationTokenException; the page then shows a form for an access key pair,
+// POSTs it once to /qm/v1/session, and from then on the browser sends the HttpOnly session
+// cookie the server set. The secret is never kept: not in localStorage or sessionStorage, not
+// in a variable beyond the sign-in call, not in the URL. For automation the page also takes the
+// pair from its fragment, `#key=<id>&secret=<secret>[&view=/queue/NAME]`, removes the fragment
+// with history.replaceState before anything else runs (a fragment never reaches the server),
+// signs in with it and shows `view`.
 "use strict";
 
 (function () {
@@ -31,6 +40,8 @@
     lastOk: null,         // Date of the last successful refresh
     described: new Map(), // jobId -> DescribeServiceJob (terminal jobs are kept, others refreshed)
     history: { window: "day", at: 0, key: "", report: null }, // the last usage report fetched
+    who: null,            // GET /qm/v1/whoami of the signed-in principal
+    signedOut: false,     // the sign-in form is shown: nothing is fetched or refreshed
   };
   // The history changes slowly and costs the server an archive read: fetched at most this often.
   const HISTORY_MS = 60000;
@@ -191,6 +202,8 @@
       const msg = (data && (data.message || data.Message)) || text.slice(0, 200) || res.statusText;
       const err = new ApiError(`${path}: HTTP ${res.status}: ${msg}`, true);
       err.status = res.status;
+      // AWS names the error in __type (`prefix#Code`) and x-amzn-ErrorType (`Code:url`).
+      err.code = String((data && data.__type) || res.headers.get("x-amzn-ErrorType") || "").split("#").pop().split(":")[0];
       throw err;
     }
     if (data === null) throw new ApiError(`${path}: the answer is not JSON`, true);
@@ -245,7 +258,8 @@
       const q = (r.queues || []).find((x) => x.jobQueue === queue);
       return { shares: (q && q.shares) || [], derived: false };
     } catch (e) {
-      if (!e.reachable) throw e; // an older server: derive what we can
+      // An older server has no /qm/v1/usage: derive what we can. A refusal is no such server.
+      if (!e.reachable || e.status === 401 || e.status === 403) throw e;
     }
     const shares = [];
     let token;
@@ -334,7 +348,8 @@
     const details = await pool(shown, (j) => (j.schedulingPriority !== undefined
       ? Promise.resolve(j)
       : describe(j.jobId).catch(() => null)));
-    if (queue !== state.queue) return; // the selection changed while loading
+    // The selection changed, or the user signed out, while loading.
+    if (queue !== state.queue || state.signedOut) return;
 
     renderShares(usage);
     renderHistory(history, queue);
@@ -613,7 +628,7 @@
     try {
       job = await describe(jobId, true);
     } catch (e) {
-      if (e.reachable) {
+      if (e.reachable && e.status !== 403) {
         replace("job-title", `Job ${jobId}`);
         replace("job-body", h("p", { class: "muted", "data-testid": "job-missing" }, e.message));
         replace("timeline"); replace("attempts");
@@ -621,7 +636,7 @@
       }
       throw e;
     }
-    if (route().job !== jobId) return;
+    if (route().job !== jobId || state.signedOut) return;
     replace("job-title", job.jobName || jobId, " ", statusBadge(job.status));
     const jobQueue = idOfArn(job.jobQueue);
     if (jobQueue) {
@@ -651,6 +666,124 @@
     renderAttemptTable(attempts);
   }
 
+  // -- signing in ---------------------------------------------------------------------------
+
+  const MISSING_TOKEN = "MissingAuthenticationTokenException";
+
+  function showWho(who) {
+    state.who = who;
+    const anonymous = who.name === "anonymous"; // qm serve --no-auth: nobody signs in
+    replace("who-label", anonymous ? "Authentication is off; acting as" : "Signed in as");
+    replace("whoami", who.name, who.admin && !anonymous ? " (admin)" : "");
+    document.getElementById("sign-out").hidden = anonymous;
+    document.getElementById("who").hidden = false;
+  }
+
+  async function loadWho() {
+    try { showWho(await call("GET", "/qm/v1/whoami")); } catch (_) { /* shown at the next refresh */ }
+  }
+
+  // Shows the sign-in form instead of the data, and forgets the data: a signed-out page shows
+  // nothing the server answered to the last principal.
+  function showLogin(message) {
+    state.signedOut = true;
+    state.who = null;
+    clearTimeout(state.timer);
+    state.queues = [];
+    state.described.clear();
+    state.history.report = null;
+    document.getElementById("queue").replaceChildren();
+    for (const id of ["shares-body", "jobs-body", "history-body", "job-body"]) replace(id, h("p", { class: "muted" }, "Loading…"));
+    for (const id of ["share-heads", "front", "timeline", "attempts"]) replace(id);
+    replace("job-title", "Job");
+    document.getElementById("view-queue").hidden = true;
+    document.getElementById("view-job").hidden = true;
+    document.getElementById("who").hidden = true;
+    showError(null);
+    replace("last-refresh", "Not signed in");
+    const err = document.getElementById("login-error");
+    err.hidden = !message;
+    err.replaceChildren();
+    if (message) err.textContent = message;
+    document.getElementById("view-login").hidden = false;
+    document.body.classList.add("signed-out");
+    const key = document.getElementById("login-key");
+    if (!key.value) key.focus(); else document.getElementById("login-secret").focus();
+  }
+
+  function hideLogin() {
+    state.signedOut = false;
+    document.body.classList.remove("signed-out");
+    document.getElementById("view-login").hidden = true;
+    document.getElementById("login-error").hidden = true;
+  }
+
+  // Trades the key pair for a session cookie; true when signed in.
+  async function signIn(accessKeyId, secretAccessKey) {
+    const button = document.getElementById("login-submit");
+    button.disabled = true;
+    try {
+      const who = await call("POST", "/qm/v1/session", { accessKeyId, secretAccessKey });
+      hideLogin();
+      showWho({ name: who.name });
+      loadWho(); // groups and admin
+      return true;
+    } catch (e) {
+      const why = e.code === "UnrecognizedClientException" ? "No principal of this server has this access key id."
+        : e.code === "InvalidSignatureException" ? "The secret access key is not the one of this access key id."
+          : e.message;
+      showLogin(`Sign-in failed: ${why}`);
+      return false;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function signOut() {
+    clearTimeout(state.timer);
+    let message = null;
+    try {
+      // An empty JSON body: a DELETE with no body at all may carry no Content-Length either,
+      // which a server that checks content types can take for a body of unknown type.
+      await call("DELETE", "/qm/v1/session", {});
+    } catch (e) {
+      message = `The server did not end the session: ${e.message}`;
+    }
+    document.getElementById("login-key").value = "";
+    showLogin(message);
+  }
+
+  // A request was refused for want of a signature: either no session (sign in) or a session
+  // the server does not accept for this request (say so, rather than ask to sign in again).
+  async function refusedUnsigned(e) {
+    try {
+      showWho(await call("GET", "/qm/v1/whoami"));
+    } catch (e2) {
+      if (e2.status === 403) { showLogin(null); return; }
+      throw e2;
+    }
+    throw new ApiError(`${e.message} (signed in as ${state.who.name}, but the session is not accepted for this request)`, true);
+  }
+
+  // `#key=<id>&secret=<secret>[&view=<route>]`: the pair, with the fragment already removed
+  // from the address bar and the history; null when the fragment carries no key.
+  function takeKeysFromFragment() {
+    const fragment = location.hash.replace(/^#/, "");
+    if (!/(^|&)(key|secret)=/.test(fragment)) return null;
+    const params = new URLSearchParams(fragment);
+    const view = (params.get("view") || "").replace(/^#?\/?/, "");
+    history.replaceState(null, "", location.pathname + location.search + (view ? `#/${view}` : ""));
+    const key = params.get("key"), secret = params.get("secret");
+    return key && secret ? { key, secret } : null;
+  }
+
+  async function signInFromFragment() {
+    const keys = takeKeysFromFragment();
+    if (!keys) return false;
+    if (await signIn(keys.key, keys.secret)) refresh();
+    return true;
+  }
+
   // -- routing and the refresh loop ---------------------------------------------------------
 
   function route() {
@@ -671,6 +804,7 @@
   }
 
   async function refresh() {
+    if (state.signedOut) return;
     if (state.inFlight) { state.again = true; return; }
     state.inFlight = true;
     state.again = false;
@@ -679,12 +813,19 @@
     document.getElementById("view-job").hidden = !r.job;
     document.getElementById("view-queue").hidden = !!r.job;
     try {
-      if (r.job) {
-        await Promise.all([refreshJob(r.job), loadQueues()]);
-      } else {
-        if (r.queue) state.queue = r.queue;
-        await refreshQueue();
+      try {
+        if (r.job) {
+          await Promise.all([refreshJob(r.job), loadQueues()]);
+        } else {
+          if (r.queue) state.queue = r.queue;
+          await refreshQueue();
+        }
+      } catch (e) {
+        if (e.status === 403 && e.code === MISSING_TOKEN) await refusedUnsigned(e);
+        else throw e;
       }
+      if (state.signedOut) return;
+      if (!state.who) loadWho();
       state.lastOk = serverNow();
       showError(null);
       replace("last-refresh", "Updated ", h("time", { datetime: new Date(state.lastOk).toISOString() }, fmtClock(state.lastOk)),
@@ -707,7 +848,7 @@
 
   function schedule() {
     clearTimeout(state.timer);
-    if (!state.paused && !document.hidden) state.timer = setTimeout(refresh, REFRESH_MS);
+    if (!state.paused && !document.hidden && !state.signedOut) state.timer = setTimeout(refresh, REFRESH_MS);
   }
 
   function init() {
@@ -738,10 +879,24 @@
       pause.textContent = state.paused ? "Resume" : "Pause";
       if (state.paused) clearTimeout(state.timer); else refresh();
     });
-    window.addEventListener("hashchange", () => { window.scrollTo(0, 0); refresh(); });
+    const form = document.getElementById("login-form");
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const key = document.getElementById("login-key");
+      const secret = document.getElementById("login-secret");
+      const pair = [key.value.trim(), secret.value];
+      secret.value = ""; // the form does not hold on to the secret either
+      signIn(...pair).then((ok) => { if (ok) refresh(); });
+    });
+    document.getElementById("sign-out").addEventListener("click", signOut);
+    window.addEventListener("hashchange", () => {
+      window.scrollTo(0, 0);
+      signInFromFragment().then((took) => { if (!took) refresh(); });
+    });
     // Hidden tabs do not poll; coming back refreshes at once.
     document.addEventListener("visibilitychange", () => { if (document.hidden) clearTimeout(state.timer); else refresh(); });
-    refresh();
+    // The fragment's keys are taken (and the fragment removed) before the first request.
+    signInFromFragment().then((took) => { if (!took) refresh(); });
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
