@@ -149,8 +149,17 @@ fn tag_key(field: &str, key: &str) -> Result<(), ApiError> {
             "{field}: tag keys starting with 'aws:' are reserved for AWS: choose another key"
         ));
     }
+    if key.eq_ignore_ascii_case(TAG_SUBMITTED_BY) {
+        return fail(format!(
+            "{field}: '{TAG_SUBMITTED_BY}' is set by the server (the principal that signed the submit): choose another key"
+        ));
+    }
     Ok(())
 }
+
+/// Job tag (a qm extension) that DescribeServiceJob adds: the principal that submitted the
+/// job. Clients may not set it.
+pub const TAG_SUBMITTED_BY: &str = "qm:submitted-by";
 
 /// Quota-share tag (a qm extension): a job of the share that started less than this many
 /// seconds ago is not preempted (thrash protection, docs/scheduling.md).
@@ -158,12 +167,22 @@ pub const TAG_MIN_RUNTIME: &str = "qm:min-runtime-seconds";
 /// Quota-share tag (a qm extension): a job of the share preempted this many times in the last
 /// hour is not preempted again until the oldest of those is an hour old.
 pub const TAG_MAX_PREEMPTIONS: &str = "qm:max-preemptions-per-hour";
+/// Quota-share tag (a qm extension): who may submit to the share, as principal names and
+/// `group:<name>` entries separated by commas; absent = every authenticated principal.
+pub const TAG_SUBMITTERS: &str = "qm:submitters";
+/// Quota-share tag (a qm extension): who may change or terminate any job of the share, and
+/// submit to it at any priority (same syntax).
+pub const TAG_LEADS: &str = "qm:leads";
+/// Quota-share tag (a qm extension): the highest priority submitters who are not leads may
+/// submit with or raise a job to.
+pub const TAG_MAX_PRIORITY: &str = "qm:max-priority";
 /// The longest minimum run time a share may ask for: a week.
 pub const MAX_MIN_RUNTIME_SECONDS: u64 = 7 * 24 * 3600;
 /// The highest preemption cap a share may ask for.
 pub const MAX_PREEMPTIONS_PER_HOUR: u32 = 1000;
 
-/// The thrash-protection tags of a quota share, checked: whole numbers in range.
+/// The qm tags of a quota share, checked: thrash protection (whole numbers in range) and
+/// permissions (principal lists, a priority).
 pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError> {
     if let Some(v) = tags.get(TAG_MIN_RUNTIME) {
         if !v.parse::<u64>().is_ok_and(|n| n <= MAX_MIN_RUNTIME_SECONDS) {
@@ -179,6 +198,35 @@ pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(
         {
             return fail(format!(
                 "{field}.{TAG_MAX_PREEMPTIONS} is '{v}': give a whole number from 0 to {MAX_PREEMPTIONS_PER_HOUR} (0 means no cap)"
+            ));
+        }
+    }
+    for key in [TAG_SUBMITTERS, TAG_LEADS] {
+        if let Some(v) = tags.get(key) {
+            principal_list(&format!("{field}.{key}"), v)?;
+        }
+    }
+    if let Some(v) = tags.get(TAG_MAX_PRIORITY) {
+        if !v.parse::<u32>().is_ok_and(|n| n <= 9999) {
+            return fail(format!(
+                "{field}.{TAG_MAX_PRIORITY} is '{v}': give a whole number from 0 to 9999, the highest schedulingPriority submitters may use"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `alice,group:research`: principal names and `group:` entries, comma-separated.
+fn principal_list(field: &str, value: &str) -> Result<(), ApiError> {
+    for (i, entry) in value.split(',').map(str::trim).enumerate() {
+        let name = entry.strip_prefix("group:").unwrap_or(entry);
+        let ok = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b));
+        if !ok {
+            return fail(format!(
+                "{field}: entry {i} ('{entry}') is not a principal name or group:<name>; use 1-64 letters, digits and _ . @ -, separated by commas"
             ));
         }
     }

@@ -10,6 +10,20 @@ use std::collections::BTreeMap;
 use qm_api::*;
 use serde::{Deserialize, Serialize};
 
+/// Who sent a client's command: the principal the request's signature proved, with the
+/// groups and admin flag it had then (logged, so that a replay checks the same permissions).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// The principal's name.
+    pub name: String,
+    /// Its groups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// Whether it may do everything.
+    #[serde(default)]
+    pub admin: bool,
+}
+
 /// A state change, as logged. Ids that must not change on replay (job ids) are assigned before
 /// the command is logged.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -97,6 +111,14 @@ pub enum Command {
     },
     /// Someone changed the configuration with `qm apply` (the audit log).
     Audit(AuditEntry),
+    /// A client's command and who sent it: applied when the caller may send it
+    /// (`ops::permit`). Logs of builds before permissions hold the commands bare.
+    As {
+        /// Who sent it.
+        caller: Caller,
+        /// What it asks.
+        command: Box<Command>,
+    },
     /// A queue's `jobStateTimeLimitActions` fired for a job at the head of its share.
     TimeLimitAction {
         /// The job.

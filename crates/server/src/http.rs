@@ -179,13 +179,17 @@ async fn operation(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let request = parse_operation(&operation, &body).map(|mut r| {
-        if let Request::Command(Command::SubmitServiceJob { principal, .. }) = &mut r {
-            *principal = Some(caller.name.clone());
+    let request = parse_operation(&operation, &body).map(|r| match r {
+        Request::Command(mut c) => {
+            if let Command::SubmitServiceJob { principal, .. } = &mut c {
+                *principal = Some(caller.name.clone());
+            }
+            Request::Command(as_caller(&caller, c))
         }
-        r
+        query => query,
     });
-    let audited = matches!(&request, Ok(Request::Command(c)) if !matches!(c, Command::SubmitServiceJob { .. }));
+    let audited = matches!(&request, Ok(Request::Command(Command::As { command, .. }))
+        if !matches!(**command, Command::SubmitServiceJob { .. }));
     let response = match request {
         Ok(r) => dispatch(&app, r).await,
         Err(e) => return error_response(&e),
@@ -207,6 +211,18 @@ async fn operation(
         l.observe(&operation, started.elapsed().as_secs_f64());
     }
     response
+}
+
+/// A client's command as logged: with who sent it, for the permission check (`ops::permit`).
+fn as_caller(p: &Principal, command: Command) -> Command {
+    Command::As {
+        caller: crate::command::Caller {
+            name: p.name.clone(),
+            groups: p.groups.clone(),
+            admin: p.admin,
+        },
+        command: Box::new(command),
+    }
 }
 
 /// Characters of a request body an audit entry's summary and details keep.
@@ -525,6 +541,7 @@ struct TagBody {
 async fn tag(
     AxState(app): AxState<App>,
     Path(arn): Path<String>,
+    Extension(caller): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match read_body(body) {
@@ -539,12 +556,17 @@ async fn tag(
         resource_arn: arn_of(&arn),
         tags: b.tags,
     };
-    dispatch(&app, Request::Command(Command::TagResource(r))).await
+    dispatch(
+        &app,
+        Request::Command(as_caller(&caller, Command::TagResource(r))),
+    )
+    .await
 }
 
 async fn untag(
     AxState(app): AxState<App>,
     Path(arn): Path<String>,
+    Extension(caller): Extension<Principal>,
     RawQuery(query): RawQuery,
 ) -> Response {
     let keys: Vec<String> = query
@@ -558,7 +580,11 @@ async fn untag(
         resource_arn: arn_of(&arn),
         tag_keys: keys,
     };
-    dispatch(&app, Request::Command(Command::UntagResource(r))).await
+    dispatch(
+        &app,
+        Request::Command(as_caller(&caller, Command::UntagResource(r))),
+    )
+    .await
 }
 
 async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {

@@ -381,6 +381,10 @@ impl State {
                 self.audit.push(e);
                 body(&serde_json::json!({}))
             }
+            Command::As { caller, command } => {
+                self.permit(caller, command)?;
+                self.apply(command)
+            }
         }
     }
 

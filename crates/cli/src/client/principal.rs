@@ -95,6 +95,8 @@ pub struct WhoAmI {
 struct CreateRequest<'a> {
     name: &'a str,
     groups: &'a [String],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    admin: bool,
 }
 
 fn principal_path(name: &str) -> String {
@@ -102,13 +104,22 @@ fn principal_path(name: &str) -> String {
 }
 
 impl Client {
-    /// Creates principal `name` in `groups`; the answer holds its key pair.
+    /// Creates principal `name` in `groups` (an admin when `admin`); the answer holds its key
+    /// pair.
     pub fn create_principal(
         &self,
         name: &str,
         groups: &[String],
+        admin: bool,
     ) -> Result<IssuedKey, ClientError> {
-        self.post(PRINCIPALS, &CreateRequest { name, groups })
+        self.post(
+            PRINCIPALS,
+            &CreateRequest {
+                name,
+                groups,
+                admin,
+            },
+        )
     }
 
     /// Every principal, by name.

@@ -48,6 +48,9 @@ pub struct CreateArgs {
     /// A group it belongs to (repeat for several).
     #[arg(long = "group", value_name = "GROUP")]
     groups: Vec<String>,
+    /// Make it an admin: it may do everything, principals included.
+    #[arg(long)]
+    admin: bool,
     /// Append the key as profile `[NAME]` to this shared credentials file (created with mode
     /// 0600 if new) instead of printing it.
     #[arg(long, value_name = "FILE")]
@@ -98,7 +101,7 @@ fn create(args: CreateArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.credentials_file {
         check_writable(file, &args.name, Existing::Refuse).map_err(ClientError::from)?;
     }
-    let key = client.create_principal(&args.name, &args.groups)?;
+    let key = client.create_principal(&args.name, &args.groups, args.admin)?;
     deliver(
         &client,
         &key,

@@ -34,6 +34,8 @@ struct CreateRequest {
     name: String,
     #[serde(default)]
     groups: Vec<String>,
+    #[serde(default)]
+    admin: bool,
 }
 
 #[derive(Serialize)]
@@ -164,7 +166,7 @@ async fn create(
             )));
         }
         app.auth
-            .create(&req.name, req.groups, false)
+            .create(&req.name, req.groups, req.admin)
             .map_err(|e| ApiError::server(format!("storing the principal: {e}")))
     })();
     match result {

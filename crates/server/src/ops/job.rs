@@ -329,9 +329,19 @@ impl State {
             status: rec.status,
             status_reason: self.status_reason(rec),
             stopped_at: rec.stopped_at,
-            tags: (!rec.tags.is_empty()).then(|| rec.tags.clone()),
+            tags: Self::described_tags(rec),
             timeout_config: rec.request.timeout_config.clone(),
         })
+    }
+
+    /// The job's tags, plus who submitted it as `qm:submitted-by` (a qm extension, shown by
+    /// DescribeServiceJob only: the tag APIs keep the client's own tags).
+    fn described_tags(rec: &JobRec) -> Option<BTreeMap<String, String>> {
+        let mut tags = rec.tags.clone();
+        if let Some(p) = &rec.principal {
+            tags.insert(TAG_SUBMITTED_BY.to_string(), p.clone());
+        }
+        (!tags.is_empty()).then_some(tags)
     }
 
     fn summary(&self, rec: &JobRec) -> ServiceJobSummary {

@@ -4,6 +4,7 @@
 
 mod environment;
 mod job;
+mod permit;
 mod policy;
 mod queue;
 pub(crate) mod retention;

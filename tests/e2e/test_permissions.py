@@ -1,0 +1,155 @@
+"""Permissions (issue 12, item 4) through boto3 against the real `qm serve`: a share's
+`qm:submitters`, `qm:leads` and `qm:max-priority` tags, who may change the configuration, and
+who may change or terminate whose jobs. Every denial is HTTP 403 `AccessDeniedException`
+naming the principal, the action and the resource, and leaves the state as it was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from botocore.exceptions import ClientError
+
+from qm_e2e import Keys, ShareSpec, error_of, make_queue, payload, unique
+
+SLEEP = "sleep_forever.py"
+
+
+def principal(server, name: str, groups: list[str]):
+    """A principal with groups, created through the admin API; a boto3 client signing as it."""
+    status, _, body = server.signed("POST", "/qm/v1/principals", {"name": name, "groups": groups})
+    assert status == 200, body
+    k = json.loads(body)
+    return server.client(keys=Keys(name, k["accessKeyId"], k["secretAccessKey"]))
+
+
+@pytest.fixture(scope="module")
+def world(server):
+    """Two shares: research (submitters group:research, lead carol, max priority 10) and
+    prod (submitters ops). alice and bob are in group research; carol leads research."""
+    admin = server.client()
+    suffix = unique("p")[-6:]
+    names = {n: f"{n}-{suffix}" for n in ("alice", "bob", "carol", "mallory")}
+    who = {n: principal(server, names[n], g) for n, g in
+           [("alice", ["research"]), ("bob", ["research"]), ("carol", []), ("mallory", [])]}
+    tags = {"qm:submitters": "group:research", "qm:leads": names["carol"],
+            "qm:max-priority": "10"}
+    q = make_queue(admin, "perm", [
+        ShareSpec("research", strategy="RESERVE", limit=1, tags=tags),
+        ShareSpec("prod", strategy="RESERVE", limit=1, tags={"qm:submitters": "ops"}),
+    ], env_max=2)
+    return admin, q, who
+
+
+def submit(client, server, q, share: str, name: str, priority: int = 0) -> str:
+    return client.submit_service_job(
+        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING",
+        quotaShareName=share, schedulingPriority=priority,
+        serviceRequestPayload=json.dumps(payload(SLEEP, name=name, token=server.token)),
+    )["jobId"]
+
+
+def denied(excinfo, *words: str) -> str:
+    code, message, status = error_of(excinfo)
+    assert (code, status) == ("AccessDeniedException", 403), (code, status, message)
+    for w in words:
+        assert w in message, message
+    return message
+
+
+def test_a_submitter_of_one_share_cannot_submit_to_another(server, world):
+    admin, q, who = world
+    alice, mallory = who["alice"], who["mallory"]
+    before = admin.list_service_jobs(jobQueue=q.name)["jobSummaryList"]
+    with pytest.raises(ClientError) as e:
+        submit(alice, server, q, "prod", "alice-in-prod")
+    denied(e, "may not submit to quota share prod", "qm:submitters")
+    with pytest.raises(ClientError) as e:
+        submit(mallory, server, q, "research", "mallory-in-research")
+    denied(e, "research")
+    assert admin.list_service_jobs(jobQueue=q.name)["jobSummaryList"] == before
+    job = submit(alice, server, q, "research", "alice-ok", priority=10)
+    described = admin.describe_service_job(jobId=job)
+    assert described["tags"]["qm:submitted-by"].startswith("alice")
+    admin.terminate_service_job(jobId=job, reason="test")
+
+
+def test_submitters_stay_within_the_share_s_max_priority_and_a_lead_does_not_have_to(server, world):
+    admin, q, who = world
+    alice, carol = who["alice"], who["carol"]
+    with pytest.raises(ClientError) as e:
+        submit(alice, server, q, "research", "too-high", priority=11)
+    denied(e, "priority 11", "qm:max-priority", "10")
+    job = submit(alice, server, q, "research", "fine", priority=5)
+    with pytest.raises(ClientError) as e:
+        alice.update_service_job(jobId=job, schedulingPriority=50)
+    denied(e, "raise a job to priority 50")
+    assert admin.describe_service_job(jobId=job)["schedulingPriority"] == 5
+    alice.update_service_job(jobId=job, schedulingPriority=9)
+    carol.update_service_job(jobId=job, schedulingPriority=500)  # a lead may
+    assert admin.describe_service_job(jobId=job)["schedulingPriority"] == 500
+    lead_job = submit(carol, server, q, "research", "lead-high", priority=900)
+    for j in (job, lead_job):
+        admin.terminate_service_job(jobId=j, reason="test")
+
+
+def test_nobody_but_the_submitter_a_lead_or_an_admin_changes_or_terminates_a_job(server, world):
+    admin, q, who = world
+    alice, bob, carol = who["alice"], who["bob"], who["carol"]
+    job = submit(alice, server, q, "research", "alices")
+    with pytest.raises(ClientError) as e:
+        bob.terminate_service_job(jobId=job, reason="mine now")
+    denied(e, "may not terminate job", "submitted by alice", "not a lead")
+    with pytest.raises(ClientError) as e:
+        bob.update_service_job(jobId=job, schedulingPriority=1)
+    denied(e, "change the priority of")
+    if hasattr(bob, "terminate_service_jobs"):
+        with pytest.raises(ClientError) as e:
+            bob.terminate_service_jobs(jobs=[job], reason="bulk")
+        denied(e, "may not terminate job")
+    assert admin.describe_service_job(jobId=job)["status"] not in ("FAILED", "SUCCEEDED")
+    carol.terminate_service_job(jobId=job, reason="the lead stops it")
+    assert admin.describe_service_job(jobId=job)["isTerminated"]
+    own = submit(bob, server, q, "research", "bobs")
+    bob.terminate_service_job(jobId=own, reason="my own")
+    assert admin.describe_service_job(jobId=own)["isTerminated"]
+
+
+def test_configuration_is_for_admins(server, world):
+    admin, q, who = world
+    alice = who["alice"]
+    share = q.shares["prod"]
+    with pytest.raises(ClientError) as e:
+        alice.update_quota_share(quotaShareArn=share, capacityLimits=[
+            {"maxCapacity": 0, "capacityUnit": "ml.g5.xlarge"}])
+    denied(e, "may not change quota shares", "admins")
+    with pytest.raises(ClientError) as e:
+        alice.tag_resource(resourceArn=share, tags={"qm:submitters": "group:research"})
+    denied(e, "may not change tags")
+    with pytest.raises(ClientError) as e:
+        alice.create_scheduling_policy(name=unique("x"),
+                                       quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
+    denied(e, "scheduling policies")
+    described = admin.describe_quota_share(quotaShareArn=share)
+    assert described["capacityLimits"][0]["maxCapacity"] == 1
+    assert described["tags"]["qm:submitters"] == "ops"
+    # Everyone authenticated may read.
+    assert alice.describe_quota_share(quotaShareArn=share)["quotaShareName"] == "prod"
+
+
+def test_permission_tags_are_checked(server, world):
+    admin, q, _ = world
+    share = q.shares["research"]
+    for tags, field in [({"qm:max-priority": "high"}, "qm:max-priority"),
+                        ({"qm:submitters": "alice,,bob"}, "qm:submitters"),
+                        ({"qm:leads": "group:bad name"}, "qm:leads")]:
+        with pytest.raises(ClientError) as e:
+            admin.tag_resource(resourceArn=share, tags=tags)
+        code, message, _ = error_of(e)
+        assert code == "ClientException" and field in message, message
+    with pytest.raises(ClientError) as e:
+        admin.submit_service_job(
+            jobName="spoof", jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING",
+            quotaShareName="research", tags={"qm:submitted-by": "someone-else"},
+            serviceRequestPayload=json.dumps(payload(SLEEP, name="spoof", token=server.token)))
+    assert "set by the server" in error_of(e)[1]
