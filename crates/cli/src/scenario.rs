@@ -117,6 +117,19 @@ pub struct ShareDecl {
     /// again until the oldest of those is an hour old (tag `qm:max-preemptions-per-hour`).
     #[serde(default)]
     pub max_preemptions_per_hour: Option<u32>,
+    /// Who may submit to the share: principal names and `group:<name>` entries (the server's
+    /// share tag `qm:submitters`); absent = every authenticated principal. A permission, not a
+    /// scheduling setting: `qm check` and `qm simulate` ignore it.
+    #[serde(default, deserialize_with = "principals")]
+    pub submitters: Vec<String>,
+    /// Who may change the priority of or terminate any job of the share, and submit to it at
+    /// any priority (tag `qm:leads`); same syntax. Ignored by `qm check` and `qm simulate`.
+    #[serde(default, deserialize_with = "principals")]
+    pub leads: Vec<String>,
+    /// The highest scheduling priority, 0..=9999, that submitters who are not leads may use
+    /// (tag `qm:max-priority`); absent = no cap. Ignored by `qm check` and `qm simulate`.
+    #[serde(default, deserialize_with = "max_priority")]
+    pub max_priority: Option<u32>,
 }
 
 fn enabled() -> ShareState {
@@ -137,6 +150,118 @@ impl ShareDecl {
             max_preemptions_per_hour: self.max_preemptions_per_hour.unwrap_or(0),
         }
     }
+}
+
+/// The longest principal name (the part after `group:` for a group).
+pub const MAX_PRINCIPAL_CHARS: usize = 64;
+
+/// The highest scheduling priority (`max_priority` at most this).
+pub const MAX_PRIORITY: u32 = 9999;
+
+/// The longest tag value: a `submitters` or `leads` list joined with commas must fit.
+const MAX_TAG_VALUE_CHARS: usize = 256;
+
+/// Checks one `submitters` / `leads` entry: a principal name of 1 to 64 letters, digits and
+/// `_ . @ -`, or `group:` and such a name.
+pub fn check_principal(entry: &str) -> Result<(), String> {
+    let name = entry.strip_prefix("group:").unwrap_or(entry);
+    let ok = (1..=MAX_PRINCIPAL_CHARS).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{entry}` is not a principal: give a name of 1 to {MAX_PRINCIPAL_CHARS} letters, digits and `_ . @ -`, or `group:` and such a name"
+        ))
+    }
+}
+
+/// A `submitters` or `leads` list: each entry checked where it stands (so that the error names
+/// `shares[i].submitters[j]`), no entry twice, not empty (leave the key out for "anyone"), and
+/// short enough for the tag it becomes.
+fn principals<'de, D: de::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Entry<'s>(&'s [String]);
+    impl<'de> DeserializeSeed<'de> for Entry<'_> {
+        type Value = String;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl Visitor<'_> for Entry<'_> {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a principal name or `group:NAME`")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
+            check_principal(s).map_err(E::custom)?;
+            if self.0.iter().any(|e| e == s) {
+                return Err(E::custom(format!(
+                    "`{s}` is listed twice: list each principal once"
+                )));
+            }
+            Ok(s.to_string())
+        }
+    }
+    struct List;
+    impl<'de> Visitor<'de> for List {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of principal names and `group:NAME` entries")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut out: Vec<String> = Vec::new();
+            while let Some(entry) = seq.next_element_seed(Entry(&out))? {
+                out.push(entry);
+            }
+            if out.is_empty() {
+                return Err(de::Error::custom(
+                    "the list is empty: leave the key out to let every authenticated principal in, or name at least one principal",
+                ));
+            }
+            let joined = out.iter().map(|e| e.len() + 1).sum::<usize>() - 1;
+            if joined > MAX_TAG_VALUE_CHARS {
+                return Err(de::Error::custom(format!(
+                    "the list is {joined} characters long joined with commas, and the share tag it becomes holds at most {MAX_TAG_VALUE_CHARS}: name a group instead of its members"
+                )));
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(List)
+}
+
+/// `max_priority`: 0..=9999, checked inside the visitor so that the error has its location.
+fn max_priority<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = u32;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a priority from 0 to {MAX_PRIORITY}")
+        }
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<u32, E> {
+            u32::try_from(n)
+                .ok()
+                .filter(|&n| n <= MAX_PRIORITY)
+                .ok_or_else(|| {
+                    E::custom(format!(
+                        "{n} is above the highest priority, {MAX_PRIORITY}: give 0 to {MAX_PRIORITY}"
+                    ))
+                })
+        }
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<u32, E> {
+            match u64::try_from(n) {
+                Ok(n) => self.visit_u64(n),
+                Err(_) => Err(E::custom(format!(
+                    "{n} is below the lowest priority, 0: give 0 to {MAX_PRIORITY}"
+                ))),
+            }
+        }
+    }
+    // `deserialize_any`: asked for a u32, the parser refuses a negative number itself, with a
+    // less helpful message.
+    d.deserialize_any(V).map(Some)
 }
 
 /// One thing that happens in a scenario. In the file a step is a mapping with exactly one key,
@@ -1138,6 +1263,90 @@ steps: []
         let err = parse(&src, Path::new("t.yaml")).unwrap_err().to_string();
         assert!(err.contains("document 2: steps[0].advance"), "{err}");
         assert!(err.contains("line 13"), "{err}");
+    }
+
+    /// A scenario whose one share carries `extra` (flow-style keys).
+    fn with_share_keys(extra: &str) -> Result<Scenario, String> {
+        parse_one(&format!(
+            "name: t
+environment: {{ml.g5.xlarge: 2}}
+shares:
+  - {{name: A, limits: {{ml.g5.xlarge: 1}}, strategy: LEND}}
+  - {{name: B, limits: {{ml.g5.xlarge: 1}}, strategy: LEND, {extra}}}
+steps: []
+"
+        ))
+    }
+
+    #[test]
+    fn permissions_are_read_and_do_not_change_the_share_s_scheduling() {
+        let s = with_share_keys(
+            "submitters: [group:research, alice.b@example.org], leads: [bob_2], max_priority: 100",
+        )
+        .unwrap();
+        let b = &s.shares[1];
+        assert_eq!(b.submitters, ["group:research", "alice.b@example.org"]);
+        assert_eq!(b.leads, ["bob_2"]);
+        assert_eq!(b.max_priority, Some(100));
+        let plain = with_share_keys("in_share_preemption: false").unwrap();
+        assert_eq!(b.spec(), plain.shares[1].spec());
+        assert!(plain.shares[1].submitters.is_empty() && plain.shares[1].max_priority.is_none());
+    }
+
+    #[test]
+    fn a_bad_principal_is_named_by_its_place_in_the_list() {
+        for (keys, path) in [
+            ("submitters: [alice, al ice]", "shares[1].submitters[1]"),
+            ("leads: [\"group:\"]", "shares[1].leads[0]"),
+            ("leads: [group:a/b]", "shares[1].leads[0]"),
+        ] {
+            let err = with_share_keys(keys).unwrap_err();
+            assert!(err.contains(&format!("{path}: `")), "{keys}: {err}");
+            assert!(err.contains("is not a principal"), "{keys}: {err}");
+            assert!(err.contains("line 5"), "{keys}: {err}");
+        }
+        let long = "x".repeat(65);
+        let err = with_share_keys(&format!("submitters: [{long}]")).unwrap_err();
+        assert!(err.contains("shares[1].submitters[0]"), "{err}");
+        with_share_keys(&format!("submitters: [group:{}]", &long[1..])).unwrap();
+    }
+
+    #[test]
+    fn a_principal_listed_twice_or_an_empty_list_is_rejected() {
+        let err = with_share_keys("leads: [a, b, a]").unwrap_err();
+        assert!(
+            err.contains("shares[1].leads[2]: `a` is listed twice"),
+            "{err}"
+        );
+        let err = with_share_keys("submitters: []").unwrap_err();
+        assert!(
+            err.contains("shares[1].submitters: the list is empty"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_list_too_long_for_its_tag_is_rejected() {
+        let names: Vec<String> = (0..9).map(|i| format!("{i}{}", "n".repeat(29))).collect();
+        let err = with_share_keys(&format!("submitters: [{}]", names.join(", "))).unwrap_err();
+        assert!(
+            err.contains("shares[1].submitters: the list is 278 characters"),
+            "{err}"
+        );
+        with_share_keys(&format!("submitters: [{}]", names[..8].join(", "))).unwrap();
+    }
+
+    #[test]
+    fn max_priority_is_a_priority() {
+        for (value, words) in [("10000", "above the highest"), ("-1", "below the lowest")] {
+            let err = with_share_keys(&format!("max_priority: {value}")).unwrap_err();
+            assert!(err.contains("shares[1].max_priority: "), "{err}");
+            assert!(err.contains(words), "{err}");
+        }
+        let err = with_share_keys("max_priority: high").unwrap_err();
+        assert!(err.contains("shares[1].max_priority"), "{err}");
+        let s = with_share_keys("max_priority: 9999").unwrap();
+        assert_eq!(s.shares[1].max_priority, Some(9999));
     }
 
     #[test]

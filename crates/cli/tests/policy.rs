@@ -41,6 +41,33 @@ shares:
   - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: RESERVE}
 ";
 
+/// Permissions and thrash protection, which the server keeps as share tags.
+const TAGGED: &str = "job_queue: training
+environment: {ml.g5.xlarge: 3}
+shares:
+  - name: research
+    limits: {ml.g5.xlarge: 2}
+    strategy: LEND_AND_BORROW
+    submitters: [group:research]
+    leads: [alice]
+    max_priority: 100
+    min_runtime_seconds: 600
+  - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: RESERVE, max_preemptions_per_hour: 2}
+";
+
+/// research lets bob submit too, drops its lead and shortens its protection.
+const RETAGGED: &str = "job_queue: training
+environment: {ml.g5.xlarge: 3}
+shares:
+  - name: research
+    limits: {ml.g5.xlarge: 2}
+    strategy: LEND_AND_BORROW
+    submitters: [group:research, bob]
+    max_priority: 100
+    min_runtime_seconds: 300
+  - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: RESERVE, max_preemptions_per_hour: 2}
+";
+
 const CONFIG: &str = "[executor]
 stop_grace_seconds = 1
 
@@ -320,6 +347,84 @@ fn plan_apply_and_audit_a_cluster_file_through_a_reclaim() {
         "audit.json",
         &named(serde_json::to_string_pretty(&log).expect("JSON")),
     );
+}
+
+/// The ARN of quota share `share` of the `training` queue.
+fn share_arn(server: &Server, share: &str) -> String {
+    let shares = server.call("listquotashares", json!({"jobQueue": "training"}));
+    shares["quotaShares"]
+        .as_array()
+        .expect("shares")
+        .iter()
+        .find(|s| s["quotaShareName"] == share)
+        .and_then(|s| s["quotaShareArn"].as_str())
+        .unwrap_or_else(|| panic!("no share {share}: {shares}"))
+        .to_string()
+}
+
+/// A share's tags as DescribeQuotaShare shows them.
+fn share_tags(server: &Server, share: &str) -> Value {
+    let d = server.call(
+        "describequotashare",
+        json!({"quotaShareArn": share_arn(server, share)}),
+    );
+    d["tags"].clone()
+}
+
+#[test]
+fn permissions_and_protection_in_the_file_become_share_tags_and_only_those_are_managed() {
+    let server = Server::start();
+    server.write("tagged.yaml", TAGGED);
+    server.write("retagged.yaml", RETAGGED);
+
+    // Created with their tags, listed as fields of the share.
+    let (code, out) = server.qm(&["plan", "-f", "tagged.yaml"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_tags_create.txt", &out);
+    let (code, out) = server.qm(&["apply", "-f", "tagged.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        share_tags(&server, "research"),
+        json!({
+            "qm:submitters": "group:research",
+            "qm:leads": "alice",
+            "qm:max-priority": "100",
+            "qm:min-runtime-seconds": "600",
+        })
+    );
+    assert_eq!(
+        share_tags(&server, "ops"),
+        json!({"qm:max-preemptions-per-hour": "2"})
+    );
+
+    // A tag the file does not control is none of the plan's business.
+    support::client(&server.endpoint, server.admin.as_ref())
+        .tag_resource(
+            &share_arn(&server, "research"),
+            &[("team".to_string(), "ml".to_string())].into(),
+        )
+        .expect("tag research");
+    let (code, out) = server.qm(&["plan", "-f", "tagged.yaml"]);
+    assert_eq!(code, 0, "{out}");
+
+    // A changed list and protection are set, a dropped field's tag is removed, `team` stays.
+    let (code, out) = server.qm(&["plan", "-f", "retagged.yaml"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_tags_change.txt", &out);
+    let (code, out) = server.qm(&["apply", "-f", "retagged.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    golden("apply_tags_change.txt", &out);
+    assert_eq!(
+        share_tags(&server, "research"),
+        json!({
+            "qm:submitters": "group:research,bob",
+            "qm:max-priority": "100",
+            "qm:min-runtime-seconds": "300",
+            "team": "ml",
+        })
+    );
+    let (code, out) = server.qm(&["plan", "-f", "retagged.yaml"]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]

@@ -16,7 +16,8 @@ use qm_api::{
     DescribeJobQueuesRequest, DescribeJobQueuesResponse, DescribeServiceJobRequest,
     DescribeServiceJobResponse, KeyValuesPair, ListServiceJobsRequest, ListServiceJobsResponse,
     ServiceJobStatus, ServiceJobSummary, SubmitServiceJobRequest, SubmitServiceJobResponse,
-    TerminateServiceJobRequest, UpdateServiceJobRequest,
+    TagResourceResponse, TerminateServiceJobRequest, UntagResourceResponse,
+    UpdateServiceJobRequest,
 };
 use serde::de::DeserializeOwned;
 
@@ -572,6 +573,31 @@ impl Client {
         Ok(())
     }
 
+    /// TagResource: adds `tags` to the resource `arn`, replacing the values of keys it has
+    /// (`POST /v1/tags/{resourceArn}` with `{"tags": {...}}`, the ARN percent-encoded as
+    /// botocore sends it).
+    pub fn tag_resource(
+        &self,
+        arn: &str,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ClientError> {
+        let path = format!("/v1/tags/{}", encode_path_segment(arn));
+        let _: TagResourceResponse = self.post(&path, &serde_json::json!({ "tags": tags }))?;
+        Ok(())
+    }
+
+    /// UntagResource: removes the tags `keys` from the resource `arn`
+    /// (`DELETE /v1/tags/{resourceArn}?tagKeys=k1&tagKeys=k2`).
+    pub fn untag_resource(&self, arn: &str, keys: &[String]) -> Result<(), ClientError> {
+        let query: Vec<String> = keys
+            .iter()
+            .map(|k| format!("tagKeys={}", encode_path_segment(k)))
+            .collect();
+        let path = format!("/v1/tags/{}?{}", encode_path_segment(arn), query.join("&"));
+        let _: UntagResourceResponse = self.delete_typed(&path)?;
+        Ok(())
+    }
+
     /// The names of every job queue.
     pub fn queue_names(&self) -> Result<Vec<String>, ClientError> {
         let mut names = Vec::new();
@@ -905,6 +931,38 @@ mod tests {
         );
         assert_eq!(got.header("content-length"), Some("0"));
         assert_eq!(got.header("content-type"), None);
+        assert!(got.verifies_with("s3cret/+="));
+    }
+
+    #[test]
+    fn tags_travel_in_the_path_and_query_as_botocore_sends_them() {
+        let arn = "arn:aws:batch:us-east-1:000000000000:job-queue/q/quota-share/s";
+        let encoded =
+            "arn%3Aaws%3Abatch%3Aus-east-1%3A000000000000%3Ajob-queue%2Fq%2Fquota-share%2Fs";
+        let (endpoint, server) = serve_once(200, "{}");
+        let client = Client::new(&endpoint).signed(signing());
+        let tags = [("qm:leads".to_string(), "alice,group:ops".to_string())].into();
+        client.tag_resource(arn, &tags).expect("an answer");
+        let got = server.join().expect("the server thread");
+        assert_eq!(
+            (got.method.as_str(), got.uri.as_str()),
+            ("POST", format!("/v1/tags/{encoded}").as_str())
+        );
+        assert_eq!(got.body, br#"{"tags":{"qm:leads":"alice,group:ops"}}"#);
+        assert!(got.verifies_with("s3cret/+="));
+
+        let (endpoint, server) = serve_once(200, "{}");
+        let client = Client::new(&endpoint).signed(signing());
+        let keys = ["qm:leads".to_string(), "qm:max-priority".to_string()];
+        client.untag_resource(arn, &keys).expect("an answer");
+        let got = server.join().expect("the server thread");
+        assert_eq!(
+            (got.method.as_str(), got.uri.as_str()),
+            (
+                "DELETE",
+                format!("/v1/tags/{encoded}?tagKeys=qm%3Aleads&tagKeys=qm%3Amax-priority").as_str()
+            )
+        );
         assert!(got.verifies_with("s3cret/+="));
     }
 

@@ -1,6 +1,9 @@
 //! Carries a [`Plan`] out: policy, environment, queue, then shares, deletes last (a share is
 //! disabled before it is deleted), so that every resource exists before another names it.
-//! Every call is a full "set to this value", so re-running a half-applied plan converges.
+//! Every call is a full "set to this value", so re-running a half-applied plan converges. A
+//! share's controlled tags ([`super::tags`]) go with CreateQuotaShare; on a change, the keys the
+//! file dropped are removed (UntagResource) and the new values set (TagResource), and its
+//! other tags are not touched.
 
 use serde_json::{json, Value};
 
@@ -8,7 +11,8 @@ use qm_core::{ShareSpec, Strategy};
 
 use super::audit::AUDIT_PATH;
 use super::live::Live;
-use super::plan::{Action, Change, Kind, Plan};
+use super::plan::{setting_fields, Action, Change, Kind, Plan};
+use super::tags::{ShareTags, TagChanges};
 use super::{call, Desired, Error};
 use crate::client::Client;
 
@@ -29,16 +33,21 @@ fn sharing(s: &ShareSpec) -> Value {
     v
 }
 
-/// A CreateQuotaShare body for `s` in `job_queue` (also the shape of a what-if's shares).
-pub(super) fn create_share_body(s: &ShareSpec, job_queue: &str) -> Value {
-    json!({
+/// A CreateQuotaShare body for `s` in `job_queue` with `tags` (left out when there are none,
+/// as the API wants); also the shape of a what-if's shares.
+pub(super) fn create_share_body(s: &ShareSpec, job_queue: &str, tags: &ShareTags) -> Value {
+    let mut body = json!({
         "quotaShareName": s.name,
         "jobQueue": job_queue,
         "capacityLimits": limits(&s.limits),
         "resourceSharingConfiguration": sharing(s),
         "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
         "state": on_off(s.enabled),
-    })
+    });
+    if !tags.is_empty() {
+        body["tags"] = json!(tags);
+    }
+    body
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -141,27 +150,46 @@ fn share(
                 message: format!("no ARN for quota share {}", c.name),
             })
     };
-    let spec = || desired.shares.iter().find(|s| s.name == c.name);
-    match (action, spec()) {
-        (Action::Create, Some(s)) => {
+    let declared = desired.shares.iter().find(|s| s.spec.name == c.name);
+    match (action, declared) {
+        (Action::Create, Some(d)) => {
             call(
                 client,
                 "createquotashare",
-                &create_share_body(s, &desired.names.job_queue),
+                &create_share_body(&d.spec, &desired.names.job_queue, &d.tags),
             )?;
         }
-        (Action::Update, Some(s)) => {
-            call(
-                client,
-                "updatequotashare",
-                &json!({
-                    "quotaShareArn": arn()?,
-                    "capacityLimits": limits(&s.limits),
-                    "resourceSharingConfiguration": sharing(s),
-                    "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
-                    "state": on_off(s.enabled),
-                }),
-            )?;
+        (Action::Update, Some(d)) => {
+            let arn = arn()?;
+            let before = live.shares.get(&c.name);
+            let s = &d.spec;
+            // Only tags changed: an UpdateQuotaShare would be a no-op in the server's audit log.
+            if !setting_fields(before.map(|l| &l.spec), s).is_empty() {
+                call(
+                    client,
+                    "updatequotashare",
+                    &json!({
+                        "quotaShareArn": arn,
+                        "capacityLimits": limits(&s.limits),
+                        "resourceSharingConfiguration": sharing(s),
+                        "preemptionConfiguration": {"inSharePreemption": on_off(s.in_share_preemption)},
+                        "state": on_off(s.enabled),
+                    }),
+                )?;
+            }
+            let none = ShareTags::new();
+            let tags = TagChanges::between(before.map_or(&none, |l| &l.tags), &d.tags);
+            // Removals first: a share holds at most 50 tags, counted after each call.
+            if !tags.remove.is_empty() {
+                client
+                    .untag_resource(&arn, &tags.remove)
+                    .map_err(|e| Error::request("untagresource", e))?;
+            }
+            if !tags.set.is_empty() {
+                client
+                    .tag_resource(&arn, &tags.set)
+                    .map_err(|e| Error::request("tagresource", e))?;
+            }
         }
         _ => {
             let arn = arn()?;

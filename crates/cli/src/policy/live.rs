@@ -1,11 +1,13 @@
 //! What the server holds, read through the API into plain values that [`super::plan`] compares
-//! with the cluster file. Only reads; bounded by [`MAX_JOBS_PER_STATUS`].
+//! with the cluster file. Only reads; bounded by [`MAX_JOBS_PER_STATUS`]. ListQuotaShares
+//! leaves tags out, so each share's tags are read with DescribeQuotaShare.
 
 use std::collections::BTreeMap;
 
 use qm_core::{ShareSpec, Strategy};
 use serde_json::{json, Value};
 
+use super::tags::{self, ShareTags};
 use super::{call, Error, Names};
 use crate::client::Client;
 
@@ -35,10 +37,12 @@ pub struct LiveQueue {
 /// A quota share as the server has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveShare {
-    /// Its settings, in the core's terms.
+    /// Its settings, in the core's terms (thrash protection read from its tags).
     pub spec: ShareSpec,
-    /// Its ARN (updates and deletes name it).
+    /// Its ARN (updates, tags and deletes name it).
     pub arn: String,
+    /// Its tags that a cluster file controls ([`tags::MANAGED`]); the others are not read.
+    pub tags: ShareTags,
 }
 
 /// Whether a job holds capacity or waits for it.
@@ -240,6 +244,11 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
                 .and_then(|c| str_of(c, "strategy"))
                 .and_then(strategy_of)
                 .ok_or_else(|| shape(op, format!("share {name}: no known strategy")))?;
+            let arn = str_of(s, "quotaShareArn")
+                .ok_or_else(|| shape(op, format!("share {name}: no quotaShareArn")))?;
+            let all_tags = read_share_tags(client, arn)?;
+            let (min_runtime_ms, max_preemptions_per_hour) =
+                qm_api::validate::protection(&all_tags);
             let spec = ShareSpec {
                 name: name.to_string(),
                 limits: limits_of(s.get("capacityLimits")),
@@ -253,16 +262,15 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
                     .and_then(|p| str_of(p, "inSharePreemption"))
                     == Some("ENABLED"),
                 enabled: str_of(s, "state") != Some("DISABLED"),
-                min_runtime_ms: 0,
-                max_preemptions_per_hour: 0,
+                min_runtime_ms,
+                max_preemptions_per_hour,
             };
-            let arn = str_of(s, "quotaShareArn")
-                .ok_or_else(|| shape(op, format!("share {name}: no quotaShareArn")))?;
             out.insert(
                 name.to_string(),
                 LiveShare {
                     spec,
                     arn: arn.to_string(),
+                    tags: tags::managed(&all_tags),
                 },
             );
         }
@@ -272,6 +280,21 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
         }
     }
     Err(shape(op, "more than 1,000 pages of quota shares"))
+}
+
+/// Every tag of the share `arn`.
+fn read_share_tags(client: &Client, arn: &str) -> Result<BTreeMap<String, String>, Error> {
+    let op = "describequotashare";
+    let d = call(client, op, &json!({"quotaShareArn": arn}))?;
+    let Some(tags) = d.get("tags").filter(|t| !t.is_null()) else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_value(tags.clone()).map_err(|e| {
+        shape(
+            op,
+            format!("share {arn}: tags are not a map of strings: {e}"),
+        )
+    })
 }
 
 fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error> {

@@ -8,6 +8,7 @@
 //!   REST-JSON and the `/qm/v1/audit` log); [`call`] names the operation in its errors;
 //! - [`live`]: reads what the server holds (environment, policy, queue, shares, jobs) into plain
 //!   values;
+//! - [`tags`]: the share tags the file controls (permissions and thrash protection);
 //! - [`plan`]: the pure part — the diff between the file and the server, and what each change
 //!   that lowers a limit or makes capacity reclaimable does to running jobs — and its text and
 //!   JSON renderings;
@@ -20,6 +21,7 @@ pub mod apply;
 pub mod audit;
 pub mod live;
 pub mod plan;
+pub mod tags;
 pub mod whatif;
 
 use std::collections::BTreeMap;
@@ -30,6 +32,8 @@ use serde_json::Value;
 
 use crate::client::{Client, ClientError};
 use crate::cluster::ClusterFile;
+use crate::scenario::ShareDecl;
+use tags::ShareTags;
 
 /// What can go wrong in a policy command.
 #[derive(Debug, thiserror::Error)]
@@ -119,7 +123,47 @@ pub struct Desired {
     /// Instance type -> the service environment's maximum instances.
     pub environment: BTreeMap<String, u32>,
     /// The quota shares, in file order.
-    pub shares: Vec<ShareSpec>,
+    pub shares: Vec<DesiredShare>,
+}
+
+/// A quota share as the file declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredShare {
+    /// Its scheduling settings, in the core's terms.
+    pub spec: ShareSpec,
+    /// The tags the file controls ([`tags::MANAGED`]), as they should be on the server.
+    pub tags: ShareTags,
+}
+
+impl DesiredShare {
+    /// The share `decl` declares; `index` (its place under `shares`) names it in errors.
+    fn of_decl(decl: &ShareDecl, index: usize) -> Result<DesiredShare, String> {
+        use qm_api::validate::{MAX_MIN_RUNTIME_SECONDS, MAX_PREEMPTIONS_PER_HOUR};
+        // `qm check` plays any value; the server takes these as tags only within its bounds,
+        // and saying so now beats an apply refused half way.
+        if let Some(s) = decl
+            .min_runtime_seconds
+            .filter(|&s| s > MAX_MIN_RUNTIME_SECONDS)
+        {
+            return Err(format!(
+                "shares[{index}].min_runtime_seconds: {s} is more than the server allows, \
+                 {MAX_MIN_RUNTIME_SECONDS} (a week)"
+            ));
+        }
+        if let Some(n) = decl
+            .max_preemptions_per_hour
+            .filter(|&n| n > MAX_PREEMPTIONS_PER_HOUR)
+        {
+            return Err(format!(
+                "shares[{index}].max_preemptions_per_hour: {n} is more than the server allows, \
+                 {MAX_PREEMPTIONS_PER_HOUR}"
+            ));
+        }
+        Ok(DesiredShare {
+            spec: decl.spec(),
+            tags: tags::of_decl(decl),
+        })
+    }
 }
 
 impl Desired {
@@ -147,7 +191,18 @@ impl Desired {
                 job_queue: queue,
             },
             environment: file.environment.clone(),
-            shares: file.shares.iter().map(|s| s.spec()).collect(),
+            shares: file
+                .shares
+                .iter()
+                .enumerate()
+                .map(|(i, s)| DesiredShare::of_decl(s, i))
+                .collect::<Result<_, _>>()
+                .map_err(|message| {
+                    Error::File(crate::Error::Invalid {
+                        path: path.to_path_buf(),
+                        message,
+                    })
+                })?,
         })
     }
 
@@ -155,5 +210,45 @@ impl Desired {
     pub fn load(path: &Path) -> Result<Desired, Error> {
         let file = crate::cluster::load(path)?;
         Desired::from_file(&file, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired(share_keys: &str) -> Result<Desired, Error> {
+        let path = Path::new("c.yaml");
+        let src = format!(
+            "job_queue: q\nenvironment: {{gpu: 1}}\nshares:\n  - {{name: a, limits: {{gpu: 1}}, strategy: LEND}}\n  - {{name: b, limits: {{gpu: 1}}, strategy: LEND, {share_keys}}}\n"
+        );
+        Desired::from_file(&crate::cluster::parse(&src, path)?, path)
+    }
+
+    #[test]
+    fn each_share_carries_the_tags_its_fields_ask_for() {
+        let d = desired("leads: [alice], max_preemptions_per_hour: 2").unwrap();
+        assert!(d.shares[0].tags.is_empty());
+        assert_eq!(d.shares[1].tags["qm:leads"], "alice");
+        assert_eq!(d.shares[1].tags["qm:max-preemptions-per-hour"], "2");
+        assert_eq!(d.shares[1].spec.max_preemptions_per_hour, 2);
+    }
+
+    #[test]
+    fn protection_beyond_the_server_s_bounds_is_refused_before_planning() {
+        for (keys, field) in [
+            (
+                "min_runtime_seconds: 604801",
+                "shares[1].min_runtime_seconds: 604801",
+            ),
+            (
+                "max_preemptions_per_hour: 1001",
+                "shares[1].max_preemptions_per_hour: 1001",
+            ),
+        ] {
+            let e = desired(keys).unwrap_err().to_string();
+            assert!(e.starts_with("c.yaml: ") && e.contains(field), "{e}");
+        }
+        desired("min_runtime_seconds: 604800, max_preemptions_per_hour: 1000").unwrap();
     }
 }

@@ -30,7 +30,8 @@ use qm_core::{ShareSpec, Strategy};
 use serde::Serialize;
 
 use super::live::{JobState, Live, LiveJob};
-use super::{Desired, Names};
+use super::tags::{ShareTags, MANAGED};
+use super::{Desired, DesiredShare, Names};
 
 /// The kind of server resource a change applies to, in the order `apply` creates them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -72,7 +73,7 @@ pub enum Action {
 /// One field's old and new value, as the API spells them (`None` = absent).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FieldChange {
-    /// The field (`capacityLimits.ml.g5.xlarge`, `strategy`, ...).
+    /// The field (`capacityLimits.ml.g5.xlarge`, `strategy`, `tags.qm:submitters`, ...).
     pub field: String,
     /// The server's value.
     pub from: Option<String>,
@@ -279,8 +280,9 @@ fn push(out: &mut Vec<FieldChange>, field: &str, from: Option<String>, to: Optio
     }
 }
 
-/// The fields that differ between two share settings (`before` = `None` for a create).
-fn share_fields(before: Option<&ShareSpec>, after: &ShareSpec) -> Vec<FieldChange> {
+/// The settings (all but tags) that differ between two shares (`before` = `None` for a
+/// create): what UpdateQuotaShare sets.
+pub(super) fn setting_fields(before: Option<&ShareSpec>, after: &ShareSpec) -> Vec<FieldChange> {
     let mut out = Vec::new();
     let empty = BTreeMap::new();
     limit_fields(
@@ -312,6 +314,30 @@ fn share_fields(before: Option<&ShareSpec>, after: &ShareSpec) -> Vec<FieldChang
         before.map(|b| on_off(b.enabled)),
         Some(on_off(after.enabled)),
     );
+    out
+}
+
+/// The controlled tags that differ, as `tags.<key>`, in [`MANAGED`] order: what TagResource
+/// and UntagResource set.
+fn tag_fields(before: &ShareTags, after: &ShareTags, out: &mut Vec<FieldChange>) {
+    for key in MANAGED {
+        push(
+            out,
+            &format!("tags.{key}"),
+            before.get(key).cloned(),
+            after.get(key).cloned(),
+        );
+    }
+}
+
+/// Everything that differs between a share on the server (`None`: none yet) and the file.
+fn share_fields(
+    before: Option<(&ShareSpec, &ShareTags)>,
+    after: &DesiredShare,
+) -> Vec<FieldChange> {
+    let mut out = setting_fields(before.map(|(spec, _)| spec), &after.spec);
+    let none = ShareTags::new();
+    tag_fields(before.map_or(&none, |(_, t)| t), &after.tags, &mut out);
     out
 }
 
@@ -409,16 +435,21 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
     }
 
     for s in &desired.shares {
-        let before = live.shares.get(&s.name).map(|l| &l.spec);
+        let name = &s.spec.name;
+        let before = live.shares.get(name).map(|l| (&l.spec, &l.tags));
         let fields = share_fields(before, s);
         if before.is_none() {
-            changes.push(change(Kind::QuotaShare, &s.name, Action::Create, fields));
+            changes.push(change(Kind::QuotaShare, name, Action::Create, fields));
         } else if !fields.is_empty() {
-            changes.push(change(Kind::QuotaShare, &s.name, Action::Update, fields));
+            changes.push(change(Kind::QuotaShare, name, Action::Update, fields));
         }
     }
 
-    let declared: BTreeSet<&str> = desired.shares.iter().map(|s| s.name.as_str()).collect();
+    let declared: BTreeSet<&str> = desired
+        .shares
+        .iter()
+        .map(|s| s.spec.name.as_str())
+        .collect();
     for (name, l) in &live.shares {
         if declared.contains(name.as_str()) {
             continue;
@@ -560,7 +591,7 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
     let names: BTreeSet<&str> = desired
         .shares
         .iter()
-        .map(|s| s.name.as_str())
+        .map(|s| s.spec.name.as_str())
         .chain(live.shares.keys().map(String::as_str))
         .collect();
     let mut exposures = Vec::new();
@@ -570,7 +601,11 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
             .map(|&name| Position {
                 name,
                 before: live.shares.get(name).map(|l| &l.spec),
-                after: desired.shares.iter().find(|s| s.name == name),
+                after: desired
+                    .shares
+                    .iter()
+                    .map(|s| &s.spec)
+                    .find(|s| s.name == name),
                 usage: live
                     .jobs
                     .iter()
@@ -784,7 +819,13 @@ mod tests {
                 job_queue: "q".into(),
             },
             environment: [("gpu".to_string(), 4)].into(),
-            shares,
+            shares: shares
+                .into_iter()
+                .map(|spec| DesiredShare {
+                    spec,
+                    tags: ShareTags::new(),
+                })
+                .collect(),
         }
     }
 
@@ -805,12 +846,13 @@ mod tests {
                 .shares
                 .iter()
                 .map(|s| {
-                    let arn = format!("arn/{}", s.name);
+                    let arn = format!("arn/{}", s.spec.name);
                     (
-                        s.name.clone(),
+                        s.spec.name.clone(),
                         LiveShare {
-                            spec: s.clone(),
+                            spec: s.spec.clone(),
                             arn,
+                            tags: s.tags.clone(),
                         },
                     )
                 })
@@ -963,6 +1005,109 @@ mod tests {
         let c = &plan.changes[0];
         assert_eq!((c.action, c.name.as_str()), (Action::Delete, "gone"));
         assert_eq!(names(&c.terminated_jobs), ["g1"]);
+    }
+
+    /// `d` with share `name`'s controlled tags set to `pairs`.
+    fn tagged(mut d: Desired, name: &str, pairs: &[(&str, &str)]) -> Desired {
+        let s = d.shares.iter_mut().find(|s| s.spec.name == name).unwrap();
+        s.tags = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        d
+    }
+
+    fn fields(c: &Change) -> Vec<(&str, Option<&str>, Option<&str>)> {
+        c.fields
+            .iter()
+            .map(|f| (f.field.as_str(), f.from.as_deref(), f.to.as_deref()))
+            .collect()
+    }
+
+    #[test]
+    fn a_changed_permission_is_a_share_update_of_that_tag_alone() {
+        let shares = || vec![share("a", 2, Strategy::Lend, -1)];
+        let server = live(
+            &tagged(
+                desired(shares()),
+                "a",
+                &[("qm:submitters", "group:research"), ("other", "kept")],
+            ),
+            &[],
+        );
+        let file = tagged(
+            desired(shares()),
+            "a",
+            &[("qm:submitters", "group:research,alice"), ("other", "kept")],
+        );
+        let plan = diff(&file, &server);
+        assert_eq!(plan.changes.len(), 1, "{plan:?}");
+        let c = &plan.changes[0];
+        assert_eq!((c.kind, c.action), (Kind::QuotaShare, Action::Update));
+        assert_eq!(
+            fields(c),
+            [(
+                "tags.qm:submitters",
+                Some("group:research"),
+                Some("group:research,alice")
+            )]
+        );
+        assert!(plan.preemptible.is_empty());
+        assert!(render(&plan, "c.yaml")
+            .contains("      tags.qm:submitters: group:research -> group:research,alice\n"));
+    }
+
+    #[test]
+    fn a_field_left_out_of_the_file_is_a_tag_to_remove() {
+        let shares = || vec![share("a", 2, Strategy::Lend, -1)];
+        let server = live(
+            &tagged(
+                desired(shares()),
+                "a",
+                &[("qm:leads", "bob"), ("qm:min-runtime-seconds", "600")],
+            ),
+            &[],
+        );
+        let file = tagged(desired(shares()), "a", &[("qm:min-runtime-seconds", "600")]);
+        let plan = diff(&file, &server);
+        assert_eq!(
+            fields(&plan.changes[0]),
+            [("tags.qm:leads", Some("bob"), None)]
+        );
+        assert!(render(&plan, "c.yaml").contains("      tags.qm:leads: bob -> (none)\n"));
+        assert!(diff(&file, &live(&file, &[])).is_empty());
+    }
+
+    #[test]
+    fn a_new_share_is_created_with_its_tags_in_a_fixed_order() {
+        let file = tagged(
+            desired(vec![share("a", 2, Strategy::Lend, -1)]),
+            "a",
+            &[
+                ("qm:max-preemptions-per-hour", "3"),
+                ("qm:max-priority", "100"),
+                ("qm:submitters", "alice"),
+                ("qm:leads", "bob"),
+                ("qm:min-runtime-seconds", "60"),
+            ],
+        );
+        let plan = diff(&file, &Live::default());
+        let c = plan.changes.last().unwrap();
+        assert_eq!((c.kind, c.action), (Kind::QuotaShare, Action::Create));
+        let tags: Vec<_> = fields(c)
+            .into_iter()
+            .filter(|(f, _, _)| f.starts_with("tags."))
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                ("tags.qm:submitters", None, Some("alice")),
+                ("tags.qm:leads", None, Some("bob")),
+                ("tags.qm:max-priority", None, Some("100")),
+                ("tags.qm:min-runtime-seconds", None, Some("60")),
+                ("tags.qm:max-preemptions-per-hour", None, Some("3")),
+            ]
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! What the server's scheduler would decide once a cluster file is applied: `qm plan` asks
 //! `POST /qm/v1/what-if` (the core run on a copy of the server's state) instead of working
-//! out victims itself, so that the jobs it names are the ones the scheduler would pick.
+//! out victims itself, so that the jobs it names are the ones the scheduler would pick. Each
+//! share goes with the file's thrash protection as tags ([`tags::for_what_if`]), so that a
+//! `min_runtime_seconds` the file adds, changes or drops counts too.
 
 use qm_api::qm::WhatIf;
 use serde_json::json;
 
 use super::apply::{create_share_body, limits};
+use super::tags;
 use super::{Desired, Error};
 use crate::client::Client;
 
@@ -21,7 +24,7 @@ pub fn read(client: &Client, desired: &Desired) -> Result<WhatIf, Error> {
         "quotaShares": desired
             .shares
             .iter()
-            .map(|s| create_share_body(s, queue))
+            .map(|s| create_share_body(&s.spec, queue, &tags::for_what_if(&s.tags)))
             .collect::<Vec<_>>(),
     });
     let v = client
