@@ -784,13 +784,34 @@ fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
             );
             run.step(&Op::Release)?;
         }
-        let mut preempted: Vec<JobId> = Vec::new();
+        // Issue 18, item 1: a job preempted in its share for a newcomer must not take the
+        // share's lent capacity back itself and restart — the newcomer should have reclaimed it.
+        // Each in-share victim is kept with whether a preemption for another claimant came
+        // after it: room that a later decision freed for someone else may fall to it (several
+        // owners reclaiming one after the other), which is not a preemption its own claimant
+        // wasted. A reclaimed victim that restarts by preempting lower-priority jobs of its own
+        // share is not this rule's case: reclaim takes borrowers by least work lost, whatever
+        // their priority (DESIGN §2 rule 7), and the victim's priority then counts in its share.
+        let mut preempted: Vec<(JobId, bool)> = Vec::new();
         for e in &run.log[from..] {
             match e {
-                Effect::Stop { job, cause, .. } if cause.is_preemption() => preempted.push(*job),
+                Effect::Stop { job, cause, .. } if cause.is_preemption() => {
+                    let claimant = match cause {
+                        StopCause::InShare { for_job } | StopCause::Reclaim { for_job, .. } => {
+                            Some(*for_job)
+                        }
+                        StopCause::Terminated { .. } => None,
+                    };
+                    for p in &mut preempted {
+                        p.1 |= claimant != Some(p.0);
+                    }
+                    if matches!(cause, StopCause::InShare { .. }) {
+                        preempted.push((*job, false));
+                    }
+                }
                 Effect::Start { job, .. } => prop_assert!(
-                    !preempted.contains(job),
-                    "job {:?} was preempted and restarted in one pass",
+                    !preempted.contains(&(*job, false)),
+                    "job {:?} was preempted in its share and restarted in one pass",
                     job
                 ),
                 _ => {}
@@ -814,6 +835,11 @@ proptest! {
     #[test]
     fn fixed_policies_keep_every_rule_after_every_step(cfg in config(), ops in prop::collection::vec(op(false), 1..80)) {
         run_all(cfg, &ops)?;
+    }
+
+    #[test]
+    fn under_fixed_policies_no_job_is_preempted_and_restarted_in_one_pass(cfg in config(), ops in prop::collection::vec(op(false), 1..80)) {
+        run_settling(cfg, &ops)?;
     }
 
     #[test]
