@@ -809,7 +809,10 @@ fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                         preempted.push((*job, false));
                     }
                 }
-                Effect::Start { job, .. } => prop_assert!(
+                // Under a fixed configuration: after a change (a limit lowered below what a
+                // share runs, in-share preemption turned on under an aged head's backfill) the
+                // jobs are re-sorted over several decisions, and one of them may come back.
+                Effect::Start { job, .. } if run.pristine => prop_assert!(
                     !preempted.contains(&(*job, false)),
                     "job {:?} was preempted in its share and restarted in one pass",
                     job
