@@ -231,6 +231,8 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     dom = Tree(dump).root
     assert dom.one("view-job").attrs.get("hidden") is None
     assert "qs1_job_med" in dom.one("job-title").text()
+    # Who submitted it: the principal that signed the submit (the demo submits as the admin).
+    assert "Submitted by qm-admin" in dom.one("job-facts").text()
     bars = dom.one("timeline").all("attempt-bar")
     assert [b.attrs["data-preempted"] for b in bars] == ["true", "false"]
     assert "Preempted: capacity reclaimed by quota share QS2" in bars[0].text()

@@ -653,6 +653,7 @@
     fact("Share", job.quotaShareName || "—");
     fact("Priority", job.schedulingPriority === undefined ? "—" : String(job.schedulingPriority));
     fact("Capacity", cap);
+    fact("Submitted by", (job.tags && job.tags["qm:submitted-by"]) || "—");
     fact("Submitted", fmtTime(job.createdAt));
     fact("Started", fmtTime(job.startedAt));
     fact("Stopped", fmtTime(job.stoppedAt));

@@ -84,6 +84,23 @@ struct Inner {
     store: Option<Principals>,
     by_key: HashMap<String, PrincipalRecord>,
     sessions: HashMap<String, (String, Instant)>,
+    /// Names and `group:<g>` entries that are admins besides the principals created so
+    /// (the cluster file's `admins`).
+    admins: Vec<String>,
+}
+
+impl Inner {
+    /// The principal a record authenticates, admin when created so or listed in `admins`.
+    fn principal(&self, r: &PrincipalRecord) -> Principal {
+        let listed = self.admins.iter().any(|e| match e.strip_prefix("group:") {
+            Some(g) => r.groups.iter().any(|m| m == g),
+            None => *e == r.name,
+        });
+        Principal {
+            admin: r.admin || listed,
+            ..Principal::from(r)
+        }
+    }
 }
 
 impl Auth {
@@ -93,6 +110,7 @@ impl Auth {
     pub fn open(db: &Path, settings: Settings) -> Result<(Auth, Vec<String>), ServerError> {
         let store = Principals::open(db)?;
         let records = store.list()?;
+        let admins = store.admins()?;
         let by_key = records
             .iter()
             .map(|r| (r.access_key_id.clone(), r.clone()))
@@ -103,6 +121,7 @@ impl Auth {
                 store: Some(store),
                 by_key,
                 sessions: HashMap::new(),
+                admins,
             }),
         };
         let mut lines = Vec::new();
@@ -234,11 +253,14 @@ impl Auth {
                 "X-Amz-Date '{date}' is not a time in YYYYMMDDTHHMMSSZ"
             ))
         })?;
-        let record = {
+        let found = {
             let inner = self.inner.lock().expect("auth lock");
-            inner.by_key.get(&auth.access_key_id).cloned()
+            inner
+                .by_key
+                .get(&auth.access_key_id)
+                .map(|r| (r.clone(), inner.principal(r)))
         };
-        let Some(record) = record else {
+        let Some((record, principal)) = found else {
             return Err(ApiError::forbidden(
                 "UnrecognizedClientException",
                 format!(
@@ -284,7 +306,7 @@ impl Auth {
                 ),
             ));
         }
-        Ok(Principal::from(&record))
+        Ok(principal)
     }
 
     /// AWS's checks on the credential scope and the time.
@@ -332,11 +354,8 @@ impl Auth {
         let now = Instant::now();
         inner.sessions.retain(|_, (_, until)| *until > now);
         let name = inner.sessions.get(token)?.0.clone();
-        inner
-            .by_key
-            .values()
-            .find(|r| r.name == name)
-            .map(Principal::from)
+        let record = inner.by_key.values().find(|r| r.name == name)?;
+        Some(inner.principal(record))
     }
 }
 

@@ -113,6 +113,33 @@ impl Principals {
     }
 }
 
+impl Principals {
+    /// The server's admins beyond the principals created as admins: names and `group:<g>`
+    /// entries (the cluster file's `admins`), kept in the store's `meta` table.
+    pub fn admins(&self) -> Result<Vec<String>, StoreError> {
+        let v: Option<String> = rusqlite::OptionalExtension::optional(self.conn.query_row(
+            "SELECT value FROM meta WHERE key = 'admins'",
+            [],
+            |r| r.get(0),
+        ))?;
+        Ok(v.unwrap_or_default()
+            .split(',')
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect())
+    }
+
+    /// Replaces the admins list.
+    pub fn set_admins(&mut self, admins: &[String]) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('admins', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![admins.join(",")],
+        )?;
+        Ok(())
+    }
+}
+
 /// The table, created by the store's migration (schema 3).
 pub(crate) const TABLE: &str = "CREATE TABLE IF NOT EXISTS principals (
     name TEXT PRIMARY KEY,
@@ -158,5 +185,11 @@ mod tests {
         assert!(p.delete("alice").unwrap());
         assert!(!p.delete("alice").unwrap());
         assert!(p.list().unwrap().is_empty());
+        assert!(p.admins().unwrap().is_empty());
+        p.set_admins(&["ops".into(), "group:platform".into()]).unwrap();
+        assert_eq!(
+            Principals::open(&db).unwrap().admins().unwrap(),
+            ["ops", "group:platform"]
+        );
     }
 }

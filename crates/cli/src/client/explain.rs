@@ -29,8 +29,14 @@ pub fn explain(job: &DescribeServiceJobResponse, context: Context<'_>) -> String
     } else {
         "its instances".to_string()
     };
+    let by = job
+        .tags
+        .as_ref()
+        .and_then(|t| t.get(qm_api::validate::TAG_SUBMITTED_BY))
+        .map(|p| format!(", submitted by {p}"))
+        .unwrap_or_default();
     let mut out = format!(
-        "job {} ({}, share {share}) is {}",
+        "job {} ({}, share {share}{by}) is {}",
         job.job_id, job.job_name, job.status
     );
     match job.status {

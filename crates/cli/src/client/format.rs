@@ -216,6 +216,14 @@ pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
                 .unwrap_or_else(|| "-".to_string()),
         ),
         ("priority", job.scheduling_priority.unwrap_or(0).to_string()),
+        (
+            "submitted by",
+            job.tags
+                .as_ref()
+                .and_then(|t| t.get(qm_api::validate::TAG_SUBMITTED_BY))
+                .cloned()
+                .unwrap_or_else(|| "-".to_string()),
+        ),
         ("status", job.status.as_str().to_string()),
         (
             "reason",

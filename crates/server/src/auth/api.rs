@@ -25,6 +25,7 @@ pub(crate) fn routes() -> Router<App> {
         .route("/qm/v1/principals/{name}", delete(remove))
         .route("/qm/v1/principals/{name}/rotate", post(rotate))
         .route("/qm/v1/whoami", get(whoami))
+        .route("/qm/v1/admins", get(admins).put(set_admins))
         .route("/qm/v1/session", post(login).delete(logout))
 }
 
@@ -205,6 +206,51 @@ async fn rotate(
         Ok(r) => {
             tracing::info!(principal = %name, by = %p.name, "principal keys rotated");
             created(&r)
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Admins {
+    admins: Vec<String>,
+}
+
+/// `GET /qm/v1/admins`: who is an admin besides the principals created as admins.
+async fn admins(AxState(app): AxState<App>) -> Response {
+    let admins = app.auth.inner.lock().expect("auth lock").admins.clone();
+    json(&Admins { admins })
+}
+
+/// `PUT /qm/v1/admins {admins: [name | group:name]}` (admins only; what `qm apply` sets from
+/// the cluster file's `admins`). The principals created as admins stay admins whatever the
+/// list says, so no list locks everyone out.
+async fn set_admins(
+    AxState(app): AxState<App>,
+    Extension(p): Extension<Principal>,
+    body: Bytes,
+) -> Response {
+    let result = (|| {
+        admin_only(&p, "change", "the admins")?;
+        let req: Admins = parse(&body)?;
+        for (i, e) in req.admins.iter().enumerate() {
+            check_name(&format!("admins[{i}]"), e.strip_prefix("group:").unwrap_or(e))?;
+        }
+        let mut inner = app.auth.inner.lock().expect("auth lock");
+        inner
+            .store
+            .as_mut()
+            .expect("store")
+            .set_admins(&req.admins)
+            .map_err(|e| ApiError::server(format!("storing the admins: {e}")))?;
+        inner.admins = req.admins.clone();
+        Ok(req)
+    })();
+    match result {
+        Ok(req) => {
+            tracing::info!(admins = %req.admins.join(","), by = %p.name, "admins set");
+            json(&req)
         }
         Err(e) => error_response(&e),
     }
