@@ -153,3 +153,29 @@ def test_permission_tags_are_checked(server, world):
             quotaShareName="research", tags={"qm:submitted-by": "someone-else"},
             serviceRequestPayload=json.dumps(payload(SLEEP, name="spoof", token=server.token)))
     assert "set by the server" in error_of(e)[1]
+
+
+def test_admins_listed_by_group_may_change_the_configuration_and_only_admins_list_them(server, world):
+    admin, q, who = world
+    alice = who["alice"]
+    status, _, body = server.signed("PUT", "/qm/v1/admins", {"admins": ["group:platform"]},
+                                    principal=None)
+    assert status == 200, body
+    suffix = unique("o")[-6:]
+    ops = principal(server, f"ops-{suffix}", ["platform"])
+    arn = ops.create_scheduling_policy(
+        name=unique("ops"), quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})["arn"]
+    assert arn
+    status, _, body = server.signed("GET", "/qm/v1/admins", principal=None)
+    assert json.loads(body) == {"admins": ["group:platform"]}
+    # alice is no admin: she may not make herself one.
+    keys = alice._request_signer._credentials
+    status, _, body = server.signed("PUT", "/qm/v1/admins", {"admins": ["group:research"]},
+                                    keys=Keys("alice", keys.access_key, keys.secret_key))
+    assert status == 403 and b"AccessDeniedException" in body, body
+    status, _, _ = server.signed("PUT", "/qm/v1/admins", {"admins": []}, principal=None)
+    assert status == 200
+    with pytest.raises(ClientError) as e:
+        ops.create_scheduling_policy(
+            name=unique("ops"), quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
+    denied(e, "configuration changes are for admins")
