@@ -4,7 +4,7 @@
 //! file (its `name` and `steps` are read and ignored), so a policy tested with `qm check` can be
 //! simulated as it is. `qm plan` and `qm apply` read the same files, plus the optional
 //! top-level `service_environment`, `scheduling_policy` and `job_queue` names of the server's
-//! resources.
+//! resources and the server's `admins` list.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::Error;
-use crate::scenario::{checked_seq, ShareDecl};
+use crate::scenario::{admins, checked_seq, ShareDecl};
 
 /// A cluster file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -43,6 +43,11 @@ pub struct ClusterFile {
     /// The job queue's name on a server; required by `qm plan` and `qm apply`.
     #[serde(default)]
     pub job_queue: Option<String>,
+    /// Who is an admin on the server besides the principals created as admins: principal names
+    /// and `group:NAME` entries (`GET`/`PUT /qm/v1/admins`). Absent = the server's list is not
+    /// the file's business; `qm check` and `qm simulate` ignore it.
+    #[serde(default, deserialize_with = "admins")]
+    pub admins: Option<Vec<String>>,
 }
 
 impl ClusterFile {
@@ -130,6 +135,43 @@ mod tests {
         let src = "environment: {gpu: 2}\nshares:\n  - {name: a, limits: {gpu: 2}, strategy: LEND}\ntenants: {vc1: b}\n";
         let e = parse(src, Path::new("c.yaml")).unwrap_err().to_string();
         assert!(e.contains("tenants.vc1") && e.contains("`b`"), "{e}");
+    }
+
+    const SHARES: &str =
+        "environment: {gpu: 2}\nshares:\n  - {name: a, limits: {gpu: 2}, strategy: LEND}\n";
+
+    #[test]
+    fn admins_are_read_in_file_order_and_absent_is_none() {
+        let c = parse(
+            &format!("{SHARES}admins: [ops, group:platform]\n"),
+            Path::new("c.yaml"),
+        )
+        .unwrap();
+        assert_eq!(c.admins.unwrap(), ["ops", "group:platform"]);
+        assert!(parse(SHARES, Path::new("c.yaml")).unwrap().admins.is_none());
+    }
+
+    #[test]
+    fn a_bad_admin_is_named_by_its_place_in_the_list() {
+        for (list, words) in [
+            (
+                "[ops, \"al ice\"]",
+                "admins[1]: `al ice` is not a principal",
+            ),
+            ("[\"group:\"]", "admins[0]: `group:` is not a principal"),
+            (
+                "[ops, group:platform, ops]",
+                "admins[2]: `ops` is listed twice",
+            ),
+            ("[]", "admins: the list is empty: leave the key out"),
+            ("ops", "admins: invalid type"),
+        ] {
+            let e = parse(&format!("{SHARES}admins: {list}\n"), Path::new("c.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(words), "{list}: {e}");
+            assert!(e.contains("line 4"), "{list}: {e}");
+        }
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub struct Scenario {
     /// What happens, in order.
     #[serde(deserialize_with = "deserialize_steps")]
     pub steps: Vec<Step>,
+    /// A cluster file's server admins (`qm plan`/`qm apply`): read and checked, so that a
+    /// scenario may carry its cluster's, then ignored (the steps are not signed by anyone).
+    #[serde(default, deserialize_with = "admins")]
+    pub admins: Option<Vec<String>>,
 }
 
 /// A share's strategy, spelled as in AWS.
@@ -178,58 +182,89 @@ pub fn check_principal(entry: &str) -> Result<(), String> {
     }
 }
 
+/// How a list of principals is refused beyond its entries: what an empty one should be
+/// instead, and the most characters it may take joined with commas (a share tag's bound).
+struct ListRules {
+    empty: &'static str,
+    max_joined_chars: Option<usize>,
+}
+
+/// `submitters` and `leads`: they become share tags.
+const SHARE_LIST: ListRules = ListRules {
+    empty: "the list is empty: leave the key out to let every authenticated principal in, or name at least one principal",
+    max_joined_chars: Some(MAX_TAG_VALUE_CHARS),
+};
+
+/// A cluster file's `admins`: the server's list, which an absent key leaves alone.
+const ADMIN_LIST: ListRules = ListRules {
+    empty: "the list is empty: leave the key out to leave the server's admins as they are, or name at least one admin",
+    max_joined_chars: None,
+};
+
 /// A `submitters` or `leads` list: each entry checked where it stands (so that the error names
 /// `shares[i].submitters[j]`), no entry twice, not empty (leave the key out for "anyone"), and
 /// short enough for the tag it becomes.
 fn principals<'de, D: de::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    struct Entry<'s>(&'s [String]);
-    impl<'de> DeserializeSeed<'de> for Entry<'_> {
-        type Value = String;
-        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-            d.deserialize_str(self)
-        }
+    d.deserialize_seq(PrincipalList(&SHARE_LIST))
+}
+
+/// A cluster file's `admins`: principal names and `group:` entries checked as `submitters`
+/// (the error names `admins[i]`), no entry twice, not empty (leave the key out to leave the
+/// server's list alone).
+pub(crate) fn admins<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    d.deserialize_seq(PrincipalList(&ADMIN_LIST)).map(Some)
+}
+
+/// One entry of a principal list, checked against those before it.
+struct PrincipalEntry<'s>(&'s [String]);
+
+impl<'de> DeserializeSeed<'de> for PrincipalEntry<'_> {
+    type Value = String;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
     }
-    impl Visitor<'_> for Entry<'_> {
-        type Value = String;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a principal name or `group:NAME`")
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
-            check_principal(s).map_err(E::custom)?;
-            if self.0.iter().any(|e| e == s) {
-                return Err(E::custom(format!(
-                    "`{s}` is listed twice: list each principal once"
-                )));
-            }
-            Ok(s.to_string())
-        }
+}
+
+impl Visitor<'_> for PrincipalEntry<'_> {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a principal name or `group:NAME`")
     }
-    struct List;
-    impl<'de> Visitor<'de> for List {
-        type Value = Vec<String>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a list of principal names and `group:NAME` entries")
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
+        check_principal(s).map_err(E::custom)?;
+        if self.0.iter().any(|e| e == s) {
+            return Err(E::custom(format!(
+                "`{s}` is listed twice: list each principal once"
+            )));
         }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
-            let mut out: Vec<String> = Vec::new();
-            while let Some(entry) = seq.next_element_seed(Entry(&out))? {
-                out.push(entry);
-            }
-            if out.is_empty() {
-                return Err(de::Error::custom(
-                    "the list is empty: leave the key out to let every authenticated principal in, or name at least one principal",
-                ));
-            }
-            let joined = out.iter().map(|e| e.len() + 1).sum::<usize>() - 1;
-            if joined > MAX_TAG_VALUE_CHARS {
-                return Err(de::Error::custom(format!(
-                    "the list is {joined} characters long joined with commas, and the share tag it becomes holds at most {MAX_TAG_VALUE_CHARS}: name a group instead of its members"
-                )));
-            }
-            Ok(out)
-        }
+        Ok(s.to_string())
     }
-    d.deserialize_seq(List)
+}
+
+/// A list of principals under `rules`.
+struct PrincipalList(&'static ListRules);
+
+impl<'de> Visitor<'de> for PrincipalList {
+    type Value = Vec<String>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of principal names and `group:NAME` entries")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+        let mut out: Vec<String> = Vec::new();
+        while let Some(entry) = seq.next_element_seed(PrincipalEntry(&out))? {
+            out.push(entry);
+        }
+        if out.is_empty() {
+            return Err(de::Error::custom(self.0.empty));
+        }
+        let joined = out.iter().map(|e| e.len() + 1).sum::<usize>() - 1;
+        if let Some(max) = self.0.max_joined_chars.filter(|&max| joined > max) {
+            return Err(de::Error::custom(format!(
+                "the list is {joined} characters long joined with commas, and the share tag it becomes holds at most {max}: name a group instead of its members"
+            )));
+        }
+        Ok(out)
+    }
 }
 
 /// `max_priority`: 0..=9999, checked inside the visitor so that the error has its location.
@@ -1334,6 +1369,22 @@ steps: []
             "{err}"
         );
         with_share_keys(&format!("submitters: [{}]", names[..8].join(", "))).unwrap();
+    }
+
+    #[test]
+    fn a_scenario_may_carry_its_cluster_s_admins_which_are_checked_and_not_played() {
+        let s = parse_one(&format!("{HEAD}admins: [ops, group:platform]\nsteps: []\n")).unwrap();
+        assert_eq!(s.admins.unwrap(), ["ops", "group:platform"]);
+        assert!(parse_one(&format!("{HEAD}steps: []\n"))
+            .unwrap()
+            .admins
+            .is_none());
+        let err =
+            parse_one(&format!("{HEAD}admins: [ops, \"group:a b\"]\nsteps: []\n")).unwrap_err();
+        assert!(
+            err.contains("admins[1]: `group:a b` is not a principal"),
+            "{err}"
+        );
     }
 
     #[test]

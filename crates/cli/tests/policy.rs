@@ -68,6 +68,11 @@ shares:
   - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: RESERVE, max_preemptions_per_hour: 2}
 ";
 
+/// RETAGGED, and the server's admins besides `qm-admin`.
+fn with_admins() -> String {
+    format!("{RETAGGED}admins: [ops]\n")
+}
+
 const CONFIG: &str = "[executor]
 stop_grace_seconds = 1
 
@@ -425,6 +430,44 @@ fn permissions_and_protection_in_the_file_become_share_tags_and_only_those_are_m
     );
     let (code, out) = server.qm(&["plan", "-f", "retagged.yaml"]);
     assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn the_file_s_admin_list_is_set_once_and_a_file_without_one_leaves_it_alone() {
+    let server = Server::start();
+    server.write("retagged.yaml", RETAGGED);
+    server.write("admins.yaml", &with_admins());
+    let (code, out) = server.qm(&["apply", "-f", "retagged.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    let client = support::client(&server.endpoint, server.admin.as_ref());
+    assert_eq!(
+        client.admins().expect("GET /qm/v1/admins"),
+        Vec::<String>::new()
+    );
+
+    // The list is the one change, shown on one line and last in the JSON.
+    let (code, out) = server.qm(&["plan", "-f", "admins.yaml"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_admins.txt", &out);
+    let (code, out) = server.qm(&["plan", "-f", "admins.yaml", "--output", "json"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_admins.json", &out);
+    let (code, out) = server.qm(&["apply", "-f", "admins.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.ends_with("Applied: 0 to create, 1 to change, 0 to delete (~admins).\n"),
+        "{out}"
+    );
+    assert_eq!(client.admins().expect("GET /qm/v1/admins"), ["ops"]);
+
+    // Applied; and a file without `admins` does not manage the list.
+    let (code, out) = server.qm(&["plan", "-f", "admins.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = server.qm(&["plan", "-f", "retagged.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = server.qm(&["apply", "-f", "retagged.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(client.admins().expect("GET /qm/v1/admins"), ["ops"]);
 }
 
 #[test]

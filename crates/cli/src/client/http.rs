@@ -465,6 +465,21 @@ impl Client {
         decode(&url, &answer)
     }
 
+    /// `PUT` `request` as JSON to `path` and read the JSON answer as `Resp`.
+    pub(super) fn put<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        path: &str,
+        request: &Req,
+    ) -> Result<Resp, ClientError> {
+        let url = self.url(path);
+        let body = serde_json::to_vec(request).map_err(|e| ClientError::Protocol {
+            url: url.clone(),
+            detail: format!("cannot encode the request: {e}"),
+        })?;
+        let answer = self.send("PUT", &url, Some(&body))?;
+        decode(&url, &answer)
+    }
+
     fn get(&self, path_and_query: &str) -> Result<Answer, ClientError> {
         let url = self.url(path_and_query);
         self.send("GET", &url, None)

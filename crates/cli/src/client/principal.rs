@@ -1,6 +1,6 @@
-//! Principals: who may call the server, each with one access key pair. The `/qm/v1/principals`
-//! and `/qm/v1/whoami` endpoints through the one [`Client`], their answers, and the tables
-//! `qm principal list` and `qm whoami` print.
+//! Principals: who may call the server, each with one access key pair. The `/qm/v1/principals`,
+//! `/qm/v1/whoami` and `/qm/v1/admins` endpoints through the one [`Client`], their answers,
+//! and the tables `qm principal list` and `qm whoami` print.
 //!
 //! A secret access key crosses the wire once, in the answer to create or rotate; it is kept
 //! out of `Debug` so that no log or panic message shows it.
@@ -14,6 +14,15 @@ use qm_api::sigv4::Credentials;
 
 /// The collection path.
 const PRINCIPALS: &str = "/qm/v1/principals";
+
+/// The server's admin list (besides the principals created as admins).
+const ADMINS: &str = "/qm/v1/admins";
+
+/// The body and answer of `/qm/v1/admins`.
+#[derive(Serialize, Deserialize)]
+struct AdminList {
+    admins: Vec<String>,
+}
 
 /// A principal with its new key pair: the answer to create and rotate.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +155,24 @@ impl Client {
     /// Who the server takes this client's key for.
     pub fn whoami(&self) -> Result<WhoAmI, ClientError> {
         self.get_typed("/qm/v1/whoami")
+    }
+
+    /// Who is an admin besides the principals created as admins: principal names and
+    /// `group:NAME` entries, in the order they were set.
+    pub fn admins(&self) -> Result<Vec<String>, ClientError> {
+        let list: AdminList = self.get_typed(ADMINS)?;
+        Ok(list.admins)
+    }
+
+    /// Replaces the admin list (admins only); the answer is the list as the server keeps it.
+    pub fn set_admins(&self, admins: &[String]) -> Result<Vec<String>, ClientError> {
+        let list: AdminList = self.put(
+            ADMINS,
+            &AdminList {
+                admins: admins.to_vec(),
+            },
+        )?;
+        Ok(list.admins)
     }
 }
 

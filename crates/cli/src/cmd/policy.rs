@@ -104,7 +104,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
         } => {
             let desired = Desired::load(&file)?;
             let client = server.client()?;
-            let live = live::read(&client, &desired.names)?;
+            let live = live::read(&client, &desired)?;
             let plan = planned(&client, &desired, &live)?;
             match output {
                 Output::Table => print!("{}", plan::render(&plan, &file.display().to_string())),
@@ -115,7 +115,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Apply { file, server, yes } => {
             let desired = Desired::load(&file)?;
             let client = server.client()?;
-            let live = live::read(&client, &desired.names)?;
+            let live = live::read(&client, &desired)?;
             let plan = planned(&client, &desired, &live)?;
             let source = file.display().to_string();
             let text = plan::render(&plan, &source);
@@ -132,7 +132,7 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             let applied = apply::apply(&client, &desired, &live, &plan);
             // Whatever happened, what changed on the server is audited: a failed apply may
             // have made some of the changes before the one that was refused.
-            let after = plan::diff(&desired, &live::read(&client, &desired.names)?);
+            let after = plan::diff(&desired, &live::read(&client, &desired)?);
             let outcome = match (&applied, after.is_empty()) {
                 (Ok(()), true) => None,
                 (Ok(()), false) => Some(format!(

@@ -1,5 +1,7 @@
 //! Carries a [`Plan`] out: policy, environment, queue, then shares, deletes last (a share is
-//! disabled before it is deleted), so that every resource exists before another names it.
+//! disabled before it is deleted), so that every resource exists before another names it; the
+//! admin list, when the file has one and it differs, is set after all of them (PUT
+//! `/qm/v1/admins`), so that a list that drops the one applying cannot stop the rest.
 //! Every call is a full "set to this value", so re-running a half-applied plan converges. A
 //! share's controlled tags ([`super::tags`]) go with CreateQuotaShare; on a change, the keys the
 //! file dropped are removed (UntagResource) and the new values set (TagResource), and its
@@ -129,6 +131,13 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                 }
             }
             (Kind::QuotaShare, action) => share(client, desired, live, c, action)?,
+            (Kind::Admins, _) => {
+                if let Some(admins) = &desired.admins {
+                    client
+                        .set_admins(admins)
+                        .map_err(|e| Error::request("admins", e))?;
+                }
+            }
         }
     }
     Ok(())

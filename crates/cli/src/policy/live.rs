@@ -1,6 +1,7 @@
 //! What the server holds, read through the API into plain values that [`super::plan`] compares
 //! with the cluster file. Only reads; bounded by [`MAX_JOBS_PER_STATUS`]. ListQuotaShares
-//! leaves tags out, so each share's tags are read with DescribeQuotaShare.
+//! leaves tags out, so each share's tags are read with DescribeQuotaShare. The admin list is
+//! read only when the file manages it.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,7 @@ use qm_core::{ShareSpec, Strategy};
 use serde_json::{json, Value};
 
 use super::tags::{self, ShareTags};
-use super::{call, Error, Names};
+use super::{call, Desired, Error};
 use crate::client::Client;
 
 /// Most jobs read per status (RUNNING, SCHEDULED, RUNNABLE); a plan over more says so.
@@ -91,6 +92,9 @@ pub struct Live {
     pub jobs: Vec<LiveJob>,
     /// Whether a status had more than [`MAX_JOBS_PER_STATUS`] jobs (the rest were not read).
     pub jobs_truncated: bool,
+    /// The server's admin list (`GET /qm/v1/admins`); `None` when the file has no `admins`
+    /// (not read).
+    pub admins: Option<Vec<String>>,
 }
 
 fn shape(operation: &str, message: impl Into<String>) -> Error {
@@ -121,9 +125,13 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
-/// Reads the server's state for `names`.
-pub fn read(client: &Client, names: &Names) -> Result<Live, Error> {
+/// Reads the server's state for what `desired` manages.
+pub fn read(client: &Client, desired: &Desired) -> Result<Live, Error> {
+    let names = &desired.names;
     let mut live = Live::default();
+    if desired.admins.is_some() {
+        live.admins = Some(client.admins().map_err(|e| Error::request("admins", e))?);
+    }
 
     let op = "describeserviceenvironments";
     let envs = call(

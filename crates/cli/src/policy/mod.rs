@@ -1,13 +1,13 @@
 //! Policy as code: `qm plan`, `qm apply` and `qm audit` against a running server.
 //!
 //! A cluster file (the `qm check` / `qm simulate` format plus the top-level
-//! `service_environment`, `scheduling_policy` and `job_queue` names) declares what the server
-//! should hold. The work is split so that only the edges do IO:
+//! `service_environment`, `scheduling_policy` and `job_queue` names and, optionally, the
+//! server's `admins`) declares what the server should hold. The work is split so that only the edges do IO:
 //!
 //! - the server is reached through the one HTTP client, [`crate::client::Client`] (AWS Batch
 //!   REST-JSON and the `/qm/v1/audit` log); [`call`] names the operation in its errors;
-//! - [`live`]: reads what the server holds (environment, policy, queue, shares, jobs) into plain
-//!   values;
+//! - [`live`]: reads what the server holds (environment, policy, queue, shares, jobs, and the
+//!   admin list when the file has one) into plain values;
 //! - [`tags`]: the share tags the file controls (permissions and thrash protection);
 //! - [`plan`]: the pure part — the diff between the file and the server, and what each change
 //!   that lowers a limit or makes capacity reclaimable does to running jobs — and its text and
@@ -124,6 +124,9 @@ pub struct Desired {
     pub environment: BTreeMap<String, u32>,
     /// The quota shares, in file order.
     pub shares: Vec<DesiredShare>,
+    /// The server's admin list (`GET`/`PUT /qm/v1/admins`), in file order; `None`: the file
+    /// leaves it alone.
+    pub admins: Option<Vec<String>>,
 }
 
 /// A quota share as the file declares it.
@@ -203,6 +206,7 @@ impl Desired {
                         message,
                     })
                 })?,
+            admins: file.admins.clone(),
         })
     }
 

@@ -45,6 +45,9 @@ pub enum Kind {
     JobQueue,
     /// A quota share of the queue.
     QuotaShare,
+    /// The server's admin list (one field, `admins`; the change is named `admins` too). Set
+    /// last, so that a list that no longer names the one applying takes effect after the rest.
+    Admins,
 }
 
 impl Kind {
@@ -54,6 +57,7 @@ impl Kind {
             Kind::ServiceEnvironment => "service environment",
             Kind::JobQueue => "job queue",
             Kind::QuotaShare => "quota share",
+            Kind::Admins => "admins",
         }
     }
 }
@@ -73,7 +77,8 @@ pub enum Action {
 /// One field's old and new value, as the API spells them (`None` = absent).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FieldChange {
-    /// The field (`capacityLimits.ml.g5.xlarge`, `strategy`, `tags.qm:submitters`, ...).
+    /// The field (`capacityLimits.ml.g5.xlarge`, `strategy`, `tags.qm:submitters`, `admins`,
+    /// ...); lists are joined with `,`.
     pub field: String,
     /// The server's value.
     pub from: Option<String>,
@@ -228,7 +233,10 @@ impl Plan {
                     Action::Update => '~',
                     Action::Delete => '-',
                 };
-                format!("{sign}{} {}", c.kind.label(), c.name)
+                match c.kind {
+                    Kind::Admins => format!("{sign}{}", c.kind.label()),
+                    _ => format!("{sign}{} {}", c.kind.label(), c.name),
+                }
             })
             .collect();
         format!(
@@ -471,6 +479,10 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         changes.push(c);
     }
 
+    if let Some(c) = admins_change(desired.admins.as_deref(), live.admins.as_deref()) {
+        changes.push(c);
+    }
+
     Plan {
         names: names.clone(),
         changes,
@@ -478,6 +490,29 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         preempted: Vec::new(),
         jobs_truncated: live.jobs_truncated,
     }
+}
+
+/// The admin list's change, when the file has one (`desired`) and the server's (`live`, read
+/// because the file has one) differs. The lists are compared as written, in order, so that the
+/// server keeps exactly the file's; an empty list on the server shows as `(none)`.
+fn admins_change(desired: Option<&[String]>, live: Option<&[String]>) -> Option<Change> {
+    let desired = desired?;
+    let live = live.unwrap_or_default();
+    if desired == live {
+        return None;
+    }
+    let joined = |l: &[String]| (!l.is_empty()).then(|| l.join(","));
+    Some(Change {
+        kind: Kind::Admins,
+        name: "admins".into(),
+        action: Action::Update,
+        fields: vec![FieldChange {
+            field: "admins".into(),
+            from: joined(live),
+            to: joined(desired),
+        }],
+        terminated_jobs: Vec::new(),
+    })
 }
 
 /// One share on one instance type, before and after the plan.
@@ -724,6 +759,18 @@ pub fn render(plan: &Plan, source: &str) -> String {
                     let _ = writeln!(out, "      {}: {}", f.field, value(&f.to));
                 }
             }
+            // One list, no resource name: the field is the line.
+            Action::Update if c.kind == Kind::Admins => {
+                for f in &c.fields {
+                    let _ = writeln!(
+                        out,
+                        "  ~ {}: {} -> {}",
+                        f.field,
+                        value(&f.from),
+                        value(&f.to)
+                    );
+                }
+            }
             Action::Update => {
                 let _ = writeln!(out, "  ~ {} {}", c.kind.label(), c.name);
                 for f in &c.fields {
@@ -826,6 +873,7 @@ mod tests {
                     tags: ShareTags::new(),
                 })
                 .collect(),
+            admins: None,
         }
     }
 
@@ -876,6 +924,7 @@ mod tests {
                 })
                 .collect(),
             jobs_truncated: false,
+            admins: d.admins.clone(),
         }
     }
 
@@ -1108,6 +1157,68 @@ mod tests {
                 ("tags.qm:max-preemptions-per-hour", None, Some("3")),
             ]
         );
+    }
+
+    fn list(entries: &[&str]) -> Option<Vec<String>> {
+        Some(entries.iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn a_changed_admin_list_is_one_line_set_after_everything_else() {
+        let shares = || vec![share("a", 2, Strategy::Lend, -1)];
+        let mut server = live(&desired(shares()), &[]);
+        server.admins = list(&["ops"]);
+        let mut file = desired(vec![share("a", 3, Strategy::Lend, -1)]);
+        file.admins = list(&["ops", "group:platform"]);
+        let plan = diff(&file, &server);
+        let c = plan.changes.last().unwrap();
+        assert_eq!((c.kind, c.action), (Kind::Admins, Action::Update));
+        assert_eq!(
+            fields(c),
+            [("admins", Some("ops"), Some("ops,group:platform"))]
+        );
+        assert_eq!(plan.changes.len(), 2, "{plan:?}");
+        let text = render(&plan, "c.yaml");
+        assert!(
+            text.contains("\n  ~ admins: ops -> ops,group:platform\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Plan: 0 to create, 2 to change, 0 to delete."),
+            "{text}"
+        );
+        assert!(
+            plan.summary().ends_with("(~quota share a, ~admins)"),
+            "{}",
+            plan.summary()
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["changes"][1]["kind"], "admins");
+        assert_eq!(json["changes"][1]["fields"][0]["to"], "ops,group:platform");
+    }
+
+    #[test]
+    fn an_admin_list_left_out_of_the_file_is_not_managed() {
+        let d = desired(vec![share("a", 2, Strategy::Lend, -1)]);
+        let mut server = live(&d, &[]);
+        server.admins = list(&["ops"]);
+        assert!(diff(&d, &server).is_empty());
+    }
+
+    #[test]
+    fn the_same_admins_are_no_change_and_a_server_without_any_shows_none() {
+        let mut d = desired(vec![share("a", 2, Strategy::Lend, -1)]);
+        d.admins = list(&["ops"]);
+        assert!(diff(&d, &live(&d, &[])).is_empty());
+        let mut server = live(&d, &[]);
+        server.admins = list(&[]);
+        let plan = diff(&d, &server);
+        assert_eq!(fields(&plan.changes[0]), [("admins", None, Some("ops"))]);
+        assert!(render(&plan, "c.yaml").contains("  ~ admins: (none) -> ops\n"));
+        // The server keeps the file's order, so a reordered list is set again.
+        server.admins = list(&["group:platform", "ops"]);
+        d.admins = list(&["ops", "group:platform"]);
+        assert!(!diff(&d, &server).is_empty());
     }
 
     #[test]
