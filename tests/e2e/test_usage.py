@@ -36,7 +36,8 @@ def report(server, since: int, until: int, *args: str, output: str = "json"):
 def test_usage_reports_real_runs_and_survives_retirement_and_restart(server, tmp_path):
     # Two principals, created by the admin; usage is accounted to the name that signed.
     alice, bob = server.client(principal="alice"), server.client(principal="bob")
-    q = make_queue(alice, "use", [ShareSpec("A", strategy="LEND", limit=1),
+    # The configuration is the admin's; alice and bob only submit.
+    q = make_queue(server.client(), "use", [ShareSpec("A", strategy="LEND", limit=1),
                                   ShareSpec("B", limit=1, borrow_limit=100)], env_max=2)
     # The window opens once the shares exist, so A is entitled all through it.
     time.sleep(1)
