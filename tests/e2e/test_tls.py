@@ -88,6 +88,16 @@ def test_boto3_reaches_an_https_server_through_a_test_ca_and_is_refused_without_
                                   **keys)
         with pytest.raises(SSLError):
             untrusting.list_scheduling_policies()
+        # qm trusts the CA of AWS_CA_BUNDLE, as the AWS CLI does, and nothing else.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(AWS_SHARED_CREDENTIALS_FILE=str(data / "credentials"), AWS_PROFILE="qm-admin",
+                   QM_ENDPOINT=url)
+        r = subprocess.run([str(qm_bin()), "whoami"], capture_output=True, text=True, timeout=60,
+                           env=dict(env, AWS_CA_BUNDLE=str(test_ca / "ca.pem")))
+        assert r.returncode == 0 and "qm-admin" in r.stdout, r.stdout + r.stderr
+        r = subprocess.run([str(qm_bin()), "whoami"], capture_output=True, text=True, timeout=60,
+                           env=env)
+        assert r.returncode != 0, r.stdout
         # Plain HTTP on the TLS port gets no HTTP answer (a TLS alert at most).
         with pytest.raises((urllib.error.URLError, OSError, http.client.HTTPException)):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()

@@ -188,7 +188,10 @@ impl Client {
     pub fn for_endpoint(endpoint: Option<&str>) -> Result<Client, ClientError> {
         let env = credentials::process_env;
         let from_env = env("QM_ENDPOINT").filter(|e| !e.is_empty());
-        let client = Client::new(endpoint.or(from_env.as_deref()).unwrap_or(DEFAULT_ENDPOINT));
+        let mut client = Client::new(endpoint.or(from_env.as_deref()).unwrap_or(DEFAULT_ENDPOINT));
+        if let Some(bundle) = env("AWS_CA_BUNDLE").filter(|b| !b.is_empty()) {
+            client = client.trusting(std::path::Path::new(&bundle))?;
+        }
         Ok(match credentials::resolve(&env)? {
             Some(signing) => client.signed(signing),
             None => client.in_region(credentials::region(&env, None)),
@@ -209,6 +212,37 @@ impl Client {
             signing: None,
             region: credentials::DEFAULT_REGION.to_string(),
         }
+    }
+
+    /// This client, trusting only the CA certificates of the PEM file `bundle` for HTTPS
+    /// (`AWS_CA_BUNDLE`, as the AWS CLI and the SDKs read it): a server with a private CA.
+    pub fn trusting(mut self, bundle: &std::path::Path) -> Result<Client, ClientError> {
+        let bad = |detail: String| {
+            ClientError::Usage(format!(
+                "AWS_CA_BUNDLE={}: {detail}; point it at a PEM file of the CA that signed the server's certificate",
+                bundle.display()
+            ))
+        };
+        let pem = std::fs::read(bundle).map_err(|e| bad(format!("cannot read it ({e})")))?;
+        let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+            .filter_map(|item| match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(bad("it holds no PEM certificate".into()));
+        }
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+            .build();
+        self.agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .tls_config(tls)
+            .build()
+            .into();
+        Ok(self)
     }
 
     /// This client, signing every request with `signing`'s key for its region.
