@@ -490,13 +490,7 @@ impl Client {
         path: &str,
         request: &Req,
     ) -> Result<Resp, ClientError> {
-        let url = self.url(path);
-        let body = serde_json::to_vec(request).map_err(|e| ClientError::Protocol {
-            url: url.clone(),
-            detail: format!("cannot encode the request: {e}"),
-        })?;
-        let answer = self.send("POST", &url, Some(&body))?;
-        decode(&url, &answer)
+        self.send_json("POST", path, request)
     }
 
     /// `PUT` `request` as JSON to `path` and read the JSON answer as `Resp`.
@@ -505,12 +499,21 @@ impl Client {
         path: &str,
         request: &Req,
     ) -> Result<Resp, ClientError> {
+        self.send_json("PUT", path, request)
+    }
+
+    fn send_json<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        request: &Req,
+    ) -> Result<Resp, ClientError> {
         let url = self.url(path);
         let body = serde_json::to_vec(request).map_err(|e| ClientError::Protocol {
             url: url.clone(),
             detail: format!("cannot encode the request: {e}"),
         })?;
-        let answer = self.send("PUT", &url, Some(&body))?;
+        let answer = self.send(method, &url, Some(&body))?;
         decode(&url, &answer)
     }
 
