@@ -186,7 +186,8 @@ mod tests {
         assert!(!p.delete("alice").unwrap());
         assert!(p.list().unwrap().is_empty());
         assert!(p.admins().unwrap().is_empty());
-        p.set_admins(&["ops".into(), "group:platform".into()]).unwrap();
+        p.set_admins(&["ops".into(), "group:platform".into()])
+            .unwrap();
         assert_eq!(
             Principals::open(&db).unwrap().admins().unwrap(),
             ["ops", "group:platform"]

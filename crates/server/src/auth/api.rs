@@ -235,7 +235,10 @@ async fn set_admins(
         admin_only(&p, "change", "the admins")?;
         let req: Admins = parse(&body)?;
         for (i, e) in req.admins.iter().enumerate() {
-            check_name(&format!("admins[{i}]"), e.strip_prefix("group:").unwrap_or(e))?;
+            check_name(
+                &format!("admins[{i}]"),
+                e.strip_prefix("group:").unwrap_or(e),
+            )?;
         }
         let mut inner = app.auth.inner.lock().expect("auth lock");
         inner
