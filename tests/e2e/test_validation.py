@@ -298,3 +298,26 @@ def test_a_malformed_body_gets_a_client_exception_in_the_aws_shape(server):
     body = json.loads(raw)
     assert body["__type"].split("#")[-1] == "ClientException"
     assert body["message"]
+
+
+def test_what_could_only_fail_later_is_refused_at_the_door(raw_batch, q, server):
+    # A runtime no timer can hold (it used to panic a thread), and NUL bytes that no process
+    # argument or environment variable can carry (they used to fail the job at start).
+    huge = payload("exit_code.py", max_runtime=9223372036854775807)
+    rejects(raw_batch.submit_service_job, "MaxRuntimeInSeconds",
+            **submit_args(q, serviceRequestPayload=json.dumps(huge)))
+    for field, p in [("Environment.A", payload("exit_code.py", env={"A": "x\u0000y"})),
+                     ("HyperParameters.lr", payload("exit_code.py", hps={"lr": "0.1\u0000"})),
+                     ("ContainerArguments[0]", payload("exit_code.py", args=["a\u0000"]))]:
+        message = rejects(raw_batch.submit_service_job, field,
+                          **submit_args(q, serviceRequestPayload=json.dumps(p)))
+        assert "NUL" in message, message
+
+
+def test_a_query_string_that_does_not_decode_is_answered_in_the_aws_shape(server):
+    status, headers, body = server.signed("GET", "/qm/v1/usage/report?since=yesterday")
+    assert status == 400, body
+    err = json.loads(body)
+    assert err["__type"] == "ClientException" and "query string" in err["message"], err
+    status, _, body = server.signed("GET", "/qm/v1/jobs/x/logs?offset=-1")
+    assert status == 400 and json.loads(body)["__type"] == "ClientException", body

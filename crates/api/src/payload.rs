@@ -140,6 +140,12 @@ impl TrainingPayload {
                 arguments.len()
             ));
         }
+        for (i, a) in arguments.iter().enumerate() {
+            no_nul(
+                &format!("{FIELD}.AlgorithmSpecification.ContainerArguments[{i}]"),
+                a,
+            )?;
+        }
         let environment = request.environment.unwrap_or_default();
         environment_map(&environment)?;
         let hyperparameters = request.hyper_parameters.unwrap_or_default();
@@ -148,10 +154,10 @@ impl TrainingPayload {
             Some(StoppingCondition {
                 max_runtime_in_seconds: Some(seconds),
             }) => {
-                if seconds < 1 {
+                if !(1..=MAX_RUNTIME_SECONDS).contains(&seconds) {
                     return fail(format!(
-                        "{FIELD}.StoppingCondition.MaxRuntimeInSeconds is {seconds}: give at \
-                         least 1 second"
+                        "{FIELD}.StoppingCondition.MaxRuntimeInSeconds is {seconds}: give 1 to \
+                         {MAX_RUNTIME_SECONDS} seconds (28 days, SageMaker's limit)"
                     ));
                 }
                 Some(seconds as u64)
@@ -279,8 +285,25 @@ fn container_entrypoint(entrypoint: Option<Vec<String>>) -> Result<Vec<String>, 
     if entrypoint[0].trim().is_empty() {
         return fail(format!("{at}[0] is empty: it must name the program to run"));
     }
+    for (i, word) in entrypoint.iter().enumerate() {
+        no_nul(&format!("{at}[{i}]"), word)?;
+    }
     Ok(entrypoint)
 }
+
+/// A process's argv and environment are C strings: a NUL byte cannot reach the job, so it is
+/// refused here rather than failing the attempt later.
+fn no_nul(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.contains('\0') {
+        return fail(format!(
+            "{field} contains a NUL byte, which a process's arguments and environment cannot carry: remove it"
+        ));
+    }
+    Ok(())
+}
+
+/// SageMaker's ceiling on `StoppingCondition.MaxRuntimeInSeconds`: 28 days.
+pub const MAX_RUNTIME_SECONDS: i64 = 28 * 24 * 3600;
 
 fn environment_map(environment: &BTreeMap<String, String>) -> Result<(), ApiError> {
     let at = format!("{FIELD}.Environment");
@@ -307,6 +330,7 @@ fn environment_map(environment: &BTreeMap<String, String>) -> Result<(), ApiErro
                 value.len()
             ));
         }
+        no_nul(&format!("{at}.{key}"), value)?;
     }
     Ok(())
 }
@@ -331,6 +355,8 @@ fn hyperparameter_map(hyperparameters: &BTreeMap<String, String>) -> Result<(), 
                 "{at}.{key} is longer than 2500 characters: shorten it"
             ));
         }
+        no_nul(&format!("{at}: the name {}", shown(key)), key)?;
+        no_nul(&format!("{at}.{key}"), value)?;
     }
     Ok(())
 }
@@ -522,6 +548,42 @@ mod tests {
         ));
         assert!(m.starts_with("serviceRequestPayload.HyperParameters.epochs: invalid type"));
         assert!(m.contains("quote them"), "{m}");
+    }
+
+    #[test]
+    fn nul_bytes_that_no_process_can_carry_are_refused_naming_the_field() {
+        for (payload, field) in [
+            (
+                serde_json::json!({"Environment": {"A": "x\u{0}y"}}),
+                "Environment.A",
+            ),
+            (
+                serde_json::json!({"HyperParameters": {"lr": "0.1\u{0}"}}),
+                "HyperParameters.lr",
+            ),
+            (
+                serde_json::json!({"AlgorithmSpecification": {"TrainingInputMode": "File",
+                    "ContainerEntrypoint": ["python3"], "ContainerArguments": ["a", "b\u{0}"]}}),
+                "ContainerArguments[1]",
+            ),
+        ] {
+            let m = err(&with(payload));
+            assert!(m.contains(field) && m.contains("NUL byte"), "{m}");
+        }
+    }
+
+    #[test]
+    fn a_runtime_beyond_sagemaker_s_28_days_is_refused_before_it_can_overflow_a_timer() {
+        for seconds in [i64::MAX, MAX_RUNTIME_SECONDS + 1] {
+            let m = err(&with(
+                serde_json::json!({"StoppingCondition": {"MaxRuntimeInSeconds": seconds}}),
+            ));
+            assert!(m.contains("give 1 to 2419200 seconds"), "{m}");
+        }
+        let ok = with(
+            serde_json::json!({"StoppingCondition": {"MaxRuntimeInSeconds": MAX_RUNTIME_SECONDS}}),
+        );
+        assert!(TrainingPayload::parse(&ok).is_ok());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State as AxState};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -268,6 +268,17 @@ async fn usage(AxState(app): AxState<App>) -> Response {
     dispatch(&app, Request::Query(Query::Usage)).await
 }
 
+/// A query string that does not decode, as a ClientException in the AWS shape (the web
+/// framework's own answer is plain text).
+fn query_params<T>(params: Result<axum::extract::Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    params.map(|q| q.0).map_err(|e| {
+        ApiError::client(format!(
+            "the query string: {}; see docs/server.md for this endpoint's parameters",
+            e.body_text()
+        ))
+    })
+}
+
 /// A typed answer of the wrong kind: a bug in this layer, said as a server error.
 fn unexpected(answer: &Answer) -> ApiError {
     ApiError::server(format!("internal: unexpected answer {answer:?}"))
@@ -286,8 +297,12 @@ struct ReportParams {
 /// the archive by then (it is archived before its retirement is logged).
 async fn usage_report(
     AxState(app): AxState<App>,
-    axum::extract::Query(params): axum::extract::Query<ReportParams>,
+    params: Result<axum::extract::Query<ReportParams>, QueryRejection>,
 ) -> Response {
+    let params = match query_params(params) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
     let query = match report_params(params, crate::driver::now_ms()) {
         Ok(p) => p,
         Err(e) => return error_response(&e),
@@ -409,8 +424,12 @@ struct LogParams {
 async fn logs(
     AxState(app): AxState<App>,
     Path(job): Path<String>,
-    axum::extract::Query(params): axum::extract::Query<LogParams>,
+    params: Result<axum::extract::Query<LogParams>, QueryRejection>,
 ) -> Response {
+    let params = match query_params(params) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
     let stream = match params.stream.as_deref().unwrap_or("stdout") {
         "stdout" => LogStream::Stdout,
         "stderr" => LogStream::Stderr,
