@@ -78,3 +78,23 @@ def test_the_aws_cli_drives_the_server(aws, server, tmp_path):
 
     r = aws("describe-service-job", "--job-id", "00000000-0000-0000-0000-000000000000", ok=False)
     assert r.returncode != 0 and "ClientException" in r.stderr, r.stderr
+
+
+def test_the_aws_cli_is_refused_with_a_wrong_secret_an_unknown_key_or_no_credentials(server, tmp_path):
+    admin = server.keys()
+    base = {k: v for k, v in server.cli_env(AWS_PAGER="").items()
+            if k not in ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE")}
+    base["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
+
+    def refused(env, *extra):
+        cmd = [aws_cli(), "batch", "describe-service-environments", "--endpoint-url", server.url,
+               *extra]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode != 0, r.stdout
+        return r.stderr
+
+    wrong = dict(base, AWS_ACCESS_KEY_ID=admin.access_key_id, AWS_SECRET_ACCESS_KEY="wrong")
+    assert "InvalidSignatureException" in refused(wrong)
+    unknown = dict(base, AWS_ACCESS_KEY_ID="QMAKNOSUCHKEY0000000", AWS_SECRET_ACCESS_KEY="x")
+    assert "UnrecognizedClientException" in refused(unknown)
+    assert "MissingAuthenticationTokenException" in refused(base, "--no-sign-request")
