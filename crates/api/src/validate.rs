@@ -216,15 +216,20 @@ pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(
     Ok(())
 }
 
+/// The shape of a principal's (or group's) name, wherever one is given: 1 to 64 letters,
+/// digits and `_ . @ -` (plain, since audit entries and job owners show it).
+pub fn is_principal_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b))
+}
+
 /// `alice,group:research`: principal names and `group:` entries, comma-separated.
 fn principal_list(field: &str, value: &str) -> Result<(), ApiError> {
     for (i, entry) in value.split(',').map(str::trim).enumerate() {
         let name = entry.strip_prefix("group:").unwrap_or(entry);
-        let ok = (1..=64).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b));
-        if !ok {
+        if !is_principal_name(name) {
             return fail(format!(
                 "{field}: entry {i} ('{entry}') is not a principal name or group:<name>; use 1-64 letters, digits and _ . @ -, separated by commas"
             ));

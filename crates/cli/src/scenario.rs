@@ -160,7 +160,7 @@ impl ShareDecl {
 pub const MAX_PRINCIPAL_CHARS: usize = 64;
 
 /// The highest scheduling priority (`max_priority` at most this).
-pub const MAX_PRIORITY: u32 = 9999;
+pub const MAX_PRIORITY: u32 = qm_api::validate::MAX_SCHEDULING_PRIORITY as u32;
 
 /// The longest tag value: a `submitters` or `leads` list joined with commas must fit.
 const MAX_TAG_VALUE_CHARS: usize = 256;
@@ -169,11 +169,7 @@ const MAX_TAG_VALUE_CHARS: usize = 256;
 /// `_ . @ -`, or `group:` and such a name.
 pub fn check_principal(entry: &str) -> Result<(), String> {
     let name = entry.strip_prefix("group:").unwrap_or(entry);
-    let ok = (1..=MAX_PRINCIPAL_CHARS).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b));
-    if ok {
+    if qm_api::validate::is_principal_name(name) {
         Ok(())
     } else {
         Err(format!(

@@ -120,7 +120,8 @@ pub fn error_response(e: &ApiError) -> Response {
     r
 }
 
-fn ok_response(body: Vec<u8>) -> Response {
+/// A JSON answer (`{}` for an empty body), with AWS's request id.
+pub(crate) fn ok_response(body: Vec<u8>) -> Response {
     let body = if body.is_empty() {
         b"{}".to_vec()
     } else {

@@ -5,7 +5,8 @@
 //! AWS CLI alike: the `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` pair; else the profile
 //! `AWS_PROFILE` (`default` when unset) of the shared credentials file
 //! (`AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`). One step is ours: when the user
-//! has chosen nothing (neither the key pair nor `AWS_PROFILE`), the key the local server wrote
+//! has chosen nothing (neither the key pair nor `AWS_PROFILE`, and the shared credentials file
+//! has no `default` profile), the key the local server wrote
 //! for its first admin, profile `qm-admin` of `<data-dir>/credentials`, so that `qm serve` and
 //! `qm submit` in the same folder work together out of the box. With no key at all the client
 //! sends unsigned requests, which a `qm serve --no-auth` accepts.
@@ -25,7 +26,7 @@ use ini::{Ini, ParseOption};
 use qm_api::sigv4::Credentials;
 
 /// The profile of the first admin, in the server's `<data-dir>/credentials`.
-pub const LOCAL_PROFILE: &str = "qm-admin";
+pub const LOCAL_PROFILE: &str = qm_server::auth::ADMIN;
 
 /// The region when nothing names one (the server's default too).
 pub const DEFAULT_REGION: &str = "us-east-1";

@@ -29,10 +29,7 @@ pub fn explain(job: &DescribeServiceJobResponse, context: Context<'_>) -> String
     } else {
         "its instances".to_string()
     };
-    let by = job
-        .tags
-        .as_ref()
-        .and_then(|t| t.get(qm_api::validate::TAG_SUBMITTED_BY))
+    let by = super::format::submitted_by(job)
         .map(|p| format!(", submitted by {p}"))
         .unwrap_or_default();
     let mut out = format!(

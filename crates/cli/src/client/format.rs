@@ -203,6 +203,14 @@ fn span(started: Option<i64>, stopped: Option<i64>, now_ms: i64) -> [String; 3] 
     ]
 }
 
+/// Who submitted the job: the principal the server names in its `qm:submitted-by` tag.
+pub fn submitted_by(job: &DescribeServiceJobResponse) -> Option<&str> {
+    job.tags
+        .as_ref()?
+        .get(qm_api::validate::TAG_SUBMITTED_BY)
+        .map(String::as_str)
+}
+
 /// `qm job ID`: the job, its capacity, its ended attempts and its preemptions.
 pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
     let mut fields: Vec<(&str, String)> = vec![
@@ -216,14 +224,7 @@ pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
                 .unwrap_or_else(|| "-".to_string()),
         ),
         ("priority", job.scheduling_priority.unwrap_or(0).to_string()),
-        (
-            "submitted by",
-            job.tags
-                .as_ref()
-                .and_then(|t| t.get(qm_api::validate::TAG_SUBMITTED_BY))
-                .cloned()
-                .unwrap_or_else(|| "-".to_string()),
-        ),
+        ("submitted by", submitted_by(job).unwrap_or("-").to_string()),
         ("status", job.status.as_str().to_string()),
         (
             "reason",

@@ -1,6 +1,7 @@
 //! The one HTTP client of `qm`: AWS Batch operations as `POST /v1/<operation>` (typed with the
-//! `qm-api` wire types, or as plain JSON for the policy commands), plus the Quartermaster
-//! endpoints under `/qm/v1` (usage, logs, the audit log).
+//! `qm-api` wire types, or as plain JSON for the policy commands), tags under `/v1/tags/<arn>`,
+//! plus the Quartermaster endpoints under `/qm/v1` (usage, logs, the audit log, principals,
+//! whoami, admins, the what-if).
 //!
 //! This is the only place that builds the HTTP agent and reads answers. Every request is signed
 //! with AWS SigV4 (service `batch`), as boto3 signs it, when the credentials chain
@@ -24,6 +25,18 @@ use serde::de::DeserializeOwned;
 use super::credentials::{self, CredentialsError, Signing};
 use super::format::JobRow;
 use serde::{Deserialize, Serialize};
+
+/// The HTTP agent: answers of every status are read (not errors), one minute per request,
+/// and the CA roots of `tls` when given.
+fn agent(tls: Option<ureq::tls::TlsConfig>) -> ureq::Agent {
+    let builder = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)));
+    match tls {
+        Some(tls) => builder.tls_config(tls).build().into(),
+        None => builder.build().into(),
+    }
+}
 
 /// The endpoint used when neither `--endpoint` nor `QM_ENDPOINT` is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7611";
@@ -201,14 +214,9 @@ impl Client {
     /// An unsigned client for `endpoint` (e.g. `http://127.0.0.1:7611`); no request is made
     /// yet.
     pub fn new(endpoint: &str) -> Client {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
         Client {
             endpoint: endpoint.trim_end_matches('/').to_string(),
-            agent,
+            agent: agent(None),
             signing: None,
             region: credentials::DEFAULT_REGION.to_string(),
         }
@@ -236,12 +244,7 @@ impl Client {
         let tls = ureq::tls::TlsConfig::builder()
             .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
             .build();
-        self.agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .tls_config(tls)
-            .build()
-            .into();
+        self.agent = agent(Some(tls));
         Ok(self)
     }
 

@@ -17,19 +17,7 @@ pub fn duration(from_ms: i64, to_ms: i64) -> String {
     age(to_ms, from_ms)
 }
 
-pub use qm_core::time::utc;
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's days-from-civil, the
-/// inverse of [`qm_core::time::civil_from_days`]).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+pub use qm_core::time::{days_from_civil, utc};
 
 /// An instant given on the command line, in epoch milliseconds: `now`, an age before `now`
 /// (`90m`, `36h`, `7d`, `2w`), a UTC date (`2026-11-01`) or a UTC time

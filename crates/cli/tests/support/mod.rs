@@ -16,7 +16,8 @@ use qm_cli::client::credentials::{resolve, LOCAL_PROFILE};
 use qm_cli::client::Client;
 
 /// Every variable the credentials chain (and the endpoint lookup) reads.
-const CHAIN_VARS: [&str; 9] = [
+const CHAIN_VARS: [&str; 10] = [
+    "AWS_CA_BUNDLE",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",

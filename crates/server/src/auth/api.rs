@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State as AxState};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::{Extension, Router};
 use qm_api::ApiError;
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use super::{Auth, Principal, ADMIN, ANONYMOUS, SESSION_COOKIE, SESSION_TTL};
-use crate::http::{error_response, App};
+use crate::http::{error_response, ok_response, App};
 
 /// The routes of this module.
 pub(crate) fn routes() -> Router<App> {
@@ -74,12 +74,7 @@ struct LoginRequest {
 }
 
 fn json<T: Serialize>(v: &T) -> Response {
-    let mut r = (StatusCode::OK, serde_json::to_vec(v).unwrap_or_default()).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    ok_response(serde_json::to_vec(v).unwrap_or_default())
 }
 
 fn created(r: &PrincipalRecord) -> Response {
@@ -107,11 +102,7 @@ fn admin_only(p: &Principal, action: &str, resource: &str) -> Result<(), ApiErro
 
 /// A principal's name: what audit entries and job owners show, so plain and short.
 fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b));
-    if !ok {
+    if !qm_api::validate::is_principal_name(name) {
         return Err(ApiError::client(format!(
             "{field}: '{}' is not a principal name; use 1-64 letters, digits and _ . @ -",
             name.chars().take(64).collect::<String>()
