@@ -501,6 +501,8 @@ pub struct Scheduler {
     pub(crate) dirty: BTreeSet<(QueueIx, UnitIx)>,
     /// The pass's working accounts, kept between passes only to reuse their allocations.
     pub(crate) scratch: Option<crate::pass::View>,
+    /// The victim search's allocations, kept between searches for the same reason.
+    pub(crate) search_pool: crate::victims::SearchPool,
     /// The latest time the shell passed in: what `explain` judges thrash protection by.
     pub(crate) clock: Millis,
 }

@@ -64,13 +64,102 @@ struct Cand {
     tagged: bool,
 }
 
-/// One lane's candidates in victim order, ranked.
-type Stream<'a> = std::iter::Peekable<Box<dyn Iterator<Item = (VictimRank, Cand)> + 'a>>;
+/// One lane's candidates, walked in victim order: the lane's running attempts (a B-tree in
+/// that order) filtered by eligibility, with the next eligible one ranked and waiting.
+#[derive(Clone)]
+struct Stream<'a> {
+    iter: std::collections::btree_set::Iter<'a, RunKey>,
+    /// The lane's share.
+    x: usize,
+    /// Instances of the lane backfilled onto the job's reservation.
+    tagged: u32,
+    /// The share's borrowed instances.
+    borrowed: u32,
+    /// Walk only the attempts below the job's priority (an own lane without tagged jobs).
+    below: bool,
+    next: Option<(VictimRank, Cand)>,
+}
+
+/// Who searches: what deciding a candidate's eligibility needs.
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    sched: &'a Scheduler,
+    shares: &'a [crate::scheduler::Share],
+    id: JobId,
+    s: usize,
+    /// The job's priority, and whether its share preempts within itself.
+    p: u32,
+    in_share: bool,
+    /// Thrash protection applies (`explain` asks without it).
+    protect: bool,
+    now: Millis,
+}
+
+impl Stream<'_> {
+    /// The lane's next eligible candidate, ranked; `None` when the lane has no more.
+    fn advance(&mut self, who: &Who<'_>) -> Option<(VictimRank, Cand)> {
+        for k in self.iter.by_ref() {
+            if self.below && k.priority >= who.p {
+                self.iter = Default::default();
+                return None;
+            }
+            let attempt = &who.sched.attempts[&k.attempt.0];
+            let is_tagged = self.tagged > 0 && attempt.backfill_for == Some(who.id);
+            let eligible = is_tagged
+                || if self.x == who.s {
+                    who.in_share && k.priority < who.p
+                } else {
+                    self.borrowed > 0
+                };
+            let free = !who.protect
+                || !who.shares[self.x].protects()
+                || who.sched.protected_until(attempt, who.now).is_none();
+            if eligible && free {
+                let cand = Cand {
+                    attempt: k.attempt.0,
+                    count: k.count.0,
+                    share: self.x,
+                    tagged: is_tagged,
+                };
+                return Some((VictimRank::of(k, self.borrowed), cand));
+            }
+        }
+        None
+    }
+}
+
+/// What a search allocates, kept by the scheduler between searches so that the simulator's
+/// hundreds of thousands of searches do not each allocate afresh. Its contents never outlive
+/// a search's meaning: every search clears what it takes.
+#[derive(Default)]
+pub(crate) struct SearchPool(RefCell<Spare>);
+
+#[derive(Default)]
+struct Spare {
+    cands: Vec<Cand>,
+    totals: Vec<Totals>,
+    own_untagged: Vec<u32>,
+    scratch: (Vec<Account>, Pressure),
+}
+
+impl Clone for SearchPool {
+    /// A clone starts with nothing spare: the pool holds no state.
+    fn clone(&self) -> Self {
+        SearchPool::default()
+    }
+}
+
+impl std::fmt::Debug for SearchPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SearchPool")
+    }
+}
 
 /// A victim search for one job against one view. Candidates are drawn from the lanes in
 /// victim order only as far as the search needs them: the best set usually lies in a short
 /// prefix of the order.
 pub(crate) struct Search<'a> {
+    who: Who<'a>,
     view: &'a View,
     s: usize,
     c: u32,
@@ -78,7 +167,9 @@ pub(crate) struct Search<'a> {
     /// Drawn so far, in victim order.
     cands: Vec<Cand>,
     /// What is left to draw, per lane.
-    streams: Vec<Stream<'a>>,
+    streams: SmallVec<[Stream<'a>; 8]>,
+    /// The shares with any candidate, ascending: the others free nothing.
+    active: SmallVec<[usize; 8]>,
     /// Per share, the running totals of its drawn candidates.
     totals: Vec<Totals>,
     /// Every own candidate, drawn or not: tagged instances and untagged sizes (condition 2's
@@ -86,13 +177,23 @@ pub(crate) struct Search<'a> {
     own_tagged: u32,
     own_untagged: Vec<u32>,
     /// Per share: the bound on its untagged victims (condition 3 or 4), if any.
-    caps: Vec<Option<u32>>,
+    caps: SmallVec<[Option<u32>; 24]>,
     /// Condition 4's bound while it applies (`caps[s]` in the first tier).
     own_cap: Option<u32>,
     /// Condition 2's second arm holds (own lower-priority jobs may stay as borrowers).
     relaxed: bool,
     /// Reused by every admission check of the search (it runs dozens).
     scratch: RefCell<(Vec<Account>, Pressure)>,
+}
+
+impl Drop for Search<'_> {
+    fn drop(&mut self) {
+        let mut spare = self.who.sched.search_pool.0.borrow_mut();
+        spare.cands = std::mem::take(&mut self.cands);
+        spare.totals = std::mem::take(&mut self.totals);
+        spare.own_untagged = std::mem::take(&mut self.own_untagged);
+        spare.scratch = std::mem::take(self.scratch.get_mut());
+    }
 }
 
 impl Scheduler {
@@ -143,7 +244,7 @@ impl Scheduler {
             .and_then(|l| l.pending.first(u32::MAX))
             .is_some_and(|(_, k)| k.job == id);
         // Instances backfilled onto the job's reservation, per share.
-        let tagged: Vec<u32> = (0..projected.len())
+        let tagged: PerShare = (0..projected.len())
             .map(|x| {
                 ul.lanes
                     .get(x)
@@ -164,16 +265,42 @@ impl Scheduler {
             return None;
         }
 
-        let attempts = &self.attempts;
-        let shares = &queue.shares;
-        let now = view.now;
-        let free = move |x: usize, k: &RunKey| {
-            !protect
-                || !shares[x].protects()
-                || self.protected_until(&attempts[&k.attempt.0], now).is_none()
+        let mut spare = std::mem::take(&mut *self.search_pool.0.borrow_mut());
+        spare.cands.clear();
+        spare.own_untagged.clear();
+        spare.totals.truncate(projected.len());
+        spare.totals.iter_mut().for_each(Totals::reset);
+        spare.totals.resize_with(projected.len(), Totals::default);
+        let lent = (0..projected.len()).any(|x| x != s && projected[x].borrowed() > 0);
+        let own_needed = (projected[s].usage + c).saturating_sub(entitlement);
+        let mut search = Search {
+            who: Who {
+                sched: self,
+                shares: &queue.shares,
+                id,
+                s,
+                p,
+                in_share,
+                protect,
+                now: view.now,
+            },
+            view,
+            s,
+            c,
+            entitlement,
+            cands: spare.cands,
+            streams: SmallVec::new(),
+            active: SmallVec::new(),
+            totals: spare.totals,
+            own_tagged: 0,
+            own_untagged: spare.own_untagged,
+            caps: (0..projected.len())
+                .map(|x| (x != s).then(|| projected[x].borrowed()))
+                .collect(),
+            own_cap: lent.then_some(own_needed),
+            relaxed: false,
+            scratch: RefCell::new(spare.scratch),
         };
-        let mut streams: Vec<Stream<'a>> = Vec::new();
-        let (mut own_tagged, mut own_untagged) = (0, Vec::new());
         for (x, lane) in ul.lanes.iter().enumerate().take(projected.len()) {
             let borrowed = projected[x].borrowed();
             // Lanes with nothing eligible are skipped whole; an own lane without tagged jobs
@@ -183,64 +310,33 @@ impl Scheduler {
             if tx == 0 && !untagged_eligible {
                 continue;
             }
-            let below = x == s && tx == 0;
-            let ranked = move |k: &RunKey| {
-                let is_tagged = tx > 0 && attempts[&k.attempt.0].backfill_for == Some(id);
-                let eligible = is_tagged
-                    || if x == s {
-                        in_share && k.priority < p
-                    } else {
-                        borrowed > 0
-                    };
-                (eligible && free(x, k)).then(|| {
-                    let cand = Cand {
-                        attempt: k.attempt.0,
-                        count: k.count.0,
-                        share: x,
-                        tagged: is_tagged,
-                    };
-                    (VictimRank::of(k, borrowed), cand)
-                })
-            };
-            let walk = move || {
-                lane.running
-                    .iter()
-                    .take_while(move |k| !below || k.priority < p)
-                    .filter_map(ranked)
+            let mut stream = Stream {
+                iter: lane.running.iter(),
+                x,
+                tagged: tx,
+                borrowed,
+                below: x == s && tx == 0,
+                next: None,
             };
             if x == s {
-                for (_, cand) in walk() {
+                // Condition 2's second arm looks at every own candidate, drawn or not.
+                let mut walk = stream.clone();
+                while let Some((_, cand)) = walk.advance(&search.who) {
                     if cand.tagged {
-                        own_tagged += cand.count;
+                        search.own_tagged += cand.count;
                     } else {
-                        own_untagged.push(cand.count);
+                        search.own_untagged.push(cand.count);
                     }
                 }
             }
-            let it: Box<dyn Iterator<Item = (VictimRank, Cand)> + 'a> = Box::new(walk());
-            streams.push(it.peekable());
+            stream.next = stream.advance(&search.who);
+            if stream.next.is_some() {
+                search.active.push(x);
+                search.streams.push(stream);
+            }
         }
-        let lent = (0..projected.len()).any(|x| x != s && projected[x].borrowed() > 0);
-        let own_needed = (projected[s].usage + c).saturating_sub(entitlement);
-        let caps = (0..projected.len())
-            .map(|x| (x != s).then(|| projected[x].borrowed()))
-            .collect();
-        own_untagged.sort_unstable();
-        Some(Search {
-            view,
-            s,
-            c,
-            entitlement,
-            cands: Vec::new(),
-            streams,
-            totals: vec![Totals::default(); projected.len()],
-            own_tagged,
-            own_untagged,
-            caps,
-            own_cap: lent.then_some(own_needed),
-            relaxed: false,
-            scratch: RefCell::default(),
-        })
+        search.own_untagged.sort_unstable();
+        Some(search)
     }
 
     /// The victim candidates of a waiting job, in victim order, on the current state (what a
@@ -401,14 +497,16 @@ impl Search<'_> {
         while self.cands.len() < upto {
             let next = self
                 .streams
-                .iter_mut()
+                .iter()
                 .enumerate()
-                .filter_map(|(i, st)| st.peek().map(|(r, _)| (*r, i)))
+                .filter_map(|(i, st)| st.next.map(|(r, _)| (r, i)))
                 .min();
             let Some((_, i)) = next else {
                 return;
             };
-            let (_, cand) = self.streams[i].next().expect("peeked");
+            let stream = &mut self.streams[i];
+            let (_, cand) = stream.next.take().expect("ranked");
+            stream.next = stream.advance(&self.who);
             self.totals[cand.share].push(self.cands.len(), &cand);
             self.cands.push(cand);
         }
@@ -427,9 +525,10 @@ impl Search<'_> {
     fn exists(&self, prefix: usize, chosen: &[usize]) -> bool {
         // Without the bounds first (O(shares · log n)): the conditions only get easier with
         // more freed, so failing this settles it.
-        let loose: PerShare = (0..self.caps.len())
-            .map(|x| self.totals[x].all(x, prefix, chosen, &self.cands, self.caps[x]))
-            .collect();
+        let mut loose: PerShare = smallvec::smallvec![0; self.caps.len()];
+        for &x in &self.active {
+            loose[x] = self.totals[x].all(x, prefix, chosen, &self.cands, self.caps[x]);
+        }
         let loose = &loose[..];
         let s = self.s;
         let forced_other = chosen.iter().any(|&i| self.cands[i].share != s);
@@ -471,9 +570,11 @@ impl Search<'_> {
     /// Per share, the most a valid set's victims of it can free: every `chosen` candidate,
     /// any before `prefix`, within the share's bound; `None` if the chosen ones break a bound.
     fn most_freed(&self, prefix: usize, chosen: &[usize]) -> Option<PerShare> {
-        (0..self.caps.len())
-            .map(|x| self.most_of(x, prefix, chosen))
-            .collect()
+        let mut freed: PerShare = smallvec::smallvec![0; self.caps.len()];
+        for &x in &self.active {
+            freed[x] = self.most_of(x, prefix, chosen)?;
+        }
+        Some(freed)
     }
 
     /// [`Search::most_freed`] for share `x`: O(log n) from the running totals, unless its
@@ -559,6 +660,8 @@ struct Totals {
     sum: Vec<u32>,
     max: Vec<u32>,
     sizes: Vec<(u32, Vec<usize>)>,
+    /// Emptied lists of `sizes`, kept for reuse.
+    spare: Vec<Vec<usize>>,
 }
 
 impl Default for Totals {
@@ -569,11 +672,25 @@ impl Default for Totals {
             sum: vec![0],
             max: vec![0],
             sizes: Vec::new(),
+            spare: Vec::new(),
         }
     }
 }
 
 impl Totals {
+    /// Empty again, keeping the allocations.
+    fn reset(&mut self) {
+        self.index.clear();
+        for v in [&mut self.tagged, &mut self.sum, &mut self.max] {
+            v.clear();
+            v.push(0);
+        }
+        for (_, mut at) in self.sizes.drain(..) {
+            at.clear();
+            self.spare.push(at);
+        }
+    }
+
     fn push(&mut self, i: usize, c: &Cand) {
         let k = self.index.len();
         let (t, s, m) = (self.tagged[k], self.sum[k], self.max[k]);
@@ -588,7 +705,11 @@ impl Totals {
             self.max.push(m.max(c.count));
             match self.sizes.binary_search_by_key(&c.count, |(v, _)| *v) {
                 Ok(z) => self.sizes[z].1.push(k),
-                Err(z) => self.sizes.insert(z, (c.count, vec![k])),
+                Err(z) => {
+                    let mut at = self.spare.pop().unwrap_or_default();
+                    at.push(k);
+                    self.sizes.insert(z, (c.count, at));
+                }
             }
         }
     }
