@@ -22,6 +22,10 @@ use crate::scheduler::{
     Attempt, Hold, Job, Lane, Patience, Policy, Queue, Scheduler, Share, UnitLanes,
 };
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// The scheduler's state, by value.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
@@ -115,6 +119,9 @@ pub struct JobImage {
     pub misconfigured: Option<Misconfiguration>,
     /// Failed attempts.
     pub failures: u32,
+    /// Latest attempts lost in a row (images written before the limit have none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_in_a_row: u32,
     /// Times preempted.
     pub preemptions: u32,
     /// A termination was requested.
@@ -296,6 +303,7 @@ fn job_image(j: &Job) -> JobImage {
         stopping: j.stopping,
         misconfigured: j.misconfigured,
         failures: j.failures,
+        lost_in_a_row: j.lost_in_a_row,
         preemptions: j.preemptions,
         terminated: j.terminated,
         status_reason: j.status_reason.clone(),
@@ -466,6 +474,7 @@ fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {
         stopping: j.stopping,
         misconfigured: j.misconfigured,
         failures: j.failures,
+        lost_in_a_row: j.lost_in_a_row,
         preemptions: j.preemptions,
         terminated: j.terminated,
         status_reason: j.status_reason,

@@ -253,6 +253,10 @@ pub enum Exit {
     Lost {
         /// Shown in the job's status reason.
         reason: String,
+        /// How many attempts of a job in a row may be lost and queued again for free; the
+        /// next one lost fails the job (a job that kills its server or node must not loop).
+        /// `None`: no limit (logs written before the limit existed replay as they did).
+        max_in_a_row: Option<u32>,
     },
 }
 

@@ -349,6 +349,8 @@ pub struct Job {
     pub failures: u32,
     /// Times preempted.
     pub preemptions: u32,
+    /// Its latest attempts that were lost, in a row (`Exit::Lost`'s limit).
+    pub lost_in_a_row: u32,
     /// When it was preempted within the last hour, oldest first (thrash protection).
     pub(crate) recent_preemptions: Vec<Millis>,
     /// A termination was requested.
@@ -782,6 +784,7 @@ impl Scheduler {
             stopping: None,
             misconfigured: None,
             failures: 0,
+            lost_in_a_row: 0,
             preemptions: 0,
             terminated: false,
             status_reason: String::new(),
@@ -1125,6 +1128,9 @@ impl Scheduler {
 
         let id = att.job;
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
+        if !matches!(exit, Exit::Lost { .. }) {
+            job.lost_in_a_row = 0;
+        }
         match (&att.stopping, exit) {
             (Some(_), _) if job.fail_on_exit.is_some() => {
                 // Terminated, or out of preemption retries: FAILED now that the attempt's
@@ -1183,8 +1189,30 @@ impl Scheduler {
                     });
                 }
             }
-            (None, Exit::Lost { reason }) => {
+            (
+                None,
+                Exit::Lost {
+                    reason,
+                    max_in_a_row,
+                },
+            ) => {
                 job.attempt = None;
+                job.lost_in_a_row += 1;
+                if let Some(max) = max_in_a_row.filter(|&m| job.lost_in_a_row > m) {
+                    let reason = format!(
+                        "{reason} — lost {} times in a row, more than max_lost_attempts ({max}) allows: \
+                         the job FAILED rather than run again (a job that kills its server or node ends so)",
+                        job.lost_in_a_row
+                    );
+                    job.status = JobStatus::Failed;
+                    job.status_reason = reason.clone();
+                    fx.push(Effect::Finished {
+                        job: id,
+                        status: JobStatus::Failed,
+                        reason,
+                    });
+                    return Ok(());
+                }
                 job.status = JobStatus::Runnable;
                 job.queued_at = now;
                 job.status_reason = reason.clone();

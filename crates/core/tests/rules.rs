@@ -713,11 +713,69 @@ fn a_lost_attempt_requeues_without_using_a_retry() {
         attempt: a,
         exit: Exit::Lost {
             reason: "server restarted".into(),
+            max_in_a_row: Some(3),
         },
     })
     .unwrap();
     assert_eq!(w.running(), set(&["j"]));
     assert_eq!(w.job("j").failures, 0);
+}
+
+/// Issue 13, item 2: a job whose attempts keep being lost (it kills its server) is queued
+/// again for free `max_in_a_row` times in a row; the next lost attempt fails it. An attempt
+/// that ends any other way starts the count again; a log without the limit has none.
+#[test]
+fn a_job_lost_more_times_in_a_row_than_the_limit_fails() {
+    let mut w = in_share(false);
+    w.submit_with("j", "S", |j| j.attempts = 2);
+    let lose = |w: &mut World, max: Option<u32>| {
+        let a = w.job("j").attempt.expect("running");
+        w.input(Input::AttemptExited {
+            attempt: a,
+            exit: Exit::Lost {
+                reason: "Attempt lost: the server restarted".into(),
+                max_in_a_row: max,
+            },
+        })
+        .unwrap();
+    };
+    for _ in 0..2 {
+        lose(&mut w, Some(2));
+    }
+    assert_eq!(
+        w.job("j").status,
+        JobStatus::Dispatched,
+        "lost twice: runs again"
+    );
+    // A failure (an ordinary exit, retried) in between: the count starts again.
+    w.fail("j", "AlgorithmError: exit 1");
+    assert_eq!(w.job("j").status, JobStatus::Dispatched, "retried");
+    assert_eq!(w.job("j").lost_in_a_row, 0);
+    for _ in 0..2 {
+        lose(&mut w, Some(2));
+    }
+    assert_eq!(w.job("j").status, JobStatus::Dispatched);
+    lose(&mut w, Some(2));
+    let j = w.job("j");
+    assert_eq!(j.status, JobStatus::Failed, "{}", j.status_reason);
+    assert!(
+        j.status_reason.contains("lost 3 times in a row"),
+        "{}",
+        j.status_reason
+    );
+    assert!(
+        j.status_reason.contains("max_lost_attempts (2)"),
+        "{}",
+        j.status_reason
+    );
+
+    // Without a limit (a log written before it existed) it never fails for being lost.
+    let mut w = in_share(false);
+    w.submit("j", "S", 0, 1);
+    for _ in 0..10 {
+        lose(&mut w, None);
+    }
+    assert_eq!(w.job("j").status, JobStatus::Dispatched);
 }
 
 #[test]

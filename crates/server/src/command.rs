@@ -283,6 +283,10 @@ pub enum ExitRecord {
     Lost {
         /// Status reason.
         reason: String,
+        /// `[executor] max_lost_attempts` when it was lost (the decision it leads to is in
+        /// the log, whatever the setting later); absent in logs written before the limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_in_a_row: Option<u32>,
     },
 }
 
@@ -295,8 +299,12 @@ impl ExitRecord {
                 reason: reason.clone(),
                 retryable: *retryable,
             },
-            ExitRecord::Lost { reason } => qm_core::Exit::Lost {
+            ExitRecord::Lost {
+                reason,
+                max_in_a_row,
+            } => qm_core::Exit::Lost {
                 reason: reason.clone(),
+                max_in_a_row: *max_in_a_row,
             },
         }
     }

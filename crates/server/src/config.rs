@@ -9,6 +9,8 @@ use serde::Deserialize;
 
 use crate::error::ServerError;
 
+/// `[executor] max_lost_attempts` unless set.
+pub const DEFAULT_MAX_LOST_ATTEMPTS: u32 = 3;
 /// Default listen address (`--listen`).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7611";
 /// Default data directory (`--data-dir`).
@@ -107,6 +109,9 @@ pub struct ExecutorSection {
     pub stop_grace_seconds: Option<f64>,
     /// How often checkpoint directories are scanned, in seconds.
     pub checkpoint_poll_seconds: Option<f64>,
+    /// Lost attempts of one job in a row (the server or node went away under it) that are
+    /// queued again without using a retry; the next one lost fails the job. Default 3.
+    pub max_lost_attempts: Option<u32>,
     /// The instances this machine offers. Empty = detect GPUs with nvidia-smi, else four
     /// simulated `ml.g5.xlarge`.
     #[serde(default)]
@@ -216,6 +221,8 @@ pub struct Config {
     pub backfill_patience: Duration,
     /// Pass period while jobs wait.
     pub tick: Duration,
+    /// `[executor] max_lost_attempts` (default 3).
+    pub max_lost_attempts: u32,
     /// Logged commands between two snapshots (0: only at start and shutdown).
     pub snapshot_every: u64,
     /// How long a finished job stays before it is archived.
@@ -360,6 +367,10 @@ impl Config {
                 file.scheduler.backfill_patience_seconds.unwrap_or(1800),
             ),
             tick,
+            max_lost_attempts: file
+                .executor
+                .max_lost_attempts
+                .unwrap_or(DEFAULT_MAX_LOST_ATTEMPTS),
             retention: {
                 let days = file
                     .retention

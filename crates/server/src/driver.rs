@@ -352,6 +352,8 @@ pub struct Cadence {
     pub retention: Duration,
     /// Whether a retired job's directory is deleted once its retirement is durable.
     pub delete_job_dirs: bool,
+    /// `[executor] max_lost_attempts`: lost attempts of a job in a row queued again for free.
+    pub max_lost_attempts: u32,
 }
 
 /// The running driver, over a store `L` and an executor `E` (the server's: SQLite and the
@@ -381,6 +383,7 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     /// When retirement was last looked for (epoch ms).
     retire_checked: i64,
     delete_job_dirs: bool,
+    max_lost_attempts: u32,
     /// Directories of jobs whose retirement is in the batch being committed.
     retired_dirs: Vec<PathBuf>,
 }
@@ -419,6 +422,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             since_snapshot,
             retention,
             delete_job_dirs,
+            max_lost_attempts,
         } = cadence;
         Driver {
             state,
@@ -438,6 +442,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             retire_checked: 0,
             delete_job_dirs,
             retired_dirs: Vec::new(),
+            max_lost_attempts,
         }
     }
 
@@ -521,6 +526,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             return Ok(0);
         }
         let now = now_ms();
+        stamp_lost_limit(&mut commands, self.max_lost_attempts);
         let outcome = self.state.apply_batch(now, commands);
         for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
             tracing::warn!(error = %e, "reconciliation step refused");
@@ -528,6 +534,21 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         self.commit(now, &outcome.logged, &outcome.decisions)?;
         self.carry_out(outcome.actions);
         Ok(lost)
+    }
+}
+
+/// Puts the configured limit on the lost attempts of a batch about to be logged: the limit in
+/// force when an attempt was lost is part of the record, so a replay decides as the server
+/// did whatever the setting is later (a replayed log is never stamped).
+fn stamp_lost_limit(commands: &mut [Command], max: u32) {
+    for c in commands {
+        if let Command::AttemptExited {
+            outcome: ExitRecord::Lost { max_in_a_row, .. },
+            ..
+        } = c
+        {
+            max_in_a_row.get_or_insert(max);
+        }
     }
 }
 
@@ -545,6 +566,7 @@ fn recorded_or_lost(
         .map_or_else(
             || ExitRecord::Lost {
                 reason: reason.into(),
+                max_in_a_row: None,
             },
             exit_record,
         )
@@ -620,6 +642,7 @@ pub(crate) async fn reconcile_slurm(
                 attempt: *attempt,
                 outcome: ExitRecord::Lost {
                     reason: "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
+                    max_in_a_row: None,
                 },
             }),
         }
@@ -830,6 +853,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             }
         }
         let pass = std::time::Instant::now();
+        stamp_lost_limit(&mut commands, self.max_lost_attempts);
         let outcome = self.state.apply_batch(now, commands);
         self.state
             .pass_seconds
@@ -917,7 +941,10 @@ fn exit_record(outcome: Outcome) -> ExitRecord {
     match outcome {
         Outcome::Succeeded => ExitRecord::Succeeded,
         Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
-        Outcome::Lost { reason } => ExitRecord::Lost { reason },
+        Outcome::Lost { reason } => ExitRecord::Lost {
+            reason,
+            max_in_a_row: None,
+        },
     }
 }
 

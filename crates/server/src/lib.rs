@@ -183,6 +183,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             since_snapshot: recovered.commands,
             retention: config.retention,
             delete_job_dirs: config.delete_job_dirs,
+            max_lost_attempts: config.max_lost_attempts,
         },
     );
     let lost = driver.reconcile().await?;

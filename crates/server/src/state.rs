@@ -689,7 +689,7 @@ impl State {
                 live.stopped_at = Some(now);
                 let outcome_reason = match outcome {
                     ExitRecord::Succeeded => "Training job completed".to_string(),
-                    ExitRecord::Failed { reason, .. } | ExitRecord::Lost { reason } => {
+                    ExitRecord::Failed { reason, .. } | ExitRecord::Lost { reason, .. } => {
                         reason.clone()
                     }
                 };

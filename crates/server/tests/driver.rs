@@ -123,6 +123,7 @@ impl Execute for Fake {
                 attempt,
                 outcome: ExitRecord::Lost {
                     reason: "lost with the server".into(),
+                    max_in_a_row: None,
                 },
             })
             .collect())
@@ -191,6 +192,7 @@ async fn start() -> Running {
             since_snapshot: 0,
             retention: Duration::from_secs(86_400),
             delete_job_dirs: false,
+            max_lost_attempts: 3,
         },
     );
     driver.reconcile().await.expect("reconcile");

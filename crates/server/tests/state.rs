@@ -337,6 +337,7 @@ fn a_lost_attempt_requeues_its_job_without_using_a_retry() {
         attempt,
         outcome: ExitRecord::Lost {
             reason: "Attempt lost: the server restarted".into(),
+            max_in_a_row: Some(3),
         },
     });
     assert_eq!(launched(&b).len(), 1, "the job starts again: {b:?}");
