@@ -367,6 +367,17 @@ pub struct Job {
 }
 
 impl Job {
+    /// FAILED for `reason`, announced.
+    fn fail(&mut self, id: JobId, reason: String, fx: &mut Vec<Effect>) {
+        self.status = JobStatus::Failed;
+        self.status_reason = reason.clone();
+        fx.push(Effect::Finished {
+            job: id,
+            status: JobStatus::Failed,
+            reason,
+        });
+    }
+
     pub(crate) fn pend_key(&self) -> PendKey {
         PendKey {
             priority: Reverse(self.spec.priority),
@@ -1138,13 +1149,7 @@ impl Scheduler {
                 let reason = job.fail_on_exit.take().expect("checked");
                 job.attempt = None;
                 job.stopping = None;
-                job.status = JobStatus::Failed;
-                job.status_reason = reason.clone();
-                fx.push(Effect::Finished {
-                    job: id,
-                    status: JobStatus::Failed,
-                    reason,
-                });
+                job.fail(id, reason, fx);
             }
             (Some(_preempted), _) => {
                 // Whatever the exit code, a preempted attempt counts as preempted; the job's
@@ -1204,13 +1209,7 @@ impl Scheduler {
                          the job FAILED rather than run again (a job that kills its server or node ends so)",
                         job.lost_in_a_row
                     );
-                    job.status = JobStatus::Failed;
-                    job.status_reason = reason.clone();
-                    fx.push(Effect::Finished {
-                        job: id,
-                        status: JobStatus::Failed,
-                        reason,
-                    });
+                    job.fail(id, reason, fx);
                     return Ok(());
                 }
                 job.status = JobStatus::Runnable;
