@@ -166,10 +166,9 @@ pub(crate) struct Search<'a> {
     entitlement: u32,
     /// Drawn so far, in victim order.
     cands: Vec<Cand>,
-    /// What is left to draw, per lane.
+    /// What is left to draw, per lane with any candidate (in share order: the other shares
+    /// free nothing).
     streams: SmallVec<[Stream<'a>; 8]>,
-    /// The shares with any candidate, ascending: the others free nothing.
-    active: SmallVec<[usize; 8]>,
     /// Per share, the running totals of its drawn candidates.
     totals: Vec<Totals>,
     /// Every own candidate, drawn or not: tagged instances and untagged sizes (condition 2's
@@ -290,7 +289,6 @@ impl Scheduler {
             entitlement,
             cands: spare.cands,
             streams: SmallVec::new(),
-            active: SmallVec::new(),
             totals: spare.totals,
             own_tagged: 0,
             own_untagged: spare.own_untagged,
@@ -331,7 +329,6 @@ impl Scheduler {
             }
             stream.next = stream.advance(&search.who);
             if stream.next.is_some() {
-                search.active.push(x);
                 search.streams.push(stream);
             }
         }
@@ -526,7 +523,7 @@ impl Search<'_> {
         // Without the bounds first (O(shares · log n)): the conditions only get easier with
         // more freed, so failing this settles it.
         let mut loose: PerShare = smallvec::smallvec![0; self.caps.len()];
-        for &x in &self.active {
+        for x in self.streams.iter().map(|st| st.x) {
             loose[x] = self.totals[x].all(x, prefix, chosen, &self.cands, self.caps[x]);
         }
         let loose = &loose[..];
@@ -571,7 +568,7 @@ impl Search<'_> {
     /// any before `prefix`, within the share's bound; `None` if the chosen ones break a bound.
     fn most_freed(&self, prefix: usize, chosen: &[usize]) -> Option<PerShare> {
         let mut freed: PerShare = smallvec::smallvec![0; self.caps.len()];
-        for &x in &self.active {
+        for x in self.streams.iter().map(|st| st.x) {
             freed[x] = self.most_of(x, prefix, chosen)?;
         }
         Some(freed)
