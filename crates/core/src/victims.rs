@@ -149,6 +149,19 @@ impl Clone for SearchPool {
     }
 }
 
+impl SearchPool {
+    /// The spare buffers, emptied, with totals for `shares` shares.
+    fn take(&self, shares: usize) -> Spare {
+        let mut spare = std::mem::take(&mut *self.0.borrow_mut());
+        spare.cands.clear();
+        spare.own_untagged.clear();
+        spare.totals.truncate(shares);
+        spare.totals.iter_mut().for_each(Totals::reset);
+        spare.totals.resize_with(shares, Totals::default);
+        spare
+    }
+}
+
 impl std::fmt::Debug for SearchPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SearchPool")
@@ -161,7 +174,6 @@ impl std::fmt::Debug for SearchPool {
 pub(crate) struct Search<'a> {
     who: Who<'a>,
     view: &'a View,
-    s: usize,
     c: u32,
     entitlement: u32,
     /// Drawn so far, in victim order.
@@ -264,12 +276,7 @@ impl Scheduler {
             return None;
         }
 
-        let mut spare = std::mem::take(&mut *self.search_pool.0.borrow_mut());
-        spare.cands.clear();
-        spare.own_untagged.clear();
-        spare.totals.truncate(projected.len());
-        spare.totals.iter_mut().for_each(Totals::reset);
-        spare.totals.resize_with(projected.len(), Totals::default);
+        let spare = self.search_pool.take(projected.len());
         let lent = (0..projected.len()).any(|x| x != s && projected[x].borrowed() > 0);
         let own_needed = (projected[s].usage + c).saturating_sub(entitlement);
         let mut search = Search {
@@ -284,7 +291,6 @@ impl Scheduler {
                 now: view.now,
             },
             view,
-            s,
             c,
             entitlement,
             cands: spare.cands,
@@ -299,40 +305,7 @@ impl Scheduler {
             relaxed: false,
             scratch: RefCell::new(spare.scratch),
         };
-        for (x, lane) in ul.lanes.iter().enumerate().take(projected.len()) {
-            let borrowed = projected[x].borrowed();
-            // Lanes with nothing eligible are skipped whole; an own lane without tagged jobs
-            // is walked only below the job's priority (it is in priority order).
-            let untagged_eligible = if x == s { in_share } else { borrowed > 0 };
-            let tx = tagged[x];
-            if tx == 0 && !untagged_eligible {
-                continue;
-            }
-            let mut stream = Stream {
-                iter: lane.running.iter(),
-                x,
-                tagged: tx,
-                borrowed,
-                below: x == s && tx == 0,
-                next: None,
-            };
-            if x == s {
-                // Condition 2's second arm looks at every own candidate, drawn or not.
-                let mut walk = stream.clone();
-                while let Some((_, cand)) = walk.advance(&search.who) {
-                    if cand.tagged {
-                        search.own_tagged += cand.count;
-                    } else {
-                        search.own_untagged.push(cand.count);
-                    }
-                }
-            }
-            stream.next = stream.advance(&search.who);
-            if stream.next.is_some() {
-                search.streams.push(stream);
-            }
-        }
-        search.own_untagged.sort_unstable();
+        search.add_lanes(&ul.lanes, &tagged);
         Some(search)
     }
 
@@ -427,13 +400,53 @@ fn admits(view: &View, acc: &[Account], s: usize, c: u32) -> bool {
         && view.borrow_gate(acc, s, c)
 }
 
-impl Search<'_> {
+impl<'a> Search<'a> {
+    /// One stream per lane with any candidate, and every own candidate's size (condition 2's
+    /// second arm looks at all of them, drawn or not).
+    fn add_lanes(&mut self, lanes: &'a [crate::scheduler::Lane], tagged: &[u32]) {
+        let (s, in_share) = (self.who.s, self.who.in_share);
+        for (x, lane) in lanes.iter().enumerate().take(self.caps.len()) {
+            let borrowed = self.view.projected[x].borrowed();
+            // Lanes with nothing eligible are skipped whole; an own lane without tagged jobs
+            // is walked only below the job's priority (it is in priority order).
+            let untagged_eligible = if x == s { in_share } else { borrowed > 0 };
+            let tx = tagged[x];
+            if tx == 0 && !untagged_eligible {
+                continue;
+            }
+            let mut stream = Stream {
+                iter: lane.running.iter(),
+                x,
+                tagged: tx,
+                borrowed,
+                below: x == s && tx == 0,
+                next: None,
+            };
+            if x == s {
+                let mut walk = stream.clone();
+                while let Some((_, cand)) = walk.advance(&self.who) {
+                    if cand.tagged {
+                        self.own_tagged += cand.count;
+                    } else {
+                        self.own_untagged.push(cand.count);
+                    }
+                }
+            }
+            stream.next = stream.advance(&self.who);
+            if stream.next.is_some() {
+                self.streams.push(stream);
+            }
+        }
+        self.own_untagged.sort_unstable();
+    }
+
     /// Selects the tier: condition 4's bound on (the first tier) or off (the second, searched
     /// only when the first has no valid set). Condition 2's second arm depends on it.
     fn tier(&mut self, bounded: bool) {
-        self.caps[self.s] = if bounded { self.own_cap } else { None };
+        self.caps[self.who.s] = if bounded { self.own_cap } else { None };
         let could_go: u32 = self.own_untagged.iter().sum();
-        self.relaxed = self.view.projected[self.s].usage - could_go + self.c <= self.entitlement
+        self.relaxed = self.view.projected[self.who.s].usage - could_go + self.c
+            <= self.entitlement
             && !self.exists_without_reclaim();
     }
 
@@ -527,7 +540,7 @@ impl Search<'_> {
             loose[x] = self.totals[x].all(x, prefix, chosen, &self.cands, self.caps[x]);
         }
         let loose = &loose[..];
-        let s = self.s;
+        let s = self.who.s;
         let forced_other = chosen.iter().any(|&i| self.cands[i].share != s);
         let might = (!forced_other && loose[s] > 0 && self.fits(&self.only_own(loose), false))
             || (loose.iter().enumerate().any(|(x, &f)| x != s && f > 0) && self.fits(loose, true));
@@ -549,18 +562,18 @@ impl Search<'_> {
             untagged.iter().sum::<u32>(),
             untagged.last().copied().unwrap_or(0),
         );
-        let most = match self.caps[self.s] {
+        let most = match self.caps[self.who.s] {
             None => Some(sum),
             Some(cap) => bounded_most(&[], sum, max, || multiset(untagged), cap),
         };
         let mut freed: PerShare = smallvec::smallvec![0; self.caps.len()];
-        freed[self.s] = self.own_tagged + most.unwrap_or(0);
-        freed[self.s] > 0 && self.fits(&freed, false)
+        freed[self.who.s] = self.own_tagged + most.unwrap_or(0);
+        freed[self.who.s] > 0 && self.fits(&freed, false)
     }
 
     fn only_own(&self, freed: &[u32]) -> PerShare {
         let mut own: PerShare = smallvec::smallvec![0; freed.len()];
-        own[self.s] = freed[self.s];
+        own[self.who.s] = freed[self.who.s];
         own
     }
 
@@ -603,7 +616,7 @@ impl Search<'_> {
 
     /// Conditions 1 and 2 with `freed` instances gone from each share.
     fn fits(&self, freed: &[u32], reclaims: bool) -> bool {
-        let s = self.s;
+        let s = self.who.s;
         let own_after = self.view.projected[s].usage - freed[s].min(self.view.projected[s].usage);
         if reclaims && !self.relaxed && own_after + self.c > self.entitlement {
             return false;
@@ -641,7 +654,10 @@ impl Search<'_> {
                 untagged[x].is_empty() || sum - max < cap
             }
         };
-        let reclaims = freed.iter().enumerate().any(|(x, &f)| x != self.s && f > 0);
+        let reclaims = freed
+            .iter()
+            .enumerate()
+            .any(|(x, &f)| x != self.who.s && f > 0);
         chosen.iter().any(|&c| c) && (0..shares).all(within) && self.fits(&freed, reclaims)
     }
 }

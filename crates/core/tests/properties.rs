@@ -821,7 +821,7 @@ fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         // to borrow is no longer lendable: a head of the lending share that became its share's
         // head later in the same pass (its previous head started) and is held reserves that
         // idle entitlement. The pass decides the claimant before that hold exists; this is a
-        // known gap (docs/scheduling.md, "Known gaps"), kept visible here rather than hidden.
+        // known gap (docs/scheduling.md, "Order of a pass"), kept visible here rather than hidden.
         let mut preempted: Vec<(JobId, bool, JobId)> = Vec::new();
         for e in &run.log[from..] {
             match e {
