@@ -380,13 +380,59 @@ fn checkpoint_config(
                 "{at}.LocalPath must be a path of 1 to 4096 characters, e.g. /opt/ml/checkpoints"
             ));
         }
+        if leaves_its_base(path) {
+            return fail(format!(
+                "{at}.LocalPath {} leaves the job's directory through '..': a checkpoint path is the job's own (absolute paths count from the job's root, relative ones from its working directory); remove the '..' components, e.g. /opt/ml/checkpoints",
+                shown(path)
+            ));
+        }
     }
     Ok((config.local_path, config.s3_uri))
+}
+
+/// Whether `..` components take `path` above where it starts (the job's root or working
+/// directory, where the executor puts it); `a/../b` stays inside.
+fn leaves_its_base(path: &str) -> bool {
+    let mut depth = 0u32;
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_paths_that_climb_out_of_the_job_are_refused_and_the_field_named() {
+        for bad in [
+            "../../../../x",
+            "../../0b9d/checkpoints",
+            "/../etc",
+            "a/../../b",
+        ] {
+            let e = checkpoint_config(CheckpointConfig {
+                local_path: Some(bad.into()),
+                s3_uri: None,
+            })
+            .unwrap_err();
+            assert!(
+                e.to_string().contains("CheckpointConfig.LocalPath"),
+                "{bad}: {e}"
+            );
+        }
+        for good in ["/opt/ml/checkpoints", "ckpt", "a/../b", "./x/."] {
+            assert!(!leaves_its_base(good), "{good}");
+        }
+    }
 
     /// The minimal example of the AWS docs, with an entrypoint.
     const MINIMAL: &str = r#"{
