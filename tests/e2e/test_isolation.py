@@ -1,12 +1,22 @@
-"""A job cannot hurt the server or other jobs (issue 13): a job that kills its server is
-queued again for free only `[executor] max_lost_attempts` times in a row; the next lost
-attempt FAILS it, and the other jobs run."""
+"""A job cannot hurt the server or other jobs (issue 13).
 
+- Where jobs run as the server's user (`[executor] isolation = "none"`, or a server that is not
+  root), a job that kills its server is queued again for free only `max_lost_attempts` times
+  in a row; the next lost attempt FAILS it, and the other jobs run.
+- Where the server is root, each attempt runs under a uid of its own: it cannot kill the
+  server, signal another job, or read the database or another job's directory.
+- A checkpoint path that climbs out of the job is refused at submit."""
+
+import json
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError
 
-from qm_e2e import ServerError, ShareSpec, config_toml, make_queue, wait_status
+from qm_e2e import ACCOUNT, UNIT, Server, ServerError, ShareSpec, config_toml, make_queue, wait_status
 
 MAX_LOST = 2
 
@@ -14,7 +24,8 @@ MAX_LOST = 2
 @pytest.fixture
 def server(start_server):
     """A server of its own: the hostile job kills it."""
-    config = config_toml().replace('kind = "local"\n', f'kind = "local"\nmax_lost_attempts = {MAX_LOST}\n')
+    config = config_toml().replace(
+        'kind = "local"\n', f'kind = "local"\nmax_lost_attempts = {MAX_LOST}\nisolation = "none"\n')
     s = start_server(config=config, name="isolation")
     yield s
     s.close()
@@ -60,3 +71,94 @@ def test_a_job_that_kills_its_server_ends_failed_after_max_lost_attempts_and_oth
     other = jobs.submit(q, "O", "other", "exit_code.py", env={"EXIT_CODES": "0"})
     wait_status(batch, other, "SUCCEEDED")
     assert server.proc.poll() is None
+
+
+def sh_payload(script: str, name: str, env: dict | None = None, checkpoint: str | None = None) -> str:
+    """A training job that runs `/bin/sh -c script`: isolated jobs run under a uid that may not
+    read this checkout or its venv."""
+    p = {
+        "TrainingJobName": name,
+        "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/x",
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "unused",
+                                   "ContainerEntrypoint": ["/bin/sh", "-c", script]},
+        "ResourceConfig": {"InstanceType": UNIT, "InstanceCount": 1, "VolumeSizeInGB": 1},
+        "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 300},
+        "Environment": env or {},
+    }
+    if checkpoint is not None:
+        p["CheckpointConfig"] = {"LocalPath": checkpoint}
+    return json.dumps(p)
+
+
+@pytest.fixture
+def isolated():
+    """A root server with `isolation = "uid"`, its data dir where other users may traverse to
+    it (pytest's own temporary directories are closed to them)."""
+    if os.geteuid() != 0:
+        pytest.skip("isolation runs jobs under their own uids only when the server is root")
+    workdir = Path(tempfile.mkdtemp(prefix="qm-isolation-", dir="/tmp"))
+    workdir.chmod(0o711)
+    config = config_toml().replace('kind = "local"\n', 'kind = "local"\nisolation = "uid"\n')
+    server = Server(workdir, config, name="isolated").start()
+    yield server
+    server.close()
+
+
+def submit_sh(batch, q, share, name, script, env=None, checkpoint=None):
+    return batch.submit_service_job(
+        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=share,
+        serviceRequestPayload=sh_payload(script, name, env, checkpoint))["jobId"]
+
+
+def test_an_isolated_job_cannot_kill_the_server_signal_others_or_read_their_files(isolated):
+    batch = isolated.client()
+    q = make_queue(batch, "iso", [ShareSpec("A", "RESERVE", 1), ShareSpec("B", "RESERVE", 1)],
+                   env_max=2)
+    data = isolated.data_dir
+    other = submit_sh(batch, q, "A", "victim",
+                      'echo "$$" > "$SM_OUTPUT_DIR/pid"; echo secret > "$SM_OUTPUT_DIR/secret"; exec sleep 300')
+    wait_status(batch, other, "RUNNING")
+    pid_file = data / "jobs" / other / "output" / "pid"
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the victim never wrote its pid"
+        time.sleep(0.1)
+    victim_pid = int(pid_file.read_text())
+    probe = (
+        'id -u; '
+        'cat "$DB" >/dev/null && echo READ-DB; '
+        'cat "$CREDS" >/dev/null && echo READ-KEYS; '
+        'ls "$DATA" >/dev/null && echo LISTED-DATA; '
+        'cat "$OTHER/output/secret" && echo READ-OTHER; '
+        'kill -0 "$VICTIM" && echo SIGNALLED-OTHER; '
+        'kill -9 "$PPID" && echo KILLED-SERVER; '
+        'echo mine > "$SM_OUTPUT_DIR/mine" && echo WROTE-OWN'
+    )
+    env = {"DB": str(data / "qm.sqlite3"), "CREDS": str(data / "credentials"), "DATA": str(data),
+           "OTHER": str(data / "jobs" / other), "VICTIM": str(victim_pid)}
+    prober = submit_sh(batch, q, "B", "prober", probe, env)
+    wait_status(batch, prober, "SUCCEEDED")
+    out = (data / "jobs" / prober / "attempts" / "1" / "stdout.log").read_text()
+    uid = int(out.splitlines()[0])
+    assert uid != 0 and uid >= 1000, out
+    for refused in ["READ-DB", "READ-KEYS", "LISTED-DATA", "READ-OTHER", "SIGNALLED-OTHER", "KILLED-SERVER"]:
+        assert refused not in out, f"{refused}:\n{out}"
+    assert "WROTE-OWN" in out, out
+    assert isolated.proc.poll() is None, isolated.log_tail()
+    assert os.path.exists(f"/proc/{victim_pid}"), "the other job was killed"
+    assert batch.describe_service_job(jobId=other)["status"] == "RUNNING"
+    assert "each attempt runs under a uid of its own" in Path(isolated.log_path).read_text()
+    batch.terminate_service_job(jobId=other, reason="done")
+    wait_status(batch, other, "FAILED")
+
+
+@pytest.mark.parametrize("path", ["../../../../x", "../../0b9d7c1e/checkpoints", "/../../etc/cron.d"])
+def test_a_checkpoint_path_that_leaves_the_job_is_refused_at_submit(server, path):
+    batch = server.client()
+    q = make_queue(batch, "paths", [ShareSpec("A", "RESERVE", 1)], env_max=1)
+    with pytest.raises(ClientError) as e:
+        submit_sh(batch, q, "A", "escape", "true", checkpoint=path)
+    err = e.value.response["Error"]
+    assert err["Code"] == "ClientException", err
+    assert "CheckpointConfig.LocalPath" in err["Message"] and "'..'" in err["Message"], err

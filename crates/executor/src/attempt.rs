@@ -17,6 +17,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::executor::Inner;
 use crate::group::signal_group;
+use crate::isolation::JobUids;
 use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::{checkpoint, environment, LaunchSpec, Outcome};
@@ -40,11 +41,13 @@ pub(crate) async fn supervise(
     inner: Arc<Inner>,
     spec: LaunchSpec,
     hosts: Vec<Vec<u32>>,
+    uid: Option<u32>,
     stop: watch::Receiver<bool>,
 ) {
     let mut supervisor = Supervisor {
         inner,
         attempt: spec.attempt,
+        uid,
         live: vec![None; hosts.len()],
         done: false,
     };
@@ -56,6 +59,8 @@ pub(crate) async fn supervise(
 struct Supervisor {
     inner: Arc<Inner>,
     attempt: u64,
+    /// The attempt's own uid, when it runs apart from the server.
+    uid: Option<u32>,
     /// The process group of each host while its process is unreaped.
     live: Vec<Option<u32>>,
     done: bool,
@@ -101,7 +106,12 @@ enum Launch {
 /// worker: measured no slower than the blocking pool, and it keeps every spawn inside the
 /// supervisor's poll, so a runtime shutdown cannot leave a process spawned after the
 /// supervisor that would kill it is gone (a launch on the blocking pool can).
-fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
+fn launch(
+    spec: &LaunchSpec,
+    data_dir: &Path,
+    hosts: &[Vec<u32>],
+    owner: Option<(u32, JobUids)>,
+) -> Launch {
     let Some(program) = spec.entrypoint.first() else {
         return Launch::NotStarted(Outcome::Failed {
             reason: format!(
@@ -112,7 +122,7 @@ fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
         });
     };
     let layout = JobLayout::new(data_dir, &spec.job_id, spec.attempt_number);
-    if let Err((path, e)) = layout.prepare() {
+    if let Err((path, e)) = layout.prepare(owner) {
         return Launch::NotStarted(Outcome::Failed {
             reason: outcome::spawn_reason(
                 program,
@@ -121,9 +131,25 @@ fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
             retryable: true,
         });
     }
-    let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
+    let uid = owner.map(|(uid, _)| uid);
+    let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, uid);
     let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
     let mut env = environment::common(spec, &layout, &checkpoint_dir);
+    if let Some(uid) = uid {
+        // First, so that the payload's Environment may set them otherwise.
+        let user = format!("qm-job-{uid}");
+        env.splice(
+            0..0,
+            [
+                (
+                    "HOME".to_string(),
+                    layout.work.to_string_lossy().into_owned(),
+                ),
+                ("USER".to_string(), user.clone()),
+                ("LOGNAME".to_string(), user),
+            ],
+        );
+    }
     // Marks every process of this executor's attempts, so that a restarted server finds them
     // in /proc even if it never learned their pids (a crash right after the spawn).
     env.push((
@@ -133,7 +159,8 @@ fn launch(spec: &LaunchSpec, data_dir: &Path, hosts: &[Vec<u32>]) -> Launch {
     let mut children = Vec::with_capacity(hosts.len());
     let mut spawn_failure = None;
     for (host, gpus) in hosts.iter().enumerate() {
-        match spawn_host(spec, &layout, &env, host, gpus) {
+        let r = spawn_host(spec, &layout, &env, host, gpus, uid);
+        match r {
             Ok(child) => children.push(child),
             Err(e) => {
                 spawn_failure = Some(outcome::spawn_reason(program, e));
@@ -158,7 +185,8 @@ impl Supervisor {
         mut stop: watch::Receiver<bool>,
     ) -> Outcome {
         let grace = self.inner.cfg.stop_grace;
-        let launch = launch(&spec, &self.inner.cfg.data_dir, &hosts);
+        let owner = self.uid.zip(self.inner.cfg.isolation);
+        let launch = launch(&spec, &self.inner.cfg.data_dir, &hosts, owner);
         let (layout, checkpoint_dir, baseline_ns, children, spawn_failure) = match launch {
             Launch::NotStarted(outcome) => return outcome,
             Launch::Started {
@@ -255,7 +283,8 @@ impl Supervisor {
             Some(StopCause::Requested | StopCause::HostFailed) | None => match first_failure {
                 None => Outcome::Succeeded,
                 Some(reason) => Outcome::Failed {
-                    reason: outcome::failure_file_reason(&layout.failure_file()).unwrap_or(reason),
+                    reason: outcome::failure_file_reason(&layout.failure_file(), self.uid)
+                        .unwrap_or(reason),
                     retryable: true,
                 },
             },
@@ -288,6 +317,7 @@ fn spawn_host(
     env: &[(String, String)],
     host: usize,
     gpus: &[u32],
+    uid: Option<u32>,
 ) -> std::io::Result<Child> {
     let host = host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
@@ -305,13 +335,49 @@ fn spawn_host(
     command
         .args(&spec.entrypoint[1..])
         .args(&spec.arguments)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .envs(environment::per_host(host, gpus))
         .current_dir(&layout.work)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(false);
-    command.spawn()
+    // The server's own settings and credentials are not the job's (the marker, QM_DATA_DIR,
+    // is set again in `env`).
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("QM_") || k.starts_with("AWS_") {
+            command.env_remove(&key);
+        }
+    }
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    command.envs(environment::per_host(host, gpus));
+    match uid {
+        Some(uid) => spawn_as(&mut command, uid),
+        None => command.spawn(),
+    }
+}
+
+/// Spawns `command` as `uid` (its group `uid`, no supplementary groups).
+///
+/// `Command::uid` would make std fork, copying the server's page tables for every attempt:
+/// that halves a drain of trivial jobs (1,550 to 675 jobs/s measured). Instead a short-lived
+/// thread takes the job's identity with per-thread syscalls (the server's other threads stay
+/// root) and spawns with posix_spawn; the child inherits the thread's credentials. The
+/// thread sets all three uids, so it and the job keep no capability and no way back to root.
+fn spawn_as(command: &mut Command, uid: u32) -> std::io::Result<Child> {
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid, Gid, Uid};
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::scope(|scope| {
+        let spawner = scope.spawn(|| {
+            let _runtime = runtime.enter();
+            let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(uid));
+            set_thread_groups(&[])?;
+            set_thread_res_gid(gid, gid, gid)?;
+            set_thread_res_uid(uid, uid, uid)?;
+            command.spawn()
+        });
+        spawner
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
+    })
 }

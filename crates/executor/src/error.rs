@@ -51,6 +51,12 @@ pub enum ExecError {
     /// The job id cannot safely name a directory.
     #[error("job id '{0}' cannot name a directory: use only letters, digits, '-', '_' and '.'")]
     InvalidJobId(String),
+    /// Every uid of `[executor] job_uids` is in use (check_usable makes this a bug).
+    #[error("attempt {0}: every uid of job_uids is in use: make the range at least as large as the instances")]
+    NoJobUid(u64),
+    /// Attempts cannot run apart from the server as configured.
+    #[error("isolation: {0}")]
+    Isolation(String),
     /// `start` was called outside a tokio runtime.
     #[error("LocalExecutor::start must be called inside a tokio runtime")]
     NoRuntime,

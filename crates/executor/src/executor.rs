@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::checkpoint::{self, Watched};
 use crate::inventory::Inventory;
+use crate::isolation::{self, JobUids, UidPool};
 use crate::layout::{self, JobLayout};
 use crate::{ExecError, Outcome, PoolSpec};
 
@@ -30,6 +31,9 @@ pub struct LocalConfig {
     pub gpu_indices: Option<Vec<u32>>,
     /// How often running attempts' checkpoint directories are scanned.
     pub checkpoint_poll: Duration,
+    /// Each attempt runs under a uid of its own from this range (the server must be root);
+    /// `None`: attempts run as the server's user ([`crate::isolation`]).
+    pub isolation: Option<JobUids>,
 }
 
 impl LocalConfig {
@@ -41,6 +45,7 @@ impl LocalConfig {
             pools,
             gpu_indices: None,
             checkpoint_poll: Duration::from_secs(1),
+            isolation: None,
         }
     }
 }
@@ -170,6 +175,8 @@ pub(crate) struct Inner {
 struct State {
     inventory: Inventory,
     attempts: BTreeMap<u64, Slot>,
+    /// The uids of running attempts, when attempts run apart from the server.
+    uids: Option<UidPool>,
 }
 
 /// A started attempt, until its `Exited` event.
@@ -181,6 +188,8 @@ struct Slot {
     stop: watch::Sender<bool>,
     /// Set once every process is spawned.
     pgids: Vec<u32>,
+    /// The uid the attempt runs as, when isolated.
+    uid: Option<u32>,
     /// Set once every process is spawned; the scanner skips the attempt before.
     checkpoints: Option<Watched>,
 }
@@ -234,6 +243,10 @@ impl LocalExecutor {
         // directory, and the marker that identifies our processes must be one spelling.
         cfg.data_dir = layout::prepare_root(&cfg.data_dir)?;
         let inventory = Inventory::build(&cfg.pools, cfg.gpu_indices.as_deref())?;
+        if let Some(range) = cfg.isolation {
+            isolation::check_usable(range, &cfg.data_dir, inventory.capacity().values().sum())?;
+        }
+        let uids = cfg.isolation.map(UidPool::new);
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
                 cfg,
@@ -241,6 +254,7 @@ impl LocalExecutor {
                 state: Mutex::new(State {
                     inventory,
                     attempts: BTreeMap::new(),
+                    uids,
                 }),
                 scanner_started: AtomicBool::new(false),
             }),
@@ -274,7 +288,7 @@ impl LocalExecutor {
             return Err(ExecError::InvalidJobId(spec.job_id));
         }
         let (stop_tx, stop_rx) = watch::channel(false);
-        let hosts = {
+        let (hosts, uid) = {
             let mut state = self.inner.state();
             if state.attempts.contains_key(&spec.attempt) {
                 return Err(ExecError::DuplicateAttempt(spec.attempt));
@@ -282,6 +296,17 @@ impl LocalExecutor {
             let instances = state
                 .inventory
                 .take(spec.attempt, &spec.instance_type, spec.count)?;
+            // Never empty: check_usable made the range at least as large as the instances.
+            let uid = match state.uids.as_mut() {
+                Some(pool) => match pool.take() {
+                    Some(uid) => Some(uid),
+                    None => {
+                        state.inventory.give_back(&instances);
+                        return Err(ExecError::NoJobUid(spec.attempt));
+                    }
+                },
+                None => None,
+            };
             let hosts: Vec<Vec<u32>> = instances
                 .iter()
                 .map(|&id| state.inventory.gpus(id).to_vec())
@@ -299,10 +324,11 @@ impl LocalExecutor {
                     .join(OUTCOME_FILE),
                     stop: stop_tx,
                     pgids: Vec::new(),
+                    uid,
                     checkpoints: None,
                 },
             );
-            hosts
+            (hosts, uid)
         };
         if !self.inner.scanner_started.swap(true, Ordering::Relaxed) {
             runtime.spawn(checkpoint::scan_loop(
@@ -315,6 +341,7 @@ impl LocalExecutor {
             self.inner.clone(),
             spec,
             hosts,
+            uid,
             stop_rx,
         ));
         Ok(())
@@ -456,6 +483,9 @@ impl Inner {
         let mut state = self.state();
         if let Some(slot) = state.attempts.remove(&attempt) {
             state.inventory.give_back(&slot.instances);
+            if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
+                pool.give_back(uid);
+            }
             record_outcome(&slot.outcome_file, &outcome);
         }
         tracing::debug!(attempt, ?outcome, "attempt exited");

@@ -18,6 +18,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::isolation::{self, JobUids};
+
 /// Which output stream a log file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogStream {
@@ -72,6 +74,8 @@ pub(crate) fn valid_job_id(job_id: &str) -> bool {
 /// The paths of one attempt of one job.
 #[derive(Debug, Clone)]
 pub(crate) struct JobLayout {
+    /// `data_dir/jobs/<job_id>`.
+    pub(crate) job: PathBuf,
     pub(crate) checkpoints: PathBuf,
     pub(crate) model: PathBuf,
     pub(crate) output: PathBuf,
@@ -93,6 +97,7 @@ impl JobLayout {
             work: job.join("work"),
             attempt_dir: job.join("attempts").join(attempt_number.to_string()),
             root: job.join("root"),
+            job,
         }
     }
 
@@ -103,7 +108,17 @@ impl JobLayout {
 
     /// Creates the directories and removes the previous attempt's failure file, so a stale
     /// message never explains this attempt's failure. Returns the path that failed.
-    pub(crate) fn prepare(&self) -> Result<(), (PathBuf, io::Error)> {
+    ///
+    /// A link or a file the previous attempt left where a directory belongs is replaced, never
+    /// followed: the server may be root, and the job must not point it elsewhere. With
+    /// `owner` (the attempt's uid, [`crate::isolation`]) the job directory is made
+    /// traversable but not listable and the job's directories are handed to that uid.
+    pub(crate) fn prepare(
+        &self,
+        owner: Option<(u32, JobUids)>,
+    ) -> Result<(), (PathBuf, io::Error)> {
+        fs::create_dir_all(&self.job).map_err(|e| (self.job.clone(), e))?;
+        let uid = owner.map(|(uid, _)| uid);
         for dir in [
             &self.attempt_dir,
             &self.checkpoints,
@@ -111,7 +126,24 @@ impl JobLayout {
             &self.output_data,
             &self.work,
         ] {
-            fs::create_dir_all(dir).map_err(|e| (dir.clone(), e))?;
+            let rel = dir
+                .strip_prefix(&self.job)
+                .expect("the layout's directories are in the job's");
+            let mine = dir == &self.attempt_dir;
+            isolation::real_dirs(&self.job, rel, true, if mine { None } else { uid })
+                .map_err(|e| (dir.clone(), e))?;
+        }
+        if let Some((uid, range)) = owner {
+            isolation::set_mode(&self.job, 0o711).map_err(|e| (self.job.clone(), e))?;
+            let dirs = [
+                &self.checkpoints,
+                &self.model,
+                &self.output,
+                &self.work,
+                &self.root,
+            ];
+            let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+            isolation::hand_over(&dirs, uid, range).map_err(|e| (self.job.clone(), e))?;
         }
         let failure = self.failure_file();
         match fs::remove_file(&failure) {
@@ -122,25 +154,36 @@ impl JobLayout {
 
     /// The checkpoint directory of this attempt: the payload's `CheckpointConfig.LocalPath`
     /// when it can be created and written (relative paths count from `work/`, absolute ones
-    /// from the job's `root/`), else the job's
-    /// own `checkpoints/`. Either way the choice is logged, since a job that looks for its
-    /// checkpoints in the wrong place silently starts over.
-    pub(crate) fn checkpoint_dir(&self, requested: Option<&Path>, attempt: u64) -> PathBuf {
+    /// from the job's `root/`, and neither may leave it), else the job's own `checkpoints/`.
+    /// Either way the choice is logged, since a job that looks for its checkpoints in the
+    /// wrong place silently starts over. With `owner`, the server does not probe the path
+    /// (it would follow the job's links as root) but makes its directories real ones of that
+    /// uid, and falls back where a component is a link.
+    pub(crate) fn checkpoint_dir(
+        &self,
+        requested: Option<&Path>,
+        attempt: u64,
+        owner: Option<u32>,
+    ) -> PathBuf {
         let Some(requested) = requested else {
             return self.checkpoints.clone();
         };
-        // An absolute path (SageMaker's default is /opt/ml/checkpoints/) is re-rooted under the
-        // job's directory, as a container's file system would be: jobs must never share one.
-        let path = if requested.is_absolute() {
-            let relative: PathBuf = requested
-                .components()
-                .filter(|c| matches!(c, std::path::Component::Normal(_)))
-                .collect();
-            self.root.join(relative)
+        let base = if requested.is_absolute() {
+            "root"
         } else {
-            self.work.join(requested)
+            "work"
         };
-        match probe_writable(&path, attempt) {
+        let Some(rel) = isolation::confine(Path::new(base), requested) else {
+            tracing::warn!(attempt, requested = %requested.display(), using = %self.checkpoints.display(),
+                "CheckpointConfig.LocalPath leaves the job's directory; using the job's checkpoint directory");
+            return self.checkpoints.clone();
+        };
+        let path = self.job.join(&rel);
+        let made = match owner {
+            Some(uid) => isolation::real_dirs(&self.job, &rel, false, Some(uid)),
+            None => probe_writable(&path, attempt),
+        };
+        match made {
             Ok(()) => {
                 tracing::info!(attempt, path = %path.display(), "checkpoints go to the payload's CheckpointConfig.LocalPath");
                 path
@@ -189,19 +232,42 @@ mod tests {
     fn an_unwritable_local_path_falls_back_to_the_job_checkpoints() {
         let dir = tempfile::tempdir().unwrap();
         let layout = JobLayout::new(dir.path(), "j", 1);
-        layout.prepare().unwrap();
+        layout.prepare(None).unwrap();
         // A file where the relative path needs a directory.
         fs::write(layout.work.join("file"), "").unwrap();
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("file/sub")), 1),
+            layout.checkpoint_dir(Some(Path::new("file/sub")), 1, None),
             layout.checkpoints
         );
         let wanted = layout.work.join("mine");
-        assert_eq!(layout.checkpoint_dir(Some(Path::new("mine")), 1), wanted);
+        assert_eq!(
+            layout.checkpoint_dir(Some(Path::new("mine")), 1, None),
+            wanted
+        );
         assert_eq!(
             fs::read_dir(&wanted).unwrap().count(),
             0,
             "the probe file is removed"
+        );
+    }
+
+    #[test]
+    fn a_local_path_that_leaves_the_job_falls_back_and_creates_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = JobLayout::new(dir.path(), "j", 1);
+        layout.prepare(None).unwrap();
+        for escaping in ["../../../../x", "../../other/checkpoints", "/../../x"] {
+            assert_eq!(
+                layout.checkpoint_dir(Some(Path::new(escaping)), 1, None),
+                layout.checkpoints,
+                "{escaping}"
+            );
+        }
+        assert!(!dir.path().join("x").exists());
+        assert!(!dir.path().join("jobs/other").exists());
+        assert_eq!(
+            layout.checkpoint_dir(Some(Path::new("/opt/ml/../ml/checkpoints")), 1, None),
+            layout.root.join("opt/ml/checkpoints")
         );
     }
 }

@@ -55,14 +55,23 @@ pub(crate) fn exit_reason(status: ExitStatus) -> String {
 
 /// The reason from the job's failure file: its first line, trimmed, at most 512 characters.
 /// `None` when the file is absent, unreadable or its first line is blank.
-pub(crate) fn failure_file_reason(path: &Path) -> Option<String> {
+pub(crate) fn failure_file_reason(path: &Path, owner: Option<u32>) -> Option<String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let mut head = Vec::new();
-    // Bounded read: the file is the job's, and may be anything.
-    std::fs::File::open(path)
-        .ok()?
-        .take(16 * 1024)
-        .read_to_end(&mut head)
+    // The file is the job's and may be anything: a FIFO (non-blocking open, then only a
+    // regular file is read), a link to a file the job may not read (only a file of the job's
+    // own uid is read: the server may be root), or huge (a bounded read).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
         .ok()?;
+    let meta = file.metadata().ok()?;
+    let uid = owner.unwrap_or_else(|| nix::unistd::geteuid().as_raw());
+    if !meta.is_file() || meta.uid() != uid {
+        return None;
+    }
+    file.take(16 * 1024).read_to_end(&mut head).ok()?;
     let text = String::from_utf8_lossy(&head);
     let line = text.lines().next()?.trim();
     if line.is_empty() {
@@ -97,18 +106,32 @@ mod tests {
     fn the_failure_file_gives_its_first_line_trimmed_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("failure");
-        assert_eq!(failure_file_reason(&path), None);
+        assert_eq!(failure_file_reason(&path, None), None);
         std::fs::write(&path, "  out of memory \nsecond line").unwrap();
         assert_eq!(
-            failure_file_reason(&path).unwrap(),
+            failure_file_reason(&path, None).unwrap(),
             "Received status from SageMaker: AlgorithmError: out of memory"
         );
         std::fs::write(&path, "é".repeat(600)).unwrap();
         assert_eq!(
-            failure_file_reason(&path).unwrap().chars().count(),
+            failure_file_reason(&path, None).unwrap().chars().count(),
             ALGORITHM_ERROR.len() + 512
         );
         std::fs::write(&path, "\n\nlater").unwrap();
-        assert_eq!(failure_file_reason(&path), None);
+        assert_eq!(failure_file_reason(&path, None), None);
+    }
+
+    #[test]
+    fn a_failure_file_that_is_a_fifo_or_not_the_jobs_own_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("failure");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Would block for ever on a blocking open.
+        assert_eq!(failure_file_reason(&fifo, None), None);
+        let file = dir.path().join("other");
+        std::fs::write(&file, "a secret of the server's user").unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        assert!(failure_file_reason(&file, Some(me)).is_some());
+        assert_eq!(failure_file_reason(&file, Some(me.wrapping_add(1))), None);
     }
 }

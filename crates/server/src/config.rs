@@ -112,12 +112,30 @@ pub struct ExecutorSection {
     /// Lost attempts of one job in a row (the server or node went away under it) that are
     /// queued again without using a retry; the next one lost fails the job. Default 3.
     pub max_lost_attempts: Option<u32>,
+    /// `auto` (default): when the server is root, each attempt of the local executor runs
+    /// under a uid of its own (`uid`); otherwise as the server's user (`none`). `uid` refuses
+    /// to start where it cannot be done.
+    pub isolation: Option<String>,
+    /// The uids attempts run as under isolation, `FIRST-LAST` (default
+    /// 1879048192-1879113727).
+    pub job_uids: Option<String>,
     /// The instances this machine offers. Empty = detect GPUs with nvidia-smi, else four
     /// simulated `ml.g5.xlarge`.
     #[serde(default)]
     pub pool: Vec<PoolEntry>,
     /// `[executor.slurm]`: how to reach the Slurm cluster (kind = "slurm").
     pub slurm: Option<SlurmSection>,
+}
+
+/// `[executor] isolation`: whether attempts run under uids of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Own uids when the server is root and the data dir is reachable; else the server's.
+    Auto,
+    /// Own uids, or the server refuses to start.
+    Uid,
+    /// The server's user.
+    None,
 }
 
 /// `[executor.slurm]`.
@@ -223,6 +241,10 @@ pub struct Config {
     pub tick: Duration,
     /// `[executor] max_lost_attempts` (default 3).
     pub max_lost_attempts: u32,
+    /// `[executor] isolation`.
+    pub isolation: Isolation,
+    /// `[executor] job_uids`.
+    pub job_uids: qm_executor::JobUids,
     /// Logged commands between two snapshots (0: only at start and shutdown).
     pub snapshot_every: u64,
     /// How long a finished job stays before it is archived.
@@ -371,6 +393,21 @@ impl Config {
                 .executor
                 .max_lost_attempts
                 .unwrap_or(DEFAULT_MAX_LOST_ATTEMPTS),
+            isolation: match file.executor.isolation.as_deref().unwrap_or("auto") {
+                "auto" => Isolation::Auto,
+                "uid" => Isolation::Uid,
+                "none" => Isolation::None,
+                other => {
+                    return Err(bad(
+                        "executor.isolation",
+                        format!("'{other}' is not a mode; use \"auto\" (own uids when root), \"uid\" (own uids, or refuse to start) or \"none\" (jobs run as the server's user)"),
+                    ))
+                }
+            },
+            job_uids: match &file.executor.job_uids {
+                None => qm_executor::JobUids::DEFAULT,
+                Some(text) => qm_executor::JobUids::parse(text).map_err(|m| bad("executor.job_uids", m))?,
+            },
             retention: {
                 let days = file
                     .retention

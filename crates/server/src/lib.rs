@@ -66,6 +66,9 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             config.listen
         )));
     }
+    // Files the server makes are its own only (the database's WAL, the lock, archives); jobs
+    // inherit it, which keeps their files from each other too.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let existed = config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir).map_err(io(format!(
         "creating data dir {}",
@@ -81,7 +84,8 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
                 format!("making data dir {} private (mode 0700)", dir.display()),
             ))?;
         } else if let Ok(m) = std::fs::metadata(dir) {
-            if m.permissions().mode() & 0o077 != 0 {
+            // Traversal (0711) is what isolated jobs need to reach their directories.
+            if m.permissions().mode() & 0o066 != 0 {
                 eprintln!(
                     "qm: warning: data dir {} is readable by other users (mode {:o}); it holds the database and its secrets: chmod 700 it",
                     dir.display(),
@@ -90,6 +94,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             }
         }
     }
+    private_files(&config.data_dir);
     let _lock = lock_data_dir(&config.data_dir)?;
     // Bind before touching the state: a busy port must not cost a replay and a reconciliation
     // that would stop attempts.
@@ -159,7 +164,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
 
     check_executor_switch(&mut log, &config, state.live_attempts().len())?;
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let (executor, instances, gpus) = match &config.slurm {
+    let (executor, instances, gpus, jobs_line) = match &config.slurm {
         None => local_executor(&config, events_tx.clone())?,
         Some(settings) => slurm_executor(&config, settings, &mut log, events_tx.clone())?,
     };
@@ -206,7 +211,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         })
         .map_err(io("starting the driver thread".into()))?;
 
-    print_banner(&config, addr, &instances, &auth_lines);
+    print_banner(&config, addr, &instances, &auth_lines, &jobs_line);
     let app = http::App {
         auth: std::sync::Arc::new(auth),
         requests: req_tx,
@@ -277,7 +282,47 @@ type StartedExecutor = (
     exec::Executor,
     Vec<String>,
     std::collections::BTreeMap<String, u32>,
+    String,
 );
+
+/// Makes the files directly in the data dir (database, WAL, lock, keys) its owner's only:
+/// data dirs of earlier releases may have them 0644, and isolated jobs can traverse the dir.
+fn private_files(data_dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
+/// The uids attempts run under, if they run apart from the server, and the banner's line
+/// saying what a job can reach.
+fn job_isolation(config: &Config) -> Result<(Option<qm_executor::JobUids>, String), ServerError> {
+    let range = config.job_uids;
+    let own = format!(
+        "jobs: each attempt runs under a uid of its own ({}-{}): it cannot read the data dir's database and keys or other jobs' directories, nor signal the server or other jobs",
+        range.first, range.last
+    );
+    let shared = |why: &str| {
+        format!(
+            "jobs: run as this server's user (uid {}): {why}; a job can then read and write everything this user can, the data dir's database and keys included, and signal the server (docs/security.md)",
+            nix::unistd::geteuid()
+        )
+    };
+    match config.isolation {
+        config::Isolation::None => Ok((None, shared("[executor] isolation = \"none\""))),
+        config::Isolation::Uid => Ok((Some(range), own)),
+        config::Isolation::Auto => match qm_executor::isolation::why_not(&config.data_dir) {
+            None => Ok((Some(range), own)),
+            Some(why) => Ok((None, shared(&why))),
+        },
+    }
+}
 
 /// The local executor of `config`: its pools (configured, else detected GPUs, else four
 /// simulated instances) and a line per pool for the banner.
@@ -304,6 +349,7 @@ fn local_executor(
     } else {
         config.pool.clone()
     };
+    let (isolation, jobs_line) = job_isolation(config)?;
     let executor = LocalExecutor::new(
         LocalConfig {
             data_dir: config.data_dir.clone(),
@@ -311,6 +357,7 @@ fn local_executor(
             pools: pools.clone(),
             gpu_indices,
             checkpoint_poll: config.checkpoint_poll,
+            isolation,
         },
         events_tx,
     )
@@ -329,7 +376,7 @@ fn local_executor(
         .iter()
         .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
         .collect();
-    Ok((exec::Executor::Local(executor), described, gpus))
+    Ok((exec::Executor::Local(executor), described, gpus, jobs_line))
 }
 
 /// Attempts run where the executor that started them put them: local processes are found by
@@ -415,7 +462,8 @@ fn slurm_executor(
         .iter()
         .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
         .collect();
-    Ok((exec::Executor::Slurm(slurm), described, gpus))
+    let jobs_line = "jobs: run by Slurm as this server's user, in the directories of executor.slurm.shared_dir (docs/slurm.md)".to_string();
+    Ok((exec::Executor::Slurm(slurm), described, gpus, jobs_line))
 }
 
 /// Keeps `value` as the setting `key` stored with the data dir. A different stored value is
@@ -518,7 +566,13 @@ async fn shutdown_signal() {
     }
 }
 
-fn print_banner(config: &Config, addr: std::net::SocketAddr, pool: &[String], auth: &[String]) {
+fn print_banner(
+    config: &Config,
+    addr: std::net::SocketAddr,
+    pool: &[String],
+    auth: &[String],
+    jobs: &str,
+) {
     let scheme = if config.tls.is_some() {
         "https"
     } else {
@@ -543,6 +597,7 @@ fn print_banner(config: &Config, addr: std::net::SocketAddr, pool: &[String], au
         "Quartermaster listening on {url}\n\
          data dir: {data}\n\
          instances: {pool}\n\
+         {jobs}\n\
          region {region}, account {account}\n\
          {auth}\n\
          \n\

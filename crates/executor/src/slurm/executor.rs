@@ -426,7 +426,8 @@ impl Inner {
         };
         let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
         let mut slot = self.slot(spec);
-        slot.checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
+        slot.checkpoint_dir =
+            layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, None);
         slot.slurm_id = Some(job.id);
         slot.submitted_at = Some(Instant::now());
         slot.nodes = job.nodes.clone();
@@ -845,7 +846,7 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
                     ));
                 }
             }
-            if let Some(reason) = outcome::failure_file_reason(&slot.failure_file) {
+            if let Some(reason) = outcome::failure_file_reason(&slot.failure_file, None) {
                 return failed(reason);
             }
             // The batch step is srun, which reports a task killed by signal N as 128 + N.
@@ -1030,13 +1031,13 @@ async fn submit_inner(
 /// `sbatch` arguments. Blocking (file system).
 fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result<Prepared, String> {
     let layout = JobLayout::new(&inner.cfg.shared_dir, &spec.job_id, spec.attempt_number);
-    layout.prepare().map_err(|(path, e)| {
+    layout.prepare(None).map_err(|(path, e)| {
         format!(
             "{CLIENT_ERROR}cannot create '{}': {e}; check executor.slurm.shared_dir",
             path.display()
         )
     })?;
-    let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt);
+    let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, None);
     // Newer files than these are this attempt's checkpoints.
     let baseline_ns = newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
     let vars: Vec<(String, String)> = environment::common(spec, &layout, &checkpoint_dir)

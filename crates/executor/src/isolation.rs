@@ -1,0 +1,399 @@
+//! Jobs run apart from the server and from each other. When the server runs as root, every
+//! attempt of the local executor runs under a uid of its own, taken from [`JobUids`] (as
+//! systemd's DynamicUser does): one shared job user would let every job signal and read every
+//! other job. A uid without a passwd entry is enough for the kernel; the job gets `USER`,
+//! `LOGNAME` and `HOME` from its environment.
+//!
+//! What the server hands the attempt's uid, and what it keeps:
+//!
+//! ```text
+//! data_dir/                 root 0711   traversable, not listable; qm.sqlite3, keys: 0600
+//!   jobs/                   root 0711
+//!     <job_id>/             root 0711   the job cannot rename what is in it
+//!       attempts/           root 0700   logs (the job writes them through its fds), outcomes
+//!       checkpoints/ model/ output/ work/ root/   the attempt's uid, 0700
+//! ```
+//!
+//! The server (root) never follows a link the job made: the job's directories are made real
+//! again before each attempt, the tree is handed to the new uid without following links, and
+//! only entries some job uid owned change hands (a hard link to a root file stays root's).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// The uids attempts run as, first to last inclusive. Default [`JobUids::DEFAULT`]: 65,536
+/// uids just above systemd's container range, which no passwd entry, DynamicUser or subuid
+/// allocation uses by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobUids {
+    /// The first uid.
+    pub first: u32,
+    /// The last uid.
+    pub last: u32,
+}
+
+impl JobUids {
+    /// 1879048192-1879113727 (0x70000000 + 65,535).
+    pub const DEFAULT: JobUids = JobUids {
+        first: 0x7000_0000,
+        last: 0x7000_0000 + 65_535,
+    };
+
+    /// `FIRST-LAST`, e.g. `1879048192-1879113727`; refuses root, an empty range and one that
+    /// reaches the uids Linux reserves (`u32::MAX` is "no uid").
+    pub fn parse(text: &str) -> Result<JobUids, String> {
+        let bad = || {
+            format!(
+                "'{text}' is not a uid range: write FIRST-LAST, e.g. \"{}-{}\" (two uids above 999, FIRST <= LAST)",
+                Self::DEFAULT.first,
+                Self::DEFAULT.last
+            )
+        };
+        let (a, b) = text.trim().split_once('-').ok_or_else(bad)?;
+        let first: u32 = a.trim().parse().map_err(|_| bad())?;
+        let last: u32 = b.trim().parse().map_err(|_| bad())?;
+        if first < 1000 || first > last || last >= u32::MAX - 1 {
+            return Err(bad());
+        }
+        Ok(JobUids { first, last })
+    }
+
+    /// Whether `uid` is one of the range's.
+    pub fn contains(&self, uid: u32) -> bool {
+        (self.first..=self.last).contains(&uid)
+    }
+
+    fn len(&self) -> u64 {
+        u64::from(self.last - self.first) + 1
+    }
+}
+
+/// The uids of running attempts. Uids are handed out round robin, so one comes back only
+/// after every other was used; when it does, processes it still has (a daemon that left its
+/// attempt's process group) are killed first, so they cannot reach the next job.
+#[derive(Debug)]
+pub(crate) struct UidPool {
+    range: JobUids,
+    /// Offset of the next uid to try.
+    next: u64,
+    /// Whether the round robin went past the end once (uids may have stragglers).
+    wrapped: bool,
+    in_use: BTreeSet<u32>,
+}
+
+impl UidPool {
+    pub(crate) fn new(range: JobUids) -> Self {
+        UidPool {
+            range,
+            next: 0,
+            wrapped: false,
+            in_use: BTreeSet::new(),
+        }
+    }
+
+    /// A uid no running attempt has, or `None` when every one is in use.
+    pub(crate) fn take(&mut self) -> Option<u32> {
+        let len = self.range.len();
+        for _ in 0..len.min(self.in_use.len() as u64 + 1) {
+            let uid = self.range.first + self.next as u32;
+            self.next += 1;
+            if self.next == len {
+                self.next = 0;
+                self.wrapped = true;
+            }
+            if self.in_use.insert(uid) {
+                if self.wrapped {
+                    kill_processes_of(uid);
+                }
+                return Some(uid);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn give_back(&mut self, uid: u32) {
+        self.in_use.remove(&uid);
+    }
+}
+
+/// SIGKILL to every process whose real uid is `uid` (read from /proc).
+fn kill_processes_of(uid: u32) {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if entry.metadata().is_ok_and(|m| m.uid() == uid) {
+            tracing::warn!(
+                pid,
+                uid,
+                "killing a process left by an earlier attempt under the uid about to be reused"
+            );
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Why attempts cannot run under uids of their own with this data dir, if they cannot: the
+/// server is not root, or a directory above the data dir is closed to other users (a job
+/// could not reach its own directory).
+pub fn why_not(data_dir: &Path) -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some(
+            "the server does not run as root, so it cannot start jobs under other uids".into(),
+        );
+    }
+    let data_dir = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    for dir in data_dir.ancestors().skip(1) {
+        match fs::metadata(dir) {
+            Ok(m) if m.mode() & 0o001 == 0 => {
+                return Some(format!(
+                    "'{}' (mode {:o}) is closed to other users, so jobs running under their own uids cannot reach their directories in the data dir {}: chmod o+x '{}' or use a data dir outside it",
+                    dir.display(),
+                    m.mode() & 0o777,
+                    data_dir.display(),
+                    dir.display()
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => return Some(format!("cannot read '{}': {e}", dir.display())),
+        }
+    }
+    None
+}
+
+/// Checks that attempts can run under `range` (see [`why_not`]; one uid per instance at
+/// least) and opens the data dir and its `jobs/` to traversal (0711: not to listing).
+pub(crate) fn check_usable(
+    range: JobUids,
+    data_dir: &Path,
+    instances: u32,
+) -> Result<(), crate::ExecError> {
+    let refuse = |m: String| crate::ExecError::Isolation(m);
+    if let Some(why) = why_not(data_dir) {
+        return Err(refuse(why));
+    }
+    if range.len() < u64::from(instances) {
+        return Err(refuse(format!(
+            "job_uids {}-{} has {} uids but the pools have {instances} instances, and every running attempt needs its own: widen the range",
+            range.first, range.last, range.len()
+        )));
+    }
+    if let Some((name, uid)) = account_in(
+        range,
+        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+    ) {
+        return Err(refuse(format!(
+            "job_uids {}-{} holds uid {uid} of the account '{name}' (/etc/passwd): a job would run as that account; choose a range no account uses",
+            range.first, range.last
+        )));
+    }
+    for dir in [data_dir.to_path_buf(), data_dir.join("jobs")] {
+        set_mode(&dir, 0o711).map_err(|e| {
+            refuse(format!(
+                "cannot set the mode of '{}' to 0711: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// The first account of `passwd` (the text of /etc/passwd) whose uid lies in `range`.
+fn account_in(range: JobUids, passwd: &str) -> Option<(String, u32)> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let uid: u32 = fields.nth(1)?.parse().ok()?;
+        range.contains(uid).then(|| (name.to_string(), uid))
+    })
+}
+
+/// `base` joined with `requested`, `..` resolved without touching the file system; `None`
+/// when the path would leave `base`. An absolute `requested` counts from `base` too (it is
+/// re-rooted, as a container's file system would be).
+pub fn confine(base: &Path, requested: &Path) -> Option<PathBuf> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in requested.components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    let mut path = base.to_path_buf();
+    path.extend(parts);
+    Some(path)
+}
+
+/// Makes `base/rel` a chain of real directories. A component that is a link or a file is
+/// removed and made a directory when `replace` (the executor's own directories, which the job
+/// must not redirect); otherwise it is an error (a path the job chose, which root must not
+/// follow). Directories created are handed to `owner` when given.
+pub(crate) fn real_dirs(
+    base: &Path,
+    rel: &Path,
+    replace: bool,
+    owner: Option<u32>,
+) -> io::Result<()> {
+    let mut path = base.to_path_buf();
+    for c in rel.components() {
+        let Component::Normal(part) = c else {
+            return Err(io::Error::other(format!(
+                "'{}' is not a plain relative path",
+                rel.display()
+            )));
+        };
+        path.push(part);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(_) if replace => fs::remove_file(&path)?,
+            Ok(_) => {
+                return Err(io::Error::other(format!(
+                    "'{}' is a link or a file, not a directory",
+                    path.display()
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        fs::create_dir(&path)?;
+        if let Some(uid) = owner {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(uid))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+        }
+    }
+    Ok(())
+}
+
+/// Hands the trees under `dirs` to `uid` (uid and gid), without following links. The roots
+/// change hands whoever owns them (the server made them); below, only entries that a job uid
+/// of `range` owns, so a hard link to someone else's file is left alone.
+pub(crate) fn hand_over(dirs: &[&Path], uid: u32, range: JobUids) -> io::Result<()> {
+    let mut stack: Vec<(PathBuf, bool)> = dirs.iter().map(|d| (d.to_path_buf(), true)).collect();
+    while let Some((path, root)) = stack.pop() {
+        let m = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if !(root || range.contains(m.uid())) {
+            continue;
+        }
+        if m.uid() != uid || m.gid() != uid {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(uid))?;
+        }
+        if m.is_dir() {
+            if root {
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+            }
+            for entry in fs::read_dir(&path)? {
+                stack.push((entry?.path(), false));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets `path`'s mode (the job directory and the dirs above it: traversable, not listable).
+pub(crate) fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_that_leave_their_base_are_refused_and_the_others_resolved() {
+        let base = Path::new("/d/jobs/j/work");
+        assert_eq!(confine(base, Path::new("a/../b")), Some(base.join("b")));
+        assert_eq!(
+            confine(base, Path::new("/opt/ml/checkpoints")),
+            Some(base.join("opt/ml/checkpoints"))
+        );
+        assert_eq!(confine(base, Path::new("../../../../x")), None);
+        assert_eq!(confine(base, Path::new("a/../../x")), None);
+        assert_eq!(confine(base, Path::new("/../etc")), None);
+        assert_eq!(confine(base, Path::new(".")), Some(base.to_path_buf()));
+    }
+
+    #[test]
+    fn a_range_that_holds_an_account_is_found() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n";
+        let range = |first, last| JobUids { first, last };
+        assert_eq!(
+            account_in(range(900, 1000), passwd),
+            Some(("alice".into(), 1000))
+        );
+        assert_eq!(account_in(range(1001, 2000), passwd), None);
+    }
+
+    #[test]
+    fn uid_ranges_parse_and_refuse_root_and_empty_ranges() {
+        assert_eq!(
+            JobUids::parse("2000-2009"),
+            Ok(JobUids {
+                first: 2000,
+                last: 2009
+            })
+        );
+        for bad in ["", "0-10", "10", "5000-4000", "a-b", "2000-4294967295"] {
+            assert!(JobUids::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_pool_hands_out_distinct_uids_round_robin_and_reports_exhaustion() {
+        let mut pool = UidPool::new(JobUids {
+            first: 2000,
+            last: 2002,
+        });
+        let (a, b, c) = (pool.take(), pool.take(), pool.take());
+        assert_eq!((a, b, c), (Some(2000), Some(2001), Some(2002)));
+        assert_eq!(pool.take(), None);
+        pool.give_back(2001);
+        assert_eq!(pool.take(), Some(2001));
+        pool.give_back(2000);
+        pool.give_back(2002);
+        // Round robin: 2002 was freed after 2000, but 2002 comes next in turn.
+        assert_eq!(pool.take(), Some(2002));
+        assert_eq!(pool.take(), Some(2000));
+    }
+
+    #[test]
+    fn a_link_in_the_executors_own_directories_is_replaced_and_in_a_job_path_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("output")).unwrap();
+        real_dirs(dir.path(), Path::new("output/data"), true, None).unwrap();
+        assert!(fs::symlink_metadata(dir.path().join("output"))
+            .unwrap()
+            .is_dir());
+        assert!(
+            !outside.path().join("data").exists(),
+            "the link was followed"
+        );
+
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("ckpt")).unwrap();
+        assert!(real_dirs(dir.path(), Path::new("ckpt/sub"), false, None).is_err());
+        assert!(
+            !outside.path().join("sub").exists(),
+            "the link was followed"
+        );
+    }
+}
