@@ -21,6 +21,11 @@ pub enum ApiError {
     /// CORS preflight): HTTP 415.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// Refused by a limit of the HTTP layer before it was looked at (408, 413, 414, 431,
+    /// 503): that status, as a `ClientException` (a `ServerException` for 503, which the
+    /// SDKs retry) so that the SDKs raise their modeled errors.
+    #[error("{1}")]
+    Http(u16, String),
 }
 
 impl ApiError {
@@ -39,14 +44,15 @@ impl ApiError {
         ApiError::Forbidden(code, msg.into())
     }
 
-    /// The HTTP status code: 400 for client errors, 500 for server errors, 403 and 415 for
-    /// refusals before the request is looked at.
+    /// The HTTP status code: 400 for client errors, 500 for server errors, 403, 415 and the
+    /// HTTP layer's own for refusals before the request is looked at.
     pub fn http_status(&self) -> u16 {
         match self {
             ApiError::Client(_) => 400,
             ApiError::Server(_) => 500,
             ApiError::Forbidden(..) => 403,
             ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::Http(status, _) => *status,
         }
     }
 
@@ -57,6 +63,8 @@ impl ApiError {
             ApiError::Server(_) => "ServerException",
             ApiError::Forbidden(code, _) => code,
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaTypeException",
+            ApiError::Http(status, _) if *status >= 500 => "ServerException",
+            ApiError::Http(..) => "ClientException",
         }
     }
 
@@ -66,7 +74,8 @@ impl ApiError {
             ApiError::Client(m)
             | ApiError::Server(m)
             | ApiError::Forbidden(_, m)
-            | ApiError::UnsupportedMediaType(m) => m,
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::Http(_, m) => m,
         }
     }
 }

@@ -97,11 +97,54 @@ pub struct AuditEntry {
     pub details: String,
 }
 
-/// The body of `GET /qm/v1/audit`.
+/// The body of `GET /qm/v1/audit?maxResults=&nextToken=`: a page of the log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditLog {
     /// Oldest first.
     pub entries: Vec<AuditEntry>,
+    /// Where the next page starts (pass it as `nextToken`); absent on the last page.
+    #[serde(rename = "nextToken", default, skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
+}
+
+/// Most audit entries one `GET /qm/v1/audit` returns (and its default page size).
+pub const MAX_AUDIT_PAGE: usize = 1000;
+/// Longest audit `action`, in characters.
+pub const MAX_AUDIT_ACTION_CHARS: usize = 64;
+/// Longest audit `summary`, in characters.
+pub const MAX_AUDIT_SUMMARY_CHARS: usize = 1024;
+/// Longest audit `details` (a plan), in bytes.
+pub const MAX_AUDIT_DETAILS_BYTES: usize = 256 * 1024;
+
+impl AuditEntry {
+    /// The entry's fields within their bounds, or a ClientException naming the one that is
+    /// not.
+    pub fn check(&self) -> Result<(), crate::ApiError> {
+        let fail = |m: String| Err(crate::ApiError::client(m));
+        let chars = |s: &str| s.chars().count();
+        if self.action.is_empty() {
+            return fail("action is required: say what changed (e.g. action \"apply\")".into());
+        }
+        if chars(&self.action) > MAX_AUDIT_ACTION_CHARS {
+            return fail(format!(
+                "action is {} characters long: give at most {MAX_AUDIT_ACTION_CHARS}",
+                chars(&self.action)
+            ));
+        }
+        if chars(&self.summary) > MAX_AUDIT_SUMMARY_CHARS {
+            return fail(format!(
+                "summary is {} characters long: give one line of at most {MAX_AUDIT_SUMMARY_CHARS}",
+                chars(&self.summary)
+            ));
+        }
+        if self.details.len() > MAX_AUDIT_DETAILS_BYTES {
+            return fail(format!(
+                "details is {} bytes long: give at most {MAX_AUDIT_DETAILS_BYTES} (256 KiB)",
+                self.details.len()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The body of `POST /qm/v1/what-if`: a queue's configuration as a change would leave it.

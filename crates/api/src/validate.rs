@@ -908,6 +908,21 @@ pub fn validate_terminate_service_job(req: &TerminateServiceJobRequest) -> Resul
     )
 }
 
+/// Longest termination reason, in characters (it becomes the job's status reason, which every
+/// DescribeServiceJob and ListServiceJobs answer carries).
+pub const MAX_REASON_CHARS: usize = 1024;
+
+/// A termination reason's length (checked when a request arrives, not on replay).
+pub fn validate_reason(reason: &str) -> Result<(), ApiError> {
+    let chars = reason.chars().count();
+    if chars > MAX_REASON_CHARS {
+        return fail(format!(
+            "reason is {chars} characters long: shorten it to at most {MAX_REASON_CHARS}"
+        ));
+    }
+    Ok(())
+}
+
 /// TerminateServiceJobs: 1..=50 job ids and a reason.
 pub fn validate_terminate_service_jobs(req: &TerminateServiceJobsRequest) -> Result<(), ApiError> {
     if req.jobs.is_empty() {

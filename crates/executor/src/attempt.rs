@@ -322,7 +322,7 @@ fn spawn_host(
     let host = host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
         let path = layout.attempt_dir.join(log_file_name(stream, host));
-        File::create(&path).map_err(|e| {
+        crate::logcap::create(&path).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("cannot open log '{}': {e}", path.display()),

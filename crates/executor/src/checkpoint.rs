@@ -79,7 +79,8 @@ pub(crate) struct Watched {
     pub(crate) last_seen_ns: u64,
 }
 
-/// The scanner loop; it ends when the executor is dropped.
+/// The scanner loop (checkpoints, and logs past their limit); it ends when the executor is
+/// dropped.
 pub(crate) async fn scan_loop(inner: Weak<Inner>, poll: Duration) {
     let mut tick = tokio::time::interval(poll.max(MIN_POLL));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -87,6 +88,12 @@ pub(crate) async fn scan_loop(inner: Weak<Inner>, poll: Duration) {
     loop {
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
+        if let Some((limit, dirs)) = inner.log_targets() {
+            let _ = tokio::task::spawn_blocking(move || {
+                dirs.iter().for_each(|d| crate::logcap::cap(d, limit))
+            })
+            .await;
+        }
         let targets = inner.checkpoint_targets();
         if targets.is_empty() {
             continue;

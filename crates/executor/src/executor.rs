@@ -34,6 +34,9 @@ pub struct LocalConfig {
     /// Each attempt runs under a uid of its own from this range (the server must be root);
     /// `None`: attempts run as the server's user ([`crate::isolation`]).
     pub isolation: Option<JobUids>,
+    /// Bytes of stdout (and of stderr) per process of an attempt before its log is rotated
+    /// (`None`: unbounded).
+    pub log_bytes_per_attempt: Option<u64>,
 }
 
 impl LocalConfig {
@@ -46,6 +49,7 @@ impl LocalConfig {
             gpu_indices: None,
             checkpoint_poll: Duration::from_secs(1),
             isolation: None,
+            log_bytes_per_attempt: None,
         }
     }
 }
@@ -498,6 +502,18 @@ impl Inner {
     }
 
     /// The checkpoint directories to scan: running attempts only.
+    /// The log limit and the directories of running attempts, when logs are bounded.
+    pub(crate) fn log_targets(&self) -> Option<(u64, Vec<PathBuf>)> {
+        let limit = self.cfg.log_bytes_per_attempt?;
+        let dirs = self
+            .state()
+            .attempts
+            .values()
+            .filter_map(|slot| slot.outcome_file.parent().map(Path::to_path_buf))
+            .collect();
+        Some((limit, dirs))
+    }
+
     pub(crate) fn checkpoint_targets(&self) -> Vec<(u64, PathBuf)> {
         self.state()
             .attempts

@@ -29,6 +29,7 @@ mod group;
 mod inventory;
 pub mod isolation;
 pub mod layout;
+mod logcap;
 mod outcome;
 pub mod slurm;
 

@@ -337,8 +337,13 @@ pub enum Query {
     ListTagsForResource(ListTagsForResourceRequest),
     /// `GET /qm/v1/usage`: per queue, share and type, what the core accounts.
     Usage,
-    /// `GET /qm/v1/audit`.
-    Audit,
+    /// `GET /qm/v1/audit`: at most `max` entries from the `start`-th (oldest first).
+    Audit {
+        /// The first entry's index (a page token).
+        start: usize,
+        /// The page size.
+        max: usize,
+    },
     /// `POST /qm/v1/what-if`.
     WhatIf(qm_api::qm::WhatIfRequest),
     /// Where an attempt's logs are: the job's id and the attempt number (latest if `None`).

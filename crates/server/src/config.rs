@@ -47,6 +47,27 @@ pub struct FileConfig {
     /// TLS.
     #[serde(default)]
     pub tls: TlsSection,
+    /// Bounds on what clients can make the server hold or wait for.
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// `[limits]` (defaults: [`crate::limits::Limits::DEFAULT`]; docs/security.md).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// RUNNABLE jobs one quota share may hold.
+    pub queued_jobs_per_share: Option<u64>,
+    /// RUNNABLE jobs one job queue may hold.
+    pub queued_jobs_per_queue: Option<u64>,
+    /// Connections open at once.
+    pub max_connections: Option<u64>,
+    /// Seconds a request's headers may take, and a keep-alive connection may sit idle.
+    pub header_timeout_seconds: Option<f64>,
+    /// Seconds a request's body may take.
+    pub body_timeout_seconds: Option<f64>,
+    /// Bytes of stdout (and of stderr) an attempt may write before its log is rotated.
+    pub log_bytes_per_attempt: Option<u64>,
 }
 
 /// `[tls]`: serve HTTPS with this certificate chain and key (PEM files).
@@ -261,6 +282,8 @@ pub struct Config {
     pub public_metrics: bool,
     /// `Some((cert, key))`: serve HTTPS.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `[limits]`.
+    pub limits: crate::limits::Limits,
 }
 
 impl Config {
@@ -450,8 +473,67 @@ impl Config {
                     ))
                 }
             },
+            limits: resolve_limits(&file.limits, seconds)?,
         })
     }
+}
+
+/// `[limits]`: every count at least 1, every timeout at least a second.
+fn resolve_limits(
+    l: &LimitsSection,
+    seconds: impl Fn(&str, Option<f64>, f64) -> Result<Duration, ServerError>,
+) -> Result<crate::limits::Limits, ServerError> {
+    let d = crate::limits::Limits::DEFAULT;
+    let count = |key: &str, v: Option<u64>, default: u64| match v {
+        Some(0) => Err(ServerError::Config(format!(
+            "limits.{key}: is 0; give at least 1 (the default is {default})"
+        ))),
+        v => Ok(v.unwrap_or(default)),
+    };
+    let timeout = |key: &str, v: Option<f64>, default: Duration| {
+        let t = seconds(&format!("limits.{key}"), v, default.as_secs_f64())?;
+        if t < Duration::from_secs(1) {
+            return Err(ServerError::Config(format!(
+                "limits.{key}: is under a second; give at least 1 (the default is {})",
+                default.as_secs()
+            )));
+        }
+        Ok(t)
+    };
+    Ok(crate::limits::Limits {
+        queued_per_share: count(
+            "queued_jobs_per_share",
+            l.queued_jobs_per_share,
+            d.queued_per_share,
+        )?,
+        queued_per_queue: count(
+            "queued_jobs_per_queue",
+            l.queued_jobs_per_queue,
+            d.queued_per_queue,
+        )?,
+        max_connections: count(
+            "max_connections",
+            l.max_connections,
+            d.max_connections as u64,
+        )?
+        .min(1 << 20) as usize,
+        header_timeout: timeout(
+            "header_timeout_seconds",
+            l.header_timeout_seconds,
+            d.header_timeout,
+        )?,
+        body_timeout: timeout(
+            "body_timeout_seconds",
+            l.body_timeout_seconds,
+            d.body_timeout,
+        )?,
+        log_bytes_per_attempt: count(
+            "log_bytes_per_attempt",
+            l.log_bytes_per_attempt,
+            d.log_bytes_per_attempt,
+        )?
+        .max(4096),
+    })
 }
 
 /// `[auth] hosts`: plain DNS names, compared case-insensitively.
@@ -583,6 +665,32 @@ gpus_per_instance = 1
             ..Flags::default()
         };
         assert_eq!(Config::resolve(file, &flags).unwrap().listen.port(), 2);
+    }
+
+    #[test]
+    fn limits_default_parse_and_refuse_zero_and_sub_second_timeouts() {
+        assert_eq!(parse("").unwrap().limits, crate::limits::Limits::DEFAULT);
+        let c = parse("[limits]\nqueued_jobs_per_share = 7\nheader_timeout_seconds = 3\n").unwrap();
+        assert_eq!(c.limits.queued_per_share, 7);
+        assert_eq!(c.limits.header_timeout, Duration::from_secs(3));
+        let e = parse("[limits]\nmax_connections = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("limits.max_connections") && e.contains("at least 1"),
+            "{e}"
+        );
+        let e = parse("[limits]\nbody_timeout_seconds = 0.5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("limits.body_timeout_seconds") && e.contains("under a second"),
+            "{e}"
+        );
+        let e = parse("[limits]\nqueued_jobs = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("queued_jobs"), "{e}");
     }
 
     #[test]

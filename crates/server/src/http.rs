@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use percent_encoding::percent_decode_str;
+use qm_api::qm::MAX_AUDIT_PAGE;
 use qm_api::*;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
@@ -49,6 +50,8 @@ pub struct App {
     pub gpus: BTreeMap<String, u32>,
     /// Principals, sessions and the request guard's settings.
     pub auth: Arc<crate::auth::Auth>,
+    /// `[limits]`, which the door applies.
+    pub limits: crate::limits::Limits,
 }
 
 /// The router.
@@ -81,10 +84,16 @@ pub fn router(app: App) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        // Outermost: nothing is routed, parsed or answered for a request it refuses.
+        // Nothing is routed, parsed or answered for a request the guard refuses.
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             crate::auth::guard,
+        ))
+        // Outside the guard: limits before signatures, so that a slow or huge request costs
+        // nothing but its connection.
+        .layer(axum::middleware::from_fn_with_state(
+            app.limits,
+            crate::limits::door,
         ))
         .with_state(app)
 }
@@ -159,6 +168,16 @@ async fn dispatch(app: &App, request: Request) -> Response {
     }
 }
 
+/// Bounds checked only at the door, not when the log is replayed: a request accepted by an
+/// earlier build must still apply.
+fn within_bounds(request: &Request) -> Result<(), ApiError> {
+    match request {
+        Request::Command(Command::TerminateServiceJob(r)) => validate_reason(&r.reason),
+        Request::Command(Command::TerminateServiceJobs(r)) => validate_reason(&r.reason),
+        _ => Ok(()),
+    }
+}
+
 /// The body, or the AWS-shaped error for one that could not be read (too large, say).
 fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| {
@@ -180,15 +199,17 @@ async fn operation(
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    let request = parse_operation(&operation, &body).map(|r| match r {
-        Request::Command(mut c) => {
-            if let Command::SubmitServiceJob { principal, .. } = &mut c {
-                *principal = Some(caller.name.clone());
+    let request = parse_operation(&operation, &body)
+        .and_then(|r| within_bounds(&r).map(|()| r))
+        .map(|r| match r {
+            Request::Command(mut c) => {
+                if let Command::SubmitServiceJob { principal, .. } = &mut c {
+                    *principal = Some(caller.name.clone());
+                }
+                Request::Command(as_caller(&caller, c))
             }
-            Request::Command(as_caller(&caller, c))
-        }
-        query => query,
-    });
+            query => query,
+        });
     let audited = matches!(&request, Ok(Request::Command(Command::As { command, .. }))
         if !matches!(**command, Command::SubmitServiceJob { .. }));
     let response = match request {
@@ -390,8 +411,46 @@ async fn what_if(AxState(app): AxState<App>, body: Result<Bytes, BytesRejection>
     }
 }
 
-async fn audit_list(AxState(app): AxState<App>) -> Response {
-    dispatch(&app, Request::Query(Query::Audit)).await
+#[derive(Deserialize)]
+struct AuditParams {
+    #[serde(rename = "maxResults")]
+    max_results: Option<usize>,
+    #[serde(rename = "nextToken")]
+    next_token: Option<String>,
+}
+
+/// `GET /qm/v1/audit?maxResults=&nextToken=`: a page of the audit log, oldest first.
+async fn audit_list(
+    AxState(app): AxState<App>,
+    params: Result<axum::extract::Query<AuditParams>, QueryRejection>,
+) -> Response {
+    let page = query_params(params).and_then(|p| {
+        let max = p.max_results.unwrap_or(MAX_AUDIT_PAGE);
+        if max == 0 || max > MAX_AUDIT_PAGE {
+            return Err(ApiError::client(format!(
+                "maxResults is {max}: give 1 to {MAX_AUDIT_PAGE}"
+            )));
+        }
+        let start = match p.next_token.as_deref() {
+            None => 0,
+            Some(t) => t.parse::<usize>().map_err(|_| {
+                ApiError::client(format!(
+                    "nextToken '{}' is not a token this endpoint returned: pass the nextToken of the previous page",
+                    printable_token(t)
+                ))
+            })?,
+        };
+        Ok(Query::Audit { start, max })
+    });
+    match page {
+        Ok(q) => dispatch(&app, Request::Query(q)).await,
+        Err(e) => error_response(&e),
+    }
+}
+
+/// A client's token, short and printable, for an error message.
+fn printable_token(t: &str) -> String {
+    t.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
 async fn audit_add(
@@ -405,10 +464,8 @@ async fn audit_add(
     };
     // Who acted is who signed, whatever the client says: an audit entry cannot be forged.
     entry.actor = caller.name.clone();
-    if entry.action.is_empty() {
-        return error_response(&ApiError::client(
-            "action is required: say what changed (e.g. action \"apply\")",
-        ));
+    if let Err(e) = entry.check() {
+        return error_response(&e);
     }
     dispatch(&app, Request::Command(Command::Audit(entry))).await
 }
@@ -462,9 +519,10 @@ async fn logs(
         .log_dir(&job_id, attempt)
         .join(log_file_name(stream, 1));
     let offset = params.offset.unwrap_or(0);
-    let bytes = tokio::task::spawn_blocking(move || read_from(&path, offset, MAX_LOG_CHUNK))
-        .await
-        .unwrap_or_default();
+    let (offset, bytes) =
+        tokio::task::spawn_blocking(move || read_from(&path, offset, MAX_LOG_CHUNK))
+            .await
+            .unwrap_or_default();
     let next = offset + bytes.len() as u64;
     let mut r = (StatusCode::OK, bytes).into_response();
     let h = r.headers_mut();
@@ -487,17 +545,22 @@ async fn logs(
 /// Most bytes of log one request returns.
 const MAX_LOG_CHUNK: u64 = 1024 * 1024;
 
-fn read_from(path: &std::path::Path, offset: u64, max: u64) -> Vec<u8> {
+/// At most `max` bytes of the log from `offset`, and the offset they start at: 0 when the log
+/// is shorter than `offset`, because it was rotated under the reader (its first line says
+/// so) and starts again.
+fn read_from(path: &std::path::Path, offset: u64, max: u64) -> (u64, Vec<u8>) {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(path) else {
-        return Vec::new();
+        return (offset, Vec::new());
     };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let offset = if offset > len { 0 } else { offset };
     if f.seek(SeekFrom::Start(offset)).is_err() {
-        return Vec::new();
+        return (offset, Vec::new());
     }
     let mut buf = Vec::new();
     let _ = f.take(max).read_to_end(&mut buf);
-    buf
+    (offset, buf)
 }
 
 /// Decodes the body of `POST /v1/<operation>`.

@@ -25,6 +25,7 @@ pub mod error;
 pub mod exec;
 pub mod http;
 pub mod index;
+pub mod limits;
 pub mod metrics;
 mod ops;
 pub mod snapshot;
@@ -144,6 +145,10 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         );
     }
     log.set_writer(&running)?;
+    state.admission = Some(state::Admission {
+        per_share: config.limits.queued_per_share,
+        per_queue: config.limits.queued_per_queue,
+    });
     // After an upgrade, a snapshot at once: the next start (of this build or a later one) goes
     // on from this build's state instead of replaying the previous build's batches again.
     if !recovered.other_writers.is_empty() {
@@ -219,25 +224,39 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         executor: logs,
         archive: archive::Archive::new(&config.data_dir),
         gpus,
+        limits: config.limits,
     };
+    let handle = axum_server::Handle::new();
+    let stopping = handle.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stopping.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
+    });
+    let listener = listener
+        .into_std()
+        .map_err(io("handing over the listener".into()))?;
+    let limits = config.limits;
+    let service = http::router(app).into_make_service();
     match tls {
-        None => axum::serve(listener, http::router(app))
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .map_err(io("serving HTTP".into()))?,
+        None => {
+            let mut server = axum_server::from_tcp(listener)
+                .acceptor(limits::Limited::new(limits.max_connections, true))
+                .handle(handle);
+            limits::configure(server.http_builder(), &limits);
+            server
+                .serve(service)
+                .await
+                .map_err(io("serving HTTP".into()))?
+        }
         Some(tls) => {
-            let handle = axum_server::Handle::new();
-            let stopping = handle.clone();
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                stopping.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
-            });
-            let listener = listener
-                .into_std()
-                .map_err(io("handing the listener to TLS".into()))?;
-            axum_server::from_tcp_rustls(listener, tls)
-                .handle(handle)
-                .serve(http::router(app).into_make_service())
+            let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+                .acceptor(limits::Limited::new(limits.max_connections, false));
+            let mut server = axum_server::from_tcp(listener)
+                .acceptor(acceptor)
+                .handle(handle);
+            limits::configure(server.http_builder(), &limits);
+            server
+                .serve(service)
                 .await
                 .map_err(io("serving HTTPS".into()))?
         }
@@ -358,6 +377,7 @@ fn local_executor(
             gpu_indices,
             checkpoint_poll: config.checkpoint_poll,
             isolation,
+            log_bytes_per_attempt: Some(config.limits.log_bytes_per_attempt),
         },
         events_tx,
     )

@@ -299,6 +299,19 @@ pub struct State {
     pub share_history: crate::usage::ShareHistory,
     /// Scheduling pass durations (measured by the driver; not part of the replayed state).
     pub pass_seconds: crate::metrics::Histogram,
+    /// The bounds on queued jobs that new submits must respect: set by the server once the
+    /// log is replayed, so that a submit accepted once is accepted again on replay whatever
+    /// the limits are now.
+    pub admission: Option<Admission>,
+}
+
+/// `[limits] queued_jobs_per_share` and `queued_jobs_per_queue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// RUNNABLE jobs per quota share.
+    pub per_share: u64,
+    /// RUNNABLE jobs per job queue.
+    pub per_queue: u64,
 }
 
 impl State {
@@ -326,6 +339,7 @@ impl State {
             by_status: Default::default(),
             share_history: BTreeMap::new(),
             pass_seconds: crate::metrics::Histogram::default(),
+            admission: None,
         }
     }
 
@@ -419,9 +433,14 @@ impl State {
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
             Query::WhatIf(r) => self.what_if(r),
-            Query::Audit => body(&qm_api::qm::AuditLog {
-                entries: self.audit.clone(),
-            }),
+            Query::Audit { start, max } => {
+                let start = (*start).min(self.audit.len());
+                let end = start.saturating_add(*max).min(self.audit.len());
+                body(&qm_api::qm::AuditLog {
+                    entries: self.audit[start..end].to_vec(),
+                    next_token: (end < self.audit.len()).then(|| end.to_string()),
+                })
+            }
             Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),
             Query::LogInfo { .. } | Query::UsageFacts { .. } => Err(ApiError::server(
                 "internal: this read has a typed answer (State::answer)",

@@ -52,7 +52,10 @@ fn recovered(log: &SqliteLog) -> (State, Recovered) {
 fn ask(state: &State, operation: &str, request: &Value) -> Value {
     let query = match operation {
         "usage" => qm_server::command::Query::Usage,
-        "audit" => qm_server::command::Query::Audit,
+        "audit" => qm_server::command::Query::Audit {
+            start: 0,
+            max: usize::MAX,
+        },
         op => match parse_operation(op, request.to_string().as_bytes()).expect("a read") {
             Request::Query(q) => q,
             Request::Command(c) => panic!("{op} is not a read: {c:?}"),

@@ -13,17 +13,34 @@ pub const AUDIT_PATH: &str = "/qm/v1/audit";
 /// drift.
 pub use qm_api::qm::AuditEntry as Entry;
 
-/// Reads the log.
+/// Reads the log, page by page.
 pub fn read(client: &Client) -> Result<Vec<Entry>, Error> {
-    let v = client
-        .get_json(AUDIT_PATH)
-        .map_err(|e| Error::request("audit", e))?;
-    serde_json::from_value::<qm_api::qm::AuditLog>(v)
-        .map(|p| p.entries)
-        .map_err(|e| Error::Shape {
+    let mut entries = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let path = match &next {
+            None => AUDIT_PATH.to_string(),
+            Some(token) => format!("{AUDIT_PATH}?nextToken={token}"),
+        };
+        let v = client
+            .get_json(&path)
+            .map_err(|e| Error::request("audit", e))?;
+        let page = serde_json::from_value::<qm_api::qm::AuditLog>(v).map_err(|e| Error::Shape {
             operation: "audit".into(),
             message: e.to_string(),
-        })
+        })?;
+        entries.extend(page.entries);
+        match page.next_token {
+            // The server's tokens are decimal indices, so nothing needs escaping; anything
+            // else (or the same token twice) ends the walk rather than loop or inject.
+            Some(token)
+                if token.bytes().all(|b| b.is_ascii_digit()) && next.as_ref() != Some(&token) =>
+            {
+                next = Some(token)
+            }
+            _ => return Ok(entries),
+        }
+    }
 }
 
 /// The entries as a table: time, actor, action, summary.

@@ -34,6 +34,42 @@ impl State {
         })
     }
 
+    /// Refuses a submit for an instance type no pool of the executor provides (it would wait
+    /// for ever), or one that would queue more RUNNABLE jobs than `[limits]` allows in the
+    /// share or the queue. Only live: see [`State::admission`].
+    fn admit(&self, queue: &str, share: &str, instance_type: &str) -> Result<(), ApiError> {
+        let Some(limits) = self.admission else {
+            return Ok(());
+        };
+        if !self.capacity.contains_key(instance_type) {
+            return Err(ApiError::client(format!(
+                "serviceRequestPayload.ResourceConfig.InstanceType: no pool of this server provides '{instance_type}' (it offers {}): ask for one of those, or add the type to the executor's pools ([[executor.pool]], or [[executor.slurm.instance]] for Slurm) and restart",
+                self.capacity.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let key = (queue.to_string(), self.queues[queue].generation);
+        let queued = |share| {
+            self.by_status
+                .jobs(&key, share, ServiceJobStatus::Runnable)
+                .map_or(0, |jobs| jobs.len() as u64)
+        };
+        let n = queued(Some(share));
+        if n >= limits.per_share {
+            return Err(ApiError::client(format!(
+                "quotaShareName: quota share '{share}' of job queue '{queue}' already holds {n} RUNNABLE jobs, its limit ([limits] queued_jobs_per_share = {}); submit again once some have started",
+                limits.per_share
+            )));
+        }
+        let n = queued(None);
+        if n >= limits.per_queue {
+            return Err(ApiError::client(format!(
+                "jobQueue: job queue '{queue}' already holds {n} RUNNABLE jobs, its limit ([limits] queued_jobs_per_queue = {}); submit again once some have started",
+                limits.per_queue
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn submit_service_job(
         &mut self,
         job_id: &str,
@@ -90,6 +126,7 @@ impl State {
             Some(_) => {}
         }
         let payload = TrainingPayload::parse(&r.service_request_payload)?;
+        self.admit(&queue, &share, &payload.instance_type)?;
         let (attempts, evaluate_on_exit) = exit_rules(r.retry_strategy.as_ref());
         let core = self.next_job;
         let priority = r.scheduling_priority.unwrap_or(0);
