@@ -37,7 +37,10 @@ pub fn decode_token(field: &str, token: &str) -> Result<String, ApiError> {
     };
     let rest = token.strip_prefix(PREFIX).ok_or_else(refuse)?;
     let (checksum, hex) = rest.split_once('-').ok_or_else(refuse)?;
-    if checksum.len() != 8 || hex.len() % 2 != 0 {
+    // from_str_radix takes a leading '+': checking the digits first keeps one spelling per
+    // token, so a token compares equal to the one the server issued.
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+    if checksum.len() != 8 || hex.len() % 2 != 0 || !digits(checksum) || !digits(hex) {
         return Err(refuse());
     }
     let checksum = u32::from_str_radix(checksum, 16).map_err(|_| refuse())?;
@@ -90,6 +93,9 @@ mod tests {
             "qm1-zzzzzzzz-00",
             "qm1-00000000-0",
             &edited,
+            // Found by the page_token fuzz target: a sign is not a digit.
+            "qm1-+4e20a13-712f612f30303030303030303432",
+            &format!("{}+{}", &good[..good.len() - 2], &good[good.len() - 1..]),
         ] {
             let err = decode_token("nextToken", bad).unwrap_err();
             assert!(
