@@ -1,11 +1,16 @@
 """Retention (issue 15, item 3): a finished job stays describable for
 `[retention] finished_jobs_days`, then leaves the server for the archive
-(`<data-dir>/archive/jobs-YYYY-MM.jsonl`), across restarts; unfinished jobs never do."""
+(`<data-dir>/archive/jobs-YYYY-MM.jsonl`), across restarts; unfinished jobs never do. The
+audit log keeps its newest `[retention] audit_entries` and archives the rest (issue 13)."""
+
+import json
+import subprocess
 
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import Jobs, archived, ShareSpec, config_toml, make_queue, wait_for, wait_status
+from qm_e2e import (Jobs, archived, ShareSpec, config_toml, make_queue, qm_bin, wait_for,
+                    wait_status)
 
 
 @pytest.fixture
@@ -13,7 +18,8 @@ def server(start_server):
     # Retire at once (a fraction of a day is allowed): the first tick after a job finishes
     # archives it.
     s = start_server(config=config_toml(count=2)
-                     + "[retention]\nfinished_jobs_days = 0\ndelete_job_dirs = true\n",
+                     + "[retention]\nfinished_jobs_days = 0\ndelete_job_dirs = true\n"
+                     + "audit_entries = 3\n",
                      name="retention")
     yield s
     s.close()
@@ -58,3 +64,39 @@ def test_a_finished_job_moves_to_the_archive_and_a_running_one_stays(server, tmp
     assert batch.describe_service_job(jobId=running)["status"] in ("RUNNABLE", "SCHEDULED", "RUNNING")
     assert list(archived(server)) == [done]
     jobs.cleanup()
+
+
+def audit_page(server, token=None) -> dict:
+    status, _, body = server.signed("GET", "/qm/v1/audit" + (f"?nextToken={token}" if token else ""))
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_the_audit_log_keeps_its_newest_entries_and_archives_the_rest(server):
+    for i in range(6):
+        status, _, body = server.signed("POST", "/qm/v1/audit", {"action": "apply", "summary": f"ret-{i}"})
+        assert status == 200, body
+    wait_for(lambda: audit_page(server).get("archivedEntries", 0) >= 3,
+             what="the oldest audit entries to be archived")
+    page = audit_page(server)
+    kept = [e["summary"] for e in page["entries"]]
+    assert kept[-3:] == ["ret-3", "ret-4", "ret-5"] and len(kept) == 3, page
+    assert page["archivedEntries"] + len(kept) >= 6
+    # Numbered lines, by month recorded; a crash mid-retirement may repeat one, never lose it.
+    lines = [json.loads(line) for f in sorted((server.data_dir / "archive").glob("audit-*.jsonl"))
+             for line in f.read_text().splitlines()]
+    by_seq = {e["seq"]: e for e in lines}
+    assert [by_seq[n]["summary"] for n in sorted(by_seq)][-3:] == ["ret-0", "ret-1", "ret-2"], lines
+    assert all(e["actor"] and e["at"] > 0 for e in lines), lines
+    # A token from before the retirement starts at the oldest entry kept.
+    assert [e["summary"] for e in audit_page(server, "0")["entries"]] == kept
+    out = subprocess.run([str(qm_bin()), "audit"], env=server.cli_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ret-5" in out.stdout and "ret-0" not in out.stdout, out.stdout
+    assert f"{page['archivedEntries']} older entries are in" in out.stderr, out.stderr
+
+    server.kill9()
+    server.start()
+    again = audit_page(server)
+    assert (again["entries"], again["archivedEntries"]) == (page["entries"], page["archivedEntries"])

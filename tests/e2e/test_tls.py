@@ -8,6 +8,7 @@ import http.client
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -98,6 +99,12 @@ def test_boto3_reaches_an_https_server_through_a_test_ca_and_is_refused_without_
         r = subprocess.run([str(qm_bin()), "whoami"], capture_output=True, text=True, timeout=60,
                            env=env)
         assert r.returncode != 0, r.stdout
+        # A client that offers HTTP/2 settles on HTTP/1.1, where the header timeout holds.
+        offering = ssl.create_default_context(cafile=str(test_ca / "ca.pem"))
+        offering.set_alpn_protocols(["h2", "http/1.1"])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with offering.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                assert tls.selected_alpn_protocol() == "http/1.1"
         # Plain HTTP on the TLS port gets no HTTP answer (a TLS alert at most).
         with pytest.raises((urllib.error.URLError, OSError, http.client.HTTPException)):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()

@@ -105,6 +105,14 @@ pub struct AuditLog {
     /// Where the next page starts (pass it as `nextToken`); absent on the last page.
     #[serde(rename = "nextToken", default, skip_serializing_if = "Option::is_none")]
     pub next_token: Option<String>,
+    /// How many older entries left the log for `<data-dir>/archive/audit-YYYY-MM.jsonl`
+    /// (`[retention] audit_entries`).
+    #[serde(rename = "archivedEntries", default, skip_serializing_if = "is_zero")]
+    pub archived: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Most audit entries one `GET /qm/v1/audit` returns (and its default page size).

@@ -2,14 +2,15 @@
 //! finishing time (`<data-dir>/archive/jobs-YYYY-MM.jsonl`), read by usage accounting. A line
 //! is one [`ArchivedJob`]. Appends are fsynced before the driver logs the retirement, so a
 //! job is always in the state or in the archive; a crash in between may archive a job twice,
-//! and readers keep one record per job id.
+//! and readers keep one record per job id. Retired audit entries go to
+//! `audit-YYYY-MM.jsonl` by the month they were recorded in, one [`ArchivedAudit`] a line.
 
 use qm_core::time::civil_from_days;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use crate::ops::retention::{ArchivedAttempt, ArchivedJob};
+pub use crate::ops::retention::{ArchivedAttempt, ArchivedAudit, ArchivedJob};
 
 /// Where retired jobs go.
 #[derive(Clone, Debug)]
@@ -27,7 +28,6 @@ impl Archive {
 
     /// Appends `jobs` durably (each to the file of the month it finished in).
     pub fn append(&self, jobs: &[ArchivedJob]) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
         let mut by_file: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
         for job in jobs {
             let at = job.stopped_at.unwrap_or(job.created_at);
@@ -35,6 +35,24 @@ impl Archive {
             serde_json::to_writer(&mut *line, job)?;
             line.push(b'\n');
         }
+        self.write(by_file)
+    }
+
+    /// Appends audit `entries` durably (each to the file of the month it was recorded in).
+    pub fn append_audit(&self, entries: &[ArchivedAudit]) -> std::io::Result<()> {
+        let mut by_file: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
+        for e in entries {
+            let (y, m, _) = civil_from_days(e.entry.at.div_euclid(86_400_000));
+            let path = self.dir.join(format!("audit-{y:04}-{m:02}.jsonl"));
+            let line = by_file.entry(path).or_default();
+            serde_json::to_writer(&mut *line, e)?;
+            line.push(b'\n');
+        }
+        self.write(by_file)
+    }
+
+    fn write(&self, by_file: BTreeMap<PathBuf, Vec<u8>>) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
         for (path, bytes) in by_file {
             let created = !path.exists();
             let mut f = std::fs::OpenOptions::new()

@@ -131,6 +131,13 @@ pub enum Command {
         /// The jobs, by id.
         job_ids: Vec<String>,
     },
+    /// The audit entries numbered below `upto` leave the state (they were archived first):
+    /// `[retention] audit_entries` bounds how many the state keeps.
+    RetireAudit {
+        /// The number of the first entry that stays (entries are numbered from 0 in the
+        /// order they were recorded).
+        upto: u64,
+    },
     /// The instant the core asked to be passed again at has come
     /// (`qm_core::Scheduler::next_wakeup`: a job's patience with its victims ran out, or a
     /// running job's thrash protection ended while jobs wait). It

@@ -102,10 +102,16 @@ pub struct RetentionSection {
     /// Whether a retired job's directory (its attempts' logs, outcomes and checkpoints) is
     /// deleted with it; off by default, since outputs may live there.
     pub delete_job_dirs: Option<bool>,
+    /// Audit entries kept in the state; older ones move to the archive.
+    pub audit_entries: Option<u64>,
 }
 
 /// Days a finished job stays by default.
 pub const DEFAULT_RETENTION_DAYS: f64 = 30.0;
+
+/// Audit entries the state keeps by default: at most 100,000 × 257 KiB, about 1 KiB each in
+/// practice (an entry records one changing request).
+pub const DEFAULT_AUDIT_ENTRIES: u64 = 100_000;
 
 /// `[state]`.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -272,6 +278,8 @@ pub struct Config {
     pub retention: Duration,
     /// Whether retiring a job deletes its directory.
     pub delete_job_dirs: bool,
+    /// Audit entries kept before the oldest are archived.
+    pub audit_entries: usize,
     /// `Some` when `executor.kind = "slurm"`.
     pub slurm: Option<SlurmSettings>,
     /// Whether requests must be signed (`--no-auth` turns it off).
@@ -445,6 +453,15 @@ impl Config {
                 Duration::from_secs_f64(days * 86_400.0)
             },
             delete_job_dirs: file.retention.delete_job_dirs.unwrap_or(false),
+            audit_entries: match file.retention.audit_entries.unwrap_or(DEFAULT_AUDIT_ENTRIES) {
+                n @ 1..=100_000_000 => n as usize,
+                n => {
+                    return Err(bad(
+                        "retention.audit_entries",
+                        format!("is {n}; give a count from 1 to 100000000, e.g. 100000"),
+                    ))
+                }
+            },
             snapshot_every: file
                 .state
                 .snapshot_every_commands
@@ -718,6 +735,17 @@ gpus_per_instance = 1
             .unwrap_err()
             .to_string();
         assert!(e.contains("executor.pool[0].count"), "{e}");
+        let e = parse("[retention]\naudit_entries = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("retention.audit_entries") && e.contains("from 1"),
+            "{e}"
+        );
+        assert_eq!(
+            parse("").unwrap().audit_entries,
+            DEFAULT_AUDIT_ENTRIES as usize
+        );
     }
 
     #[test]

@@ -354,6 +354,8 @@ pub struct Cadence {
     pub delete_job_dirs: bool,
     /// `[executor] max_lost_attempts`: lost attempts of a job in a row queued again for free.
     pub max_lost_attempts: u32,
+    /// `[retention] audit_entries`: audit entries the state keeps; older ones are archived.
+    pub audit_entries: usize,
 }
 
 /// The running driver, over a store `L` and an executor `E` (the server's: SQLite and the
@@ -384,6 +386,7 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     retire_checked: i64,
     delete_job_dirs: bool,
     max_lost_attempts: u32,
+    audit_entries: usize,
     /// Directories of jobs whose retirement is in the batch being committed.
     retired_dirs: Vec<PathBuf>,
 }
@@ -423,6 +426,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             retention,
             delete_job_dirs,
             max_lost_attempts,
+            audit_entries,
         } = cadence;
         Driver {
             state,
@@ -443,11 +447,13 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             delete_job_dirs,
             retired_dirs: Vec::new(),
             max_lost_attempts,
+            audit_entries,
         }
     }
 
-    /// The jobs due for retirement, archived durably, as the command that retires them; none
-    /// while it is not time to look, or when archiving failed (they stay, and are tried again).
+    /// The jobs and audit entries due for retirement, archived durably, as the commands that
+    /// retire them; none while it is not time to look, or when archiving failed (they stay,
+    /// and are tried again).
     fn retire_commands(&mut self, now: i64) -> Vec<Command> {
         let retention = self.retention.as_millis() as i64;
         let every = (retention / 10).clamp(self.tick.as_millis() as i64, 60_000);
@@ -455,14 +461,32 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             return Vec::new();
         }
         self.retire_checked = now;
-        let due = self.state.retirable(now - retention, RETIRE_MAX);
+        let mut out: Vec<Command> = self.retire_jobs(now - retention).into_iter().collect();
+        out.extend(self.retire_audit());
+        out
+    }
+
+    /// The audit entries beyond `[retention] audit_entries`, archived.
+    fn retire_audit(&mut self) -> Option<Command> {
+        let due = self.state.audit_retirable(self.audit_entries, RETIRE_MAX);
+        let upto = due.last()?.seq + 1;
+        if let Err(e) = self.archive.append_audit(&due) {
+            tracing::error!(error = %e, entries = due.len(), "cannot write the audit archive; the entries stay until it can be written");
+            return None;
+        }
+        Some(Command::RetireAudit { upto })
+    }
+
+    /// The finished jobs that stopped at or before `before`, archived.
+    fn retire_jobs(&mut self, before: i64) -> Option<Command> {
+        let due = self.state.retirable(before, RETIRE_MAX);
         if due.is_empty() {
-            return Vec::new();
+            return None;
         }
         let archived: Vec<ArchivedJob> = due.iter().map(|r| ArchivedJob::of(r)).collect();
         if let Err(e) = self.archive.append(&archived) {
             tracing::error!(error = %e, jobs = archived.len(), "cannot write the archive; the finished jobs stay until it can be written");
-            return Vec::new();
+            return None;
         }
         let job_ids: Vec<String> = archived.into_iter().map(|a| a.job_id).collect();
         if self.delete_job_dirs {
@@ -473,7 +497,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                 .map(|id| self.executor.job_dir(id))
                 .collect();
         }
-        vec![Command::RetireJobs { job_ids }]
+        Some(Command::RetireJobs { job_ids })
     }
 
     /// Starts a snapshot of the state after the last logged batch (which drops the batches

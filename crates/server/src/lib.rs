@@ -194,6 +194,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
             retention: config.retention,
             delete_job_dirs: config.delete_job_dirs,
             max_lost_attempts: config.max_lost_attempts,
+            audit_entries: config.audit_entries,
         },
     );
     let lost = driver.reconcile().await?;
@@ -240,7 +241,11 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     match tls {
         None => {
             let mut server = axum_server::from_tcp(listener)
-                .acceptor(limits::Limited::new(limits.max_connections, true))
+                .acceptor(limits::Limited::new(
+                    limits.max_connections,
+                    limits.header_timeout,
+                    true,
+                ))
                 .handle(handle);
             limits::configure(server.http_builder(), &limits);
             server
@@ -249,8 +254,9 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
                 .map_err(io("serving HTTP".into()))?
         }
         Some(tls) => {
-            let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
-                .acceptor(limits::Limited::new(limits.max_connections, false));
+            let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(
+                limits::Limited::new(limits.max_connections, limits.header_timeout, false),
+            );
             let mut server = axum_server::from_tcp(listener)
                 .acceptor(acceptor)
                 .handle(handle);
@@ -274,7 +280,7 @@ async fn load_tls(
 ) -> Result<axum_server::tls_rustls::RustlsConfig, ServerError> {
     // Installed once per process; a second server in the same process finds it there.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+    let loaded = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
         .await
         .map_err(|e| {
             ServerError::Config(format!(
@@ -282,7 +288,14 @@ async fn load_tls(
                 cert.display(),
                 key.display()
             ))
-        })
+        })?;
+    // HTTP/1.1 only, where [limits] header_timeout_seconds holds (the SDKs and the CLI speak
+    // it; clients that offer h2 settle on it).
+    let mut settings = (*loaded.get_inner()).clone();
+    settings.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(axum_server::tls_rustls::RustlsConfig::from_config(
+        std::sync::Arc::new(settings),
+    ))
 }
 
 /// One line on how batches of other builds replayed under this one.

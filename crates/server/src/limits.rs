@@ -73,17 +73,22 @@ impl Limits {
 pub struct Limited {
     permits: Arc<Semaphore>,
     max: usize,
+    /// How long a new connection may stay silent (`header_timeout`): hyper's own header
+    /// timeout starts only once it knows the protocol, from the first bytes.
+    first_byte: Duration,
     /// Whether refusals can be answered in HTTP (not under TLS, where the refusal comes
     /// before the handshake and the connection is only closed).
     plain: bool,
 }
 
 impl Limited {
-    /// At most `max` connections; `plain`: refusals get a 503 answer.
-    pub fn new(max: usize, plain: bool) -> Self {
+    /// At most `max` connections, each closed if it sends nothing within `first_byte`;
+    /// `plain`: refusals get a 503 answer.
+    pub fn new(max: usize, first_byte: Duration, plain: bool) -> Self {
         Limited {
             permits: Arc::new(Semaphore::new(max)),
             max,
+            first_byte,
             plain,
         }
     }
@@ -96,7 +101,7 @@ impl<S: Send + 'static> axum_server::accept::Accept<TcpStream, S> for Limited {
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         let permit = self.permits.clone().try_acquire_owned();
-        let (max, plain) = (self.max, self.plain);
+        let (max, plain, first_byte) = (self.max, self.plain, self.first_byte);
         Box::pin(async move {
             match permit {
                 Ok(permit) => {
@@ -104,6 +109,7 @@ impl<S: Send + 'static> axum_server::accept::Accept<TcpStream, S> for Limited {
                     Ok((
                         Held {
                             stream,
+                            first_byte: Some(Box::pin(tokio::time::sleep(first_byte))),
                             _permit: permit,
                         },
                         service,
@@ -150,6 +156,8 @@ async fn refuse_busy(mut stream: TcpStream, max: usize) {
 /// A connection and its permit.
 pub struct Held<S> {
     stream: S,
+    /// Until the first byte arrives: when the connection is given up.
+    first_byte: Option<Pin<Box<tokio::time::Sleep>>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -159,7 +167,19 @@ impl<S: AsyncRead + Unpin> AsyncRead for Held<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if let Some(deadline) = self.first_byte.as_mut() {
+            if buf.filled().len() > before {
+                self.first_byte = None;
+            } else if read.is_pending() && deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "nothing arrived within [limits] header_timeout_seconds",
+                )));
+            }
+        }
+        read
     }
 }
 
@@ -194,14 +214,27 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Held<S> {
 }
 
 /// hyper's side: the header timeout (with a timer, without which hyper keeps none) and room
-/// for more headers than the door takes, so that the door answers in the AWS shape.
+/// for more headers than the door takes, so that the door answers in the AWS shape. HTTP/2,
+/// which only a client with prior knowledge speaks here (TLS offers HTTP/1.1 alone), gets no
+/// header timeout from hyper: its connections are pinged, and closed when the pings go
+/// unanswered, with bounded streams and header lists.
 pub fn configure<E>(builder: &mut hyper_util::server::conn::auto::Builder<E>, limits: &Limits) {
     builder
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .max_headers(2 * MAX_HEADERS);
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(limits.header_timeout)
+        .keep_alive_timeout(limits.header_timeout)
+        .max_concurrent_streams(H2_STREAMS)
+        .max_header_list_size(2 * MAX_HEADER_BYTES as u32);
 }
+
+/// Requests one HTTP/2 connection may have in flight at once.
+const H2_STREAMS: u32 = 64;
 
 /// The door: the request target, the headers and the body (read here, within
 /// `body_timeout`, at most [`MAX_BODY_BYTES`]), each refused in the AWS shape with the limit

@@ -43,6 +43,10 @@ pub struct StateImage {
     pub now: i64,
     /// The audit log.
     pub audit: Vec<AuditEntry>,
+    /// The number of the audit log's first entry (absent from snapshots of builds before
+    /// audit retention: none retired).
+    #[serde(default)]
+    pub audit_first: u64,
     /// Preemptions per (queue, share).
     pub preemptions: Vec<(String, String, u64)>,
     /// The scheduling core.
@@ -72,6 +76,7 @@ impl State {
             capacity: self.capacity.clone(),
             now: self.now,
             audit: self.audit.clone(),
+            audit_first: self.audit_first,
             preemptions: self
                 .preemptions
                 .iter()
@@ -132,6 +137,7 @@ impl State {
         state.capacity = image.capacity;
         state.now = image.now;
         state.audit = image.audit;
+        state.audit_first = image.audit_first;
         state.preemptions = image
             .preemptions
             .into_iter()

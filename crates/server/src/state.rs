@@ -286,8 +286,11 @@ pub struct State {
     pub actions: Vec<Action>,
     /// Decisions of the current batch, for the log.
     pub decisions: Vec<Effect>,
-    /// The audit log of configuration changes.
+    /// The audit log of configuration changes, its oldest entries retired to the archive
+    /// (`[retention] audit_entries`).
     pub audit: Vec<crate::command::AuditEntry>,
+    /// The number of the first entry of [`State::audit`]: how many were retired before it.
+    pub audit_first: u64,
     /// Preemptions decided, per (queue, share).
     pub preemptions: BTreeMap<(String, String), u64>,
     /// Finished jobs by (stopped at, core id): which are due for retirement.
@@ -334,6 +337,7 @@ impl State {
             actions: Vec::new(),
             decisions: Vec::new(),
             audit: Vec::new(),
+            audit_first: 0,
             preemptions: BTreeMap::new(),
             finished: BTreeSet::new(),
             by_status: Default::default(),
@@ -388,6 +392,7 @@ impl State {
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
             Command::RetireJobs { job_ids } => self.retire_jobs(job_ids),
+            Command::RetireAudit { upto } => self.retire_audit(*upto),
             Command::Wake => body(&serde_json::json!({})),
             Command::Audit(entry) => {
                 let mut e = entry.clone();
@@ -433,14 +438,7 @@ impl State {
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
             Query::WhatIf(r) => self.what_if(r),
-            Query::Audit { start, max } => {
-                let start = (*start).min(self.audit.len());
-                let end = start.saturating_add(*max).min(self.audit.len());
-                body(&qm_api::qm::AuditLog {
-                    entries: self.audit[start..end].to_vec(),
-                    next_token: (end < self.audit.len()).then(|| end.to_string()),
-                })
-            }
+            Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
             Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),
             Query::LogInfo { .. } | Query::UsageFacts { .. } => Err(ApiError::server(
                 "internal: this read has a typed answer (State::answer)",

@@ -193,6 +193,7 @@ async fn start() -> Running {
             retention: Duration::from_secs(86_400),
             delete_job_dirs: false,
             max_lost_attempts: 3,
+            audit_entries: 100_000,
         },
     );
     driver.reconcile().await.expect("reconcile");

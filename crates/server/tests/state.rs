@@ -4,7 +4,7 @@
 //! and real processes.)
 
 use qm_api::Arns;
-use qm_server::command::{Command, ExitRecord, Query};
+use qm_server::command::{AuditEntry, Command, ExitRecord, Query};
 use qm_server::driver::{encode_decisions, recover, TimeLimits};
 use qm_server::snapshot::{decode_image, SNAPSHOT_FORMAT};
 use qm_server::state::{Action, State};
@@ -759,6 +759,74 @@ fn a_retired_job_leaves_the_state_the_core_and_its_client_token_and_replays_the_
     assert_eq!(fresh.core.job_count(), jobs_before - 1);
     let copy = rebuilt_from_snapshot(&w);
     assert!(copy.state.retirable(w.now, 10).is_empty());
+}
+
+#[test]
+fn retired_audit_entries_leave_the_log_keep_their_numbers_and_replay_the_same() {
+    let mut w = World::new();
+    for i in 0..5 {
+        w.one(Command::Audit(AuditEntry {
+            at: 0,
+            actor: "admin".into(),
+            action: "apply".into(),
+            summary: format!("e{i}"),
+            details: String::new(),
+        }));
+    }
+    let due = w.state.audit_retirable(3, 10);
+    assert_eq!(
+        due.iter()
+            .map(|a| (a.seq, a.entry.summary.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, "e0"), (1, "e1")],
+        "the oldest beyond the newest 3"
+    );
+    assert!(
+        due.iter().all(|a| a.entry.at > 0 && a.entry.at <= w.now),
+        "stamped by the state"
+    );
+    w.one(Command::RetireAudit { upto: 2 });
+    let now = w.now;
+    let page = |s: &State, start: usize, max: usize| -> Value {
+        serde_json::from_slice(&s.query(&Query::Audit { start, max }, now).unwrap()).unwrap()
+    };
+    let summaries = |v: &Value| -> Vec<String> {
+        v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["summary"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = page(&w.state, 0, 2);
+    assert_eq!(
+        summaries(&first),
+        ["e2", "e3"],
+        "a start before the first kept begins there"
+    );
+    assert_eq!(
+        (
+            first["nextToken"].as_str(),
+            first["archivedEntries"].as_u64()
+        ),
+        (Some("4"), Some(2))
+    );
+    assert_eq!(
+        summaries(&page(&w.state, 4, 2)),
+        ["e4"],
+        "tokens are entry numbers"
+    );
+    assert!(w.state.audit_retirable(3, 10).is_empty());
+    // Retiring again (a replay, or a retry after a crash) removes nothing more.
+    w.one(Command::RetireAudit { upto: 1 });
+    assert_eq!(summaries(&page(&w.state, 0, 10)), ["e2", "e3", "e4"]);
+
+    let mut fresh = fresh_state();
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    assert_eq!(r.diverged_own, 0);
+    assert_eq!(page(&fresh, 0, 10), page(&w.state, 0, 10));
+    let copy = rebuilt_from_snapshot(&w);
+    assert_eq!(page(&copy.state, 0, 10), page(&w.state, 0, 10));
 }
 
 #[test]

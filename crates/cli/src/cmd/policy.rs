@@ -157,15 +157,20 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Audit { server, output } => {
-            let entries = audit::read(&server.client()?)?;
+            let (entries, archived) = audit::read(&server.client()?)?;
             match output {
                 Output::Table => print!("{}", audit::render(&entries)),
-                Output::Json => {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&serde_json::json!({ "entries": entries }))?
-                    )
-                }
+                Output::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "entries": entries, "archivedEntries": archived })
+                    )?
+                ),
+            }
+            if archived > 0 {
+                eprintln!(
+                    "({archived} older entries are in the server's <data-dir>/archive/audit-YYYY-MM.jsonl: [retention] audit_entries)"
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

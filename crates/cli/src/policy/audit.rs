@@ -13,8 +13,9 @@ pub const AUDIT_PATH: &str = "/qm/v1/audit";
 /// drift.
 pub use qm_api::qm::AuditEntry as Entry;
 
-/// Reads the log, page by page.
-pub fn read(client: &Client) -> Result<Vec<Entry>, Error> {
+/// Reads the log, page by page: its entries, and how many older ones the server has moved to
+/// its archive (`[retention] audit_entries`).
+pub fn read(client: &Client) -> Result<(Vec<Entry>, u64), Error> {
     let mut entries = Vec::new();
     let mut next: Option<String> = None;
     loop {
@@ -38,7 +39,7 @@ pub fn read(client: &Client) -> Result<Vec<Entry>, Error> {
             {
                 next = Some(token)
             }
-            _ => return Ok(entries),
+            _ => return Ok((entries, page.archived)),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! leaves the state (and with it memory, snapshots and the core) for the archive
 //! ([`crate::archive`]). Which jobs leave is a logged command naming them, so a replay
 //! retires exactly the same ones; the driver archives them before it logs the command.
+//! Audit entries beyond `[retention] audit_entries` leave the same way, oldest first.
 
 use qm_api::ApiError;
 use serde::{Deserialize, Serialize};
@@ -147,7 +148,54 @@ impl ArchivedJob {
     }
 }
 
+/// One retired audit entry, as the archive keeps it: its number in the log (a crash between
+/// archiving and retiring may write an entry twice; the number tells the copies apart).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArchivedAudit {
+    /// The entry's number (the first entry ever recorded is 0).
+    pub seq: u64,
+    /// The entry.
+    #[serde(flatten)]
+    pub entry: crate::command::AuditEntry,
+}
+
 impl State {
+    /// The oldest audit entries beyond the newest `keep`, numbered, at most `max` of them.
+    pub fn audit_retirable(&self, keep: usize, max: usize) -> Vec<ArchivedAudit> {
+        let over = self.audit.len().saturating_sub(keep).min(max);
+        self.audit[..over]
+            .iter()
+            .enumerate()
+            .map(|(i, e)| ArchivedAudit {
+                seq: self.audit_first + i as u64,
+                entry: e.clone(),
+            })
+            .collect()
+    }
+
+    /// Drops the audit entries numbered below `upto`.
+    pub(crate) fn retire_audit(&mut self, upto: u64) -> Result<Vec<u8>, ApiError> {
+        let n = upto
+            .saturating_sub(self.audit_first)
+            .min(self.audit.len() as u64);
+        self.audit.drain(..n as usize);
+        self.audit_first += n;
+        body(&serde_json::json!({ "retired": n }))
+    }
+
+    /// The audit entries numbered from `start` (or the oldest kept, if those were retired),
+    /// at most `max` of them.
+    pub(crate) fn audit_page(&self, start: usize, max: usize) -> qm_api::qm::AuditLog {
+        let first = self.audit_first as usize;
+        let from = start.saturating_sub(first).min(self.audit.len());
+        let to = from.saturating_add(max).min(self.audit.len());
+        qm_api::qm::AuditLog {
+            entries: self.audit[from..to].to_vec(),
+            next_token: (to < self.audit.len()).then(|| (first + to).to_string()),
+            archived: self.audit_first,
+        }
+    }
+
     /// Finished jobs that stopped at or before `before` (epoch ms), oldest first, at most
     /// `max` of them.
     pub fn retirable(&self, before: i64, max: usize) -> Vec<&JobRec> {
