@@ -612,7 +612,7 @@ def demo_setup(batch, prefix: str = "demo") -> Queue:
 
 def payload(script: str, *, args=(), env: dict | None = None, hps: dict | None = None,
             count: int = 1, unit: str = UNIT, max_runtime: int = 300, name: str = "job",
-            token: str | None = None, entrypoint: bool = True) -> dict:
+            token: str | None = None, entrypoint: bool = True, channels: dict | None = None) -> dict:
     """A SageMaker CreateTrainingJob request that runs `jobs/<script>` with this interpreter."""
     environment = dict(env or {})
     if token:
@@ -633,6 +633,10 @@ def payload(script: str, *, args=(), env: dict | None = None, hps: dict | None =
     }
     if hps:
         p["HyperParameters"] = hps
+    if channels:
+        p["InputDataConfig"] = [
+            {"ChannelName": n, "DataSource": {"S3DataSource": {"S3Uri": uri, "S3DataType": "S3Prefix"}}}
+            for n, uri in channels.items()]
     return p
 
 
@@ -653,14 +657,15 @@ class Jobs:
     def submit(self, queue: Queue | str, share: str | None, name: str, script: str = "sleep_forever.py",
                *, priority: int | None = None, args=(), env=None, hps=None, count: int = 1,
                unit: str = UNIT, max_runtime: int = 300, retry=None, timeout=None,
-               preemption_retries=None, client_token=None, extra=None) -> str:
+               preemption_retries=None, client_token=None, extra=None, channels=None) -> str:
         req = {
             "jobName": name,
             "jobQueue": queue.name if isinstance(queue, Queue) else queue,
             "serviceJobType": "SAGEMAKER_TRAINING",
             "serviceRequestPayload": json.dumps(payload(
                 script, args=args, env=env, hps=hps, count=count, unit=unit,
-                max_runtime=max_runtime, name=name.replace("_", "-"), token=self.server.token)),
+                max_runtime=max_runtime, name=name.replace("_", "-"), token=self.server.token,
+                channels=channels)),
         }
         if share is not None:
             req["quotaShareName"] = share

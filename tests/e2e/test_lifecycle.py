@@ -179,7 +179,8 @@ def test_the_process_gets_its_environment_hyperparameters_and_arguments(batch, j
     dump = jobs.file("env.json")
     hps = {"epochs": "3", "learning_rate": "0.01"}
     jid = jobs.submit(q, "S", "envjob", "env_dump.py", args=["--flag", "value with space"],
-                      env={"DUMP_FILE": str(dump), "MY_SETTING": "hello"}, hps=hps)
+                      env={"DUMP_FILE": str(dump), "MY_SETTING": "hello"}, hps=hps,
+                      channels={"train": "s3://bucket/train/"})
     wait_status(batch, jid, "SUCCEEDED")
     d = json.loads(dump.read_text())
     env = d["env"]
@@ -196,6 +197,12 @@ def test_the_process_gets_its_environment_hyperparameters_and_arguments(batch, j
     for var in ("SM_CHECKPOINT_DIR", "SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR"):
         assert env[var].startswith("/"), f"{var}={env[var]!r} should be an absolute path"
     assert d["dirs_exist"]["SM_CHECKPOINT_DIR"], "the checkpoint directory exists when the job starts"
+    # SageMaker's config files and channel directory (docs/sagemaker.md).
+    assert env["TRAINING_JOB_NAME"] == "envjob"
+    assert json.loads(env["SM_CHANNELS"]) == ["train"] and d["dirs_exist"]["SM_CHANNEL_TRAIN"]
+    assert d["config"]["hyperparameters.json"] == hps
+    assert d["config"]["inputdataconfig.json"]["train"]["TrainingInputMode"] == "File"
+    assert d["config"]["resourceconfig.json"]["current_host"] == "algo-1"
 
 
 def test_stdout_and_stderr_go_to_the_attempts_log_file(batch, jobs, q, server):

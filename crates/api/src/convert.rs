@@ -248,6 +248,9 @@ mod tests {
             checkpoint_local_path: None,
             checkpoint_s3_uri: None,
             training_image: None,
+            input_mode: "File".into(),
+            channels: vec![],
+            output_path: None,
         };
         let spec = job_spec(JobId(7), "jq", &req, &payload);
         assert_eq!(spec.share, "QS1");

@@ -16,6 +16,7 @@
 //! * [`sigv4`]: signing requests and verifying their signatures.
 
 pub mod arn;
+pub mod channel;
 pub mod convert;
 pub mod error;
 pub mod filter;
@@ -28,6 +29,7 @@ pub mod types;
 pub mod validate;
 
 pub use arn::{decode_uri_label, Arns, Resource, ResourceKind};
+pub use channel::Channel;
 pub use convert::{
     environment_limits, exit_rules, job_spec, runtime_limit_seconds, share_spec, strategy,
 };

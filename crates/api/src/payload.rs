@@ -37,6 +37,12 @@ pub struct TrainingPayload {
     pub checkpoint_s3_uri: Option<String>,
     /// `AlgorithmSpecification.TrainingImage`: recorded, never pulled.
     pub training_image: Option<String>,
+    /// `AlgorithmSpecification.TrainingInputMode`: `File` (default) or `FastFile`.
+    pub input_mode: String,
+    /// `InputDataConfig`: the channels under `/opt/ml/input/data/<ChannelName>`.
+    pub channels: Vec<crate::Channel>,
+    /// `OutputDataConfig.S3OutputPath`.
+    pub output_path: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +55,8 @@ struct CreateTrainingJob {
     hyper_parameters: Option<BTreeMap<String, String>>,
     stopping_condition: Option<StoppingCondition>,
     checkpoint_config: Option<CheckpointConfig>,
+    input_data_config: Option<Vec<crate::channel::RawChannel>>,
+    output_data_config: Option<crate::channel::OutputDataConfig>,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +65,7 @@ struct AlgorithmSpecification {
     training_image: Option<String>,
     container_entrypoint: Option<Vec<String>>,
     container_arguments: Option<Vec<String>>,
+    training_input_mode: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -123,14 +132,18 @@ impl TrainingPayload {
         let resources = request.resource_config;
         let (instance_type, instance_count) = resource_config(resources)?;
         let algorithm = request.algorithm_specification;
-        let (entrypoint, arguments, training_image) = match algorithm {
+        let (entrypoint, arguments, training_image, input_mode) = match algorithm {
             Some(a) => (
                 a.container_entrypoint,
                 a.container_arguments,
                 a.training_image,
+                a.training_input_mode,
             ),
-            None => (None, None, None),
+            None => (None, None, None, None),
         };
+        let input_mode = crate::channel::training_input_mode(input_mode)?;
+        let channels = crate::channel::channels(request.input_data_config, &input_mode)?;
+        let output_path = crate::channel::output_path(request.output_data_config)?;
         let entrypoint = container_entrypoint(entrypoint)?;
         let arguments = arguments.unwrap_or_default();
         if arguments.len() > 100 {
@@ -180,6 +193,9 @@ impl TrainingPayload {
             checkpoint_local_path,
             checkpoint_s3_uri,
             training_image,
+            input_mode,
+            channels,
+            output_path,
         })
     }
 
@@ -474,6 +490,117 @@ mod tests {
             .unwrap_err()
             .message()
             .to_string()
+    }
+
+    #[test]
+    fn channels_and_the_output_path_are_read_with_their_defaults() {
+        let p = TrainingPayload::parse(&with(serde_json::json!({
+            "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
+            "InputDataConfig": [
+                {"ChannelName": "train", "ContentType": "text/csv", "CompressionType": "Gzip",
+                 "DataSource": {"S3DataSource": {"S3Uri": "s3://b/train/", "S3DataType": "S3Prefix",
+                                                 "S3DataDistributionType": "ShardedByS3Key"}}},
+                {"ChannelName": "sm_drivers", "InputMode": "File",
+                 "DataSource": {"S3DataSource": {"S3Uri": "file:///srv/drivers"}}}
+            ]
+        })))
+        .unwrap();
+        assert_eq!(p.input_mode, "FastFile");
+        assert_eq!(p.output_path.as_deref(), Some("s3://bucket/out"));
+        let [train, drivers] = &p.channels[..] else {
+            panic!("two channels: {:?}", p.channels)
+        };
+        assert_eq!(
+            (
+                train.name.as_str(),
+                train.uri.as_str(),
+                train.distribution.as_str(),
+                train.input_mode.as_str()
+            ),
+            ("train", "s3://b/train/", "ShardedByS3Key", "FastFile")
+        );
+        assert_eq!(
+            (train.content_type.as_deref(), train.compression.as_deref()),
+            (Some("text/csv"), Some("Gzip"))
+        );
+        assert_eq!(
+            (
+                drivers.data_type.as_str(),
+                drivers.distribution.as_str(),
+                drivers.input_mode.as_str()
+            ),
+            ("S3Prefix", "FullyReplicated", "File")
+        );
+        assert_eq!(TrainingPayload::parse(MINIMAL).unwrap().input_mode, "File");
+    }
+
+    #[test]
+    fn channels_that_cannot_be_served_or_would_leave_the_job_are_refused_naming_the_member() {
+        let channel = |c: serde_json::Value| with(serde_json::json!({"InputDataConfig": [c]}));
+        let s3 = |uri: &str| serde_json::json!({"S3DataSource": {"S3Uri": uri}});
+        for (payload, want) in [
+            (
+                channel(serde_json::json!({"ChannelName": "..", "DataSource": s3("s3://b/x")})),
+                "InputDataConfig[0].ChannelName '..' must be",
+            ),
+            (
+                channel(serde_json::json!({"ChannelName": "a/b", "DataSource": s3("s3://b/x")})),
+                "InputDataConfig[0].ChannelName 'a/b' must be",
+            ),
+            (
+                channel(serde_json::json!({"ChannelName": "t", "DataSource": s3("http://b/x")})),
+                "S3Uri 'http://b/x' must be s3://",
+            ),
+            (
+                channel(serde_json::json!({"ChannelName": "t", "DataSource": s3("file://rel")})),
+                "S3Uri 'file://rel' must be",
+            ),
+            (
+                channel(
+                    serde_json::json!({"ChannelName": "t", "InputMode": "Pipe", "DataSource": s3("s3://b/x")}),
+                ),
+                "InputDataConfig[0].InputMode is Pipe, which Quartermaster does not serve",
+            ),
+            (
+                channel(
+                    serde_json::json!({"ChannelName": "t", "DataSource": {"FileSystemDataSource": {}}}),
+                ),
+                "FileSystemDataSource (EFS, FSx) is not supported",
+            ),
+            (
+                channel(serde_json::json!({"ChannelName": "t"})),
+                "S3DataSource is required",
+            ),
+            (
+                channel(
+                    serde_json::json!({"ChannelName": "t", "DataSource": {"S3DataSource":
+                {"S3Uri": "s3://b/x", "S3DataType": "AugmentedManifestFile"}}}),
+                ),
+                "S3DataType is 'AugmentedManifestFile': give S3Prefix or ManifestFile",
+            ),
+            (
+                with(serde_json::json!({"AlgorithmSpecification": {"TrainingInputMode": "Pipe"}})),
+                "TrainingInputMode is Pipe",
+            ),
+            (
+                with(serde_json::json!({"OutputDataConfig": {"S3OutputPath": "/tmp/out"}})),
+                "OutputDataConfig.S3OutputPath '/tmp/out' must be",
+            ),
+            (
+                with(serde_json::json!({"InputDataConfig": [
+                {"ChannelName": "t", "DataSource": s3("s3://b/x")},
+                {"ChannelName": "t", "DataSource": s3("s3://b/y")}]})),
+                "InputDataConfig[1].ChannelName 't' is given twice",
+            ),
+        ] {
+            let e = err(&payload);
+            assert!(e.contains(want), "{payload}: {e}");
+        }
+        let many: Vec<serde_json::Value> = (0..21)
+            .map(|i| serde_json::json!({"ChannelName": format!("c{i}"), "DataSource": s3("s3://b/x")}))
+            .collect();
+        let e = err(&with(serde_json::json!({"InputDataConfig": many})));
+        assert!(e.contains("has 21 channels: give at most 20"), "{e}");
     }
 
     #[test]

@@ -132,6 +132,15 @@ fn launch(
         });
     }
     let uid = owner.map(|(uid, _)| uid);
+    if let Err((path, e)) = crate::input::prepare(&layout, spec, true, uid) {
+        return Launch::NotStarted(Outcome::Failed {
+            reason: outcome::spawn_reason(
+                program,
+                format_args!("cannot write '{}': {e}", path.display()),
+            ),
+            retryable: true,
+        });
+    }
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, uid);
     let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
     let mut env = environment::common(spec, &layout, &checkpoint_dir);
@@ -350,7 +359,7 @@ fn spawn_host(
         }
     }
     command.envs(env.iter().map(|(k, v)| (k, v)));
-    command.envs(environment::per_host(host, gpus));
+    command.envs(environment::per_host(spec, host, gpus));
     match uid {
         Some(uid) => spawn_as(&mut command, uid),
         None => command.spawn(),

@@ -57,19 +57,29 @@ pub(crate) fn common(
             serde_json::to_string(&hosts).unwrap_or_default(),
         ),
         ("SM_TRAINING_JOB_NAME".into(), spec.job_name.clone()),
+        ("TRAINING_JOB_NAME".into(), spec.job_name.clone()),
+        (
+            "SM_CURRENT_INSTANCE_TYPE".into(),
+            spec.instance_type.clone(),
+        ),
         ("QM_JOB_ID".into(), spec.job_id.clone()),
         ("QM_ATTEMPT".into(), spec.attempt_number.to_string()),
     ]);
+    vars.extend(crate::input::variables(spec, layout));
     vars
 }
 
 /// Variables of the 1-based host `host` holding `gpus`.
-pub(crate) fn per_host(host: u32, gpus: &[u32]) -> [(&'static str, String); 3] {
+pub(crate) fn per_host(spec: &LaunchSpec, host: u32, gpus: &[u32]) -> [(&'static str, String); 4] {
     let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
     [
         ("CUDA_VISIBLE_DEVICES", visible.join(",")),
         ("SM_NUM_GPUS", gpus.len().to_string()),
         ("SM_CURRENT_HOST", host_name(host)),
+        (
+            "SM_RESOURCE_CONFIG",
+            crate::input::resource_config(spec, host).to_string(),
+        ),
     ]
 }
 
@@ -85,8 +95,12 @@ mod tests {
 
     #[test]
     fn a_host_without_gpus_sees_an_empty_device_list() {
-        assert_eq!(per_host(2, &[])[0].1, "");
-        assert_eq!(per_host(1, &[3, 1])[0].1, "3,1");
-        assert_eq!(per_host(1, &[3, 1])[2].1, "algo-1");
+        let spec = LaunchSpec::new(1, "j", "ml.g5.xlarge", vec!["true".into()]);
+        assert_eq!(per_host(&spec, 2, &[])[0].1, "");
+        assert_eq!(per_host(&spec, 1, &[3, 1])[0].1, "3,1");
+        assert_eq!(per_host(&spec, 1, &[3, 1])[2].1, "algo-1");
+        assert!(per_host(&spec, 1, &[])[3]
+            .1
+            .contains(r#""current_host":"algo-1""#));
     }
 }

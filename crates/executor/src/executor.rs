@@ -81,6 +81,29 @@ pub struct LaunchSpec {
     pub max_runtime: Option<Duration>,
     /// The payload's `CheckpointConfig.LocalPath`, if the user set one.
     pub checkpoint_path: Option<PathBuf>,
+    /// The payload's `InputDataConfig`: a directory each under `input/data/`, described in
+    /// `input/config/inputdataconfig.json`.
+    pub channels: Vec<InputChannel>,
+}
+
+/// One input channel of an attempt (the server has checked the name: it is a plain directory
+/// name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputChannel {
+    /// `ChannelName`.
+    pub name: String,
+    /// Where its data lives (`s3://` or `file://`).
+    pub uri: String,
+    /// `File` or `FastFile`.
+    pub input_mode: String,
+    /// `S3DataDistributionType`.
+    pub distribution: String,
+    /// `ContentType`.
+    pub content_type: Option<String>,
+    /// `CompressionType`.
+    pub compression: Option<String>,
+    /// `RecordWrapperType`.
+    pub record_wrapper: Option<String>,
 }
 
 impl LaunchSpec {
@@ -106,6 +129,7 @@ impl LaunchSpec {
             hyperparameters: BTreeMap::new(),
             max_runtime: None,
             checkpoint_path: None,
+            channels: Vec::new(),
         }
     }
 }

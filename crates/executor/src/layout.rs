@@ -8,6 +8,9 @@
 //!   model/                  SM_MODEL_DIR
 //!   output/                 SM_OUTPUT_DIR; output/failure is the job's failure message
 //!   output/data/            SM_OUTPUT_DATA_DIR
+//!   input/config/           SM_INPUT_CONFIG_DIR: hyperparameters.json, inputdataconfig.json,
+//!                           resourceconfig.json (local executor), rewritten every attempt
+//!   input/data/<channel>/   SM_CHANNEL_<CHANNEL>, one per InputDataConfig channel
 //!   work/                   the processes' working directory
 //!   attempts/<n>/           the log directory of attempt number n
 //!     stdout.log stderr.log                 algo-1
@@ -80,6 +83,9 @@ pub(crate) struct JobLayout {
     pub(crate) model: PathBuf,
     pub(crate) output: PathBuf,
     pub(crate) output_data: PathBuf,
+    pub(crate) input: PathBuf,
+    pub(crate) input_config: PathBuf,
+    pub(crate) input_data: PathBuf,
     pub(crate) work: PathBuf,
     pub(crate) attempt_dir: PathBuf,
     /// Where absolute paths of the payload (CheckpointConfig.LocalPath) are re-rooted.
@@ -94,6 +100,9 @@ impl JobLayout {
             model: job.join("model"),
             output: job.join("output"),
             output_data: job.join("output").join("data"),
+            input: job.join("input"),
+            input_config: job.join("input").join("config"),
+            input_data: job.join("input").join("data"),
             work: job.join("work"),
             attempt_dir: job.join("attempts").join(attempt_number.to_string()),
             root: job.join("root"),
@@ -124,6 +133,8 @@ impl JobLayout {
             &self.checkpoints,
             &self.model,
             &self.output_data,
+            &self.input_config,
+            &self.input_data,
             &self.work,
         ] {
             let rel = dir
@@ -139,6 +150,7 @@ impl JobLayout {
                 &self.checkpoints,
                 &self.model,
                 &self.output,
+                &self.input,
                 &self.work,
                 &self.root,
             ];

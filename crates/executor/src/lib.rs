@@ -26,6 +26,7 @@ mod environment;
 mod error;
 mod executor;
 mod group;
+mod input;
 mod inventory;
 pub mod isolation;
 pub mod layout;
@@ -34,7 +35,7 @@ mod outcome;
 pub mod slurm;
 
 pub use error::ExecError;
-pub use executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, OUTCOME_FILE};
+pub use executor::{ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OUTCOME_FILE};
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};

@@ -990,5 +990,19 @@ fn launch_spec(l: Launch) -> LaunchSpec {
         hyperparameters: l.payload.hyperparameters,
         max_runtime: runtime.map(Duration::from_secs),
         checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
+        channels: l
+            .payload
+            .channels
+            .into_iter()
+            .map(|c| qm_executor::InputChannel {
+                name: c.name,
+                uri: c.uri,
+                input_mode: c.input_mode,
+                distribution: c.distribution,
+                content_type: c.content_type,
+                compression: c.compression,
+                record_wrapper: c.record_wrapper,
+            })
+            .collect(),
     }
 }

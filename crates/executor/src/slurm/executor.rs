@@ -1037,6 +1037,13 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
             path.display()
         )
     })?;
+    // Without resourceconfig.json: the hosts are the allocation's nodes, known on the node.
+    crate::input::prepare(&layout, spec, false, None).map_err(|(path, e)| {
+        format!(
+            "{CLIENT_ERROR}cannot write '{}': {e}; check executor.slurm.shared_dir",
+            path.display()
+        )
+    })?;
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, None);
     // Newer files than these are this attempt's checkpoints.
     let baseline_ns = newest_mtime_ns(&checkpoint_dir).unwrap_or(0);

@@ -74,6 +74,47 @@ async fn each_host_sees_its_gpus_hyperparameters_directories_and_the_payload_env
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_reads_sagemaker_s_config_files_and_its_channel_directories() {
+    let mut w = World::with(|cfg| cfg.pools = vec![pool("ml.g5.xlarge", 2, 0)]);
+    let script = "cat \"$SM_INPUT_CONFIG_DIR/hyperparameters.json\" > out-hp.json; \
+                  cat \"$SM_INPUT_CONFIG_DIR/inputdataconfig.json\" > out-idc.json; \
+                  cat \"$SM_INPUT_CONFIG_DIR/resourceconfig.json\" > out-rc.json; \
+                  test -d \"$SM_CHANNEL_TRAIN\" && echo \"$SM_CHANNELS\" > out-channels; \
+                  echo \"$SM_RESOURCE_CONFIG\" > out-rc-$SM_CURRENT_HOST; \
+                  echo \"$TRAINING_JOB_NAME\" > out-name";
+    let mut spec = sh(1, "job-cfg", script);
+    spec.count = 2;
+    spec.job_name = "train-cfg".into();
+    spec.hyperparameters = BTreeMap::from([("epochs".into(), "3".into())]);
+    spec.channels = vec![qm_executor::InputChannel {
+        name: "train".into(),
+        uri: "s3://bucket/train".into(),
+        input_mode: "File".into(),
+        distribution: "ShardedByS3Key".into(),
+        content_type: None,
+        compression: None,
+        record_wrapper: None,
+    }];
+    w.exec.start(spec).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    let work = w.exec.job_dir("job-cfg").join("work");
+    let read = |name: &str| fs::read_to_string(work.join(name)).unwrap();
+    let json = |name: &str| -> serde_json::Value { serde_json::from_str(&read(name)).unwrap() };
+    assert_eq!(json("out-hp.json"), serde_json::json!({"epochs": "3"}));
+    assert_eq!(
+        json("out-idc.json")["train"]["S3DistributionType"],
+        "ShardedByS3Key"
+    );
+    assert_eq!(
+        json("out-rc.json")["hosts"],
+        serde_json::json!(["algo-1", "algo-2"])
+    );
+    assert_eq!(read("out-channels").trim(), r#"["train"]"#);
+    assert_eq!(json("out-rc-algo-2")["current_host"], "algo-2");
+    assert_eq!(read("out-name").trim(), "train-cfg");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_without_gpu_gets_an_empty_cuda_visible_devices() {
     let mut w = World::new();
     w.exec.start(sh(1, "job-cpu", "env")).unwrap();

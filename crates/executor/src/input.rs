@@ -1,0 +1,206 @@
+//! The input side of the SageMaker training contract (AWS's "How Amazon SageMaker AI provides
+//! training information"; docs/sagemaker.md): `input/config/hyperparameters.json`,
+//! `inputdataconfig.json` and, where the executor knows the hosts, `resourceconfig.json`, and a
+//! directory per channel under `input/data/`. Written by the server before every attempt, so a
+//! file the previous attempt changed or replaced by a link is replaced, never followed.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::environment::host_name;
+use crate::layout::JobLayout;
+use crate::{isolation, LaunchSpec};
+
+/// `inputdataconfig.json`: one object per channel, in SageMaker's member names.
+pub(crate) fn input_data_config(spec: &LaunchSpec) -> Value {
+    let channels: serde_json::Map<String, Value> = spec
+        .channels
+        .iter()
+        .map(|c| {
+            let mut v = json!({
+                "TrainingInputMode": c.input_mode,
+                "S3DistributionType": c.distribution,
+                "RecordWrapperType": c.record_wrapper.as_deref().unwrap_or("None"),
+            });
+            if let Some(t) = &c.content_type {
+                v["ContentType"] = json!(t);
+            }
+            if let Some(t) = &c.compression {
+                v["CompressionType"] = json!(t);
+            }
+            (c.name.clone(), v)
+        })
+        .collect();
+    Value::Object(channels)
+}
+
+/// `resourceconfig.json` of host `algo-<host>` (1-based), one homogeneous group of hosts.
+pub(crate) fn resource_config(spec: &LaunchSpec, host: u32) -> Value {
+    let hosts: Vec<String> = (1..=spec.count).map(host_name).collect();
+    json!({
+        "current_host": host_name(host),
+        "current_instance_type": spec.instance_type,
+        "current_group_name": "homogeneousCluster",
+        "hosts": hosts,
+        "instance_groups": [{
+            "instance_group_name": "homogeneousCluster",
+            "instance_type": spec.instance_type,
+            "hosts": hosts,
+        }],
+        "network_interface_name": "lo",
+    })
+}
+
+/// The channel directory of `name` (a checked plain name).
+pub(crate) fn channel_dir(layout: &JobLayout, name: &str) -> PathBuf {
+    layout.input_data.join(name)
+}
+
+/// Writes the config files (`resource`: with `resourceconfig.json` for host algo-1) and makes
+/// the channel directories, handed to `owner` when given. Returns the path that failed.
+pub(crate) fn prepare(
+    layout: &JobLayout,
+    spec: &LaunchSpec,
+    resource: bool,
+    owner: Option<u32>,
+) -> Result<(), (PathBuf, io::Error)> {
+    let mut files = vec![
+        ("hyperparameters.json", json!(spec.hyperparameters)),
+        ("inputdataconfig.json", input_data_config(spec)),
+    ];
+    if resource {
+        files.push(("resourceconfig.json", resource_config(spec, 1)));
+    }
+    for (name, value) in files {
+        let path = layout.input_config.join(name);
+        write_new(&path, &value, owner).map_err(|e| (path, e))?;
+    }
+    for c in &spec.channels {
+        let rel = Path::new("input").join("data").join(&c.name);
+        isolation::real_dirs(&layout.job, &rel, true, owner)
+            .map_err(|e| (channel_dir(layout, &c.name), e))?;
+        // Said at every attempt: a job that finds an empty channel should find out why.
+        tracing::warn!(attempt = spec.attempt, channel = %c.name, uri = %c.uri,
+            "this version does not download channels yet (docs/sagemaker.md): the channel's directory is as the job left it");
+    }
+    Ok(())
+}
+
+/// Replaces `path` with a new file holding `value`: whatever was there (a link included) is
+/// removed first and the file is created exclusively, so nothing the job left is followed.
+fn write_new(path: &Path, value: &Value, owner: Option<u32>) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    serde_json::to_writer_pretty(&mut f, value)?;
+    f.write_all(b"\n")?;
+    if let Some(uid) = owner {
+        std::os::unix::fs::fchown(&f, Some(uid), Some(uid))?;
+    }
+    Ok(())
+}
+
+/// `SM_CHANNEL_<NAME>`: SageMaker upper-cases the name and keeps it otherwise; characters an
+/// environment variable name cannot hold become `_`.
+pub(crate) fn channel_var(name: &str) -> String {
+    let mut var = String::from("SM_CHANNEL_");
+    var.extend(name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() {
+            c.to_ascii_uppercase()
+        } else {
+            '_'
+        }
+    }));
+    var
+}
+
+/// The variables that describe the channels and config: `SM_CHANNELS`, `SM_CHANNEL_<NAME>`,
+/// `SM_INPUT_DIR`, `SM_INPUT_CONFIG_DIR`, `SM_INPUT_DATA_CONFIG`.
+pub(crate) fn variables(spec: &LaunchSpec, layout: &JobLayout) -> Vec<(String, String)> {
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    let names: Vec<&str> = spec.channels.iter().map(|c| c.name.as_str()).collect();
+    let mut vars = vec![
+        ("SM_CHANNELS".into(), json!(names).to_string()),
+        ("SM_INPUT_DIR".into(), path(&layout.input)),
+        ("SM_INPUT_CONFIG_DIR".into(), path(&layout.input_config)),
+        (
+            "SM_INPUT_DATA_CONFIG".into(),
+            input_data_config(spec).to_string(),
+        ),
+    ];
+    vars.extend(
+        spec.channels
+            .iter()
+            .map(|c| (channel_var(&c.name), path(&channel_dir(layout, &c.name)))),
+    );
+    vars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::InputChannel;
+    use std::collections::BTreeMap;
+
+    fn spec() -> LaunchSpec {
+        let mut s = LaunchSpec::new(7, "job-1", "ml.g5.xlarge", vec!["true".into()]);
+        s.count = 2;
+        s.hyperparameters.insert("lr".into(), "0.1".into());
+        s.channels.push(InputChannel {
+            name: "train.v2".into(),
+            uri: "s3://b/train".into(),
+            input_mode: "File".into(),
+            distribution: "FullyReplicated".into(),
+            content_type: Some("text/csv".into()),
+            compression: None,
+            record_wrapper: None,
+        });
+        s
+    }
+
+    #[test]
+    fn config_files_use_sagemaker_s_member_names() {
+        let s = spec();
+        assert_eq!(
+            input_data_config(&s),
+            json!({"train.v2": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated",
+                                "RecordWrapperType": "None", "ContentType": "text/csv"}})
+        );
+        let r = resource_config(&s, 2);
+        assert_eq!(r["current_host"], "algo-2");
+        assert_eq!(r["hosts"], json!(["algo-1", "algo-2"]));
+        assert_eq!(r["instance_groups"][0]["instance_type"], "ml.g5.xlarge");
+        assert_eq!(channel_var("train.v2"), "SM_CHANNEL_TRAIN_V2");
+    }
+
+    #[test]
+    fn prepare_writes_the_files_and_replaces_a_link_instead_of_following_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = JobLayout::new(dir.path(), "job-1", 1);
+        layout.prepare(None).unwrap();
+        let outside = dir.path().join("outside");
+        fs::write(&outside, "keep").unwrap();
+        let hp = layout.input_config.join("hyperparameters.json");
+        std::os::unix::fs::symlink(&outside, &hp).unwrap();
+        prepare(&layout, &spec(), true, None).unwrap();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
+        let written: Value = serde_json::from_str(&fs::read_to_string(&hp).unwrap()).unwrap();
+        assert_eq!(written, json!({"lr": "0.1"}));
+        assert!(layout.input_config.join("resourceconfig.json").is_file());
+        assert!(channel_dir(&layout, "train.v2").is_dir());
+        let vars: BTreeMap<String, String> = variables(&spec(), &layout).into_iter().collect();
+        assert_eq!(vars["SM_CHANNELS"], r#"["train.v2"]"#);
+        assert_eq!(
+            vars["SM_CHANNEL_TRAIN_V2"],
+            channel_dir(&layout, "train.v2").to_string_lossy()
+        );
+    }
+}
