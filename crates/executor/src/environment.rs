@@ -10,8 +10,13 @@ use crate::LaunchSpec;
 
 /// `SM_HP_<NAME>`: the name upper-cased, every non-alphanumeric character replaced by `_`.
 pub(crate) fn hyperparameter_var(name: &str) -> String {
-    let mut var = String::with_capacity(6 + name.len());
-    var.push_str("SM_HP_");
+    prefixed_var("SM_HP_", name)
+}
+
+/// `prefix` and `name` upper-cased, every character a variable name cannot hold made `_`.
+pub(crate) fn prefixed_var(prefix: &str, name: &str) -> String {
+    let mut var = String::with_capacity(prefix.len() + name.len());
+    var.push_str(prefix);
     var.extend(name.chars().map(|c| {
         if c.is_ascii_alphanumeric() {
             c.to_ascii_uppercase()

@@ -111,15 +111,7 @@ fn write_new(path: &Path, value: &Value, owner: Option<u32>) -> io::Result<()> {
 /// `SM_CHANNEL_<NAME>`: SageMaker upper-cases the name and keeps it otherwise; characters an
 /// environment variable name cannot hold become `_`.
 pub(crate) fn channel_var(name: &str) -> String {
-    let mut var = String::from("SM_CHANNEL_");
-    var.extend(name.chars().map(|c| {
-        if c.is_ascii_alphanumeric() {
-            c.to_ascii_uppercase()
-        } else {
-            '_'
-        }
-    }));
-    var
+    crate::environment::prefixed_var("SM_CHANNEL_", name)
 }
 
 /// The variables that describe the channels and config: `SM_CHANNELS`, `SM_CHANNEL_<NAME>`,
