@@ -82,11 +82,19 @@ def test_slow_clients_are_cut_off_while_healthz_answers(server):
     assert b"200 OK" in idle.recv(4096)
     idle.settimeout(6)
     assert closed_by_server(idle), "an idle keep-alive connection stayed open"
-    # So is one that never sends a byte (before hyper knows its protocol).
-    silent = connect(server)
-    silent.settimeout(6)
-    assert closed_by_server(silent), "a silent connection stayed open"
-    for s in slow + [idle, silent]:
+    # So is one that never sends a byte, or stops inside what could be HTTP/2's preface
+    # (before hyper knows the protocol, and starts its own timeout).
+    silent, partial = connect(server), connect(server)
+    partial.sendall(b"PRI * HTTP/2")
+    for s, what in ((silent, "a silent connection"), (partial, "a stalled HTTP/2 preface")):
+        s.settimeout(6)
+        assert closed_by_server(s), f"{what} stayed open"
+    # HTTP/2 is not served at all: the preface closes the connection.
+    h2 = connect(server)
+    h2.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    h2.settimeout(1)
+    assert closed_by_server(h2), "an HTTP/2 connection was served"
+    for s in slow + [idle, silent, partial, h2]:
         s.close()
 
 

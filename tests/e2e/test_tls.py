@@ -48,7 +48,7 @@ def test_ca(tmp_path):
 def test_boto3_reaches_an_https_server_through_a_test_ca_and_is_refused_without_it(tmp_path, test_ca):
     port = free_port()
     data = tmp_path / "data"
-    (tmp_path / "config.toml").write_text(config_toml())
+    (tmp_path / "config.toml").write_text(config_toml() + "[limits]\nheader_timeout_seconds = 2\n")
     log = open(tmp_path / "server.log", "wb")
     proc = subprocess.Popen(
         [str(qm_bin()), "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data),
@@ -105,6 +105,14 @@ def test_boto3_reaches_an_https_server_through_a_test_ca_and_is_refused_without_
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
             with offering.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
                 assert tls.selected_alpn_protocol() == "http/1.1"
+        # A TLS client that sends nothing once its handshake is done is cut off too.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with trusted.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.settimeout(6)
+                try:
+                    assert tls.recv(1) == b"", "the server sent something to a silent client"
+                except (ConnectionResetError, ssl.SSLError):
+                    pass
         # Plain HTTP on the TLS port gets no HTTP answer (a TLS alert at most).
         with pytest.raises((urllib.error.URLError, OSError, http.client.HTTPException)):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()

@@ -31,6 +31,7 @@ mod ops;
 pub mod snapshot;
 pub mod state;
 pub mod usage;
+pub mod watch;
 
 use qm_api::Arns;
 use qm_executor::slurm::{SlurmConfig, SlurmExecutor};
@@ -241,10 +242,9 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     match tls {
         None => {
             let mut server = axum_server::from_tcp(listener)
-                .acceptor(limits::Limited::new(
-                    limits.max_connections,
+                .acceptor(watch::Watch::new(
+                    limits::Limited::new(limits.max_connections, true),
                     limits.header_timeout,
-                    true,
                 ))
                 .handle(handle);
             limits::configure(server.http_builder(), &limits);
@@ -254,8 +254,12 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
                 .map_err(io("serving HTTP".into()))?
         }
         Some(tls) => {
-            let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls).acceptor(
-                limits::Limited::new(limits.max_connections, limits.header_timeout, false),
+            // Watched inside TLS: the time runs from the end of the handshake (whose own
+            // timeout is axum-server's), on what the client sends once decrypted.
+            let acceptor = watch::Watch::new(
+                axum_server::tls_rustls::RustlsAcceptor::new(tls)
+                    .acceptor(limits::Limited::new(limits.max_connections, false)),
+                limits.header_timeout,
             );
             let mut server = axum_server::from_tcp(listener)
                 .acceptor(acceptor)

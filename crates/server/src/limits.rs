@@ -21,7 +21,7 @@ use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use qm_api::ApiError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -73,22 +73,17 @@ impl Limits {
 pub struct Limited {
     permits: Arc<Semaphore>,
     max: usize,
-    /// How long a new connection may stay silent (`header_timeout`): hyper's own header
-    /// timeout starts only once it knows the protocol, from the first bytes.
-    first_byte: Duration,
     /// Whether refusals can be answered in HTTP (not under TLS, where the refusal comes
     /// before the handshake and the connection is only closed).
     plain: bool,
 }
 
 impl Limited {
-    /// At most `max` connections, each closed if it sends nothing within `first_byte`;
-    /// `plain`: refusals get a 503 answer.
-    pub fn new(max: usize, first_byte: Duration, plain: bool) -> Self {
+    /// At most `max` connections; `plain`: refusals get a 503 answer.
+    pub fn new(max: usize, plain: bool) -> Self {
         Limited {
             permits: Arc::new(Semaphore::new(max)),
             max,
-            first_byte,
             plain,
         }
     }
@@ -101,7 +96,7 @@ impl<S: Send + 'static> axum_server::accept::Accept<TcpStream, S> for Limited {
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         let permit = self.permits.clone().try_acquire_owned();
-        let (max, plain, first_byte) = (self.max, self.plain, self.first_byte);
+        let (max, plain) = (self.max, self.plain);
         Box::pin(async move {
             match permit {
                 Ok(permit) => {
@@ -109,7 +104,6 @@ impl<S: Send + 'static> axum_server::accept::Accept<TcpStream, S> for Limited {
                     Ok((
                         Held {
                             stream,
-                            first_byte: Some(Box::pin(tokio::time::sleep(first_byte))),
                             _permit: permit,
                         },
                         service,
@@ -156,8 +150,6 @@ async fn refuse_busy(mut stream: TcpStream, max: usize) {
 /// A connection and its permit.
 pub struct Held<S> {
     stream: S,
-    /// Until the first byte arrives: when the connection is given up.
-    first_byte: Option<Pin<Box<tokio::time::Sleep>>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -167,74 +159,66 @@ impl<S: AsyncRead + Unpin> AsyncRead for Held<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
-        if let Some(deadline) = self.first_byte.as_mut() {
-            if buf.filled().len() > before {
-                self.first_byte = None;
-            } else if read.is_pending() && deadline.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "nothing arrived within [limits] header_timeout_seconds",
-                )));
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+/// Writes of a wrapper type go straight to its `stream` (the wrappers only watch reads or hold
+/// a permit).
+macro_rules! write_through {
+    ($wrapper:ident) => {
+        impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $wrapper<S> {
+            fn poll_write(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+            }
+
+            fn poll_flush(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+            }
+
+            fn poll_write_vectored(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.stream.is_write_vectored()
             }
         }
-        read
-    }
+    };
 }
+pub(crate) use write_through;
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Held<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-}
+write_through!(Held);
 
 /// hyper's side: the header timeout (with a timer, without which hyper keeps none) and room
-/// for more headers than the door takes, so that the door answers in the AWS shape. HTTP/2,
-/// which only a client with prior knowledge speaks here (TLS offers HTTP/1.1 alone), gets no
-/// header timeout from hyper: its connections are pinged, and closed when the pings go
-/// unanswered, with bounded streams and header lists.
+/// for more headers than the door takes, so that the door answers in the AWS shape. It holds
+/// once hyper knows the protocol; until then [`crate::watch`] keeps the time (and refuses
+/// HTTP/2).
 pub fn configure<E>(builder: &mut hyper_util::server::conn::auto::Builder<E>, limits: &Limits) {
     builder
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .max_headers(2 * MAX_HEADERS);
-    builder
-        .http2()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .keep_alive_interval(limits.header_timeout)
-        .keep_alive_timeout(limits.header_timeout)
-        .max_concurrent_streams(H2_STREAMS)
-        .max_header_list_size(2 * MAX_HEADER_BYTES as u32);
 }
-
-/// Requests one HTTP/2 connection may have in flight at once.
-const H2_STREAMS: u32 = 64;
 
 /// The door: the request target, the headers and the body (read here, within
 /// `body_timeout`, at most [`MAX_BODY_BYTES`]), each refused in the AWS shape with the limit
