@@ -125,15 +125,40 @@ pub(crate) fn channels(
     let mut out: Vec<Channel> = Vec::with_capacity(raw.len());
     for (i, c) in raw.into_iter().enumerate() {
         let channel = channel(&format!("{FIELD}.InputDataConfig[{i}]"), c, job_mode)?;
-        if out.iter().any(|o| o.name == channel.name) {
+        if let Some(j) = out.iter().position(|o| o.name == channel.name) {
             return fail(format!(
-                "{FIELD}.InputDataConfig[{i}].ChannelName {} is given twice: name each channel once",
+                "{FIELD}.InputDataConfig[{i}].ChannelName {} is also InputDataConfig[{j}]'s: name each channel once",
                 shown(&channel.name)
+            ));
+        }
+        // Both would be SM_CHANNEL_<NAME>: the job would read one of them for the other.
+        if let Some(j) = out
+            .iter()
+            .position(|o| variable_name(&o.name) == variable_name(&channel.name))
+        {
+            return fail(format!(
+                "{FIELD}.InputDataConfig[{i}].ChannelName {} and InputDataConfig[{j}]'s {} are both SM_CHANNEL_{}: rename one",
+                shown(&channel.name),
+                shown(&out[j].name),
+                variable_name(&channel.name)
             ));
         }
         out.push(channel);
     }
     Ok(out)
+}
+
+/// The channel's part of `SM_CHANNEL_<NAME>`: upper-cased, `.` and `-` made `_`.
+fn variable_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn channel(at: &str, c: RawChannel, job_mode: &str) -> Result<Channel, ApiError> {

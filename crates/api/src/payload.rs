@@ -590,7 +590,13 @@ mod tests {
                 with(serde_json::json!({"InputDataConfig": [
                 {"ChannelName": "t", "DataSource": s3("s3://b/x")},
                 {"ChannelName": "t", "DataSource": s3("s3://b/y")}]})),
-                "InputDataConfig[1].ChannelName 't' is given twice",
+                "InputDataConfig[1].ChannelName 't' is also InputDataConfig[0]'s",
+            ),
+            (
+                with(serde_json::json!({"InputDataConfig": [
+                {"ChannelName": "train.v2", "DataSource": s3("s3://b/x")},
+                {"ChannelName": "TRAIN-V2", "DataSource": s3("s3://b/y")}]})),
+                "'TRAIN-V2' and InputDataConfig[0]'s 'train.v2' are both SM_CHANNEL_TRAIN_V2",
             ),
         ] {
             let e = err(&payload);

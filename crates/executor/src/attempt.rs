@@ -132,7 +132,7 @@ fn launch(
         });
     }
     let uid = owner.map(|(uid, _)| uid);
-    if let Err((path, e)) = crate::input::prepare(&layout, spec, true, uid) {
+    if let Err((path, e)) = crate::input::prepare(&layout, spec, Some(spec.count), uid) {
         return Launch::NotStarted(Outcome::Failed {
             reason: outcome::spawn_reason(
                 program,
@@ -359,7 +359,7 @@ fn spawn_host(
         }
     }
     command.envs(env.iter().map(|(k, v)| (k, v)));
-    command.envs(environment::per_host(spec, host, gpus));
+    command.envs(environment::per_host(spec, layout, host, gpus));
     match uid {
         Some(uid) => spawn_as(&mut command, uid),
         None => command.spawn(),

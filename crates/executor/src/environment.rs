@@ -75,8 +75,14 @@ pub(crate) fn common(
 }
 
 /// Variables of the 1-based host `host` holding `gpus`.
-pub(crate) fn per_host(spec: &LaunchSpec, host: u32, gpus: &[u32]) -> [(&'static str, String); 4] {
+pub(crate) fn per_host(
+    spec: &LaunchSpec,
+    layout: &JobLayout,
+    host: u32,
+    gpus: &[u32],
+) -> [(&'static str, String); 5] {
     let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    let config = crate::input::config_dir(layout, host);
     [
         ("CUDA_VISIBLE_DEVICES", visible.join(",")),
         ("SM_NUM_GPUS", gpus.len().to_string()),
@@ -85,6 +91,7 @@ pub(crate) fn per_host(spec: &LaunchSpec, host: u32, gpus: &[u32]) -> [(&'static
             "SM_RESOURCE_CONFIG",
             crate::input::resource_config(spec, host).to_string(),
         ),
+        ("SM_INPUT_CONFIG_DIR", config.to_string_lossy().into_owned()),
     ]
 }
 
@@ -101,11 +108,16 @@ mod tests {
     #[test]
     fn a_host_without_gpus_sees_an_empty_device_list() {
         let spec = LaunchSpec::new(1, "j", "ml.g5.xlarge", vec!["true".into()]);
-        assert_eq!(per_host(&spec, 2, &[])[0].1, "");
-        assert_eq!(per_host(&spec, 1, &[3, 1])[0].1, "3,1");
-        assert_eq!(per_host(&spec, 1, &[3, 1])[2].1, "algo-1");
-        assert!(per_host(&spec, 1, &[])[3]
+        let layout = JobLayout::new(Path::new("/data"), "j", 1);
+        assert_eq!(per_host(&spec, &layout, 2, &[])[0].1, "");
+        assert_eq!(per_host(&spec, &layout, 1, &[3, 1])[0].1, "3,1");
+        assert_eq!(per_host(&spec, &layout, 1, &[3, 1])[2].1, "algo-1");
+        assert!(per_host(&spec, &layout, 1, &[])[3]
             .1
             .contains(r#""current_host":"algo-1""#));
+        assert_eq!(
+            per_host(&spec, &layout, 2, &[])[4].1,
+            "/data/jobs/j/input/config-algo-2"
+        );
     }
 }

@@ -59,24 +59,44 @@ pub(crate) fn channel_dir(layout: &JobLayout, name: &str) -> PathBuf {
     layout.input_data.join(name)
 }
 
-/// Writes the config files (`resource`: with `resourceconfig.json` for host algo-1) and makes
-/// the channel directories, handed to `owner` when given. Returns the path that failed.
+/// The config directory of host `algo-<host>`: `input/config`, and for hosts 2 and up
+/// `input/config-algo-<host>` (each host's `resourceconfig.json` names it as the current host).
+pub(crate) fn config_dir(layout: &JobLayout, host: u32) -> PathBuf {
+    if host <= 1 {
+        layout.input_config.clone()
+    } else {
+        layout.input.join(format!("config-algo-{host}"))
+    }
+}
+
+/// Writes the config directories afresh, one per host of `hosts` with its
+/// `resourceconfig.json` (`None`: one directory without it, where the executor does not name
+/// the hosts), and makes the channel directories; all handed to `owner` when given. Returns
+/// the path that failed.
 pub(crate) fn prepare(
     layout: &JobLayout,
     spec: &LaunchSpec,
-    resource: bool,
+    hosts: Option<u32>,
     owner: Option<u32>,
 ) -> Result<(), (PathBuf, io::Error)> {
-    let mut files = vec![
-        ("hyperparameters.json", json!(spec.hyperparameters)),
-        ("inputdataconfig.json", input_data_config(spec)),
-    ];
-    if resource {
-        files.push(("resourceconfig.json", resource_config(spec, 1)));
-    }
-    for (name, value) in files {
-        let path = layout.input_config.join(name);
-        write_new(&path, &value, owner).map_err(|e| (path, e))?;
+    remove_config_dirs(layout).map_err(|e| (layout.input.clone(), e))?;
+    for host in 1..=hosts.unwrap_or(1).max(1) {
+        let dir = config_dir(layout, host);
+        let rel = dir
+            .strip_prefix(&layout.job)
+            .expect("in the job's directory");
+        isolation::real_dirs(&layout.job, rel, true, owner).map_err(|e| (dir.clone(), e))?;
+        let mut files = vec![
+            ("hyperparameters.json", json!(spec.hyperparameters)),
+            ("inputdataconfig.json", input_data_config(spec)),
+        ];
+        if hosts.is_some() {
+            files.push(("resourceconfig.json", resource_config(spec, host)));
+        }
+        for (name, value) in files {
+            let path = dir.join(name);
+            write_new(&path, &value, owner).map_err(|e| (path, e))?;
+        }
     }
     for c in &spec.channels {
         let rel = Path::new("input").join("data").join(&c.name);
@@ -85,6 +105,30 @@ pub(crate) fn prepare(
         // Said at every attempt: a job that finds an empty channel should find out why.
         tracing::warn!(attempt = spec.attempt, channel = %c.name, uri = %c.uri,
             "this version does not download channels yet (docs/sagemaker.md): the channel's directory is as the job left it");
+    }
+    Ok(())
+}
+
+/// Removes the previous attempt's config directories (whatever the job made of them: links
+/// are removed, not followed), so no stale or planted file survives.
+fn remove_config_dirs(layout: &JobLayout) -> io::Result<()> {
+    let entries = match fs::read_dir(&layout.input) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name != "config" && !name.starts_with("config-algo-") {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())?;
+        } else {
+            fs::remove_file(entry.path())?;
+        }
     }
     Ok(())
 }
@@ -181,13 +225,27 @@ mod tests {
         let outside = dir.path().join("outside");
         fs::write(&outside, "keep").unwrap();
         let hp = layout.input_config.join("hyperparameters.json");
+        fs::create_dir_all(&layout.input_config).unwrap();
         std::os::unix::fs::symlink(&outside, &hp).unwrap();
-        prepare(&layout, &spec(), true, None).unwrap();
+        prepare(&layout, &spec(), Some(2), None).unwrap();
         assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
         let written: Value = serde_json::from_str(&fs::read_to_string(&hp).unwrap()).unwrap();
         assert_eq!(written, json!({"lr": "0.1"}));
-        assert!(layout.input_config.join("resourceconfig.json").is_file());
+        let host2: Value = serde_json::from_str(
+            &fs::read_to_string(config_dir(&layout, 2).join("resourceconfig.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(host2["current_host"], "algo-2");
         assert!(channel_dir(&layout, "train.v2").is_dir());
+        // A directory planted where a file goes does not stop the next attempt, and a config
+        // written without hosts leaves no stale resourceconfig.json.
+        fs::create_dir(layout.input_config.join("x")).unwrap();
+        fs::remove_file(&hp).unwrap();
+        fs::create_dir(&hp).unwrap();
+        prepare(&layout, &spec(), None, None).unwrap();
+        assert!(hp.is_file());
+        assert!(!layout.input_config.join("resourceconfig.json").exists());
+        assert!(!config_dir(&layout, 2).exists());
         let vars: BTreeMap<String, String> = variables(&spec(), &layout).into_iter().collect();
         assert_eq!(vars["SM_CHANNELS"], r#"["train.v2"]"#);
         assert_eq!(

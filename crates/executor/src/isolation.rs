@@ -273,11 +273,23 @@ pub(crate) fn real_dirs(
         }
         fs::create_dir(&path)?;
         if let Some(uid) = owner {
-            std::os::unix::fs::lchown(&path, Some(uid), Some(uid))?;
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+            // Through the directory itself: a path-based chmod would follow a link put there
+            // since the mkdir.
+            let dir = open_dir(&path)?;
+            std::os::unix::fs::fchown(&dir, Some(uid), Some(uid))?;
+            dir.set_permissions(fs::Permissions::from_mode(0o700))?;
         }
     }
     Ok(())
+}
+
+/// Opens the directory `path` itself, never a link's target.
+fn open_dir(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Hands the trees under `dirs` to `uid` (uid and gid), without following links. The roots
@@ -298,8 +310,12 @@ pub(crate) fn hand_over(dirs: &[&Path], uid: u32, range: JobUids) -> io::Result<
             std::os::unix::fs::lchown(&path, Some(uid), Some(uid))?;
         }
         if m.is_dir() {
-            if root {
-                fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+            // No directory stays writable to other uids (a process of an earlier attempt's
+            // uid could otherwise swap entries under the server's feet).
+            let mode = m.permissions().mode() & 0o7777;
+            let want = if root { 0o700 } else { mode & !0o022 };
+            if mode != want {
+                open_dir(&path)?.set_permissions(fs::Permissions::from_mode(want))?;
             }
             for entry in fs::read_dir(&path)? {
                 stack.push((entry?.path(), false));

@@ -9,7 +9,8 @@
 //!   output/                 SM_OUTPUT_DIR; output/failure is the job's failure message
 //!   output/data/            SM_OUTPUT_DATA_DIR
 //!   input/config/           SM_INPUT_CONFIG_DIR: hyperparameters.json, inputdataconfig.json,
-//!                           resourceconfig.json (local executor), rewritten every attempt
+//!                           resourceconfig.json (local executor), made afresh every attempt
+//!   input/config-algo-<i>/  the same for host algo-i, i >= 2 (local executor)
 //!   input/data/<channel>/   SM_CHANNEL_<CHANNEL>, one per InputDataConfig channel
 //!   work/                   the processes' working directory
 //!   attempts/<n>/           the log directory of attempt number n
@@ -133,7 +134,6 @@ impl JobLayout {
             &self.checkpoints,
             &self.model,
             &self.output_data,
-            &self.input_config,
             &self.input_data,
             &self.work,
         ] {

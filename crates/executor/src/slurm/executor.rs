@@ -1038,7 +1038,7 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
         )
     })?;
     // Without resourceconfig.json: the hosts are the allocation's nodes, known on the node.
-    crate::input::prepare(&layout, spec, false, None).map_err(|(path, e)| {
+    crate::input::prepare(&layout, spec, None, None).map_err(|(path, e)| {
         format!(
             "{CLIENT_ERROR}cannot write '{}': {e}; check executor.slurm.shared_dir",
             path.display()
