@@ -116,14 +116,17 @@ def test_one_connection_beyond_the_limit_gets_503_with_retry_after(server):
         time.sleep(0.5)
         readable, _, _ = select.select(held, [], [], 0.5)
         answered = sorted(held.index(s) for s in readable)
-        assert answered and answered[0] >= 24, f"answered at once: {answered} of 30 with max_connections = 24"
-        held[answered[0]].settimeout(2)
-        refused = held[answered[0]].recv(65536).decode()
-        head, _, body = refused.partition("\r\n\r\n")
-        assert head.startswith("HTTP/1.1 503"), refused
-        assert "retry-after: 1" in head.lower(), head
-        out = json.loads(body)
-        assert out["__type"] == "ServerException" and "max_connections" in out["message"], out
+        # At least the 6 beyond the limit are refused at once (more while connections of the
+        # previous tests are still being closed on the server's side), each with a 503.
+        assert set(range(24, 30)) <= set(answered), f"answered at once: {answered} of 30 with max_connections = 24"
+        for i in answered:
+            held[i].settimeout(2)
+            refused = held[i].recv(65536).decode()
+            head, _, body = refused.partition("\r\n\r\n")
+            assert head.startswith("HTTP/1.1 503"), refused
+            assert "retry-after: 1" in head.lower(), head
+            out = json.loads(body)
+            assert out["__type"] == "ServerException" and "max_connections" in out["message"], out
     finally:
         for s in held:
             s.close()
