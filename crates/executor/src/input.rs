@@ -133,19 +133,17 @@ fn remove_config_dirs(layout: &JobLayout) -> io::Result<()> {
     Ok(())
 }
 
-/// Replaces `path` with a new file holding `value`: whatever was there (a link included) is
-/// removed first and the file is created exclusively, so nothing the job left is followed.
+/// Creates `path` (in a config directory made afresh, so nothing is there) holding `value`,
+/// exclusively: should anything be there after all, it is an error, never followed.
 fn write_new(path: &Path, value: &Value, owner: Option<u32>) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
+    // One write: serde_json writes token by token, a syscall each on an unbuffered file.
+    let mut text = serde_json::to_vec_pretty(value)?;
+    text.push(b'\n');
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)?;
-    serde_json::to_writer_pretty(&mut f, value)?;
-    f.write_all(b"\n")?;
+    f.write_all(&text)?;
     if let Some(uid) = owner {
         std::os::unix::fs::fchown(&f, Some(uid), Some(uid))?;
     }
