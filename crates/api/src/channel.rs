@@ -7,8 +7,7 @@
 use serde::Deserialize;
 
 use crate::error::{shown, ApiError};
-
-const FIELD: &str = "serviceRequestPayload";
+use crate::payload::{fail, FIELD};
 
 /// SageMaker's bound on channels per training job.
 pub const MAX_CHANNELS: usize = 20;
@@ -70,10 +69,6 @@ struct S3DataSource {
 #[serde(rename_all = "PascalCase")]
 pub(crate) struct OutputDataConfig {
     s3_output_path: Option<String>,
-}
-
-fn fail<T>(message: String) -> Result<T, ApiError> {
-    Err(ApiError::client(message))
 }
 
 /// Whether `uri` names a location the executor can read or write: `s3://bucket[/key]`, or a
@@ -148,7 +143,8 @@ pub(crate) fn channels(
     Ok(out)
 }
 
-/// The channel's part of `SM_CHANNEL_<NAME>`: upper-cased, `.` and `-` made `_`.
+/// The channel's part of `SM_CHANNEL_<NAME>`: upper-cased, `.` and `-` made `_` (as the
+/// executor names the variable, `qm_executor`'s `channel_var`, which cannot call this).
 fn variable_name(name: &str) -> String {
     name.chars()
         .map(|c| {

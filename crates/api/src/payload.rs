@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::error::{shown, ApiError};
 
-const FIELD: &str = "serviceRequestPayload";
+pub(crate) const FIELD: &str = "serviceRequestPayload";
 
 /// What Quartermaster needs from a training request.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -91,7 +91,7 @@ struct CheckpointConfig {
     local_path: Option<String>,
 }
 
-fn fail<T>(message: String) -> Result<T, ApiError> {
+pub(crate) fn fail<T>(message: String) -> Result<T, ApiError> {
     Err(ApiError::client(message))
 }
 

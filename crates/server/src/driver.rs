@@ -391,8 +391,8 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     retired_dirs: Vec<PathBuf>,
 }
 
-/// Most jobs retired in one batch: retirement catches up over several ticks rather than
-/// stalling the driver after a long downtime.
+/// Most jobs (and most audit entries) retired in one batch: retirement catches up over
+/// several ticks rather than stalling the driver after a long downtime.
 const RETIRE_MAX: usize = 10_000;
 
 enum Item {
