@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -56,9 +57,22 @@ def qm_bin() -> Path:
     return Path(os.environ.get("QM_BIN", REPO / "target" / "debug" / "qm"))
 
 
+# The file:// root every test server may read channels from and upload models and
+# checkpoints to ([storage] file_roots): one per test process, readable by job uids.
+STORAGE_ROOT = Path(tempfile.mkdtemp(prefix="qm-e2e-storage-"))
+STORAGE_ROOT.chmod(0o755)
+
+
+def storage_uri(*parts: str) -> str:
+    """A file:// URI under STORAGE_ROOT."""
+    return "file://" + str(STORAGE_ROOT.joinpath(*parts))
+
+
 def config_toml(count: int = 3, unit: str = UNIT, grace: int = 2, gpus: int = 0) -> str:
     return f"""region = "{REGION}"
 account_id = "{ACCOUNT}"
+[storage]
+file_roots = ["{STORAGE_ROOT}"]
 [executor]
 kind = "local"
 stop_grace_seconds = {grace}
@@ -151,6 +165,17 @@ def aws_error(headers, body: bytes) -> tuple[str, str]:
         data = {}
     code = (data.get("__type") or headers.get("x-amzn-ErrorType") or "").split("#")[-1].split(":")[0]
     return code, data.get("message") or data.get("Message") or ""
+
+
+def stop_process(proc: subprocess.Popen | None, grace: float) -> None:
+    """SIGTERM to a process this test started, then SIGKILL after `grace` seconds."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 class Server:
@@ -263,13 +288,7 @@ class Server:
 
     def stop(self, grace: float = 15) -> int | None:
         """SIGTERM, then SIGKILL after `grace` seconds. Returns the exit code."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        stop_process(self.proc, grace)
         self._close_log()
         return self.proc.returncode if self.proc else None
 
@@ -627,7 +646,7 @@ def payload(script: str, *, args=(), env: dict | None = None, hps: dict | None =
         "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/x",
         "AlgorithmSpecification": algo,
         "ResourceConfig": {"InstanceType": unit, "InstanceCount": count, "VolumeSizeInGB": 1},
-        "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+        "OutputDataConfig": {"S3OutputPath": storage_uri("output")},
         "StoppingCondition": {"MaxRuntimeInSeconds": max_runtime},
         "Environment": environment,
     }

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import (ACCOUNT, REGION, ShareSpec, events, make_queue, pid_alive, still, wait_for,
-                    wait_status)
+from qm_e2e import (ACCOUNT, REGION, STORAGE_ROOT, ShareSpec, events, make_queue, pid_alive, still, wait_for,
+                    storage_uri, wait_status)
 
 EXITED = "Received status from SageMaker: AlgorithmError: process exited with code "
 
@@ -178,9 +178,12 @@ def test_a_client_token_reused_with_another_body_is_rejected(batch, jobs, narrow
 def test_the_process_gets_its_environment_hyperparameters_and_arguments(batch, jobs, q):
     dump = jobs.file("env.json")
     hps = {"epochs": "3", "learning_rate": "0.01"}
+    train = STORAGE_ROOT / "channels" / "envjob-train"
+    train.mkdir(parents=True, exist_ok=True)
+    (train / "data.csv").write_text("1,2\n")
     jid = jobs.submit(q, "S", "envjob", "env_dump.py", args=["--flag", "value with space"],
                       env={"DUMP_FILE": str(dump), "MY_SETTING": "hello"}, hps=hps,
-                      channels={"train": "s3://bucket/train/"})
+                      channels={"train": storage_uri("channels", "envjob-train")})
     wait_status(batch, jid, "SUCCEEDED")
     d = json.loads(dump.read_text())
     env = d["env"]

@@ -73,7 +73,7 @@ pub(crate) struct OutputDataConfig {
 
 /// Whether `uri` names a location the executor can read or write: `s3://bucket[/key]`, or a
 /// `file://` path for single machines.
-fn storage_uri(uri: &str) -> bool {
+pub(crate) fn storage_uri(uri: &str) -> bool {
     let bucket = |rest: &str| !rest.is_empty() && !rest.starts_with('/');
     uri.len() <= 1024
         && !uri.contains('\0')

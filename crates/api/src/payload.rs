@@ -382,10 +382,14 @@ fn checkpoint_config(
 ) -> Result<(Option<String>, Option<String>), ApiError> {
     let at = format!("{FIELD}.CheckpointConfig");
     if let Some(uri) = &config.s3_uri {
-        let ok = uri.len() <= 1024 && (uri.starts_with("s3://") || uri.starts_with("https://"));
+        // https:// was accepted before storage was built, so it stays accepted (a log that
+        // holds one must replay); the executor's storage refuses it at launch, saying to use
+        // s3://.
+        let ok =
+            crate::channel::storage_uri(uri) || (uri.len() <= 1024 && uri.starts_with("https://"));
         if !ok {
             return fail(format!(
-                "{at}.S3Uri {} must be an s3:// or https:// URI of at most 1024 characters",
+                "{at}.S3Uri {} must be s3://bucket/prefix or file:///absolute/path, at most 1024 characters",
                 shown(uri)
             ));
         }
@@ -798,9 +802,9 @@ mod tests {
             "{m}"
         );
         let m = err(&with(
-            serde_json::json!({"CheckpointConfig": {"S3Uri": "file:///x"}}),
+            serde_json::json!({"CheckpointConfig": {"S3Uri": "ftp://x/y"}}),
         ));
-        assert!(m.contains("CheckpointConfig.S3Uri 'file:///x'"), "{m}");
+        assert!(m.contains("CheckpointConfig.S3Uri 'ftp://x/y'"), "{m}");
     }
 
     #[test]

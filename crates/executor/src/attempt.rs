@@ -20,7 +20,12 @@ use crate::group::signal_group;
 use crate::isolation::JobUids;
 use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
+use crate::staging::{CheckpointSync, Stage};
 use crate::{checkpoint, environment, LaunchSpec, Outcome};
+use crate::{isolation, namespace};
+
+/// How often the groups of leaders that exited during a stop are looked at.
+const LINGER_POLL: Duration = Duration::from_millis(50);
 
 /// Why the supervisor began stopping the attempt.
 #[derive(Debug)]
@@ -49,6 +54,7 @@ pub(crate) async fn supervise(
         attempt: spec.attempt,
         uid,
         live: vec![None; hosts.len()],
+        lingering: Vec::new(),
         done: false,
     };
     let outcome = supervisor.run(spec, hosts, stop).await;
@@ -63,6 +69,10 @@ struct Supervisor {
     uid: Option<u32>,
     /// The process group of each host while its process is unreaped.
     live: Vec<Option<u32>>,
+    /// Groups whose leader exited while the attempt was being stopped: the rest of the group
+    /// keeps the grace period (a shell leader dies at SIGTERM at once, while the training
+    /// script it started is still saving its checkpoint).
+    lingering: Vec<u32>,
     done: bool,
 }
 
@@ -75,7 +85,7 @@ impl Drop for Supervisor {
         if self.done {
             return;
         }
-        for &pgid in self.live.iter().flatten() {
+        for &pgid in self.live.iter().flatten().chain(&self.lingering) {
             signal_group(pgid, Signal::SIGKILL);
         }
         self.inner.finish(
@@ -88,32 +98,32 @@ impl Drop for Supervisor {
     }
 }
 
-/// What launching produced: nothing (with the reason), or the spawned children of the first
-/// hosts, with the reason the next host could not be spawned if one could not.
-enum Launch {
-    NotStarted(Outcome),
-    Started {
-        layout: Box<JobLayout>,
-        checkpoint_dir: PathBuf,
-        baseline_ns: u64,
-        children: Vec<Child>,
-        spawn_failure: Option<String>,
-    },
+/// What preparing produced: the attempt's directories, or the reason it cannot start.
+struct Prepared {
+    layout: Box<JobLayout>,
+    checkpoint_dir: PathBuf,
+    env: Vec<(String, String)>,
 }
 
-/// Creates the job's directories, notes the checkpoint baseline and spawns one process per
-/// host. This blocking file-system work (a handful of mkdirs and opens) runs on the runtime
-/// worker: measured no slower than the blocking pool, and it keeps every spawn inside the
-/// supervisor's poll, so a runtime shutdown cannot leave a process spawned after the
-/// supervisor that would kill it is gone (a launch on the blocking pool can).
-fn launch(
+/// The spawned children of the first hosts, with the reason the next host could not be
+/// spawned if one could not.
+struct Spawned {
+    children: Vec<Child>,
+    spawn_failure: Option<String>,
+}
+
+/// Creates the job's directories and config files and builds the environment. This blocking
+/// file-system work (a handful of mkdirs and opens) runs on the runtime worker: measured no
+/// slower than the blocking pool, and it keeps every spawn inside the supervisor's poll, so a
+/// runtime shutdown cannot leave a process spawned after the supervisor that would kill it is
+/// gone (a launch on the blocking pool can).
+fn prepare(
     spec: &LaunchSpec,
     data_dir: &Path,
-    hosts: &[Vec<u32>],
     owner: Option<(u32, JobUids)>,
-) -> Launch {
+) -> Result<Prepared, Outcome> {
     let Some(program) = spec.entrypoint.first() else {
-        return Launch::NotStarted(Outcome::Failed {
+        return Err(Outcome::Failed {
             reason: format!(
                 "{CLIENT_ERROR}AlgorithmSpecification.ContainerEntrypoint is missing: the local executor runs \
                  host processes and does not run TrainingImage, so set ContainerEntrypoint"
@@ -121,28 +131,29 @@ fn launch(
             retryable: false,
         });
     };
+    let failed = |path: &Path, e: std::io::Error, verb: &str| Outcome::Failed {
+        reason: outcome::spawn_reason(
+            program,
+            format_args!("cannot {verb} '{}': {e}", path.display()),
+        ),
+        retryable: true,
+    };
     let layout = JobLayout::new(data_dir, &spec.job_id, spec.attempt_number);
-    if let Err((path, e)) = layout.prepare(owner) {
-        return Launch::NotStarted(Outcome::Failed {
-            reason: outcome::spawn_reason(
-                program,
-                format_args!("cannot create '{}': {e}", path.display()),
-            ),
-            retryable: true,
-        });
-    }
+    layout
+        .prepare(owner)
+        .map_err(|(path, e)| failed(&path, e, "create"))?;
     let uid = owner.map(|(uid, _)| uid);
-    if let Err((path, e)) = crate::input::prepare(&layout, spec, Some(spec.count), uid) {
-        return Launch::NotStarted(Outcome::Failed {
-            reason: outcome::spawn_reason(
-                program,
-                format_args!("cannot write '{}': {e}", path.display()),
-            ),
-            retryable: true,
-        });
+    crate::input::prepare(&layout, spec, Some(spec.count), uid)
+        .map_err(|(path, e)| failed(&path, e, "write"))?;
+    // Every host's logs exist from here on: the downloads write their progress to algo-1's
+    // stderr before the processes start.
+    for host in 1..=spec.count {
+        for stream in [LogStream::Stdout, LogStream::Stderr] {
+            let path = layout.attempt_dir.join(log_file_name(stream, host));
+            crate::logcap::create(&path).map_err(|e| failed(&path, e, "open log"))?;
+        }
     }
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, uid);
-    let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
     let mut env = environment::common(spec, &layout, &checkpoint_dir);
     if let Some(uid) = uid {
         // First, so that the payload's Environment may set them otherwise.
@@ -165,22 +176,34 @@ fn launch(
         crate::group::MARKER.into(),
         data_dir.to_string_lossy().into_owned(),
     ));
+    Ok(Prepared {
+        layout: Box::new(layout),
+        checkpoint_dir,
+        env,
+    })
+}
+
+/// Spawns one process per host.
+fn spawn_all(
+    spec: &LaunchSpec,
+    prepared: &Prepared,
+    hosts: &[Vec<u32>],
+    uid: Option<u32>,
+    opt_ml: bool,
+) -> Spawned {
     let mut children = Vec::with_capacity(hosts.len());
     let mut spawn_failure = None;
     for (host, gpus) in hosts.iter().enumerate() {
-        let r = spawn_host(spec, &layout, &env, host, gpus, uid);
+        let r = spawn_host(spec, prepared, host, gpus, uid, opt_ml);
         match r {
             Ok(child) => children.push(child),
             Err(e) => {
-                spawn_failure = Some(outcome::spawn_reason(program, e));
+                spawn_failure = Some(outcome::spawn_reason(&spec.entrypoint[0], e));
                 break;
             }
         }
     }
-    Launch::Started {
-        layout: Box::new(layout),
-        checkpoint_dir,
-        baseline_ns,
+    Spawned {
         children,
         spawn_failure,
     }
@@ -193,19 +216,139 @@ impl Supervisor {
         hosts: Vec<Vec<u32>>,
         mut stop: watch::Receiver<bool>,
     ) -> Outcome {
-        let grace = self.inner.cfg.stop_grace;
         let owner = self.uid.zip(self.inner.cfg.isolation);
-        let launch = launch(&spec, &self.inner.cfg.data_dir, &hosts, owner);
-        let (layout, checkpoint_dir, baseline_ns, children, spawn_failure) = match launch {
-            Launch::NotStarted(outcome) => return outcome,
-            Launch::Started {
-                layout,
-                checkpoint_dir,
-                baseline_ns,
-                children,
-                spawn_failure,
-            } => (layout, checkpoint_dir, baseline_ns, children, spawn_failure),
+        let prepared = match prepare(&spec, &self.inner.cfg.data_dir, owner) {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
         };
+        let mut stage = match self.stage(&spec, &prepared) {
+            Ok(stage) => stage,
+            Err(outcome) => return outcome,
+        };
+        let mut checkpoints = None;
+        if let Some(stage) = stage.as_mut() {
+            let staged = tokio::select! {
+                staged = stage.stage_in(&spec, &prepared.layout, &prepared.checkpoint_dir) => staged,
+                _ = stop.changed() => Err(format!("{CLIENT_ERROR}stopped while its inputs were downloading")),
+            };
+            match staged {
+                Ok(state) => checkpoints = state,
+                Err(reason) => {
+                    return Outcome::Failed {
+                        reason,
+                        retryable: true,
+                    }
+                }
+            }
+        }
+        let sync = self.checkpoint_sync(&spec, &prepared, checkpoints);
+        let (outcome, sync) = self
+            .run_processes(&spec, &prepared, &hosts, stop, sync)
+            .await;
+        let Some(stage) = stage.as_mut() else {
+            return outcome;
+        };
+        let mut state = match sync {
+            Some(sync) => Some(sync.into_state().await),
+            None => None,
+        };
+        let ckpt = state
+            .as_mut()
+            .map(|s| (prepared.checkpoint_dir.as_path(), s));
+        let succeeded = outcome == Outcome::Succeeded;
+        match stage
+            .stage_out(&spec, &prepared.layout, ckpt, succeeded)
+            .await
+        {
+            Err(reason) if succeeded => Outcome::Failed {
+                reason,
+                retryable: true,
+            },
+            _ => outcome,
+        }
+    }
+
+    /// The attempt's transfers, if it has any: `Err` when it needs storage and none is
+    /// configured.
+    fn stage(&self, spec: &LaunchSpec, prepared: &Prepared) -> Result<Option<Stage>, Outcome> {
+        let needs = !spec.channels.is_empty()
+            || spec.checkpoint_uri.is_some()
+            || spec.output_path.is_some();
+        if !needs {
+            return Ok(None);
+        }
+        let Some(storage) = self.inner.cfg.storage.clone() else {
+            // A job with only an output path loses nothing it was promised before it runs;
+            // one with inputs would run on empty channels.
+            if spec.channels.is_empty() && spec.checkpoint_uri.is_none() {
+                tracing::warn!(
+                    attempt = spec.attempt,
+                    "no [storage]: the model and output will not be uploaded"
+                );
+                return Ok(None);
+            }
+            return Err(Outcome::Failed {
+                reason: format!("{CLIENT_ERROR}the job has input channels or CheckpointConfig.S3Uri but this executor has no storage configured ([storage] in the server's config)"),
+                retryable: false,
+            });
+        };
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(
+                prepared
+                    .layout
+                    .attempt_dir
+                    .join(log_file_name(LogStream::Stderr, 1)),
+            )
+            .ok();
+        Ok(Some(Stage::new(
+            self.inner.clone(),
+            storage,
+            spec,
+            self.uid,
+            log,
+        )))
+    }
+
+    /// The periodic checkpoint upload of a job with `CheckpointConfig.S3Uri`.
+    fn checkpoint_sync(
+        &self,
+        spec: &LaunchSpec,
+        prepared: &Prepared,
+        restored: Option<qm_storage::SyncState>,
+    ) -> Option<CheckpointSync> {
+        let (storage, uri, state) = (
+            self.inner.cfg.storage.clone()?,
+            spec.checkpoint_uri.clone()?,
+            restored?,
+        );
+        Some(CheckpointSync::new(
+            storage,
+            prepared.checkpoint_dir.clone(),
+            uri,
+            self.uid,
+            self.inner.cfg.checkpoint_sync,
+            state,
+        ))
+    }
+
+    /// Spawns the hosts' processes and supervises them until every one is gone.
+    async fn run_processes(
+        &mut self,
+        spec: &LaunchSpec,
+        prepared: &Prepared,
+        hosts: &[Vec<u32>],
+        mut stop: watch::Receiver<bool>,
+        mut sync: Option<CheckpointSync>,
+    ) -> (Outcome, Option<CheckpointSync>) {
+        let grace = self.inner.cfg.stop_grace;
+        let layout = &prepared.layout;
+        let checkpoint_dir = prepared.checkpoint_dir.clone();
+        let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
+        let Spawned {
+            children,
+            spawn_failure,
+        } = spawn_all(spec, prepared, hosts, self.uid, self.inner.opt_ml);
         let mut waits: JoinSet<(usize, std::io::Result<ExitStatus>)> = JoinSet::new();
         for (host, mut child) in children.into_iter().enumerate() {
             // Some(pid) until the child is reaped, which only the wait below does.
@@ -233,9 +376,9 @@ impl Supervisor {
         let deadline = spec.max_runtime.map(|limit| started + limit);
 
         let mut first_failure: Option<String> = None;
-        while !waits.is_empty() {
+        while !waits.is_empty() || !self.lingering.is_empty() {
             tokio::select! {
-                joined = waits.join_next() => {
+                joined = waits.join_next(), if !waits.is_empty() => {
                     let Some(joined) = joined else { break };
                     let (host, status) = match joined {
                         Ok(exit) => exit,
@@ -246,8 +389,12 @@ impl Supervisor {
                         }
                     };
                     if let Some(pgid) = self.live[host].take() {
-                        // What the job forked dies with its leader, as in a container.
-                        signal_group(pgid, Signal::SIGKILL);
+                        if kill_at.is_some() {
+                            self.lingering.push(pgid);
+                        } else {
+                            // What the job forked dies with its leader, as in a container.
+                            signal_group(pgid, Signal::SIGKILL);
+                        }
                     }
                     let failure = match status {
                         Ok(status) if status.success() => None,
@@ -272,14 +419,29 @@ impl Supervisor {
                     kill_at = Some(self.terminate(grace));
                 }
                 () = sleep_until_opt(kill_at) => {
-                    for &pgid in self.live.iter().flatten() {
+                    for &pgid in self.live.iter().flatten().chain(&self.lingering) {
                         signal_group(pgid, Signal::SIGKILL);
                     }
+                    self.lingering.clear();
                     kill_at = None;
                 }
+                () = tokio::time::sleep(LINGER_POLL), if !self.lingering.is_empty() => {
+                    // Nothing reports the end of a group's last process but the group's absence.
+                    self.lingering.retain(|&pgid| crate::group::group_alive(pgid));
+                }
+                () = CheckpointSync::tick(&mut sync) => {}
             }
         }
+        (self.outcome(cause, first_failure, layout), sync)
+    }
 
+    /// How the attempt ended, from why it was stopped and the first host's failure.
+    fn outcome(
+        &self,
+        cause: Option<StopCause>,
+        first_failure: Option<String>,
+        layout: &JobLayout,
+    ) -> Outcome {
         match cause {
             Some(StopCause::Timeout) => Outcome::Failed {
                 reason: TIMEOUT_REASON.to_string(),
@@ -319,24 +481,28 @@ async fn sleep_until_opt(at: Option<Instant>) {
 }
 
 /// Spawns the process of host `host` (0-based) in its own process group, logging to its
-/// files in the attempt directory.
+/// files in the attempt directory (made by [`prepare`], appended to).
 fn spawn_host(
     spec: &LaunchSpec,
-    layout: &JobLayout,
-    env: &[(String, String)],
+    prepared: &Prepared,
     host: usize,
     gpus: &[u32],
     uid: Option<u32>,
+    opt_ml: bool,
 ) -> std::io::Result<Child> {
+    let layout = &prepared.layout;
     let host = host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
         let path = layout.attempt_dir.join(log_file_name(stream, host));
-        crate::logcap::create(&path).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot open log '{}': {e}", path.display()),
-            )
-        })
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot open log '{}': {e}", path.display()),
+                )
+            })
     };
     let stdout = open_log(LogStream::Stdout)?;
     let stderr = open_log(LogStream::Stderr)?;
@@ -358,31 +524,42 @@ fn spawn_host(
             command.env_remove(&key);
         }
     }
-    command.envs(env.iter().map(|(k, v)| (k, v)));
+    command.envs(prepared.env.iter().map(|(k, v)| (k, v)));
     command.envs(environment::per_host(spec, layout, host, gpus));
-    match uid {
-        Some(uid) => spawn_as(&mut command, uid),
-        None => command.spawn(),
+    let binds = opt_ml.then(|| namespace::Binds {
+        job: layout.job.clone(),
+        config: (host > 1).then(|| crate::input::config_dir(layout, host)),
+    });
+    if uid.is_none() && binds.is_none() {
+        return command.spawn();
     }
+    spawn_apart(&mut command, uid, binds.as_ref())
 }
 
-/// Spawns `command` as `uid` (its group `uid`, no supplementary groups).
+/// Spawns `command` in a mount namespace with `binds` and/or as `uid` (its group `uid`, no
+/// supplementary groups).
 ///
-/// `Command::uid` would make std fork, copying the server's page tables for every attempt:
-/// that halves a drain of trivial jobs (1,550 to 675 jobs/s measured). Instead a short-lived
-/// thread takes the job's identity with per-thread syscalls (the server's other threads stay
-/// root) and spawns with posix_spawn; the child inherits the thread's credentials. The
-/// thread sets all three uids, so it and the job keep no capability and no way back to root.
-fn spawn_as(command: &mut Command, uid: u32) -> std::io::Result<Child> {
-    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid, Gid, Uid};
+/// `Command::uid` (or a pre_exec hook) would make std fork, copying the server's page tables
+/// for every attempt: that halves a drain of trivial jobs (1,550 to 675 jobs/s measured).
+/// Instead a short-lived thread enters the namespace (per thread, while still root), takes the
+/// job's identity with per-thread syscalls (the server's other threads stay root) and spawns
+/// with posix_spawn; the child inherits the thread's namespace and credentials. The thread
+/// sets all three uids, so it and the job keep no capability and no way back to root.
+fn spawn_apart(
+    command: &mut Command,
+    uid: Option<u32>,
+    binds: Option<&namespace::Binds>,
+) -> std::io::Result<Child> {
     let runtime = tokio::runtime::Handle::current();
     std::thread::scope(|scope| {
         let spawner = scope.spawn(|| {
             let _runtime = runtime.enter();
-            let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(uid));
-            set_thread_groups(&[])?;
-            set_thread_res_gid(gid, gid, gid)?;
-            set_thread_res_uid(uid, uid, uid)?;
+            if let Some(binds) = binds {
+                namespace::enter(binds)?;
+            }
+            if let Some(uid) = uid {
+                isolation::become_job(uid)?;
+            }
             command.spawn()
         });
         spawner

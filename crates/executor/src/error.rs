@@ -57,6 +57,9 @@ pub enum ExecError {
     /// Attempts cannot run apart from the server as configured.
     #[error("isolation: {0}")]
     Isolation(String),
+    /// `[executor] opt_ml = "required"` and attempts cannot get `/opt/ml`.
+    #[error("opt_ml = \"required\" but attempts cannot get their own /opt/ml: {0}; run the server as root or set opt_ml = \"auto\"")]
+    OptMl(String),
     /// `start` was called outside a tokio runtime.
     #[error("LocalExecutor::start must be called inside a tokio runtime")]
     NoRuntime,

@@ -17,9 +17,10 @@ use crate::inventory::Inventory;
 use crate::isolation::{self, JobUids, UidPool};
 use crate::layout::{self, JobLayout};
 use crate::{ExecError, Outcome, PoolSpec};
+use qm_storage::Storage;
 
 /// How the local executor runs attempts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LocalConfig {
     /// The executor writes under `data_dir/jobs/<job_id>/...`.
     pub data_dir: PathBuf,
@@ -37,6 +38,24 @@ pub struct LocalConfig {
     /// Bytes of stdout (and of stderr) per process of an attempt before its log is rotated
     /// (`None`: unbounded).
     pub log_bytes_per_attempt: Option<u64>,
+    /// Where channels, checkpoints and models are transferred (`None`: jobs with channels,
+    /// `CheckpointConfig.S3Uri` or `OutputDataConfig` fail, saying so).
+    pub storage: Option<Arc<Storage>>,
+    /// How often a running attempt's changed checkpoints are uploaded.
+    pub checkpoint_sync: Duration,
+    /// Whether each attempt gets `/opt/ml` as its own directory ([`crate::namespace`]).
+    pub opt_ml: OptMl,
+}
+
+/// `[executor] opt_ml`: whether attempts see their job directory at `/opt/ml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptMl {
+    /// Where the server can (root): a private mount namespace per process.
+    Auto,
+    /// Always, or the executor refuses to start.
+    Required,
+    /// Never: jobs find their directories through the `SM_*` variables only.
+    Off,
 }
 
 impl LocalConfig {
@@ -50,6 +69,9 @@ impl LocalConfig {
             checkpoint_poll: Duration::from_secs(1),
             isolation: None,
             log_bytes_per_attempt: None,
+            storage: None,
+            checkpoint_sync: Duration::from_secs(30),
+            opt_ml: OptMl::Off,
         }
     }
 }
@@ -81,6 +103,12 @@ pub struct LaunchSpec {
     pub max_runtime: Option<Duration>,
     /// The payload's `CheckpointConfig.LocalPath`, if the user set one.
     pub checkpoint_path: Option<PathBuf>,
+    /// The payload's `CheckpointConfig.S3Uri`: restored before, uploaded during and after
+    /// every attempt.
+    pub checkpoint_uri: Option<String>,
+    /// The payload's `OutputDataConfig.S3OutputPath`: `model.tar.gz` and `output.tar.gz` go
+    /// under `<it>/<job_name>/output/` after a success.
+    pub output_path: Option<String>,
     /// The payload's `InputDataConfig`: a directory each under `input/data/`, described in
     /// `input/config/inputdataconfig.json`.
     pub channels: Vec<InputChannel>,
@@ -94,6 +122,8 @@ pub struct InputChannel {
     pub name: String,
     /// Where its data lives (`s3://` or `file://`).
     pub uri: String,
+    /// `S3DataType`: `S3Prefix` (every object under the URI) or `ManifestFile`.
+    pub data_type: String,
     /// `File` or `FastFile`.
     pub input_mode: String,
     /// `S3DataDistributionType`.
@@ -129,6 +159,8 @@ impl LaunchSpec {
             hyperparameters: BTreeMap::new(),
             max_runtime: None,
             checkpoint_path: None,
+            checkpoint_uri: None,
+            output_path: None,
             channels: Vec::new(),
         }
     }
@@ -194,6 +226,8 @@ pub struct LocalExecutor {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) cfg: LocalConfig,
+    /// Whether attempts get `/opt/ml` ([`crate::namespace`]), as found at start-up.
+    pub(crate) opt_ml: bool,
     events: mpsc::UnboundedSender<ExecEvent>,
     state: Mutex<State>,
     scanner_started: AtomicBool,
@@ -275,8 +309,20 @@ impl LocalExecutor {
             isolation::check_usable(range, &cfg.data_dir, inventory.capacity().values().sum())?;
         }
         let uids = cfg.isolation.map(UidPool::new);
+        let opt_ml = match cfg.opt_ml {
+            OptMl::Off => false,
+            mode => match crate::namespace::probe(&cfg.data_dir.join("jobs")) {
+                Ok(()) => true,
+                Err(why) if mode == OptMl::Auto => {
+                    tracing::warn!("attempts do not get /opt/ml ({why}); jobs find their directories through the SM_* variables");
+                    false
+                }
+                Err(why) => return Err(ExecError::OptMl(why)),
+            },
+        };
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
+                opt_ml,
                 cfg,
                 events,
                 state: Mutex::new(State {
@@ -287,6 +333,11 @@ impl LocalExecutor {
                 scanner_started: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Whether attempts see their job directory at `/opt/ml`.
+    pub fn opt_ml(&self) -> bool {
+        self.inner.opt_ml
     }
 
     /// Instances per instance type, free or not (what the core gets as physical capacity).
@@ -504,6 +555,22 @@ impl Inner {
             log_dir,
             at_ms: now_ms(),
         });
+    }
+
+    /// Reports why a started attempt has not spawned its processes yet (its downloads); only
+    /// while it has not reported `Running`.
+    pub(crate) fn report_starting(&self, attempt: u64, reason: String) {
+        let state = self.state();
+        if state
+            .attempts
+            .get(&attempt)
+            .is_some_and(|s| s.pgids.is_empty())
+        {
+            let _ = self.events.send(ExecEvent::Starting {
+                attempt,
+                reason: Some(reason),
+            });
+        }
     }
 
     /// Frees the attempt's instances and reports `Exited`; called once every process is gone.

@@ -35,7 +35,7 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> bool {
 /// A group whose processes are all zombies is gone: they hold nothing, and where their new
 /// parent (PID 1 of a container, say) never reaps them they would otherwise hold start-up for
 /// the whole grace period and `KILL_WAIT`.
-fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     match i32::try_from(pgid) {
         // Signal 0 only checks. EPERM means it exists but is not ours: nothing we can do.
         Ok(raw) if raw > 1 => {

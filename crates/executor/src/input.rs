@@ -99,14 +99,26 @@ pub(crate) fn prepare(
         }
     }
     for c in &spec.channels {
-        let rel = Path::new("input").join("data").join(&c.name);
-        isolation::real_dirs(&layout.job, &rel, true, owner)
-            .map_err(|e| (channel_dir(layout, &c.name), e))?;
-        // Said at every attempt: a job that finds an empty channel should find out why.
-        tracing::warn!(attempt = spec.attempt, channel = %c.name, uri = %c.uri,
-            "this version does not download channels yet (docs/sagemaker.md): the channel's directory is as the job left it");
+        // Emptied: the channel is downloaded afresh, whatever the last attempt did to it.
+        let dir = channel_dir(layout, &c.name);
+        empty_dir(layout, &dir, owner).map_err(|e| (dir, e))?;
     }
     Ok(())
+}
+
+/// Makes `dir` (in the job's directory) an empty real directory of `owner`: whatever is there
+/// is removed (links removed, never followed) and the directory made again.
+pub(crate) fn empty_dir(layout: &JobLayout, dir: &Path, owner: Option<u32>) -> io::Result<()> {
+    let rel = dir.strip_prefix(&layout.job).map_err(|_| {
+        io::Error::other(format!("'{}' is not in the job's directory", dir.display()))
+    })?;
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(dir)?,
+        Ok(_) => fs::remove_file(dir)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    isolation::real_dirs(&layout.job, rel, true, owner)
 }
 
 /// Removes the previous attempt's config directories (whatever the job made of them: links
@@ -191,6 +203,7 @@ mod tests {
         s.channels.push(InputChannel {
             name: "train.v2".into(),
             uri: "s3://b/train".into(),
+            data_type: "S3Prefix".into(),
             input_mode: "File".into(),
             distribution: "FullyReplicated".into(),
             content_type: Some("text/csv".into()),

@@ -292,6 +292,37 @@ fn open_dir(path: &Path) -> io::Result<fs::File> {
         .open(path)
 }
 
+/// Makes the calling thread (only it: the syscalls are per thread) `uid`, with gid `uid` and
+/// no supplementary groups, for good. Only for a thread that ends soon after.
+pub(crate) fn become_job(uid: u32) -> io::Result<()> {
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid, Gid, Uid};
+    let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(uid));
+    set_thread_groups(&[])?;
+    set_thread_res_gid(gid, gid, gid)?;
+    set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
+}
+
+/// Runs `work` on a thread of its own that has taken `uid` (uid and gid, no supplementary
+/// groups) for good: what it opens, reads or spawns, it does with the job's rights, while the
+/// server's other threads stay root. The thread ends with `work`.
+pub(crate) fn as_job<T: Send>(
+    uid: u32,
+    work: impl FnOnce() -> io::Result<T> + Send,
+) -> io::Result<T> {
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(|| {
+            become_job(uid)?;
+            work()
+        });
+        thread.join().unwrap_or_else(|_| {
+            Err(io::Error::other(
+                "a thread running as the job's uid panicked",
+            ))
+        })
+    })
+}
+
 /// Hands the trees under `dirs` to `uid` (uid and gid), without following links. The roots
 /// change hands whoever owns them (the server made them); below, only entries that a job uid
 /// of `range` owns, so a hard link to someone else's file is left alone.

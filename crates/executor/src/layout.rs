@@ -180,12 +180,17 @@ impl JobLayout {
         let Some(requested) = requested else {
             return self.checkpoints.clone();
         };
-        let base = if requested.is_absolute() {
-            "root"
-        } else {
-            "work"
+        // `/opt/ml/...` is the job's directory itself (it is mounted there, and SageMaker's
+        // default `/opt/ml/checkpoints` must be the checkpoints that are synced); other
+        // absolute paths are re-rooted under `root/`, relative ones count from `work/`.
+        let (base, requested) = match requested.strip_prefix(crate::namespace::OPT_ML) {
+            Ok(inside) => ("", inside),
+            Err(_) if requested.is_absolute() => ("root", requested),
+            Err(_) => ("work", requested),
         };
-        let Some(rel) = isolation::confine(Path::new(base), requested) else {
+        let confined = isolation::confine(Path::new(base), requested)
+            .filter(|rel| !rel.as_os_str().is_empty());
+        let Some(rel) = confined else {
             tracing::warn!(attempt, requested = %requested.display(), using = %self.checkpoints.display(),
                 "CheckpointConfig.LocalPath leaves the job's directory; using the job's checkpoint directory");
             return self.checkpoints.clone();
@@ -279,7 +284,24 @@ mod tests {
         assert!(!dir.path().join("jobs/other").exists());
         assert_eq!(
             layout.checkpoint_dir(Some(Path::new("/opt/ml/../ml/checkpoints")), 1, None),
-            layout.root.join("opt/ml/checkpoints")
+            layout.checkpoints
+        );
+        assert_eq!(
+            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints")), 1, None),
+            layout.checkpoints,
+            "SageMaker's default is the job's own checkpoints"
+        );
+        assert_eq!(
+            layout.checkpoint_dir(Some(Path::new("/opt/ml/model/ckpt")), 1, None),
+            layout.model.join("ckpt")
+        );
+        assert_eq!(
+            layout.checkpoint_dir(Some(Path::new("/opt/ml")), 1, None),
+            layout.checkpoints
+        );
+        assert_eq!(
+            layout.checkpoint_dir(Some(Path::new("/ckpt")), 1, None),
+            layout.root.join("ckpt")
         );
     }
 }

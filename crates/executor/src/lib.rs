@@ -31,12 +31,17 @@ mod inventory;
 pub mod isolation;
 pub mod layout;
 mod logcap;
+pub mod namespace;
 mod outcome;
 pub mod slurm;
+mod staging;
 
 pub use error::ExecError;
-pub use executor::{ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OUTCOME_FILE};
+pub use executor::{
+    ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, OUTCOME_FILE,
+};
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
 pub use outcome::{Outcome, TIMEOUT_REASON};
+pub use qm_storage::{Settings as StorageSettings, Storage, StorageConfig};

@@ -50,6 +50,28 @@ pub struct FileConfig {
     /// Bounds on what clients can make the server hold or wait for.
     #[serde(default)]
     pub limits: LimitsSection,
+    /// Where jobs' channels, checkpoints and models are stored.
+    #[serde(default)]
+    pub storage: StorageSection,
+}
+
+/// `[storage]`: S3 (and local roots) for SageMaker channels, checkpoints and models
+/// (docs/sagemaker.md). Unset keys come from the server's AWS environment.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSection {
+    /// S3's endpoint URL (default: `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, else AWS).
+    pub endpoint: Option<String>,
+    /// The signing region (default: `AWS_REGION`, `AWS_DEFAULT_REGION`, else us-east-1).
+    pub region: Option<String>,
+    /// The shared-credentials profile (default: the environment's keys, `AWS_PROFILE`, then
+    /// the instance role).
+    pub profile: Option<String>,
+    /// Directories `file://` URIs may name (default: none, `file://` refused).
+    #[serde(default)]
+    pub file_roots: Vec<PathBuf>,
+    /// How long one S3 request is retried before the transfer fails (default 30).
+    pub retry_seconds: Option<f64>,
 }
 
 /// `[limits]` (defaults: [`crate::limits::Limits::DEFAULT`]; docs/security.md).
@@ -146,6 +168,12 @@ pub struct ExecutorSection {
     /// The uids attempts run as under isolation, `FIRST-LAST` (default
     /// 1879048192-1879113727).
     pub job_uids: Option<String>,
+    /// `auto` (default): each process sees its job directory at `/opt/ml` when the server is
+    /// root; `required`: or refuse to start; `off`: never.
+    pub opt_ml: Option<String>,
+    /// How often a running attempt's changed checkpoints are uploaded to
+    /// `CheckpointConfig.S3Uri` (default 30).
+    pub checkpoint_sync_seconds: Option<f64>,
     /// The instances this machine offers. Empty = detect GPUs with nvidia-smi, else four
     /// simulated `ml.g5.xlarge`.
     #[serde(default)]
@@ -292,6 +320,12 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// `[limits]`.
     pub limits: crate::limits::Limits,
+    /// `[storage]`, before the environment is applied (at start-up, in `serve`).
+    pub storage: qm_executor::StorageConfig,
+    /// `[executor] opt_ml`.
+    pub opt_ml: qm_executor::OptMl,
+    /// `[executor] checkpoint_sync_seconds`.
+    pub checkpoint_sync: Duration,
 }
 
 impl Config {
@@ -491,8 +525,64 @@ impl Config {
                 }
             },
             limits: resolve_limits(&file.limits, seconds)?,
+            storage: resolve_storage(&file.storage, seconds)?,
+            opt_ml: match file.executor.opt_ml.as_deref().unwrap_or("auto") {
+                "auto" => qm_executor::OptMl::Auto,
+                "required" => qm_executor::OptMl::Required,
+                "off" => qm_executor::OptMl::Off,
+                other => {
+                    return Err(bad(
+                        "executor.opt_ml",
+                        format!("'{other}' is not a mode; use \"auto\" (/opt/ml per attempt when root), \"required\" (or refuse to start) or \"off\""),
+                    ))
+                }
+            },
+            checkpoint_sync: seconds(
+                "executor.checkpoint_sync_seconds",
+                file.executor.checkpoint_sync_seconds,
+                30.0,
+            )?
+            .max(Duration::from_secs(1)),
         })
     }
+}
+
+/// `[storage]`: an endpoint is a URL, file roots are absolute directories (taken as they
+/// resolve now, so that a link in the operator's own path is followed once, here).
+fn resolve_storage(
+    s: &StorageSection,
+    seconds: impl Fn(&str, Option<f64>, f64) -> Result<Duration, ServerError>,
+) -> Result<qm_executor::StorageConfig, ServerError> {
+    let bad = |key: &str, msg: String| ServerError::Config(format!("storage.{key}: {msg}"));
+    if let Some(e) = &s.endpoint {
+        if !(e.starts_with("http://") || e.starts_with("https://")) {
+            return Err(bad(
+                "endpoint",
+                format!("'{e}' is not a URL; write it as http(s)://HOST:PORT, e.g. http://127.0.0.1:9000"),
+            ));
+        }
+    }
+    let mut roots = Vec::new();
+    for (i, root) in s.file_roots.iter().enumerate() {
+        let resolved = root
+            .canonicalize()
+            .ok()
+            .filter(|r| root.is_absolute() && r.is_dir() && r != Path::new("/"))
+            .ok_or_else(|| {
+                bad(
+                    &format!("file_roots[{i}]"),
+                    format!("'{}' is not an existing absolute directory other than /; name the directory jobs may read and write with file:// URIs", root.display()),
+                )
+            })?;
+        roots.push(resolved);
+    }
+    Ok(qm_executor::StorageConfig {
+        endpoint: s.endpoint.clone(),
+        region: s.region.clone(),
+        profile: s.profile.clone(),
+        file_roots: roots,
+        retry_timeout: Some(seconds("storage.retry_seconds", s.retry_seconds, 30.0)?),
+    })
 }
 
 /// `[limits]`: every count at least 1, every timeout at least a second.

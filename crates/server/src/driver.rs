@@ -990,6 +990,8 @@ fn launch_spec(l: Launch) -> LaunchSpec {
         hyperparameters: l.payload.hyperparameters,
         max_runtime: runtime.map(Duration::from_secs),
         checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
+        checkpoint_uri: l.payload.checkpoint_s3_uri,
+        output_path: l.payload.output_path,
         channels: l
             .payload
             .channels
@@ -997,6 +999,7 @@ fn launch_spec(l: Launch) -> LaunchSpec {
             .map(|c| qm_executor::InputChannel {
                 name: c.name,
                 uri: c.uri,
+                data_type: c.data_type,
                 input_mode: c.input_mode,
                 distribution: c.distribution,
                 content_type: c.content_type,

@@ -386,6 +386,10 @@ fn local_executor(
         config.pool.clone()
     };
     let (isolation, jobs_line) = job_isolation(config)?;
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let storage =
+        qm_executor::Storage::new(qm_executor::StorageSettings::resolve(&config.storage, &env));
+    let storage_line = storage.settings().describe();
     let executor = LocalExecutor::new(
         LocalConfig {
             data_dir: config.data_dir.clone(),
@@ -395,10 +399,19 @@ fn local_executor(
             checkpoint_poll: config.checkpoint_poll,
             isolation,
             log_bytes_per_attempt: Some(config.limits.log_bytes_per_attempt),
+            storage: Some(std::sync::Arc::new(storage)),
+            checkpoint_sync: config.checkpoint_sync,
+            opt_ml: config.opt_ml,
         },
         events_tx,
     )
     .map_err(|e| ServerError::Executor(e.to_string()))?;
+    let opt_ml = if executor.opt_ml() {
+        "each attempt sees its job directory at /opt/ml"
+    } else {
+        "no /opt/ml (not root, or [executor] opt_ml = \"off\"): jobs use the SM_* paths"
+    };
+    let jobs_line = format!("{jobs_line}\nsagemaker: {opt_ml}; {storage_line}");
 
     let described = pools
         .iter()

@@ -102,7 +102,7 @@ async fn a_relative_checkpoint_local_path_counts_from_the_working_directory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_absolute_checkpoint_local_path_is_rerooted_per_job_so_jobs_never_share_it() {
+async fn an_opt_ml_checkpoint_local_path_is_the_job_s_own_so_jobs_never_share_it() {
     let mut w = World::new();
     for (attempt, job) in [(1, "job-a"), (2, "job-b")] {
         let mut spec = sh(
@@ -113,7 +113,8 @@ async fn an_absolute_checkpoint_local_path_is_rerooted_per_job_so_jobs_never_sha
         spec.checkpoint_path = Some("/opt/ml/checkpoints/".into());
         w.exec.start(spec).unwrap();
         assert_eq!(w.exited(attempt).await, Outcome::Succeeded);
-        let expected = w.exec.job_dir(job).join("root/opt/ml/checkpoints");
+        // /opt/ml is the job's directory (mounted there when the server is root).
+        let expected = w.exec.job_dir(job).join("checkpoints");
         let (_, _, log_dir) = w.running(attempt).await;
         let out = fs::read_to_string(log_dir.join("stdout.log")).unwrap();
         assert_eq!(out.trim(), expected.to_str().unwrap());

@@ -75,10 +75,26 @@ async fn each_host_sees_its_gpus_hyperparameters_directories_and_the_payload_env
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_reads_sagemaker_s_config_files_and_its_channel_directories() {
-    let mut w = World::with(|cfg| cfg.pools = vec![pool("ml.g5.xlarge", 2, 0)]);
+    let store = tempfile::tempdir().unwrap();
+    fs::create_dir_all(store.path().join("train/part")).unwrap();
+    fs::write(store.path().join("train/part/rows.csv"), "1,2\n").unwrap();
+    let root = store.path().to_path_buf();
+    let mut w = World::with(|cfg| {
+        cfg.pools = vec![pool("ml.g5.xlarge", 2, 0)];
+        cfg.storage = Some(std::sync::Arc::new(qm_executor::Storage::new(
+            qm_executor::StorageSettings::resolve(
+                &qm_executor::StorageConfig {
+                    file_roots: vec![root.clone()],
+                    ..Default::default()
+                },
+                &BTreeMap::new(),
+            ),
+        )));
+    });
     let script = "cat \"$SM_INPUT_CONFIG_DIR/hyperparameters.json\" > out-hp.json; \
                   cat \"$SM_INPUT_CONFIG_DIR/inputdataconfig.json\" > out-idc.json; \
                   cat \"$SM_INPUT_CONFIG_DIR/resourceconfig.json\" > out-rc.json; \
+                  cat \"$SM_CHANNEL_TRAIN/part/rows.csv\" > out-rows.csv; \
                   test -d \"$SM_CHANNEL_TRAIN\" && echo \"$SM_CHANNELS\" > out-channels; \
                   echo \"$SM_RESOURCE_CONFIG\" > out-rc-$SM_CURRENT_HOST; \
                   echo \"$TRAINING_JOB_NAME\" > out-name";
@@ -88,7 +104,8 @@ async fn a_job_reads_sagemaker_s_config_files_and_its_channel_directories() {
     spec.hyperparameters = BTreeMap::from([("epochs".into(), "3".into())]);
     spec.channels = vec![qm_executor::InputChannel {
         name: "train".into(),
-        uri: "s3://bucket/train".into(),
+        uri: format!("file://{}", store.path().join("train").display()),
+        data_type: "S3Prefix".into(),
         input_mode: "File".into(),
         distribution: "ShardedByS3Key".into(),
         content_type: None,
@@ -101,6 +118,11 @@ async fn a_job_reads_sagemaker_s_config_files_and_its_channel_directories() {
     let read = |name: &str| fs::read_to_string(work.join(name)).unwrap();
     let json = |name: &str| -> serde_json::Value { serde_json::from_str(&read(name)).unwrap() };
     assert_eq!(json("out-hp.json"), serde_json::json!({"epochs": "3"}));
+    assert_eq!(
+        read("out-rows.csv"),
+        "1,2\n",
+        "the channel was downloaded before the start"
+    );
     assert_eq!(
         json("out-idc.json")["train"]["S3DistributionType"],
         "ShardedByS3Key"

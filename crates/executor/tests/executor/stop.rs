@@ -126,3 +126,57 @@ async fn instances_are_free_again_only_after_every_process_is_gone() {
         BTreeMap::from([("ml.g5.xlarge".into(), 1)])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_a_shell_leader_dies_at_sigterm_its_children_keep_the_grace_to_save() {
+    // The SageMaker SDK's entrypoint is bash, which dies at SIGTERM while the training script
+    // it started is still writing its checkpoint: the group keeps the grace period.
+    let mut w = World::with(|cfg| cfg.stop_grace = Duration::from_secs(60));
+    w.exec
+        .start(sh(
+            1,
+            "job-leader",
+            "sh -c 'trap \"sleep 0.5; echo saved >> child.out; exit 0\" TERM; \
+                    echo ready > child.out; while true; do sleep 0.05; done' & \
+             wait",
+        ))
+        .unwrap();
+    let (_, _, _) = w.running(1).await;
+    let out = w.exec.job_dir("job-leader").join("work/child.out");
+    wait_for_text(&out, "ready").await;
+    w.exec.stop(1);
+    w.exited(1).await;
+    assert!(
+        std::fs::read_to_string(&out).unwrap().contains("saved"),
+        "the child finished saving before the attempt ended: {:?}",
+        std::fs::read_to_string(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_channels_but_no_storage_fails_before_it_runs_and_says_why() {
+    let mut w = World::new();
+    let mut spec = sh(1, "job-nostore", "touch ran");
+    spec.channels = vec![qm_executor::InputChannel {
+        name: "train".into(),
+        uri: "s3://bucket/train".into(),
+        data_type: "S3Prefix".into(),
+        input_mode: "File".into(),
+        distribution: "FullyReplicated".into(),
+        content_type: None,
+        compression: None,
+        record_wrapper: None,
+    }];
+    w.exec.start(spec).unwrap();
+    match w.exited(1).await {
+        Outcome::Failed { reason, retryable } => {
+            assert!(
+                reason.contains("no storage configured ([storage]"),
+                "{reason}"
+            );
+            assert!(!retryable);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!w.exec.job_dir("job-nostore").join("work/ran").exists());
+}
