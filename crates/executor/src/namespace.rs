@@ -7,7 +7,7 @@
 //! The namespace is made by the short-lived thread that spawns the process
 //! (`unshare(CLONE_NEWNS)` is per thread; the child inherits it), before that thread drops
 //! root for the job's uid. Propagation is made private first, so nothing mounted here reaches
-//! the host. It needs root (CAP_SYS_ADMIN); [`probe`] finds out once, at start-up.
+//! the host. It needs root (CAP_SYS_ADMIN); `probe` finds out once, at start-up.
 
 use std::io;
 use std::path::{Path, PathBuf};

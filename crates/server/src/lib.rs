@@ -149,6 +149,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
     state.admission = Some(state::Admission {
         per_share: config.limits.queued_per_share,
         per_queue: config.limits.queued_per_queue,
+        file_roots: config.storage.file_roots.clone(),
     });
     // After an upgrade, a snapshot at once: the next start (of this build or a later one) goes
     // on from this build's state instead of replaying the previous build's batches again.

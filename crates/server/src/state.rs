@@ -308,13 +308,16 @@ pub struct State {
     pub admission: Option<Admission>,
 }
 
-/// `[limits] queued_jobs_per_share` and `queued_jobs_per_queue`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `[limits] queued_jobs_per_share` and `queued_jobs_per_queue`, and `[storage] file_roots`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admission {
     /// RUNNABLE jobs per quota share.
     pub per_share: u64,
     /// RUNNABLE jobs per job queue.
     pub per_queue: u64,
+    /// The directories `file://` URIs of a payload may name (the executor checks again, links
+    /// included, when it transfers).
+    pub file_roots: Vec<std::path::PathBuf>,
 }
 
 impl State {

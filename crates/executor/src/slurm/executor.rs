@@ -1044,6 +1044,11 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
             path.display()
         )
     })?;
+    for c in &spec.channels {
+        // Said at every attempt: a job that finds an empty channel should find out why.
+        tracing::warn!(attempt = spec.attempt, channel = %c.name, uri = %c.uri,
+            "the Slurm executor does not download channels yet (docs/sagemaker.md): the channel's directory is empty");
+    }
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, None);
     // Newer files than these are this attempt's checkpoints.
     let baseline_ns = newest_mtime_ns(&checkpoint_dir).unwrap_or(0);

@@ -37,10 +37,12 @@ impl State {
     /// Refuses a submit for an instance type no pool of the executor provides (it would wait
     /// for ever), or one that would queue more RUNNABLE jobs than `[limits]` allows in the
     /// share or the queue. Only live: see [`State::admission`].
-    fn admit(&self, queue: &str, share: &str, instance_type: &str) -> Result<(), ApiError> {
-        let Some(limits) = self.admission else {
+    fn admit(&self, queue: &str, share: &str, payload: &TrainingPayload) -> Result<(), ApiError> {
+        let Some(limits) = &self.admission else {
             return Ok(());
         };
+        let instance_type = &payload.instance_type;
+        check_file_roots(payload, &limits.file_roots)?;
         if !self.capacity.contains_key(instance_type) {
             return Err(ApiError::client(format!(
                 "serviceRequestPayload.ResourceConfig.InstanceType: no pool of this server provides '{instance_type}' (it offers {}): ask for one of those, or add the type to the executor's pools ([[executor.pool]], or [[executor.slurm.instance]] for Slurm) and restart",
@@ -126,7 +128,7 @@ impl State {
             Some(_) => {}
         }
         let payload = TrainingPayload::parse(&r.service_request_payload)?;
-        self.admit(&queue, &share, &payload.instance_type)?;
+        self.admit(&queue, &share, &payload)?;
         let (attempts, evaluate_on_exit) = exit_rules(r.retry_strategy.as_ref());
         let core = self.next_job;
         let priority = r.scheduling_priority.unwrap_or(0);
@@ -505,4 +507,55 @@ impl State {
             .map(Arc::make_mut)
             .map(|r| &mut r.tags)
     }
+}
+
+/// Refuses a payload whose `file://` URIs lie outside `[storage] file_roots`: the executor
+/// would refuse them at launch, after the job waited for capacity.
+fn check_file_roots(
+    payload: &TrainingPayload,
+    roots: &[std::path::PathBuf],
+) -> Result<(), ApiError> {
+    let field = "serviceRequestPayload";
+    let uris = payload
+        .channels
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                format!("{field}.InputDataConfig[{i}].DataSource.S3DataSource.S3Uri"),
+                &c.uri,
+            )
+        })
+        .chain(
+            payload
+                .checkpoint_s3_uri
+                .iter()
+                .map(|u| (format!("{field}.CheckpointConfig.S3Uri"), u)),
+        )
+        .chain(
+            payload
+                .output_path
+                .iter()
+                .map(|u| (format!("{field}.OutputDataConfig.S3OutputPath"), u)),
+        );
+    for (at, uri) in uris {
+        let Some(path) = uri.strip_prefix("file://") else {
+            continue;
+        };
+        let path = std::path::Path::new(path);
+        let clean = !path.components().any(|c| {
+            matches!(
+                c,
+                std::path::Component::ParentDir | std::path::Component::CurDir
+            )
+        });
+        if !(clean && roots.iter().any(|r| path.starts_with(r))) {
+            let allowed: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+            return Err(ApiError::client(format!(
+                "{at}: '{uri}' is not under a directory of this server's [storage] file_roots ({}): use an s3:// URI, or a file:// path under one of those",
+                if allowed.is_empty() { "none: file:// is not allowed".to_string() } else { allowed.join(", ") }
+            )));
+        }
+    }
+    Ok(())
 }
