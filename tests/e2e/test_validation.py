@@ -211,9 +211,10 @@ def test_a_quota_queue_needs_an_enabled_known_quota_share_and_no_share_identifie
     rejects(raw_batch.submit_service_job, "shareIdentifier", **submit_args(q, shareIdentifier="team"))
 
 
-def test_a_payload_without_an_entrypoint_is_refused_with_an_explanation(raw_batch, q):
+def test_a_payload_without_an_entrypoint_is_refused_under_the_host_runtime(raw_batch, q):
+    # The image's own entrypoint runs only under runtime = "podman" (test_podman.py).
     p = json.dumps(payload("exit_code.py", entrypoint=False))
-    rejects(raw_batch.submit_service_job, "ContainerEntrypoint", **submit_args(q, serviceRequestPayload=p))
+    rejects(raw_batch.submit_service_job, 'runtime = "host"', **submit_args(q, serviceRequestPayload=p))
 
 
 def test_a_payload_that_is_not_a_training_job_is_refused(raw_batch, q):

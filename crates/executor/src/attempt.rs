@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, Instant};
 
+use crate::container::Runtime;
 use crate::executor::Inner;
 use crate::group::signal_group;
 use crate::isolation::JobUids;
@@ -103,6 +104,8 @@ struct Prepared {
     layout: Box<JobLayout>,
     checkpoint_dir: PathBuf,
     env: Vec<(String, String)>,
+    /// What is spawned (the entrypoint, or podman), for messages.
+    program: String,
 }
 
 /// The spawned children of the first hosts, with the reason the next host could not be
@@ -121,16 +124,25 @@ fn prepare(
     spec: &LaunchSpec,
     data_dir: &Path,
     owner: Option<(u32, JobUids)>,
+    runtime: &Runtime,
 ) -> Result<Prepared, Outcome> {
-    let Some(program) = spec.entrypoint.first() else {
-        return Err(Outcome::Failed {
+    let program = match (runtime, spec.entrypoint.first()) {
+        (Runtime::Podman(p), _) if spec.training_image.is_some() => p.program.to_string_lossy().into_owned(),
+        (Runtime::Host, Some(program)) => program.clone(),
+        (Runtime::Podman(_), _) => return Err(Outcome::Failed {
+            reason: format!("{CLIENT_ERROR}AlgorithmSpecification.TrainingImage is missing: the podman runtime runs the job's image"),
+            retryable: false,
+        }),
+        (Runtime::Host, None) => return Err(Outcome::Failed {
             reason: format!(
-                "{CLIENT_ERROR}AlgorithmSpecification.ContainerEntrypoint is missing: the local executor runs \
-                 host processes and does not run TrainingImage, so set ContainerEntrypoint"
+                "{CLIENT_ERROR}AlgorithmSpecification.ContainerEntrypoint is missing: this executor runs \
+                 host processes ([executor] runtime = \"host\") and does not run TrainingImage, so set \
+                 ContainerEntrypoint, or run the server with runtime = \"podman\""
             ),
             retryable: false,
-        });
+        }),
     };
+    let program = program.as_str();
     let failed = |path: &Path, e: std::io::Error, verb: &str| Outcome::Failed {
         reason: outcome::spawn_reason(
             program,
@@ -180,6 +192,7 @@ fn prepare(
         layout: Box::new(layout),
         checkpoint_dir,
         env,
+        program: program.to_string(),
     })
 }
 
@@ -189,16 +202,16 @@ fn spawn_all(
     prepared: &Prepared,
     hosts: &[Vec<u32>],
     uid: Option<u32>,
-    opt_ml: bool,
+    inner: &Inner,
 ) -> Spawned {
     let mut children = Vec::with_capacity(hosts.len());
     let mut spawn_failure = None;
     for (host, gpus) in hosts.iter().enumerate() {
-        let r = spawn_host(spec, prepared, host, gpus, uid, opt_ml);
+        let r = spawn_host(spec, prepared, host, gpus, uid, inner);
         match r {
             Ok(child) => children.push(child),
             Err(e) => {
-                spawn_failure = Some(outcome::spawn_reason(&spec.entrypoint[0], e));
+                spawn_failure = Some(outcome::spawn_reason(&prepared.program, e));
                 break;
             }
         }
@@ -217,7 +230,12 @@ impl Supervisor {
         mut stop: watch::Receiver<bool>,
     ) -> Outcome {
         let owner = self.uid.zip(self.inner.cfg.isolation);
-        let prepared = match prepare(&spec, &self.inner.cfg.data_dir, owner) {
+        let prepared = match prepare(
+            &spec,
+            &self.inner.cfg.data_dir,
+            owner,
+            &self.inner.cfg.runtime,
+        ) {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };
@@ -348,7 +366,7 @@ impl Supervisor {
         let Spawned {
             children,
             spawn_failure,
-        } = spawn_all(spec, prepared, hosts, self.uid, self.inner.opt_ml);
+        } = spawn_all(spec, prepared, hosts, self.uid, &self.inner);
         let mut waits: JoinSet<(usize, std::io::Result<ExitStatus>)> = JoinSet::new();
         for (host, mut child) in children.into_iter().enumerate() {
             // Some(pid) until the child is reaped, which only the wait below does.
@@ -376,6 +394,7 @@ impl Supervisor {
         let deadline = spec.max_runtime.map(|limit| started + limit);
 
         let mut first_failure: Option<String> = None;
+        let mut killed = false;
         while !waits.is_empty() || !self.lingering.is_empty() {
             tokio::select! {
                 joined = waits.join_next(), if !waits.is_empty() => {
@@ -424,12 +443,23 @@ impl Supervisor {
                     }
                     self.lingering.clear();
                     kill_at = None;
+                    killed = true;
                 }
                 () = tokio::time::sleep(LINGER_POLL), if !self.lingering.is_empty() => {
                     // Nothing reports the end of a group's last process but the group's absence.
                     self.lingering.retain(|&pgid| crate::group::group_alive(pgid));
                 }
                 () = CheckpointSync::tick(&mut sync) => {}
+            }
+        }
+        if let (true, Runtime::Podman(podman)) = (killed, &self.inner.cfg.runtime) {
+            // SIGKILL ended `podman run`, not the container it runs.
+            for host in 1..=spec.count {
+                crate::container::remove(
+                    podman,
+                    &crate::container::name(&spec.job_id, spec.attempt, host),
+                )
+                .await;
             }
         }
         (self.outcome(cause, first_failure, layout), sync)
@@ -488,7 +518,7 @@ fn spawn_host(
     host: usize,
     gpus: &[u32],
     uid: Option<u32>,
-    opt_ml: bool,
+    inner: &Inner,
 ) -> std::io::Result<Child> {
     let layout = &prepared.layout;
     let host = host as u32 + 1;
@@ -504,16 +534,29 @@ fn spawn_host(
                 )
             })
     };
-    let stdout = open_log(LogStream::Stdout)?;
-    let stderr = open_log(LogStream::Stderr)?;
-    let mut command = Command::new(&spec.entrypoint[0]);
+    let mut env: Vec<(String, String)> = prepared.env.clone();
+    env.extend(
+        environment::per_host(spec, layout, host, gpus)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    let mut command = match &inner.cfg.runtime {
+        Runtime::Host => host_command(spec, layout),
+        Runtime::Podman(podman) => container_command(
+            spec,
+            layout,
+            podman,
+            host,
+            gpus,
+            uid,
+            &mut env,
+            &inner.cfg.data_dir,
+        ),
+    };
     command
-        .args(&spec.entrypoint[1..])
-        .args(&spec.arguments)
-        .current_dir(&layout.work)
         .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
+        .stdout(open_log(LogStream::Stdout)?)
+        .stderr(open_log(LogStream::Stderr)?)
         .process_group(0)
         .kill_on_drop(false);
     // The server's own settings and credentials are not the job's (the marker, QM_DATA_DIR,
@@ -524,16 +567,71 @@ fn spawn_host(
             command.env_remove(&key);
         }
     }
-    command.envs(prepared.env.iter().map(|(k, v)| (k, v)));
-    command.envs(environment::per_host(spec, layout, host, gpus));
-    let binds = opt_ml.then(|| namespace::Binds {
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    let binds = inner.opt_ml.then(|| namespace::Binds {
         job: layout.job.clone(),
         config: (host > 1).then(|| crate::input::config_dir(layout, host)),
     });
-    if uid.is_none() && binds.is_none() {
-        return command.spawn();
+    match (&inner.cfg.runtime, uid, binds) {
+        (Runtime::Host, None, None) | (Runtime::Podman(_), _, _) => command.spawn(),
+        (Runtime::Host, uid, binds) => spawn_apart(&mut command, uid, binds.as_ref()),
     }
-    spawn_apart(&mut command, uid, binds.as_ref())
+}
+
+/// `ContainerEntrypoint` + `ContainerArguments` in the job's `work/`.
+fn host_command(spec: &LaunchSpec, layout: &JobLayout) -> Command {
+    let mut command = Command::new(&spec.entrypoint[0]);
+    command
+        .args(&spec.entrypoint[1..])
+        .args(&spec.arguments)
+        .current_dir(&layout.work);
+    command
+}
+
+/// `podman run` of the job's image. The variables' paths are the container's (`/opt/ml/...`),
+/// `CUDA_VISIBLE_DEVICES` counts the GPUs it was given from 0, and the podman process runs as
+/// the server (root), the container's process as `uid`.
+#[allow(clippy::too_many_arguments)]
+fn container_command(
+    spec: &LaunchSpec,
+    layout: &JobLayout,
+    podman: &crate::container::Podman,
+    host: u32,
+    gpus: &[u32],
+    uid: Option<u32>,
+    env: &mut [(String, String)],
+    data_dir: &Path,
+) -> Command {
+    let job = layout.job.to_string_lossy().into_owned();
+    for (k, v) in env.iter_mut() {
+        if let Some(rest) = v.strip_prefix(job.as_str()) {
+            *v = format!("{}{rest}", namespace::OPT_ML);
+        }
+        if k == "CUDA_VISIBLE_DEVICES" {
+            *v = (0..gpus.len())
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+        }
+    }
+    let image = spec.training_image.as_deref().unwrap_or_default();
+    let config = crate::input::config_dir(layout, host);
+    let run = crate::container::Run {
+        podman,
+        name: crate::container::name(&spec.job_id, spec.attempt, host),
+        image: podman.image_for(image),
+        entrypoint: &spec.entrypoint,
+        arguments: &spec.arguments,
+        job_dir: &layout.job,
+        config_dir: (host > 1).then_some(config.as_path()),
+        gpus,
+        uid,
+        env_names: env.iter().map(|(k, _)| k.clone()).collect(),
+        label: crate::container::label(data_dir),
+    };
+    let mut command = run.command();
+    command.current_dir(&layout.work);
+    command
 }
 
 /// Spawns `command` in a mount namespace with `binds` and/or as `uid` (its group `uid`, no

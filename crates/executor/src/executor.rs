@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::checkpoint::{self, Watched};
+use crate::container::Runtime;
 use crate::inventory::Inventory;
 use crate::isolation::{self, JobUids, UidPool};
 use crate::layout::{self, JobLayout};
@@ -45,6 +46,8 @@ pub struct LocalConfig {
     pub checkpoint_sync: Duration,
     /// Whether each attempt gets `/opt/ml` as its own directory ([`crate::namespace`]).
     pub opt_ml: OptMl,
+    /// Host processes, or containers ([`crate::container`]).
+    pub runtime: Runtime,
 }
 
 /// `[executor] opt_ml`: whether attempts see their job directory at `/opt/ml`.
@@ -72,6 +75,7 @@ impl LocalConfig {
             storage: None,
             checkpoint_sync: Duration::from_secs(30),
             opt_ml: OptMl::Off,
+            runtime: Runtime::Host,
         }
     }
 }
@@ -95,6 +99,8 @@ pub struct LaunchSpec {
     pub entrypoint: Vec<String>,
     /// `ContainerArguments`, appended.
     pub arguments: Vec<String>,
+    /// `AlgorithmSpecification.TrainingImage`: what the podman runtime runs.
+    pub training_image: Option<String>,
     /// The payload's `Environment`.
     pub environment: BTreeMap<String, String>,
     /// The payload's `HyperParameters`.
@@ -155,6 +161,7 @@ impl LaunchSpec {
             count: 1,
             entrypoint,
             arguments: Vec::new(),
+            training_image: None,
             environment: BTreeMap::new(),
             hyperparameters: BTreeMap::new(),
             max_runtime: None,
@@ -310,6 +317,8 @@ impl LocalExecutor {
         }
         let uids = cfg.isolation.map(UidPool::new);
         let opt_ml = match cfg.opt_ml {
+            // A container has its own /opt/ml.
+            _ if cfg.runtime.runs_images() => false,
             OptMl::Off => false,
             mode => match crate::namespace::probe(&cfg.data_dir.join("jobs")) {
                 Ok(()) => true,
@@ -469,6 +478,14 @@ impl LocalExecutor {
             })
             .collect();
         crate::group::reap(targets, self.inner.cfg.stop_grace).await;
+        if let Runtime::Podman(podman) = &self.inner.cfg.runtime {
+            // A container outlives a SIGKILLed `podman run` (and its server).
+            crate::container::remove_labelled(
+                podman,
+                &crate::container::label(&self.inner.cfg.data_dir),
+            )
+            .await;
+        }
     }
 
     /// Process groups of live processes marked with this executor's data directory that are

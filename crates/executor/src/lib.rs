@@ -22,6 +22,7 @@
 
 mod attempt;
 mod checkpoint;
+pub mod container;
 mod environment;
 mod error;
 mod executor;
@@ -36,6 +37,7 @@ mod outcome;
 pub mod slurm;
 mod staging;
 
+pub use container::{Podman, Runtime};
 pub use error::ExecError;
 pub use executor::{
     ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, OUTCOME_FILE,

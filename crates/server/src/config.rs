@@ -174,12 +174,33 @@ pub struct ExecutorSection {
     /// How often a running attempt's changed checkpoints are uploaded to
     /// `CheckpointConfig.S3Uri` (default 30).
     pub checkpoint_sync_seconds: Option<f64>,
+    /// `host` (default): `ContainerEntrypoint` runs on the host; `podman`: the job's image runs.
+    pub runtime: Option<String>,
+    /// `[executor.podman]`: how podman is run (runtime = "podman").
+    pub podman: Option<PodmanSection>,
+    /// `[executor.images]`: `TrainingImage` patterns (`*` = anything) to local images.
+    #[serde(default)]
+    pub images: std::collections::BTreeMap<String, String>,
     /// The instances this machine offers. Empty = detect GPUs with nvidia-smi, else four
     /// simulated `ml.g5.xlarge`.
     #[serde(default)]
     pub pool: Vec<PoolEntry>,
     /// `[executor.slurm]`: how to reach the Slurm cluster (kind = "slurm").
     pub slurm: Option<SlurmSection>,
+}
+
+/// `[executor.podman]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodmanSection {
+    /// The podman program (default `podman`, found on PATH).
+    pub program: Option<PathBuf>,
+    /// Arguments before `run`, e.g. `["--runtime", "runc"]`.
+    #[serde(default)]
+    pub global_args: Vec<String>,
+    /// Extra arguments of `podman run`, before the image.
+    #[serde(default)]
+    pub run_args: Vec<String>,
 }
 
 /// `[executor] isolation`: whether attempts run under uids of their own.
@@ -326,6 +347,8 @@ pub struct Config {
     pub opt_ml: qm_executor::OptMl,
     /// `[executor] checkpoint_sync_seconds`.
     pub checkpoint_sync: Duration,
+    /// `[executor] runtime`, with `[executor.podman]` and `[executor.images]`.
+    pub runtime: qm_executor::Runtime,
 }
 
 impl Config {
@@ -537,6 +560,7 @@ impl Config {
                     ))
                 }
             },
+            runtime: resolve_runtime(&file.executor, kind)?,
             checkpoint_sync: seconds(
                 "executor.checkpoint_sync_seconds",
                 file.executor.checkpoint_sync_seconds,
@@ -544,6 +568,36 @@ impl Config {
             )?
             .max(Duration::from_secs(1)),
         })
+    }
+}
+
+/// `[executor] runtime`: podman only for the local executor; `[executor.podman]` and
+/// `[executor.images]` only with it.
+fn resolve_runtime(e: &ExecutorSection, kind: &str) -> Result<qm_executor::Runtime, ServerError> {
+    let bad = |key: &str, msg: &str| ServerError::Config(format!("executor.{key}: {msg}"));
+    match e.runtime.as_deref().unwrap_or("host") {
+        "host" => {
+            if e.podman.is_some() || !e.images.is_empty() {
+                return Err(bad("runtime", "is \"host\" but [executor.podman] or [executor.images] is set; set runtime = \"podman\" to run images, or remove them"));
+            }
+            Ok(qm_executor::Runtime::Host)
+        }
+        "podman" if kind == "local" => {
+            let p = e.podman.clone().unwrap_or_default();
+            for (pattern, image) in &e.images {
+                if pattern.is_empty() || image.trim().is_empty() {
+                    return Err(bad("images", "every entry maps a non-empty TrainingImage pattern to a non-empty local image, e.g. \"763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*\" = \"localhost/pytorch:2.5\""));
+                }
+            }
+            Ok(qm_executor::Runtime::Podman(qm_executor::Podman {
+                program: p.program.unwrap_or_else(|| PathBuf::from("podman")),
+                global_args: p.global_args,
+                run_args: p.run_args,
+                images: e.images.clone(),
+            }))
+        }
+        "podman" => Err(bad("runtime", "\"podman\" is for the local executor; on Slurm jobs run on the nodes' hosts")),
+        other => Err(bad("runtime", &format!("'{other}' is not a runtime; use \"host\" (ContainerEntrypoint on this machine) or \"podman\" (the job's TrainingImage)"))),
     }
 }
 
@@ -798,6 +852,37 @@ gpus_per_instance = 1
             .unwrap_err()
             .to_string();
         assert!(e.contains("queued_jobs"), "{e}");
+    }
+
+    #[test]
+    fn the_runtime_storage_and_opt_ml_parse_and_bad_ones_name_the_fix() {
+        let c = parse(
+            "[executor]\nruntime = \"podman\"\nopt_ml = \"off\"\n[executor.podman]\nglobal_args = [\"--runtime\", \"runc\"]\n\
+             [executor.images]\n\"*/pytorch:*\" = \"localhost/pytorch:2.5\"\n[storage]\nendpoint = \"http://127.0.0.1:9000\"\nfile_roots = [\"/tmp\"]",
+        )
+        .unwrap();
+        let qm_executor::Runtime::Podman(p) = &c.runtime else {
+            panic!("{:?}", c.runtime)
+        };
+        assert_eq!(p.global_args, ["--runtime", "runc"]);
+        assert_eq!(p.image_for("x/pytorch:1"), "localhost/pytorch:2.5");
+        assert_eq!(c.opt_ml, qm_executor::OptMl::Off);
+        assert_eq!(c.storage.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(parse("").unwrap().runtime, qm_executor::Runtime::Host);
+        for (text, key) in [
+            ("[executor]\nruntime = \"docker\"", "executor.runtime"),
+            ("[executor.images]\n\"a\" = \"b\"", "executor.runtime"),
+            ("[executor]\nopt_ml = \"yes\"", "executor.opt_ml"),
+            ("[storage]\nendpoint = \"minio:9000\"", "storage.endpoint"),
+            (
+                "[storage]\nfile_roots = [\"relative\"]",
+                "storage.file_roots[0]",
+            ),
+            ("[storage]\nfile_roots = [\"/\"]", "storage.file_roots[0]"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

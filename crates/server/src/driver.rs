@@ -986,6 +986,7 @@ fn launch_spec(l: Launch) -> LaunchSpec {
         count: l.count,
         entrypoint: l.payload.entrypoint,
         arguments: l.payload.arguments,
+        training_image: l.payload.training_image,
         environment: l.payload.environment,
         hyperparameters: l.payload.hyperparameters,
         max_runtime: runtime.map(Duration::from_secs),

@@ -150,6 +150,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         per_share: config.limits.queued_per_share,
         per_queue: config.limits.queued_per_queue,
         file_roots: config.storage.file_roots.clone(),
+        runs_images: config.runtime.runs_images(),
     });
     // After an upgrade, a snapshot at once: the next start (of this build or a later one) goes
     // on from this build's state instead of replaying the previous build's batches again.
@@ -403,14 +404,21 @@ fn local_executor(
             storage: Some(std::sync::Arc::new(storage)),
             checkpoint_sync: config.checkpoint_sync,
             opt_ml: config.opt_ml,
+            runtime: config.runtime.clone(),
         },
         events_tx,
     )
     .map_err(|e| ServerError::Executor(e.to_string()))?;
-    let opt_ml = if executor.opt_ml() {
-        "each attempt sees its job directory at /opt/ml"
+    let opt_ml = if let qm_executor::Runtime::Podman(p) = &config.runtime {
+        format!(
+            "runs each job's TrainingImage with {} ({} image mapping(s))",
+            p.program.display(),
+            p.images.len()
+        )
+    } else if executor.opt_ml() {
+        "each attempt sees its job directory at /opt/ml".to_string()
     } else {
-        "no /opt/ml (not root, or [executor] opt_ml = \"off\"): jobs use the SM_* paths"
+        "no /opt/ml (not root, or [executor] opt_ml = \"off\"): jobs use the SM_* paths".to_string()
     };
     let jobs_line = format!("{jobs_line}\nsagemaker: {opt_ml}; {storage_line}");
 

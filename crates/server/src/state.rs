@@ -318,6 +318,9 @@ pub struct Admission {
     /// The directories `file://` URIs of a payload may name (the executor checks again, links
     /// included, when it transfers).
     pub file_roots: Vec<std::path::PathBuf>,
+    /// Whether the executor runs images (`[executor] runtime = "podman"`): a payload without
+    /// `ContainerEntrypoint` runs the image's own entrypoint; otherwise it is refused.
+    pub runs_images: bool,
 }
 
 impl State {

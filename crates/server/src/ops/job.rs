@@ -43,6 +43,19 @@ impl State {
         };
         let instance_type = &payload.instance_type;
         check_file_roots(payload, &limits.file_roots)?;
+        if payload.entrypoint.is_empty() && !limits.runs_images {
+            return Err(ApiError::client(
+                "serviceRequestPayload.AlgorithmSpecification.ContainerEntrypoint is missing: this server runs \
+                 the entrypoint as a host process ([executor] runtime = \"host\") and does not run TrainingImage, \
+                 so ContainerEntrypoint must name the program to run, e.g. [\"python3\", \"train.py\"] \
+                 (or the operator sets runtime = \"podman\")",
+            ));
+        }
+        if payload.entrypoint.is_empty() && payload.training_image.is_none() {
+            return Err(ApiError::client(
+                "serviceRequestPayload.AlgorithmSpecification: give TrainingImage (the image whose entrypoint runs) or ContainerEntrypoint",
+            ));
+        }
         if !self.capacity.contains_key(instance_type) {
             return Err(ApiError::client(format!(
                 "serviceRequestPayload.ResourceConfig.InstanceType: no pool of this server provides '{instance_type}' (it offers {}): ask for one of those, or add the type to the executor's pools ([[executor.pool]], or [[executor.slurm.instance]] for Slurm) and restart",
