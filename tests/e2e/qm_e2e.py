@@ -659,6 +659,33 @@ def payload(script: str, *, args=(), env: dict | None = None, hps: dict | None =
     return p
 
 
+def submit_training(batch, jobs, q, share: str, name: str, *, algorithm: dict, hps: dict,
+                    train_uri: str, checkpoint_uri: str | None = None, env: dict | None = None,
+                    priority: int = 0) -> str:
+    """Submits a SageMaker training job with one channel `train`, its model going to
+    storage_uri("models"), and checkpoints to `checkpoint_uri` if given; `jobs` terminates it
+    at teardown."""
+    p = {
+        "TrainingJobName": name,
+        "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/x",
+        "AlgorithmSpecification": {"TrainingInputMode": "File", **algorithm},
+        "ResourceConfig": {"InstanceType": UNIT, "InstanceCount": 1, "VolumeSizeInGB": 1},
+        "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
+            "S3Uri": train_uri, "S3DataType": "S3Prefix"}}}],
+        "OutputDataConfig": {"S3OutputPath": storage_uri("models")},
+        "HyperParameters": hps,
+        "Environment": dict(env or {}),
+        "StoppingCondition": {"MaxRuntimeInSeconds": 300},
+    }
+    if checkpoint_uri:
+        p["CheckpointConfig"] = {"S3Uri": checkpoint_uri}
+    out = batch.submit_service_job(
+        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=share,
+        schedulingPriority=priority, serviceRequestPayload=json.dumps(p))
+    jobs.ids.append(out["jobId"])
+    return out["jobId"]
+
+
 class Jobs:
     """Submits jobs for one test and cleans up after it: at teardown every job it submitted that
     is not finished is terminated, and the test waits until they are, so the next test on the

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from qm_e2e import (HERE, STORAGE_ROOT, Server, ShareSpec, config_toml, make_queue, storage_uri,
-                    wait_for, wait_preempted, wait_status)
+                    submit_training, wait_for, wait_preempted, wait_status)
 
 IMAGE = "localhost/qm-e2e-train:1"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/qm-e2e-train:latest"
@@ -114,27 +114,14 @@ def batch(server):
 
 
 def submit(batch, jobs, q, share, name, *, steps, checkpoint_uri=None, priority=0):
+    """The image's own entrypoint (no ContainerEntrypoint), with a channel of its own."""
     train = STORAGE_ROOT / "channels" / name
     train.mkdir(parents=True, exist_ok=True)
     (train / "data.txt").write_text(f"data of {name}\n")
-    p = {
-        "TrainingJobName": name,
-        "RoleArn": "arn:aws:iam::123456789012:role/x",
-        "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": ECR},
-        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
-        "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
-            "S3Uri": storage_uri("channels", name), "S3DataType": "S3Prefix"}}}],
-        "OutputDataConfig": {"S3OutputPath": storage_uri("models")},
-        "HyperParameters": {"steps": str(steps)},
-        "StoppingCondition": {"MaxRuntimeInSeconds": 300},
-    }
-    if checkpoint_uri:
-        p["CheckpointConfig"] = {"S3Uri": checkpoint_uri}
-    out = batch.submit_service_job(
-        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=share,
-        schedulingPriority=priority, serviceRequestPayload=json.dumps(p))
-    jobs.ids.append(out["jobId"])
-    return out["jobId"]
+    return submit_training(
+        batch, jobs, q, share, name, hps={"steps": str(steps)},
+        train_uri=storage_uri("channels", name), checkpoint_uri=checkpoint_uri, priority=priority,
+        algorithm={"TrainingImage": ECR})
 
 
 def progress(server, job_id: str) -> list[list[str]]:

@@ -8,14 +8,15 @@ storage errors failing the attempt before the entrypoint runs. The same code pat
 from __future__ import annotations
 
 import json
+import sys
 import tarfile
 import uuid
 
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import (STORAGE_ROOT, ShareSpec, events, make_queue, read_progress, storage_uri,
-                    wait_for, wait_preempted, wait_status)
+from qm_e2e import (JOBS, STORAGE_ROOT, TOKEN_VAR, ShareSpec, events, make_queue, read_progress,
+                    storage_uri, submit_training, wait_for, wait_preempted, wait_status)
 
 pytestmark = pytest.mark.skipif(
     not __import__("os").geteuid() == 0,
@@ -32,29 +33,13 @@ def channel(name: str, files: dict[str, str]) -> str:
 
 
 def submit(batch, jobs, q, share, name, *, hps, train_uri, checkpoint_uri=None, priority=0):
-    p = {
-        "TrainingJobName": name,
-        "RoleArn": "arn:aws:iam::123456789012:role/x",
-        "AlgorithmSpecification": {
-            "TrainingInputMode": "File", "TrainingImage": "unused",
-            "ContainerEntrypoint": [__import__("sys").executable,
-                                    str(__import__("qm_e2e").JOBS / "opt_ml_job.py")]},
-        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
-        "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
-            "S3Uri": train_uri, "S3DataType": "S3Prefix"}}}],
-        "OutputDataConfig": {"S3OutputPath": storage_uri("models")},
-        "HyperParameters": hps,
-        "Environment": {"PROGRESS_FILE": str(jobs.file(f"{name}.progress")),
-                        "QM_E2E_TOKEN": jobs.server.token},
-        "StoppingCondition": {"MaxRuntimeInSeconds": 300},
-    }
-    if checkpoint_uri:
-        p["CheckpointConfig"] = {"S3Uri": checkpoint_uri}
-    out = batch.submit_service_job(
-        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=share,
-        schedulingPriority=priority, serviceRequestPayload=json.dumps(p))
-    jobs.ids.append(out["jobId"])
-    return out["jobId"]
+    """The opt_ml_job.py script as a host process."""
+    return submit_training(
+        batch, jobs, q, share, name, hps=hps, train_uri=train_uri, checkpoint_uri=checkpoint_uri,
+        priority=priority,
+        algorithm={"TrainingImage": "unused",
+                   "ContainerEntrypoint": [sys.executable, str(JOBS / "opt_ml_job.py")]},
+        env={"PROGRESS_FILE": str(jobs.file(f"{name}.progress")), TOKEN_VAR: jobs.server.token})
 
 
 def archive(name: str, which: str) -> dict[str, bytes]:
