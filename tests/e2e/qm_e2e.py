@@ -968,6 +968,8 @@ def slurm_config_toml(shared_dir: Path | str | None = None, nodes_unit: str = UN
     shared = f'shared_dir = "{shared_dir}"\n' if shared_dir is not None else ""
     return f"""region = "{REGION}"
 account_id = "{ACCOUNT}"
+[storage]
+file_roots = ["{STORAGE_ROOT}"]
 [executor]
 kind = "slurm"
 stop_grace_seconds = {grace}

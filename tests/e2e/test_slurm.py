@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 import threading
 import time
 
 import pytest
 
-from qm_e2e import (DEADLINE, Jobs, ShareSpec, SlurmCluster, demo_setup, events, line, make_queue,
-                    pid_alive, slurm_config_toml, slurm_missing, still, wait_for, wait_preempted,
-                    wait_status)
+from qm_e2e import (DEADLINE, STORAGE_ROOT, Jobs, ShareSpec, SlurmCluster, demo_setup, events, line,
+                    make_queue, pid_alive, slurm_config_toml, slurm_missing, still, storage_uri,
+                    wait_for, wait_preempted, wait_status)
 
 # Without Slurm the module is skipped; with QM_REQUIRE_SLURM set (CI) each of its tests fails
 # instead (in the `cluster` fixture), and the other modules still run.
@@ -609,3 +610,22 @@ def test_a_job_waits_for_capacity_while_the_other_nodes_run_jobs_that_are_not_qm
         assert jobs.wait_hosts("waiter")[0]["host"] == held[1]
     finally:
         cluster.cancel(*external.values())
+
+
+def test_a_slurm_job_gets_its_channel_in_the_shared_directory_and_its_model_is_uploaded(
+        server, cluster, batch, jobs):
+    # The server downloads before sbatch and uploads once the Slurm job is gone
+    # (docs/sagemaker.md); the node sees the channel through the shared directory.
+    q = make_queue(batch, "sstore", [ShareSpec("S", "RESERVE", 1)], env_max=1)
+    train = STORAGE_ROOT / "channels" / "slurm-train"
+    train.mkdir(parents=True, exist_ok=True)
+    (train / "rows.csv").write_text("1,2\n3,4\n")
+    jid = jobs.submit(q, "S", "slurm_model", "channel_to_model.py", hps={"epochs": "2"},
+                      channels={"train": storage_uri("channels", "slurm-train")})
+    done = wait_status(batch, jid, ("SUCCEEDED", "FAILED"), timeout=90)
+    assert done["status"] == "SUCCEEDED", line(done)
+    with tarfile.open(STORAGE_ROOT / "output" / "slurm-model" / "output" / "model.tar.gz") as t:
+        files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+    assert files["rows.csv"] == b"1,2\n3,4\n", files
+    assert json.loads(files["hps.json"]) == {"epochs": "2"}, files
+    assert jobs.hosts("slurm_model")[0]["host"] in cluster.names()

@@ -319,13 +319,10 @@ impl Supervisor {
                     .join(log_file_name(LogStream::Stderr, 1)),
             )
             .ok();
-        Ok(Some(Stage::new(
-            self.inner.clone(),
-            storage,
-            spec,
-            self.uid,
-            log,
-        )))
+        let inner = self.inner.clone();
+        let report: crate::staging::Report =
+            Arc::new(move |attempt, reason| inner.report_starting(attempt, reason));
+        Ok(Some(Stage::new(report, storage, spec, self.uid, log)))
     }
 
     /// The periodic checkpoint upload of a job with `CheckpointConfig.S3Uri`.

@@ -4,7 +4,7 @@
 //! run apart from the server. `podman run` stays in the foreground and forwards signals to the
 //! container, so the supervisor's SIGTERM, grace and SIGKILL work on it as on a host process;
 //! a SIGKILL of `podman run` does not reach the container, so the supervisor then removes it
-//! by name ([`remove`]). Images are never pulled (`--pull never`): a site maps its users' ECR
+//! by name (`remove`). Images are never pulled (`--pull never`): a site maps its users' ECR
 //! URIs to images it has.
 
 use std::collections::BTreeMap;

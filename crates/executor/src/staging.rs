@@ -20,7 +20,6 @@ use std::time::Duration;
 use qm_storage::{Progress, Storage, StorageError, SyncState};
 use tokio::time::Instant;
 
-use crate::executor::Inner;
 use crate::layout::JobLayout;
 use crate::outcome::CLIENT_ERROR;
 use crate::{isolation, LaunchSpec};
@@ -29,9 +28,12 @@ use crate::{isolation, LaunchSpec};
 /// command on the server).
 const REPORT_EVERY: Duration = Duration::from_secs(2);
 
+/// Reports why an attempt has not started yet (`ExecEvent::Starting`), by attempt.
+pub(crate) type Report = Arc<dyn Fn(u64, String) + Send + Sync>;
+
 /// One attempt's transfers.
 pub(crate) struct Stage {
-    inner: Arc<Inner>,
+    report: Report,
     storage: Arc<Storage>,
     attempt: u64,
     uid: Option<u32>,
@@ -57,14 +59,14 @@ pub(crate) fn human(bytes: u64) -> String {
 impl Stage {
     /// Transfers for attempt `spec`, logging to `log` (algo-1's stderr, opened by the caller).
     pub(crate) fn new(
-        inner: Arc<Inner>,
+        report: Report,
         storage: Arc<Storage>,
         spec: &LaunchSpec,
         uid: Option<u32>,
         log: Option<File>,
     ) -> Stage {
         Stage {
-            inner,
+            report,
             storage,
             attempt: spec.attempt,
             uid,
@@ -132,15 +134,14 @@ impl Stage {
         manifest: bool,
     ) -> Result<(), StorageError> {
         self.say(&format!("downloading {what} from {uri}"));
-        self.inner
-            .report_starting(self.attempt, format!("downloading {what}"));
+        (self.report)(self.attempt, format!("downloading {what}"));
         let started = Instant::now();
         let mut last = Instant::now();
-        let (inner, attempt) = (self.inner.clone(), self.attempt);
+        let (report, attempt) = (self.report.clone(), self.attempt);
         let mut on_progress = |p: Progress| {
             if last.elapsed() >= REPORT_EVERY {
                 last = Instant::now();
-                inner.report_starting(
+                report(
                     attempt,
                     format!(
                         "downloading {what}: {} of {} ({} of {} files)",
@@ -212,8 +213,7 @@ impl Stage {
                 out.trim_end_matches('/'),
                 spec.job_name
             );
-            self.inner
-                .report_starting(self.attempt, format!("uploading {name}"));
+            (self.report)(self.attempt, format!("uploading {name}"));
             self.upload_archive(dir, &layout.attempt_dir.join(name), &uri)
                 .await
                 .map_err(|e| format!("{CLIENT_ERROR}uploading {name} to {uri}: {e}"))?;

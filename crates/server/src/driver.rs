@@ -981,7 +981,8 @@ fn launch_spec(l: Launch) -> LaunchSpec {
         attempt: l.attempt,
         job_id: l.job_id,
         attempt_number: l.attempt_number,
-        job_name: l.job_name,
+        // SageMaker's name for the job (TRAINING_JOB_NAME, and where its model goes).
+        job_name: l.payload.training_job_name.clone().unwrap_or(l.job_name),
         instance_type: l.instance_type,
         count: l.count,
         entrypoint: l.payload.entrypoint,

@@ -388,9 +388,7 @@ fn local_executor(
         config.pool.clone()
     };
     let (isolation, jobs_line) = job_isolation(config)?;
-    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let storage =
-        qm_executor::Storage::new(qm_executor::StorageSettings::resolve(&config.storage, &env));
+    let storage = storage(config);
     let storage_line = storage.settings().describe();
     let executor = LocalExecutor::new(
         LocalConfig {
@@ -477,6 +475,12 @@ fn check_executor_switch(
     Ok(())
 }
 
+/// The storage of `[storage]` and the server's AWS environment.
+fn storage(config: &Config) -> qm_executor::Storage {
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    qm_executor::Storage::new(qm_executor::StorageSettings::resolve(&config.storage, &env))
+}
+
 /// The Slurm executor of `config` and a line per instance type for the banner.
 fn slurm_executor(
     config: &Config,
@@ -495,8 +499,10 @@ fn slurm_executor(
     cfg.bin_dir = settings.bin_dir.clone();
     cfg.account = settings.account.clone();
     cfg.extra_sbatch_args = settings.extra_sbatch_args.clone();
-    let slurm =
-        SlurmExecutor::new(cfg, events_tx).map_err(|e| ServerError::Executor(e.to_string()))?;
+    let storage = storage(config);
+    let storage_line = storage.settings().describe();
+    let slurm = SlurmExecutor::with_storage(cfg, events_tx, Some(std::sync::Arc::new(storage)))
+        .map_err(|e| ServerError::Executor(e.to_string()))?;
     let described = settings
         .instances
         .iter()
@@ -521,7 +527,8 @@ fn slurm_executor(
         .iter()
         .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
         .collect();
-    let jobs_line = "jobs: run by Slurm as this server's user, in the directories of executor.slurm.shared_dir (docs/slurm.md)".to_string();
+    let jobs_line = format!("jobs: run by Slurm as this server's user, in the directories of executor.slurm.shared_dir (docs/slurm.md)\n\
+         sagemaker: channels, checkpoints and models transferred by this server into and out of the shared directory (no /opt/ml on the nodes); {storage_line}");
     Ok((exec::Executor::Slurm(slurm), described, gpus, jobs_line))
 }
 

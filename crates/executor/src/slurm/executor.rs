@@ -20,9 +20,11 @@ use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
 use crate::executor::{now_ms, read_outcome, record_outcome};
-use crate::layout::{self, JobLayout};
+use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
+use crate::staging::Stage;
 use crate::{environment, ExecError, ExecEvent, LaunchSpec, Outcome, OUTCOME_FILE};
+use qm_storage::Storage;
 
 /// At most this many `sbatch` run at once: each is a process and an RPC to slurmctld.
 const SUBMIT_CONCURRENCY: usize = 4;
@@ -70,6 +72,9 @@ pub struct SlurmExecutor {
 #[derive(Debug)]
 struct Inner {
     cfg: SlurmConfig,
+    /// Where channels, checkpoints and models are transferred (by the server, into and out
+    /// of the shared directory).
+    storage: Option<Arc<Storage>>,
     events: mpsc::UnboundedSender<ExecEvent>,
     state: Mutex<State>,
     submits: Semaphore,
@@ -111,6 +116,8 @@ struct Slot {
     /// The newest checkpoint mtime seen (ns); the one present at submission is the baseline.
     checkpoint_seen_ns: u64,
     nodes: Vec<String>,
+    /// The attempt, when it has uploads to make once its Slurm job is gone.
+    stage_out: Option<Box<LaunchSpec>>,
 }
 
 impl Slot {
@@ -240,10 +247,22 @@ fn check_disjoint(instances: &[SlurmInstance], nodes: &[SlurmNode]) -> Result<()
 }
 
 impl SlurmExecutor {
-    /// Creates `shared_dir/jobs`. Slurm is first read by [`SlurmExecutor::adopt`].
+    /// Creates `shared_dir/jobs`, without storage: jobs with channels or a checkpoint URI
+    /// fail, saying so. Slurm is first read by [`SlurmExecutor::adopt`].
     pub fn new(
         cfg: SlurmConfig,
         events: mpsc::UnboundedSender<ExecEvent>,
+    ) -> Result<Self, ExecError> {
+        Self::with_storage(cfg, events, None)
+    }
+
+    /// Creates `shared_dir/jobs`; attempts' channels and checkpoints are downloaded into the
+    /// shared directory before `sbatch`, and checkpoints and models uploaded once the Slurm
+    /// job is gone, through `storage` (docs/sagemaker.md).
+    pub fn with_storage(
+        cfg: SlurmConfig,
+        events: mpsc::UnboundedSender<ExecEvent>,
+        storage: Option<Arc<Storage>>,
     ) -> Result<Self, ExecError> {
         let mut cfg = cfg;
         cfg.shared_dir = layout::prepare_root(&cfg.shared_dir)?;
@@ -255,6 +274,7 @@ impl SlurmExecutor {
         Ok(SlurmExecutor {
             inner: Arc::new(Inner {
                 cfg,
+                storage,
                 events,
                 state: Mutex::new(State::default()),
                 submits: Semaphore::new(SUBMIT_CONCURRENCY),
@@ -407,6 +427,8 @@ impl Inner {
             cancel_sent: None,
             checkpoint_seen_ns: 0,
             nodes: Vec::new(),
+            stage_out: (spec.checkpoint_uri.is_some() || spec.output_path.is_some())
+                .then(|| Box::new(spec.clone())),
         }
     }
 
@@ -543,9 +565,10 @@ impl Inner {
         });
     }
 
-    /// Reports how the ended attempts of a poll ended. Blocking (file system).
-    fn conclude(&self, ended: Vec<(u64, Slot, Ending)>) {
-        for (attempt, slot, ending) in ended {
+    /// Reports how the ended attempts of a poll ended; an attempt with uploads to make
+    /// reports once they are done, from a task of its own. Blocking (file system).
+    fn conclude(self: &Arc<Self>, ended: Vec<(u64, Slot, Ending)>) {
+        for (attempt, mut slot, ending) in ended {
             let outcome = match &ending {
                 Ending::Job(job) => slot_outcome(&slot, job),
                 Ending::Forgotten(id) => Outcome::Lost {
@@ -554,8 +577,69 @@ impl Inner {
                     ),
                 },
             };
-            self.report_exit(attempt, &slot.log_dir, outcome);
+            match (slot.stage_out.take(), self.storage.clone()) {
+                (Some(spec), Some(storage)) => {
+                    let inner = self.clone();
+                    tokio::runtime::Handle::current().spawn(async move {
+                        let outcome = inner.stage_out(storage, &spec, &slot, outcome).await;
+                        let _ = tokio::task::spawn_blocking(move || {
+                            inner.report_exit(attempt, &slot.log_dir, outcome)
+                        })
+                        .await;
+                    });
+                }
+                _ => self.report_exit(attempt, &slot.log_dir, outcome),
+            }
         }
+    }
+
+    /// The checkpoints' last upload and, after a success, the model's: the job's Slurm job is
+    /// gone, so what it left in the shared directory is final.
+    async fn stage_out(
+        self: &Arc<Self>,
+        storage: Arc<Storage>,
+        spec: &LaunchSpec,
+        slot: &Slot,
+        outcome: Outcome,
+    ) -> Outcome {
+        let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+        let mut stage = self.stage(storage, spec, &layout);
+        let mut state = qm_storage::SyncState::default();
+        let ckpt = spec
+            .checkpoint_uri
+            .is_some()
+            .then_some((slot.checkpoint_dir.as_path(), &mut state));
+        let succeeded = outcome == Outcome::Succeeded;
+        match stage.stage_out(spec, &layout, ckpt, succeeded).await {
+            Err(reason) if succeeded => Outcome::Failed {
+                reason,
+                retryable: true,
+            },
+            _ => outcome,
+        }
+    }
+
+    /// The transfers of attempt `spec`, reporting as `Starting` and logging to algo-1's
+    /// stderr in the shared directory.
+    fn stage(
+        self: &Arc<Self>,
+        storage: Arc<Storage>,
+        spec: &LaunchSpec,
+        layout: &JobLayout,
+    ) -> Stage {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)))
+            .ok();
+        let events = self.events.clone();
+        let report: crate::staging::Report = Arc::new(move |attempt, reason| {
+            let _ = events.send(ExecEvent::Starting {
+                attempt,
+                reason: Some(reason),
+            });
+        });
+        Stage::new(report, storage, spec, None, log)
     }
 
     /// Compares one `squeue` snapshot, taken from `polled_at`, with the attempts: reports
@@ -964,6 +1048,7 @@ async fn submit_inner(
             .map_err(|e| client_error(format!("{CLIENT_ERROR}preparing the job: {e}")))?
             .map_err(client_error)?
     };
+    let prepared = stage_in(inner, spec, prepared).await?;
     let _permit = inner
         .submits
         .acquire()
@@ -1027,6 +1112,50 @@ async fn submit_inner(
     }
 }
 
+/// Downloads the attempt's channels and restores its checkpoints into the shared directory,
+/// before `sbatch`; a stop meanwhile ends the downloads.
+async fn stage_in(
+    inner: &Arc<Inner>,
+    spec: &LaunchSpec,
+    mut prepared: Prepared,
+) -> Result<Prepared, Outcome> {
+    if spec.channels.is_empty() && spec.checkpoint_uri.is_none() {
+        return Ok(prepared);
+    }
+    let Some(storage) = inner.storage.clone() else {
+        return Err(Outcome::Failed {
+            reason: format!("{CLIENT_ERROR}the job has input channels or CheckpointConfig.S3Uri but this executor has no storage configured ([storage] in the server's config)"),
+            retryable: false,
+        });
+    };
+    let layout = JobLayout::new(&inner.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+    let mut stage = inner.stage(storage, spec, &layout);
+    let stopped = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if inner
+                .state()
+                .slots
+                .get(&spec.attempt)
+                .is_none_or(|s| s.stop.is_some())
+            {
+                return;
+            }
+        }
+    };
+    let staged = tokio::select! {
+        staged = stage.stage_in(spec, &layout, &prepared.checkpoint_dir) => staged,
+        () = stopped => Err(format!("{CLIENT_ERROR}stopped while its inputs were downloading")),
+    };
+    staged.map_err(|reason| Outcome::Failed {
+        reason,
+        retryable: true,
+    })?;
+    // Newer files than the restored ones are this attempt's checkpoints.
+    prepared.baseline_ns = newest_mtime_ns(&prepared.checkpoint_dir).unwrap_or(0);
+    Ok(prepared)
+}
+
 /// The job's directories, its checkpoint directory and baseline, the script, and the
 /// `sbatch` arguments. Blocking (file system).
 fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result<Prepared, String> {
@@ -1044,11 +1173,6 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
             path.display()
         )
     })?;
-    for c in &spec.channels {
-        // Said at every attempt: a job that finds an empty channel should find out why.
-        tracing::warn!(attempt = spec.attempt, channel = %c.name, uri = %c.uri,
-            "the Slurm executor does not download channels yet (docs/sagemaker.md): the channel's directory is empty");
-    }
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, None);
     // Newer files than these are this attempt's checkpoints.
     let baseline_ns = newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
@@ -1280,6 +1404,7 @@ mod tests {
             cancel_sent: None,
             checkpoint_seen_ns: 0,
             nodes: vec!["n1".into()],
+            stage_out: None,
         }
     }
 
@@ -1376,18 +1501,19 @@ mod tests {
         );
     }
 
-    fn inner(dir: &Path, grace: Duration) -> (Inner, mpsc::UnboundedReceiver<ExecEvent>) {
+    fn inner(dir: &Path, grace: Duration) -> (Arc<Inner>, mpsc::UnboundedReceiver<ExecEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut cfg = SlurmConfig::new(dir, vec![], "me");
         cfg.stop_grace = grace;
         let inner = Inner {
             cfg,
+            storage: None,
             events: tx,
             state: Mutex::new(State::default()),
             submits: Semaphore::new(1),
             wake: Notify::new(),
         };
-        (inner, rx)
+        (Arc::new(inner), rx)
     }
 
     /// Attempt `attempt` as submitted: Slurm job `id`, sbatch returned at `at`.
@@ -1433,7 +1559,7 @@ mod tests {
     }
 
     /// One poll's decisions, with the ended attempts concluded as the poller does.
-    fn step(inner: &Inner, jobs: &[SlurmJob], polled_at: Instant) -> Plan {
+    fn step(inner: &Arc<Inner>, jobs: &[SlurmJob], polled_at: Instant) -> Plan {
         let mut plan = inner.observe(jobs, polled_at);
         inner.conclude(std::mem::take(&mut plan.ended));
         plan
