@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError
 
 from qm_e2e import (HERE, STORAGE_ROOT, Server, ShareSpec, config_toml, make_queue, storage_uri,
                     submit_training, wait_for, wait_preempted, wait_status)
@@ -144,6 +145,15 @@ def test_an_image_without_an_entrypoint_runs_as_image_train_with_opt_ml(batch, j
     start = progress(server, jid)[0]
     assert start[0] == "start" and "model_dir=/opt/ml/model" in start, start
     assert start[2] != "uid=0", f"the container runs as the attempt's own uid: {start}"
+
+
+def test_an_image_that_reads_as_an_option_is_refused_at_submit(batch, jobs, server):
+    q = make_queue(batch, "podbad", [ShareSpec("S", "RESERVE", 1)], env_max=1)
+    with pytest.raises(ClientError) as e:
+        submit_training(batch, jobs, q, "S", "badimage", hps={}, train_uri=storage_uri("x"),
+                        algorithm={"TrainingImage": "--volume=/:/host"})
+    err = e.value.response["Error"]
+    assert err["Code"] == "ClientException" and "TrainingImage" in err["Message"], err
 
 
 def test_a_preempted_container_gets_sigterm_and_resumes_from_storage(batch, jobs, server):

@@ -127,10 +127,12 @@ fn prepare(
     runtime: &Runtime,
 ) -> Result<Prepared, Outcome> {
     let program = match (runtime, spec.entrypoint.first()) {
-        (Runtime::Podman(p), _) if spec.training_image.is_some() => p.program.to_string_lossy().into_owned(),
+        (Runtime::Podman(p), _) if spec.training_image.as_deref().is_some_and(crate::container::valid_image) => {
+            p.program.to_string_lossy().into_owned()
+        }
         (Runtime::Host, Some(program)) => program.clone(),
         (Runtime::Podman(_), _) => return Err(Outcome::Failed {
-            reason: format!("{CLIENT_ERROR}AlgorithmSpecification.TrainingImage is missing: the podman runtime runs the job's image"),
+            reason: format!("{CLIENT_ERROR}AlgorithmSpecification.TrainingImage is missing or not an image reference: the podman runtime runs the job's image"),
             retryable: false,
         }),
         (Runtime::Host, None) => return Err(Outcome::Failed {
@@ -247,16 +249,14 @@ impl Supervisor {
         if let Some(stage) = stage.as_mut() {
             let staged = tokio::select! {
                 staged = stage.stage_in(&spec, &prepared.layout, &prepared.checkpoint_dir) => staged,
-                _ = stop.changed() => Err(format!("{CLIENT_ERROR}stopped while its inputs were downloading")),
+                _ = stop.changed() => Err(Outcome::Failed {
+                    reason: format!("{CLIENT_ERROR}stopped while its inputs were downloading"),
+                    retryable: true,
+                }),
             };
             match staged {
                 Ok(state) => checkpoints = state,
-                Err(reason) => {
-                    return Outcome::Failed {
-                        reason,
-                        retryable: true,
-                    }
-                }
+                Err(outcome) => return outcome,
             }
         }
         let sync = self.checkpoint_sync(&spec, &prepared, checkpoints);
@@ -538,17 +538,17 @@ fn spawn_host(
             .map(|(k, v)| (k.to_string(), v)),
     );
     let mut command = match &inner.cfg.runtime {
-        Runtime::Host => host_command(spec, layout),
-        Runtime::Podman(podman) => container_command(
-            spec,
-            layout,
-            podman,
-            host,
-            gpus,
-            uid,
-            &mut env,
-            &inner.cfg.data_dir,
-        ),
+        Runtime::Host => host_command(spec, layout, &env),
+        Runtime::Podman(podman) => {
+            let run = Container {
+                podman,
+                host,
+                gpus,
+                uid,
+                data_dir: &inner.cfg.data_dir,
+            };
+            container_command(spec, layout, &run, &mut env)?
+        }
     };
     command
         .stdin(Stdio::null())
@@ -556,15 +556,6 @@ fn spawn_host(
         .stderr(open_log(LogStream::Stderr)?)
         .process_group(0)
         .kill_on_drop(false);
-    // The server's own settings and credentials are not the job's (the marker, QM_DATA_DIR,
-    // is set again in `env`).
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if k.starts_with("QM_") || k.starts_with("AWS_") {
-            command.env_remove(&key);
-        }
-    }
-    command.envs(env.iter().map(|(k, v)| (k, v)));
     let binds = inner.opt_ml.then(|| namespace::Binds {
         job: layout.job.clone(),
         config: (host > 1).then(|| crate::input::config_dir(layout, host)),
@@ -575,30 +566,61 @@ fn spawn_host(
     }
 }
 
-/// `ContainerEntrypoint` + `ContainerArguments` in the job's `work/`.
-fn host_command(spec: &LaunchSpec, layout: &JobLayout) -> Command {
+/// `ContainerEntrypoint` + `ContainerArguments` in the job's `work/`, with the server's
+/// environment less its own settings and credentials (the marker, QM_DATA_DIR, is set again
+/// in `env`), then `env`.
+fn host_command(spec: &LaunchSpec, layout: &JobLayout, env: &[(String, String)]) -> Command {
     let mut command = Command::new(&spec.entrypoint[0]);
     command
         .args(&spec.entrypoint[1..])
         .args(&spec.arguments)
         .current_dir(&layout.work);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        if k.starts_with("QM_") || k.starts_with("AWS_") {
+            command.env_remove(&key);
+        }
+    }
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     command
 }
+
+/// Where one host's container runs.
+struct Container<'a> {
+    podman: &'a crate::container::Podman,
+    host: u32,
+    gpus: &'a [u32],
+    uid: Option<u32>,
+    data_dir: &'a Path,
+}
+
+/// What of the server's environment podman (root) gets: where to find itself and its
+/// settings, nothing of the job's (an `LD_PRELOAD` or `PATH` of the payload would run the
+/// job's code as root).
+const PODMAN_ENV: [&str; 5] = [
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "CONTAINERS_CONF",
+];
 
 /// `podman run` of the job's image. The variables' paths are the container's (`/opt/ml/...`),
 /// `CUDA_VISIBLE_DEVICES` counts the GPUs it was given from 0, and the podman process runs as
 /// the server (root), the container's process as `uid`.
-#[allow(clippy::too_many_arguments)]
 fn container_command(
     spec: &LaunchSpec,
     layout: &JobLayout,
-    podman: &crate::container::Podman,
-    host: u32,
-    gpus: &[u32],
-    uid: Option<u32>,
+    c: &Container<'_>,
     env: &mut [(String, String)],
-    data_dir: &Path,
-) -> Command {
+) -> std::io::Result<Command> {
+    let Container {
+        podman,
+        host,
+        gpus,
+        uid,
+        data_dir,
+    } = *c;
     let job = layout.job.to_string_lossy().into_owned();
     for (k, v) in env.iter_mut() {
         if let Some(rest) = v.strip_prefix(job.as_str()) {
@@ -623,12 +645,17 @@ fn container_command(
         config_dir: (host > 1).then_some(config.as_path()),
         gpus,
         uid,
-        env_names: env.iter().map(|(k, _)| k.clone()).collect(),
+        env_file: crate::container::write_env_file(&layout.attempt_dir, host, env)?,
         label: crate::container::label(data_dir),
     };
     let mut command = run.command();
-    command.current_dir(&layout.work);
-    command
+    command.current_dir(&layout.work).env_clear();
+    for key in PODMAN_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
+    Ok(command)
 }
 
 /// Spawns `command` in a mount namespace with `binds` and/or as `uid` (its group `uid`, no
@@ -652,6 +679,9 @@ fn spawn_apart(
             if let Some(binds) = binds {
                 namespace::enter(binds)?;
             }
+            // Inherited by the job: a setuid program it runs (or one it made a namespace
+            // trust) gives it nothing.
+            nix::sys::prctl::set_no_new_privs().map_err(std::io::Error::from)?;
             if let Some(uid) = uid {
                 isolation::become_job(uid)?;
             }

@@ -43,6 +43,17 @@ impl Runtime {
     }
 }
 
+/// Whether `image` reads as an image reference (`registry/name:tag` or `@digest`): letters,
+/// digits and `._/:@-`, starting with a letter or digit, at most 255 characters. Anything else
+/// (an option-like `--volume=/:/host`, spaces, control characters) is refused at submit.
+pub fn valid_image(image: &str) -> bool {
+    image.len() <= 255
+        && image.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && image
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | ':' | '@' | '-'))
+}
+
 /// Whether `text` matches `pattern`, where `*` stands for any run of characters.
 pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
@@ -97,9 +108,9 @@ pub(crate) struct Run<'a> {
     pub(crate) config_dir: Option<&'a Path>,
     pub(crate) gpus: &'a [u32],
     pub(crate) uid: Option<u32>,
-    /// Names of the variables to pass (their values are in podman's own environment, so that
-    /// they never show on a command line).
-    pub(crate) env_names: Vec<String>,
+    /// The container's variables (`--env-file`: never on a command line, never in podman's
+    /// own environment).
+    pub(crate) env_file: PathBuf,
     /// Marks the container as this executor's.
     pub(crate) label: String,
 }
@@ -133,15 +144,19 @@ impl Run<'_> {
         if let Some(uid) = self.uid {
             c.arg("--user").arg(format!("{uid}:{uid}"));
         }
-        for name in &self.env_names {
-            c.arg("--env").arg(name);
-        }
+        c.arg("--env-file").arg(&self.env_file);
+        // A setuid program in the image gives the job nothing.
+        c.args(["--security-opt", "no-new-privileges"]);
         if let Some((program, rest)) = self.entrypoint.split_first() {
             c.arg("--entrypoint").arg(program);
-            c.args(&self.podman.run_args).arg(&self.image).args(rest);
+            // `--`: an image named like an option is an image, never an option.
+            c.args(&self.podman.run_args)
+                .arg("--")
+                .arg(&self.image)
+                .args(rest);
             c.args(self.arguments);
         } else {
-            c.args(&self.podman.run_args).arg(&self.image);
+            c.args(&self.podman.run_args).arg("--").arg(&self.image);
             if self.arguments.is_empty() {
                 c.arg("train");
             } else {
@@ -150,6 +165,45 @@ impl Run<'_> {
         }
         c
     }
+}
+
+/// Writes the variables of host `host` to `attempt_dir/env-algo-<host>` (the server's, 0600),
+/// one `NAME=value` a line, as `podman run --env-file` reads them. A variable that cannot be
+/// written so (a name that is not one, a value with a line break, which would start a line of
+/// its own) is left out and logged.
+pub(crate) fn write_env_file(
+    attempt_dir: &Path,
+    host: u32,
+    env: &[(String, String)],
+) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = attempt_dir.join(format!("env-algo-{host}"));
+    let mut text = String::new();
+    for (k, v) in env {
+        let name_ok = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok || v.contains(['\n', '\r']) {
+            tracing::warn!(variable = %k, "a variable podman's --env-file cannot carry (not a name, or a line break in its value): left out");
+            continue;
+        }
+        text.push_str(k);
+        text.push('=');
+        text.push_str(v);
+        text.push('\n');
+    }
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)?;
+    f.write_all(text.as_bytes())?;
+    Ok(path)
 }
 
 /// `--ulimit`s within the server's own hard limits: podman's defaults try to raise them, which
@@ -232,6 +286,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn image_references_are_names_never_options() {
+        assert!(valid_image(
+            "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-gpu-py311"
+        ));
+        assert!(valid_image("localhost/qm@sha256:abc"));
+        for bad in ["--volume=/:/host", "-v", "", "a b", "x\ny"] {
+            assert!(!valid_image(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn patterns_match_with_stars_and_the_longest_pattern_wins() {
         assert!(glob(
             "763104351884.dkr.ecr.*.amazonaws.com/pytorch-training:*",
@@ -276,7 +341,7 @@ mod tests {
             config_dir: Some(Path::new("/data/jobs/j/input/config-algo-2")),
             gpus: &[3],
             uid: Some(1000),
-            env_names: vec!["SM_HPS".into()],
+            env_file: "/data/jobs/j/attempts/1/env-algo-2".into(),
             label: "qm.data_dir=/data".into(),
         };
         let c = run.command();
@@ -292,10 +357,10 @@ mod tests {
         );
         assert!(line.contains("--volume /data/jobs/j:/opt/ml --volume /data/jobs/j/input/config-algo-2:/opt/ml/input/config"), "{line}");
         assert!(
-            line.contains("--device nvidia.com/gpu=3 --user 1000:1000 --env SM_HPS"),
+            line.contains("--device nvidia.com/gpu=3 --user 1000:1000 --env-file /data/jobs/j/attempts/1/env-algo-2"),
             "{line}"
         );
-        assert!(line.ends_with("localhost/img train"), "{line}");
+        assert!(line.ends_with("-- localhost/img train"), "{line}");
         assert!(line.contains("--name qm-j-7-algo-2"), "{line}");
     }
 }

@@ -276,9 +276,20 @@ pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
             std::fs::create_dir_all(dir)?;
         }
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec(outcome).map_err(std::io::Error::other)?,
+        // Created anew and never through a link: the directory is the server's, but a
+        // mistake that handed it to a job must not make root write where the job points.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&tmp)?
+        };
+        std::io::Write::write_all(
+            &mut f,
+            &serde_json::to_vec(outcome).map_err(std::io::Error::other)?,
         )?;
         std::fs::rename(&tmp, path)
     })();

@@ -180,16 +180,18 @@ impl JobLayout {
         let Some(requested) = requested else {
             return self.checkpoints.clone();
         };
-        // `/opt/ml/...` is the job's directory itself (it is mounted there, and SageMaker's
-        // default `/opt/ml/checkpoints` must be the checkpoints that are synced); other
-        // absolute paths are re-rooted under `root/`, relative ones count from `work/`.
-        let (base, requested) = match requested.strip_prefix(crate::namespace::OPT_ML) {
-            Ok(inside) => ("", inside),
+        // `/opt/ml/checkpoints[/...]` is the job's own `checkpoints/` (mounted there, and
+        // SageMaker's default must be the checkpoints that are synced); any other absolute
+        // path, `/opt/ml/...` included, is re-rooted under `root/` (the rest of the job's
+        // directory, `attempts/` above all, stays the server's), relative ones count from
+        // `work/`.
+        let opt_ml_checkpoints = Path::new(crate::namespace::OPT_ML).join("checkpoints");
+        let (base, requested) = match requested.strip_prefix(&opt_ml_checkpoints) {
+            Ok(inside) => ("checkpoints", inside),
             Err(_) if requested.is_absolute() => ("root", requested),
             Err(_) => ("work", requested),
         };
-        let confined = isolation::confine(Path::new(base), requested)
-            .filter(|rel| !rel.as_os_str().is_empty());
+        let confined = isolation::confine(Path::new(base), requested);
         let Some(rel) = confined else {
             tracing::warn!(attempt, requested = %requested.display(), using = %self.checkpoints.display(),
                 "CheckpointConfig.LocalPath leaves the job's directory; using the job's checkpoint directory");
@@ -283,22 +285,27 @@ mod tests {
         assert!(!dir.path().join("x").exists());
         assert!(!dir.path().join("jobs/other").exists());
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/opt/ml/../ml/checkpoints")), 1, None),
-            layout.checkpoints
-        );
-        assert_eq!(
             layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints")), 1, None),
             layout.checkpoints,
             "SageMaker's default is the job's own checkpoints"
         );
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/opt/ml/model/ckpt")), 1, None),
-            layout.model.join("ckpt")
+            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints/run-2")), 1, None),
+            layout.checkpoints.join("run-2")
         );
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/opt/ml")), 1, None),
-            layout.checkpoints
+            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints/../x")), 1, None),
+            layout.checkpoints,
+            "'..' never climbs out of checkpoints/"
         );
+        // The rest of /opt/ml is the server's (attempts/ holds logs and outcomes): re-rooted.
+        for other in ["/opt/ml/attempts", "/opt/ml", "/opt/ml/input/config"] {
+            assert_eq!(
+                layout.checkpoint_dir(Some(Path::new(other)), 1, None),
+                layout.root.join(other.trim_start_matches('/')),
+                "{other}"
+            );
+        }
         assert_eq!(
             layout.checkpoint_dir(Some(Path::new("/ckpt")), 1, None),
             layout.root.join("ckpt")

@@ -37,7 +37,7 @@ mod outcome;
 pub mod slurm;
 mod staging;
 
-pub use container::{Podman, Runtime};
+pub use container::{valid_image, Podman, Runtime};
 pub use error::ExecError;
 pub use executor::{
     ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, OUTCOME_FILE,

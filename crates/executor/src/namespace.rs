@@ -12,8 +12,12 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::AsRawFd;
+
+use nix::fcntl::{open, OFlag};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
+use nix::sys::stat::Mode;
 
 /// Where SageMaker's containers find their files.
 pub const OPT_ML: &str = "/opt/ml";
@@ -29,6 +33,11 @@ pub(crate) struct Binds {
 
 /// Enters a new mount namespace on the calling thread and makes the binds. Only for a thread
 /// that spawns one process and ends.
+///
+/// Each bind goes through descriptors opened without following a link in the last component:
+/// `input/` belongs to the job, whose other hosts already run, and a link it put at
+/// `input/config` would otherwise make the kernel mount the job's files over, say, `/etc` in
+/// this namespace (where a setuid program would trust them).
 pub(crate) fn enter(binds: &Binds) -> io::Result<()> {
     let err = |what: &str, e: nix::Error| io::Error::other(format!("{what}: {e}"));
     unshare(CloneFlags::CLONE_NEWNS).map_err(|e| err("unshare(CLONE_NEWNS)", e))?;
@@ -40,31 +49,45 @@ pub(crate) fn enter(binds: &Binds) -> io::Result<()> {
         None::<&str>,
     )
     .map_err(|e| err("making / private", e))?;
-    mount(
-        Some(binds.job.as_path()),
-        OPT_ML,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .map_err(|e| err(&format!("binding {} at {OPT_ML}", binds.job.display()), e))?;
+    bind(&binds.job, Path::new(OPT_ML))?;
     if let Some(config) = &binds.config {
-        let target = Path::new(OPT_ML).join("input/config");
-        mount(
-            Some(config.as_path()),
-            &target,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| {
-            err(
-                &format!("binding {} at {}", config.display(), target.display()),
-                e,
-            )
-        })?;
+        bind(config, &Path::new(OPT_ML).join("input/config"))?;
     }
     Ok(())
+}
+
+/// Binds the directory `source` at the directory `target`, neither reached through a link
+/// in its last component; without setuid programs or devices.
+fn bind(source: &Path, target: &Path) -> io::Result<()> {
+    let open = |p: &Path| {
+        open(
+            p,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            io::Error::other(format!(
+                "opening '{}': {e} (a link where a directory belongs?)",
+                p.display()
+            ))
+        })
+    };
+    let (src, dst) = (open(source)?, open(target)?);
+    let fd_path = |fd: &std::os::fd::OwnedFd| format!("/proc/self/fd/{}", fd.as_raw_fd());
+    mount(
+        Some(fd_path(&src).as_str()),
+        fd_path(&dst).as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        io::Error::other(format!(
+            "binding {} at {}: {e}",
+            source.display(),
+            target.display()
+        ))
+    })
 }
 
 /// Whether attempts can get `/opt/ml`: creates the empty mount point if it is missing (as

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::layout::JobLayout;
 use crate::outcome::CLIENT_ERROR;
-use crate::{isolation, LaunchSpec};
+use crate::{isolation, LaunchSpec, Outcome};
 
 /// How often a download's progress may become the job's status reason (each is a logged
 /// command on the server).
@@ -82,14 +82,15 @@ impl Stage {
         }
     }
 
-    /// Downloads every channel and restores the checkpoints; `Err` is the attempt's failure
-    /// reason. Returns what the checkpoint directory holds after the restore.
+    /// Downloads every channel and restores the checkpoints; `Err` is how the attempt ends
+    /// (a location that names nothing, or that may not be used, is not retried: it will not
+    /// change by itself). Returns what the checkpoint directory holds after the restore.
     pub(crate) async fn stage_in(
         &mut self,
         spec: &LaunchSpec,
         layout: &JobLayout,
         checkpoint_dir: &Path,
-    ) -> Result<Option<SyncState>, String> {
+    ) -> Result<Option<SyncState>, Outcome> {
         for c in &spec.channels {
             let dir = crate::input::channel_dir(layout, &c.name);
             let what = format!("channel {}", c.name);
@@ -101,29 +102,56 @@ impl Stage {
             }
             self.download(&what, &c.uri, &dir, manifest)
                 .await
-                .map_err(|e| format!("{CLIENT_ERROR}downloading {what} from {}: {e}", c.uri))?;
+                .map_err(|e| Outcome::Failed {
+                    reason: format!("{CLIENT_ERROR}downloading {what} from {}: {e}", c.uri),
+                    retryable: !e.is_permanent(),
+                })?;
         }
         let Some(uri) = &spec.checkpoint_uri else {
             return Ok(None);
         };
-        // S3 holds the checkpoints, as on SageMaker, where each attempt starts on a fresh
-        // instance: what an earlier attempt left here is replaced by what it uploaded.
-        crate::input::empty_dir(layout, checkpoint_dir, self.uid)
-            .map_err(|e| format!("{CLIENT_ERROR}cannot empty the checkpoint directory: {e}"))?;
-        match self
-            .download("checkpoints", uri, checkpoint_dir, false)
+        self.restore(uri, layout, checkpoint_dir)
             .await
-        {
-            Ok(()) | Err(StorageError::Empty(_)) => {}
-            Err(e) => {
-                return Err(format!(
-                    "{CLIENT_ERROR}restoring checkpoints from {uri}: {e}"
-                ))
-            }
-        }
+            .map_err(|reason| Outcome::Failed {
+                reason,
+                retryable: true,
+            })?;
         SyncState::of(checkpoint_dir)
             .map(Some)
-            .map_err(|e| format!("{CLIENT_ERROR}reading the restored checkpoints: {e}"))
+            .map_err(|e| Outcome::Failed {
+                reason: format!("{CLIENT_ERROR}reading the restored checkpoints: {e}"),
+                retryable: true,
+            })
+    }
+
+    /// Storage holds the checkpoints, as on SageMaker, where each attempt starts on a fresh
+    /// instance: what an earlier attempt left here is replaced by what it uploaded. The
+    /// download goes to a directory of its own first, so a failed one (or an empty prefix:
+    /// nothing was ever uploaded) leaves the local checkpoints as they were.
+    async fn restore(&mut self, uri: &str, layout: &JobLayout, dir: &Path) -> Result<(), String> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| format!("{CLIENT_ERROR}{what}: {e}");
+        let mut name = dir.file_name().unwrap_or_default().to_os_string();
+        name.push(".qm-restore");
+        let temp = dir.with_file_name(name);
+        crate::input::empty_dir(layout, &temp, self.uid)
+            .map_err(|e| fail("cannot make the checkpoint restore directory", &e))?;
+        let got = self.download("checkpoints", uri, &temp, false).await;
+        let swapped = match got {
+            Ok(()) => std::fs::remove_dir_all(dir)
+                .or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })
+                .and_then(|()| std::fs::rename(&temp, dir))
+                .map_err(|e| fail("replacing the local checkpoints with the restored ones", &e)),
+            Err(StorageError::Empty(_)) => Ok(()),
+            Err(e) => Err(fail(&format!("restoring checkpoints from {uri}"), &e)),
+        };
+        let _ = std::fs::remove_dir_all(&temp);
+        swapped
     }
 
     async fn download(
@@ -213,7 +241,6 @@ impl Stage {
                 out.trim_end_matches('/'),
                 spec.job_name
             );
-            (self.report)(self.attempt, format!("uploading {name}"));
             self.upload_archive(dir, &layout.attempt_dir.join(name), &uri)
                 .await
                 .map_err(|e| format!("{CLIENT_ERROR}uploading {name} to {uri}: {e}"))?;

@@ -75,6 +75,19 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether trying again cannot help: the location is malformed, not allowed, names
+    /// nothing, or holds an unusable key or manifest (S3 and I/O errors may be passing).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            StorageError::BadUri(_)
+                | StorageError::NotAllowed { .. }
+                | StorageError::UnsafePath { .. }
+                | StorageError::Empty(_)
+                | StorageError::Manifest { .. }
+        )
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StorageError::Io {
             path: path.into(),

@@ -96,7 +96,12 @@ pub fn make_dirs(base: &Path, rel: &[String], owner: Option<u32>) -> Result<Path
             Err(e) => return Err(StorageError::io(&path, e)),
         }
         if let Some(uid) = owner {
-            let dir = File::open(&path).map_err(|e| StorageError::io(&path, e))?;
+            // Through the directory itself, never a link put there since the mkdir.
+            let dir = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc_o_nofollow() | rustix::fs::OFlags::DIRECTORY.bits() as i32)
+                .open(&path)
+                .map_err(|e| StorageError::io(&path, e))?;
             std::os::unix::fs::fchown(&dir, Some(uid), Some(uid))
                 .map_err(|e| StorageError::io(&path, e))?;
         }
@@ -120,11 +125,13 @@ pub fn create_new(path: &Path, owner: Option<u32>) -> Result<File, StorageError>
     Ok(file)
 }
 
-/// Opens an existing regular file for reading without following a link in its last component.
+/// Opens an existing regular file for reading without following a link in its last component,
+/// and without blocking on a FIFO put where the file was (`O_NONBLOCK` means nothing to a
+/// regular file).
 pub fn open_plain(path: &Path) -> Result<File, StorageError> {
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc_o_nofollow())
+        .custom_flags(libc_o_nofollow() | rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(path)
         .map_err(|e| StorageError::io(path, e))?;
     let m = file.metadata().map_err(|e| StorageError::io(path, e))?;
@@ -190,7 +197,10 @@ pub fn copy_into(mut src: File, root: &Path, rel: &[String]) -> Result<u64, Stor
         });
     };
     let dir = make_dirs(root, dirs, None)?;
-    let tmp = dir.join(format!(".{name}.qm-partial"));
+    // Unique per upload: two jobs may upload to one name at once.
+    static UPLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = UPLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.qm-partial-{}-{n}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     let mut out = create_new(&tmp, None)?;
     let n = io::copy(&mut src, &mut out).map_err(|e| StorageError::io(&tmp, e))?;

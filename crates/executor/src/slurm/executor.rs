@@ -1145,12 +1145,12 @@ async fn stage_in(
     };
     let staged = tokio::select! {
         staged = stage.stage_in(spec, &layout, &prepared.checkpoint_dir) => staged,
-        () = stopped => Err(format!("{CLIENT_ERROR}stopped while its inputs were downloading")),
+        () = stopped => Err(Outcome::Failed {
+            reason: format!("{CLIENT_ERROR}stopped while its inputs were downloading"),
+            retryable: true,
+        }),
     };
-    staged.map_err(|reason| Outcome::Failed {
-        reason,
-        retryable: true,
-    })?;
+    staged?;
     // Newer files than the restored ones are this attempt's checkpoints.
     prepared.baseline_ns = newest_mtime_ns(&prepared.checkpoint_dir).unwrap_or(0);
     Ok(prepared)

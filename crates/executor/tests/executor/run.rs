@@ -336,3 +336,34 @@ async fn the_outcome_is_recorded_next_to_the_logs_before_exited_is_sent() {
     w.exec.discard_outcome("job-ok", 1);
     assert_eq!(w.exec.recorded_outcome("job-ok", 1), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_root_each_host_sees_the_job_at_opt_ml_with_its_own_config_and_no_new_privileges() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: /opt/ml needs a mount namespace, which needs root");
+        return;
+    }
+    let mut w = World::with(|cfg| {
+        cfg.pools = vec![pool("ml.g5.xlarge", 2, 0)];
+        cfg.opt_ml = qm_executor::OptMl::Required;
+    });
+    assert!(w.exec.opt_ml());
+    let script =
+        "grep -o '\"current_host\": *\"algo-[0-9]\"' /opt/ml/input/config/resourceconfig.json \
+                    > /opt/ml/work/seen-$SM_CURRENT_HOST; \
+                  grep NoNewPrivs /proc/self/status >> /opt/ml/work/seen-$SM_CURRENT_HOST";
+    let mut spec = sh(1, "job-optml", script);
+    spec.count = 2;
+    w.exec.start(spec).unwrap();
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    let work = w.exec.job_dir("job-optml").join("work");
+    for host in ["algo-1", "algo-2"] {
+        let seen = fs::read_to_string(work.join(format!("seen-{host}"))).unwrap();
+        assert!(seen.contains(&format!("\"{host}\"")), "{host}: {seen}");
+        assert!(seen.contains("NoNewPrivs:\t1"), "{host}: {seen}");
+    }
+    assert!(
+        fs::read_dir("/opt/ml").unwrap().next().is_none(),
+        "nothing reached the host's /opt/ml"
+    );
+}

@@ -51,6 +51,18 @@ impl State {
                  (or the operator sets runtime = \"podman\")",
             ));
         }
+        if limits.runs_images {
+            if let Some(image) = payload
+                .training_image
+                .as_deref()
+                .filter(|i| !qm_executor::valid_image(i))
+            {
+                return Err(ApiError::client(format!(
+                    "serviceRequestPayload.AlgorithmSpecification.TrainingImage '{}' is not an image reference: use letters, digits and ._/:@- starting with a letter or digit, e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/team/trainer:latest",
+                    image.chars().take(100).collect::<String>().escape_debug()
+                )));
+            }
+        }
         if payload.entrypoint.is_empty() && payload.training_image.is_none() {
             return Err(ApiError::client(
                 "serviceRequestPayload.AlgorithmSpecification: give TrainingImage (the image whose entrypoint runs) or ContainerEntrypoint",
