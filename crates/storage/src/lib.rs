@@ -24,5 +24,7 @@ mod uri;
 
 pub use error::StorageError;
 pub use settings::{Settings, StorageConfig};
-pub use transfer::{Opener, Progress, Storage, SyncState, Transfer};
+pub use transfer::{
+    Opener, Progress, Storage, SyncState, Transfer, MAX_MANIFEST_BYTES, MAX_OBJECTS,
+};
 pub use uri::{Location, StorageUri};

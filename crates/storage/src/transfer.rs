@@ -65,6 +65,13 @@ impl SyncState {
     }
 }
 
+/// The most objects one location may hold for a download: a listing is kept in memory
+/// (about a hundred bytes an object), and a job should not make the server hold more.
+pub const MAX_OBJECTS: usize = 1_000_000;
+
+/// The largest manifest read (it is parsed in memory).
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
+
 /// One object to fetch and where it goes, relative to the destination.
 struct Item {
     from: Source,
@@ -277,6 +284,9 @@ impl Storage {
                 let mut items = Vec::new();
                 while let Some(meta) = listing.next().await {
                     let meta = meta.map_err(|source| s3_error(uri, source))?;
+                    if items.len() >= MAX_OBJECTS {
+                        return Err(too_many(uri));
+                    }
                     let Some(parts) = meta.location.prefix_match(&prefix) else {
                         continue;
                     };
@@ -306,6 +316,9 @@ impl Storage {
                 let files = tokio::task::spawn_blocking(move || local::walk(&owned))
                     .await
                     .map_err(|e| StorageError::io(path, std::io::Error::other(e)))??;
+                if files.len() > MAX_OBJECTS {
+                    return Err(too_many(uri));
+                }
                 Ok(files
                     .into_iter()
                     .map(|f| {
@@ -366,14 +379,21 @@ impl Storage {
                     .get(&s3::path(key))
                     .await
                     .map_err(|e| s3_error(uri, e))?;
+                if got.meta.size > MAX_MANIFEST_BYTES {
+                    return Err(manifest_too_large(uri));
+                }
                 Ok(got.bytes().await.map_err(|e| s3_error(uri, e))?.to_vec())
             }
             Location::File(path) => {
-                let mut f = tokio::fs::File::from_std(local::open_plain(path)?);
+                let f = tokio::fs::File::from_std(local::open_plain(path)?);
                 let mut buf = Vec::new();
-                f.read_to_end(&mut buf)
+                f.take(MAX_MANIFEST_BYTES + 1)
+                    .read_to_end(&mut buf)
                     .await
                     .map_err(|e| StorageError::io(path, e))?;
+                if buf.len() as u64 > MAX_MANIFEST_BYTES {
+                    return Err(manifest_too_large(uri));
+                }
                 Ok(buf)
             }
         }
@@ -453,6 +473,22 @@ impl Storage {
             files: p.files,
             bytes: p.done,
         })
+    }
+}
+
+fn too_many(uri: &StorageUri) -> StorageError {
+    StorageError::UnsafePath {
+        path: uri.text.clone(),
+        why: format!("it holds more than {MAX_OBJECTS} objects: split the data into channels, or pack it into fewer, larger files"),
+    }
+}
+
+fn manifest_too_large(uri: &StorageUri) -> StorageError {
+    StorageError::Manifest {
+        uri: uri.text.clone(),
+        why: format!(
+            "it is larger than {MAX_MANIFEST_BYTES} bytes: split it into several channels"
+        ),
     }
 }
 

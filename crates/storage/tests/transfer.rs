@@ -203,3 +203,17 @@ async fn an_uploaded_file_lands_at_its_uri_replacing_the_old_one() {
         .unwrap();
     assert_eq!(fs::read_to_string(&target).unwrap(), "new");
 }
+
+#[tokio::test]
+async fn a_manifest_larger_than_the_bound_is_refused_before_it_is_parsed() {
+    let root = tempfile::tempdir().unwrap();
+    let manifest = root.path().join("huge.manifest");
+    let f = fs::File::create(&manifest).unwrap();
+    f.set_len(qm_storage::MAX_MANIFEST_BYTES + 1).unwrap();
+    let dest = tempfile::tempdir().unwrap();
+    let err = storage(root.path())
+        .download_manifest(&uri(&manifest), dest.path(), None, &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("larger than"), "{err}");
+}
