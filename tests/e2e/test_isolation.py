@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import ACCOUNT, UNIT, Server, ServerError, ShareSpec, config_toml, make_queue, wait_status
+from qm_e2e import (ACCOUNT, UNIT, Server, ServerError, ShareSpec, config_toml, make_queue, storage_uri,
+                    wait_status)
 
 MAX_LOST = 2
 
@@ -82,7 +83,7 @@ def sh_payload(script: str, name: str, env: dict | None = None, checkpoint: str 
         "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "unused",
                                    "ContainerEntrypoint": ["/bin/sh", "-c", script]},
         "ResourceConfig": {"InstanceType": UNIT, "InstanceCount": 1, "VolumeSizeInGB": 1},
-        "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+        "OutputDataConfig": {"S3OutputPath": storage_uri("output")},
         "StoppingCondition": {"MaxRuntimeInSeconds": 300},
         "Environment": env or {},
     }

@@ -12,7 +12,8 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import (ShareSpec, config_toml, make_queue, qm_bin, send, wait_for, wait_status)
+from qm_e2e import (ShareSpec, config_toml, make_queue, qm_bin, send, storage_uri, wait_for,
+                    wait_status)
 
 LIMITS = """
 [limits]
@@ -256,7 +257,7 @@ def test_a_log_past_its_limit_is_rotated_and_qm_logs_says_so(server, jobs, batch
             "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "unused",
                                        "ContainerEntrypoint": [__import__("sys").executable, "-c", script]},
             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
-            "OutputDataConfig": {"S3OutputPath": "s3://b/o"},
+            "OutputDataConfig": {"S3OutputPath": storage_uri("output")},
             "StoppingCondition": {"MaxRuntimeInSeconds": 300}}))["jobId"]
     jobs.ids.append(job)
     wait_status(batch, job, "SUCCEEDED")

@@ -254,6 +254,18 @@ impl Stage {
         archive: &Path,
         uri: &str,
     ) -> Result<(), String> {
+        let name = archive
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // Nothing written there, nothing to upload: a job that keeps its results elsewhere
+        // (or a trivial one) needs no S3 at all. Names only, read as the server: no link of
+        // the job's is followed.
+        let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
+        if empty {
+            tracing::debug!(attempt = self.attempt, dir = %dir.display(), "empty: no {name} uploaded");
+            return Ok(());
+        }
         let (dir_owned, archive_owned, uid) = (dir.to_path_buf(), archive.to_path_buf(), self.uid);
         let packed = tokio::task::spawn_blocking(move || pack(&dir_owned, &archive_owned, uid))
             .await
@@ -264,11 +276,7 @@ impl Stage {
         let _ = std::fs::remove_file(archive);
         let bytes = sent.map_err(|e| e.to_string())?;
         self.say(&format!(
-            "uploaded {} ({packed} files, {}) to {uri}",
-            archive
-                .file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
+            "uploaded {name} ({packed} files, {}) to {uri}",
             human(bytes)
         ));
         Ok(())
