@@ -29,7 +29,7 @@ pub enum StorageError {
     #[error("no objects found under '{0}': check the URI and that the data was uploaded")]
     Empty(String),
     /// The S3 client failed (no such bucket, access denied, unreachable, ...).
-    #[error("S3 error for '{uri}': {source}")]
+    #[error("S3 error for '{uri}': {source}: check that the bucket and key exist and that the server's credentials and region ([storage], AWS_*) may reach them")]
     S3 {
         /// The location.
         uri: String,

@@ -252,7 +252,11 @@ impl Storage {
                 Ok(file) => file,
                 // Gone since the walk (the job rotates its checkpoints): not an error.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(StorageError::io(&src, e)),
+                // One file the job made unreadable must not keep the others from storage.
+                Err(e) => {
+                    tracing::warn!(path = %src.display(), error = %e, "a checkpoint file cannot be read: not uploaded");
+                    continue;
+                }
             };
             done.bytes += self.upload_file(file, &target.text).await?;
             done.files += 1;
