@@ -612,15 +612,19 @@ def test_a_job_waits_for_capacity_while_the_other_nodes_run_jobs_that_are_not_qm
         cluster.cancel(*external.values())
 
 
-def test_a_slurm_job_gets_its_channel_in_the_shared_directory_and_its_model_is_uploaded(
+def test_a_slurm_job_gets_its_channel_at_opt_ml_and_its_model_is_uploaded(
         server, cluster, batch, jobs):
     # The server downloads before sbatch and uploads once the Slurm job is gone
     # (docs/sagemaker.md); the node sees the channel through the shared directory.
+    # The nodes (this host) have /opt/ml, so each task gets its job directory there.
+    if os.geteuid() == 0:
+        os.makedirs("/opt/ml", exist_ok=True)
     q = make_queue(batch, "sstore", [ShareSpec("S", "RESERVE", 1)], env_max=1)
     train = STORAGE_ROOT / "channels" / "slurm-train"
     train.mkdir(parents=True, exist_ok=True)
     (train / "rows.csv").write_text("1,2\n3,4\n")
-    jid = jobs.submit(q, "S", "slurm_model", "channel_to_model.py", hps={"epochs": "2"},
+    opt_ml = {"USE_OPT_ML": "1"} if os.path.isdir("/opt/ml") else {}
+    jid = jobs.submit(q, "S", "slurm_model", "channel_to_model.py", hps={"epochs": "2"}, env=opt_ml,
                       channels={"train": storage_uri("channels", "slurm-train")})
     done = wait_status(batch, jid, ("SUCCEEDED", "FAILED"), timeout=90)
     assert done["status"] == "SUCCEEDED", line(done)

@@ -1,13 +1,16 @@
-"""A job that trains on its channel through SageMaker's variables only (no /opt/ml, as on a
-Slurm node): copies every file of $SM_CHANNEL_TRAIN into $SM_MODEL_DIR, and writes the
-hyperparameters it got to $SM_MODEL_DIR/hps.json and a line to $SM_OUTPUT_DATA_DIR/done."""
+"""A job that trains on its channel: copies every file of $SM_CHANNEL_TRAIN into $SM_MODEL_DIR
+(with USE_OPT_ML=1: of /opt/ml/input/data/train into /opt/ml/model, SageMaker's absolute
+paths), and writes the hyperparameters it got to hps.json there and a line to
+$SM_OUTPUT_DATA_DIR/done."""
 
 import json
 import os
 import shutil
 
-channel = os.environ["SM_CHANNEL_TRAIN"]
-model = os.environ["SM_MODEL_DIR"]
+if os.environ.get("USE_OPT_ML"):
+    channel, model = "/opt/ml/input/data/train", "/opt/ml/model"
+else:
+    channel, model = os.environ["SM_CHANNEL_TRAIN"], os.environ["SM_MODEL_DIR"]
 for name in sorted(os.listdir(channel)):
     shutil.copy(os.path.join(channel, name), os.path.join(model, name))
 with open(os.path.join(model, "hps.json"), "w") as f:

@@ -126,8 +126,38 @@ pub(crate) fn batch_script(
     );
     let _ = writeln!(s, "  exit 127");
     let _ = writeln!(s, "fi");
+    opt_ml(&mut s, &layout.job.to_string_lossy(), &argv.join(" "));
     let _ = writeln!(s, "exec {}", argv.join(" "));
     s
+}
+
+/// Lines that give the task its job directory at `/opt/ml` where the node allows it: a mount
+/// namespace of its own (`unshare`; a user namespace too when the task is not root) in which
+/// the job directory is bound there, then the entrypoint (`argv`, quoted). Where `/opt/ml` is
+/// missing on the node the task runs without it; where the namespace or the bind is refused
+/// too, saying so on its stderr (scripts then find their directories through the `SM_*`
+/// variables).
+fn opt_ml(s: &mut String, job_dir: &str, argv: &str) {
+    let job = quote(job_dir);
+    let _ = writeln!(
+        s,
+        "if [ -d /opt/ml ] && command -v unshare >/dev/null 2>&1; then"
+    );
+    let _ = writeln!(s, "  if [ \"$(id -u)\" -eq 0 ]; then __qm_ns='--mount'; else __qm_ns='--map-current-user --mount'; fi");
+    let _ = writeln!(
+        s,
+        "  if unshare $__qm_ns --propagation private -- /bin/true 2>/dev/null; then"
+    );
+    let _ = writeln!(
+        s,
+        "    exec unshare $__qm_ns --propagation private -- /bin/bash -c 'mount --bind -- \"$1\" /opt/ml || echo \"qm: no /opt/ml on $SLURMD_NODENAME: the bind was refused\" >&2; shift; exec \"$@\"' qm-opt-ml {job} {argv}"
+    );
+    let _ = writeln!(s, "  fi");
+    let _ = writeln!(
+        s,
+        "  echo \"qm: no /opt/ml on $SLURMD_NODENAME: no mount namespace may be made here\" >&2"
+    );
+    let _ = writeln!(s, "fi");
 }
 
 /// The `sbatch` arguments of `spec`, ending with the script's path.
