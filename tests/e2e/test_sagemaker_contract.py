@@ -78,6 +78,10 @@ def test_a_script_using_only_opt_ml_gets_its_channel_and_its_model_is_uploaded(b
         log = stderr_log(server, jid)
         assert f"[qm] downloading channel train from {storage_uri('channels', name)}" in log, log
         assert "[qm] uploaded model.tar.gz" in log, log
+    # The server logs to a file here: its lines say the same, without colour codes.
+    server_log = server.log_path.read_text()
+    assert "INFO" in server_log and "downloading channel train" in server_log
+    assert "\x1b[" not in server_log, "colour codes in a log file"
 
 
 def test_a_preempted_job_resumes_from_the_checkpoint_in_storage_not_from_local_files(batch, jobs, q):

@@ -71,6 +71,14 @@ pub(crate) fn describe(e: &anyhow::Error) -> String {
     msg
 }
 
+/// Whether `e` is, somewhere in its chain, a write to a pipe whose reader is gone.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     // `qm ... | head` closes the pipe early: end quietly, as other command-line tools do,
     // instead of panicking in println!.
@@ -100,6 +108,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // `qm watch | head`: the reader went away; end as quietly as the panic hook does.
+        Err(e) if broken_pipe(&e) => ExitCode::from(141),
         Err(e) => {
             eprintln!("error: {}", describe(&e));
             ExitCode::from(2)

@@ -498,3 +498,50 @@ fn every_client_command_prints_what_the_golden_files_show() {
     golden.check("errors", &errors);
     golden.finish();
 }
+
+#[test]
+fn a_watch_whose_reader_went_away_ends_quietly_and_logs_takes_no_output_flag() {
+    use std::io::Read;
+    let server = Server::start();
+    create_cluster(&server);
+    // `qm watch | head -c 16`: the reader takes a little and closes the pipe.
+    let mut child = support::qm(server.admin.as_ref())
+        .args(["watch", "--endpoint", &server.endpoint, "--interval", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start qm watch");
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).expect("a first frame");
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("qm watch kept running after its reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "stderr: {stderr}");
+    assert!(
+        stderr.is_empty(),
+        "ends quietly, as `head` expects: {stderr}"
+    );
+
+    // A log is printed as the job wrote it: there is no --output to ignore.
+    let out = server.qm(&[
+        "logs",
+        "0b9d7c1e-3f3a-4c55-9a57-2f0f1d3c6a11",
+        "--output",
+        "json",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--output"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -135,8 +135,10 @@ pub struct IdArgs {
 /// `qm logs`.
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    #[command(flatten)]
-    common: Common,
+    /// The server's URL [default: $QM_ENDPOINT, else http://127.0.0.1:7611]. (No --output:
+    /// a log is printed as the job wrote it.)
+    #[arg(long)]
+    endpoint: Option<String>,
     /// The job id.
     id: String,
     /// The attempt (default: the latest).
@@ -334,7 +336,7 @@ fn job(args: IdArgs) -> anyhow::Result<()> {
 }
 
 fn logs(args: LogsArgs) -> anyhow::Result<()> {
-    let client = args.common.client()?;
+    let client = Client::for_endpoint(args.endpoint.as_deref())?;
     let stream = if args.stderr {
         LogStream::Stderr
     } else {

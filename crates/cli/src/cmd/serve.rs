@@ -30,6 +30,13 @@ pub struct Args {
     tls_key: Option<PathBuf>,
 }
 
+/// Colour in the server's log only on a terminal, and never under `NO_COLOR` (no-color.org):
+/// escape codes make a log file hard to read and grep.
+fn log_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Starts the server and runs until SIGINT / SIGTERM.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
@@ -38,6 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(log_colour())
         .init();
     let flags = qm_server::Flags {
         listen: args.listen,
