@@ -34,7 +34,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let dir = std::env::temp_dir().join(format!("qm-client-test-{}", std::process::id()));
+        // One directory per server: the tests of this file run in parallel, each with its own.
+        static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("qm-client-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the temp dir");
         let config = dir.join("qm.toml");
@@ -544,4 +547,38 @@ fn a_watch_whose_reader_went_away_ends_quietly_and_logs_takes_no_output_flag() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn a_job_is_named_by_its_name_where_its_id_would_do_and_an_ambiguous_name_lists_the_ids() {
+    let server = Server::start();
+    create_cluster(&server);
+    let submit = |name: &str| {
+        let out = stdout_of(&server.qm(&[
+            "submit", "--share", "research", "--name", name, "--", "sleep", "60",
+        ]));
+        out.trim().to_string()
+    };
+    let solo = submit("solo");
+    let twins = [submit("twin"), submit("twin")];
+
+    let shown = stdout_of(&server.qm(&["job", "solo", "--output", "json"]));
+    let shown: Value = serde_json::from_str(&shown).expect("json");
+    assert_eq!(shown["jobId"], solo.as_str());
+    let out = stdout_of(&server.qm(&["priority", "solo", "7"]));
+    assert_eq!(out.trim(), format!("job {solo}: priority 7"));
+
+    let out = server.qm(&["job", "twin"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2 jobs are named 'twin'"), "{err}");
+    for id in &twins {
+        assert!(err.contains(id.as_str()), "{err}");
+    }
+    let out = server.qm(&["explain", "nobody"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no job is named 'nobody'"), "{err}");
+    for id in twins.iter().chain([&solo]) {
+        stdout_of(&server.qm(&["terminate", id]));
+    }
 }

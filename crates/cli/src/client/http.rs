@@ -608,6 +608,55 @@ impl Client {
         Ok(rows)
     }
 
+    /// The id of the job `id_or_name` names: a job id as it is, else the one job of that name
+    /// in any queue. No such job, or several, is a usage error that says which exist.
+    pub fn resolve_job(&self, id_or_name: &str) -> Result<String, ClientError> {
+        if looks_like_job_id(id_or_name) {
+            return Ok(id_or_name.to_string());
+        }
+        let mut found: Vec<(String, ServiceJobSummary)> = Vec::new();
+        for queue in self.queue_names()? {
+            let request = ListServiceJobsRequest {
+                job_queue: Some(queue.clone()),
+                job_status: None,
+                max_results: Some(PAGE_SIZE),
+                next_token: None,
+                filters: Some(vec![KeyValuesPair {
+                    name: Some("JOB_NAME".to_string()),
+                    values: Some(vec![id_or_name.to_string()]),
+                }]),
+            };
+            let page: ListServiceJobsResponse = self.call("ListServiceJobs", &request)?;
+            found.extend(
+                page.job_summary_list
+                    .into_iter()
+                    .map(|j| (queue.clone(), j)),
+            );
+        }
+        match found.as_slice() {
+            [(_, only)] => Ok(only.job_id.clone()),
+            [] => Err(ClientError::Usage(format!(
+                "no job is named '{id_or_name}' (and it is not a job id): `qm jobs` lists the jobs"
+            ))),
+            many => {
+                let lines: Vec<String> = many
+                    .iter()
+                    .map(|(queue, j)| {
+                        let at = j
+                            .created_at
+                            .map_or_else(String::new, crate::client::time::utc);
+                        format!("  {}  queue {queue}  submitted {at}", j.job_id)
+                    })
+                    .collect();
+                Err(ClientError::Usage(format!(
+                    "{} jobs are named '{id_or_name}': name one by its id\n{}",
+                    many.len(),
+                    lines.join("\n")
+                )))
+            }
+        }
+    }
+
     /// Changes a job's scheduling priority.
     pub fn set_priority(&self, job_id: &str, priority: i32) -> Result<(), ClientError> {
         let request = UpdateServiceJobRequest {
@@ -804,6 +853,17 @@ pub(super) fn encode_path_segment(s: &str) -> String {
         }
     }
     out
+}
+
+/// Whether `s` reads as a job id (a UUID), not a name. Names can hold letters, digits, `-` and
+/// `_`, so only the exact 8-4-4-4-12 hex shape counts as an id.
+fn looks_like_job_id(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]
@@ -1100,6 +1160,21 @@ mod tests {
                 );
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_the_uuid_shape_reads_as_a_job_id() {
+        assert!(super::looks_like_job_id(
+            "0b9d7c1e-3f3a-4c55-9a57-2f0f1d3c6a11"
+        ));
+        for name in [
+            "train-2",
+            "0b9d7c1e-3f3a-4c55-9a57",
+            "deadbeef-dead-beef-dead-beefdeadbeefx",
+            "",
+        ] {
+            assert!(!super::looks_like_job_id(name), "{name}");
         }
     }
 }

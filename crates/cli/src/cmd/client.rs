@@ -128,7 +128,7 @@ pub struct JobsArgs {
 pub struct IdArgs {
     #[command(flatten)]
     common: Common,
-    /// The job id.
+    /// The job: its id, or its name when one job has it.
     id: String,
 }
 
@@ -139,7 +139,7 @@ pub struct LogsArgs {
     /// a log is printed as the job wrote it.)
     #[arg(long)]
     endpoint: Option<String>,
-    /// The job id.
+    /// The job: its id, or its name when one job has it.
     id: String,
     /// The attempt (default: the latest).
     #[arg(long)]
@@ -157,7 +157,7 @@ pub struct LogsArgs {
 pub struct PriorityArgs {
     #[command(flatten)]
     common: Common,
-    /// The job id.
+    /// The job: its id, or its name when one job has it.
     id: String,
     /// The new scheduling priority.
     #[arg(allow_negative_numbers = true)]
@@ -169,7 +169,7 @@ pub struct PriorityArgs {
 pub struct TerminateArgs {
     #[command(flatten)]
     common: Common,
-    /// The job id.
+    /// The job: its id, or its name when one job has it.
     id: String,
     /// Why (recorded as the job's status reason).
     #[arg(long, default_value = "Terminated with qm terminate")]
@@ -327,7 +327,7 @@ fn jobs(args: JobsArgs) -> anyhow::Result<()> {
 
 fn job(args: IdArgs) -> anyhow::Result<()> {
     let client = args.common.client()?;
-    let job = client.describe(&args.id)?;
+    let job = client.describe(&client.resolve_job(&args.id)?)?;
     match args.common.output {
         Output::Table => print!("{}", job_details(&job, now_ms())),
         Output::Json => print_json(&job)?,
@@ -337,6 +337,7 @@ fn job(args: IdArgs) -> anyhow::Result<()> {
 
 fn logs(args: LogsArgs) -> anyhow::Result<()> {
     let client = Client::for_endpoint(args.endpoint.as_deref())?;
+    let id = client.resolve_job(&args.id)?;
     let stream = if args.stderr {
         LogStream::Stderr
     } else {
@@ -346,7 +347,7 @@ fn logs(args: LogsArgs) -> anyhow::Result<()> {
     let mut offset = 0;
     let mut out = std::io::stdout().lock();
     loop {
-        let chunk = client.logs(&args.id, attempt, stream, offset)?;
+        let chunk = client.logs(&id, attempt, stream, offset)?;
         // Stay on the attempt the first answer picked until it ends.
         attempt = Some(chunk.attempt);
         out.write_all(&chunk.bytes)?;
@@ -362,7 +363,7 @@ fn logs(args: LogsArgs) -> anyhow::Result<()> {
         if chunk.finished {
             // The attempt ended: so does the log, unless the job goes on with a new attempt
             // (after a preemption) and no attempt was asked for.
-            let job = client.describe(&args.id)?;
+            let job = client.describe(&id)?;
             let done = matches!(
                 job.status,
                 ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
@@ -371,7 +372,7 @@ fn logs(args: LogsArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
             std::thread::sleep(FOLLOW_POLL);
-            let latest = client.logs(&args.id, None, stream, 0)?.attempt;
+            let latest = client.logs(&id, None, stream, 0)?.attempt;
             if latest != chunk.attempt {
                 writeln!(out, "--- attempt {latest} ---")?;
                 attempt = Some(latest);
@@ -385,7 +386,7 @@ fn logs(args: LogsArgs) -> anyhow::Result<()> {
 
 fn explain_job(args: IdArgs) -> anyhow::Result<()> {
     let client = args.common.client()?;
-    let job = client.describe(&args.id)?;
+    let job = client.describe(&client.resolve_job(&args.id)?)?;
     let waiting = job.status == ServiceJobStatus::Runnable;
     let holding = if waiting {
         let statuses = [
@@ -426,22 +427,22 @@ fn explain_job(args: IdArgs) -> anyhow::Result<()> {
 
 fn priority(args: PriorityArgs) -> anyhow::Result<()> {
     let client = args.common.client()?;
-    client.set_priority(&args.id, args.priority)?;
+    let id = client.resolve_job(&args.id)?;
+    client.set_priority(&id, args.priority)?;
     match args.common.output {
-        Output::Table => println!("job {}: priority {}", args.id, args.priority),
-        Output::Json => {
-            print_json(&json!({"jobId": args.id, "schedulingPriority": args.priority}))?
-        }
+        Output::Table => println!("job {id}: priority {}", args.priority),
+        Output::Json => print_json(&json!({"jobId": id, "schedulingPriority": args.priority}))?,
     }
     Ok(())
 }
 
 fn terminate(args: TerminateArgs) -> anyhow::Result<()> {
     let client = args.common.client()?;
-    client.terminate(&args.id, &args.reason)?;
+    let id = client.resolve_job(&args.id)?;
+    client.terminate(&id, &args.reason)?;
     match args.common.output {
-        Output::Table => println!("job {}: terminating ({})", args.id, args.reason),
-        Output::Json => print_json(&json!({"jobId": args.id, "reason": args.reason}))?,
+        Output::Table => println!("job {id}: terminating ({})", args.reason),
+        Output::Json => print_json(&json!({"jobId": id, "reason": args.reason}))?,
     }
     Ok(())
 }
