@@ -28,6 +28,7 @@ pub const TARGETS: &[Target] = &[
     ("page_token", page_token),
     ("arn", arn),
     ("sigv4_header", sigv4_header),
+    ("storage_uri", storage_uri),
 ];
 
 /// The first line names the operation (`submitservicejob`, ...), the rest is its body: routed
@@ -119,6 +120,47 @@ pub fn sigv4_header(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = qm_api::sigv4::parse_authorization(text);
         let _ = qm_api::sigv4::parse_amz_date(text);
+    }
+}
+
+/// A storage URI as a payload names it (a channel, `CheckpointConfig.S3Uri`,
+/// `S3OutputPath`), and, split at the first line break, an `[executor.images]` pattern and a
+/// `TrainingImage`. What parses holds only plain components (the server writes where they
+/// point, as root); an image that passes the check never reads as an option.
+pub fn storage_uri(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(uri) = qm_storage::StorageUri::parse(text) {
+        match &uri.location {
+            qm_storage::Location::S3 { bucket, key } => {
+                assert!(!bucket.is_empty());
+                assert!(key
+                    .iter()
+                    .all(|k| !k.is_empty() && k != "." && k != ".." && !k.contains(['/', '\0'])));
+            }
+            qm_storage::Location::File(path) => {
+                use std::path::Component;
+                assert!(path
+                    .components()
+                    .all(|c| matches!(c, Component::RootDir | Component::Normal(_))));
+            }
+        }
+        let _ = uri.join(&["job", "output", "model.tar.gz"]);
+    }
+    let (pattern, image) = text.split_once('\n').unwrap_or((text, text));
+    let podman = qm_executor::Podman {
+        program: "podman".into(),
+        global_args: Vec::new(),
+        run_args: Vec::new(),
+        images: std::collections::BTreeMap::from([(
+            pattern.to_string(),
+            "localhost/x".to_string(),
+        )]),
+    };
+    let _ = podman.image_for(image);
+    if qm_executor::valid_image(image) {
+        assert!(!image.starts_with('-'));
     }
 }
 
