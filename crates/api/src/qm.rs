@@ -38,6 +38,9 @@ pub struct ShareUsage {
     /// `qm:` tags; absent when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protection: Option<String>,
+    /// `RESERVE`, `LEND` or `LEND_AND_BORROW` (absent from servers before it was reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
 }
 
 /// A share's thrash protection in words, as `qm shares` shows it; `None` without any.

@@ -973,6 +973,10 @@ impl State {
                         let (min, cap) = qm_api::validate::protection(&s.tags);
                         qm_api::qm::protection_words(min, cap)
                     }),
+                    strategy: q
+                        .shares
+                        .get(&u.share)
+                        .map(|s| s.sharing.strategy.as_str().to_string()),
                 })
                 .collect();
             queues.push(qm_api::qm::QueueUsage {

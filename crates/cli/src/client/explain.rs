@@ -197,8 +197,14 @@ fn holders(code: &str, share: &str, unit: &str, context: Context<'_>) -> Vec<Str
                 .iter()
                 .filter(|s| s.quota_share_name != share && s.capacity_unit == unit)
                 .map(|s| {
+                    // Say why idle capacity of a share is not to be had: RESERVE keeps it.
+                    let never_lends = if s.strategy.as_deref() == Some("RESERVE") {
+                        " (RESERVE: never lends, even when idle)"
+                    } else {
+                        ""
+                    };
                     format!(
-                        "{}: uses {} of its {} {unit}, borrows {}, lends {}, {} waiting",
+                        "{}: uses {} of its {} {unit}, borrows {}, lends {}, {} waiting{never_lends}",
                         s.quota_share_name,
                         count(s.own_use),
                         count(s.entitled),
@@ -210,5 +216,58 @@ fn holders(code: &str, share: &str, unit: &str, context: Context<'_>) -> Vec<Str
                 .collect()
         }
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qm_api::qm::ShareUsage;
+
+    #[test]
+    fn a_reserve_share_is_named_as_the_reason_its_idle_capacity_is_not_lent() {
+        let job: DescribeServiceJobResponse = serde_json::from_value(serde_json::json!({
+            "jobId": "j-1", "jobName": "borrower", "jobQueue": "q", "status": "RUNNABLE",
+            "statusReason": "NOTHING_TO_BORROW - needs to borrow 1 instance(s)",
+            "serviceJobType": "SAGEMAKER_TRAINING", "quotaShareName": "research",
+            "serviceRequestPayload": "{\"ResourceConfig\":{\"InstanceType\":\"ml.g5.xlarge\",\"InstanceCount\":1}}",
+            "createdAt": 0, "schedulingPriority": 0,
+            "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1.0}]
+        }))
+        .expect("a describe answer");
+        let share = |name: &str, strategy: &str| ShareUsage {
+            quota_share_name: name.into(),
+            capacity_unit: "ml.g5.xlarge".into(),
+            entitled: 1.0,
+            used: 0.0,
+            own_use: 0.0,
+            borrowed: 0.0,
+            lent_out: 0.0,
+            stopping: 0.0,
+            runnable: 0.0,
+            protection: None,
+            strategy: Some(strategy.into()),
+        };
+        let usage = QueueUsage {
+            job_queue: "q".into(),
+            shares: vec![share("prod", "RESERVE"), share("inference", "LEND")],
+        };
+        let text = explain(
+            &job,
+            Context {
+                holding: &[],
+                usage: Some(&usage),
+            },
+        );
+        assert!(
+            text.contains("prod: uses 0 of its 1 ml.g5.xlarge, borrows 0, lends 0, 0 waiting (RESERVE: never lends, even when idle)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(
+                "inference: uses 0 of its 1 ml.g5.xlarge, borrows 0, lends 0, 0 waiting ("
+            ),
+            "{text}"
+        );
     }
 }

@@ -390,6 +390,7 @@ mod tests {
             stopping: 0.0,
             runnable: 0.0,
             protection: protection.map(str::to_string),
+            strategy: None,
         };
         let queue = |shares| QueueUsage {
             job_queue: "jq".into(),
