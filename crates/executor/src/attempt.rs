@@ -310,19 +310,16 @@ impl Supervisor {
                 retryable: false,
             });
         };
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .open(
-                prepared
-                    .layout
-                    .attempt_dir
-                    .join(log_file_name(LogStream::Stderr, 1)),
-            )
-            .ok();
         let inner = self.inner.clone();
         let report: crate::staging::Report =
             Arc::new(move |attempt, reason| inner.report_starting(attempt, reason));
-        Ok(Some(Stage::new(report, storage, spec, self.uid, log)))
+        Ok(Some(Stage::new(
+            report,
+            storage,
+            spec,
+            &prepared.layout,
+            self.uid,
+        )))
     }
 
     /// The periodic checkpoint upload of a job with `CheckpointConfig.S3Uri`.

@@ -181,11 +181,7 @@ pub(crate) fn write_env_file(
     let path = attempt_dir.join(format!("env-algo-{host}"));
     let mut text = String::new();
     for (k, v) in env {
-        let name_ok = k
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let name_ok = crate::environment::valid_var(k);
         if !name_ok || v.contains(['\n', '\r']) {
             tracing::warn!(variable = %k, "a variable podman's --env-file cannot carry (not a name, or a line break in its value): left out");
             continue;

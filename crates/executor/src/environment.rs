@@ -27,6 +27,14 @@ pub(crate) fn prefixed_var(prefix: &str, name: &str) -> String {
     var
 }
 
+/// Whether `name` can be a variable of a shell or of `podman --env-file`: a letter or `_`,
+/// then letters, digits and `_`.
+pub(crate) fn valid_var(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// The host name of the 1-based host `i`.
 pub(crate) fn host_name(i: u32) -> String {
     format!("algo-{i}")

@@ -46,4 +46,6 @@ pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, 
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
 pub use outcome::{Outcome, TIMEOUT_REASON};
-pub use qm_storage::{Settings as StorageSettings, Storage, StorageConfig};
+pub use qm_storage::{
+    Location as StorageLocation, Settings as StorageSettings, Storage, StorageConfig, StorageUri,
+};

@@ -20,7 +20,7 @@ use std::time::Duration;
 use qm_storage::{Progress, Storage, StorageError, SyncState};
 use tokio::time::Instant;
 
-use crate::layout::JobLayout;
+use crate::layout::{log_file_name, JobLayout};
 use crate::outcome::CLIENT_ERROR;
 use crate::{isolation, LaunchSpec, Outcome};
 
@@ -37,6 +37,9 @@ pub(crate) struct Stage {
     storage: Arc<Storage>,
     attempt: u64,
     uid: Option<u32>,
+    /// Host algo-1's `stderr.log`, opened at the first line said: most attempts (nothing in
+    /// `model/`, no channels) never say one, and a drain of trivial jobs pays no open for it.
+    log_path: PathBuf,
     log: Option<File>,
 }
 
@@ -57,26 +60,37 @@ pub(crate) fn human(bytes: u64) -> String {
 }
 
 impl Stage {
-    /// Transfers for attempt `spec`, logging to `log` (algo-1's stderr, opened by the caller).
+    /// Transfers for attempt `spec` in `layout`, logging to host algo-1's `stderr.log`.
     pub(crate) fn new(
         report: Report,
         storage: Arc<Storage>,
         spec: &LaunchSpec,
+        layout: &JobLayout,
         uid: Option<u32>,
-        log: Option<File>,
     ) -> Stage {
         Stage {
             report,
             storage,
             attempt: spec.attempt,
             uid,
-            log,
+            log_path: layout
+                .attempt_dir
+                .join(log_file_name(crate::LogStream::Stderr, 1)),
+            log: None,
         }
     }
 
     /// A `[qm]` line in the attempt's log, and the server's log.
     fn say(&mut self, line: &str) {
         tracing::info!(attempt = self.attempt, "{line}");
+        if self.log.is_none() {
+            // Appended: the processes' own output follows (or, on Slurm, may already be there).
+            self.log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log_path)
+                .ok();
+        }
         if let Some(log) = self.log.as_mut() {
             let _ = writeln!(log, "[qm] {line}");
         }

@@ -20,7 +20,7 @@ use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
 use crate::executor::{now_ms, read_outcome, record_outcome};
-use crate::layout::{self, log_file_name, JobLayout, LogStream};
+use crate::layout::{self, JobLayout};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::Stage;
 use crate::{environment, ExecError, ExecEvent, LaunchSpec, Outcome, OUTCOME_FILE};
@@ -118,6 +118,9 @@ struct Slot {
     nodes: Vec<String>,
     /// The attempt, when it has uploads to make once its Slurm job is gone.
     stage_out: Option<Box<LaunchSpec>>,
+    /// What the checkpoint directory held after the restore: the last upload sends only what
+    /// the job changed since.
+    restored: Option<qm_storage::SyncState>,
 }
 
 impl Slot {
@@ -429,6 +432,7 @@ impl Inner {
             nodes: Vec::new(),
             stage_out: (spec.checkpoint_uri.is_some() || spec.output_path.is_some())
                 .then(|| Box::new(spec.clone())),
+            restored: None,
         }
     }
 
@@ -581,7 +585,7 @@ impl Inner {
                 (Some(spec), Some(storage)) => {
                     let inner = self.clone();
                     tokio::runtime::Handle::current().spawn(async move {
-                        let outcome = inner.stage_out(storage, &spec, &slot, outcome).await;
+                        let outcome = inner.stage_out(storage, &spec, &mut slot, outcome).await;
                         let _ = tokio::task::spawn_blocking(move || {
                             inner.report_exit(attempt, &slot.log_dir, outcome)
                         })
@@ -599,12 +603,12 @@ impl Inner {
         self: &Arc<Self>,
         storage: Arc<Storage>,
         spec: &LaunchSpec,
-        slot: &Slot,
+        slot: &mut Slot,
         outcome: Outcome,
     ) -> Outcome {
         let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
         let mut stage = self.stage(storage, spec, &layout);
-        let mut state = qm_storage::SyncState::default();
+        let mut state = slot.restored.take().unwrap_or_default();
         let ckpt = spec
             .checkpoint_uri
             .is_some()
@@ -627,11 +631,6 @@ impl Inner {
         spec: &LaunchSpec,
         layout: &JobLayout,
     ) -> Stage {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)))
-            .ok();
         let events = self.events.clone();
         let report: crate::staging::Report = Arc::new(move |attempt, reason| {
             let _ = events.send(ExecEvent::Starting {
@@ -639,7 +638,7 @@ impl Inner {
                 reason: Some(reason),
             });
         });
-        Stage::new(report, storage, spec, None, log)
+        Stage::new(report, storage, spec, layout, None)
     }
 
     /// Compares one `squeue` snapshot, taken from `polled_at`, with the attempts: reports
@@ -1150,7 +1149,10 @@ async fn stage_in(
             retryable: true,
         }),
     };
-    staged?;
+    let restored = staged?;
+    if let Some(slot) = inner.state().slots.get_mut(&spec.attempt) {
+        slot.restored = restored;
+    }
     // Newer files than the restored ones are this attempt's checkpoints.
     prepared.baseline_ns = newest_mtime_ns(&prepared.checkpoint_dir).unwrap_or(0);
     Ok(prepared)
@@ -1405,6 +1407,7 @@ mod tests {
             checkpoint_seen_ns: 0,
             nodes: vec!["n1".into()],
             stage_out: None,
+            restored: None,
         }
     }
 

@@ -12,19 +12,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::SlurmInstance;
+use crate::environment::valid_var;
 use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::LaunchSpec;
 
 /// Wraps `s` in single quotes for bash.
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// Whether `name` can be exported by bash.
-fn valid_var(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The file name of an attempt's start failure on host `i` (1-based): written by the script

@@ -564,17 +564,15 @@ fn check_file_roots(
                 .map(|u| (format!("{field}.OutputDataConfig.S3OutputPath"), u)),
         );
     for (at, uri) in uris {
-        let Some(path) = uri.strip_prefix("file://") else {
+        if !uri.starts_with("file://") {
             continue;
+        }
+        // The storage's own parse: a `.` or `..` component makes it no path at all.
+        let path = match qm_executor::StorageUri::parse(uri).map(|u| u.location) {
+            Ok(qm_executor::StorageLocation::File(path)) => Some(path),
+            _ => None,
         };
-        let path = std::path::Path::new(path);
-        let clean = !path.components().any(|c| {
-            matches!(
-                c,
-                std::path::Component::ParentDir | std::path::Component::CurDir
-            )
-        });
-        if !(clean && roots.iter().any(|r| path.starts_with(r))) {
+        if !path.is_some_and(|p| roots.iter().any(|r| p.starts_with(r))) {
             let allowed: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
             return Err(ApiError::client(format!(
                 "{at}: '{uri}' is not under a directory of this server's [storage] file_roots ({}): use an s3:// URI, or a file:// path under one of those",
