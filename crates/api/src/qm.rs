@@ -233,6 +233,58 @@ pub struct WhatIf {
     pub horizon_ms: u64,
 }
 
+/// The body of `GET /qm/v1/jobs/{job}/attempt`: the attempt that holds capacity now, if any
+/// (DescribeServiceJob's `attempts` lists ended attempts only).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobAttemptNow {
+    /// The live attempt; absent while the job waits or once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningAttempt>,
+}
+
+/// An attempt that holds capacity: running, starting, or stopping after a preemption or a
+/// termination.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningAttempt {
+    /// 1-based number within the job (what `qm logs --attempt` takes).
+    pub number: u32,
+    /// The SageMaker-style training job this attempt runs as.
+    pub training_job_name: String,
+    /// The instance type it holds.
+    pub instance_type: String,
+    /// Instances it holds.
+    pub count: u32,
+    /// Its hosts in SageMaker order (`algo-1`, ...), each with its process id once running.
+    pub hosts: Vec<AttemptHost>,
+    /// When capacity was granted (epoch ms).
+    pub granted_at: i64,
+    /// When the executor reported its processes running (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_at: Option<i64>,
+    /// When it last reported a checkpoint (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint_at: Option<i64>,
+    /// When it was told to stop, if it is stopping (epoch ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping_since: Option<i64>,
+    /// Why it is stopping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+}
+
+/// One host of a running attempt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptHost {
+    /// The SageMaker host name (`algo-N`).
+    pub name: String,
+    /// Its process (group) id, once the executor reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
 /// How `GET /qm/v1/usage/report` groups its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -44,7 +44,8 @@ impl Server {
         std::fs::write(
             &config,
             "[executor]\nstop_grace_seconds = 1\n[[executor.pool]]\n\
-             instance_type = \"ml.g5.xlarge\"\ncount = 3\n",
+             instance_type = \"ml.g5.xlarge\"\ncount = 3\n\
+             [[executor.pool]]\ninstance_type = \"ml.p4d.24xlarge\"\ncount = 1\n",
         )
         .expect("write the config");
         let port = TcpListener::bind("127.0.0.1:0")
@@ -181,7 +182,7 @@ impl Normalizer {
             for word in line.split(' ') {
                 words.push(self.word(word));
             }
-            let line = words.join(" ");
+            let line = pids(&words.join(" "));
             // Keep the indentation; collapse the alignment padding after it.
             let body = line.trim_start();
             let mut body = body.to_string();
@@ -229,6 +230,23 @@ impl Normalizer {
         };
         format!("{before}{replaced}{after}")
     }
+}
+
+/// Process ids (`pid 1234`) differ from run to run.
+fn pids(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("pid ") {
+        out.push_str(&rest[..at + 4]);
+        rest = &rest[at + 4..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            out.push_str("<pid>");
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn is_uuid(chars: &[char]) -> bool {
@@ -581,4 +599,53 @@ fn a_job_is_named_by_its_name_where_its_id_would_do_and_an_ambiguous_name_lists_
     for id in twins.iter().chain([&solo]) {
         stdout_of(&server.qm(&["terminate", id]));
     }
+}
+
+#[test]
+fn a_job_that_can_never_run_fails_its_submit_unless_allowed_and_explain_names_the_offered_types() {
+    let server = Server::start();
+    create_cluster(&server);
+    let mut golden = Golden::new();
+    let mut transcript = String::new();
+    let mut run = |args: &[&str]| {
+        let out = server.qm(args);
+        transcript.push_str(&format!(
+            "$ qm {}\nexit {}\n{}{}",
+            args.join(" "),
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+        out
+    };
+    // More instances than the environment's 3: refused at the command line, and not left
+    // waiting behind.
+    run(&[
+        "submit", "--share", "research", "--name", "too-big", "--count", "5", "--", "sleep", "1",
+    ]);
+    // A type the server's pool has but the queue's environment does not offer, kept on
+    // purpose.
+    let out = run(&[
+        "submit",
+        "--share",
+        "research",
+        "--name",
+        "elsewhere",
+        "--instance-type",
+        "ml.p4d.24xlarge",
+        "--allow-never-runs",
+        "--",
+        "sleep",
+        "1",
+    ]);
+    let kept = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    server.wait_for(
+        &kept,
+        "RUNNABLE",
+        Some("MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"),
+    );
+    run(&["explain", "elsewhere"]);
+    run(&["jobs", "--status", "all"]);
+    golden.check("never_runs", &transcript);
+    golden.finish();
 }

@@ -40,6 +40,22 @@ impl Misconfiguration {
         }
     }
 
+    /// Every misconfiguration.
+    pub const ALL: [Misconfiguration; 5] = [
+        Misconfiguration::EnvironmentMax,
+        Misconfiguration::ShareLimit,
+        Misconfiguration::ShareAndBorrowLimit,
+        Misconfiguration::BorrowableCapacity,
+        Misconfiguration::PhysicalMax,
+    ];
+
+    /// The misconfiguration a job's `statusReason` reports, if it reports one: how a client
+    /// tells "never runs as configured" from a wait (`CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`
+    /// is also the code of a transient shortage; only the full sentence tells them apart).
+    pub fn from_status_reason(reason: &str) -> Option<Misconfiguration> {
+        Self::ALL.into_iter().find(|m| m.status_reason() == reason)
+    }
+
     /// The AWS status reason text (code, dash, explanation).
     pub fn status_reason(self) -> String {
         let text = match self {
@@ -264,5 +280,32 @@ impl fmt::Display for PendingReason {
                 write!(f, "AWAITING_PASS - submitted or changed; the next scheduling pass decides")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_reason_names_its_misconfiguration_and_a_transient_shortage_none() {
+        for m in Misconfiguration::ALL {
+            let said = PendingReason::Misconfigured(m).to_string();
+            assert_eq!(
+                Misconfiguration::from_status_reason(&said),
+                Some(m),
+                "{said}"
+            );
+        }
+        let shortage = PendingReason::InsufficientCapacity.to_string();
+        assert_eq!(
+            shortage.split(" - ").next(),
+            Some(Misconfiguration::PhysicalMax.code())
+        );
+        assert_eq!(Misconfiguration::from_status_reason(&shortage), None);
+        assert_eq!(
+            Misconfiguration::from_status_reason("OWN_QUOTA_FULL - x"),
+            None
+        );
     }
 }

@@ -36,7 +36,7 @@ pub(crate) fn valid_var(name: &str) -> bool {
 }
 
 /// The host name of the 1-based host `i`.
-pub(crate) fn host_name(i: u32) -> String {
+pub fn host_name(i: u32) -> String {
     format!("algo-{i}")
 }
 

@@ -38,6 +38,7 @@ pub mod slurm;
 mod staging;
 
 pub use container::{valid_image, Podman, Runtime};
+pub use environment::host_name;
 pub use error::ExecError;
 pub use executor::{
     ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, OUTCOME_FILE,

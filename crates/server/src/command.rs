@@ -360,6 +360,11 @@ pub enum Query {
         /// Attempt number.
         attempt: Option<u32>,
     },
+    /// `GET /qm/v1/jobs/{job}/attempt`: the attempt holding capacity now.
+    RunningAttempt {
+        /// Job id.
+        job_id: String,
+    },
     /// `GET /metrics`, the parts the state knows.
     Metrics,
     /// The facts usage accounting needs from the state: the jobs that may have held capacity

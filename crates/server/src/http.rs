@@ -79,6 +79,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/usage/report", get(usage_report))
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
+        .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
         .route("/qm/v1/what-if", post(what_if))
         .merge(crate::auth::routes())
         .fallback(unknown_route)
@@ -288,6 +289,11 @@ async fn metrics(AxState(app): AxState<App>) -> Response {
 
 async fn usage(AxState(app): AxState<App>) -> Response {
     dispatch(&app, Request::Query(Query::Usage)).await
+}
+
+/// `GET /qm/v1/jobs/{job}/attempt`: see [`qm_api::qm::JobAttemptNow`].
+async fn running_attempt(AxState(app): AxState<App>, Path(job_id): Path<String>) -> Response {
+    dispatch(&app, Request::Query(Query::RunningAttempt { job_id })).await
 }
 
 /// A query string that does not decode, as a ClientException in the AWS shape (the web

@@ -443,6 +443,7 @@ impl State {
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
+            Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
             Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
             Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),

@@ -5,6 +5,8 @@
 //! context the server gave (the share's usage, the jobs running in the queue) names the
 //! holders. A job that runs or has finished is said to.
 
+use std::collections::BTreeMap;
+
 use qm_api::{DescribeServiceJobResponse, ServiceJobStatus};
 
 use super::format::{count, demand, reason_code, JobRow};
@@ -17,6 +19,8 @@ pub struct Context<'a> {
     pub holding: &'a [JobRow],
     /// The queue's usage, when the server reported it.
     pub usage: Option<&'a QueueUsage>,
+    /// What the queue's service environments allow per instance type, when asked for.
+    pub environment: Option<&'a BTreeMap<String, u32>>,
 }
 
 /// The explanation, one paragraph per line.
@@ -69,7 +73,10 @@ pub fn explain(job: &DescribeServiceJobResponse, context: Context<'_>) -> String
         return out;
     };
     out.push_str(&format!(": {code}\n"));
-    let [needs, holds, frees] = sentences(code, share, &asks, &unit);
+    let [needs, holds, mut frees] = sentences(code, share, &asks, &unit);
+    if let Some(advice) = environment_advice(code, &unit, count, context.environment) {
+        frees = advice;
+    }
     out.push_str(&format!("needs:      {needs}\n"));
     out.push_str(&format!("held by:    {holds}\n"));
     for line in holders(code, share, &unit, context) {
@@ -167,6 +174,38 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
     }
 }
 
+/// For a job larger than its service environments allow, advice that names what they
+/// offer: no instance count helps when the type is not offered at all.
+fn environment_advice(
+    code: &str,
+    unit: &str,
+    count: u32,
+    environment: Option<&BTreeMap<String, u32>>,
+) -> Option<String> {
+    let limits = environment?;
+    if code != "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE" {
+        return None;
+    }
+    let offered: Vec<String> = limits
+        .iter()
+        .filter(|(_, &max)| max > 0)
+        .map(|(t, max)| format!("{t} (up to {max})"))
+        .collect();
+    let offered = if offered.is_empty() {
+        "none: they have no capacity limits yet".to_string()
+    } else {
+        offered.join(", ")
+    };
+    Some(match limits.get(unit).copied().filter(|&m| m > 0) {
+        None => format!(
+            "never as configured: the queue's service environments do not offer {unit} at all. They offer {offered}: resubmit with one of those types, or add {unit} to a service environment's capacityLimits."
+        ),
+        Some(max) => format!(
+            "lower the instance count to at most {max} (it asks for {count}), or raise the service environment's maxCapacity for {unit}."
+        ),
+    })
+}
+
 /// The jobs or shares that hold what the job waits for.
 fn holders(code: &str, share: &str, unit: &str, context: Context<'_>) -> Vec<String> {
     match code {
@@ -257,6 +296,7 @@ mod tests {
             Context {
                 holding: &[],
                 usage: Some(&usage),
+                environment: None,
             },
         );
         assert!(
@@ -269,5 +309,31 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_job_too_large_for_its_environment_is_told_the_most_it_may_ask_or_the_types_offered() {
+        let limits: BTreeMap<String, u32> = [
+            ("ml.g5.xlarge".to_string(), 3),
+            ("ml.p4d.24xlarge".to_string(), 0),
+        ]
+        .into();
+        let code = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE";
+        let too_many = environment_advice(code, "ml.g5.xlarge", 5, Some(&limits)).unwrap();
+        assert!(too_many.starts_with("lower the instance count to at most 3 (it asks for 5)"));
+        let elsewhere = environment_advice(code, "ml.p5.48xlarge", 1, Some(&limits)).unwrap();
+        assert!(
+            elsewhere.contains("do not offer ml.p5.48xlarge at all"),
+            "{elsewhere}"
+        );
+        assert!(
+            elsewhere.contains("They offer ml.g5.xlarge (up to 3):"),
+            "{elsewhere}"
+        );
+        assert_eq!(
+            environment_advice("OWN_QUOTA_FULL", "ml.g5.xlarge", 1, Some(&limits)),
+            None
+        );
+        assert_eq!(environment_advice(code, "ml.g5.xlarge", 5, None), None);
     }
 }

@@ -1,5 +1,6 @@
 //! Tables and detail views: pure functions from the server's data (and `now`) to text.
 
+use qm_api::qm::RunningAttempt;
 use qm_api::{DescribeServiceJobResponse, ServiceJobStatus, ServiceJobSummary, TrainingPayload};
 use serde::Serialize;
 
@@ -211,8 +212,13 @@ pub fn submitted_by(job: &DescribeServiceJobResponse) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// `qm job ID`: the job, its capacity, its ended attempts and its preemptions.
-pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
+/// `qm job ID`: the job, its capacity, the attempt running now (`running`, from
+/// `GET /qm/v1/jobs/{job}/attempt`), its ended attempts and its preemptions.
+pub fn job_details(
+    job: &DescribeServiceJobResponse,
+    running: Option<&RunningAttempt>,
+    now_ms: i64,
+) -> String {
     let mut fields: Vec<(&str, String)> = vec![
         ("id", job.job_id.clone()),
         ("name", job.job_name.clone()),
@@ -259,6 +265,9 @@ pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
         out.push_str(&format!("{k:<width$}  {v}\n"));
     }
 
+    if let Some(a) = running {
+        out.push_str(&running_attempt(a, now_ms));
+    }
     let attempts = job.attempts.as_deref().unwrap_or_default();
     out.push_str(&format!("\nattempts ended ({})\n", attempts.len()));
     if !attempts.is_empty() {
@@ -300,6 +309,51 @@ pub fn job_details(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
             &["started", "stopped", "ran", "reason"],
             &rows,
         )));
+    }
+    out
+}
+
+/// The attempt holding capacity: what it holds, where, since when, and its last checkpoint
+/// (what a preemption now would lose).
+fn running_attempt(a: &RunningAttempt, now_ms: i64) -> String {
+    let state = if a.stopping_since.is_some() {
+        "stopping"
+    } else if a.running_at.is_some() {
+        "running"
+    } else {
+        "starting"
+    };
+    let hosts: Vec<String> = a
+        .hosts
+        .iter()
+        .map(|h| match h.pid {
+            Some(pid) => format!("{} (pid {pid})", h.name),
+            None => h.name.clone(),
+        })
+        .collect();
+    let checkpoint = match a.last_checkpoint_at {
+        Some(t) => when(Some(t), now_ms),
+        None => "none reported".to_string(),
+    };
+    let mut fields = vec![
+        ("instances", format!("{} × {}", a.count, a.instance_type)),
+        ("hosts", hosts.join(", ")),
+        ("granted", when(Some(a.granted_at), now_ms)),
+        ("running since", when(a.running_at, now_ms)),
+        ("last checkpoint", checkpoint),
+        ("training job", a.training_job_name.clone()),
+    ];
+    if let Some(t) = a.stopping_since {
+        let why = a.stop_reason.as_deref().unwrap_or("-");
+        fields.push((
+            "stopping since",
+            format!("{} — {why}", when(Some(t), now_ms)),
+        ));
+    }
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = format!("\nattempt {} ({state})\n", a.number);
+    for (k, v) in &fields {
+        out.push_str(&format!("  {k:<width$}  {v}\n"));
     }
     out
 }

@@ -14,11 +14,11 @@
 use std::time::{Duration, SystemTime};
 
 use qm_api::{
-    DescribeJobQueuesRequest, DescribeJobQueuesResponse, DescribeServiceJobRequest,
-    DescribeServiceJobResponse, KeyValuesPair, ListServiceJobsRequest, ListServiceJobsResponse,
-    ServiceJobStatus, ServiceJobSummary, SubmitServiceJobRequest, SubmitServiceJobResponse,
-    TagResourceResponse, TerminateServiceJobRequest, UntagResourceResponse,
-    UpdateServiceJobRequest,
+    DescribeJobQueuesRequest, DescribeJobQueuesResponse, DescribeServiceEnvironmentsRequest,
+    DescribeServiceEnvironmentsResponse, DescribeServiceJobRequest, DescribeServiceJobResponse,
+    KeyValuesPair, ListServiceJobsRequest, ListServiceJobsResponse, ServiceJobStatus,
+    ServiceJobSummary, SubmitServiceJobRequest, SubmitServiceJobResponse, TagResourceResponse,
+    TerminateServiceJobRequest, UntagResourceResponse, UpdateServiceJobRequest,
 };
 use serde::de::DeserializeOwned;
 
@@ -533,6 +533,23 @@ impl Client {
         self.call("SubmitServiceJob", request)
     }
 
+    /// The attempt holding the job's capacity now (`GET /qm/v1/jobs/{job}/attempt`); `None`
+    /// when there is none, or from a server older than that endpoint.
+    pub fn running_attempt(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<qm_api::qm::RunningAttempt>, ClientError> {
+        let path = format!("/qm/v1/jobs/{}/attempt", encode_path_segment(job_id));
+        match self.get_typed::<qm_api::qm::JobAttemptNow>(&path) {
+            Ok(now) => Ok(now.running),
+            // A server older than the endpoint routes it nowhere.
+            Err(ClientError::Server { message, .. }) if message.starts_with("no operation at") => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Describes one job.
     pub fn describe(&self, job_id: &str) -> Result<DescribeServiceJobResponse, ClientError> {
         self.call(
@@ -700,6 +717,51 @@ impl Client {
         let path = format!("/v1/tags/{}?{}", encode_path_segment(arn), query.join("&"));
         let _: UntagResourceResponse = self.delete_typed(&path)?;
         Ok(())
+    }
+
+    /// What the queue's service environments allow per instance type (the largest
+    /// `maxCapacity` among them, since a job runs within one environment).
+    pub fn environment_limits(
+        &self,
+        queue: &str,
+    ) -> Result<std::collections::BTreeMap<String, u32>, ClientError> {
+        let request = DescribeJobQueuesRequest {
+            job_queues: Some(vec![queue.to_string()]),
+            max_results: None,
+            next_token: None,
+        };
+        let page: DescribeJobQueuesResponse = self.call("DescribeJobQueues", &request)?;
+        let environments: Vec<String> = page
+            .job_queues
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|q| q.service_environment_order.unwrap_or_default())
+            .map(|o| o.service_environment)
+            .collect();
+        let mut limits = std::collections::BTreeMap::new();
+        if environments.is_empty() {
+            return Ok(limits);
+        }
+        let request = DescribeServiceEnvironmentsRequest {
+            service_environments: Some(environments),
+            max_results: None,
+            next_token: None,
+        };
+        let page: DescribeServiceEnvironmentsResponse =
+            self.call("DescribeServiceEnvironments", &request)?;
+        for limit in page
+            .service_environments
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|e| e.capacity_limits)
+        {
+            if let (Some(unit), Some(max)) = (limit.capacity_unit, limit.max_capacity) {
+                let max = u32::try_from(max).unwrap_or(0);
+                let entry = limits.entry(unit).or_insert(0);
+                *entry = (*entry).max(max);
+            }
+        }
+        Ok(limits)
     }
 
     /// The names of every job queue.

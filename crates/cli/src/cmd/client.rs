@@ -103,6 +103,11 @@ pub struct SubmitArgs {
     /// A SageMaker CreateTrainingJob request (JSON) to send; flags given override it.
     #[arg(long)]
     payload: Option<PathBuf>,
+    /// Keep a job that can never run as configured (the server accepts it, as AWS does, and
+    /// it waits until limits change); without this flag such a job is terminated and `qm
+    /// submit` fails.
+    #[arg(long)]
+    allow_never_runs: bool,
     /// The command to run, after `--`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -274,11 +279,40 @@ fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     };
     let req = request(&spec, file).map_err(ClientError::Usage)?;
     let answer = client.submit(&req)?;
+    if !args.allow_never_runs {
+        refuse_if_never_runs(&client, &answer.job_id, &answer.job_name)?;
+    }
     match args.common.output {
         Output::Table => println!("{}", answer.job_id),
         Output::Json => print_json(&answer)?,
     }
     Ok(())
+}
+
+/// A job that can never run as configured is accepted by the API (AWS does the same, and a
+/// limit may be raised later), but a person at the command line almost always made a typo:
+/// terminate it and say why, instead of printing an id that waits for ever.
+fn refuse_if_never_runs(client: &Client, id: &str, name: &str) -> Result<(), ClientError> {
+    // The submit's own scheduling pass has run by the time it is answered, so one look
+    // suffices; a server that has not decided yet (SUBMITTED) is taken at its word.
+    let job = client.describe(id)?;
+    let reason = job.status_reason.as_deref().unwrap_or("");
+    if job.status != ServiceJobStatus::Runnable
+        || qm_core::Misconfiguration::from_status_reason(reason).is_none()
+    {
+        return Ok(());
+    }
+    let terminated = client
+        .terminate(id, "qm submit: can never run as configured")
+        .map_or_else(
+            |e| format!("Terminating it failed ({e}): terminate it with `qm terminate {id}`"),
+            |()| "It was terminated".to_string(),
+        );
+    Err(ClientError::Usage(format!(
+        "job {name} ({id}) can never run as configured: {reason}\n\
+         {terminated}. `qm explain` on such a job says what to change; to keep it queued until \
+         the configuration changes, submit with --allow-never-runs."
+    )))
 }
 
 fn parse_statuses(status: &str) -> Result<Vec<ServiceJobStatus>, ClientError> {
@@ -329,7 +363,10 @@ fn job(args: IdArgs) -> anyhow::Result<()> {
     let client = args.common.client()?;
     let job = client.describe(&client.resolve_job(&args.id)?)?;
     match args.common.output {
-        Output::Table => print!("{}", job_details(&job, now_ms())),
+        Output::Table => {
+            let running = client.running_attempt(&job.job_id)?;
+            print!("{}", job_details(&job, running.as_ref(), now_ms()))
+        }
         Output::Json => print_json(&job)?,
     }
     Ok(())
@@ -405,11 +442,19 @@ fn explain_job(args: IdArgs) -> anyhow::Result<()> {
             .iter()
             .find(|q| q.job_queue == queue_name(&job.job_queue))
     });
+    // Only a job too large for its environments needs to know what they offer.
+    let environment = match reason_code(job.status_reason.as_deref().unwrap_or("")) {
+        Some("MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE") => {
+            client.environment_limits(queue_name(&job.job_queue)).ok()
+        }
+        _ => None,
+    };
     let text = explain(
         &job,
         Context {
             holding: &holding,
             usage: queue_usage,
+            environment: environment.as_ref(),
         },
     );
     match args.common.output {

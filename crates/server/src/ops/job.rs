@@ -398,6 +398,33 @@ impl State {
         })
     }
 
+    /// `GET /qm/v1/jobs/{job}/attempt`: the attempt holding capacity now (`qm job` shows it
+    /// first; the AWS shapes only list ended attempts).
+    pub(crate) fn running_attempt(&self, job_id: &str) -> Result<Vec<u8>, ApiError> {
+        let core = self.job_core("jobId", job_id)?;
+        let running = self.jobs[&core].live.as_ref().map(|a| {
+            let hosts = (1..=a.count)
+                .map(|i| qm_api::qm::AttemptHost {
+                    name: qm_executor::host_name(i),
+                    pid: a.pids.get(i as usize - 1).copied(),
+                })
+                .collect();
+            qm_api::qm::RunningAttempt {
+                number: a.number,
+                training_job_name: a.training_job_name.clone(),
+                instance_type: a.instance_type.clone(),
+                count: a.count,
+                hosts,
+                granted_at: a.started_at,
+                running_at: a.running_at,
+                last_checkpoint_at: a.checkpoint_at,
+                stopping_since: a.stop_at,
+                stop_reason: a.stop_reason.clone(),
+            }
+        });
+        body(&qm_api::qm::JobAttemptNow { running })
+    }
+
     /// The job's tags, plus who submitted it as `qm:submitted-by` (a qm extension, shown by
     /// DescribeServiceJob only: the tag APIs keep the client's own tags).
     fn described_tags(rec: &JobRec) -> Option<BTreeMap<String, String>> {
