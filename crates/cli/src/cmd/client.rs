@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use qm_api::ServiceJobStatus;
+use qm_api::{DescribeServiceJobResponse, ServiceJobStatus};
 use qm_cli::client::explain::{explain, Context};
 use qm_cli::client::format::{
     job_details, jobs_table, queue_name, reason_code, shares_table, watch_frame,
@@ -365,11 +365,45 @@ fn job(args: IdArgs) -> anyhow::Result<()> {
     match args.common.output {
         Output::Table => {
             let running = client.running_attempt(&job.job_id)?;
+            let job = with_job_names(&client, job);
             print!("{}", job_details(&job, running.as_ref(), now_ms()))
         }
         Output::Json => print_json(&job)?,
     }
     Ok(())
+}
+
+/// Preemption reasons name the job that preempted by id (`Preempted by higher priority job
+/// <id>`): say its name beside it, as people know jobs by their names. An id that no longer
+/// resolves is left as it is.
+fn with_job_names(
+    client: &Client,
+    mut job: DescribeServiceJobResponse,
+) -> DescribeServiceJobResponse {
+    let attempts = job
+        .preemption_summary
+        .iter_mut()
+        .flat_map(|s| s.recent_preempted_attempts.iter_mut().flatten());
+    let mut names = std::collections::BTreeMap::new();
+    for attempt in attempts {
+        let Some(reason) = attempt.status_reason.as_mut() else {
+            continue;
+        };
+        let Some(id) = reason
+            .split(' ')
+            .find(|w| Client::is_job_id(w))
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let name = names
+            .entry(id.clone())
+            .or_insert_with(|| client.describe(&id).ok().map(|j| j.job_name));
+        if let Some(name) = name {
+            *reason = reason.replace(&id, &format!("{name} ({id})"));
+        }
+    }
+    job
 }
 
 fn logs(args: LogsArgs) -> anyhow::Result<()> {
