@@ -10,7 +10,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import Keys, ShareSpec, error_of, make_queue, payload, unique
+from qm_e2e import Keys, ShareSpec, error_of, make_queue, payload, unique, wait_preempted, wait_status
 
 SLEEP = "sleep_forever.py"
 
@@ -20,7 +20,10 @@ def principal(server, name: str, groups: list[str]):
     status, _, body = server.signed("POST", "/qm/v1/principals", {"name": name, "groups": groups})
     assert status == 200, body
     k = json.loads(body)
-    return server.client(keys=Keys(name, k["accessKeyId"], k["secretAccessKey"]))
+    keys = Keys(name, k["accessKeyId"], k["secretAccessKey"])
+    client = server.client(keys=keys)
+    client.qm_keys = keys  # for qm's own endpoints, signed by hand
+    return client
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +116,39 @@ def test_nobody_but_the_submitter_a_lead_or_an_admin_changes_or_terminates_a_job
     own = submit(bob, server, q, "research", "bobs")
     bob.terminate_service_job(jobId=own, reason="my own")
     assert admin.describe_service_job(jobId=own)["isTerminated"]
+
+
+def test_a_drill_is_for_leads_and_admins_and_stops_the_job_as_a_reclaim_would(server, world):
+    """`qm preempt` (issue 19, item 3): the submitter may not drill its own job; the share's
+    lead may, and the job goes back to the queue, counted as a preemption, and runs again."""
+    admin, q, who = world
+    alice, carol = who["alice"], who["carol"]
+    job = submit(alice, server, q, "research", "drilled")
+    wait_status(admin, job, "RUNNING")
+    path = f"/qm/v1/jobs/{job}/preempt"
+    status, _, body = server.signed("POST", path, {"reason": "mine"}, keys=alice.qm_keys)
+    assert status == 403, body
+    assert b"drills are for admins and the leads of quota share research" in body, body
+    assert admin.describe_service_job(jobId=job)["status"] == "RUNNING"
+
+    status, _, body = server.signed("POST", path, {"reason": "resume check"}, keys=carol.qm_keys)
+    assert status == 200, body
+    assert json.loads(body) == {"jobId": job, "jobName": "drilled"}
+    described = wait_preempted(admin, job, statuses=("RUNNABLE", "SCHEDULED", "STARTING", "RUNNING"))
+    reason = described["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"]
+    assert reason == f"Preempted: drill (qm preempt by {carol.qm_keys.name}: resume check)", reason
+    wait_status(admin, job, "RUNNING")
+    # A job that is not running cannot be drilled; the lead's drill is in the audit log.
+    admin.terminate_service_job(jobId=job, reason="done")
+    status, _, body = server.signed("POST", path, {}, keys=carol.qm_keys)
+    assert status == 400 and b"only a running job can be preempted" in body, body
+    entries, token = [], ""
+    while token is not None:
+        status, _, body = server.signed("GET", "/qm/v1/audit" + (f"?nextToken={token}" if token else ""))
+        page = json.loads(body)
+        entries += [e for e in page["entries"] if e["action"] == "preempt"]
+        token = page.get("nextToken")
+    assert any(e["actor"] == carol.qm_keys.name and job in e["summary"] for e in entries), entries
 
 
 def test_configuration_is_for_admins(server, world):

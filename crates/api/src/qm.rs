@@ -233,6 +233,25 @@ pub struct WhatIf {
     pub horizon_ms: u64,
 }
 
+/// The body of `POST /qm/v1/jobs/{job}/preempt`: a drill (`qm preempt`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreemptRequest {
+    /// Why, for the attempt's status reason and the audit log (at most 1,024 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The answer to `POST /qm/v1/jobs/{job}/preempt`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptResponse {
+    /// The job's id.
+    pub job_id: String,
+    /// Its name.
+    pub job_name: String,
+}
+
 /// The body of `GET /qm/v1/jobs/{job}/attempt`: the attempt that holds capacity now, if any
 /// (DescribeServiceJob's `attempts` lists ended attempts only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -649,3 +649,38 @@ fn a_job_that_can_never_run_fails_its_submit_unless_allowed_and_explain_names_th
     golden.check("never_runs", &transcript);
     golden.finish();
 }
+
+#[test]
+fn a_drill_preempts_a_running_job_which_runs_again_and_qm_job_shows_the_drill() {
+    let server = Server::start();
+    create_cluster(&server);
+    let mut golden = Golden::new();
+    let id = stdout_of(&server.qm(&[
+        "submit", "--share", "research", "--name", "drilled", "--", "sleep", "60",
+    ]));
+    let id = id.trim();
+    server.wait_for(id, "RUNNING", None);
+    let mut out = stdout_of(&server.qm(&["preempt", "drilled", "--reason", "resume check"]));
+    // Back in the queue once `sleep` has gone, then running again on the same capacity.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let job = server.client().describe(id).expect("describe the job");
+        let count = job
+            .preemption_summary
+            .and_then(|s| s.preempted_attempt_count)
+            .unwrap_or(0);
+        if count == 1 && job.status.as_str() == "RUNNING" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the drilled job did not run again"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let job = stdout_of(&server.qm(&["job", "drilled"]));
+    let from = job.find("\npreemptions").expect("a preemptions section");
+    out.push_str(&job[from..]);
+    golden.check("preempt", &out);
+    golden.finish();
+}

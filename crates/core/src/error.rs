@@ -43,6 +43,9 @@ pub enum CoreError {
     /// No job with that id.
     #[error("job {0} does not exist")]
     UnknownJob(JobId),
+    /// A drill of a job that holds no running attempt.
+    #[error("job {0} is not running (or is already stopping): only a running job can be preempted for a drill")]
+    NotRunning(JobId),
     /// No attempt with that id (or it already exited).
     #[error("attempt {0} does not exist or has already exited")]
     UnknownAttempt(AttemptId),

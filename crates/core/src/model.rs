@@ -275,6 +275,12 @@ pub enum StopCause {
         /// The job that preempted.
         for_job: JobId,
     },
+    /// A drill (`qm preempt`): stopped exactly as a reclaim would stop it, to check that the
+    /// job resumes from its checkpoint.
+    Drill {
+        /// Who asked, and why.
+        reason: String,
+    },
     /// TerminateServiceJob or a share deletion.
     Terminated {
         /// The user's reason.
@@ -292,6 +298,7 @@ impl StopCause {
             StopCause::InShare { for_job } => {
                 format!("Preempted by higher priority job {}", job_name(*for_job))
             }
+            StopCause::Drill { reason } => format!("Preempted: drill ({reason})"),
             StopCause::Terminated { reason } => reason.clone(),
         }
     }

@@ -1376,9 +1376,7 @@ impl Scheduler {
         };
         self.set_reclaiming(for_job);
         for &a in victims {
-            let att = &self.attempts[&a];
-            let victim = att.job;
-            let cause = if att.share == share_ix {
+            let cause = if self.attempts[&a].share == share_ix {
                 StopCause::InShare { for_job }
             } else {
                 StopCause::Reclaim {
@@ -1386,38 +1384,51 @@ impl Scheduler {
                     by_share: share_name.clone(),
                 }
             };
-            self.stop_attempt(a, cause.clone());
-            let reason = cause.describe(|j| format!("{}", j.0));
-            let job = self.jobs.get_mut(&victim).expect("victim's job exists");
-            job.preemptions += 1;
-            // Kept oldest first (a shell's clock could step back), only the last hour's.
-            let recent = &mut job.recent_preemptions;
-            recent.retain(|&t| t.saturating_add(HOUR_MS) > now);
-            recent.insert(recent.partition_point(|&t| t <= now), now);
-            fx.push(Effect::Stop {
+            self.preempt_attempt(now, a, cause, fx);
+        }
+    }
+
+    /// Stops attempt `a` as a preemption for `cause`: its job goes back to the queue (or
+    /// fails once it exits, when its preemption retries are exhausted).
+    pub(crate) fn preempt_attempt(
+        &mut self,
+        now: Millis,
+        a: AttemptId,
+        cause: StopCause,
+        fx: &mut Vec<Effect>,
+    ) {
+        let victim = self.attempts[&a].job;
+        self.stop_attempt(a, cause.clone());
+        let reason = cause.describe(|j| format!("{}", j.0));
+        let job = self.jobs.get_mut(&victim).expect("victim's job exists");
+        job.preemptions += 1;
+        // Kept oldest first (a shell's clock could step back), only the last hour's.
+        let recent = &mut job.recent_preemptions;
+        recent.retain(|&t| t.saturating_add(HOUR_MS) > now);
+        recent.insert(recent.partition_point(|&t| t <= now), now);
+        fx.push(Effect::Stop {
+            job: victim,
+            attempt: a,
+            cause,
+        });
+        let exhausted = job
+            .spec
+            .preemption_retries
+            .is_some_and(|n| job.preemptions > n);
+        if exhausted {
+            // FAILED once the attempt has exited (its instances are held until then).
+            job.status_reason = format!("{reason}; preemption retries exhausted");
+            job.fail_on_exit = Some(job.status_reason.clone());
+        } else {
+            job.attempt = None;
+            job.stopping = Some(a);
+            job.status = JobStatus::Runnable;
+            job.queued_at = now;
+            job.status_reason = reason.clone();
+            fx.push(Effect::Requeued {
                 job: victim,
-                attempt: a,
-                cause,
+                reason,
             });
-            let exhausted = job
-                .spec
-                .preemption_retries
-                .is_some_and(|n| job.preemptions > n);
-            if exhausted {
-                // FAILED once the attempt has exited (its instances are held until then).
-                job.status_reason = format!("{reason}; preemption retries exhausted");
-                job.fail_on_exit = Some(job.status_reason.clone());
-            } else {
-                job.attempt = None;
-                job.stopping = Some(a);
-                job.status = JobStatus::Runnable;
-                job.queued_at = now;
-                job.status_reason = reason.clone();
-                fx.push(Effect::Requeued {
-                    job: victim,
-                    reason,
-                });
-            }
         }
     }
 }

@@ -480,6 +480,14 @@ pub enum Input {
         /// How it ended.
         exit: Exit,
     },
+    /// Preempt a running job as a reclaim would (SIGTERM, grace, back to RUNNABLE, counted
+    /// as a preemption), to check its resume path: `qm preempt`.
+    Drill {
+        /// The job.
+        job: JobId,
+        /// Who asked, and why (its attempt's status reason says it).
+        reason: String,
+    },
     /// Terminate a job (TerminateServiceJob).
     Terminate {
         /// The job.
@@ -571,6 +579,7 @@ impl Scheduler {
                 self.attempt_exited(now, attempt, exit, &mut fx)?
             }
             Input::Terminate { job, reason } => self.terminate(now, job, reason, &mut fx)?,
+            Input::Drill { job, reason } => self.drill(now, job, reason, &mut fx)?,
         }
         Ok(fx)
     }
@@ -1037,6 +1046,22 @@ impl Scheduler {
         lane.running.insert(new);
         sub_priority(&mut lane.running_by_priority, old_priority, count);
         *lane.running_by_priority.entry(priority).or_default() += count;
+    }
+
+    fn drill(
+        &mut self,
+        now: Millis,
+        id: JobId,
+        reason: String,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), CoreError> {
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        let attempt = job
+            .attempt
+            .filter(|a| job.status == JobStatus::Dispatched && self.attempts[a].stopping.is_none())
+            .ok_or(CoreError::NotRunning(id))?;
+        self.preempt_attempt(now, attempt, StopCause::Drill { reason }, fx);
+        Ok(())
     }
 
     fn terminate(

@@ -546,7 +546,8 @@ impl Run {
                             .unwrap();
                         prop_assert!(p.spec.count <= before_acc[u][ps].0, "a borrower reclaimed");
                     }
-                    StopCause::Terminated { .. } => {}
+                    // Drills come from `Input::Drill`, never from a pass.
+                    StopCause::Terminated { .. } | StopCause::Drill { .. } => {}
                 }
                 if cause.is_preemption() {
                     let att = self.s.attempt(*attempt).unwrap();
@@ -830,7 +831,7 @@ fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                         StopCause::InShare { for_job } | StopCause::Reclaim { for_job, .. } => {
                             Some(*for_job)
                         }
-                        StopCause::Terminated { .. } => None,
+                        StopCause::Terminated { .. } | StopCause::Drill { .. } => None,
                     };
                     for p in &mut preempted {
                         p.1 |= claimant != Some(p.0);

@@ -1465,3 +1465,61 @@ fn without_preemptible_backfill_only_jobs_that_end_before_the_head_could_start_p
     assert_eq!(w.running(), set(&["big"]));
     assert!(w.preempted().is_empty());
 }
+
+// ---- Drills (issue 19, item 3): `qm preempt` ----------------------------------------------
+
+fn drill(w: &mut World, name: &str) -> Result<(), CoreError> {
+    let job = w.id(name);
+    w.input(Input::Drill {
+        job,
+        reason: "by admin: resume check".into(),
+    })
+}
+
+#[test]
+fn a_drill_stops_a_running_job_as_a_preemption_and_it_runs_again() {
+    let mut w = World::new(&[(G5, 1)]).share("S", Reserve, &[(G5, 1)]);
+    w.submit("job", "S", 1, 1);
+    drill(&mut w, "job").unwrap();
+    assert_eq!(w.preempted(), set(&["job"]));
+    assert_eq!(w.job("job").preemptions, 1);
+    // Its attempt exited at once (the test world's executor), and the capacity is its again.
+    assert_eq!(w.running(), set(&["job"]));
+    let stopped = w.effects.iter().find_map(|e| match e {
+        Effect::Stop { cause, .. } => Some(cause.describe(|j| j.0.to_string())),
+        _ => None,
+    });
+    assert_eq!(
+        stopped.as_deref(),
+        Some("Preempted: drill (by admin: resume check)")
+    );
+}
+
+#[test]
+fn a_drill_counts_against_the_preemption_retries() {
+    let mut w = World::new(&[(G5, 1)]).share("S", Reserve, &[(G5, 1)]);
+    w.submit_with("job", "S", |j| j.preemption_retries = Some(0));
+    drill(&mut w, "job").unwrap();
+    assert_eq!(w.failed(), set(&["job"]));
+    assert!(w
+        .job("job")
+        .status_reason
+        .contains("preemption retries exhausted"));
+}
+
+#[test]
+fn only_a_running_job_can_be_drilled() {
+    let mut w = World::new(&[(G5, 1)]).share("S", Reserve, &[(G5, 1)]);
+    w.submit("running", "S", 1, 1);
+    w.submit("waiting", "S", 1, 1);
+    assert!(matches!(
+        drill(&mut w, "waiting"),
+        Err(CoreError::NotRunning(_))
+    ));
+    w.finish("running");
+    w.finish("waiting");
+    assert!(matches!(
+        drill(&mut w, "waiting"),
+        Err(CoreError::NotRunning(_))
+    ));
+}

@@ -70,6 +70,14 @@ pub enum Command {
     TerminateServiceJob(TerminateServiceJobRequest),
     /// TerminateServiceJobs.
     TerminateServiceJobs(TerminateServiceJobsRequest),
+    /// `POST /qm/v1/jobs/{job}/preempt` (`qm preempt`): a drill, stopping a running job as
+    /// a reclaim would.
+    PreemptServiceJob {
+        /// The job's id (or ARN) as the client sent it.
+        job_id: String,
+        /// Who asked and why, as the attempt's status reason will say.
+        reason: String,
+    },
     /// TagResource.
     TagResource(TagResourceRequest),
     /// UntagResource.
@@ -215,6 +223,11 @@ pub enum StopRecord {
         /// The user's reason.
         reason: String,
     },
+    /// A drill (`qm preempt`).
+    Drill {
+        /// Who asked, and why.
+        reason: String,
+    },
 }
 
 impl From<&qm_core::Effect> for Decision {
@@ -246,6 +259,9 @@ impl From<&qm_core::Effect> for Decision {
                     },
                     StopCause::InShare { for_job } => StopRecord::InShare { for_job: for_job.0 },
                     StopCause::Terminated { reason } => StopRecord::Terminated {
+                        reason: reason.clone(),
+                    },
+                    StopCause::Drill { reason } => StopRecord::Drill {
                         reason: reason.clone(),
                     },
                 },

@@ -80,6 +80,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
         .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
+        .route("/qm/v1/jobs/{job}/preempt", post(preempt))
         .route("/qm/v1/what-if", post(what_if))
         .merge(crate::auth::routes())
         .fallback(unknown_route)
@@ -219,19 +220,57 @@ async fn operation(
     };
     if audited && response.status().is_success() {
         // Every change but a submit leaves an entry that names who made it: the signer.
-        let entry = AuditEntry {
-            at: 0,
-            actor: caller.name.clone(),
-            action: operation.clone(),
-            summary: clip(&String::from_utf8_lossy(&body), AUDIT_SUMMARY),
-            details: clip(&String::from_utf8_lossy(&body), AUDIT_DETAILS),
-        };
-        if let Err(e) = send(&app, Request::Command(Command::Audit(entry))).await {
-            tracing::warn!(operation = %operation, error = %e, "the audit entry of a change was not recorded");
-        }
+        audit(&app, &caller, &operation, &String::from_utf8_lossy(&body)).await;
     }
     if let Ok(mut l) = app.latency.lock() {
         l.observe(&operation, started.elapsed().as_secs_f64());
+    }
+    response
+}
+
+/// Records who made a change, and what they sent.
+async fn audit(app: &App, caller: &Principal, action: &str, body: &str) {
+    let entry = AuditEntry {
+        at: 0,
+        actor: caller.name.clone(),
+        action: action.to_string(),
+        summary: clip(body, AUDIT_SUMMARY),
+        details: clip(body, AUDIT_DETAILS),
+    };
+    if let Err(e) = send(app, Request::Command(Command::Audit(entry))).await {
+        tracing::warn!(action = %action, error = %e, "the audit entry of a change was not recorded");
+    }
+}
+
+/// `POST /qm/v1/jobs/{job}/preempt` (`qm preempt`): a drill. The status reason names who
+/// asked; the audit log keeps it with the job and the reason.
+async fn preempt(
+    AxState(app): AxState<App>,
+    Path(job_id): Path<String>,
+    Extension(caller): Extension<Principal>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request = read_body(body).and_then(|b| {
+        let r: qm_api::qm::PreemptRequest = parse_request(&b)?;
+        validate_reason(r.reason.as_deref().unwrap_or(""))?;
+        Ok(r)
+    });
+    let r = match request {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let reason = match r.reason.as_deref().filter(|r| !r.trim().is_empty()) {
+        Some(why) => format!("qm preempt by {}: {why}", caller.name),
+        None => format!("qm preempt by {}", caller.name),
+    };
+    let command = Command::PreemptServiceJob {
+        job_id: job_id.clone(),
+        reason: reason.clone(),
+    };
+    let response = dispatch(&app, Request::Command(as_caller(&caller, command))).await;
+    if response.status().is_success() {
+        let summary = serde_json::json!({"jobId": job_id, "reason": reason}).to_string();
+        audit(&app, &caller, "preempt", &summary).await;
     }
     response
 }

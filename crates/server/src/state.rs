@@ -383,6 +383,9 @@ impl State {
             Command::UpdateServiceJob(r) => self.update_service_job(r),
             Command::TerminateServiceJob(r) => self.terminate_service_job(r),
             Command::TerminateServiceJobs(r) => self.terminate_service_jobs(r),
+            Command::PreemptServiceJob { job_id, reason } => {
+                self.preempt_service_job(job_id, reason)
+            }
             Command::TagResource(r) => self.tag_resource(r),
             Command::UntagResource(r) => self.untag_resource(r),
             Command::AttemptRunning {
@@ -601,7 +604,9 @@ impl State {
         let for_job = match cause {
             qm_core::StopCause::Reclaim { for_job, .. }
             | qm_core::StopCause::InShare { for_job } => *for_job,
-            qm_core::StopCause::Terminated { .. } => return None,
+            qm_core::StopCause::Terminated { .. } | qm_core::StopCause::Drill { .. } => {
+                return None
+            }
         };
         let rec = self.jobs.get(&for_job.0)?;
         Some((rec.share.clone(), rec.id.clone()))

@@ -533,6 +533,20 @@ impl Client {
         self.call("SubmitServiceJob", request)
     }
 
+    /// A drill (`POST /qm/v1/jobs/{job}/preempt`): the running job is stopped as a reclaim
+    /// would stop it, and goes back to the queue.
+    pub fn preempt(
+        &self,
+        job_id: &str,
+        reason: Option<&str>,
+    ) -> Result<qm_api::qm::PreemptResponse, ClientError> {
+        let path = format!("/qm/v1/jobs/{}/preempt", encode_path_segment(job_id));
+        let request = qm_api::qm::PreemptRequest {
+            reason: reason.map(str::to_string),
+        };
+        self.post(&path, &request)
+    }
+
     /// The attempt holding the job's capacity now (`GET /qm/v1/jobs/{job}/attempt`); `None`
     /// when there is none, or from a server older than that endpoint.
     pub fn running_attempt(

@@ -72,6 +72,9 @@ pub enum Command {
     Priority(PriorityArgs),
     /// Terminate a job.
     Terminate(TerminateArgs),
+    /// Preempt a running job as a reclaim would (a drill of its resume path): SIGTERM, the
+    /// grace period, back to the queue, counted as a preemption. Admins and the share's leads.
+    Preempt(PreemptArgs),
     /// Capacity per share and instance type: entitled, own use, borrowed, lent out, runnable.
     Shares(SharesArgs),
     /// A live view of the shares and the jobs table, redrawn until Ctrl-C.
@@ -181,6 +184,18 @@ pub struct TerminateArgs {
     reason: String,
 }
 
+/// `qm preempt`.
+#[derive(Debug, Args)]
+pub struct PreemptArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The job: its id, or its name when one job has it.
+    id: String,
+    /// Why (recorded in the attempt's status reason and the audit log).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
 /// `qm shares`.
 #[derive(Debug, Args)]
 pub struct SharesArgs {
@@ -217,6 +232,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Explain(args) => explain_job(args),
         Command::Priority(args) => priority(args),
         Command::Terminate(args) => terminate(args),
+        Command::Preempt(args) => preempt(args),
         Command::Shares(args) => shares(args),
         Command::Watch(args) => watch(args),
     };
@@ -522,6 +538,20 @@ fn terminate(args: TerminateArgs) -> anyhow::Result<()> {
     match args.common.output {
         Output::Table => println!("job {id}: terminating ({})", args.reason),
         Output::Json => print_json(&json!({"jobId": id, "reason": args.reason}))?,
+    }
+    Ok(())
+}
+
+fn preempt(args: PreemptArgs) -> anyhow::Result<()> {
+    let client = args.common.client()?;
+    let id = client.resolve_job(&args.id)?;
+    let answer = client.preempt(&id, args.reason.as_deref())?;
+    match args.common.output {
+        Output::Table => println!(
+            "job {} ({}): preempted for a drill; it goes back to the queue once its processes have stopped, and `qm job {}` shows how it resumes",
+            answer.job_id, answer.job_name, answer.job_name
+        ),
+        Output::Json => print_json(&answer)?,
     }
     Ok(())
 }

@@ -288,6 +288,43 @@ impl State {
         body(&TerminateServiceJobResponse {})
     }
 
+    /// A drill: the job's running attempt is stopped as a reclaim would stop it (SIGTERM,
+    /// grace, back to RUNNABLE, counted as a preemption).
+    pub(crate) fn preempt_service_job(
+        &mut self,
+        job_id: &str,
+        reason: &str,
+    ) -> Result<Vec<u8>, ApiError> {
+        let core = self.job_core("jobId", job_id)?;
+        let rec = &self.jobs[&core];
+        let running = matches!(
+            rec.status,
+            ServiceJobStatus::Scheduled | ServiceJobStatus::Starting | ServiceJobStatus::Running
+        ) && rec.live.as_ref().is_some_and(|l| l.stop_at.is_none());
+        if !running {
+            return Err(ApiError::client(format!(
+                "jobId: job {} ({}) is {}{}: only a running job can be preempted for a drill",
+                rec.id,
+                rec.request.job_name,
+                rec.status,
+                if rec.live.is_some() {
+                    " and already stopping"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let (id, name) = (rec.id.clone(), rec.request.job_name.clone());
+        self.core_apply(Input::Drill {
+            job: JobId(core),
+            reason: reason.to_string(),
+        })?;
+        body(&qm_api::qm::PreemptResponse {
+            job_id: id,
+            job_name: name,
+        })
+    }
+
     pub(crate) fn terminate_service_jobs(
         &mut self,
         r: &TerminateServiceJobsRequest,

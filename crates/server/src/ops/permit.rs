@@ -1,7 +1,8 @@
 //! Who may do what (docs/security.md, "Permissions"): admins everything; everyone
 //! authenticated may read; a share's `qm:submitters` may submit to it up to its
 //! `qm:max-priority`, and change or terminate their own jobs; its `qm:leads` may do that
-//! for any job of the share, at any priority; configuration is for admins.
+//! for any job of the share, at any priority, and preempt it for a drill; configuration is
+//! for admins.
 //!
 //! The check runs when a [`Command::As`] is applied, on the state of that moment and on the
 //! caller's identity as the command carries it, so a replay of the log decides the same.
@@ -87,6 +88,7 @@ impl State {
             Command::TerminateServiceJob(r) => {
                 self.own_or_lead(caller, &r.job_id, "terminate", None)
             }
+            Command::PreemptServiceJob { job_id, .. } => self.lead(caller, job_id),
             Command::TerminateServiceJobs(r) => r
                 .jobs
                 .iter()
@@ -119,6 +121,23 @@ impl State {
             ))),
             _ => Ok(()),
         }
+    }
+
+    /// Only a lead of the job's share (or an admin) may drill it: a drill costs the job its
+    /// progress since its last checkpoint, which is not for its submitter alone to decide.
+    fn lead(&self, caller: &Caller, job_id: &str) -> Result<(), ApiError> {
+        let Ok(core) = self.job_core("jobId", job_id) else {
+            return Ok(()); // the operation's own checks answer for an unknown job
+        };
+        let rec = &self.jobs[&core];
+        let tags = self.share_tags(&rec.queue, &rec.share);
+        if tags.is_some_and(|t| names(t.get(TAG_LEADS), caller)) {
+            return Ok(());
+        }
+        Err(denied(format!(
+            "{} may not preempt job {job_id}: drills are for admins and the leads of quota share {} ({TAG_LEADS})",
+            caller.name, rec.share
+        )))
     }
 
     /// A job's submitter may change it (within the share's maximum priority), a lead of its

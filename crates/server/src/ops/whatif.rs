@@ -111,6 +111,7 @@ impl State {
                     (job, WhatIfAction::Preempt, Some(for_job))
                 }
                 StopCause::Terminated { .. } => (job, WhatIfAction::Terminate, None),
+                StopCause::Drill { .. } => (job, WhatIfAction::Preempt, None),
             },
             Effect::Finished { .. } | Effect::Requeued { .. } => return None,
         };
