@@ -13,7 +13,7 @@ use qm_api::validate::{TAG_LEADS, TAG_MAX_PRIORITY, TAG_SUBMITTERS};
 use qm_api::ApiError;
 
 use crate::command::{Caller, Command};
-use crate::state::State;
+use crate::state::{JobRec, State};
 
 fn denied(msg: String) -> ApiError {
     ApiError::forbidden("AccessDeniedException", msg)
@@ -123,21 +123,25 @@ impl State {
         }
     }
 
+    /// The job (`None`: unknown, which the operation's own checks answer for), and whether
+    /// the caller leads its share.
+    fn job_and_lead(&self, caller: &Caller, job_id: &str) -> Option<(&JobRec, bool)> {
+        let core = self.job_core("jobId", job_id).ok()?;
+        let rec = &self.jobs[&core];
+        let tags = self.share_tags(&rec.queue, &rec.share);
+        Some((rec, tags.is_some_and(|t| names(t.get(TAG_LEADS), caller))))
+    }
+
     /// Only a lead of the job's share (or an admin) may drill it: a drill costs the job its
     /// progress since its last checkpoint, which is not for its submitter alone to decide.
     fn lead(&self, caller: &Caller, job_id: &str) -> Result<(), ApiError> {
-        let Ok(core) = self.job_core("jobId", job_id) else {
-            return Ok(()); // the operation's own checks answer for an unknown job
-        };
-        let rec = &self.jobs[&core];
-        let tags = self.share_tags(&rec.queue, &rec.share);
-        if tags.is_some_and(|t| names(t.get(TAG_LEADS), caller)) {
-            return Ok(());
+        match self.job_and_lead(caller, job_id) {
+            Some((rec, false)) => Err(denied(format!(
+                "{} may not preempt job {job_id}: drills are for admins and the leads of quota share {} ({TAG_LEADS})",
+                caller.name, rec.share
+            ))),
+            _ => Ok(()),
         }
-        Err(denied(format!(
-            "{} may not preempt job {job_id}: drills are for admins and the leads of quota share {} ({TAG_LEADS})",
-            caller.name, rec.share
-        )))
     }
 
     /// A job's submitter may change it (within the share's maximum priority), a lead of its
@@ -149,14 +153,9 @@ impl State {
         action: &str,
         priority: Option<i32>,
     ) -> Result<(), ApiError> {
-        let Ok(core) = self.job_core("jobId", job_id) else {
-            return Ok(()); // the operation's own checks answer for an unknown job
-        };
-        let rec = &self.jobs[&core];
-        let tags = self.share_tags(&rec.queue, &rec.share);
-        if tags.is_some_and(|t| names(t.get(TAG_LEADS), caller)) {
+        let Some((rec, false)) = self.job_and_lead(caller, job_id) else {
             return Ok(());
-        }
+        };
         let who = &caller.name;
         if rec.principal.as_deref() != Some(who.as_str()) {
             return Err(denied(format!(
@@ -165,7 +164,7 @@ impl State {
                 rec.share
             )));
         }
-        match (priority, tags) {
+        match (priority, self.share_tags(&rec.queue, &rec.share)) {
             (Some(p), Some(t)) => self.within_max(who, &rec.share, t, p, "raise a job to"),
             _ => Ok(()),
         }
