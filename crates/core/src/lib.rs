@@ -19,13 +19,15 @@
 //! Rules (DESIGN.md §2): [`ledger`] holds the lend/borrow arithmetic; `pass` the scheduling
 //! pass and admission; `victims` the exact victim search in the documented order
 //! ([`VictimRank`]); `explain` the pending reasons
-//! ([`PendingReason`]); `invariants` the consistency check. Nothing here reads a clock, does
+//! ([`PendingReason`]); [`idle`] the instances left idle while jobs that fit them wait, and
+//! why; `invariants` the consistency check. Nothing here reads a clock, does
 //! IO, spawns a thread, draws a random number or lets hash-map order reach a decision.
 
 mod easy;
 pub mod error;
 mod explain;
 pub mod glob;
+pub mod idle;
 pub mod image;
 mod invariants;
 pub mod ledger;
@@ -38,6 +40,7 @@ pub mod time;
 mod victims;
 
 pub use error::CoreError;
+pub use idle::{IdleCause, IdleWhileWaiting};
 pub use image::Image;
 pub use model::*;
 pub use pass::VictimRank;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use qm_core::Strategy as Sharing;
 use qm_core::{
-    AttemptId, CoreError, Effect, Exit, Input, JobId, JobSpec, JobStatus, Millis, PendingReason,
-    Policy, QueueSpec, Scheduler, ShareSpec, StopCause,
+    AttemptId, CoreError, Effect, Exit, IdleCause, Input, JobId, JobSpec, JobStatus, Millis,
+    PendingReason, Policy, QueueSpec, Scheduler, ShareSpec, StopCause,
 };
 
 const Q: &str = "q";
@@ -452,6 +452,7 @@ impl Run {
         let before_acc: Vec<_> = (0..2).map(|u| accounts(&self.s, &self.cfg, u)).collect();
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
+        self.check_idle_while_waiting()?;
         for (u, before) in before.iter().enumerate() {
             let acc = accounts(&self.s, &self.cfg, u);
             let after = pressure(self.cfg.env[u], &acc);
@@ -581,6 +582,21 @@ impl Run {
         self.log.extend(fx);
         if self.stopping.is_empty() {
             self.check_owner_liveness()?;
+        }
+        Ok(())
+    }
+
+    /// Idle while waiting is bounded by what is free, and what is free by the environment
+    /// less what the shares hold; the job it names waits for the cause it reports.
+    fn check_idle_while_waiting(&self) -> Result<(), TestCaseError> {
+        for e in self.s.idle_while_waiting() {
+            let u = UNITS.iter().position(|x| *x == e.instance_type).unwrap();
+            let held: u32 = accounts(&self.s, &self.cfg, u).iter().map(|a| a.1).sum();
+            prop_assert!(e.wasted >= 1 && e.wasted <= e.free, "{e:?}");
+            prop_assert!(e.free + held <= self.cfg.env[u], "{e:?} with {held} held");
+            let reason = self.s.explain(e.job);
+            prop_assert_eq!(reason.as_ref().map(IdleCause::of), Some(e.cause), "{:?}", e);
+            prop_assert!(self.s.job(e.job).unwrap().spec.count <= e.free, "{e:?}");
         }
         Ok(())
     }

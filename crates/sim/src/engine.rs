@@ -13,11 +13,17 @@
 //! borrowed), and per share the time spent at each level of idle entitlement while others
 //! borrowed; a job's reclaim delay is the time it waited while its share's idle entitlement
 //! was enough for it (it would fit in its own quota) and yet lent out.
+//!
+//! After every pass the core says what is idle while jobs that fit it wait
+//! (`Scheduler::idle_while_waiting`); that holds until the next pass and is integrated like
+//! usage, per cause and unit, along with each share's queue depth for the report.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use qm_core::{AttemptId, Effect, Exit, Input, JobId, JobSpec, QueueSpec, Scheduler, ShareSpec};
+use qm_core::{
+    AttemptId, Effect, Exit, IdleCause, Input, JobId, JobSpec, QueueSpec, Scheduler, ShareSpec,
+};
 
 use crate::error::SimError;
 use crate::metrics::*;
@@ -222,6 +228,14 @@ struct Ledger {
     /// someone borrowed on the unit: a job needing `n` instances was kept from its own
     /// capacity by lending during `lent[s][u].at_least(n)`.
     lent: Vec<Vec<Fenwick>>,
+    /// RUNNABLE jobs per reporting group.
+    waiting: Vec<u32>,
+    /// Since the last pass: (unit, cause index in `IdleCause::ALL`, instances) idle while
+    /// jobs that fit them wait.
+    idle_now: Vec<(usize, usize, u32)>,
+    /// Integrals (instances × ms) of idle while waiting, per cause index and per unit.
+    idle_by_cause: [f64; IdleCause::ALL.len()],
+    idle_by_unit: Vec<f64>,
     last_ms: u64,
 }
 
@@ -272,8 +286,19 @@ impl Ledger {
             let borrowed = borrowed_by_group[g].min(used);
             group.usage_integral += used * dt_ms;
             group.borrowed_integral += borrowed * dt_ms;
-            timeline.add(g, self.last_ms, t, used - borrowed, borrowed);
+            timeline.add(Series::Own(g), self.last_ms, t, used - borrowed);
+            timeline.add(Series::Borrowed(g), self.last_ms, t, borrowed);
+            let queued = f64::from(self.waiting[g]);
+            timeline.add(Series::Queued(g), self.last_ms, t, queued);
         }
+        let mut idle = 0.0;
+        for &(u, cause, wasted) in &self.idle_now {
+            let v = f64::from(wasted) * dt_ms;
+            self.idle_by_cause[cause] += v;
+            self.idle_by_unit[u] += v;
+            idle += f64::from(wasted);
+        }
+        timeline.add(Series::IdleWaiting, self.last_ms, t, idle);
         self.last_ms = t;
     }
 }
@@ -314,13 +339,34 @@ impl Fenwick {
     }
 }
 
-/// Time bins for the report; the width doubles whenever the run outgrows them.
+/// Time bins for the report; the width doubles whenever the run outgrows them. Each series
+/// holds, per bin, the integral of a piecewise-constant value (value × ms).
 struct Bins {
     start_ms: u64,
     width_ms: u64,
     max_bins: usize,
-    own: Vec<Vec<f64>>,
-    borrowed: Vec<Vec<f64>>,
+    series: Vec<Vec<f64>>,
+}
+
+/// The series of a run's bins, for `groups` reporting shares: own, borrowed and queued per
+/// group, then the instances idle while jobs wait.
+#[derive(Clone, Copy)]
+enum Series {
+    Own(usize),
+    Borrowed(usize),
+    Queued(usize),
+    IdleWaiting,
+}
+
+impl Series {
+    fn index(self, groups: usize) -> usize {
+        match self {
+            Series::Own(g) => g,
+            Series::Borrowed(g) => groups + g,
+            Series::Queued(g) => 2 * groups + g,
+            Series::IdleWaiting => 3 * groups,
+        }
+    }
 }
 
 impl Bins {
@@ -329,15 +375,18 @@ impl Bins {
             start_ms,
             width_ms: 60_000,
             max_bins: max_bins.max(2),
-            own: vec![Vec::new(); groups],
-            borrowed: vec![Vec::new(); groups],
+            series: vec![Vec::new(); 3 * groups + 1],
         }
+    }
+
+    fn groups(&self) -> usize {
+        (self.series.len() - 1) / 3
     }
 
     fn ensure(&mut self, t: u64) {
         while t > self.start_ms + self.width_ms * self.max_bins as u64 {
             // Merge pairs of bins: integrals add.
-            for series in self.own.iter_mut().chain(self.borrowed.iter_mut()) {
+            for series in self.series.iter_mut() {
                 let merged: Vec<f64> = series.chunks(2).map(|c| c.iter().sum()).collect();
                 *series = merged;
             }
@@ -345,45 +394,53 @@ impl Bins {
         }
     }
 
-    /// Adds `value` instances held over [from, to) to the integrals of the bins it covers.
-    fn add(&mut self, g: usize, from: u64, to: u64, own: f64, borrowed: f64) {
-        if (own == 0.0 && borrowed == 0.0) || to <= from {
+    /// Adds `value` held over [from, to) to the integrals of the bins it covers.
+    fn add(&mut self, which: Series, from: u64, to: u64, value: f64) {
+        if value == 0.0 || to <= from {
             return;
         }
         self.ensure(to);
+        let ix = which.index(self.groups());
+        let series = &mut self.series[ix];
         let mut a = from.max(self.start_ms);
         while a < to {
             let bin = ((a - self.start_ms) / self.width_ms) as usize;
             let bin_end = self.start_ms + (bin as u64 + 1) * self.width_ms;
             let b = to.min(bin_end);
-            let dt = (b - a) as f64;
-            for (series, v) in [(&mut self.own[g], own), (&mut self.borrowed[g], borrowed)] {
-                if series.len() <= bin {
-                    series.resize(bin + 1, 0.0);
-                }
-                series[bin] += v * dt;
+            if series.len() <= bin {
+                series.resize(bin + 1, 0.0);
             }
+            series[bin] += value * (b - a) as f64;
             a = b;
         }
     }
 
-    fn finish(mut self, end_ms: u64) -> (f64, f64, Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    /// The bins' start and width in seconds, and every series as means over its bins.
+    fn finish(mut self, end_ms: u64) -> (f64, f64, Vec<Vec<f64>>) {
         self.ensure(end_ms);
         let bins = ((end_ms.saturating_sub(self.start_ms)).div_ceil(self.width_ms)) as usize;
         let width = self.width_ms as f64;
-        for series in self.own.iter_mut().chain(self.borrowed.iter_mut()) {
+        for series in self.series.iter_mut() {
             series.resize(bins.max(1), 0.0);
             for v in series.iter_mut() {
                 *v = round3(*v / width);
             }
         }
-        (
-            self.start_ms as f64 / 1000.0,
-            width / 1000.0,
-            self.own,
-            self.borrowed,
-        )
+        (self.start_ms as f64 / 1000.0, width / 1000.0, self.series)
     }
+}
+
+/// What is idle while jobs wait right after a pass, as (unit, cause index, instances); it
+/// holds until the next pass (no capacity or queue changes without one).
+fn idle_now(core: &Scheduler, unit_names: &[String]) -> Vec<(usize, usize, u32)> {
+    core.idle_while_waiting()
+        .into_iter()
+        .filter_map(|e| {
+            let u = unit_names.iter().position(|n| *n == e.instance_type)?;
+            let c = IdleCause::ALL.iter().position(|c| *c == e.cause)?;
+            Some((u, c, e.wasted))
+        })
+        .collect()
 }
 
 /// SplitMix64: a tiny, well-known mixing function; the same seed and job give the same phase
@@ -533,6 +590,10 @@ pub fn run_variant(
                     .collect()
             })
             .collect(),
+        waiting: vec![0; reference.shares.len()],
+        idle_now: Vec::new(),
+        idle_by_cause: [0.0; IdleCause::ALL.len()],
+        idle_by_unit: vec![0.0; units],
         last_ms: 0,
     };
     let mut groups = vec![Group::default(); reference.shares.len()];
@@ -608,6 +669,7 @@ pub fn run_variant(
                     let j = &jobs[job as usize];
                     let st = &mut state[job as usize];
                     st.waiting_since = Some(t);
+                    ledger.waiting[st.group] += 1;
                     st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                     let spec = JobSpec {
                         id: JobId(u64::from(job)),
@@ -686,6 +748,7 @@ pub fn run_variant(
         }
         if changed {
             effects.extend(core.schedule(t));
+            ledger.idle_now = idle_now(&core, &unit_names);
             if let Some(w) = core.next_wakeup().filter(|&w| w > t && woken != Some(w)) {
                 woken = Some(w);
                 push(&mut heap, w, EventKind::Wake);
@@ -702,6 +765,7 @@ pub fn run_variant(
                     let i = job.0 as u32;
                     let st = &mut state[job.0 as usize];
                     if let Some(since) = st.waiting_since.take() {
+                        ledger.waiting[st.group] -= 1;
                         st.queue_delay_ms += t - since;
                         st.reclaim_delay_s +=
                             ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
@@ -777,7 +841,9 @@ pub fn run_variant(
                 }
                 Effect::Requeued { job, .. } => {
                     let st = &mut state[job.0 as usize];
-                    st.waiting_since = Some(t);
+                    if st.waiting_since.replace(t).is_none() {
+                        ledger.waiting[st.group] += 1;
+                    }
                     st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                 }
                 Effect::Finished { job, status, .. } => {
@@ -808,7 +874,7 @@ pub fn run_variant(
         }
     }
     progress(events, finished, jobs.len());
-    Ok(collect(
+    let mut run = collect(
         name,
         reference,
         &state,
@@ -816,7 +882,55 @@ pub fn run_variant(
         timeline,
         (first_submit_ms, end_ms),
         used_capacity,
-    ))
+    );
+    let used_units: Vec<bool> = (0..units)
+        .map(|u| state.iter().any(|st| st.unit == u))
+        .collect();
+    let capacity_ms = used_capacity * end_ms.saturating_sub(first_submit_ms) as f64;
+    run.metrics.idle_while_waiting = idle_stats(&ledger, &unit_names, &used_units, capacity_ms);
+    Ok(run)
+}
+
+/// The idle-while-waiting integrals in hours, against `capacity_ms` (instances × ms of the
+/// span utilization is over).
+fn idle_stats(
+    ledger: &Ledger,
+    unit_names: &[String],
+    used_units: &[bool],
+    capacity_ms: f64,
+) -> IdleStats {
+    let hours = |ms_instances: f64| round3(ms_instances / 3_600_000.0);
+    let total: f64 = ledger.idle_by_cause.iter().sum();
+    let by_cause: std::collections::BTreeMap<&'static str, f64> = IdleCause::ALL
+        .iter()
+        .zip(ledger.idle_by_cause)
+        .map(|(c, v)| (c.code(), hours(v)))
+        .collect();
+    // The first maximum in `IdleCause::ALL` order wins a tie.
+    let cause = IdleCause::ALL
+        .iter()
+        .zip(ledger.idle_by_cause)
+        .rev()
+        .filter(|(_, v)| *v > 0.0)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c.code());
+    IdleStats {
+        instance_hours: hours(total),
+        fraction: if capacity_ms > 0.0 {
+            round3(total / capacity_ms).min(1.0)
+        } else {
+            0.0
+        },
+        cause,
+        by_cause,
+        by_instance_type: unit_names
+            .iter()
+            .zip(&ledger.idle_by_unit)
+            .zip(used_units)
+            .filter(|(_, used)| **used)
+            .map(|((u, v), _)| (u.clone(), hours(*v)))
+            .collect(),
+    }
 }
 
 fn collect(
@@ -887,12 +1001,18 @@ fn collect(
         .map(|st| st.queue_delay_ms as f64 / 1000.0)
         .collect();
     queue_delays.sort_by(f64::total_cmp);
-    let (start_s, bin_s, own, borrowed) = timeline.finish(end_ms);
+    let groups_n = timeline.groups();
+    let (start_s, bin_s, mut series) = timeline.finish(end_ms);
+    let idle_waiting = series.pop().unwrap_or_default();
+    let queued = series.split_off(2 * groups_n);
+    let borrowed = series.split_off(groups_n);
+    let own = series;
     VariantRun {
         metrics: VariantMetrics {
             name: name.to_string(),
             overall,
             shares,
+            idle_while_waiting: IdleStats::default(),
         },
         timeline: Timeline {
             start_s,
@@ -901,6 +1021,8 @@ fn collect(
             shares: reference.shares.iter().map(|s| s.name.clone()).collect(),
             own,
             borrowed,
+            queued,
+            idle_waiting,
         },
         queue_delays,
     }

@@ -40,6 +40,26 @@ pub struct VariantMetrics {
     pub overall: Stats,
     /// Per share of the reference policy (the first `--policy`), in its order.
     pub shares: Vec<ShareStats>,
+    /// Capacity left idle while jobs that fit it waited.
+    pub idle_while_waiting: IdleStats,
+}
+
+/// Instance-hours during which instances were free while a RUNNABLE job that fits them
+/// waited (`qm_core::Scheduler::idle_while_waiting`, integrated over simulated time): the
+/// capacity a policy wastes. Each instant's idle instances go to that instant's dominant cause.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct IdleStats {
+    /// Instance-hours idle while jobs that fit waited.
+    pub instance_hours: f64,
+    /// Of the capacity-hours of the units the workload uses, between the first submission
+    /// and the last completion (the span `utilization` is over), 0..1.
+    pub fraction: f64,
+    /// The cause with the most instance-hours (`qm_core::IdleCause::code`), `null` when none.
+    pub cause: Option<&'static str>,
+    /// Instance-hours per cause code, every code present (zero when none).
+    pub by_cause: std::collections::BTreeMap<&'static str, f64>,
+    /// Instance-hours per instance type the workload uses.
+    pub by_instance_type: std::collections::BTreeMap<String, f64>,
 }
 
 /// A share's results: its name plus the statistics.
@@ -141,6 +161,10 @@ pub struct Timeline {
     pub own: Vec<Vec<f64>>,
     /// `borrowed[share][bin]`: mean instances it used above its entitlement in the bin.
     pub borrowed: Vec<Vec<f64>>,
+    /// `queued[share][bin]`: mean RUNNABLE jobs of the share in the bin (queue depth).
+    pub queued: Vec<Vec<f64>>,
+    /// `idle_waiting[bin]`: mean instances idle while jobs that fit them waited.
+    pub idle_waiting: Vec<f64>,
 }
 
 /// One variant's full result: metrics, timeline and the raw queueing delays (for CDFs).

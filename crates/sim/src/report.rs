@@ -1,6 +1,14 @@
-//! The self-contained HTML report of `qm simulate` (`DIR/report.html`): a side-by-side table of
-//! every variant's overall statistics, then hand-written SVG plots — usage over time stacked by
-//! share (own vs borrowed), CDFs of queueing delay, and preemptions and lost work per share.
+//! The self-contained HTML report of `qm simulate` (`DIR/report.html`): each variant's capacity
+//! idle while jobs wait as a headline, a side-by-side table of every variant's overall
+//! statistics, then hand-written SVG plots — usage over time stacked by share (own vs
+//! borrowed), queue depth and idle capacity over time (every chart over time on one time axis),
+//! CDFs of queueing delay, preemptions and lost work per share — and a table per variant of
+//! every share's statistics.
+//!
+//! Hand-written rather than `plotters`: the charts need a few primitives (`Frame`, one time
+//! axis, step paths) that are already here, while `plotters`' SVG backend would add a dependency
+//! tree, its own text layout and number formatting, and make byte-stable output and the
+//! escaping rule below harder to keep.
 //!
 //! House rules of this module:
 //! - The page loads nothing: CSS and SVG are inline, tooltips are SVG `<title>`s, fonts are the
@@ -17,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use crate::metrics::{Dist, Stats, VariantRun};
+use crate::metrics::{Dist, Stats, Timeline, VariantRun};
 
 /// Most columns a utilization chart draws; longer timelines are averaged in groups of bins
 /// (the chart is about 1,070 px wide, so more columns would not show).
@@ -69,6 +77,8 @@ table.stats tr.group th{text-align:left;font-weight:600;color:#222;padding-top:1
 border-bottom:1px solid #ccc}\
 table.stats td.best{background:#dff3df;font-weight:600}\
 table.stats td.na{color:#999}\
+table.shares td:first-child{text-align:left}\
+p.idle{margin:4px 0;font-size:15px}p.idle.warn{color:#b00020;font-weight:600}\
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;margin:4px 0 8px;font-size:13px}\
 .legend span{white-space:nowrap}\
 .sw{display:inline-block;width:12px;height:12px;margin-right:5px;vertical-align:-1px;\
@@ -120,17 +130,26 @@ pub fn render_html(title: &str, runs: &[VariantRun], notes: &[String]) -> String
          (shorter delays, fewer preemptions and less lost work, more completed jobs, higher \
          utilization). Hover a cell for its exact value.</p>\n",
     );
+    idle_headline(&mut out, runs);
     stats_table(&mut out, runs);
 
+    // One time axis for every chart over time, so that an instant is at the same x in each.
+    let axis = TimeAxis::of(runs);
     out.push_str("<h2>Utilization over time</h2>\n");
     out.push_str(
         "<p class=\"caption\">Instances in use, stacked by share: solid within the share's \
          entitlement, hatched above it (borrowed; all borrowed usage is stacked above all own \
-         usage). The dashed line is the environment's capacity.</p>\n",
+         usage). The dashed line is the environment's capacity. Every chart over time has the \
+         same time axis.</p>\n",
     );
     for (index, run) in runs.iter().enumerate() {
-        utilization_chart(&mut out, index, run, &all_shares);
+        utilization_chart(&mut out, index, run, &all_shares, axis);
     }
+
+    out.push_str("<h2>Queue depth and idle capacity over time</h2>\n");
+    variant_legend(&mut out, runs);
+    line_chart(&mut out, runs, axis, LineKind::QueueDepth);
+    line_chart(&mut out, runs, axis, LineKind::IdleWhileWaiting);
 
     out.push_str("<h2>Queueing delay</h2>\n");
     cdf_chart(&mut out, runs);
@@ -140,6 +159,9 @@ pub fn render_html(title: &str, runs: &[VariantRun], notes: &[String]) -> String
     variant_legend(&mut out, runs);
     bar_chart(&mut out, runs, &metric_shares, BarKind::Preemptions);
     bar_chart(&mut out, runs, &metric_shares, BarKind::LostWork);
+    for run in runs {
+        share_table(&mut out, run);
+    }
 
     out.push_str("</body>\n</html>\n");
     out
@@ -726,7 +748,13 @@ fn usage(row: Option<&Vec<f64>>, bin: usize) -> f64 {
     }
 }
 
-fn utilization_chart(out: &mut String, index: usize, run: &VariantRun, all_shares: &[String]) {
+fn utilization_chart(
+    out: &mut String,
+    index: usize,
+    run: &VariantRun,
+    all_shares: &[String],
+    axis: TimeAxis,
+) {
     let timeline = &run.timeline;
     let name = &run.metrics.name;
     let bins = timeline
@@ -736,11 +764,7 @@ fn utilization_chart(out: &mut String, index: usize, run: &VariantRun, all_share
         .map(Vec::len)
         .max()
         .unwrap_or(0);
-    let bin_s = if timeline.bin_s.is_finite() && timeline.bin_s > 0.0 {
-        timeline.bin_s
-    } else {
-        1.0
-    };
+    let bin_s = bin_width(timeline);
     let start_s = finite(timeline.start_s);
     let capacity = finite(timeline.capacity).max(0.0);
     let columns = bins.min(MAX_COLUMNS);
@@ -875,31 +899,14 @@ fn utilization_chart(out: &mut String, index: usize, run: &VariantRun, all_share
     if bins == 0 {
         frame.empty_note(out, "no usage recorded");
     } else {
-        // Time ticks in days, hours or minutes of simulated time.
-        let end_s = start_s + span_s;
-        let (unit_s, unit) = if span_s >= 2.0 * 86_400.0 {
-            (86_400.0, "days")
-        } else if span_s >= 2.0 * 3600.0 {
-            (3600.0, "hours")
-        } else {
-            (60.0, "minutes")
-        };
-        let x_of = |t: f64| frame.x((t - start_s) / span_s);
-        let tick_step = nice_step(span_s / unit_s, 10.0);
-        let decimals = tick_decimals(tick_step);
-        let mut k = (start_s / unit_s / tick_step - 1e-9).ceil();
-        while k * tick_step * unit_s <= end_s * (1.0 + 1e-12) {
-            let t = k * tick_step * unit_s;
-            frame.x_tick(out, x_of(t), &grouped(k * tick_step, decimals));
-            k += 1.0;
-        }
-        frame.x_axis(out, &format!("simulated time ({unit})"));
+        let x_of = |t: f64| axis.x(&frame, t);
+        axis.draw(&frame, out);
 
         // Painter's stacking: each layer is filled from the baseline to its top edge, topmost
         // first, so every path needs one edge only (half the bytes of bands).
         let base = coord(frame.base());
         for (layer, layer_top) in layers.iter().zip(&tops).rev() {
-            let mut d = format!("M{},{base}", coord(frame.x0()));
+            let mut d = format!("M{},{base}", coord(x_of(start_s)));
             let mut current = base.clone();
             for (c, &v) in layer_top.iter().enumerate() {
                 let y = coord(frame.y(v / top));
@@ -911,7 +918,7 @@ fn utilization_chart(out: &mut String, index: usize, run: &VariantRun, all_share
                     current = y;
                 }
             }
-            w!(d, "H{}V{base}Z", coord(frame.x1()));
+            w!(d, "H{}V{base}Z", coord(x_of(start_s + span_s)));
             let fill = if layer.borrowed {
                 format!("url(#{})", hatch_id(layer.share))
             } else {
@@ -1239,6 +1246,251 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
         }
     }
     out.push_str("</svg>\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Over time: one axis for every variant, queue depth and idle capacity, per-share tables
+
+/// A timeline's bin width: finite and positive, else one second.
+fn bin_width(timeline: &Timeline) -> f64 {
+    if timeline.bin_s.is_finite() && timeline.bin_s > 0.0 {
+        timeline.bin_s
+    } else {
+        1.0
+    }
+}
+
+/// The simulated time that every chart over time spans, the union of the variants' runs:
+/// variants end at different times, and the same instant must be at the same x everywhere.
+#[derive(Clone, Copy, Debug)]
+struct TimeAxis {
+    start_s: f64,
+    end_s: f64,
+}
+
+impl TimeAxis {
+    fn of(runs: &[VariantRun]) -> TimeAxis {
+        let (mut start_s, mut end_s) = (f64::INFINITY, f64::NEG_INFINITY);
+        for run in runs {
+            let t = &run.timeline;
+            let bins = t.own.iter().chain(&t.borrowed).map(Vec::len).max();
+            let start = finite(t.start_s);
+            start_s = start_s.min(start);
+            end_s = end_s.max(start + bins.unwrap_or(0) as f64 * bin_width(t));
+        }
+        if !start_s.is_finite() {
+            start_s = 0.0;
+        }
+        if !end_s.is_finite() || end_s <= start_s {
+            end_s = start_s + 1.0;
+        }
+        TimeAxis { start_s, end_s }
+    }
+
+    /// x of simulated second `t` in `frame`.
+    fn x(&self, frame: &Frame, t: f64) -> f64 {
+        frame.x((t - self.start_s) / (self.end_s - self.start_s))
+    }
+
+    /// Ticks in days, hours or minutes of simulated time, and the axis title.
+    fn draw(&self, frame: &Frame, out: &mut String) {
+        let span_s = self.end_s - self.start_s;
+        let (unit_s, unit) = if span_s >= 2.0 * 86_400.0 {
+            (86_400.0, "days")
+        } else if span_s >= 2.0 * 3600.0 {
+            (3600.0, "hours")
+        } else {
+            (60.0, "minutes")
+        };
+        let tick_step = nice_step(span_s / unit_s, 10.0);
+        let decimals = tick_decimals(tick_step);
+        let mut k = (self.start_s / unit_s / tick_step - 1e-9).ceil();
+        while k * tick_step * unit_s <= self.end_s * (1.0 + 1e-12) {
+            let t = k * tick_step * unit_s;
+            frame.x_tick(out, self.x(frame, t), &grouped(k * tick_step, decimals));
+            k += 1.0;
+        }
+        frame.x_axis(out, &format!("simulated time ({unit})"));
+    }
+}
+
+/// What a line chart over time plots, one line per variant.
+#[derive(Clone, Copy)]
+enum LineKind {
+    /// RUNNABLE jobs, all shares together.
+    QueueDepth,
+    /// Instances idle while jobs that fit them wait.
+    IdleWhileWaiting,
+}
+
+impl LineKind {
+    fn series(self, t: &Timeline) -> Vec<f64> {
+        match self {
+            LineKind::QueueDepth => {
+                let bins = t.queued.iter().map(Vec::len).max().unwrap_or(0);
+                (0..bins)
+                    .map(|b| t.queued.iter().map(|q| usage(Some(q), b)).sum())
+                    .collect()
+            }
+            LineKind::IdleWhileWaiting => (0..t.idle_waiting.len())
+                .map(|b| usage(Some(&t.idle_waiting), b))
+                .collect(),
+        }
+    }
+
+    /// (svg class, label, value axis title)
+    fn names(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            LineKind::QueueDepth => ("queue-depth", "Queue depth over time", "waiting jobs"),
+            LineKind::IdleWhileWaiting => (
+                "idle-waiting",
+                "Instances idle while jobs that fit them wait",
+                "idle instances",
+            ),
+        }
+    }
+}
+
+/// A step line per variant of a per-bin series (mean per bin, averaged down to
+/// [`MAX_COLUMNS`] columns) over the shared time axis.
+fn line_chart(out: &mut String, runs: &[VariantRun], axis: TimeAxis, kind: LineKind) {
+    let (class, label, y_title) = kind.names();
+    let lines: Vec<Vec<f64>> = runs.iter().map(|r| kind.series(&r.timeline)).collect();
+    let peak = lines.iter().flatten().copied().fold(0.0, f64::max);
+    w!(out, "<h3>{label}</h3>\n");
+    let frame = Frame {
+        width: 1140.0,
+        height: 220.0,
+        left: 64.0,
+        right: 16.0,
+        top: 12.0,
+        bottom: 40.0,
+    };
+    frame.open(out, class, label);
+    let (top, step) = value_axis(peak * 1.08, 5.0);
+    frame.value_axis(out, top, step, y_title);
+    axis.draw(&frame, out);
+    if peak == 0.0 {
+        frame.empty_note(out, "none at any time");
+    }
+    for (index, (run, values)) in runs.iter().zip(&lines).enumerate() {
+        let (bins, bin_s) = (values.len(), bin_width(&run.timeline));
+        if bins == 0 || peak == 0.0 {
+            continue;
+        }
+        let start_s = finite(run.timeline.start_s);
+        let columns = bins.min(MAX_COLUMNS);
+        let bounds = |c: usize| c * bins / columns;
+        let mut d = String::new();
+        for c in 0..columns {
+            let (a, b) = (bounds(c), bounds(c + 1));
+            let mean = values[a..b].iter().sum::<f64>() / (b - a) as f64;
+            let x = coord(axis.x(&frame, start_s + a as f64 * bin_s));
+            let y = coord(frame.y(mean / top));
+            if c == 0 {
+                w!(d, "M{x},{y}");
+            } else {
+                w!(d, "H{x}V{y}");
+            }
+        }
+        w!(
+            d,
+            "H{}",
+            coord(axis.x(&frame, start_s + bins as f64 * bin_s))
+        );
+        let mean = values.iter().sum::<f64>() / bins as f64;
+        w!(
+            out,
+            "<path d=\"{d}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{}><title>{}: \
+             mean {mean:.1}, peak {:.1} {y_title}</title></path>\n",
+            variant_colour(index),
+            variant_dash(index),
+            escape(&run.metrics.name),
+            values.iter().copied().fold(0.0, f64::max)
+        );
+    }
+    out.push_str("</svg>\n");
+}
+
+/// A variant's statistics share by share (the shares of the first policy).
+fn share_table(out: &mut String, run: &VariantRun) {
+    type Column = (&'static str, fn(&Stats) -> Cell);
+    const COLUMNS: [Column; 13] = [
+        ("jobs", |s| Cell::count(s.jobs)),
+        ("completed", |s| Cell::count(s.completed)),
+        ("never started", |s| Cell::count(s.never_started)),
+        ("JCT p50", |s| Cell::duration(s.jct_s.p50)),
+        ("JCT p95", |s| Cell::duration(s.jct_s.p95)),
+        ("wait p50", |s| Cell::duration(s.queue_delay_s.p50)),
+        ("wait p95", |s| Cell::duration(s.queue_delay_s.p95)),
+        ("wait p99", |s| Cell::duration(s.queue_delay_s.p99)),
+        ("reclaim p95", |s| Cell::duration(s.reclaim_delay_s.p95)),
+        ("preemptions", |s| Cell::count(s.preemptions)),
+        ("lost GPU-h", |s| Cell::gpu_hours(s.lost_gpu_hours)),
+        ("borrowed GPU-h", |s| Cell::gpu_hours(s.borrowed_gpu_hours)),
+        ("utilization", |s| Cell::percent(s.utilization)),
+    ];
+    w!(out, "<h3>{}: per share</h3>\n", escape(&run.metrics.name));
+    out.push_str("<table class=\"stats shares\">\n<thead><tr><th>share</th>");
+    for (label, _) in COLUMNS {
+        w!(out, "<th>{label}</th>");
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    let all = ("all shares", &run.metrics.overall);
+    let shares = run
+        .metrics
+        .shares
+        .iter()
+        .map(|s| (s.name.as_str(), &s.stats));
+    for (name, stats) in shares.chain([all]) {
+        w!(out, "<tr><td>{}</td>", escape(name));
+        for (_, cell) in COLUMNS {
+            let c = cell(stats);
+            w!(
+                out,
+                "<td title=\"{}\">{}</td>",
+                escape(&c.exact),
+                escape(&c.text)
+            );
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n");
+}
+
+/// Share of the capacity idle while jobs wait from which the headline is shown as a warning.
+pub const IDLE_WARN_FRACTION: f64 = 0.05;
+
+/// Per variant, the capacity left idle while jobs that fit it waited, and why; red from
+/// [`IDLE_WARN_FRACTION`] of the capacity.
+fn idle_headline(out: &mut String, runs: &[VariantRun]) {
+    for run in runs {
+        let idle = &run.metrics.idle_while_waiting;
+        let fraction = finite(idle.fraction);
+        let class = if fraction >= IDLE_WARN_FRACTION {
+            "idle warn"
+        } else {
+            "idle"
+        };
+        w!(
+            out,
+            "<p class=\"{class}\">{}: idle while jobs wait {} instance-hours ({:.1} % of the \
+             capacity)",
+            escape(&run.metrics.name),
+            format_gpu_hours(finite(idle.instance_hours)),
+            fraction * 100.0
+        );
+        if let Some(cause) = idle.cause {
+            let hours = idle.by_cause.get(cause).copied().unwrap_or(0.0);
+            w!(
+                out,
+                ", mostly {} ({} instance-hours)",
+                escape(cause),
+                format_gpu_hours(finite(hours))
+            );
+        }
+        out.push_str("</p>\n");
+    }
 }
 
 #[cfg(test)]

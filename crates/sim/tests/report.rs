@@ -3,7 +3,7 @@
 //! (`$TMPDIR/report-example.html`).
 
 use qm_sim::report::render_html;
-use qm_sim::{Dist, ShareStats, Stats, Timeline, VariantMetrics, VariantRun};
+use qm_sim::{Dist, IdleStats, ShareStats, Stats, Timeline, VariantMetrics, VariantRun};
 
 /// A deterministic pseudo-random value in 0..1 (no RNG dependency needed for fabricated data).
 fn noise(a: usize, b: usize, c: usize) -> f64 {
@@ -95,11 +95,27 @@ fn run(variant: usize, name: &str, shares: &[String], bins: usize, capacity: f64
                     stats: stats(variant * 31 + s, 1.0),
                 })
                 .collect(),
+            idle_while_waiting: IdleStats {
+                instance_hours: 12.5 * variant as f64,
+                fraction: 0.04 * variant as f64,
+                cause: (variant > 0).then_some("borrow_limit"),
+                by_cause: [("borrow_limit", 12.5 * variant as f64)].into(),
+                by_instance_type: [("gpu".to_string(), 12.5 * variant as f64)].into(),
+            },
         },
         timeline: Timeline {
+            // Variants end at different times: the charts share one time axis.
             start_s: 0.0,
-            bin_s: 600.0,
+            bin_s: 600.0 * (1.0 + variant as f64 * 0.5),
             capacity,
+            queued: (0..shares.len())
+                .map(|s| {
+                    (0..bins)
+                        .map(|b| (b % 40) as f64 * noise(variant, s, b))
+                        .collect()
+                })
+                .collect(),
+            idle_waiting: (0..bins).map(|b| (b % 7) as f64 * variant as f64).collect(),
             shares: shares.to_vec(),
             own,
             borrowed,
@@ -190,9 +206,95 @@ fn each_plot_kind_has_its_svg() {
     assert_eq!(count(&page, "<svg class=\"plot cdf\""), 1);
     assert_eq!(count(&page, "<svg class=\"plot bars preemptions\""), 1);
     assert_eq!(count(&page, "<svg class=\"plot bars lost-work\""), 1);
-    assert_eq!(count(&page, "<svg"), 6);
+    assert_eq!(count(&page, "<svg class=\"plot queue-depth\""), 1);
+    assert_eq!(count(&page, "<svg class=\"plot idle-waiting\""), 1);
+    assert_eq!(count(&page, "<svg"), 8);
     assert_eq!(count(&page, "<svg"), count(&page, "</svg>"));
     assert_eq!(count(&page, "<table class=\"stats\">"), 1);
+}
+
+/// The section of `page` from `start` to the next `</svg>`.
+fn svg<'a>(page: &'a str, start: &str) -> &'a str {
+    let from = page.find(start).expect(start);
+    &page[from..from + page[from..].find("</svg>").unwrap()]
+}
+
+#[test]
+fn the_queue_depth_and_idle_charts_draw_one_line_per_variant_with_data() {
+    let page = render_html(
+        "study",
+        &runs(&["a", "b", "c"], &names("s", 4), 80),
+        &notes(),
+    );
+    let queue = svg(&page, "<svg class=\"plot queue-depth\"");
+    assert_eq!(count(queue, "<path d=\"M"), 3);
+    assert!(!queue.contains("none at any time"));
+    assert!(queue.contains("waiting jobs</title>"));
+    // Variant "a" has nothing idle: only "b" and "c" draw a line.
+    let idle = svg(&page, "<svg class=\"plot idle-waiting\"");
+    assert_eq!(count(idle, "<path d=\"M"), 3, "a flat line at zero for a");
+}
+
+#[test]
+fn every_variant_has_a_per_share_table_with_its_numbers() {
+    let shares = names("s", 4);
+    let page = render_html("study", &runs(&["a", "b"], &shares, 80), &notes());
+    assert_eq!(count(&page, "<table class=\"stats shares\">"), 2);
+    assert!(page.contains("<h3>a: per share</h3>"));
+    let table = &page[page.find("<h3>b: per share</h3>").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    for share in &shares {
+        assert!(table.contains(&format!("<tr><td>{share}</td>")), "{share}");
+    }
+    assert!(table.contains("<tr><td>all shares</td>"));
+    assert!(table.contains("<th>wait p95</th>"));
+    // 4 shares + all: one row each, 13 numbers a row.
+    assert_eq!(count(table, "<td title="), 5 * 13);
+}
+
+#[test]
+fn charts_over_time_share_one_time_axis() {
+    let page = render_html(
+        "study",
+        &runs(&["a", "b", "c"], &names("s", 4), 80),
+        &notes(),
+    );
+    // The longest variant (c: 80 bins of 20 min) sets every axis; the same ticks everywhere.
+    // Every label at the x-axis's height, as (x, text).
+    fn ticks(svg: &str) -> Vec<(String, String)> {
+        svg.split("<text x=\"")
+            .skip(1)
+            .filter(|t| {
+                t[..t.find('>').unwrap()].ends_with("\"middle\"") && !t.contains("simulated")
+            })
+            .map(|t| {
+                let x = t[..t.find('"').unwrap()].to_string();
+                let label = &t[t.find('>').unwrap() + 1..];
+                (x, label[..label.find('<').unwrap()].to_string())
+            })
+            .collect()
+    }
+    let first = ticks(svg(&page, "<svg class=\"plot utilization\""));
+    assert!(first.len() > 3);
+    let pieces: Vec<&str> = page
+        .split("<svg class=\"plot utilization\"")
+        .skip(1)
+        .collect();
+    for piece in pieces {
+        assert_eq!(ticks(&piece[..piece.find("</svg>").unwrap()]), first);
+    }
+    assert_eq!(ticks(svg(&page, "<svg class=\"plot queue-depth\"")), first);
+}
+
+#[test]
+fn a_large_idle_while_waiting_is_a_red_headline() {
+    let page = render_html(
+        "study",
+        &runs(&["a", "b", "c"], &names("s", 2), 20),
+        &notes(),
+    );
+    assert!(page.contains("<p class=\"idle\">a: idle while jobs wait 0.00 instance-hours (0.0 %"));
+    assert!(page.contains("<p class=\"idle warn\">c: idle while jobs wait 25.0 instance-hours (8.0 % of the capacity), mostly borrow_limit"));
 }
 
 #[test]
@@ -228,6 +330,7 @@ fn degenerate_inputs_render_without_panics_or_nans() {
                     stats: Stats::default(),
                 })
                 .collect(),
+            idle_while_waiting: IdleStats::default(),
         },
         timeline: Timeline {
             start_s: 0.0,
@@ -236,6 +339,8 @@ fn degenerate_inputs_render_without_panics_or_nans() {
             shares: shares.clone(),
             own: vec![],
             borrowed: vec![],
+            queued: vec![],
+            idle_waiting: vec![],
         },
         queue_delays: vec![],
     };

@@ -320,11 +320,34 @@ pub fn table(runs: &[VariantRun]) -> String {
             Box::new(|s| format!("{:.1} %", s.utilization * 100.0)),
         ),
     ];
-    let label_w = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
-    let cells: Vec<Vec<String>> = rows
+    let mut labels: Vec<&str> = rows.iter().map(|(l, _)| *l).collect();
+    let mut cells: Vec<Vec<String>> = rows
         .iter()
         .map(|(_, f)| runs.iter().map(|r| f(&r.metrics.overall)).collect())
         .collect();
+    // Capacity a policy wastes: a property of the variant, not of a set of jobs.
+    fn idle(r: &VariantRun) -> &qm_sim::IdleStats {
+        &r.metrics.idle_while_waiting
+    }
+    labels.push("idle while waiting inst-h");
+    cells.push(
+        runs.iter()
+            .map(|r| {
+                format!(
+                    "{:.1} ({:.1} %)",
+                    idle(r).instance_hours,
+                    idle(r).fraction * 100.0
+                )
+            })
+            .collect(),
+    );
+    labels.push("idle while waiting cause");
+    cells.push(
+        runs.iter()
+            .map(|r| idle(r).cause.unwrap_or("-").to_string())
+            .collect(),
+    );
+    let label_w = labels.iter().map(|l| l.len()).max().unwrap_or(0);
     let col_w: Vec<usize> = runs
         .iter()
         .enumerate()
@@ -342,7 +365,7 @@ pub fn table(runs: &[VariantRun]) -> String {
         s += &format!("  {:>w$}", r.metrics.name);
     }
     s.push('\n');
-    for ((label, _), row) in rows.iter().zip(&cells) {
+    for (label, row) in labels.iter().zip(&cells) {
         s += &format!("{label:label_w$}");
         for (cell, w) in row.iter().zip(&col_w) {
             s += &format!("  {cell:>w$}");
