@@ -136,6 +136,15 @@ impl Scheduler {
         q: QueueIx,
         u: UnitIx,
     ) -> Option<IdleWhileWaiting> {
+        // Most of the time nothing waits: answer that before building the unit's view.
+        let waiting = queue
+            .units
+            .get(&u)
+            .is_some_and(|ul| ul.lanes.iter().any(|l| l.pending.len() > 0))
+            || queue.parked.iter().any(|id| self.jobs[id].unit == u);
+        if !waiting {
+            return None;
+        }
         let view = self.view(q, u);
         let cap = view
             .ceiling
