@@ -10,7 +10,8 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import Keys, ShareSpec, error_of, make_queue, payload, unique, wait_preempted, wait_status
+from qm_e2e import (Keys, ShareSpec, error_of, make_queue, payload, send, unique, wait_preempted,
+                    wait_status)
 
 SLEEP = "sleep_forever.py"
 
@@ -126,9 +127,12 @@ def test_a_drill_is_for_leads_and_admins_and_stops_the_job_as_a_reclaim_would(se
     job = submit(alice, server, q, "research", "drilled")
     wait_status(admin, job, "RUNNING")
     path = f"/qm/v1/jobs/{job}/preempt"
-    status, _, body = server.signed("POST", path, {"reason": "mine"}, keys=alice.qm_keys)
-    assert status == 403, body
-    assert b"drills are for admins and the leads of quota share research" in body, body
+    for who in (alice, who["mallory"]):  # its submitter; someone with no role at all
+        status, _, body = server.signed("POST", path, {"reason": "mine"}, keys=who.qm_keys)
+        assert status == 403, body
+        assert b"drills are for admins and the leads of quota share research" in body, body
+    status, _, body = send("POST", server.url + path, b"{}", {"Content-Type": "application/json"})
+    assert status == 403, body  # unsigned
     assert admin.describe_service_job(jobId=job)["status"] == "RUNNING"
 
     status, _, body = server.signed("POST", path, {"reason": "resume check"}, keys=carol.qm_keys)

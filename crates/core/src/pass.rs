@@ -1400,12 +1400,17 @@ impl Scheduler {
         let victim = self.attempts[&a].job;
         self.stop_attempt(a, cause.clone());
         let reason = cause.describe(|j| format!("{}", j.0));
+        let drill = matches!(cause, StopCause::Drill { .. });
         let job = self.jobs.get_mut(&victim).expect("victim's job exists");
         job.preemptions += 1;
-        // Kept oldest first (a shell's clock could step back), only the last hour's.
-        let recent = &mut job.recent_preemptions;
-        recent.retain(|&t| t.saturating_add(HOUR_MS) > now);
-        recent.insert(recent.partition_point(|&t| t <= now), now);
+        // Kept oldest first (a shell's clock could step back), only the last hour's. A drill
+        // counts against the retries but not against thrash protection: it must not shield
+        // the job from the reclaims `max_preemptions_per_hour` bounds.
+        if !drill {
+            let recent = &mut job.recent_preemptions;
+            recent.retain(|&t| t.saturating_add(HOUR_MS) > now);
+            recent.insert(recent.partition_point(|&t| t <= now), now);
+        }
         fx.push(Effect::Stop {
             job: victim,
             attempt: a,

@@ -1523,3 +1523,30 @@ fn only_a_running_job_can_be_drilled() {
         Err(CoreError::NotRunning(_))
     ));
 }
+
+#[test]
+fn a_drill_does_not_count_against_thrash_protection_so_an_owner_still_reclaims() {
+    // B borrows A's idle instance under a cap of one preemption an hour; a drill of B's job
+    // must not use up that one, or the drill would shield it from A's reclaim for an hour.
+    let mut w = World::new(&[(G5, 2)]).share("A", Lend, &[(G5, 1)]);
+    w.share_with("B", LendAndBorrow, &[(G5, 1)], |s| {
+        s.borrow_limit_percent = -1;
+        s.max_preemptions_per_hour = 1;
+    });
+    w.submit("own", "B", 1, 1);
+    w.submit("borrower", "B", 0, 1);
+    assert_eq!(w.running(), set(&["borrower", "own"]));
+    drill(&mut w, "borrower").unwrap();
+    assert_eq!(
+        w.running(),
+        set(&["borrower", "own"]),
+        "it runs again on what it had"
+    );
+    w.submit("owner", "A", 1, 1);
+    assert_eq!(
+        w.running(),
+        set(&["owner", "own"]),
+        "the owner reclaims at once"
+    );
+    assert_eq!(w.job("borrower").preemptions, 2);
+}

@@ -286,6 +286,54 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
 }
 
 #[test]
+fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let a = w.submit("drilled", "QS1", 1);
+    let attempt = launched(&a)[0].1;
+    let drill = Command::PreemptServiceJob {
+        job_id: "drilled".into(),
+        reason: "qm preempt by lead: resume check".into(),
+    };
+    // Not running yet (SCHEDULED): refused, nothing changes.
+    let outcome = w.state.apply_batch(w.now + 1, vec![drill.clone()]);
+    let refused = outcome.results[0]
+        .as_ref()
+        .expect_err("a scheduled job is not drilled");
+    assert!(
+        refused.message().contains("only a running job"),
+        "{refused}"
+    );
+    w.one(Command::AttemptRunning {
+        attempt,
+        pids: vec![],
+        gpus: vec![],
+    });
+    assert_eq!(stopped(&w.one(drill)), vec![attempt]);
+    let exit = w.one(Command::AttemptExited {
+        attempt,
+        outcome: ExitRecord::Failed {
+            reason: "killed".into(),
+            retryable: true,
+        },
+    });
+    assert_eq!(launched(&exit)[0].0, "drilled", "it runs again at once");
+    let rec = w.describe("drilled");
+    assert_eq!(rec["preemptionSummary"]["preemptedAttemptCount"], 1);
+    assert_eq!(
+        rec["preemptionSummary"]["recentPreemptedAttempts"][0]["statusReason"],
+        "Preempted: drill (qm preempt by lead: resume check)"
+    );
+
+    let mut fresh = fresh_state();
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    assert_eq!(r.diverged_own, 0, "replay decides exactly as logged");
+    let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": "drilled"})).unwrap());
+    let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+    assert_eq!(replayed, rec);
+}
+
+#[test]
 fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused() {
     let mut w = World::new();
     demo_setup(&mut w);

@@ -310,12 +310,21 @@ fn submit(args: SubmitArgs) -> anyhow::Result<()> {
 /// terminate it and say why, instead of printing an id that waits for ever.
 fn refuse_if_never_runs(client: &Client, id: &str, name: &str) -> Result<(), ClientError> {
     // The submit's own scheduling pass has run by the time it is answered, so one look
-    // suffices; a server that has not decided yet (SUBMITTED) is taken at its word.
-    let job = client.describe(id)?;
+    // suffices; a server that has not decided yet (SUBMITTED) is taken at its word, and so is
+    // one that cannot be asked: the job exists, and its id must be printed.
+    let job = match client.describe(id) {
+        Ok(job) => job,
+        Err(e) => {
+            eprintln!("warning: could not check whether job {name} ({id}) can ever run: {e}");
+            return Ok(());
+        }
+    };
     let reason = job.status_reason.as_deref().unwrap_or("");
-    if job.status != ServiceJobStatus::Runnable
-        || qm_core::Misconfiguration::from_status_reason(reason).is_none()
-    {
+    // More instances than the executor has is not a mistake of the configuration: under Slurm
+    // it means nodes are down or held by others for now.
+    let never = qm_core::Misconfiguration::from_status_reason(reason)
+        .filter(|m| *m != qm_core::Misconfiguration::PhysicalMax);
+    if job.status != ServiceJobStatus::Runnable || never.is_none() {
         return Ok(());
     }
     let terminated = client
@@ -549,7 +558,7 @@ fn preempt(args: PreemptArgs) -> anyhow::Result<()> {
     match args.common.output {
         Output::Table => println!(
             "job {} ({}): preempted for a drill; it goes back to the queue once its processes have stopped, and `qm job {}` shows how it resumes",
-            answer.job_id, answer.job_name, answer.job_name
+            answer.job_id, answer.job_name, answer.job_id
         ),
         Output::Json => print_json(&answer)?,
     }

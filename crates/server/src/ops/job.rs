@@ -297,10 +297,10 @@ impl State {
     ) -> Result<Vec<u8>, ApiError> {
         let core = self.job_core("jobId", job_id)?;
         let rec = &self.jobs[&core];
-        let running = matches!(
-            rec.status,
-            ServiceJobStatus::Scheduled | ServiceJobStatus::Starting | ServiceJobStatus::Running
-        ) && rec.live.as_ref().is_some_and(|l| l.stop_at.is_none());
+        // Only RUNNING: a job still starting (under Slurm, perhaps queued in Slurm for a long
+        // time) has no resume path to check, and a drill would only cost it a retry.
+        let running = rec.status == ServiceJobStatus::Running
+            && rec.live.as_ref().is_some_and(|l| l.stop_at.is_none());
         if !running {
             return Err(ApiError::client(format!(
                 "jobId: job {} ({}) is {}{}: only a running job can be preempted for a drill",
