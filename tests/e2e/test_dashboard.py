@@ -26,8 +26,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from qm_e2e import (REPO, UNIT, Jobs, ShareSpec, config_toml, demo_setup, make_queue, wait_for,
-                    wait_preempted, wait_status)
+from qm_e2e import (REPO, UNIT, Jobs, ShareSpec, config_toml, demo_setup, make_queue, send,
+                    wait_for, wait_preempted, wait_status)
 
 ARTIFACTS = REPO / "target" / "e2e-artifacts"
 # The history is sampled five times a second here (10 s by default), so that a chart has
@@ -345,6 +345,9 @@ def test_the_dashboard_shows_the_pool_who_lends_to_whom_filters_and_recent_histo
 
         hist = wait_for(history_has_borrowing, what="the history to sample the borrowing")
         assert hist["sampleIntervalMs"] == 200 and max(hist["queueDepth"]) >= 1, hist
+        # The history is guarded like the usage: nothing without a signature or a session.
+        status, _, body = send("GET", f"{server.url}/qm/v1/history?jobQueue={q.name}")
+        assert status == 403 and b"MissingAuthenticationToken" in body, (status, body)
 
         dom = page(browser, signed_in(server, f"/queue/{q.name}"), tmp_path / "profile")
         assert dom.one("error").attrs.get("hidden") is not None, dom.one("error").text()

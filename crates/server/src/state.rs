@@ -1029,7 +1029,7 @@ impl State {
                     continue;
                 };
                 let s = shares.entry(name).or_insert_with(|| ShareSample {
-                    share: name.clone(),
+                    share: name.as_str().into(),
                     own: 0,
                     borrowed: 0,
                     preemptions: 0,
@@ -1046,7 +1046,7 @@ impl State {
                 }
             }
             QueueSample {
-                queue: q.name.clone(),
+                queue: q.name.as_str().into(),
                 runnable: q.runnable.len() as u32,
                 shares: shares.into_values().collect(),
             }
