@@ -232,8 +232,13 @@ async fn operation(
             tracing::warn!(operation = %operation, error = %e, "the audit entry of a change was not recorded");
         }
     }
+    // The request id the client saw is the exemplar: a slow bucket leads to its request.
+    let request_id = response
+        .headers()
+        .get("x-amzn-RequestId")
+        .and_then(|v| v.to_str().ok());
     app.latency
-        .observe(&operation, started.elapsed().as_secs_f64());
+        .observe(&operation, started.elapsed().as_secs_f64(), request_id);
     response
 }
 

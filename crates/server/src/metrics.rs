@@ -6,10 +6,12 @@
 //! state is the one truth; nothing is kept twice); the two histograms live as long as the
 //! server and are registered into it. One registry, two encodings: OpenMetrics for a scraper
 //! that asks for it (`Accept: application/openmetrics-text`, as Prometheus does), else the
-//! Prometheus text format 0.0.4. The series names are the same in both (docs/server.md).
+//! Prometheus text format 0.0.4. The series names are the same in both (docs/server.md); only
+//! OpenMetrics carries the API latency's exemplars (the request id of each bucket's latest).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -37,28 +39,44 @@ struct OperationLabels {
     operation: String,
 }
 
+/// An exemplar's label: the `x-amzn-RequestId` the client was answered with.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestId {
+    request_id: String,
+}
+
+type LatencyHistogram = HistogramWithExemplars<RequestId>;
+
+fn latency_with_exemplars() -> LatencyHistogram {
+    HistogramWithExemplars::new(BUCKETS.into_iter())
+}
+
 /// API latency per operation, kept by the HTTP layer (cheap to clone: the counts are shared).
+/// Each bucket keeps the request id of its latest request as an exemplar (OpenMetrics only).
 #[derive(Clone, Debug)]
 pub struct ApiLatency {
-    by_operation: Family<OperationLabels, Histogram, fn() -> Histogram>,
+    by_operation: Family<OperationLabels, LatencyHistogram, fn() -> LatencyHistogram>,
 }
 
 impl Default for ApiLatency {
     fn default() -> Self {
         ApiLatency {
-            by_operation: Family::new_with_constructor(latency_histogram),
+            by_operation: Family::new_with_constructor(latency_with_exemplars),
         }
     }
 }
 
 impl ApiLatency {
-    /// Records one request.
-    pub fn observe(&self, operation: &str, seconds: f64) {
+    /// Records one request, with the id it was answered with if any.
+    pub fn observe(&self, operation: &str, seconds: f64, request_id: Option<&str>) {
+        let exemplar = request_id.map(|id| RequestId {
+            request_id: id.to_string(),
+        });
         self.by_operation
             .get_or_create(&OperationLabels {
                 operation: operation.to_string(),
             })
-            .observe(seconds);
+            .observe(seconds, exemplar, None);
     }
 
     /// Adds the `qm_api_request_seconds` family to a scrape's registry.
@@ -240,6 +258,18 @@ fn pool_and_flows(state: &State, r: &mut Registry) {
 /// The queue and job counts, and preemptions.
 fn counts(state: &State, r: &mut Registry) {
     let preemptions = Family::<QueueShareLabels, Counter>::default();
+    // Every share's counter is there from its start, at 0: a rate over a series that appears
+    // only at its first preemption would miss that preemption.
+    for q in state.queues.values() {
+        for s in q.shares.keys() {
+            preemptions
+                .get_or_create(&QueueShareLabels {
+                    job_queue: q.name.clone(),
+                    quota_share: s.clone(),
+                })
+                .inc_by(0);
+        }
+    }
     for ((q, s), n) in &state.preemptions {
         preemptions
             .get_or_create(&QueueShareLabels {
@@ -338,9 +368,23 @@ mod tests {
     }
 
     #[test]
+    fn api_latency_carries_the_request_id_as_an_exemplar_in_openmetrics_only() {
+        let a = ApiLatency::default();
+        a.observe("submitservicejob", 0.003, Some("req-1"));
+        let mut r = Registry::default();
+        a.register(&mut r);
+        let om = scrape(&r, "application/openmetrics-text");
+        assert!(om.contains("# {request_id=\"req-1\"} 0.003"), "{om}");
+        assert!(
+            !scrape(&r, "").contains("req-1"),
+            "text 0.0.4 has no exemplars"
+        );
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         let a = ApiLatency::default();
-        a.observe("we\"ird", 0.001);
+        a.observe("we\"ird", 0.001, None);
         let mut r = Registry::default();
         a.register(&mut r);
         let out = scrape(&r, "");
