@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.parse
@@ -25,9 +26,22 @@ from html.parser import HTMLParser
 
 import pytest
 
-from qm_e2e import REPO, ShareSpec, demo_setup, make_queue, wait_for, wait_preempted, wait_status
+from qm_e2e import (REPO, UNIT, Jobs, ShareSpec, config_toml, demo_setup, make_queue, send,
+                    wait_for, wait_preempted, wait_status)
 
 ARTIFACTS = REPO / "target" / "e2e-artifacts"
+# The history is sampled five times a second here (10 s by default), so that a chart has
+# points within the test; a long grace keeps a preempted attempt that ignores SIGTERM
+# stopping while the page is loaded.
+CONFIG = config_toml(grace=10) + "[scheduler]\nhistory_sample_seconds = 0.2\n"
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d$")
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    s = start_server(config=CONFIG, name="test_dashboard")
+    yield s
+    s.close()
 # Virtual time Chromium gives the page before dumping: the first refresh needs well under a
 # second; a few more show that the page keeps refreshing without breaking.
 BUDGET_MS = 8000
@@ -282,3 +296,126 @@ def test_the_dashboard_with_a_wrong_secret_in_the_fragment_says_so_at_the_sign_i
     assert shown(dom.one("login"))
     assert "secret access key" in dom.one("login-error").text(), dom.one("login-error").text()
     assert not shown(dom.one("view-queue"))
+
+
+def usage_of(server, queue: str) -> dict:
+    status, _, body = server.signed("GET", "/qm/v1/usage")
+    assert status == 200, body
+    return next(x for x in json.loads(body)["queues"] if x["jobQueue"] == queue)
+
+
+def test_the_dashboard_shows_the_pool_who_lends_to_whom_filters_and_recent_history(
+        server, batch, jobs, tmp_path):
+    browser = chromium()
+    q = make_queue(batch, "dash-flows", [
+        ShareSpec("lender", "LEND_AND_BORROW", 2),
+        ShareSpec("borrower", "LEND_AND_BORROW", 1, borrow_limit=100),
+        ShareSpec("keeper", "RESERVE", 0),
+    ], env_max=3)
+    (tmp_path / "alice").mkdir()
+    alice = Jobs(server.client(principal="alice"), server, tmp_path / "alice")
+    try:
+        # The borrower runs on its own instance and on one of the lender's two idle ones; the
+        # lender (alice's job) runs on the other; a third borrower job finds nothing to borrow.
+        b_own = jobs.sleeper(q, "borrower", "b_own")
+        wait_status(batch, b_own, "RUNNING")
+        b_more = jobs.sleeper(q, "borrower", "b_more")
+        wait_status(batch, b_more, "RUNNING")
+        l_run = alice.sleeper(q, "lender", "l_run")
+        wait_status(batch, l_run, "RUNNING")
+        b_wait = jobs.sleeper(q, "borrower", "b_wait")
+        wait_status(batch, b_wait, "RUNNABLE")
+
+        usage = usage_of(server, q.name)
+        assert usage["pool"] == [{"capacityUnit": UNIT, "environmentMax": 3, "physical": 3,
+                                  "used": 3, "free": 0}], usage["pool"]
+        assert usage["flows"] == [{"capacityUnit": UNIT, "lender": "lender",
+                                   "borrower": "borrower", "instances": 1}], usage["flows"]
+        conf = {r["quotaShareName"]: (r["strategy"], r["borrowLimit"], r["inSharePreemption"])
+                for r in usage["shares"]}
+        assert conf["borrower"] == ("LEND_AND_BORROW", 100, False), conf
+        assert conf["keeper"][0] == "RESERVE", conf
+
+        def history_has_borrowing():
+            status, _, body = server.signed("GET", f"/qm/v1/history?jobQueue={q.name}&window=hour")
+            assert status == 200, body
+            h = json.loads(body)
+            series = {s["quotaShareName"]: s for s in h["shares"]}
+            return h if len(h["at"]) >= 3 and max(series["borrower"]["borrowed"]) >= 1 else None
+
+        hist = wait_for(history_has_borrowing, what="the history to sample the borrowing")
+        assert hist["sampleIntervalMs"] == 200 and max(hist["queueDepth"]) >= 1, hist
+        # The history is guarded like the usage: nothing without a signature or a session.
+        status, _, body = send("GET", f"{server.url}/qm/v1/history?jobQueue={q.name}")
+        assert status == 403 and b"MissingAuthenticationToken" in body, (status, body)
+
+        dom = page(browser, signed_in(server, f"/queue/{q.name}"), tmp_path / "profile")
+        assert dom.one("error").attrs.get("hidden") is not None, dom.one("error").text()
+        # The pool: nothing is free.
+        pool = dom.one("pool-row", data_unit=UNIT)
+        assert [pool.one(k).text() for k in ("pool-limit", "pool-used", "pool-free")] == ["3", "3", "0"]
+        # Who lends to whom: the lender's row has 1 in the borrower's column.
+        cell = dom.one("flows").one("flow-cell", data_lender="lender", data_borrower="borrower")
+        assert cell.text() == "1" and cell.attrs["data-unit"] == UNIT
+        # Each share's configuration.
+        keeper = dom.one("share-row", data_share="keeper").one("share-conf").text()
+        assert "RESERVE" in keeper and "never lends" in keeper, keeper
+        borrower = dom.one("share-row", data_share="borrower")
+        assert borrower.one("share-borrow-limit").text() == "100%"
+        assert borrower.one("share-preemption").text() == "off"
+        # The recent history: the borrower's chart has points and its borrowing.
+        chart = dom.one("recent-share", data_share="borrower").one("recent-chart")
+        assert int(chart.attrs["data-points"]) >= 3 and float(chart.attrs["data-max-borrowed"]) >= 1
+        assert [n for n in chart.all(None) if n.tag == "rect"], "the chart draws no bar"
+        queue_chart = dom.one("recent-queue").one("recent-queue-chart")
+        assert int(queue_chart.attrs["data-points"]) >= 3
+        assert float(dom.one("recent-depth").text()) >= 1
+
+        def rows(view: str) -> list[str]:
+            d = page(browser, signed_in(server, f"/queue/{q.name}?{view}"), tmp_path / "profile")
+            assert d.one("error").attrs.get("hidden") is not None, d.one("error").text()
+            return [r.attrs["data-job-id"] for r in d.all("job-row")]
+
+        assert set(rows("")) == {b_own, b_more, l_run, b_wait}
+        assert rows("share=lender") == [l_run]
+        assert rows("q=B_WA") == [b_wait], "the search ignores case"
+        assert rows("status=RUNNABLE") == [b_wait]
+        assert rows("submitter=alice") == [l_run]
+        assert set(rows("share=borrower&status=RUNNING")) == {b_own, b_more}
+        # By wait: the job still waiting has waited longest.
+        assert rows("sort=wait")[0] == b_wait
+    finally:
+        alice.cleanup()
+
+
+def test_a_preemption_names_the_job_it_was_for_and_the_stopping_attempt_shows_in_the_bar(
+        server, batch, jobs, tmp_path):
+    browser = chromium()
+    q = make_queue(batch, "dash-inshare",
+                   [ShareSpec("Q1", "RESERVE", 1, in_share_preemption="ENABLED")], env_max=1)
+    low = jobs.sleeper(q, "Q1", "patient_job", priority=1, ignore_sigterm=True)
+    wait_status(batch, low, "RUNNING")
+    jobs.wait_started("patient_job")
+    urgent = jobs.sleeper(q, "Q1", "urgent_job", priority=5)
+    wait_preempted(batch, low)
+    # The preempted attempt ignores SIGTERM: it holds its instance through the grace period.
+    wait_for(lambda: usage_of(server, q.name)["shares"][0]["stopping"] == 1,
+             what="the preempted attempt to be stopping")
+    dom = page(browser, signed_in(server, f"/queue/{q.name}"), tmp_path / "profile")
+    # The grace period (10 s) outlasts loading the page.
+    row = dom.one("share-row", data_share="Q1")
+    assert row.all("seg-stopping"), "the stopping instance is not marked in the bar"
+    assert row.one("share-stopping").text() == "1"
+    wait_status(batch, urgent, "RUNNING", timeout=60)
+
+    dom = page(browser, signed_in(server, f"/job/{low}"), tmp_path / "profile")
+    reason = dom.one("attempts-table").all("attempt-row")[0].one("reason")
+    link = reason.one("reason-job")
+    assert link.text() == "urgent_job", reason.text()
+    assert link.attrs["href"] == f"#/job/{urgent}"
+    # Times are ISO 8601 with the UTC offset.
+    facts = dom.one("job-facts")
+    dts = [n.text() for n in facts.all(None) if n.tag == "dt"]
+    dds = [n.text() for n in facts.all(None) if n.tag == "dd"]
+    submitted = dds[dts.index("Submitted")]
+    assert ISO.match(submitted), submitted

@@ -1,8 +1,9 @@
 """The server's own endpoints beside the AWS API: `/qm/v1/usage` (what each share owns, uses,
 borrows and lends), `/qm/v1/jobs/<id>/logs` (attempt logs, followable), `/qm/v1/audit` and
-`/metrics` (Prometheus text)."""
+`/metrics` (Prometheus text or OpenMetrics)."""
 
 import json
+import re
 
 from qm_e2e import demo_setup, wait_for, wait_preempted, wait_status
 
@@ -88,3 +89,19 @@ def test_metrics_are_prometheus_text_with_shares_preemptions_and_latency(server,
         assert family in text, family
     assert f'qm_share_entitled_instances{{job_queue="{q.name}",quota_share="QS1",instance_type="ml.g5.xlarge"}} 1' in text
     assert 'operation="describejobqueues"' in text
+
+
+def test_metrics_speak_openmetrics_with_request_id_exemplars_to_a_scraper_that_asks(server, batch):
+    q = demo_setup(batch, "openmetrics")
+    batch.describe_job_queues()
+    status, headers, body = server.signed(
+        "GET", "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert status == 200, body
+    text = body.decode()
+    assert headers["Content-Type"].startswith("application/openmetrics-text"), headers["Content-Type"]
+    assert text.endswith("# EOF\n")
+    assert "# TYPE qm_preemptions counter" in text and "# UNIT qm_api_request_seconds seconds" in text
+    assert f'qm_pool_limit_instances{{job_queue="{q.name}",instance_type="ml.g5.xlarge"}} 3' in text
+    # A latency bucket names the request that last fell in it.
+    assert re.search(r'qm_api_request_seconds_bucket\{[^}]*operation="describejobqueues"[^}]*\} \d+ '
+                     r'# \{request_id="[0-9a-f-]{36}"\}', text), text

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// One quota share's usage of one capacity unit, as `GET /qm/v1/usage` reports it
 /// (instance counts; read as numbers, since the server may write `0.0`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShareUsage {
     /// The share.
@@ -41,6 +41,49 @@ pub struct ShareUsage {
     /// `RESERVE`, `LEND` or `LEND_AND_BORROW` (absent from servers before it was reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+    /// Its borrow limit in percent of its entitlement, `-1` unlimited (absent from older
+    /// servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrow_limit: Option<i32>,
+    /// Whether its higher-priority jobs preempt its lower-priority ones (absent from older
+    /// servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_share_preemption: Option<bool>,
+}
+
+/// Instances one share lends another: the borrowed instances of each borrower split over
+/// the lenders in proportion to what each lends (lending is pooled), so a lender's flows add
+/// up to its `lentOut`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Flow {
+    /// The instance type.
+    pub capacity_unit: String,
+    /// The share whose idle entitlement is used.
+    pub lender: String,
+    /// The share using it.
+    pub borrower: String,
+    /// Instances (possibly fractional: see above).
+    #[serde(serialize_with = "whole_if_integral")]
+    pub instances: f64,
+}
+
+/// One instance type's pool as a queue sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pool {
+    /// The instance type.
+    pub capacity_unit: String,
+    /// The service environment's limit for it (0 when it has none).
+    pub environment_max: u32,
+    /// Physical instances of the type, all queues together, when the executor reports them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical: Option<u32>,
+    /// Instances the queue's attempts hold, stopping ones included.
+    pub used: u32,
+    /// Instances the queue could still start: the lower of the environment's limit and the
+    /// physical instances other queues do not hold, less `used`.
+    pub free: u32,
 }
 
 /// A share's thrash protection in words, as `qm shares` shows it; `None` without any.
@@ -65,13 +108,19 @@ pub fn whole_if_integral<S: serde::Serializer>(n: &f64, serializer: S) -> Result
 }
 
 /// The usage of one queue's shares.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueUsage {
     /// The queue.
     pub job_queue: String,
     /// One row per share and instance type.
     pub shares: Vec<ShareUsage>,
+    /// Per instance type: the pool's size and what is free (absent from older servers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool: Vec<Pool>,
+    /// Who lends to whom, per instance type; empty when nobody borrows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<Flow>,
 }
 
 /// The body of `GET /qm/v1/usage`.
@@ -79,6 +128,78 @@ pub struct QueueUsage {
 pub struct Usage {
     /// One entry per queue.
     pub queues: Vec<QueueUsage>,
+}
+
+/// The body of `GET /qm/v1/history?jobQueue=&window=`: a queue's recent past, sampled by the
+/// server in memory (lost at a restart; `GET /qm/v1/usage/report` reads the durable record).
+/// Series are aligned with `at`: value `i` of each is the period that starts at `at[i]` and
+/// lasts `stepMs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    /// The queue.
+    pub job_queue: String,
+    /// Start of the window (epoch ms).
+    pub since: i64,
+    /// End of the window (epoch ms).
+    pub until: i64,
+    /// How often the server samples (ms).
+    pub sample_interval_ms: u64,
+    /// The length of one point (ms): the samples within it are averaged.
+    pub step_ms: u64,
+    /// Start of each point (epoch ms); only points with samples are listed.
+    pub at: Vec<i64>,
+    /// RUNNABLE jobs of the queue, averaged over the point.
+    pub queue_depth: Vec<f64>,
+    /// Attempts of the queue preempted within the point.
+    pub preemptions: Vec<u64>,
+    /// One series per share, in name order.
+    pub shares: Vec<ShareHistory>,
+}
+
+/// One share's series in a [`History`] (instances, all instance types together).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareHistory {
+    /// The share.
+    pub quota_share_name: String,
+    /// Instances held within its entitlement, averaged over each point.
+    pub own_use: Vec<f64>,
+    /// Instances held above it (borrowed), averaged over each point.
+    pub borrowed: Vec<f64>,
+    /// Its attempts preempted within each point.
+    pub preemptions: Vec<u64>,
+}
+
+/// How far back `GET /qm/v1/history` looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HistoryWindow {
+    /// The last hour.
+    Hour,
+    /// The last 24 hours (all the server keeps).
+    Day,
+}
+
+impl HistoryWindow {
+    /// Its length in ms.
+    pub fn ms(self) -> i64 {
+        match self {
+            HistoryWindow::Hour => 3_600_000,
+            HistoryWindow::Day => 86_400_000,
+        }
+    }
+
+    /// Parses the wire spelling; the error says what is accepted.
+    pub fn parse(field: &str, s: &str) -> Result<Self, crate::ApiError> {
+        match s {
+            "hour" => Ok(HistoryWindow::Hour),
+            "day" => Ok(HistoryWindow::Day),
+            other => Err(crate::ApiError::client(format!(
+                "{field}: '{other}' is not a window; use hour or day"
+            ))),
+        }
+    }
 }
 
 /// One entry of the audit log (`GET`/`POST /qm/v1/audit`); `at` is set by the server.

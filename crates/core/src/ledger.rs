@@ -128,6 +128,32 @@ pub fn lent_out(accounts: &[Account]) -> Vec<f64> {
         .collect()
 }
 
+/// Who lends to whom: `(lender, borrower, instances)` for every pair with something between
+/// them, lenders then borrowers in index order. The same pooled split as [`lent_out`]: each
+/// borrower's borrowed instances are spread over the lenders in proportion to what each lent
+/// out, so a lender's flows sum to its `lent_out` and, while every borrowed instance is backed
+/// by idle lendable capacity, a borrower's flows sum to its `borrowed`. When they are not
+/// backed (a lowered limit or strategy change that reclaim has not caught up with), the excess
+/// comes from no lender and the borrower's flows sum to less.
+pub fn flows(accounts: &[Account]) -> Vec<(usize, usize, f64)> {
+    let borrowed: f64 = accounts.iter().map(|a| f64::from(a.borrowed())).sum();
+    if borrowed == 0.0 {
+        return Vec::new();
+    }
+    let lent = lent_out(accounts);
+    let mut out = Vec::new();
+    for (l, &from) in lent.iter().enumerate().filter(|(_, &x)| x > 0.0) {
+        for (b, a) in accounts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.borrowed() > 0)
+        {
+            out.push((l, b, from * f64::from(a.borrowed()) / borrowed));
+        }
+    }
+    out
+}
+
 /// Computes how far `accounts` are over each constraint.
 pub fn pressure(ceiling: Ceiling, accounts: &[Account]) -> Pressure {
     let mut p = Pressure {
@@ -254,6 +280,46 @@ mod tests {
         let route = a[s].route(c);
         a[s].usage += c;
         (pressure(ENV3, &a), route)
+    }
+
+    #[test]
+    fn flows_split_each_borrower_over_the_lenders_and_add_up_to_both_sides() {
+        let accounts = [
+            acct(4, 1, Lend, None),          // 3 idle lendable
+            acct(2, 1, LendAndBorrow, None), // 1 idle lendable
+            acct(2, 4, LendAndBorrow, None), // borrows 2
+            acct(3, 0, Reserve, None),       // lends nothing
+            acct(1, 3, LendAndBorrow, None), // borrows 2
+        ];
+        let f = flows(&accounts);
+        let lent = lent_out(&accounts);
+        for (i, a) in accounts.iter().enumerate() {
+            let out: f64 = f.iter().filter(|x| x.0 == i).map(|x| x.2).sum();
+            let inn: f64 = f.iter().filter(|x| x.1 == i).map(|x| x.2).sum();
+            assert!(
+                (out - lent[i]).abs() < 1e-9,
+                "lender {i}: {out} vs {}",
+                lent[i]
+            );
+            assert!(
+                (inn - f64::from(a.borrowed())).abs() < 1e-9,
+                "borrower {i}: {inn}"
+            );
+        }
+        assert_eq!(
+            f,
+            vec![(0, 2, 1.5), (0, 4, 1.5), (1, 2, 0.5), (1, 4, 0.5)],
+            "4 borrowed from 4 lendable: everything idle is lent, half to each borrower"
+        );
+        assert!(f.iter().all(|x| x.0 != 3), "RESERVE never lends");
+    }
+
+    #[test]
+    fn flows_are_empty_when_nobody_borrows_and_short_when_borrowing_is_not_backed() {
+        assert!(flows(&demo(1, 0, 0)).is_empty());
+        // A limit lowered under the usage: 2 borrowed, only 1 idle lendable instance.
+        let accounts = [acct(1, 0, Lend, None), acct(0, 2, LendAndBorrow, None)];
+        assert_eq!(flows(&accounts), vec![(0, 1, 1.0)]);
     }
 
     #[test]

@@ -30,6 +30,35 @@ pub struct ShareUsage {
     pub pending: usize,
 }
 
+/// Instances one share lends another on one unit ([`crate::ledger::flows`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flow {
+    /// Instance type.
+    pub instance_type: String,
+    /// The share whose idle entitlement is used.
+    pub lender: String,
+    /// The share using it.
+    pub borrower: String,
+    /// Instances (a share of the pooled lending, so possibly fractional).
+    pub instances: f64,
+}
+
+/// A queue's view of one unit's pool: what it could hold and what it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolUsage {
+    /// Instance type.
+    pub instance_type: String,
+    /// The service environment's limit (0 when it has none for the type).
+    pub environment: u32,
+    /// Physical instances of the type, all queues together, when the executor reports them.
+    pub physical: Option<u32>,
+    /// Instances this queue's attempts hold (stopping ones included).
+    pub used: u32,
+    /// Instances the queue could still start on: the lower of the environment's limit and the
+    /// physical instances not held by other queues, less what it holds.
+    pub free: u32,
+}
+
 impl Scheduler {
     /// A job by id.
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -97,14 +126,8 @@ impl Scheduler {
     /// unit that a share has a limit for or a job has used, so that a share with no job yet
     /// still shows its entitlement (and what it could lend).
     pub fn usage(&self, queue: &str) -> Option<Vec<ShareUsage>> {
-        let q = *self.queue_ix.get(queue)?;
+        let (q, units) = self.units_of(queue)?;
         let qu = &self.queues[q.0 as usize];
-        let units: BTreeSet<UnitIx> = qu
-            .units
-            .keys()
-            .copied()
-            .chain(qu.shares.iter().flat_map(|s| s.limits.keys().copied()))
-            .collect();
         let mut out = Vec::new();
         for u in units {
             let view = self.view(q, u);
@@ -129,5 +152,73 @@ impl Scheduler {
         }
         out.sort_by(|a, b| (&a.share, &a.instance_type).cmp(&(&b.share, &b.instance_type)));
         Some(out)
+    }
+
+    /// Who lends to whom in a queue, per unit ([`crate::ledger::flows`]), units then lenders
+    /// then borrowers in order; a lender's flows add up to its [`ShareUsage::lent_out`].
+    pub fn flows(&self, queue: &str) -> Option<Vec<Flow>> {
+        let (q, units) = self.units_of(queue)?;
+        let qu = &self.queues[q.0 as usize];
+        let names: Vec<&String> = {
+            let mut by_ix: Vec<(usize, &String)> = qu
+                .share_ix
+                .iter()
+                .map(|(name, s)| (usize::from(s.0), name))
+                .collect();
+            by_ix.sort();
+            by_ix.into_iter().map(|(_, n)| n).collect()
+        };
+        let mut out = Vec::new();
+        for u in units {
+            let view = self.view(q, u);
+            for (l, b, n) in crate::ledger::flows(view.accounts()) {
+                let (Some(lender), Some(borrower)) = (names.get(l), names.get(b)) else {
+                    continue;
+                };
+                out.push(Flow {
+                    instance_type: self.unit_name(u).to_string(),
+                    lender: (*lender).clone(),
+                    borrower: (*borrower).clone(),
+                    instances: (n * 100.0).round() / 100.0,
+                });
+            }
+        }
+        Some(out)
+    }
+
+    /// The pool of each unit a queue knows: its ceiling and what is left of it.
+    pub fn pool(&self, queue: &str) -> Option<Vec<PoolUsage>> {
+        let (q, units) = self.units_of(queue)?;
+        let mut out = Vec::new();
+        for u in units {
+            let view = self.view(q, u);
+            let used: u32 = view.accounts().iter().map(|a| a.usage).sum();
+            let ceiling = view.ceiling;
+            let cap = ceiling
+                .physical_for_queue
+                .map_or(ceiling.environment, |p| p.min(ceiling.environment));
+            out.push(PoolUsage {
+                instance_type: self.unit_name(u).to_string(),
+                environment: ceiling.environment,
+                physical: self.physical.get(&u).copied(),
+                used,
+                free: cap.saturating_sub(used),
+            });
+        }
+        out.sort_by(|a, b| a.instance_type.cmp(&b.instance_type));
+        Some(out)
+    }
+
+    /// A queue and every unit that it has a limit for or a share has a limit for.
+    fn units_of(&self, queue: &str) -> Option<(QueueIx, BTreeSet<UnitIx>)> {
+        let q = *self.queue_ix.get(queue)?;
+        let qu = &self.queues[q.0 as usize];
+        let units = qu
+            .units
+            .keys()
+            .copied()
+            .chain(qu.shares.iter().flat_map(|s| s.limits.keys().copied()))
+            .collect();
+        Some((q, units))
     }
 }

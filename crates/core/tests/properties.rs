@@ -453,6 +453,7 @@ impl Run {
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
         self.check_idle_while_waiting()?;
+        self.check_flows()?;
         for (u, before) in before.iter().enumerate() {
             let acc = accounts(&self.s, &self.cfg, u);
             let after = pressure(self.cfg.env[u], &acc);
@@ -597,6 +598,53 @@ impl Run {
             let reason = self.s.explain(e.job);
             prop_assert_eq!(reason.as_ref().map(IdleCause::of), Some(e.cause), "{:?}", e);
             prop_assert!(self.s.job(e.job).unwrap().spec.count <= e.free, "{e:?}");
+        }
+        Ok(())
+    }
+
+    /// Who lends to whom agrees with the usage rows: per unit, a lender's flows add up to its
+    /// lent-out instances and a borrower's to at most what it borrows (all of it when lending
+    /// backs the borrowing), and nobody lends to itself.
+    fn check_flows(&self) -> Result<(), TestCaseError> {
+        let usage = self.s.usage(Q).unwrap();
+        let flows = self.s.flows(Q).unwrap();
+        for f in &flows {
+            prop_assert!(f.lender != f.borrower && f.instances > 0.0, "{f:?}");
+        }
+        let total = |unit: &str, pick: &dyn Fn(&qm_core::Flow) -> bool| -> f64 {
+            flows
+                .iter()
+                .filter(|f| f.instance_type == unit && pick(f))
+                .map(|f| f.instances)
+                .sum()
+        };
+        for u in &usage {
+            let unit = u.instance_type.as_str();
+            let lent = total(unit, &|f| f.lender == u.share);
+            let got = total(unit, &|f| f.borrower == u.share);
+            // Flows are rounded to hundredths, as lent_out is.
+            let slack = 0.01 * usage.len() as f64;
+            prop_assert!(
+                (lent - u.lent_out).abs() <= slack,
+                "{} lends {lent}, lent_out {}",
+                u.share,
+                u.lent_out
+            );
+            prop_assert!(
+                got <= f64::from(u.borrowed) + slack,
+                "{} gets {got}, borrows {}",
+                u.share,
+                u.borrowed
+            );
+            let of_unit = || usage.iter().filter(|x| x.instance_type == unit);
+            let backed = of_unit().map(|x| x.borrowed).sum::<u32>()
+                <= of_unit().map(|x| x.lendable).sum::<u32>();
+            prop_assert!(
+                !backed || (got - f64::from(u.borrowed)).abs() <= slack,
+                "{} gets {got} of the {} it borrows",
+                u.share,
+                u.borrowed
+            );
         }
         Ok(())
     }

@@ -40,6 +40,9 @@
     lastOk: null,         // Date of the last successful refresh
     described: new Map(), // jobId -> DescribeServiceJob (terminal jobs are kept, others refreshed)
     history: { window: "day", at: 0, key: "", report: null }, // the last usage report fetched
+    recentWindow: "hour", // the in-memory history's window (/qm/v1/history)
+    jobs: { share: "", name: "", submitter: "", sort: "age" }, // the jobs table's filters (from the route)
+    names: new Map(),     // jobId -> jobName, to name the jobs that reasons mention by id
     who: null,            // GET /qm/v1/whoami of the signed-in principal
     signedOut: false,     // the sign-in form is shown: nothing is fetched or refreshed
   };
@@ -110,9 +113,24 @@
     return `${Math.floor(hr / 24)}d ${hr % 24}h`;
   }
 
+  // ISO 8601 in the browser's time zone with its UTC offset (`2026-12-01T14:03:09+01:00`),
+  // as the CLI prints times: unambiguous whatever the reader's locale.
+  function isoParts(ms) {
+    const d = new Date(ms);
+    const p = (n, w = 2) => String(Math.abs(n)).padStart(w, "0");
+    const off = -d.getTimezoneOffset();
+    const zone = `${off < 0 ? "-" : "+"}${p(Math.floor(Math.abs(off) / 60))}:${p(Math.abs(off) % 60)}`;
+    return {
+      date: `${p(d.getFullYear(), 4)}-${p(d.getMonth() + 1)}-${p(d.getDate())}`,
+      time: `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`,
+      zone,
+    };
+  }
+
   function fmtTime(ms) {
     if (!ms) return "—";
-    return new Date(ms).toLocaleString(undefined, { hour12: false });
+    const t = isoParts(ms);
+    return `${t.date}T${t.time}${t.zone}`;
   }
 
   // Ages are measured on the server's clock, so that a browser with a wrong clock still shows
@@ -122,7 +140,8 @@
   }
 
   function fmtClock(ms) {
-    return new Date(ms).toLocaleTimeString(undefined, { hour12: false });
+    const t = isoParts(ms);
+    return `${t.time}${t.zone}`;
   }
 
   function fmtNum(n) {
@@ -150,6 +169,39 @@
     return m ? m[1] : null;
   }
 
+  const JOB_ID = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
+
+  // Text with every job id in it replaced by a link to that job, named when its name is known
+  // (`learnNames` looks the others up for the next refresh).
+  function withJobLinks(text) {
+    const out = [];
+    let last = 0;
+    for (const m of text.matchAll(JOB_ID)) {
+      if (m.index > last) out.push(text.slice(last, m.index));
+      const id = m[0];
+      out.push(h("a", { href: `#/job/${encodeURIComponent(id)}`, "data-testid": "reason-job", "data-job-id": id, title: id },
+        state.names.get(id) || id));
+      last = m.index + id.length;
+    }
+    if (last < text.length) out.push(text.slice(last));
+    return out;
+  }
+
+  // Remembers job names, bounded like the descriptions.
+  function nameJob(id, name) {
+    if (!id || !name) return;
+    if (state.names.size >= MAX_CACHED_JOBS) state.names.clear();
+    state.names.set(id, name);
+  }
+
+  // Looks up the names of the jobs that `texts` mention by id and no listing named (a few per
+  // refresh: a job preempted by one outside the listing).
+  async function learnNames(texts) {
+    const unknown = new Set();
+    for (const t of texts) for (const m of String(t || "").matchAll(JOB_ID)) if (!state.names.has(m[0])) unknown.add(m[0]);
+    await pool(Array.from(unknown).slice(0, PARALLEL * 2), (id) => describe(id).then((j) => nameJob(id, j.jobName)).catch(() => null));
+  }
+
   function reasonCell(reason) {
     // One span in the cell, so that narrow screens lay it out as one value.
     const text = h("span", null);
@@ -157,9 +209,9 @@
     if (code) {
       text.appendChild(h("code", { class: "code", "data-testid": "reason-code" }, code));
       const rest = reason.slice(code.length).replace(/^[\s:\u2013\u2014-]+/, "").trim();
-      if (rest) text.appendChild(document.createTextNode(" " + rest));
+      if (rest) append(text, [" ", withJobLinks(rest)]);
     } else {
-      text.textContent = reason || "";
+      append(text, [withJobLinks(reason || "")]);
     }
     return h("td", { class: "reason", "data-testid": "reason" }, text);
   }
@@ -255,8 +307,9 @@
   async function loadUsage(queue, snapshot, runnableJobs) {
     try {
       const r = await call("GET", "/qm/v1/usage");
-      const q = (r.queues || []).find((x) => x.jobQueue === queue);
-      return { shares: (q && q.shares) || [], derived: false };
+      const q = (r.queues || []).find((x) => x.jobQueue === queue) || {};
+      // pool and flows are absent from older servers (and flows when nobody borrows).
+      return { shares: q.shares || [], pool: q.pool || null, flows: q.flows || [], derived: false };
     } catch (e) {
       // An older server has no /qm/v1/usage: derive what we can. A refusal is no such server.
       if (!e.reachable || e.status === 401 || e.status === 403) throw e;
@@ -287,7 +340,7 @@
         });
       }
     }
-    return { shares: out, derived: true };
+    return { shares: out, pool: null, flows: null, derived: true };
   }
 
   // -- queue view ---------------------------------------------------------------------------
@@ -331,18 +384,24 @@
     if (stamp) { state.skewMs = stamp - Date.now(); state.skewExact = true; }
     const byStatus = new Map(listed.map((st, i) => [st, lists[i]]));
     const runnable = byStatus.get("RUNNABLE").jobs;
-    const [usage, history] = await Promise.all([
+    // An older server has no history: the rest of the page still works.
+    const absent = (e) => { if (e.status === 404) return null; throw e; };
+    const [usage, history, recent] = await Promise.all([
       loadUsage(queue, snapshot, runnable),
-      // An older server has no history: the rest of the page still works.
-      loadHistory(queue).catch((e) => { if (e.status === 404) return null; throw e; }),
+      loadHistory(queue).catch(absent),
+      call("GET", `/qm/v1/history?${new URLSearchParams({ jobQueue: queue, window: state.recentWindow })}`).catch(absent),
     ]);
 
-    const shown = [];
+    let listedJobs = [];
     let more = false;
     for (const st of wanted) {
-      shown.push(...byStatus.get(st).jobs);
+      listedJobs.push(...byStatus.get(st).jobs);
       more = more || byStatus.get(st).more;
     }
+    for (const l of lists) for (const j of l.jobs) nameJob(j.jobId, j.jobName);
+    fillJobFilters(usage, listedJobs);
+    const shown = filterJobs(listedJobs);
+    await learnNames(shown.map((j) => j.statusReason).concat(runnable.map((j) => j.statusReason)));
     // A qm server's listing carries each job's priority (an extension); only a server whose
     // listing lacks it costs a DescribeServiceJob per job.
     const details = await pool(shown, (j) => (j.schedulingPriority !== undefined
@@ -352,6 +411,9 @@
     if (queue !== state.queue || state.signedOut) return;
 
     renderShares(usage);
+    renderPool(usage);
+    renderFlows(usage);
+    renderRecent(recent);
     renderHistory(history, queue);
     const byId = new Map(runnable.map((j) => [j.jobId, j]));
     shown.forEach((j, i) => { if (details[i]) byId.set(j.jobId, Object.assign({}, j, { schedulingPriority: details[i].schedulingPriority })); });
@@ -374,14 +436,21 @@
       const own = Math.min(r.ownUse || 0, entitled);
       const lent = Math.min(r.lentOut || 0, Math.max(0, entitled - own));
       const idle = Math.max(0, entitled - own - lent);
+      // Which instances are stopping is not reported: borrowed ones first, since a preempted
+      // borrower is what usually stops.
+      const stopBorrowed = Math.min(r.stopping || 0, r.borrowed || 0);
+      const stopOwn = Math.min((r.stopping || 0) - stopBorrowed, own);
+      const stopSeg = (n) => (n > 0 ? h("div", { class: "seg stopping", "data-testid": "seg-stopping", style: `width:${pct(n)}`, title: `stopping ${fmtNum(n)}` }) : null);
       const label = `${r.quotaShareName} on ${r.capacityUnit}: entitled ${fmtNum(r.entitled)}, own use ${fmtNum(r.ownUse)}, ` +
         `borrowed ${fmtNum(r.borrowed)}, lent out ${fmtNum(r.lentOut)}`;
       const bar = h("div", { class: "bar", role: "img", "aria-label": label },
         h("div", { class: "entitled-box", style: `width:${pct(entitled)}` }),
-        h("div", { class: "seg own", style: `width:${pct(own)}`, title: `own use ${fmtNum(r.ownUse)}` }),
+        h("div", { class: "seg own", style: `width:${pct(own - stopOwn)}`, title: `own use ${fmtNum(r.ownUse)}` }),
+        stopSeg(stopOwn),
         h("div", { class: "seg lent", style: `width:${pct(lent)}`, title: `lent out ${fmtNum(r.lentOut)}` }),
         h("div", { class: "seg idle", style: `width:${pct(idle)}`, title: `idle ${fmtNum(idle)}` }),
-        h("div", { class: "seg borrowed", style: `width:${pct(r.borrowed)}`, title: `borrowed ${fmtNum(r.borrowed)}` }));
+        h("div", { class: "seg borrowed", style: `width:${pct((r.borrowed || 0) - stopBorrowed)}`, title: `borrowed ${fmtNum(r.borrowed)}` }),
+        stopSeg(stopBorrowed));
       const num = (key, text, value) => h("span", { class: `num ${key}` },
         `${text} `, h("b", { "data-testid": `share-${key}` }, fmtNum(value)));
       list.appendChild(h("li", {
@@ -398,10 +467,127 @@
           num("borrowed", "borrowed", r.borrowed),
           num("lent", "lent out", r.lentOut),
           num("runnable", "runnable", r.runnable),
-          r.stopping ? num("stopping", "stopping", r.stopping) : null)));
+          r.stopping ? num("stopping", "stopping", r.stopping) : null),
+        shareConf(r)));
     }
     replace("shares-body", list,
       usage.derived ? h("p", { class: "muted small" }, "Lent-out capacity is unknown: this server has no /qm/v1/usage.") : null);
+  }
+
+  // What the share does with idle capacity, how much it may borrow and whether its jobs
+  // preempt each other; nothing from servers that do not report it.
+  function shareConf(r) {
+    if (!r.strategy) return null;
+    const parts = [h("span", { "data-testid": "share-strategy" }, r.strategy)];
+    if (r.strategy === "RESERVE") parts.push(" · ", h("span", { class: "never" }, "never lends"));
+    if (r.strategy === "LEND_AND_BORROW" && r.borrowLimit !== undefined) {
+      parts.push(" · borrow limit ", h("span", { "data-testid": "share-borrow-limit" }, r.borrowLimit < 0 ? "unlimited" : `${r.borrowLimit}%`));
+    } else if (r.strategy !== "LEND_AND_BORROW") {
+      parts.push(" · ", h("span", { "data-testid": "share-borrow-limit" }, "never borrows"));
+    }
+    if (r.inSharePreemption !== undefined) {
+      parts.push(" · in-share preemption ", h("span", { "data-testid": "share-preemption" }, r.inSharePreemption ? "on" : "off"));
+    }
+    if (r.protection) parts.push(" · ", r.protection);
+    return h("p", { class: "share-conf", "data-testid": "share-conf" }, parts);
+  }
+
+  function renderPool(usage) {
+    if (!usage.pool) {
+      replace("pool-body", h("p", { class: "muted small" }, "This server does not report its pool."));
+      return;
+    }
+    const rows = usage.pool.map((p) => h("tr", { "data-testid": "pool-row", "data-unit": p.capacityUnit },
+      h("th", { scope: "row" }, p.capacityUnit),
+      h("td", { class: "num", "data-testid": "pool-limit" }, String(p.environmentMax)),
+      h("td", { class: "num", "data-testid": "pool-physical" }, p.physical === undefined ? "—" : String(p.physical)),
+      h("td", { class: "num", "data-testid": "pool-used" }, String(p.used)),
+      h("td", { class: "num", "data-testid": "pool-free" }, String(p.free))));
+    replace("pool-body", rows.length === 0 ? h("p", { class: "muted" }, "No instance type yet.")
+      : table("Pool by instance type", ["Instance type", "Limit", "Physical", "Used", "Free"], rows, { "data-testid": "pool-table" }));
+  }
+
+  // One matrix per instance type: a row per lender, a column per borrower.
+  function renderFlows(usage) {
+    if (usage.flows === null) {
+      replace("flows-body", h("p", { class: "muted small" }, "This server does not report who lends to whom."));
+      return;
+    }
+    if (usage.flows.length === 0) {
+      replace("flows-body", h("p", { class: "muted", "data-testid": "flows-empty" }, "Nobody borrows now."));
+      return;
+    }
+    const units = Array.from(new Set(usage.flows.map((f) => f.capacityUnit))).sort();
+    const out = units.map((unit) => {
+      const fl = usage.flows.filter((f) => f.capacityUnit === unit);
+      const lenders = Array.from(new Set(fl.map((f) => f.lender))).sort();
+      const borrowers = Array.from(new Set(fl.map((f) => f.borrower))).sort();
+      const rows = lenders.map((l) => h("tr", { "data-testid": "flow-row", "data-lender": l },
+        h("th", { scope: "row" }, l),
+        borrowers.map((b) => {
+          const f = fl.find((x) => x.lender === l && x.borrower === b);
+          return h("td", { class: "flow-cell" + (f ? " has" : ""), "data-testid": "flow-cell", "data-lender": l, "data-borrower": b, "data-unit": unit,
+            title: f ? `${l} lends ${fmtNum(f.instances)} × ${unit} to ${b}` : null }, f ? fmtNum(f.instances) : "·");
+        })));
+      return h("div", { class: "flow-unit", "data-testid": "flow-unit", "data-unit": unit },
+        h("h3", null, unit),
+        table(`Lenders to borrowers on ${unit}`, ["Lender ↓ · borrower →", ...borrowers], rows, { class: "flow-matrix", "data-testid": "flow-matrix" }));
+    });
+    replace("flows-body", out);
+  }
+
+  // -- recent history (in memory on the server) --------------------------------------------
+
+  // One small chart per share (own and borrowed instances stacked), then one for the queue
+  // (runnable jobs as a line, preemptions as ticks), all on the same time axis.
+  function renderRecent(hist) {
+    if (!hist) {
+      replace("recent-body", h("p", { class: "muted" }, "This server keeps no recent history (/qm/v1/history)."));
+      return;
+    }
+    if (hist.at.length === 0) {
+      replace("recent-body", h("p", { class: "muted", "data-testid": "recent-empty" }, "No sample yet: the server samples every ", fmtDuration(hist.sampleIntervalMs), "."));
+      return;
+    }
+    const W = 720, H = 70;
+    const x = (t) => ((t - hist.since) / Math.max(1, hist.until - hist.since)) * W;
+    const bw = Math.max(1, (hist.stepMs / Math.max(1, hist.until - hist.since)) * W);
+    const scale = Math.max(1, ...hist.shares.map((sh) => Math.max(...sh.ownUse.map((o, i) => o + sh.borrowed[i]))));
+    const chart = (label, attrs, ...parts) => h("div", { class: "chart-wrap", role: "img", "aria-label": label },
+      s("svg", Object.assign({ viewBox: `0 0 ${W} ${H}`, class: "recent-chart", preserveAspectRatio: "none" }, attrs), ...parts));
+    const list = h("ul", { class: "history", "data-testid": "recent-list" });
+    for (const sh of hist.shares) {
+      const rects = [];
+      hist.at.forEach((t, i) => {
+        const own = (H * sh.ownUse[i]) / scale, bor = (H * sh.borrowed[i]) / scale;
+        if (own > 0) rects.push(s("rect", { x: x(t), y: H - own, width: bw, height: own, class: "r-own" }));
+        if (bor > 0) rects.push(s("rect", { x: x(t), y: H - own - bor, width: bw, height: bor, class: "r-borrowed" }));
+      });
+      const maxOwn = Math.max(0, ...sh.ownUse), maxBor = Math.max(0, ...sh.borrowed);
+      list.appendChild(h("li", { class: "history-row", "data-testid": "recent-share", "data-share": sh.quotaShareName },
+        h("div", { class: "share-name" }, h("strong", null, sh.quotaShareName)),
+        chart(`${sh.quotaShareName}: at most ${fmtNum(maxOwn)} own and ${fmtNum(maxBor)} borrowed instances`,
+          { "data-testid": "recent-chart", "data-points": hist.at.length, "data-max-own": maxOwn, "data-max-borrowed": maxBor }, ...rects),
+        h("p", { class: "nums" },
+          h("span", { class: "num" }, "most own ", h("b", null, fmtNum(maxOwn))),
+          h("span", { class: "num borrowed" }, "most borrowed ", h("b", null, fmtNum(maxBor))),
+          h("span", { class: "num" }, "preempted ", h("b", null, String(sh.preemptions.reduce((a, b) => a + b, 0)))))));
+    }
+    const depthMax = Math.max(1, ...hist.queueDepth);
+    const line = hist.at.map((t, i) => `${(x(t) + bw / 2).toFixed(1)},${(H - (H * hist.queueDepth[i]) / depthMax).toFixed(1)}`).join(" ");
+    const ticks = [];
+    hist.at.forEach((t, i) => { if (hist.preemptions[i] > 0) ticks.push(s("rect", { x: x(t), y: H - 12, width: Math.max(2, bw), height: 12, class: "r-preempt" }, s("title", null, `${fmtTime(t)}: ${hist.preemptions[i]} preemption(s)`))); });
+    const total = hist.preemptions.reduce((a, b) => a + b, 0);
+    list.appendChild(h("li", { class: "history-row", "data-testid": "recent-queue" },
+      h("div", { class: "share-name" }, h("strong", null, "Queue")),
+      chart(`Runnable jobs, at most ${fmtNum(Math.max(...hist.queueDepth))}; ${total} preemption(s)`,
+        { "data-testid": "recent-queue-chart", "data-points": hist.at.length, "data-preemptions": total },
+        s("polyline", { points: line, class: "r-depth" }), ...ticks),
+      h("p", { class: "nums" },
+        h("span", { class: "num" }, "most runnable ", h("b", { "data-testid": "recent-depth" }, fmtNum(Math.max(...hist.queueDepth)))),
+        h("span", { class: "num" }, "preemptions ", h("b", { "data-testid": "recent-preemptions" }, String(total))))));
+    replace("recent-body", list, h("p", { class: "muted small" },
+      `${fmtTime(hist.since)} to ${fmtTime(hist.until)}; one point per ${fmtDuration(hist.stepMs)}; bar height: ${fmtNum(scale)} instances.`));
   }
 
   // -- history ------------------------------------------------------------------------------
@@ -515,24 +701,60 @@
         snapshotRows(front, byId, null), { "data-testid": "front-of-queue" }));
   }
 
+  // How long a job waited for capacity: until its first start, or until now while it waits.
+  function waitMs(j, now) {
+    const until = j.scheduledAt || j.startedAt || (TERMINAL.has(j.status) ? j.stoppedAt : null) || now;
+    return Math.max(0, until - (j.createdAt || until));
+  }
+
+  // The choices of the share and submitter filters: the queue's shares, and whoever submitted
+  // a listed job (a qm server names them in its listing), keeping the current choice.
+  function fillJobFilters(usage, jobs) {
+    const fill = (id, values, current) => {
+      const sel = document.getElementById(id);
+      const all = Array.from(new Set(values.concat(current ? [current] : []))).sort();
+      const now = Array.from(sel.options).map((o) => o.value).join("\u0000");
+      if (now !== ["", ...all].join("\u0000")) sel.replaceChildren(h("option", { value: "" }, "All"), ...all.map((v) => h("option", { value: v }, v)));
+      sel.value = current;
+    };
+    fill("share-filter", usage.shares.map((r) => r.quotaShareName).concat(jobs.map((j) => j.quotaShareName).filter(Boolean)), state.jobs.share);
+    fill("submitter-filter", jobs.map((j) => j.submittedBy).filter(Boolean), state.jobs.submitter);
+    document.getElementById("name-filter").value = state.jobs.name;
+    document.getElementById("job-sort").value = state.jobs.sort;
+  }
+
+  function filterJobs(jobs) {
+    const f = state.jobs;
+    const needle = f.name.trim().toLowerCase();
+    const out = jobs.filter((j) => (!f.share || j.quotaShareName === f.share)
+      && (!f.submitter || j.submittedBy === f.submitter)
+      && (!needle || String(j.jobName || "").toLowerCase().includes(needle) || j.jobId === f.name.trim()));
+    const now = serverNow();
+    if (f.sort === "wait") out.sort((a, b) => waitMs(b, now) - waitMs(a, now));
+    return out;
+  }
+
   function renderJobs(jobs, details, more) {
     if (jobs.length === 0) {
-      replace("jobs-body", h("p", { class: "muted", "data-testid": "jobs-empty" }, "No job with this status."));
+      replace("jobs-body", h("p", { class: "muted", "data-testid": "jobs-empty" }, "No job matches these filters."));
       return;
     }
     const now = serverNow();
     const rows = jobs.map((j, i) => {
       const d = details[i] || {};
-      return h("tr", { "data-testid": "job-row", "data-job-id": j.jobId, "data-status": j.status },
+      const wait = waitMs(j, now);
+      return h("tr", { "data-testid": "job-row", "data-job-id": j.jobId, "data-status": j.status, "data-wait-ms": wait },
         h("td", null, jobLink(j.jobId, j.jobName)),
         h("td", null, j.quotaShareName || "—"),
         h("td", { class: "num" }, d.schedulingPriority === undefined ? "—" : String(d.schedulingPriority)),
         h("td", null, statusBadge(j.status)),
         reasonCell(j.statusReason),
+        h("td", { "data-testid": "job-submitter" }, j.submittedBy || "—"),
+        h("td", { class: "num", "data-testid": "job-wait", title: j.scheduledAt || j.startedAt ? `started ${fmtTime(j.startedAt || j.scheduledAt)}` : "still waiting" }, fmtDuration(wait)),
         h("td", { class: "num", title: fmtTime(j.createdAt) }, fmtDuration(now - j.createdAt)));
     });
     replace("jobs-body",
-      table("Jobs", ["Name", "Share", "Priority", "Status", "Reason", "Age"], rows, { "data-testid": "jobs-table" }),
+      table("Jobs", ["Name", "Share", "Priority", "Status", "Reason", "Submitter", "Wait", "Age"], rows, { "data-testid": "jobs-table" }),
       more ? h("p", { class: "muted small" }, `Showing the newest ${MAX_PAGES_PER_STATUS * 100} jobs of each status; `, h("code", null, "qm jobs"), " lists the rest.") : null);
   }
 
@@ -663,6 +885,8 @@
     reason.append(...Array.from(rc.childNodes));
     replace("job-body", job.statusReason ? h("div", { class: "reason-box" }, h("span", { class: "label" }, "Reason: "), reason) : null, dl);
     const attempts = attemptsOf(job);
+    await learnNames([job.statusReason, ...attempts.map((a) => a.statusReason)]);
+    if (route().job !== jobId || state.signedOut) return;
     renderTimeline(job, attempts);
     renderAttemptTable(attempts);
   }
@@ -694,8 +918,9 @@
     state.described.clear();
     state.history.report = null;
     document.getElementById("queue").replaceChildren();
-    for (const id of ["shares-body", "jobs-body", "history-body", "job-body"]) replace(id, h("p", { class: "muted" }, "Loading…"));
-    for (const id of ["share-heads", "front", "timeline", "attempts"]) replace(id);
+    state.names.clear();
+    for (const id of ["shares-body", "jobs-body", "history-body", "recent-body", "flows-body", "job-body"]) replace(id, h("p", { class: "muted" }, "Loading…"));
+    for (const id of ["share-heads", "front", "timeline", "attempts", "pool-body"]) replace(id);
     replace("job-title", "Job");
     document.getElementById("view-queue").hidden = true;
     document.getElementById("view-job").hidden = true;
@@ -787,12 +1012,34 @@
 
   // -- routing and the refresh loop ---------------------------------------------------------
 
+  // `#/job/ID`, or `#/queue/NAME?status=&share=&q=&submitter=&sort=` (every part optional):
+  // the jobs table's filters live in the address, so that a filtered view can be shared.
   function route() {
     const hash = location.hash.replace(/^#\/?/, "");
-    let m = /^job\/(.+)$/.exec(hash);
+    const m = /^job\/(.+)$/.exec(hash);
     if (m) return { job: decodeURIComponent(m[1]) };
-    m = /^queue\/(.+)$/.exec(hash);
-    return { queue: m ? decodeURIComponent(m[1]) : null };
+    const [path, query] = hash.split("?", 2);
+    const q = /^queue\/(.+)$/.exec(path);
+    const p = new URLSearchParams(query || "");
+    return {
+      queue: q ? decodeURIComponent(q[1]) : null,
+      filters: {
+        status: p.get("status") || "ALL", share: p.get("share") || "", name: p.get("q") || "",
+        submitter: p.get("submitter") || "", sort: p.get("sort") === "wait" ? "wait" : "age",
+      },
+    };
+  }
+
+  // The address of the queue view with the current filters (defaults left out).
+  function queueHash() {
+    const p = new URLSearchParams();
+    if (state.filter !== "ALL") p.set("status", state.filter);
+    if (state.jobs.share) p.set("share", state.jobs.share);
+    if (state.jobs.name) p.set("q", state.jobs.name);
+    if (state.jobs.submitter) p.set("submitter", state.jobs.submitter);
+    if (state.jobs.sort !== "age") p.set("sort", state.jobs.sort);
+    const qs = p.toString();
+    return `#/queue/${encodeURIComponent(state.queue || "")}${qs ? `?${qs}` : ""}`;
   }
 
   function showError(message) {
@@ -819,6 +1066,10 @@
           await Promise.all([refreshJob(r.job), loadQueues()]);
         } else {
           if (r.queue) state.queue = r.queue;
+          state.filter = r.filters.status;
+          const { status, ...jobs } = r.filters;
+          state.jobs = jobs;
+          document.getElementById("status-filter").value = state.filter;
           await refreshQueue();
         }
       } catch (e) {
@@ -857,13 +1108,36 @@
     sel.addEventListener("change", () => {
       for (const id of ["shares-body", "jobs-body"]) replace(id, h("p", { class: "muted" }, "Loading…"));
       replace("share-heads"); replace("front");
-      location.hash = `#/queue/${encodeURIComponent(sel.value)}`;
+      state.queue = sel.value;
+      location.hash = queueHash();
     });
     const filter = document.getElementById("status-filter");
     filter.value = state.filter;
+    // A filter changes the address (without a new history entry) and refreshes.
+    const refilter = () => {
+      history.replaceState(null, "", location.pathname + location.search + queueHash());
+      refresh();
+    };
     filter.addEventListener("change", () => {
       state.filter = filter.value;
       replace("jobs-body", h("p", { class: "muted" }, "Loading…"));
+      refilter();
+    });
+    for (const [id, key] of [["share-filter", "share"], ["submitter-filter", "submitter"], ["job-sort", "sort"]]) {
+      const sel = document.getElementById(id);
+      sel.addEventListener("change", () => { state.jobs[key] = sel.value; refilter(); });
+    }
+    const search = document.getElementById("name-filter");
+    let typing = null;
+    search.addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => { state.jobs.name = search.value; refilter(); }, 250);
+    });
+    const recentSel = document.getElementById("recent-window");
+    recentSel.value = state.recentWindow;
+    recentSel.addEventListener("change", () => {
+      state.recentWindow = recentSel.value;
+      replace("recent-body", h("p", { class: "muted" }, "Loading…"));
       refresh();
     });
     const windowSel = document.getElementById("history-window");

@@ -383,6 +383,8 @@ pub enum Query {
     },
     /// `GET /metrics`, the parts the state knows.
     Metrics,
+    /// One sample of the dashboard's history (`history.rs`).
+    Sample,
     /// The facts usage accounting needs from the state: the jobs that may have held capacity
     /// at or after `since`, and every share's entitlement history.
     UsageFacts {
@@ -395,12 +397,17 @@ pub enum Query {
 /// layer's own use (so nothing is encoded to JSON only to be decoded again).
 #[derive(Debug)]
 pub enum Answer {
-    /// An API response body (JSON, or text for `/metrics`).
+    /// An API response body (JSON).
     Body(Vec<u8>),
     /// See [`Query::LogInfo`].
     LogInfo(LogInfo),
     /// See [`Query::UsageFacts`].
     UsageFacts(Box<UsageFacts>),
+    /// See [`Query::Sample`].
+    Sample(Box<crate::history::Sample>),
+    /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
+    /// own families before encoding it.
+    Metrics(Box<prometheus_client::registry::Registry>),
 }
 
 impl Answer {
@@ -421,6 +428,8 @@ impl Answer {
             Answer::Body(_) => "body",
             Answer::LogInfo(_) => "log info",
             Answer::UsageFacts(_) => "usage facts",
+            Answer::Sample(_) => "history sample",
+            Answer::Metrics(_) => "metrics registry",
         }
     }
 }

@@ -271,6 +271,8 @@ pub struct SchedulerSection {
     pub backfill_patience_seconds: Option<u64>,
     /// How often the server re-runs the scheduling pass while jobs wait, in seconds.
     pub tick_seconds: Option<f64>,
+    /// How often the dashboard's history is sampled, in seconds (default 10).
+    pub history_sample_seconds: Option<f64>,
 }
 
 /// Flags given on the command line; `None` = not given.
@@ -315,6 +317,8 @@ pub struct Config {
     pub backfill_patience: Duration,
     /// Pass period while jobs wait.
     pub tick: Duration,
+    /// `[scheduler] history_sample_seconds` (default 10, at least 0.1).
+    pub history_sample: Duration,
     /// `[executor] max_lost_attempts` (default 3).
     pub max_lost_attempts: u32,
     /// `[executor] isolation`.
@@ -426,6 +430,12 @@ impl Config {
         .max(Duration::from_millis(50));
         let tick = seconds("scheduler.tick_seconds", file.scheduler.tick_seconds, 1.0)?
             .max(Duration::from_millis(50));
+        let history_sample = seconds(
+            "scheduler.history_sample_seconds",
+            file.scheduler.history_sample_seconds,
+            10.0,
+        )?
+        .max(Duration::from_millis(100));
         for (i, p) in file.executor.pool.iter().enumerate() {
             if p.instance_type.is_empty() {
                 return Err(bad(
@@ -477,6 +487,7 @@ impl Config {
                 file.scheduler.backfill_patience_seconds.unwrap_or(1800),
             ),
             tick,
+            history_sample,
             max_lost_attempts: file
                 .executor
                 .max_lost_attempts

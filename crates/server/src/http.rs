@@ -41,7 +41,9 @@ pub struct App {
     /// The driver's inbox.
     pub requests: mpsc::Sender<Envelope>,
     /// API latency per operation, for `/metrics`.
-    pub latency: Arc<Mutex<ApiLatency>>,
+    pub latency: ApiLatency,
+    /// The recent past, for `/qm/v1/history` (`history.rs`).
+    pub history: Arc<Mutex<crate::history::Ring>>,
     /// The executor, which knows where attempts' logs are.
     pub executor: Executor,
     /// The archive of retired jobs, read by usage reports.
@@ -76,6 +78,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/metrics", get(metrics))
         .route("/qm/v1/usage", get(usage))
+        .route("/qm/v1/history", get(history))
         .route("/qm/v1/usage/report", get(usage_report))
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
@@ -222,9 +225,13 @@ async fn operation(
         // Every change but a submit leaves an entry that names who made it: the signer.
         audit(&app, &caller, &operation, &String::from_utf8_lossy(&body)).await;
     }
-    if let Ok(mut l) = app.latency.lock() {
-        l.observe(&operation, started.elapsed().as_secs_f64());
-    }
+    // The request id the client saw is the exemplar: a slow bucket leads to its request.
+    let request_id = response
+        .headers()
+        .get("x-amzn-RequestId")
+        .and_then(|v| v.to_str().ok());
+    app.latency
+        .observe(&operation, started.elapsed().as_secs_f64(), request_id);
     response
 }
 
@@ -305,23 +312,66 @@ fn clip(s: &str, max: usize) -> String {
     cut
 }
 
-async fn metrics(AxState(app): AxState<App>) -> Response {
-    match send(&app, Request::Query(Query::Metrics))
-        .await
-        .and_then(Answer::into_body)
-    {
-        Ok(state) => {
-            let mut text = String::from_utf8_lossy(&state).into_owned();
-            if let Ok(l) = app.latency.lock() {
-                text.push_str(&l.render());
-            }
+async fn metrics(AxState(app): AxState<App>, headers: axum::http::HeaderMap) -> Response {
+    let mut registry = match send(&app, Request::Query(Query::Metrics)).await {
+        Ok(Answer::Metrics(r)) => r,
+        Ok(other) => return error_response(&unexpected(&other)),
+        Err(e) => return error_response(&e),
+    };
+    app.latency.register(&mut registry);
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match crate::metrics::encode(&registry, accept) {
+        Ok((text, content_type)) => {
             let mut r = (StatusCode::OK, text).into_response();
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
             r
         }
+        Err(_) => error_response(&ApiError::server("internal: encoding the metrics failed")),
+    }
+}
+
+#[derive(Deserialize)]
+struct HistoryParams {
+    #[serde(rename = "jobQueue")]
+    job_queue: String,
+    window: Option<String>,
+}
+
+/// `GET /qm/v1/history?jobQueue=&window=hour|day`: a [`qm_api::qm::History`] from the ring the
+/// server samples (`history.rs`).
+async fn history(
+    AxState(app): AxState<App>,
+    params: Result<axum::extract::Query<HistoryParams>, QueryRejection>,
+) -> Response {
+    let params = match query_params(params) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    let window = match params.window.as_deref() {
+        None => qm_api::qm::HistoryWindow::Hour,
+        Some(w) => match qm_api::qm::HistoryWindow::parse("window", w) {
+            Ok(w) => w,
+            Err(e) => return error_response(&e),
+        },
+    };
+    // A name or an ARN, as the AWS API takes; a queue the ring never saw has no points.
+    let queue = params
+        .job_queue
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let now = crate::driver::now_ms();
+    let history = match app.history.lock() {
+        Ok(ring) => ring.history(&queue, window, now),
+        Err(_) => return error_response(&ApiError::server("internal: the history is unavailable")),
+    };
+    match crate::state::body(&history) {
+        Ok(b) => ok_response(b),
         Err(e) => error_response(&e),
     }
 }

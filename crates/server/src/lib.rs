@@ -11,7 +11,8 @@
 //! - [`command`]: what is logged, and so what a restart replays.
 //! - [`config`]: the TOML file and flags.
 //! - [`exec`]: the executor, local processes or a Slurm cluster.
-//! - [`metrics`]: Prometheus text for `/metrics`.
+//! - [`history`]: the recent past in memory, for the dashboard and `/qm/v1/history`.
+//! - [`metrics`]: `/metrics`, OpenMetrics or Prometheus text, on `prometheus-client`.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -23,6 +24,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod exec;
+pub mod history;
 pub mod http;
 pub mod index;
 pub mod limits;
@@ -221,10 +223,19 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         .map_err(io("starting the driver thread".into()))?;
 
     print_banner(&config, addr, &instances, &auth_lines, &jobs_line);
+    let history = std::sync::Arc::new(std::sync::Mutex::new(history::Ring::new(
+        config.history_sample,
+    )));
+    tokio::spawn(history::sample_every(
+        req_tx.downgrade(),
+        history.clone(),
+        config.history_sample,
+    ));
     let app = http::App {
         auth: std::sync::Arc::new(auth),
         requests: req_tx,
         latency: Default::default(),
+        history,
         executor: logs,
         archive: archive::Archive::new(&config.data_dir),
         gpus,

@@ -301,7 +301,7 @@ pub struct State {
     /// of a share, never pruned).
     pub share_history: crate::usage::ShareHistory,
     /// Scheduling pass durations (measured by the driver; not part of the replayed state).
-    pub pass_seconds: crate::metrics::Histogram,
+    pub pass_seconds: prometheus_client::metrics::histogram::Histogram,
     /// The bounds on queued jobs that new submits must respect: set by the server once the
     /// log is replayed, so that a submit accepted once is accepted again on replay whatever
     /// the limits are now.
@@ -348,7 +348,7 @@ impl State {
             finished: BTreeSet::new(),
             by_status: Default::default(),
             share_history: BTreeMap::new(),
-            pass_seconds: crate::metrics::Histogram::default(),
+            pass_seconds: crate::metrics::latency_histogram(),
             admission: None,
         }
     }
@@ -427,6 +427,8 @@ impl State {
                 history: self.share_history.clone(),
                 now: now.max(self.now),
             }))),
+            Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(self)))),
+            Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
             q => self.query(q, now).map(Answer::Body),
         }
     }
@@ -449,10 +451,11 @@ impl State {
             Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
             Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
-            Query::Metrics => Ok(crate::metrics::render_state(self).into_bytes()),
-            Query::LogInfo { .. } | Query::UsageFacts { .. } => Err(ApiError::server(
-                "internal: this read has a typed answer (State::answer)",
-            )),
+            Query::LogInfo { .. } | Query::UsageFacts { .. } | Query::Sample | Query::Metrics => {
+                Err(ApiError::server(
+                    "internal: this read has a typed answer (State::answer)",
+                ))
+            }
         }
     }
 
@@ -955,14 +958,20 @@ impl State {
     /// stopping, runnable. "Lent out" splits what others borrow over the lenders in proportion
     /// to their idle entitlement (lending is pooled; no instance belongs to one lender).
     fn usage_json(&self) -> Result<Vec<u8>, ApiError> {
-        let mut queues = Vec::new();
-        for q in self.queues.values() {
-            let usage = self.share_usage(&q.name);
-            let runnable = self.runnable_counts(&q.name);
-            let shares: Vec<qm_api::qm::ShareUsage> = usage
-                .iter()
-                .filter(|u| q.shares.contains_key(&u.share))
-                .map(|u| qm_api::qm::ShareUsage {
+        let queues = self.queues.values().map(|q| self.queue_usage(q)).collect();
+        body(&qm_api::qm::Usage { queues })
+    }
+
+    /// One queue's part of `GET /qm/v1/usage`: its shares, its pool and who lends to whom.
+    fn queue_usage(&self, q: &QueueRec) -> qm_api::qm::QueueUsage {
+        let usage = self.share_usage(&q.name);
+        let runnable = self.runnable_counts(&q.name);
+        let shares: Vec<qm_api::qm::ShareUsage> = usage
+            .iter()
+            .filter(|u| q.shares.contains_key(&u.share))
+            .map(|u| {
+                let rec = q.shares.get(&u.share);
+                qm_api::qm::ShareUsage {
                     quota_share_name: u.share.clone(),
                     capacity_unit: u.instance_type.clone(),
                     entitled: f64::from(u.entitlement),
@@ -979,18 +988,79 @@ impl State {
                         let (min, cap) = qm_api::validate::protection(&s.tags);
                         qm_api::qm::protection_words(min, cap)
                     }),
-                    strategy: q
-                        .shares
-                        .get(&u.share)
-                        .map(|s| s.sharing.strategy.as_str().to_string()),
+                    strategy: rec.map(|s| s.sharing.strategy.as_str().to_string()),
+                    borrow_limit: rec.map(|s| s.sharing.borrow_limit.unwrap_or(-1)),
+                    in_share_preemption: rec.map(|s| {
+                        s.preemption.in_share_preemption
+                            == QuotaShareInSharePreemptionState::Enabled
+                    }),
+                }
+            })
+            .collect();
+        let pool = self.core.pool(&q.name).unwrap_or_default();
+        let flows = self.core.flows(&q.name).unwrap_or_default();
+        qm_api::qm::QueueUsage {
+            job_queue: q.name.clone(),
+            shares,
+            pool: pool
+                .into_iter()
+                .map(|p| qm_api::qm::Pool {
+                    capacity_unit: p.instance_type,
+                    environment_max: p.environment,
+                    physical: p.physical,
+                    used: p.used,
+                    free: p.free,
                 })
-                .collect();
-            queues.push(qm_api::qm::QueueUsage {
-                job_queue: q.name.clone(),
-                shares,
-            });
+                .collect(),
+            flows: flows
+                .into_iter()
+                .filter(|f| q.shares.contains_key(&f.lender) && q.shares.contains_key(&f.borrower))
+                .map(|f| qm_api::qm::Flow {
+                    capacity_unit: f.instance_type,
+                    lender: f.lender,
+                    borrower: f.borrower,
+                    instances: f.instances,
+                })
+                .collect(),
         }
-        body(&qm_api::qm::Usage { queues })
+    }
+
+    /// Every queue's shares and depth now, for the dashboard's history.
+    pub fn sample(&self, at: i64) -> crate::history::Sample {
+        use crate::history::{QueueSample, ShareSample};
+        let queues = self.queues.values().map(|q| {
+            let mut shares: BTreeMap<&str, ShareSample> = BTreeMap::new();
+            for u in self.core.usage(&q.name).unwrap_or_default() {
+                let Some((name, _)) = q.shares.get_key_value(&u.share) else {
+                    continue;
+                };
+                let s = shares.entry(name).or_insert_with(|| ShareSample {
+                    share: name.as_str().into(),
+                    own: 0,
+                    borrowed: 0,
+                    preemptions: 0,
+                });
+                s.own += u.usage - u.borrowed;
+                s.borrowed += u.borrowed;
+            }
+            for ((queue, share), n) in self.preemptions.range((q.name.clone(), String::new())..) {
+                if *queue != q.name {
+                    break;
+                }
+                if let Some(s) = shares.get_mut(share.as_str()) {
+                    s.preemptions = *n;
+                }
+            }
+            QueueSample {
+                queue: q.name.as_str().into(),
+                runnable: q.runnable.len() as u32,
+                shares: shares.into_values().collect(),
+            }
+        });
+        crate::history::Sample {
+            at,
+            queues: queues.collect(),
+        }
     }
 
     /// The attempt whose logs a client asks for.

@@ -403,6 +403,10 @@ pub struct ServiceJobSummary {
     /// DescribeServiceJob per job to show it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_priority: Option<i32>,
+    /// Who submitted the job (the signing principal; its `qm:submitted-by` tag): a
+    /// Quartermaster extension, for the dashboard's submitter filter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 /// Instances of one type that a job holds (ListServiceJobs).

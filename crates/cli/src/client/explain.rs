@@ -286,10 +286,12 @@ mod tests {
             runnable: 0.0,
             protection: None,
             strategy: Some(strategy.into()),
+            ..ShareUsage::default()
         };
         let usage = QueueUsage {
             job_queue: "q".into(),
             shares: vec![share("prod", "RESERVE"), share("inference", "LEND")],
+            ..QueueUsage::default()
         };
         let text = explain(
             &job,

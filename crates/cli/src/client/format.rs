@@ -445,10 +445,12 @@ mod tests {
             runnable: 0.0,
             protection: protection.map(str::to_string),
             strategy: None,
+            ..ShareUsage::default()
         };
         let queue = |shares| QueueUsage {
             job_queue: "jq".into(),
             shares,
+            ..QueueUsage::default()
         };
         let plain = shares_table(&[queue(vec![row("A", None)])]);
         assert!(!plain.contains("PROTECTION"), "{plain}");

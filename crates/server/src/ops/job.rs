@@ -499,6 +499,7 @@ impl State {
             stopped_at: rec.stopped_at,
             is_terminated: rec.is_terminated.then_some(true),
             scheduling_priority: Some(rec.priority),
+            submitted_by: rec.principal.clone(),
         }
     }
 
