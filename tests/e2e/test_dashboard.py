@@ -388,6 +388,36 @@ def test_the_dashboard_shows_the_pool_who_lends_to_whom_filters_and_recent_histo
         alice.cleanup()
 
 
+def test_the_pool_says_what_is_idle_while_jobs_wait_and_why(server, batch, jobs, tmp_path):
+    """Issue 20: free capacity a waiting job fits is the sign a policy wastes the cluster. A
+    RESERVE share's idle instance is never lent, so a borrower's job waits beside it: the usage,
+    the gauge and the dashboard's pool say so, with the cause and the job to explain."""
+    browser = chromium()
+    q = make_queue(batch, "dash-idle", [ShareSpec("keeper", "RESERVE", 1),
+                                        ShareSpec("eager", "LEND_AND_BORROW", 1, borrow_limit=100)],
+                   env_max=2)
+    run = jobs.sleeper(q, "eager", "eager_run")
+    wait_status(batch, run, "RUNNING")
+    waiting = jobs.sleeper(q, "eager", "eager_wait")
+    wait_status(batch, waiting, "RUNNABLE", reason_prefix="NOTHING_TO_BORROW")
+
+    idle = usage_of(server, q.name)["idleWhileWaiting"]
+    assert idle == [{"capacityUnit": UNIT, "free": 1, "idle": 1, "cause": "reserve",
+                     "jobId": waiting, "jobName": "eager_wait"}], idle
+    status, _, body = server.signed("GET", "/metrics")
+    assert status == 200, body
+    series = (f'qm_idle_while_waiting_instances{{job_queue="{q.name}",instance_type="{UNIT}",'
+              f'cause="reserve"}} 1')
+    assert series in body.decode(), body.decode()[:3000]
+    assert (f'qm_idle_while_waiting_instances{{job_queue="{q.name}",instance_type="{UNIT}",'
+            f'cause="borrow_limit"}} 0') in body.decode()
+
+    dom = page(browser, signed_in(server, f"/queue/{q.name}"), tmp_path / "profile")
+    cell = dom.one("pool-row", data_unit=UNIT).one("pool-idle")
+    assert cell.attrs["data-cause"] == "reserve" and cell.text().startswith("1 ("), cell.text()
+    assert cell.one("job-link").text() == "eager_wait"
+
+
 def test_a_preemption_names_the_job_it_was_for_and_the_stopping_attempt_shows_in_the_bar(
         server, batch, jobs, tmp_path):
     browser = chromium()

@@ -121,6 +121,34 @@ pub struct QueueUsage {
     /// Who lends to whom, per instance type; empty when nobody borrows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flows: Vec<Flow>,
+    /// Per instance type: instances free while a job that fits them waits, and why; empty
+    /// when nothing is both free and wanted (and from older servers).
+    #[serde(
+        default,
+        rename = "idleWhileWaiting",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub idle_while_waiting: Vec<IdleWhileWaiting>,
+}
+
+/// Free instances of one type that waiting jobs fit (`qm_core::Scheduler::idle_while_waiting`):
+/// the figure that says a policy wastes the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleWhileWaiting {
+    /// The instance type.
+    pub capacity_unit: String,
+    /// Instances nobody holds.
+    pub free: u32,
+    /// Of those, instances waiting jobs that fit them want.
+    pub idle: u32,
+    /// The dominant cause: `reservation`, `reserve`, `borrow_limit`, `no_borrowing`,
+    /// `never_fits` or `other`.
+    pub cause: String,
+    /// A job that waits for that cause (its id), for `qm explain`.
+    pub job_id: String,
+    /// Its name.
+    pub job_name: String,
 }
 
 /// The body of `GET /qm/v1/usage`.

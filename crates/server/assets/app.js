@@ -309,7 +309,8 @@
       const r = await call("GET", "/qm/v1/usage");
       const q = (r.queues || []).find((x) => x.jobQueue === queue) || {};
       // pool and flows are absent from older servers (and flows when nobody borrows).
-      return { shares: q.shares || [], pool: q.pool || null, flows: q.flows || [], derived: false };
+      return { shares: q.shares || [], pool: q.pool || null, flows: q.flows || [],
+        idle: q.idleWhileWaiting || [], derived: false };
     } catch (e) {
       // An older server has no /qm/v1/usage: derive what we can. A refusal is no such server.
       if (!e.reachable || e.status === 401 || e.status === 403) throw e;
@@ -492,19 +493,37 @@
     return h("p", { class: "share-conf", "data-testid": "share-conf" }, parts);
   }
 
+  const IDLE_CAUSES = {
+    reservation: "held for a reservation",
+    reserve: "RESERVE or unassigned: never lent",
+    borrow_limit: "borrow limit reached",
+    no_borrowing: "share full, does not borrow",
+    never_fits: "job can never run",
+    other: "preemption under way",
+  };
+
   function renderPool(usage) {
     if (!usage.pool) {
       replace("pool-body", h("p", { class: "muted small" }, "This server does not report its pool."));
       return;
     }
+    // Free instances a waiting job fits: the sign that the policy wastes the cluster.
+    const idleOf = (unit) => (usage.idle || []).find((i) => i.capacityUnit === unit);
+    const idleCell = (unit) => {
+      const i = idleOf(unit);
+      if (!i) return h("td", { "data-testid": "pool-idle" }, "—");
+      return h("td", { class: "warn", "data-testid": "pool-idle", "data-cause": i.cause },
+        `${i.idle} (${IDLE_CAUSES[i.cause] || i.cause}; `, jobLink(i.jobId, i.jobName), " waits)");
+    };
     const rows = usage.pool.map((p) => h("tr", { "data-testid": "pool-row", "data-unit": p.capacityUnit },
       h("th", { scope: "row" }, p.capacityUnit),
       h("td", { class: "num", "data-testid": "pool-limit" }, String(p.environmentMax)),
       h("td", { class: "num", "data-testid": "pool-physical" }, p.physical === undefined ? "—" : String(p.physical)),
       h("td", { class: "num", "data-testid": "pool-used" }, String(p.used)),
-      h("td", { class: "num", "data-testid": "pool-free" }, String(p.free))));
+      h("td", { class: "num", "data-testid": "pool-free" }, String(p.free)),
+      idleCell(p.capacityUnit)));
     replace("pool-body", rows.length === 0 ? h("p", { class: "muted" }, "No instance type yet.")
-      : table("Pool by instance type", ["Instance type", "Limit", "Physical", "Used", "Free"], rows, { "data-testid": "pool-table" }));
+      : table("Pool by instance type", ["Instance type", "Limit", "Physical", "Used", "Free", "Idle while jobs wait"], rows, { "data-testid": "pool-table" }));
   }
 
   // One matrix per instance type: a row per lender, a column per borrower.

@@ -128,6 +128,13 @@ struct UnitLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdleLabels {
+    job_queue: String,
+    instance_type: String,
+    cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QueueShareLabels {
     job_queue: String,
     quota_share: String,
@@ -249,10 +256,39 @@ fn pool_and_flows(state: &State, r: &mut Registry) {
         free,
     );
     r.register(
+        "qm_idle_while_waiting_instances",
+        "Instances free while a RUNNABLE job that fits them waits, under the dominant cause (reservation, reserve, borrow_limit, no_borrowing, never_fits, other); every cause is 0 otherwise",
+        idle_while_waiting(state),
+    );
+    r.register(
         "qm_lent_instances",
         "Instances the lender's idle entitlement gives the borrower (pooled lending split in proportion)",
         lending,
     );
+}
+
+/// Idle while jobs wait, per queue, type and cause: every cause of every pool type has a
+/// series (0 but for the dominant one), so that a rate or an alert never sees one vanish.
+fn idle_while_waiting(state: &State) -> Family<IdleLabels, Gauge> {
+    let idle = Family::<IdleLabels, Gauge>::default();
+    for q in state.queues.values() {
+        let now = state.idle_while_waiting(&q.name);
+        for p in state.core.pool(&q.name).unwrap_or_default() {
+            let wasted = now.iter().find(|e| e.capacity_unit == p.instance_type);
+            for cause in qm_core::IdleCause::ALL {
+                let value = wasted
+                    .filter(|e| e.cause == cause.code())
+                    .map_or(0, |e| i64::from(e.idle));
+                idle.get_or_create(&IdleLabels {
+                    job_queue: q.name.clone(),
+                    instance_type: p.instance_type.clone(),
+                    cause: cause.code().to_string(),
+                })
+                .set(value);
+            }
+        }
+    }
+    idle
 }
 
 /// The queue and job counts, and preemptions.

@@ -997,6 +997,7 @@ impl State {
                 }
             })
             .collect();
+        let idle_while_waiting = self.idle_while_waiting(&q.name);
         let pool = self.core.pool(&q.name).unwrap_or_default();
         let flows = self.core.flows(&q.name).unwrap_or_default();
         qm_api::qm::QueueUsage {
@@ -1022,7 +1023,29 @@ impl State {
                     instances: f.instances,
                 })
                 .collect(),
+            idle_while_waiting,
         }
+    }
+
+    /// Instances of the queue free while jobs that fit them wait, per type, with the cause
+    /// (the core's figure, named for clients).
+    pub(crate) fn idle_while_waiting(&self, queue: &str) -> Vec<qm_api::qm::IdleWhileWaiting> {
+        self.core
+            .idle_while_waiting()
+            .into_iter()
+            .filter(|e| e.queue == queue)
+            .map(|e| {
+                let rec = self.jobs.get(&e.job.0);
+                qm_api::qm::IdleWhileWaiting {
+                    capacity_unit: e.instance_type,
+                    free: e.free,
+                    idle: e.wasted,
+                    cause: e.cause.code().to_string(),
+                    job_id: rec.map_or_else(|| e.job.0.to_string(), |r| r.id.clone()),
+                    job_name: rec.map_or_else(String::new, |r| r.request.job_name.clone()),
+                }
+            })
+            .collect()
     }
 
     /// Every queue's shares and depth now, for the dashboard's history.

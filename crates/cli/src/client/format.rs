@@ -418,8 +418,32 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
             head.push("protection");
         }
         out.push_str(&table(&head, &rows));
+        for idle in &queue.idle_while_waiting {
+            out.push_str(&idle_line(idle));
+        }
     }
     out
+}
+
+/// "Is the cluster wasted?": free instances a waiting job fits, why, and which job to explain.
+fn idle_line(idle: &qm_api::qm::IdleWhileWaiting) -> String {
+    let why = match idle.cause.as_str() {
+        "reservation" => "held for an older job's reservation or another share's waiting owner",
+        "reserve" => "the free capacity is a RESERVE share's or no share's, and never lent",
+        "borrow_limit" => "the waiting share is at its borrow limit",
+        "no_borrowing" => "the waiting share is full and its strategy does not borrow",
+        "never_fits" => "the waiting job can never run as configured",
+        _ => "a preemption or a decision is under way",
+    };
+    let job = if idle.job_name.is_empty() {
+        idle.job_id.clone()
+    } else {
+        idle.job_name.clone()
+    };
+    format!(
+        "idle while jobs wait: {} of {} free {} ({}: {why}; `qm explain {job}`)\n",
+        idle.idle, idle.free, idle.capacity_unit, idle.cause
+    )
 }
 
 /// One frame of `qm watch`: the shares of the queue, then its jobs.
