@@ -28,6 +28,7 @@ pub mod index;
 pub mod limits;
 pub mod metrics;
 mod ops;
+mod resume;
 pub mod snapshot;
 pub mod state;
 pub mod usage;
