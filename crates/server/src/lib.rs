@@ -12,6 +12,8 @@
 //! - [`config`]: the TOML file and flags.
 //! - [`exec`]: the executor, local processes or a Slurm cluster.
 //! - [`metrics`]: Prometheus text for `/metrics`.
+//! - `resume`: whether each attempt after a preemption resumed from its checkpoint, from the
+//!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`).
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
