@@ -84,7 +84,7 @@ def test_a_script_using_only_opt_ml_gets_its_channel_and_its_model_is_uploaded(b
     assert "\x1b[" not in server_log, "colour codes in a log file"
 
 
-def test_a_preempted_job_resumes_from_the_checkpoint_in_storage_not_from_local_files(batch, jobs, q):
+def test_a_preempted_job_resumes_from_the_checkpoint_in_storage_not_from_local_files(batch, jobs, q, server):
     name = f"resume-{uuid.uuid4().hex[:6]}"
     ckpt = STORAGE_ROOT / "checkpoints" / name
     # A's own instance is taken, so the job borrows one of B's.
@@ -112,6 +112,13 @@ def test_a_preempted_job_resumes_from_the_checkpoint_in_storage_not_from_local_f
     assert starts == ["0", "1990"], starts
     model = json.loads(archive(name, "model.tar.gz")["model.json"])
     assert model["resumed_from"] == 1990
+    # The steps it wrote to /opt/ml/output/progress.json: resumed, past where it stopped.
+    status, _, body = server.signed("GET", f"/qm/v1/jobs/{jid}/attempt")
+    assert status == 200, body
+    [record] = json.loads(body)["resumes"]
+    assert record["outcome"] == "resumed", record
+    assert (record["checkpointStep"], record["previousLastStep"], record["firstStep"]) == (step, step, 1990)
+    assert record["recomputedSteps"] == 0
 
 
 def test_a_missing_channel_fails_the_attempt_before_the_entrypoint_runs(batch, jobs, q, server):

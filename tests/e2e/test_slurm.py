@@ -24,6 +24,7 @@ import pytest
 from qm_e2e import (DEADLINE, STORAGE_ROOT, Jobs, ShareSpec, SlurmCluster, demo_setup, events, line,
                     make_queue, pid_alive, slurm_config_toml, slurm_missing, still, storage_uri,
                     wait_for, wait_preempted, wait_status)
+from test_resume import preempt_by_owner_and_run_again
 
 # Without Slurm the module is skipped; with QM_REQUIRE_SLURM set (CI) each of its tests fails
 # instead (in the `cluster` fixture), and the other modules still run.
@@ -633,3 +634,11 @@ def test_a_slurm_job_gets_its_channel_at_opt_ml_and_its_model_is_uploaded(
     assert files["rows.csv"] == b"1,2\n3,4\n", files
     assert json.loads(files["hps.json"]) == {"epochs": "2"}, files
     assert jobs.hosts("slurm_model")[0]["host"] in cluster.names()
+
+
+def test_a_slurm_job_that_reports_its_steps_is_classified_resumed_after_a_reclaim(server, batch, jobs):
+    # The executor reads QM_PROGRESS_FILE in the shared directory, as it reads checkpoints.
+    _, record = preempt_by_owner_and_run_again(batch, server, jobs, "sresume", resume=True)
+    assert record["outcome"] == "resumed", record
+    assert (record["checkpointStep"], record["previousLastStep"], record["firstStep"]) == (10, 15, 10)
+    assert record["recomputedSteps"] == 5

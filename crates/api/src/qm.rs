@@ -409,6 +409,63 @@ pub struct JobAttemptNow {
     /// The live attempt; absent while the job waits or once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<RunningAttempt>,
+    /// How each attempt that followed a preemption resumed, oldest first; absent when the job
+    /// was never preempted (or from a server older than the field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumes: Vec<ResumeRecord>,
+}
+
+/// Whether the attempt after a preemption went on from the checkpoint it was told of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResumeOutcome {
+    /// Its first step was at or past the preempted attempt's last checkpoint step.
+    Resumed,
+    /// Its first step was below that checkpoint step (it started over, e.g. at 0).
+    Restarted,
+    /// One of the two attempts reported no step or no checkpoint step (or the new one has not
+    /// reported yet); the lost work is estimated from checkpoint-file times.
+    Unknown,
+}
+
+impl ResumeOutcome {
+    /// The wire name: `resumed`, `restarted` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResumeOutcome::Resumed => "resumed",
+            ResumeOutcome::Restarted => "restarted",
+            ResumeOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+/// One attempt that followed a preemption, against the attempt that was preempted (from the
+/// steps both wrote to their progress files, `QM_PROGRESS_FILE`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeRecord {
+    /// The 1-based number of the attempt that followed the preemption (the preempted one is
+    /// the number before it).
+    pub attempt: u32,
+    /// How it resumed.
+    pub outcome: ResumeOutcome,
+    /// The last checkpoint step the preempted attempt reported: where it should resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_step: Option<u64>,
+    /// The last step the preempted attempt reported: where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_last_step: Option<u64>,
+    /// The first step this attempt reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_step: Option<u64>,
+    /// Steps computed again: how far below the preempted attempt's last step this one started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recomputed_steps: Option<u64>,
+    /// Instance-hours spent again: the recomputed steps at the preempted attempt's rate, or,
+    /// when the steps are unknown, its instances times the time from its last checkpoint (or
+    /// its start) to its stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recomputed_instance_hours: Option<f64>,
 }
 
 /// An attempt that holds capacity: running, starting, or stopping after a preemption or a
@@ -440,6 +497,12 @@ pub struct RunningAttempt {
     /// Why it is stopping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// The last step it reported in its progress file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step: Option<u64>,
+    /// The last checkpoint step it reported in its progress file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_step: Option<u64>,
 }
 
 /// One host of a running attempt.

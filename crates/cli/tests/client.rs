@@ -684,3 +684,44 @@ fn a_drill_preempts_a_running_job_which_runs_again_and_qm_job_shows_the_drill() 
     golden.check("preempt", &out);
     golden.finish();
 }
+
+#[test]
+fn a_job_that_reports_its_steps_resumes_after_a_drill_and_qm_job_shows_how() {
+    let server = Server::start();
+    create_cluster(&server);
+    let mut golden = Golden::new();
+    // The first attempt reaches step 120 with its checkpoint at step 100; the next one reads
+    // the checkpoint back and reports step 100 first.
+    let script = r#"ckpt="$SM_CHECKPOINT_DIR/step"
+if [ -f "$ckpt" ]; then
+  echo "{\"step\": $(cat "$ckpt")}" >> "$QM_PROGRESS_FILE"
+else
+  echo 100 > "$ckpt"
+  printf '{"step": 0}\n{"step": 100, "checkpoint_step": 100}\n{"step": 120}\n' >> "$QM_PROGRESS_FILE"
+fi
+exec sleep 60"#;
+    let id = stdout_of(&server.qm(&[
+        "submit", "--share", "research", "--name", "learner", "--", "sh", "-c", script,
+    ]));
+    let id = id.trim();
+    let client = server.client();
+    let wait = |what: &str, done: &dyn Fn(&qm_api::qm::JobAttemptNow) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(&client.attempt_now(id).expect("the job's attempt")) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait("step 120", &|now| {
+        now.running.as_ref().and_then(|a| a.last_step) == Some(120)
+    });
+    stdout_of(&server.qm(&["preempt", "learner", "--reason", "resume check"]));
+    wait("the second attempt's first step", &|now| {
+        now.resumes.first().is_some_and(|r| r.first_step.is_some())
+            && now.running.as_ref().is_some_and(|a| a.number == 2)
+    });
+    let job = stdout_of(&server.qm(&["job", "learner"]));
+    let from = job.find("\nattempt ").expect("a running attempt");
+    golden.check("job_resumed", &job[from..]);
+    golden.finish();
+}

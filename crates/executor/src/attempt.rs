@@ -381,8 +381,15 @@ impl Supervisor {
                 pgids,
                 gpus,
                 layout.attempt_dir.clone(),
-                checkpoint_dir,
-                baseline_ns,
+                checkpoint::Watched {
+                    dir: checkpoint_dir,
+                    last_seen_ns: baseline_ns,
+                },
+                crate::progress::Tail::new(
+                    layout.progress_file(),
+                    layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)),
+                    self.uid.filter(|_| self.inner.cfg.isolation.is_some()),
+                ),
             );
         }
         let deadline = spec.max_runtime.map(|limit| started + limit);

@@ -1,6 +1,8 @@
 //! Checkpoint detection: one background task scans the checkpoint directories of running
 //! attempts every `checkpoint_poll` and reports when the newest modification time moved
-//! forward. The scheduler uses it to estimate how much work a preemption would lose.
+//! forward. The scheduler uses it to estimate how much work a preemption would lose. The same
+//! task reads the attempts' progress files ([`crate::progress`]) at the same period, which is
+//! what coalesces a job's many progress lines into at most one report per poll.
 //!
 //! A change counts only if it is newer than the newest file that existed when the attempt
 //! started. That baseline, rather than the attempt's start time, keeps a previous attempt's
@@ -99,6 +101,14 @@ pub(crate) async fn scan_loop(inner: Weak<Inner>, poll: Duration) {
             continue;
         }
         inner.record_checkpoints(&scan(targets).await);
+        let tails = inner.progress_targets();
+        let _ = tokio::task::spawn_blocking(move || {
+            for tail in tails {
+                crate::progress::lock(&tail).poll();
+            }
+        })
+        .await;
+        inner.record_progress();
     }
 }
 

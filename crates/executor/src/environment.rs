@@ -77,6 +77,7 @@ pub(crate) fn common(
         ),
         ("QM_JOB_ID".into(), spec.job_id.clone()),
         ("QM_ATTEMPT".into(), spec.attempt_number.to_string()),
+        ("QM_PROGRESS_FILE".into(), path(&layout.progress_file())),
     ]);
     vars.extend(crate::input::variables(spec, layout));
     vars

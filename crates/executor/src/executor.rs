@@ -1,7 +1,8 @@
 //! The local executor: its configuration, the launch request, the events it reports, and the
 //! shared state (inventory and running attempts) behind one mutex that is never held across
 //! an await. Each attempt is supervised by one tokio task ([`crate::attempt`]); checkpoint
-//! scanning is one more task for all attempts ([`crate::checkpoint`]).
+//! scanning, with the progress files, is one more task for all attempts
+//! ([`crate::checkpoint`], [`crate::progress`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use crate::container::Runtime;
 use crate::inventory::Inventory;
 use crate::isolation::{self, JobUids, UidPool};
 use crate::layout::{self, JobLayout};
+use crate::progress::{lock, Steps, Tail};
 use crate::{ExecError, Outcome, PoolSpec};
 use qm_storage::Storage;
 
@@ -173,7 +175,8 @@ impl LaunchSpec {
     }
 }
 
-/// What the executor reports, in order per attempt: `Running`, any `Checkpoint`s, `Exited`
+/// What the executor reports, in order per attempt: `Running`, any `Checkpoint`s and
+/// `Progress`es, `Exited`
 /// (an attempt whose processes could not all be spawned gets only `Exited`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExecEvent {
@@ -211,6 +214,14 @@ pub enum ExecEvent {
         attempt: u64,
         /// That modification time, in epoch milliseconds.
         at_ms: u64,
+    },
+    /// The steps the attempt reported in its progress file moved ([`crate::progress`]): sent
+    /// at most once per scan, and once more just before `Exited` if the last lines moved them.
+    Progress {
+        /// The attempt.
+        attempt: u64,
+        /// Everything it reported so far (not only the change).
+        steps: Steps,
     },
     /// Every process of the attempt is gone; its instances (and GPUs) are free again.
     Exited {
@@ -261,6 +272,9 @@ struct Slot {
     uid: Option<u32>,
     /// Set once every process is spawned; the scanner skips the attempt before.
     checkpoints: Option<Watched>,
+    /// The reader of its progress file, set with `checkpoints`; shared with the scanner,
+    /// which reads outside the state lock.
+    progress: Option<Arc<Mutex<Tail>>>,
 }
 
 /// The file in an attempt's directory that keeps how it ended.
@@ -425,6 +439,7 @@ impl LocalExecutor {
                     pgids: Vec::new(),
                     uid,
                     checkpoints: None,
+                    progress: None,
                 },
             );
             (hosts, uid)
@@ -557,23 +572,22 @@ impl Inner {
     }
 
     /// Records the spawned processes and reports `Running`. From now on the scanner looks at
-    /// `checkpoint_dir`, reporting only mtimes newer than `baseline_ns`.
+    /// the checkpoint directory, reporting only mtimes newer than the one `checkpoints` holds,
+    /// and at the progress file.
     pub(crate) fn mark_running(
         &self,
         attempt: u64,
         pgids: Vec<u32>,
         gpus: Vec<u32>,
         log_dir: PathBuf,
-        checkpoint_dir: PathBuf,
-        baseline_ns: u64,
+        checkpoints: Watched,
+        progress: Tail,
     ) {
         let mut state = self.state();
         if let Some(slot) = state.attempts.get_mut(&attempt) {
             slot.pgids = pgids.clone();
-            slot.checkpoints = Some(Watched {
-                dir: checkpoint_dir,
-                last_seen_ns: baseline_ns,
-            });
+            slot.checkpoints = Some(checkpoints);
+            slot.progress = Some(Arc::new(Mutex::new(progress)));
         }
         // Sent under the lock so that no Checkpoint or Exited of this attempt can precede it.
         let _ = self.events.send(ExecEvent::Running {
@@ -602,9 +616,22 @@ impl Inner {
     }
 
     /// Frees the attempt's instances and reports `Exited`; called once every process is gone.
+    /// The progress file is read a last time first (a bounded read: the lines the job wrote
+    /// while it was stopping say where it stopped).
     pub(crate) fn finish(&self, attempt: u64, outcome: Outcome) {
+        let tail = self
+            .state()
+            .attempts
+            .get(&attempt)
+            .and_then(|s| s.progress.clone());
+        if let Some(tail) = &tail {
+            lock(tail).poll_final();
+        }
         let mut state = self.state();
         if let Some(slot) = state.attempts.remove(&attempt) {
+            if let Some(steps) = slot.progress.as_deref().and_then(|t| lock(t).take_change()) {
+                let _ = self.events.send(ExecEvent::Progress { attempt, steps });
+            }
             state.inventory.give_back(&slot.instances);
             if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
                 pool.give_back(uid);
@@ -620,7 +647,6 @@ impl Inner {
         });
     }
 
-    /// The checkpoint directories to scan: running attempts only.
     /// The log limit and the directories of running attempts, when logs are bounded.
     pub(crate) fn log_targets(&self) -> Option<(u64, Vec<PathBuf>)> {
         let limit = self.cfg.log_bytes_per_attempt?;
@@ -633,6 +659,7 @@ impl Inner {
         Some((limit, dirs))
     }
 
+    /// The checkpoint directories to scan: running attempts only.
     pub(crate) fn checkpoint_targets(&self) -> Vec<(u64, PathBuf)> {
         self.state()
             .attempts
@@ -659,6 +686,26 @@ impl Inner {
                     attempt,
                     at_ms: newest_ns / 1_000_000,
                 });
+            }
+        }
+    }
+
+    /// The progress readers of running attempts.
+    pub(crate) fn progress_targets(&self) -> Vec<Arc<Mutex<Tail>>> {
+        self.state()
+            .attempts
+            .values()
+            .filter_map(|slot| slot.progress.clone())
+            .collect()
+    }
+
+    /// Reports a `Progress` for each attempt, still running, whose steps moved since its last
+    /// report: at most one per attempt per scan, however many lines the job wrote.
+    pub(crate) fn record_progress(&self) {
+        let state = self.state();
+        for (&attempt, slot) in &state.attempts {
+            if let Some(steps) = slot.progress.as_deref().and_then(|t| lock(t).take_change()) {
+                let _ = self.events.send(ExecEvent::Progress { attempt, steps });
             }
         }
     }

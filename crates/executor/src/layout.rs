@@ -6,7 +6,9 @@
 //! data_dir/jobs/<job_id>/
 //!   checkpoints/            SM_CHECKPOINT_DIR (unless the payload's LocalPath is usable)
 //!   model/                  SM_MODEL_DIR
-//!   output/                 SM_OUTPUT_DIR; output/failure is the job's failure message
+//!   output/                 SM_OUTPUT_DIR; output/failure is the job's failure message,
+//!                           output/progress.json its steps (QM_PROGRESS_FILE), both
+//!                           removed when an attempt starts
 //!   output/data/            SM_OUTPUT_DATA_DIR
 //!   input/config/           SM_INPUT_CONFIG_DIR: hyperparameters.json, inputdataconfig.json,
 //!                           resourceconfig.json (local executor), made afresh every attempt
@@ -116,8 +118,14 @@ impl JobLayout {
         self.output.join("failure")
     }
 
-    /// Creates the directories and removes the previous attempt's failure file, so a stale
-    /// message never explains this attempt's failure. Returns the path that failed.
+    /// The file the job appends its steps to ([`crate::progress`]).
+    pub(crate) fn progress_file(&self) -> PathBuf {
+        self.output.join(crate::progress::PROGRESS_FILE)
+    }
+
+    /// Creates the directories and removes the previous attempt's failure and progress files,
+    /// so a stale message never explains this attempt's failure and the previous attempt's
+    /// steps never count as this one's. Returns the path that failed.
     ///
     /// A link or a file the previous attempt left where a directory belongs is replaced, never
     /// followed: the server may be root, and the job must not point it elsewhere. With
@@ -157,11 +165,13 @@ impl JobLayout {
             let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
             isolation::hand_over(&dirs, uid, range).map_err(|e| (self.job.clone(), e))?;
         }
-        let failure = self.failure_file();
-        match fs::remove_file(&failure) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err((failure, e)),
-            _ => Ok(()),
+        for stale in [self.failure_file(), self.progress_file()] {
+            match fs::remove_file(&stale) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err((stale, e)),
+                _ => {}
+            }
         }
+        Ok(())
     }
 
     /// The checkpoint directory of this attempt: the payload's `CheckpointConfig.LocalPath`

@@ -4,20 +4,21 @@
 //! The server builds a [`LocalExecutor`] from a [`LocalConfig`] and an event channel, gives
 //! [`LocalExecutor::capacity`] to the core as physical capacity, and carries out the core's
 //! start and stop effects with [`LocalExecutor::start`] and [`LocalExecutor::stop`]. What
-//! happens to the processes comes back as [`ExecEvent`]s: `Running`, `Checkpoint`, `Exited`.
+//! happens to the processes comes back as [`ExecEvent`]s: `Running`, `Checkpoint`, `Progress`,
+//! `Exited`.
 //!
 //! An attempt runs `ContainerEntrypoint` + `ContainerArguments` once per instance, each process
 //! leading its own process group, in `data_dir/jobs/<job_id>/work` (the layout is in
 //! [`layout`]). Its environment is the server's, then the payload's `Environment`, then
 //! `CUDA_VISIBLE_DEVICES`, `SM_NUM_GPUS`, `SM_CURRENT_HOST`, `SM_HOSTS`, `SM_HPS`,
 //! `SM_HP_<NAME>`, `SM_CHECKPOINT_DIR`, `SM_MODEL_DIR`, `SM_OUTPUT_DIR`, `SM_OUTPUT_DATA_DIR`,
-//! `SM_TRAINING_JOB_NAME`, `QM_JOB_ID` and `QM_ATTEMPT`.
+//! `SM_TRAINING_JOB_NAME`, `QM_JOB_ID`, `QM_ATTEMPT` and `QM_PROGRESS_FILE` ([`progress`]).
 //!
 //! [`slurm`] runs attempts as jobs of a Slurm cluster instead; it reports the same events.
 //!
 //! Modules: `inventory` (instances and GPUs), [`layout`] (directories and log names),
 //! `environment`, `attempt` (one task per attempt: spawn, wait, stop, timeout), `checkpoint`
-//! (one scanner task for all attempts), `group` (process-group signals and stale reaping),
+//! (one scanner task for all attempts, which also reads [`progress`]), `group` (process-group signals and stale reaping),
 //! `outcome` (exit reasons), `executor` (the public handle and its shared state).
 
 mod attempt;
@@ -34,6 +35,7 @@ pub mod layout;
 mod logcap;
 pub mod namespace;
 mod outcome;
+pub mod progress;
 pub mod slurm;
 mod staging;
 
@@ -47,6 +49,7 @@ pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, 
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
 pub use outcome::{Outcome, TIMEOUT_REASON};
+pub use progress::Steps;
 pub use qm_storage::{
     Location as StorageLocation, Settings as StorageSettings, Storage, StorageConfig, StorageUri,
 };

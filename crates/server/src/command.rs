@@ -105,6 +105,15 @@ pub enum Command {
         /// Core attempt id.
         attempt: u64,
     },
+    /// The steps an attempt reported in its progress file moved (at most one a scan of the
+    /// executor, however fast the job writes).
+    AttemptProgress {
+        /// Core attempt id.
+        attempt: u64,
+        /// Everything it reported so far.
+        #[serde(default)]
+        steps: qm_executor::Steps,
+    },
     /// Every process of an attempt is gone.
     AttemptExited {
         /// Core attempt id.

@@ -952,6 +952,7 @@ fn event_command(ev: ExecEvent) -> Command {
         ExecEvent::Starting { attempt, reason } => Command::AttemptStarting { attempt, reason },
         ExecEvent::Capacity { capacity } => Command::SetCapacity { capacity },
         ExecEvent::Checkpoint { attempt, .. } => Command::AttemptCheckpoint { attempt },
+        ExecEvent::Progress { attempt, steps } => Command::AttemptProgress { attempt, steps },
         ExecEvent::Exited {
             attempt, outcome, ..
         } => Command::AttemptExited {

@@ -13,6 +13,8 @@
 //! - [`exec`]: the executor, local processes or a Slurm cluster.
 //! - [`history`]: the recent past in memory, for the dashboard and `/qm/v1/history`.
 //! - [`metrics`]: `/metrics`, OpenMetrics or Prometheus text, on `prometheus-client`.
+//! - `resume`: whether each attempt after a preemption resumed from its checkpoint, from the
+//!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`).
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -30,6 +32,7 @@ pub mod index;
 pub mod limits;
 pub mod metrics;
 mod ops;
+mod resume;
 pub mod snapshot;
 pub mod state;
 pub mod usage;

@@ -159,6 +159,10 @@ pub struct AttemptRec {
     /// For a preemption: the share and the job it was preempted for.
     #[serde(default)]
     pub preempted_for: Option<(String, String)>,
+    /// The steps it reported in its progress file (first, last, last checkpoint), which tell
+    /// whether the attempt after a preemption resumed (`resume.rs`).
+    #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
+    pub steps: qm_executor::Steps,
 }
 
 impl JobRec {
@@ -397,6 +401,7 @@ impl State {
                 self.attempt_starting(*attempt, reason.as_deref())
             }
             Command::AttemptCheckpoint { attempt } => self.attempt_checkpoint(*attempt),
+            Command::AttemptProgress { attempt, steps } => self.attempt_progress(*attempt, steps),
             Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
@@ -539,6 +544,7 @@ impl State {
                         checkpoint_at: None,
                         stop_at: None,
                         preempted_for: None,
+                        steps: qm_executor::Steps::default(),
                     });
                     rec.scheduled_at = Some(now);
                     let launch = rec.live_launch().expect("the live attempt was just set");
@@ -707,6 +713,27 @@ impl State {
         Ok(Vec::new())
     }
 
+    /// Keeps what the attempt reported of its steps; the core does not use them (yet): they
+    /// are shown, and classify the resume after a preemption.
+    fn attempt_progress(
+        &mut self,
+        attempt: u64,
+        steps: &qm_executor::Steps,
+    ) -> Result<Vec<u8>, ApiError> {
+        let Some(&core) = self.attempt_job.get(&attempt) else {
+            return Ok(Vec::new());
+        };
+        if let Some(live) = self
+            .jobs
+            .get_mut(&core)
+            .and_then(|rec| Arc::make_mut(rec).live.as_mut())
+            .filter(|l| l.attempt == attempt)
+        {
+            live.steps = *steps;
+        }
+        Ok(Vec::new())
+    }
+
     fn attempt_exited(&mut self, attempt: u64, outcome: &ExitRecord) -> Result<Vec<u8>, ApiError> {
         let now = self.now;
         let Some(core) = self.attempt_job.remove(&attempt) else {
@@ -729,6 +756,7 @@ impl State {
                     if let Some(entry) = rec.preempted.iter_mut().find(|p| p.attempt == attempt) {
                         entry.stopped_at = Some(now);
                         entry.checkpoint_at = live.checkpoint_at;
+                        entry.steps = live.steps;
                     }
                 } else {
                     live.status_reason = Some(match &live.stop_reason {

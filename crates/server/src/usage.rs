@@ -18,6 +18,13 @@ use serde::{Deserialize, Serialize};
 const HOUR_MS: f64 = 3_600_000.0;
 const DAY_MS: i64 = 86_400_000;
 
+/// The instance-hours a preempted attempt lost: its instances times the time from
+/// `worked_from` (its last checkpoint, else its start; `None`: nothing ran) to `ended`.
+pub(crate) fn lost_instance_hours(worked_from: Option<i64>, ended: i64, count: u32) -> f64 {
+    let lost_ms = worked_from.map_or(0, |w| (ended - w).max(0)) as f64;
+    lost_ms / HOUR_MS * f64::from(count)
+}
+
 /// A share's entitlement from `from` (epoch ms) until its next epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShareEpoch {
@@ -225,9 +232,7 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
             }
             let ended = a.stopped_at.unwrap_or(p.now);
             if let Some(i) = period_of(ended) {
-                let worked_from = a.checkpoint_at.or(a.running_at);
-                let lost_ms = worked_from.map_or(0, |w| (ended - w).max(0)) as f64;
-                let hours = lost_ms / HOUR_MS * f64::from(a.count);
+                let hours = lost_instance_hours(a.checkpoint_at.or(a.running_at), ended, a.count);
                 let cell = cells.entry((i, key)).or_default();
                 cell.suffered += 1;
                 cell.lost_instance += hours;

@@ -1191,3 +1191,79 @@ fn a_job_whose_max_runtime_ends_before_the_aged_head_could_start_is_not_backfill
     let attempt = core.job(id).unwrap().attempt.expect("small runs");
     assert_eq!(core.attempt(attempt).unwrap().backfill_for, None);
 }
+
+/// The attempt-now answer (`GET /qm/v1/jobs/{job}/attempt`).
+fn attempt_now(w: &World, id: &str) -> qm_api::qm::JobAttemptNow {
+    let q = Query::RunningAttempt { job_id: id.into() };
+    serde_json::from_slice(&w.state.query(&q, w.now).expect("attempt now")).unwrap()
+}
+
+#[test]
+fn the_steps_of_a_preempted_attempt_classify_the_next_one_and_survive_a_snapshot() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let first = launched(&w.submit("learner", "QS2", 0))[0].1;
+    let steps = |first, last, checkpoint| qm_executor::Steps {
+        first,
+        last,
+        checkpoint,
+    };
+    w.one(Command::AttemptRunning {
+        attempt: first,
+        pids: vec![42],
+        gpus: vec![],
+    });
+    w.one(Command::AttemptProgress {
+        attempt: first,
+        steps: steps(Some(0), Some(1200), Some(1000)),
+    });
+    let now = attempt_now(&w, "learner");
+    let running = now.running.expect("running");
+    assert_eq!(
+        (running.last_step, running.checkpoint_step),
+        (Some(1200), Some(1000))
+    );
+    assert!(now.resumes.is_empty(), "never preempted");
+
+    w.one(Command::PreemptServiceJob {
+        job_id: "learner".into(),
+        reason: "drill".into(),
+    });
+    // What it wrote while stopping counts: the executor reads the file once more at the exit.
+    w.one(Command::AttemptProgress {
+        attempt: first,
+        steps: steps(Some(0), Some(1250), Some(1000)),
+    });
+    let again = w.one(Command::AttemptExited {
+        attempt: first,
+        outcome: ExitRecord::Failed {
+            reason: "AlgorithmError: killed by SIGTERM".into(),
+            retryable: true,
+        },
+    });
+    let second = launched(&again)[0].1;
+    let pending = attempt_now(&w, "learner").resumes;
+    assert_eq!(
+        pending[0].outcome,
+        qm_api::qm::ResumeOutcome::Unknown,
+        "no step yet"
+    );
+    w.one(Command::AttemptProgress {
+        attempt: second,
+        steps: steps(Some(1000), Some(1010), None),
+    });
+    let record = attempt_now(&w, "learner").resumes[0].clone();
+    assert_eq!(record.attempt, 2);
+    assert_eq!(record.outcome, qm_api::qm::ResumeOutcome::Resumed);
+    assert_eq!(
+        (
+            record.checkpoint_step,
+            record.previous_last_step,
+            record.first_step
+        ),
+        (Some(1000), Some(1250), Some(1000))
+    );
+    assert_eq!(record.recomputed_steps, Some(250));
+    let rebuilt = rebuilt_from_snapshot(&w);
+    assert_eq!(attempt_now(&rebuilt, "learner").resumes, vec![record]);
+}

@@ -5,7 +5,9 @@ It reads its hyperparameters and the channel `train`, resumes from
 /opt/ml/checkpoints/step, counts `steps` steps (hyperparameter), checkpointing after each,
 and at the end writes /opt/ml/model/model.json and /opt/ml/output/data/metrics.txt. On
 SIGTERM it writes its checkpoint and exits 143. Progress lines go to $PROGRESS_FILE
-(`start <step>`, `sigterm <step>`, `done <step>`).
+(`start <step>`, `sigterm <step>`, `done <step>`); its steps, for qm's verified resume, to
+/opt/ml/output/progress.json (`{"step": n}` first, `{"step": n, "checkpoint_step": n}` after
+every checkpoint).
 """
 
 import json
@@ -34,15 +36,22 @@ def on_sigterm(_signo, _frame):
     stop = True
 
 
+def report(**fields):
+    with open(f"{ML}/output/progress.json", "a") as f:
+        f.write(json.dumps(fields) + "\n")
+
+
 def save(step):
     tmp = ckpt + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(step))
     os.replace(tmp, ckpt)
+    report(step=step, checkpoint_step=step)
 
 
 signal.signal(signal.SIGTERM, on_sigterm)
 record("start", start)
+report(step=start)
 step = start
 while step < steps:
     if stop:

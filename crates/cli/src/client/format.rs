@@ -1,6 +1,6 @@
 //! Tables and detail views: pure functions from the server's data (and `now`) to text.
 
-use qm_api::qm::RunningAttempt;
+use qm_api::qm::{JobAttemptNow, ResumeRecord, RunningAttempt};
 use qm_api::{DescribeServiceJobResponse, ServiceJobStatus, ServiceJobSummary, TrainingPayload};
 use serde::Serialize;
 
@@ -212,11 +212,12 @@ pub fn submitted_by(job: &DescribeServiceJobResponse) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// `qm job ID`: the job, its capacity, the attempt running now (`running`, from
-/// `GET /qm/v1/jobs/{job}/attempt`), its ended attempts and its preemptions.
+/// `qm job ID`: the job, its capacity, the attempt running now and how the attempts after
+/// its preemptions resumed (`attempt_now`, from `GET /qm/v1/jobs/{job}/attempt`), its ended
+/// attempts and its preemptions.
 pub fn job_details(
     job: &DescribeServiceJobResponse,
-    running: Option<&RunningAttempt>,
+    attempt_now: &JobAttemptNow,
     now_ms: i64,
 ) -> String {
     let mut fields: Vec<(&str, String)> = vec![
@@ -265,7 +266,7 @@ pub fn job_details(
         out.push_str(&format!("{k:<width$}  {v}\n"));
     }
 
-    if let Some(a) = running {
+    if let Some(a) = &attempt_now.running {
         out.push_str(&running_attempt(a, now_ms));
     }
     let attempts = job.attempts.as_deref().unwrap_or_default();
@@ -310,7 +311,57 @@ pub fn job_details(
             &rows,
         )));
     }
+    if !attempt_now.resumes.is_empty() {
+        out.push_str(&resumes(&attempt_now.resumes));
+    }
     out
+}
+
+/// How each attempt after a preemption resumed, from the steps the job reported.
+fn resumes(records: &[ResumeRecord]) -> String {
+    let step = |s: Option<u64>| s.map_or("-".to_string(), |s| s.to_string());
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.attempt.to_string(),
+                r.outcome.as_str().to_string(),
+                step(r.checkpoint_step),
+                step(r.previous_last_step),
+                step(r.first_step),
+                step(r.recomputed_steps),
+                r.recomputed_instance_hours.map_or("-".to_string(), hours),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "
+resumes after preemption ({})
+",
+        records.len()
+    );
+    out.push_str(&indent(&table(
+        &[
+            "attempt",
+            "resume",
+            "checkpoint step",
+            "stopped at step",
+            "first step",
+            "recomputed steps",
+            "recomputed instance-hours",
+        ],
+        &rows,
+    )));
+    out
+}
+
+/// Instance-hours to two decimals; a loss too small to show says so rather than `0.00`.
+fn hours(h: f64) -> String {
+    if h > 0.0 && h < 0.01 {
+        "<0.01".to_string()
+    } else {
+        format!("{h:.2}")
+    }
 }
 
 /// The attempt holding capacity: what it holds, where, since when, and its last checkpoint
@@ -343,6 +394,9 @@ fn running_attempt(a: &RunningAttempt, now_ms: i64) -> String {
         ("last checkpoint", checkpoint),
         ("training job", a.training_job_name.clone()),
     ];
+    if let Some(progress) = progress(a) {
+        fields.push(("progress", progress));
+    }
     if let Some(t) = a.stopping_since {
         let why = a.stop_reason.as_deref().unwrap_or("-");
         fields.push((
@@ -356,6 +410,16 @@ fn running_attempt(a: &RunningAttempt, now_ms: i64) -> String {
         out.push_str(&format!("  {k:<width$}  {v}\n"));
     }
     out
+}
+
+/// The steps the running attempt reported in its progress file, if it reported any.
+fn progress(a: &RunningAttempt) -> Option<String> {
+    match (a.last_step, a.checkpoint_step) {
+        (None, None) => None,
+        (Some(step), None) => Some(format!("step {step}")),
+        (None, Some(c)) => Some(format!("checkpoint at step {c}")),
+        (Some(step), Some(c)) => Some(format!("step {step}, checkpoint at step {c}")),
+    }
 }
 
 fn indent(text: &str) -> String {

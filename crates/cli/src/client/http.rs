@@ -547,18 +547,16 @@ impl Client {
         self.post(&path, &request)
     }
 
-    /// The attempt holding the job's capacity now (`GET /qm/v1/jobs/{job}/attempt`); `None`
-    /// when there is none, or from a server older than that endpoint.
-    pub fn running_attempt(
-        &self,
-        job_id: &str,
-    ) -> Result<Option<qm_api::qm::RunningAttempt>, ClientError> {
+    /// The attempt holding the job's capacity now and how the attempts after its preemptions
+    /// resumed (`GET /qm/v1/jobs/{job}/attempt`); empty from a server older than that
+    /// endpoint.
+    pub fn attempt_now(&self, job_id: &str) -> Result<qm_api::qm::JobAttemptNow, ClientError> {
         let path = format!("/qm/v1/jobs/{}/attempt", encode_path_segment(job_id));
         match self.get_typed::<qm_api::qm::JobAttemptNow>(&path) {
-            Ok(now) => Ok(now.running),
+            Ok(now) => Ok(now),
             // A server older than the endpoint routes it nowhere.
             Err(ClientError::Server { message, .. }) if message.starts_with("no operation at") => {
-                Ok(None)
+                Ok(qm_api::qm::JobAttemptNow::default())
             }
             Err(e) => Err(e),
         }

@@ -389,9 +389,9 @@ fn job(args: IdArgs) -> anyhow::Result<()> {
     let job = client.describe(&client.resolve_job(&args.id)?)?;
     match args.common.output {
         Output::Table => {
-            let running = client.running_attempt(&job.job_id)?;
+            let attempt_now = client.attempt_now(&job.job_id)?;
             let job = with_job_names(&client, job);
-            print!("{}", job_details(&job, running.as_ref(), now_ms()))
+            print!("{}", job_details(&job, &attempt_now, now_ms()))
         }
         Output::Json => print_json(&job)?,
     }

@@ -20,8 +20,9 @@ use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
 use crate::executor::{now_ms, read_outcome, record_outcome};
-use crate::layout::{self, JobLayout};
+use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
+use crate::progress::{lock, Tail};
 use crate::staging::Stage;
 use crate::{environment, ExecError, ExecEvent, LaunchSpec, Outcome, OUTCOME_FILE};
 use qm_storage::Storage;
@@ -115,6 +116,9 @@ struct Slot {
     cancel_sent: Option<Instant>,
     /// The newest checkpoint mtime seen (ns); the one present at submission is the baseline.
     checkpoint_seen_ns: u64,
+    /// The reader of the job's progress file in the shared directory, as the checkpoints are
+    /// read there; shared with the poll, which reads it on the blocking pool.
+    progress: Arc<Mutex<Tail>>,
     nodes: Vec<String>,
     /// The attempt, when it has uploads to make once its Slurm job is gone.
     stage_out: Option<Box<LaunchSpec>>,
@@ -169,6 +173,8 @@ struct Plan {
     term: Vec<u64>,
     cancel: Vec<u64>,
     scans: Vec<(u64, PathBuf)>,
+    /// The progress files of the running attempts, read with the checkpoints.
+    progress: Vec<Arc<Mutex<Tail>>>,
     /// Attempts whose job Slurm reports gone, already removed from the slots: their outcome
     /// is read from the file system and reported by [`Inner::conclude`].
     ended: Vec<(u64, Slot, Ending)>,
@@ -429,6 +435,12 @@ impl Inner {
             term_sent: None,
             cancel_sent: None,
             checkpoint_seen_ns: 0,
+            // Slurm runs the job as its submitter, not a uid of the server's choosing.
+            progress: Arc::new(Mutex::new(Tail::new(
+                layout.progress_file(),
+                layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)),
+                None,
+            ))),
             nodes: Vec::new(),
             stage_out: (spec.checkpoint_uri.is_some() || spec.output_path.is_some())
                 .then(|| Box::new(spec.clone())),
@@ -573,6 +585,13 @@ impl Inner {
     /// reports once they are done, from a task of its own. Blocking (file system).
     fn conclude(self: &Arc<Self>, ended: Vec<(u64, Slot, Ending)>) {
         for (attempt, mut slot, ending) in ended {
+            // The lines the job wrote while it was stopping, before `Exited`.
+            let mut progress = lock(&slot.progress);
+            progress.poll_final();
+            if let Some(steps) = progress.take_change() {
+                let _ = self.events.send(ExecEvent::Progress { attempt, steps });
+            }
+            drop(progress);
             let outcome = match &ending {
                 Ending::Job(job) => slot_outcome(&slot, job),
                 Ending::Forgotten(id) => Outcome::Lost {
@@ -715,6 +734,7 @@ impl Inner {
             slot.plan_stop(id, started, now, self.cfg.stop_grace, &mut plan);
             if slot.running_since.is_some() {
                 plan.scans.push((attempt, slot.checkpoint_dir.clone()));
+                plan.progress.push(slot.progress.clone());
             }
         }
         // Marked jobs of attempts this server does not run: a submit that raced a crash, or an
@@ -757,6 +777,16 @@ impl Inner {
             }
         }
         plan
+    }
+
+    /// Reports a `Progress` for each running attempt whose steps moved since its last report.
+    fn record_progress(&self) {
+        let state = self.state();
+        for (&attempt, slot) in &state.slots {
+            if let Some(steps) = lock(&slot.progress).take_change() {
+                let _ = self.events.send(ExecEvent::Progress { attempt, steps });
+            }
+        }
     }
 
     /// Reports checkpoints whose newest mtime moved forward.
@@ -1262,6 +1292,16 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
                 if !plan.scans.is_empty() {
                     inner.record_checkpoints(&checkpoint::scan(plan.scans).await);
                 }
+                if !plan.progress.is_empty() {
+                    let tails = std::mem::take(&mut plan.progress);
+                    let _ = tokio::task::spawn_blocking(move || {
+                        tails.iter().for_each(|t| {
+                            lock(t).poll();
+                        })
+                    })
+                    .await;
+                    inner.record_progress();
+                }
             }
         }
         let wake = inner.clone();
@@ -1405,6 +1445,11 @@ mod tests {
             term_sent: None,
             cancel_sent: None,
             checkpoint_seen_ns: 0,
+            progress: Arc::new(Mutex::new(Tail::new(
+                layout.progress_file(),
+                layout.attempt_dir.join("stderr.log"),
+                None,
+            ))),
             nodes: vec!["n1".into()],
             stage_out: None,
             restored: None,
@@ -1555,6 +1600,7 @@ mod tests {
                     attempt, outcome, ..
                 } => format!("exited {attempt} {outcome:?}"),
                 ExecEvent::Checkpoint { attempt, .. } => format!("checkpoint {attempt}"),
+                ExecEvent::Progress { attempt, .. } => format!("progress {attempt}"),
                 ExecEvent::Capacity { .. } => "capacity".into(),
             });
         }

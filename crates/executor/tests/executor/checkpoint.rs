@@ -1,9 +1,10 @@
 //! Checkpoints: the directory survives attempts, writes during an attempt are reported, and an
-//! old checkpoint is not new work.
+//! old checkpoint is not new work. Progress files: read at the scan period, coalesced, and
+//! read once more before `Exited`.
 
 use std::fs;
 
-use qm_executor::{ExecEvent, Outcome};
+use qm_executor::{ExecEvent, Outcome, Steps};
 
 use crate::world::{sh, World};
 
@@ -44,6 +45,7 @@ async fn a_checkpoint_written_during_the_attempt_is_reported() {
         .map(|e| match e {
             ExecEvent::Running { .. } => "running",
             ExecEvent::Checkpoint { .. } => "checkpoint",
+            ExecEvent::Progress { .. } => "progress",
             ExecEvent::Exited { .. } => "exited",
             ExecEvent::Starting { .. } => "starting",
             ExecEvent::Capacity { .. } => "capacity",
@@ -121,4 +123,52 @@ async fn an_opt_ml_checkpoint_local_path_is_the_job_s_own_so_jobs_never_share_it
         assert!(expected.join(job).is_file());
     }
     assert!(!std::path::Path::new("/opt/ml/checkpoints/job-a").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_lines_are_reported_coalesced_and_the_last_ones_before_the_exit() {
+    let mut w = World::new();
+    // A thousand lines at once, then, while stopping, the lines that say where it stopped.
+    let script = r#"i=0; while [ $i -lt 1000 ]; do echo "{\"step\": $i}"; i=$((i+1)); done >> "$QM_PROGRESS_FILE"
+        echo not json >> "$QM_PROGRESS_FILE"
+        trap 'echo "{\"step\": 1200, \"checkpoint_step\": 1100}" >> "$QM_PROGRESS_FILE"; exit 143' TERM
+        while :; do sleep 0.05; done"#;
+    w.exec.start(sh(1, "job-progress", script)).unwrap();
+    let (_, _, log_dir) = w.running(1).await;
+    w.wait_for("Progress", |e| match e {
+        ExecEvent::Progress { steps, .. } if steps.last == Some(999) => Some(()),
+        _ => None,
+    })
+    .await;
+    w.exec.stop(1);
+    w.exited(1).await;
+    let reports: Vec<Steps> = w
+        .events_of(1)
+        .iter()
+        .filter_map(|e| match e {
+            ExecEvent::Progress { steps, .. } => Some(*steps),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        reports.len() <= 3,
+        "coalesced, not one per line: {reports:?}"
+    );
+    assert_eq!(
+        reports.last(),
+        Some(&Steps {
+            first: Some(0),
+            last: Some(1200),
+            checkpoint: Some(1100)
+        }),
+        "the lines written while stopping are read before Exited"
+    );
+    let kinds: Vec<bool> = w
+        .events_of(1)
+        .iter()
+        .map(|e| matches!(e, ExecEvent::Exited { .. }))
+        .collect();
+    assert_eq!(kinds.last(), Some(&true), "Exited comes last");
+    let stderr = fs::read_to_string(log_dir.join("stderr.log")).unwrap();
+    assert_eq!(stderr.matches("[qm] ignored a line").count(), 1, "{stderr}");
 }

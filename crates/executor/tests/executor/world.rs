@@ -107,6 +107,7 @@ impl World {
             .filter(|e| match e {
                 ExecEvent::Running { attempt: a, .. }
                 | ExecEvent::Checkpoint { attempt: a, .. }
+                | ExecEvent::Progress { attempt: a, .. }
                 | ExecEvent::Exited { attempt: a, .. }
                 | ExecEvent::Starting { attempt: a, .. } => *a == attempt,
                 ExecEvent::Capacity { .. } => false,

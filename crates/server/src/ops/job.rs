@@ -439,7 +439,8 @@ impl State {
     /// first; the AWS shapes only list ended attempts).
     pub(crate) fn running_attempt(&self, job_id: &str) -> Result<Vec<u8>, ApiError> {
         let core = self.job_core("jobId", job_id)?;
-        let running = self.jobs[&core].live.as_ref().map(|a| {
+        let rec = &self.jobs[&core];
+        let running = rec.live.as_ref().map(|a| {
             let hosts = (1..=a.count)
                 .map(|i| qm_api::qm::AttemptHost {
                     name: qm_executor::host_name(i),
@@ -457,9 +458,31 @@ impl State {
                 last_checkpoint_at: a.checkpoint_at,
                 stopping_since: a.stop_at,
                 stop_reason: a.stop_reason.clone(),
+                last_step: a.steps.last,
+                checkpoint_step: a.steps.checkpoint,
             }
         });
-        body(&qm_api::qm::JobAttemptNow { running })
+        body(&qm_api::qm::JobAttemptNow {
+            running,
+            resumes: Self::resumes(rec),
+        })
+    }
+
+    /// How each attempt after a preemption resumed ([`crate::resume`]); nothing to compare
+    /// for a job never preempted.
+    fn resumes(rec: &JobRec) -> Vec<qm_api::qm::ResumeRecord> {
+        if rec.preempted.is_empty() {
+            return Vec::new();
+        }
+        // The live attempt first: while it stops after a preemption, `preempted` holds a copy
+        // of it taken when the preemption was decided, without the steps reported since.
+        let all: Vec<&AttemptRec> = rec
+            .live
+            .iter()
+            .chain(&rec.preempted)
+            .chain(&rec.attempts)
+            .collect();
+        crate::resume::resumes(&all)
     }
 
     /// The job's tags, plus who submitted it as `qm:submitted-by` (a qm extension, shown by
