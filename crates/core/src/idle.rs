@@ -115,16 +115,25 @@ impl Scheduler {
     /// stands for the share's fitting jobs: they wait for the same share's limits. Jobs that
     /// never fit are few (an admin's mistake) and are all looked at. Nothing is cached.
     pub fn idle_while_waiting(&self) -> Vec<IdleWhileWaiting> {
-        let mut out = Vec::new();
-        for (name, &q) in &self.queue_ix {
-            let queue = &self.queues[q.0 as usize];
-            for &u in queue.environment.keys() {
-                if let Some(e) = self.idle_in(name, queue, q, u) {
-                    out.push(e);
-                }
-            }
-        }
-        out.sort_by(|a, b| (&a.queue, &a.instance_type).cmp(&(&b.queue, &b.instance_type)));
+        self.queue_ix
+            .keys()
+            .flat_map(|name| self.idle_while_waiting_in(name))
+            .collect()
+    }
+
+    /// [`Scheduler::idle_while_waiting`] for one queue (empty for an unknown one), in type
+    /// name order: what a shell answering per queue asks, without looking at the others.
+    pub fn idle_while_waiting_in(&self, queue: &str) -> Vec<IdleWhileWaiting> {
+        let Some((name, &q)) = self.queue_ix.get_key_value(queue) else {
+            return Vec::new();
+        };
+        let queue = &self.queues[q.0 as usize];
+        let mut out: Vec<IdleWhileWaiting> = queue
+            .environment
+            .keys()
+            .filter_map(|&u| self.idle_in(name, queue, q, u))
+            .collect();
+        out.sort_by(|a, b| a.instance_type.cmp(&b.instance_type));
         out
     }
 

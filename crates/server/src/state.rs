@@ -1059,9 +1059,8 @@ impl State {
     /// (the core's figure, named for clients).
     pub(crate) fn idle_while_waiting(&self, queue: &str) -> Vec<qm_api::qm::IdleWhileWaiting> {
         self.core
-            .idle_while_waiting()
+            .idle_while_waiting_in(queue)
             .into_iter()
-            .filter(|e| e.queue == queue)
             .map(|e| {
                 let rec = self.jobs.get(&e.job.0);
                 qm_api::qm::IdleWhileWaiting {

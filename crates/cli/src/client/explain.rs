@@ -278,13 +278,6 @@ mod tests {
             quota_share_name: name.into(),
             capacity_unit: "ml.g5.xlarge".into(),
             entitled: 1.0,
-            used: 0.0,
-            own_use: 0.0,
-            borrowed: 0.0,
-            lent_out: 0.0,
-            stopping: 0.0,
-            runnable: 0.0,
-            protection: None,
             strategy: Some(strategy.into()),
             ..ShareUsage::default()
         };

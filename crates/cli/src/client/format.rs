@@ -525,14 +525,7 @@ mod tests {
             quota_share_name: name.into(),
             capacity_unit: "ml.g5.xlarge".into(),
             entitled: 2.0,
-            used: 0.0,
-            own_use: 0.0,
-            borrowed: 0.0,
-            lent_out: 0.0,
-            stopping: 0.0,
-            runnable: 0.0,
             protection: protection.map(str::to_string),
-            strategy: None,
             ..ShareUsage::default()
         };
         let queue = |shares| QueueUsage {

@@ -929,16 +929,9 @@ pub(super) fn encode_path_segment(s: &str) -> String {
     out
 }
 
-impl Client {
-    /// Whether `s` reads as a job id (a UUID) rather than a job name.
-    pub fn is_job_id(s: &str) -> bool {
-        looks_like_job_id(s)
-    }
-}
-
 /// Whether `s` reads as a job id (a UUID), not a name. Names can hold letters, digits, `-` and
 /// `_`, so only the exact 8-4-4-4-12 hex shape counts as an id.
-fn looks_like_job_id(s: &str) -> bool {
+pub fn looks_like_job_id(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     parts.len() == 5
         && parts

@@ -17,7 +17,7 @@ use qm_cli::client::explain::{explain, Context};
 use qm_cli::client::format::{
     job_details, jobs_table, queue_name, reason_code, shares_table, watch_frame,
 };
-use qm_cli::client::http::{LogStream, QueueUsage, ALL_STATUSES};
+use qm_cli::client::http::{looks_like_job_id, LogStream, QueueUsage, ALL_STATUSES};
 use qm_cli::client::submit::{request, SubmitSpec};
 use qm_cli::client::time::now_ms;
 use qm_cli::client::{Client, ClientError};
@@ -416,7 +416,7 @@ fn with_job_names(
         };
         let Some(id) = reason
             .split(' ')
-            .find(|w| Client::is_job_id(w))
+            .find(|w| looks_like_job_id(w))
             .map(str::to_string)
         else {
             continue;
