@@ -106,6 +106,8 @@ pub fn job_spec(
         attempts,
         evaluate_on_exit,
         runtime_limit_ms: runtime_limit_seconds(payload, req).map(|s| s.saturating_mul(1000)),
+        // The class (`qm:class`) needs the queue's and share's tags: the caller resolves it.
+        interruptible: true,
     }
 }
 

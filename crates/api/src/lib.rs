@@ -17,6 +17,7 @@
 
 pub mod arn;
 pub mod channel;
+pub mod class;
 pub mod convert;
 pub mod error;
 pub mod filter;

@@ -213,7 +213,7 @@ pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(
             ));
         }
     }
-    Ok(())
+    crate::class::share_class_tags(field, tags)
 }
 
 /// The shape of a principal's (or group's) name, wherever one is given: 1 to 64 letters,
@@ -528,6 +528,9 @@ pub fn validate_create_job_queue(req: &CreateJobQueueRequest) -> Result<(), ApiE
                  SAGEMAKER_TRAINING queues"
             ))
         }
+    }
+    if let Some(t) = &req.tags {
+        crate::class::queue_class_tags("tags", t)?;
     }
     queue_priority(req.priority)?;
     no_compute_environments(req.compute_environment_order.as_deref())?;

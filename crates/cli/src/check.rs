@@ -213,6 +213,7 @@ impl Runner {
                     attempts: 1,
                     evaluate_on_exit: Vec::new(),
                     runtime_limit_ms: s.runtime_limit.map(|secs| secs.saturating_mul(1000)),
+                    interruptible: s.interruptible,
                 })
             }
             Step::UpdatePriority(u) => Input::UpdatePriority {

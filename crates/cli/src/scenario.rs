@@ -344,6 +344,14 @@ pub struct Submit {
     /// Seconds an attempt may run at most (`MaxRuntimeInSeconds`); absent = unbounded.
     #[serde(default)]
     pub runtime_limit: Option<u64>,
+    /// Whether the job may be interrupted (its class); default true. A job that may not runs
+    /// only within its share's own quota and is never preempted.
+    #[serde(default = "yes")]
+    pub interruptible: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> u32 {
@@ -1173,7 +1181,7 @@ steps: []
         assert!(err.contains("steps[1].expect.reason.a"), "{err}");
         assert!(err.contains("unknown reason code `QUOTA_FULL`"), "{err}");
         assert!(
-            err.contains("OWN_QUOTA_FULL, BORROW_LIMIT_REACHED"),
+            err.contains("OWN_QUOTA_FULL, NOT_INTERRUPTIBLE, BORROW_LIMIT_REACHED"),
             "{err}"
         );
         assert!(err.contains("line 9"), "{err}");

@@ -43,6 +43,9 @@ pub enum CoreError {
     /// No job with that id.
     #[error("job {0} does not exist")]
     UnknownJob(JobId),
+    /// A drill of a job that may not be interrupted.
+    #[error("job {0} may not be interrupted (its class is not interruptible), so it is never preempted, not even for a drill")]
+    NotInterruptible(JobId),
     /// A drill of a job that holds no running attempt.
     #[error("job {0} is not running (or is already stopping): only a running job can be preempted for a drill")]
     NotRunning(JobId),

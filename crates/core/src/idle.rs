@@ -70,7 +70,9 @@ impl IdleCause {
             | PendingReason::ReservedForOthers => IdleCause::Reservation,
             PendingReason::NothingToBorrow { .. } => IdleCause::Reserve,
             PendingReason::BorrowLimitReached { .. } => IdleCause::BorrowLimit,
-            PendingReason::OwnQuotaFull { .. } => IdleCause::NoBorrowing,
+            PendingReason::OwnQuotaFull { .. } | PendingReason::NotInterruptible { .. } => {
+                IdleCause::NoBorrowing
+            }
             PendingReason::Misconfigured(_) => IdleCause::NeverFits,
             PendingReason::WaitingForRelease { .. }
             | PendingReason::WaitingForCheckpoint { .. }

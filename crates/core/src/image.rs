@@ -267,6 +267,7 @@ impl Scheduler {
             stopping: a.stopping,
             backfill_for: a.backfill_for,
             checkpoint_gap: a.checkpoint_gap,
+            interruptible: job.spec.interruptible,
         };
         let (q, u, s) = (att.queue, att.unit, att.share);
         let lane = self.queues[q.0 as usize]
@@ -275,6 +276,9 @@ impl Scheduler {
             .or_default()
             .lane(s);
         lane.usage += att.count;
+        if !att.interruptible {
+            lane.firm += att.count;
+        }
         if att.stopping.is_some() {
             lane.stopping += att.count;
         } else {

@@ -12,7 +12,7 @@ impl Scheduler {
     /// inconsistency found.
     pub fn check_invariants(&self) -> Result<(), String> {
         // Usage recomputed from the attempts, per (queue, unit, share).
-        let mut usage: BTreeMap<(u32, u16, u16), (u32, u32)> = BTreeMap::new();
+        let mut usage: BTreeMap<(u32, u16, u16), (u32, u32, u32)> = BTreeMap::new();
         let mut physical: BTreeMap<u16, u32> = BTreeMap::new();
         let mut holders: BTreeMap<JobId, u32> = BTreeMap::new();
         for a in self.attempts.values() {
@@ -20,6 +20,9 @@ impl Scheduler {
             e.0 += a.count;
             if a.stopping.is_some() {
                 e.1 += a.count;
+            }
+            if !a.interruptible {
+                e.2 += a.count;
             }
             *physical.entry(a.unit.0).or_default() += a.count;
             *holders.entry(a.job).or_default() += 1;
@@ -77,20 +80,17 @@ impl Scheduler {
         for (qi, queue) in self.queues.iter().enumerate() {
             for (u, ul) in &queue.units {
                 for (si, lane) in ul.lanes.iter().enumerate() {
-                    let (want_usage, want_stopping) = usage
+                    let want = usage
                         .get(&(qi as u32, u.0, si as u16))
                         .copied()
-                        .unwrap_or((0, 0));
-                    if lane.usage != want_usage || lane.stopping != want_stopping {
+                        .unwrap_or((0, 0, 0));
+                    if (lane.usage, lane.stopping, lane.firm) != want {
                         return Err(format!(
-                            "lane {}/{}/{}: usage {} stopping {}, attempts hold {} stopping {}",
+                            "lane {}/{}/{}: usage, stopping, firm {:?}, attempts hold {want:?}",
                             queue.name,
                             self.unit_names[usize::from(u.0)],
                             queue.shares.get(si).map_or("?", |s| &s.spec.name),
-                            lane.usage,
-                            lane.stopping,
-                            want_usage,
-                            want_stopping
+                            (lane.usage, lane.stopping, lane.firm),
                         ));
                     }
                     let mut by_priority: BTreeMap<u32, u32> = BTreeMap::new();

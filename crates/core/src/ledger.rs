@@ -108,6 +108,9 @@ pub enum Violation {
     /// Borrowing would take capacity that another share's waiting owner needs, or that a job
     /// of another share preempted for (decided by the pass, not by this module).
     Reserved,
+    /// A job that may not be interrupted would take its share's non-interruptible usage
+    /// beyond its entitlement (decided by the pass, not by this module).
+    Firm,
 }
 
 /// What each share has lent out: what all shares borrow, split over the lenders in

@@ -187,6 +187,20 @@ pub struct JobSpec {
     /// before an aged head could start runs without being preemptible for it (EASY backfill).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_limit_ms: Option<Millis>,
+    /// Whether the job may be interrupted (issue 19's interruption contracts, the job's
+    /// class). A job that may not runs only within its share's own quota, counted before the
+    /// share's interruptible jobs, and is never a victim: no reclaim, no in-share preemption,
+    /// no starvation guard, no drill.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub interruptible: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 impl JobSpec {
@@ -209,6 +223,7 @@ impl JobSpec {
             attempts: 1,
             evaluate_on_exit: Vec::new(),
             runtime_limit_ms: None,
+            interruptible: true,
         }
     }
 }

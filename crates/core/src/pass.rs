@@ -345,6 +345,9 @@ struct Bound {
     reclaim_seen: Option<PendKey>,
     easy_after: Option<PendKey>,
     easy_held: u32,
+    /// No job of the share that may not be interrupted and needs more instances than this
+    /// fits its share's own quota this pass.
+    firm: u32,
 }
 
 impl Bound {
@@ -364,6 +367,7 @@ impl Bound {
         reclaim_seen: None,
         easy_after: None,
         easy_held: 0,
+        firm: u32::MAX,
     };
 
     fn close(&mut self) {
@@ -552,7 +556,11 @@ impl Scheduler {
                 break;
             };
             nominees.retain(|n| n.kind == kind);
-            nominees.sort_by_key(Nominee::order);
+            // An aged head that other shares' later starts may not pass goes before the round's
+            // other nominees: one decided first could preempt for capacity the head then holds
+            // (its victim would restart at once, its claimant held behind the head).
+            let crossing = |n: &Nominee| reservations.iter().any(|r| r.cross && r.job == n.key.job);
+            nominees.sort_by_key(|n| (!crossing(n), n.order()));
             if matches!(kind, Kind::Head | Kind::Rest) {
                 // FIFO across shares: after each decision the next share's nominee may be an
                 // older job than the ones already nominated.
@@ -596,7 +604,7 @@ impl Scheduler {
                             Some((head, decided))
                         } else {
                             // Held; the jobs after it may still end in time.
-                            b.easy_after = Some(n.key);
+                            b.easy_after = b.easy_after.max(Some(n.key));
                             b.easy_held += 1;
                             if b.easy_held >= EASY_DEPTH {
                                 b.close();
@@ -663,7 +671,7 @@ impl Scheduler {
                         b.close();
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
-                    Decision::Wait(_) => {
+                    Decision::Wait(v) => {
                         if reclaimer {
                             // Its victims are gone and it still cannot start (the
                             // configuration changed): it no longer holds a claim, and jobs
@@ -676,7 +684,13 @@ impl Scheduler {
                             self.dirty.insert((q, u));
                             gave_up = true;
                         }
-                        b.lower(&n);
+                        if v == Violation::Firm {
+                            // Its share's non-interruptible usage only grows in a pass: no
+                            // such job as large fits either, and the others are unaffected.
+                            b.firm = b.firm.min(n.count - 1);
+                        } else {
+                            b.lower(&n);
+                        }
                     }
                     Decision::Drain => {
                         // Like a job waiting for its victims to exit, it holds its share.
@@ -1092,7 +1106,8 @@ impl Scheduler {
                 // before other shares can take it (after the jobs ahead of it, in a share
                 // where those could preempt it).
                 if strict {
-                    if let Some((c, k)) = lane.pending.first(b.any).filter(|(_, k)| *k < r) {
+                    let first = lane.pending.first_after(b.any, b.firm, None);
+                    if let Some((c, k)) = first.filter(|(_, k)| *k < r) {
                         out.push(nominee(c, k, kind_of(c, k), false));
                         continue;
                     }
@@ -1117,7 +1132,8 @@ impl Scheduler {
                 continue;
             }
             if strict {
-                if let Some((c, k)) = lane.pending.first(b.any).filter(|_| b.any > 0) {
+                let next = lane.pending.first_after(b.any, b.firm, b.easy_after);
+                if let Some((c, k)) = next.filter(|_| b.any > 0) {
                     out.push(nominee(c, k, kind_of(c, k), false));
                 }
                 continue;
@@ -1129,7 +1145,7 @@ impl Scheduler {
                 continue;
             }
             let own_cap = own_room.min(b.own);
-            let first = |max: u32| lane.pending.first_after(max, b.easy_after);
+            let first = |max: u32| lane.pending.first_after(max, b.firm, b.easy_after);
             if let Some((c, k)) = first(own_cap).filter(|_| own_cap > 0) {
                 out.push(nominee(c, k, Kind::Own, true));
             } else if let Some((c, k)) = first(b.any).filter(|_| b.any > 0) {
@@ -1157,10 +1173,13 @@ impl Scheduler {
         view.reserve.clear();
         for (i, share) in queue.shares.iter().enumerate() {
             let lane = ul.and_then(|ul| ul.lanes.get(i));
-            let (usage, stopping) = lane.map_or((0, 0), |l| (l.usage, l.stopping));
+            let (usage, stopping, firm) = lane.map_or((0, 0, 0), |l| (l.usage, l.stopping, l.firm));
             queue_usage += usage;
             view.releasing += stopping;
-            let entitlement = share.entitlement(u);
+            // A lowered limit applies to jobs that may not be interrupted only as they end:
+            // until then what they hold counts as the share's own, not as borrowed (which
+            // would make owners wait for a reclaim that can never come).
+            let entitlement = share.entitlement(u).max(firm);
             let allowance = if share.deleted {
                 Some(0)
             } else {
@@ -1201,6 +1220,15 @@ impl Scheduler {
         view.finish();
     }
 
+    /// Instances the job's share holds on its unit with jobs that may not be interrupted.
+    pub(crate) fn firm_usage(&self, job: &crate::Job) -> u32 {
+        self.queues[job.queue.0 as usize]
+            .units
+            .get(&job.unit)
+            .and_then(|ul| ul.lanes.get(usize::from(job.share.0)))
+            .map_or(0, |l| l.firm)
+    }
+
     /// [`Scheduler::decide`], remembered in `memo` while the view stays as it is.
     fn decide_once(
         &self,
@@ -1226,6 +1254,12 @@ impl Scheduler {
     fn decide_in(&self, id: JobId, view: &View) -> Decision {
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
+        // A job that may not be interrupted runs within its share's own quota, counted before
+        // the share's interruptible jobs (which then hold what the share borrows): nothing
+        // it could preempt changes that.
+        if !job.spec.interruptible && self.firm_usage(job) + c > view.held(s).entitlement {
+            return Decision::Wait(Violation::Firm);
+        }
         let admit = |accounts: &[Account], pressure: &Pressure| {
             ledger::allowed_add(pressure, &accounts[s], s, c)?;
             if view.borrow_gate(accounts, s, c) {
@@ -1274,6 +1308,13 @@ impl Scheduler {
         let a = projected[s];
         if violation == Violation::Reserved {
             return PendingReason::ReservedForOthers;
+        }
+        if violation == Violation::Firm {
+            return PendingReason::NotInterruptible {
+                needs: c,
+                firm: self.firm_usage(job),
+                entitlement: a.entitlement,
+            };
         }
         let unit_full = |v: Violation| match v {
             Violation::Physical => PendingReason::InsufficientCapacity,
@@ -1334,6 +1375,7 @@ impl Scheduler {
             stopping: None,
             backfill_for,
             checkpoint_gap: None,
+            interruptible: job.spec.interruptible,
         };
         let (q, u, s, count, priority) = (
             job.queue,
@@ -1348,6 +1390,9 @@ impl Scheduler {
             .expect("lane")
             .lane(s);
         lane.usage += count;
+        if !attempt.interruptible {
+            lane.firm += count;
+        }
         lane.running.insert(attempt.run_key());
         *lane.running_by_priority.entry(priority).or_default() += count;
         if let Some(h) = backfill_for {

@@ -91,6 +91,16 @@ pub enum PendingReason {
         /// Its entitlement.
         entitlement: u32,
     },
+    /// The job may not be interrupted, so it runs only within its share's own quota, and the
+    /// share's other jobs that may not be interrupted already hold it.
+    NotInterruptible {
+        /// Instances the job needs.
+        needs: u32,
+        /// Instances the share's non-interruptible jobs hold.
+        firm: u32,
+        /// The share's entitlement.
+        entitlement: u32,
+    },
     /// Borrowing the rest would take the share beyond its borrow limit.
     BorrowLimitReached {
         /// Instances the share would borrow with this job.
@@ -178,6 +188,7 @@ impl PendingReason {
             PendingReason::Reserved { reason, .. } => reason.code(),
             PendingReason::Misconfigured(m) => m.code(),
             PendingReason::OwnQuotaFull { .. } => "OWN_QUOTA_FULL",
+            PendingReason::NotInterruptible { .. } => "NOT_INTERRUPTIBLE",
             PendingReason::BorrowLimitReached { .. } => "BORROW_LIMIT_REACHED",
             PendingReason::NothingToBorrow { .. } => "NOTHING_TO_BORROW",
             PendingReason::WaitingForRelease { .. } => "WAITING_FOR_RELEASE",
@@ -199,6 +210,7 @@ impl PendingReason {
         "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED",
         "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
         "OWN_QUOTA_FULL",
+        "NOT_INTERRUPTIBLE",
         "BORROW_LIMIT_REACHED",
         "NOTHING_TO_BORROW",
         "WAITING_FOR_RELEASE",
@@ -220,6 +232,10 @@ impl fmt::Display for PendingReason {
             PendingReason::OwnQuotaFull { needs, usage, entitlement } => write!(
                 f,
                 "OWN_QUOTA_FULL - needs {needs} instance(s); the share uses {usage} of its {entitlement} and cannot borrow or preempt"
+            ),
+            PendingReason::NotInterruptible { needs, firm, entitlement } => write!(
+                f,
+                "NOT_INTERRUPTIBLE - needs {needs} instance(s) of its share's own quota, as it may not be interrupted; the share's non-interruptible jobs hold {firm} of its {entitlement}"
             ),
             PendingReason::BorrowLimitReached { would_borrow, allowance } => write!(
                 f,

@@ -68,22 +68,31 @@ pub(crate) struct PendKey {
     /// When it became RUNNABLE: carried (after the unique fields, so the order is unchanged)
     /// so that the pass can tell an aged head without looking the job up.
     pub(crate) queued_at: Millis,
+    /// Whether the job may be interrupted (it picks the job's bucket in [`PendingIndex`]).
+    pub(crate) interruptible: bool,
 }
 
 /// Pending jobs of one share on one unit, bucketed by instance count so that "the first job
 /// in order that needs at most N instances" costs O(distinct counts · log n), not O(n), and
 /// O(1) when the share's head itself fits (the pass asks for the head on every nomination).
+/// Jobs that may not be interrupted are bucketed apart, so that a pass that found one of them
+/// too large for its share's own quota skips the larger ones without looking at each.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PendingIndex {
-    by_count: BTreeMap<u32, BTreeSet<PendKey>>,
+    /// Interruptible jobs, then jobs that may not be interrupted.
+    by_count: [BTreeMap<u32, BTreeSet<PendKey>>; 2],
     len: usize,
     /// The first job of all, with its count.
     head: Option<(u32, PendKey)>,
 }
 
 impl PendingIndex {
+    fn class(&mut self, key: &PendKey) -> &mut BTreeMap<u32, BTreeSet<PendKey>> {
+        &mut self.by_count[usize::from(!key.interruptible)]
+    }
+
     pub(crate) fn insert(&mut self, count: u32, key: PendKey) {
-        if self.by_count.entry(count).or_default().insert(key) {
+        if self.class(&key).entry(count).or_default().insert(key) {
             self.len += 1;
             if self.head.is_none_or(|(_, h)| key < h) {
                 self.head = Some((count, key));
@@ -92,12 +101,13 @@ impl PendingIndex {
     }
 
     pub(crate) fn remove(&mut self, count: u32, key: &PendKey) -> bool {
-        let Some(set) = self.by_count.get_mut(&count) else {
+        let class = self.class(key);
+        let Some(set) = class.get_mut(&count) else {
             return false;
         };
         let removed = set.remove(key);
         if set.is_empty() {
-            self.by_count.remove(&count);
+            class.remove(&count);
         }
         if removed {
             self.len -= 1;
@@ -121,7 +131,7 @@ impl PendingIndex {
     /// at `room`: O(distinct counts), stopping once the room is spoken for.
     pub(crate) fn demand_within(&self, room: u32) -> u32 {
         let mut demand = 0u64;
-        for (c, set) in self.by_count.range(..=room) {
+        for (c, set) in self.by_count.iter().flat_map(|m| m.range(..=room)) {
             demand += u64::from(*c) * set.len() as u64;
             if demand >= u64::from(room) {
                 return room;
@@ -130,19 +140,23 @@ impl PendingIndex {
         demand as u32
     }
 
-    /// [`PendingIndex::first`] among the jobs after `after` in share order.
+    /// [`PendingIndex::first`] among the jobs after `after` in share order, of which those
+    /// that may not be interrupted need at most `max_firm` instances.
     pub(crate) fn first_after(
         &self,
         max_count: u32,
+        max_firm: u32,
         after: Option<PendKey>,
     ) -> Option<(u32, PendKey)> {
-        let Some(a) = after else {
+        if after.is_none() && max_firm >= max_count {
             return self.first(max_count);
-        };
-        self.by_count
-            .range(..=max_count)
+        }
+        let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        let [int, firm] = &self.by_count;
+        int.range(..=max_count)
+            .chain(firm.range(..=max_count.min(max_firm)))
             .filter_map(|(c, set)| {
-                set.range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+                set.range((from, std::ops::Bound::Unbounded))
                     .next()
                     .map(|k| (*c, *k))
             })
@@ -151,7 +165,8 @@ impl PendingIndex {
 
     fn scan(&self, max_count: u32) -> Option<(u32, PendKey)> {
         self.by_count
-            .range(..=max_count)
+            .iter()
+            .flat_map(|m| m.range(..=max_count))
             .filter_map(|(c, set)| set.first().map(|k| (*c, *k)))
             .min_by_key(|(_, k)| *k)
     }
@@ -168,6 +183,7 @@ impl PendingIndex {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &PendKey)> {
         self.by_count
             .iter()
+            .flatten()
             .flat_map(|(c, set)| set.iter().map(move |k| (*c, k)))
     }
 }
@@ -192,6 +208,9 @@ pub(crate) struct Lane {
     pub(crate) usage: u32,
     /// Of which held by attempts that are stopping.
     pub(crate) stopping: u32,
+    /// Of which held by attempts of jobs that may not be interrupted: within the entitlement
+    /// by admission (a lowered limit aside), and never freed by preemption.
+    pub(crate) firm: u32,
     pub(crate) pending: PendingIndex,
     /// Active (not stopping) attempts in victim order.
     pub(crate) running: BTreeSet<RunKey>,
@@ -384,6 +403,7 @@ impl Job {
             seq: self.seq,
             job: self.spec.id,
             queued_at: self.queued_at,
+            interruptible: self.spec.interruptible,
         }
     }
 
@@ -420,6 +440,8 @@ pub struct Attempt {
     /// Time between its last two checkpoints: a victim that keeps to it is worth waiting for
     /// (`Policy::reclaim_patience_ms`).
     pub checkpoint_gap: Option<Millis>,
+    /// Its job may be interrupted ([`JobSpec::interruptible`]); else it is never a victim.
+    pub interruptible: bool,
 }
 
 impl Attempt {
@@ -920,6 +942,10 @@ impl Scheduler {
             return Some(Misconfiguration::ShareLimit);
         };
         match share.spec.strategy {
+            // A job that may not be interrupted never borrows, whatever its share's strategy.
+            _ if c > entitlement && !job.spec.interruptible => {
+                return Some(Misconfiguration::ShareLimit)
+            }
             Strategy::Reserve | Strategy::Lend if c > entitlement => {
                 return Some(Misconfiguration::ShareLimit)
             }
@@ -1056,6 +1082,9 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) -> Result<(), CoreError> {
         let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        if !job.spec.interruptible {
+            return Err(CoreError::NotInterruptible(id));
+        }
         let attempt = job
             .attempt
             .filter(|a| job.status == JobStatus::Dispatched && self.attempts[a].stopping.is_none())
@@ -1153,6 +1182,9 @@ impl Scheduler {
                 .expect("lane")
                 .lane(s);
             lane.usage -= att.count;
+            if !att.interruptible {
+                lane.firm -= att.count;
+            }
             if att.stopping.is_some() {
                 lane.stopping -= att.count;
             } else {

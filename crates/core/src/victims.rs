@@ -114,7 +114,7 @@ impl Stream<'_> {
             let free = !who.protect
                 || !who.shares[self.x].protects()
                 || who.sched.protected_until(attempt, who.now).is_none();
-            if eligible && free {
+            if eligible && free && attempt.interruptible {
                 let cand = Cand {
                     attempt: k.attempt.0,
                     count: k.count.0,

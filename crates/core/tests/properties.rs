@@ -194,10 +194,18 @@ struct Run {
 /// Per unit, per share: (entitlement, usage, strategy, allowance) recomputed from views.
 fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing, Option<u32>)> {
     let usage = s.usage(Q).unwrap();
+    let firm = firm_by_share(s);
     cfg.shares
         .iter()
         .map(|spec| {
-            let ent = spec.limits.get(UNITS[unit]).copied().unwrap_or(0);
+            // A lowered limit applies to jobs that may not be interrupted only as they end.
+            let held = firm.get(&(spec.name.clone(), UNITS[unit].to_string()));
+            let ent = spec
+                .limits
+                .get(UNITS[unit])
+                .copied()
+                .unwrap_or(0)
+                .max(held.copied().unwrap_or(0));
             let used = usage
                 .iter()
                 .find(|u| u.share == spec.name && u.instance_type == UNITS[unit])
@@ -205,6 +213,31 @@ fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing,
             (ent, used, spec.strategy, spec.borrow_allowance(ent))
         })
         .collect()
+}
+
+/// Instances each (share, unit) holds with jobs that may not be interrupted (stopping
+/// attempts included: they hold their instances until they exit).
+fn firm_by_share(s: &Scheduler) -> BTreeMap<(String, String), u32> {
+    let mut firm: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for id in s.job_ids() {
+        let j = s.job(id).unwrap();
+        if j.spec.interruptible {
+            continue;
+        }
+        for a in [j.attempt, j.stopping].into_iter().flatten() {
+            *firm
+                .entry((j.spec.share.clone(), j.spec.instance_type.clone()))
+                .or_default() += s.attempt(a).map_or(0, |a| a.count);
+        }
+    }
+    firm
+}
+
+fn firm_held(s: &Scheduler, share: &str, unit: &str) -> u32 {
+    firm_by_share(s)
+        .get(&(share.to_string(), unit.to_string()))
+        .copied()
+        .unwrap_or(0)
 }
 
 /// How far a unit is over each constraint (> 0 means over), recomputed from the views.
@@ -346,6 +379,8 @@ impl Run {
                 spec.preemption_retries = *retries;
                 spec.runtime_limit_ms = bound.map(|s| s * 1000);
                 spec.attempts = 2;
+                // Every fifth job may not be interrupted (issue 19's interruption contracts).
+                spec.interruptible = !id.0.is_multiple_of(5);
                 if share.enabled {
                     self.jobs.push(id);
                 }
@@ -453,6 +488,9 @@ impl Run {
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
         self.check_idle_while_waiting()?;
+        if self.pristine {
+            self.check_firm_within_entitlement()?;
+        }
         self.check_flows()?;
         for (u, before) in before.iter().enumerate() {
             let acc = accounts(&self.s, &self.cfg, u);
@@ -513,6 +551,11 @@ impl Run {
             } = e
             {
                 let victim = self.s.job(*job).unwrap();
+                prop_assert!(
+                    victim.spec.interruptible || !cause.is_preemption(),
+                    "a job that may not be interrupted was preempted: {:?}",
+                    cause
+                );
                 let victim_priority = victim.spec.priority;
                 // A job backfilled onto an aged head's reservation may be preempted for that
                 // head whatever its share and priority (the starvation guard).
@@ -583,6 +626,20 @@ impl Run {
         self.log.extend(fx);
         if self.stopping.is_empty() {
             self.check_owner_liveness()?;
+        }
+        Ok(())
+    }
+
+    /// Jobs that may not be interrupted never hold borrowed capacity: per share and unit, what
+    /// they hold is within the entitlement (a lowered limit aside: not in pristine runs).
+    fn check_firm_within_entitlement(&self) -> Result<(), TestCaseError> {
+        for ((share, unit), held) in firm_by_share(&self.s) {
+            let spec = self.cfg.shares.iter().find(|s| s.name == share).unwrap();
+            let ent = spec.limits.get(unit.as_str()).copied().unwrap_or(0);
+            prop_assert!(
+                held <= ent,
+                "{share} holds {held} {unit} with firm jobs, entitled {ent}"
+            );
         }
         Ok(())
     }
@@ -809,7 +866,10 @@ impl Run {
             let mut reclaimed = acc.clone();
             for (x, a) in reclaimed.iter_mut().enumerate() {
                 if x != s {
-                    a.1 = a.1.min(a.0);
+                    // Reclaim takes what a share borrows, but never a job that may not be
+                    // interrupted (a lowered limit can leave those above the entitlement).
+                    let firm = firm_held(&self.s, &self.cfg.shares[x].name, &unit);
+                    a.1 = a.1.min(a.0.max(firm));
                 }
             }
             let before = pressure(self.cfg.env[u], &reclaimed);

@@ -1550,3 +1550,146 @@ fn a_drill_does_not_count_against_thrash_protection_so_an_owner_still_reclaims()
     );
     assert_eq!(w.job("borrower").preemptions, 2);
 }
+
+// ---- Interruption contracts (issue 19, item 1): jobs that may not be interrupted --------------
+
+fn firm(j: &mut JobSpec) {
+    j.interruptible = false;
+}
+
+/// A borrows B's idle capacity; B lends. Each owns 1 of the 2 instances.
+fn borrower_and_lender() -> World {
+    let mut w = World::new(&[(G5, 2)]).share("B", Lend, &[(G5, 1)]);
+    w.share_with("A", LendAndBorrow, &[(G5, 1)], |s| {
+        s.borrow_limit_percent = -1
+    });
+    w
+}
+
+#[test]
+fn a_job_that_may_not_be_interrupted_never_starts_on_borrowed_capacity() {
+    let mut w = borrower_and_lender();
+    w.submit_with("firm-1", "A", firm);
+    w.submit_with("firm-2", "A", firm);
+    w.submit("loose", "A", 0, 1);
+    // firm-1 takes A's own instance; firm-2 would have to borrow B's idle one and waits,
+    // while an interruptible job of the same share borrows it.
+    assert_eq!(w.running(), set(&["firm-1", "loose"]));
+    assert_eq!(w.reason("firm-2"), "NOT_INTERRUPTIBLE");
+    assert_eq!(w.usage("A"), 2);
+}
+
+#[test]
+fn a_job_that_may_not_be_interrupted_counts_first_against_its_shares_own_quota() {
+    // An interruptible job holds A's own instance; a firm job still starts, and the
+    // interruptible one is then what A borrows: B's owner reclaims it, not the firm job.
+    let mut w = borrower_and_lender();
+    w.submit("loose", "A", 5, 1);
+    w.submit_with("firm", "A", firm);
+    assert_eq!(w.running(), set(&["firm", "loose"]));
+    w.submit("owner", "B", 0, 1);
+    assert_eq!(w.preempted(), set(&["loose"]));
+    assert_eq!(w.running(), set(&["firm", "owner"]));
+}
+
+#[test]
+fn a_job_that_may_not_be_interrupted_is_never_an_in_share_victim() {
+    let mut w = World::new(&[(G5, 1)]);
+    w.share_with("S", Reserve, &[(G5, 1)], |s| s.in_share_preemption = true);
+    w.submit_with("firm", "S", firm);
+    w.submit("urgent", "S", 9, 1);
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.running(), set(&["firm"]));
+    assert_eq!(w.runnable(), set(&["urgent"]));
+}
+
+#[test]
+fn a_lowered_limit_does_not_preempt_a_job_that_may_not_be_interrupted() {
+    let mut w = borrower_and_lender();
+    w.submit_with("firm", "A", firm);
+    w.update_share("A", |s| {
+        s.limits.insert(G5.into(), 0);
+    });
+    w.update_share("B", |s| {
+        s.limits.insert(G5.into(), 2);
+    });
+    w.submit("owner-1", "B", 0, 1);
+    w.submit("owner-2", "B", 0, 1);
+    assert!(w.preempted().is_empty(), "the firm job keeps its instance");
+    assert_eq!(w.running(), set(&["firm", "owner-1"]));
+}
+
+#[test]
+fn a_job_that_may_not_be_interrupted_and_needs_more_than_its_quota_never_fits() {
+    let mut w = borrower_and_lender();
+    w.submit_with("big", "A", |j| {
+        firm(j);
+        j.count = 2;
+    });
+    assert_eq!(
+        w.reason("big"),
+        "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+    );
+}
+
+#[test]
+fn a_job_that_may_not_be_interrupted_is_not_drilled() {
+    let mut w = borrower_and_lender();
+    w.submit_with("firm", "A", firm);
+    assert!(matches!(
+        drill(&mut w, "firm"),
+        Err(CoreError::NotInterruptible(_))
+    ));
+}
+
+#[test]
+fn a_job_that_may_not_be_interrupted_waiting_ahead_of_a_reclaimer_lets_the_reclaimer_start() {
+    // In a share with in-share preemption jobs are decided in order: big (firm, first by
+    // priority) waits for A's own quota, and r, which reclaimed A's lent instance from b, is
+    // decided after it and starts on what b released.
+    let mut w = World::new(&[(G5, 3)]);
+    w.share_with("A", LendAndBorrow, &[(G5, 2)], |s| {
+        s.in_share_preemption = true
+    });
+    w = w.share("B", LendAndBorrow, &[(G5, 1)]);
+    w.submit_with("held", "A", firm);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 0, 1);
+    assert_eq!(w.running(), set(&["b1", "b2", "held"]));
+    w.exit_stops_at_once = false;
+    w.submit_with("big", "A", |j| {
+        firm(j);
+        j.priority = 9;
+        j.count = 2;
+    });
+    w.submit("r", "A", 0, 1);
+    assert_eq!(w.preempted().len(), 1, "r reclaims A's lent instance");
+    w.release_stopped();
+    assert!(w.running().contains(&"r".to_string()));
+    assert_eq!(w.reason("big"), "NOT_INTERRUPTIBLE");
+}
+
+#[test]
+fn an_aged_head_other_shares_may_not_pass_is_decided_before_their_in_share_preemption() {
+    // x (X, aged) holds a reservation that later starts of other shares may not pass; y-high
+    // (Y, priority 2, aged too) could preempt y-low in its share only to be held behind x,
+    // and y-low would restart at once. x is decided first and starts; nothing is preempted.
+    let policy = Policy {
+        reserve_after_ms: 60_000,
+        ..Default::default()
+    };
+    let mut w = World::with_policy(&[(G5, 4)], policy)
+        .share("O", Reserve, &[(G5, 2)])
+        .share("P", Reserve, &[(G5, 1)])
+        .share("X", Reserve, &[(G5, 2)]);
+    w.share_with("Y", Reserve, &[(G5, 2)], |s| s.in_share_preemption = true);
+    w.submit("o", "O", 0, 2);
+    w.submit("p", "P", 0, 1);
+    w.submit("y-low", "Y", 0, 1);
+    w.submit("x", "X", 0, 2);
+    w.submit("y-high", "Y", 2, 2);
+    w.advance(120);
+    w.finish("o");
+    assert!(w.preempted().is_empty(), "{:?}", w.preempted());
+    assert_eq!(w.running(), set(&["p", "x", "y-low"]));
+}

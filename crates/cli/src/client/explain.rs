@@ -96,6 +96,11 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             format!("{share}'s own jobs use all of its entitlement, and it may neither borrow nor preempt them."),
             format!("one of {share}'s running jobs ends or is terminated, the job gets a higher priority than a running one (with in-share preemption enabled), or {share} gets a larger limit or a borrowing strategy."),
         ],
+        "NOT_INTERRUPTIBLE" => [
+            format!("{asks} within {share}'s own quota: its class may not be interrupted, so it never borrows."),
+            format!("{share}'s other jobs that may not be interrupted hold its own quota."),
+            format!("one of them ends, or {share} gets a larger limit (or the job an interruptible class, tag qm:class)."),
+        ],
         "BORROW_LIMIT_REACHED" => [
             format!("{asks}, more than {share} may borrow."),
             format!("{share} already borrows up to its borrow limit."),
@@ -209,7 +214,7 @@ fn environment_advice(
 /// The jobs or shares that hold what the job waits for.
 fn holders(code: &str, share: &str, unit: &str, context: Context<'_>) -> Vec<String> {
     match code {
-        "OWN_QUOTA_FULL" | "BORROW_LIMIT_REACHED" => {
+        "OWN_QUOTA_FULL" | "BORROW_LIMIT_REACHED" | "NOT_INTERRUPTIBLE" => {
             let mine: Vec<String> = context
                 .holding
                 .iter()

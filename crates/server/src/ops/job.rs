@@ -157,6 +157,14 @@ impl State {
         let (attempts, evaluate_on_exit) = exit_rules(r.retry_strategy.as_ref());
         let core = self.next_job;
         let priority = r.scheduling_priority.unwrap_or(0);
+        let class = qm_api::class::resolve(
+            &queue,
+            &share,
+            &q.tags,
+            &q.shares[&share].tags,
+            r.tags.as_ref(),
+            priority,
+        )?;
         self.core_apply(Input::Submit(JobSpec {
             id: JobId(core),
             queue: queue.clone(),
@@ -172,6 +180,7 @@ impl State {
             attempts,
             evaluate_on_exit,
             runtime_limit_ms: runtime_limit_seconds(&payload, r).map(|s| s.saturating_mul(1000)),
+            interruptible: class.as_ref().is_none_or(|c| c.def.interruptible),
         }))?;
         self.next_job += 1;
         let rec = JobRec {

@@ -42,6 +42,12 @@ impl State {
         if share.is_some() {
             validate::protection_tags("tags", &r.tags)?;
         }
+        if matches!(
+            self.arns.parse("resourceArn", &r.resource_arn)?,
+            Resource::JobQueue(_)
+        ) {
+            qm_api::class::queue_class_tags("tags", &r.tags)?;
+        }
         let tags = self.tags_mut(&r.resource_arn)?;
         let mut merged = tags.clone();
         merged.extend(r.tags.iter().map(|(k, v)| (k.clone(), v.clone())));

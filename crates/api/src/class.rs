@@ -1,0 +1,279 @@
+//! Interruption contracts (issue 19, item 1), qm extensions carried by tags so that the AWS
+//! shapes stay as the model has them:
+//!
+//! * a job queue defines its classes: `qm:class.<name>` = `interruptible` or
+//!   `non-interruptible`, optionally followed by `,max-priority=<0..9999>`;
+//! * a quota share names its default class (`qm:default-class`) and may restrict its jobs to
+//!   some classes (`qm:classes`, comma-separated; absent = every class of the queue);
+//! * a job picks its class with `qm:class`, else gets its share's default, else has none
+//!   (interruptible, as every job before classes).
+//!
+//! A job of a non-interruptible class runs only within its share's own quota and is never
+//! preempted (the core's rules, docs/scheduling.md).
+
+use std::collections::BTreeMap;
+
+use crate::ApiError;
+
+/// Job-queue tag prefix: `qm:class.<name>` defines the class `<name>`.
+pub const TAG_CLASS_PREFIX: &str = "qm:class.";
+/// Job tag: the job's class.
+pub const TAG_CLASS: &str = "qm:class";
+/// Quota-share tag: the class of the share's jobs that name none.
+pub const TAG_DEFAULT_CLASS: &str = "qm:default-class";
+/// Quota-share tag: the classes the share's jobs may use, comma-separated.
+pub const TAG_CLASSES: &str = "qm:classes";
+
+/// A class as its queue defines it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassDef {
+    /// Whether its jobs may be preempted (and borrow).
+    pub interruptible: bool,
+    /// The highest scheduling priority its jobs may have.
+    pub max_priority: Option<u32>,
+}
+
+/// The class a submitted job gets: its name and definition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobClass {
+    /// The class's name.
+    pub name: String,
+    /// Its definition.
+    pub def: ClassDef,
+}
+
+fn fail(message: String) -> ApiError {
+    ApiError::client(message)
+}
+
+/// A class name: 1 to 64 letters, digits, `_` and `-`.
+pub fn is_class_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Parses a `qm:class.<name>` value.
+pub fn class_def(field: &str, value: &str) -> Result<ClassDef, ApiError> {
+    let bad = || {
+        fail(format!(
+            "{field} is '{value}': give interruptible or non-interruptible, optionally followed by ,max-priority=N (0 to 9999)"
+        ))
+    };
+    let mut parts = value.split(',').map(str::trim);
+    let interruptible = match parts.next() {
+        Some("interruptible") => true,
+        Some("non-interruptible") => false,
+        _ => return Err(bad()),
+    };
+    let max_priority = match parts.next() {
+        None => None,
+        Some(p) => Some(
+            p.strip_prefix("max-priority=")
+                .and_then(|n| n.parse::<u32>().ok())
+                .filter(|n| *n <= 9999)
+                .ok_or_else(bad)?,
+        ),
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(ClassDef {
+        interruptible,
+        max_priority,
+    })
+}
+
+/// Checks a job queue's class definitions among its tags.
+pub fn queue_class_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    for (key, value) in tags {
+        if let Some(name) = key.strip_prefix(TAG_CLASS_PREFIX) {
+            if !is_class_name(name) {
+                return Err(fail(format!(
+                    "{field}.{key}: '{name}' is not a class name; use 1-64 letters, digits, _ and -"
+                )));
+            }
+            class_def(&format!("{field}.{key}"), value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a quota share's class tags: a class name, and a list of them.
+pub fn share_class_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if let Some(v) = tags.get(TAG_DEFAULT_CLASS) {
+        if !is_class_name(v) {
+            return Err(fail(format!(
+                "{field}.{TAG_DEFAULT_CLASS} is '{v}': give a class name (1-64 letters, digits, _ and -) that the job queue defines"
+            )));
+        }
+    }
+    if let Some(v) = tags.get(TAG_CLASSES) {
+        if let Some(bad) = v.split(',').map(str::trim).find(|c| !is_class_name(c)) {
+            return Err(fail(format!(
+                "{field}.{TAG_CLASSES}: '{bad}' is not a class name; list class names separated by commas"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The classes a queue's tags define, by name.
+pub fn defined(queue_tags: &BTreeMap<String, String>) -> BTreeMap<String, ClassDef> {
+    queue_tags
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix(TAG_CLASS_PREFIX)?;
+            Some((name.to_string(), class_def("", v).ok()?))
+        })
+        .collect()
+}
+
+/// The class of a job submitted with `job_tags` to a share with `share_tags` of a queue with
+/// `queue_tags` at `priority`: refused, naming what the share and queue allow, when the class
+/// is unknown, not allowed in the share, or the priority is above the class's maximum.
+pub fn resolve(
+    queue: &str,
+    share: &str,
+    queue_tags: &BTreeMap<String, String>,
+    share_tags: &BTreeMap<String, String>,
+    job_tags: Option<&BTreeMap<String, String>>,
+    priority: i32,
+) -> Result<Option<JobClass>, ApiError> {
+    let named = job_tags.and_then(|t| t.get(TAG_CLASS));
+    let Some(name) = named.or_else(|| share_tags.get(TAG_DEFAULT_CLASS)) else {
+        return Ok(None);
+    };
+    let field = if named.is_some() {
+        format!("tags.{TAG_CLASS}")
+    } else {
+        format!("quota share {share}'s {TAG_DEFAULT_CLASS}")
+    };
+    let classes = defined(queue_tags);
+    let allowed: Vec<&str> = match share_tags.get(TAG_CLASSES) {
+        Some(list) => list.split(',').map(str::trim).collect(),
+        None => classes.keys().map(String::as_str).collect(),
+    };
+    let Some(def) = classes.get(name.as_str()) else {
+        return Err(fail(format!(
+            "{field}: job queue '{queue}' defines no class '{name}'; quota share '{share}' may use: {}",
+            list_or_none(&allowed)
+        )));
+    };
+    if !allowed.contains(&name.as_str()) {
+        return Err(fail(format!(
+            "{field}: quota share '{share}' does not allow class '{name}'; it may use: {} ({TAG_CLASSES})",
+            list_or_none(&allowed)
+        )));
+    }
+    if let Some(max) = def.max_priority {
+        if priority > max as i32 {
+            return Err(fail(format!(
+                "schedulingPriority: {priority} is above the maximum of class '{name}' ({max}); submit at {max} or lower"
+            )));
+        }
+    }
+    Ok(Some(JobClass {
+        name: name.clone(),
+        def: def.clone(),
+    }))
+}
+
+fn list_or_none(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none (the queue defines no classes: tags qm:class.<name>)".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_class_definition_is_interruptible_or_not_with_an_optional_maximum_priority() {
+        let def = |v| class_def("f", v);
+        assert!(def("interruptible").unwrap().interruptible);
+        let release = def("non-interruptible, max-priority=500").unwrap();
+        assert_eq!(
+            (release.interruptible, release.max_priority),
+            (false, Some(500))
+        );
+        for bad in [
+            "",
+            "yes",
+            "interruptible,max-priority=10000",
+            "interruptible,x=1",
+            "interruptible,max-priority=1,z",
+        ] {
+            assert!(def(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_job_gets_its_named_class_or_its_shares_default_within_what_the_share_allows() {
+        let queue = tags(&[
+            ("qm:class.exploratory", "interruptible"),
+            ("qm:class.release", "non-interruptible,max-priority=500"),
+        ]);
+        let share = tags(&[
+            ("qm:default-class", "exploratory"),
+            ("qm:classes", "exploratory,release"),
+        ]);
+        let job = tags(&[("qm:class", "release")]);
+        let got = resolve("q", "s", &queue, &share, Some(&job), 10)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (got.name.as_str(), got.def.interruptible),
+            ("release", false)
+        );
+        let default = resolve("q", "s", &queue, &share, None, 10)
+            .unwrap()
+            .unwrap();
+        assert_eq!(default.name, "exploratory");
+        assert_eq!(
+            resolve("q", "s", &queue, &tags(&[]), None, 10).unwrap(),
+            None
+        );
+
+        let err = resolve(
+            "q",
+            "s",
+            &queue,
+            &share,
+            Some(&tags(&[("qm:class", "nightly")])),
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            err.message().contains("defines no class 'nightly'"),
+            "{err}"
+        );
+        assert!(
+            err.message().contains("may use: exploratory, release"),
+            "{err}"
+        );
+        let narrow = tags(&[("qm:classes", "exploratory")]);
+        let err = resolve("q", "s", &queue, &narrow, Some(&job), 0).unwrap_err();
+        assert!(
+            err.message().contains("does not allow class 'release'"),
+            "{err}"
+        );
+        let err = resolve("q", "s", &queue, &share, Some(&job), 501).unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("schedulingPriority: 501 is above"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,67 @@
+"""Interruption contracts (issue 19, item 1) through boto3 against the real `qm serve`: a job
+queue defines classes by tags (`qm:class.<name>`), a share names its default class and the
+classes it allows, a job picks one with the tag `qm:class`. A job of a non-interruptible class
+runs only within its share's own quota and waits rather than borrow, while an interruptible
+job of the same share borrows; an unknown or disallowed class, or a priority above the
+class's maximum, is a ClientException that says what is allowed."""
+
+import pytest
+from botocore.exceptions import ClientError
+
+from qm_e2e import ShareSpec, error_of, make_queue, wait_status
+
+CLASSES = {"qm:class.exploratory": "interruptible",
+           "qm:class.release": "non-interruptible,max-priority=500"}
+
+
+@pytest.fixture
+def classes_queue(batch):
+    q = make_queue(batch, "classes", [
+        ShareSpec("research", "LEND_AND_BORROW", 1, borrow_limit=100,
+                  tags={"qm:default-class": "exploratory", "qm:classes": "exploratory,release"}),
+        ShareSpec("inference", "LEND", 1),
+    ], env_max=2)
+    batch.tag_resource(resourceArn=q.arn, tags=CLASSES)
+    return q
+
+
+def release(jobs, q, name, **kw):
+    return jobs.sleeper(q, "research", name, extra={"tags": {"qm:class": "release"}}, **kw)
+
+
+def test_a_non_interruptible_job_waits_rather_than_borrow_while_an_interruptible_one_borrows(
+        batch, jobs, classes_queue):
+    q = classes_queue
+    first = release(jobs, q, "release_1")
+    wait_status(batch, first, "RUNNING")
+    second = release(jobs, q, "release_2")
+    waiting = wait_status(batch, second, "RUNNABLE", reason_prefix="NOT_INTERRUPTIBLE")
+    assert "may not be interrupted" in waiting["statusReason"], waiting["statusReason"]
+    # The share's default class is interruptible: this job borrows inference's idle instance.
+    borrower = jobs.sleeper(q, "research", "exploring")
+    wait_status(batch, borrower, "RUNNING")
+    # The owner reclaims from the interruptible job, never from the release job.
+    owner = jobs.sleeper(q, "inference", "owner")
+    wait_status(batch, owner, "RUNNING", timeout=60)
+    assert batch.describe_service_job(jobId=first)["status"] == "RUNNING"
+    assert batch.describe_service_job(jobId=borrower)["preemptionSummary"]["preemptedAttemptCount"] == 1
+
+
+def test_an_unknown_or_disallowed_class_or_a_priority_above_its_maximum_is_refused(
+        batch, jobs, classes_queue):
+    q = classes_queue
+    with pytest.raises(ClientError) as e:
+        jobs.sleeper(q, "research", "nightly", extra={"tags": {"qm:class": "nightly"}})
+    code, message, status = error_of(e)
+    assert (code, status) == ("ClientException", 400), (code, status)
+    assert "defines no class 'nightly'" in message and "exploratory, release" in message, message
+    with pytest.raises(ClientError) as e:
+        release(jobs, q, "too_urgent", priority=600)
+    assert "above the maximum of class 'release' (500)" in error_of(e)[1]
+    batch.tag_resource(resourceArn=q.shares["research"], tags={"qm:classes": "exploratory"})
+    with pytest.raises(ClientError) as e:
+        release(jobs, q, "not_here")
+    assert "does not allow class 'release'" in error_of(e)[1], error_of(e)[1]
+    with pytest.raises(ClientError) as e:
+        batch.tag_resource(resourceArn=q.arn, tags={"qm:class.bad": "sometimes"})
+    assert "give interruptible or non-interruptible" in error_of(e)[1], error_of(e)[1]
