@@ -5,10 +5,12 @@ runs only within its share's own quota and waits rather than borrow, while an in
 job of the same share borrows; an unknown or disallowed class, or a priority above the
 class's maximum, is a ClientException that says what is allowed."""
 
+import subprocess
+
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import ShareSpec, error_of, make_queue, wait_status
+from qm_e2e import ShareSpec, error_of, make_queue, qm_bin, wait_status
 
 CLASSES = {"qm:class.exploratory": "interruptible",
            "qm:class.release": "non-interruptible,max-priority=500"}
@@ -30,7 +32,7 @@ def release(jobs, q, name, **kw):
 
 
 def test_a_non_interruptible_job_waits_rather_than_borrow_while_an_interruptible_one_borrows(
-        batch, jobs, classes_queue):
+        batch, jobs, server, classes_queue):
     q = classes_queue
     first = release(jobs, q, "release_1")
     wait_status(batch, first, "RUNNING")
@@ -39,7 +41,16 @@ def test_a_non_interruptible_job_waits_rather_than_borrow_while_an_interruptible
     assert "may not be interrupted" in waiting["statusReason"], waiting["statusReason"]
     # The share's default class is interruptible: this job borrows inference's idle instance.
     borrower = jobs.sleeper(q, "research", "exploring")
-    wait_status(batch, borrower, "RUNNING")
+    running = wait_status(batch, borrower, "RUNNING")
+    # Every running job says whose capacity it runs on, through the API and `qm jobs`.
+    assert running["statusReason"] == (
+        "BORROWED - its instance borrowed from inference; may be reclaimed"), running["statusReason"]
+    assert batch.describe_service_job(jobId=first)["statusReason"].startswith("OWN_CAPACITY - ")
+    listed = {j["jobName"]: j for j in batch.list_service_jobs(jobQueue=q.arn, jobStatus="RUNNING")["jobSummaryList"]}
+    assert listed["exploring"]["statusReason"].startswith("BORROWED - "), listed
+    table = subprocess.run([str(qm_bin()), "jobs", "--queue", q.name, "--status", "RUNNING"],
+                           env=server.cli_env(), capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "borrowed from inference" in table and "own capacity" in table, table
     # The owner reclaims from the interruptible job, never from the release job.
     owner = jobs.sleeper(q, "inference", "owner")
     wait_status(batch, owner, "RUNNING", timeout=60)

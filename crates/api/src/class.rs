@@ -19,6 +19,9 @@ use crate::ApiError;
 pub const TAG_CLASS_PREFIX: &str = "qm:class.";
 /// Job tag: the job's class.
 pub const TAG_CLASS: &str = "qm:class";
+/// How a running job's `statusReason` ends when it may not be interrupted (`qm plan` reads
+/// it to tell which running jobs a lowered limit cannot preempt).
+pub const FIRM_NOTE: &str = "its class may not be interrupted";
 /// Quota-share tag: the class of the share's jobs that name none.
 pub const TAG_DEFAULT_CLASS: &str = "qm:default-class";
 /// Quota-share tag: the classes the share's jobs may use, comma-separated.

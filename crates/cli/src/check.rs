@@ -133,6 +133,7 @@ pub fn run(scenario: &Scenario, trace: bool) -> Outcome {
         ids: BTreeMap::new(),
         names: BTreeMap::new(),
         shares: BTreeMap::new(),
+        firm_by_default: BTreeSet::new(),
         preempted: BTreeSet::new(),
         trace: trace.then(Vec::new),
     };
@@ -150,6 +151,9 @@ struct Runner {
     names: BTreeMap<JobId, String>,
     /// The current configuration of every share, so that `update_share` can change one field.
     shares: BTreeMap<String, ShareSpec>,
+    /// Shares whose `default_class` may not be interrupted: their jobs that do not say
+    /// `interruptible` may not be either.
+    firm_by_default: BTreeSet<String>,
     /// Jobs preempted since the previous `expect`.
     preempted: BTreeSet<JobId>,
     trace: Option<Vec<String>>,
@@ -186,6 +190,14 @@ impl Runner {
         };
         self.drive(Some(Input::PutQueue(queue)))?;
         for decl in &scenario.shares {
+            let default = decl.default_class.as_ref();
+            if scenario
+                .classes
+                .iter()
+                .any(|c| Some(&c.name) == default && !c.interruptible)
+            {
+                self.firm_by_default.insert(decl.name.clone());
+            }
             let spec = decl.spec();
             self.shares.insert(spec.name.clone(), spec.clone());
             self.drive(Some(Input::PutShare {
@@ -213,7 +225,9 @@ impl Runner {
                     attempts: 1,
                     evaluate_on_exit: Vec::new(),
                     runtime_limit_ms: s.runtime_limit.map(|secs| secs.saturating_mul(1000)),
-                    interruptible: s.interruptible,
+                    interruptible: s
+                        .interruptible
+                        .unwrap_or(!self.firm_by_default.contains(&s.share)),
                 })
             }
             Step::UpdatePriority(u) => Input::UpdatePriority {

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::Error;
-use crate::scenario::{admins, checked_seq, ShareDecl};
+use crate::scenario::{admins, check_classes, checked_seq, ClassDecl, ShareDecl};
 
 /// A cluster file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -48,6 +48,11 @@ pub struct ClusterFile {
     /// the file's business; `qm check` and `qm simulate` ignore it.
     #[serde(default, deserialize_with = "admins")]
     pub admins: Option<Vec<String>>,
+    /// Job classes (interruption contracts); shares name theirs with `default_class` and
+    /// `classes`. On a server, the job queue's `qm:class.<name>` tags.
+    /// Absent = the queue's classes are not the file's business (as with `admins`).
+    #[serde(default)]
+    pub classes: Option<Vec<ClassDecl>>,
 }
 
 impl ClusterFile {
@@ -100,6 +105,7 @@ pub fn parse(src: &str, path: &Path) -> Result<ClusterFile, Error> {
             "shares: a cluster needs at least one quota share".into(),
         ));
     }
+    check_classes(file.classes.as_deref().unwrap_or_default(), &file.shares).map_err(invalid)?;
     for (tenant, share) in &file.tenants {
         if !seen.contains(share.as_str()) {
             return Err(invalid(format!(
@@ -172,6 +178,32 @@ mod tests {
             assert!(e.contains(words), "{list}: {e}");
             assert!(e.contains("line 4"), "{list}: {e}");
         }
+    }
+
+    #[test]
+    fn classes_are_checked_against_what_the_shares_name() {
+        let classes = "classes:\n  - {name: exploratory, interruptible: true}\n  - {name: release, interruptible: false, max_priority: 500}\n";
+        let ok = format!("{classes}environment: {{gpu: 2}}\nshares:\n  - {{name: a, limits: {{gpu: 2}}, strategy: LEND, default_class: exploratory, classes: [exploratory, release]}}\n");
+        let c = parse(&ok, Path::new("c.yaml")).unwrap();
+        assert_eq!(
+            c.classes.unwrap()[1].tag_value(),
+            "non-interruptible,max-priority=500"
+        );
+        for (share_keys, words) in [
+            ("default_class: nightly", "shares[0].default_class: `nightly` is not one of the classes (exploratory, release)"),
+            ("classes: [release, nightly]", "shares[0].classes[1]: `nightly`"),
+            ("default_class: exploratory, classes: [release]", "is not among the share's classes"),
+        ] {
+            let src = format!("{classes}environment: {{gpu: 2}}\nshares:\n  - {{name: a, limits: {{gpu: 2}}, strategy: LEND, {share_keys}}}\n");
+            let e = parse(&src, Path::new("c.yaml")).unwrap_err().to_string();
+            assert!(e.contains(words), "{share_keys}: {e}");
+        }
+        let twice = format!("classes:\n  - {{name: x, interruptible: true}}\n  - {{name: x, interruptible: false}}\n{SHARES}");
+        let e = parse(&twice, Path::new("c.yaml")).unwrap_err().to_string();
+        assert!(
+            e.contains("classes[1].name: class `x` is declared twice"),
+            "{e}"
+        );
     }
 
     #[test]

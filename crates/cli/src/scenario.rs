@@ -44,6 +44,10 @@ pub struct Scenario {
     /// scenario may carry its cluster's, then ignored (the steps are not signed by anyone).
     #[serde(default, deserialize_with = "admins")]
     pub admins: Option<Vec<String>>,
+    /// Job classes, as in a cluster file: a share's `default_class` decides whether its jobs
+    /// that do not say `interruptible` may be interrupted.
+    #[serde(default)]
+    pub classes: Vec<ClassDecl>,
 }
 
 /// A share's strategy, spelled as in AWS.
@@ -134,6 +138,100 @@ pub struct ShareDecl {
     /// (tag `qm:max-priority`); absent = no cap. Ignored by `qm check` and `qm simulate`.
     #[serde(default, deserialize_with = "max_priority")]
     pub max_priority: Option<u32>,
+    /// The class of its jobs that name none (tag `qm:default-class`): one of the file's
+    /// `classes`. Absent = jobs without a class are interruptible.
+    #[serde(default)]
+    pub default_class: Option<String>,
+    /// The classes its jobs may use (tag `qm:classes`); absent = every class of the file.
+    #[serde(default)]
+    pub classes: Option<Vec<String>>,
+}
+
+/// A job class under the top-level `classes` (issue 19's interruption contracts; on a server
+/// the job queue's tag `qm:class.<name>`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassDecl {
+    /// 1 to 64 letters, digits, `_` and `-`.
+    pub name: String,
+    /// Whether its jobs may be preempted and borrow.
+    pub interruptible: bool,
+    /// The highest scheduling priority its jobs may have, 0..=9999.
+    #[serde(default)]
+    pub max_priority: Option<u32>,
+}
+
+impl ClassDecl {
+    /// The value of its job-queue tag `qm:class.<name>`.
+    pub fn tag_value(&self) -> String {
+        let kind = if self.interruptible {
+            "interruptible"
+        } else {
+            "non-interruptible"
+        };
+        match self.max_priority {
+            Some(p) => format!("{kind},max-priority={p}"),
+            None => kind.to_string(),
+        }
+    }
+}
+
+/// Checks the top-level `classes` and what the shares say of them: valid unique names,
+/// priorities within 0..=9999, and every share's `default_class` and `classes` naming declared
+/// classes (the default among the allowed ones).
+pub fn check_classes(classes: &[ClassDecl], shares: &[ShareDecl]) -> Result<(), String> {
+    let mut names = BTreeSet::new();
+    for (i, c) in classes.iter().enumerate() {
+        if !qm_api::class::is_class_name(&c.name) {
+            return Err(format!(
+                "classes[{i}].name: `{}` is not a class name: use 1 to 64 letters, digits, `_` and `-`",
+                c.name
+            ));
+        }
+        if !names.insert(c.name.as_str()) {
+            return Err(format!(
+                "classes[{i}].name: class `{}` is declared twice",
+                c.name
+            ));
+        }
+        if let Some(p) = c.max_priority.filter(|&p| p > 9999) {
+            return Err(format!(
+                "classes[{i}].max_priority: {p} is out of range: give 0 to 9999"
+            ));
+        }
+    }
+    let declared = || names.iter().copied().collect::<Vec<_>>().join(", ");
+    let unknown = |path: String, name: &str| {
+        if names.is_empty() {
+            format!("{path}: `{name}` is not a class: declare it under a top-level `classes:` list")
+        } else {
+            format!(
+                "{path}: `{name}` is not one of the classes ({})",
+                declared()
+            )
+        }
+    };
+    for (i, s) in shares.iter().enumerate() {
+        for (j, c) in s.classes.iter().flatten().enumerate() {
+            if !names.contains(c.as_str()) {
+                return Err(unknown(format!("shares[{i}].classes[{j}]"), c));
+            }
+        }
+        if let Some(d) = &s.default_class {
+            if !names.contains(d.as_str()) {
+                return Err(unknown(format!("shares[{i}].default_class"), d));
+            }
+            if s.classes
+                .as_ref()
+                .is_some_and(|allowed| !allowed.contains(d))
+            {
+                return Err(format!(
+                    "shares[{i}].default_class: `{d}` is not among the share's classes; add it to `classes` or pick one of them"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn enabled() -> ShareState {
@@ -344,14 +442,10 @@ pub struct Submit {
     /// Seconds an attempt may run at most (`MaxRuntimeInSeconds`); absent = unbounded.
     #[serde(default)]
     pub runtime_limit: Option<u64>,
-    /// Whether the job may be interrupted (its class); default true. A job that may not runs
-    /// only within its share's own quota and is never preempted.
-    #[serde(default = "yes")]
-    pub interruptible: bool,
-}
-
-fn yes() -> bool {
-    true
+    /// Whether the job may be interrupted; absent = as its share's `default_class` says, else
+    /// true. A job that may not runs only within its share's own quota and is never preempted.
+    #[serde(default)]
+    pub interruptible: Option<bool>,
 }
 
 fn one() -> u32 {
@@ -920,6 +1014,10 @@ pub fn parse(src: &str, path: &Path) -> Result<Vec<Scenario>, Error> {
         scenario
             .check_shares()
             .map_err(|m| malformed(document, locate(src, document, m)))?;
+        check_classes(&scenario.classes, &scenario.shares).map_err(|message| Error::Invalid {
+            path: path.to_path_buf(),
+            message: format!("document {document}: {message}"),
+        })?;
         scenarios.push(scenario);
     }
     if scenarios.is_empty() {

@@ -432,6 +432,81 @@ fn permissions_and_protection_in_the_file_become_share_tags_and_only_those_are_m
     assert_eq!(code, 0, "{out}");
 }
 
+/// Job classes: the queue defines them, research names its default and allows both.
+const CLASSES: &str = "job_queue: training
+environment: {ml.g5.xlarge: 3}
+classes:
+  - {name: exploratory, interruptible: true}
+  - {name: release, interruptible: false, max_priority: 500}
+shares:
+  - name: research
+    limits: {ml.g5.xlarge: 2}
+    strategy: LEND_AND_BORROW
+    default_class: release
+    classes: [exploratory, release]
+  - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: LEND}
+";
+
+#[test]
+fn the_file_s_classes_become_queue_and_share_tags_and_decide_what_a_job_may_do() {
+    let server = Server::start();
+    server.write("classes.yaml", CLASSES);
+    let (code, out) = server.qm(&["apply", "-f", "classes.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    let queues = server.call("describejobqueues", json!({"jobQueues": ["training"]}));
+    assert_eq!(
+        queues["jobQueues"][0]["tags"],
+        json!({
+            "qm:class.exploratory": "interruptible",
+            "qm:class.release": "non-interruptible,max-priority=500",
+        })
+    );
+    assert_eq!(
+        share_tags(&server, "research"),
+        json!({"qm:default-class": "release", "qm:classes": "exploratory,release"})
+    );
+    let (code, out) = server.qm(&["plan", "-f", "classes.yaml"]);
+    assert_eq!(code, 0, "nothing left to change: {out}");
+    // research's default class may not be interrupted: a priority above its maximum is
+    // refused, naming the class; within its quota its jobs run, beyond it they wait rather
+    // than borrow ops's idle instance.
+    let client: Client = support::client(&server.endpoint, server.admin.as_ref());
+    let payload = json!({
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["sleep", "60"]},
+    });
+    let refused = client
+        .call_json(
+            "submitservicejob",
+            &json!({
+                "jobName": "urgent", "jobQueue": "training", "serviceJobType": "SAGEMAKER_TRAINING",
+                "quotaShareName": "research", "schedulingPriority": 900,
+                "serviceRequestPayload": payload.to_string(),
+            }),
+        )
+        .expect_err("a priority above the class's maximum");
+    assert!(
+        refused
+            .to_string()
+            .contains("above the maximum of class 'release' (500)"),
+        "{refused}"
+    );
+    let ids: Vec<String> = (1..=3)
+        .map(|i| server.submit(&format!("r{i}"), "research", 0))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reason = loop {
+        let d = server.call("describeservicejob", json!({"jobId": ids[2]}));
+        let reason = d["statusReason"].as_str().unwrap_or_default().to_string();
+        if reason.starts_with("NOT_INTERRUPTIBLE") || Instant::now() > deadline {
+            break reason;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(reason.starts_with("NOT_INTERRUPTIBLE"), "{reason}");
+    assert_eq!(server.status(&ids[0]), "RUNNING");
+}
+
 #[test]
 fn the_file_s_admin_list_is_set_once_and_a_file_without_one_leaves_it_alone() {
     let server = Server::start();

@@ -44,7 +44,7 @@ pub use idle::{IdleCause, IdleWhileWaiting};
 pub use image::Image;
 pub use model::*;
 pub use pass::VictimRank;
-pub use query::{Flow, PoolUsage, ShareUsage};
+pub use query::{Borrowing, Flow, PoolUsage, ShareUsage};
 pub use reason::{Misconfiguration, PendingReason};
 pub use scheduler::{
     Attempt, Input, Job, Policy, Scheduler, MAX_LIMITS, MAX_PRIORITY, MAX_SHARES_PER_QUEUE,

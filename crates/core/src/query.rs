@@ -43,6 +43,19 @@ pub struct Flow {
     pub instances: f64,
 }
 
+/// How much of a running attempt's capacity its share borrows, and from whom.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Borrowing {
+    /// Instances of the attempt on borrowed capacity (0: all within its share's own limit).
+    pub borrowed: u32,
+    /// Instances the attempt holds.
+    pub count: u32,
+    /// The shares whose idle capacity its share uses on the unit, most lent first.
+    pub lenders: Vec<String>,
+    /// Whether the attempt may be interrupted (one that may not never borrows).
+    pub interruptible: bool,
+}
+
 /// A queue's view of one unit's pool: what it could hold and what it holds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolUsage {
@@ -154,20 +167,72 @@ impl Scheduler {
         Some(out)
     }
 
+    /// Whether a running attempt of job `id` runs on borrowed capacity; `None` when the job
+    /// holds no attempt or its attempt is stopping. A share's borrowed instances are those a
+    /// reclaim would take back first: its interruptible attempts in victim order (DESIGN.md §2
+    /// rule 7) cover what it holds beyond its limit; jobs that may not be interrupted count
+    /// first against the limit and never borrow. O(attempts walked to cover the borrowing).
+    pub fn borrowing(&self, id: JobId) -> Option<Borrowing> {
+        let job = self.jobs.get(&id)?;
+        let attempt = self.attempts.get(&job.attempt?)?;
+        if attempt.stopping.is_some() {
+            return None;
+        }
+        let (q, u, s) = (attempt.queue, attempt.unit, usize::from(attempt.share.0));
+        let view = self.view(q, u);
+        let mut left = view.held(s).borrowed();
+        let lane = self.queues[q.0 as usize].units.get(&u)?.lanes.get(s)?;
+        let mut borrowed = 0;
+        for k in &lane.running {
+            if left == 0 {
+                break;
+            }
+            let a = &self.attempts[&k.attempt.0];
+            if !a.interruptible {
+                continue;
+            }
+            let take = a.count.min(left);
+            left -= take;
+            if a.id == attempt.id {
+                borrowed = take;
+                break;
+            }
+        }
+        let names = self.share_names(q);
+        let mut lenders: Vec<(f64, &String)> = crate::ledger::flows(view.accounts())
+            .into_iter()
+            .filter(|&(_, b, n)| b == s && n > 0.0)
+            .filter_map(|(l, _, n)| names.get(l).map(|name| (n, *name)))
+            .collect();
+        lenders.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        Some(Borrowing {
+            borrowed,
+            count: attempt.count,
+            interruptible: attempt.interruptible,
+            lenders: if borrowed > 0 {
+                lenders.into_iter().map(|(_, n)| n.clone()).collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// A queue's share names by share index.
+    fn share_names(&self, q: QueueIx) -> Vec<&String> {
+        let mut by_ix: Vec<(usize, &String)> = self.queues[q.0 as usize]
+            .share_ix
+            .iter()
+            .map(|(name, s)| (usize::from(s.0), name))
+            .collect();
+        by_ix.sort();
+        by_ix.into_iter().map(|(_, n)| n).collect()
+    }
+
     /// Who lends to whom in a queue, per unit ([`crate::ledger::flows`]), units then lenders
     /// then borrowers in order; a lender's flows add up to its [`ShareUsage::lent_out`].
     pub fn flows(&self, queue: &str) -> Option<Vec<Flow>> {
         let (q, units) = self.units_of(queue)?;
-        let qu = &self.queues[q.0 as usize];
-        let names: Vec<&String> = {
-            let mut by_ix: Vec<(usize, &String)> = qu
-                .share_ix
-                .iter()
-                .map(|(name, s)| (usize::from(s.0), name))
-                .collect();
-            by_ix.sort();
-            by_ix.into_iter().map(|(_, n)| n).collect()
-        };
+        let names = self.share_names(q);
         let mut out = Vec::new();
         for u in units {
             let view = self.view(q, u);

@@ -1693,3 +1693,24 @@ fn an_aged_head_other_shares_may_not_pass_is_decided_before_their_in_share_preem
     assert!(w.preempted().is_empty(), "{:?}", w.preempted());
     assert_eq!(w.running(), set(&["p", "x", "y-low"]));
 }
+
+#[test]
+fn a_running_job_shows_whether_it_runs_on_borrowed_capacity_and_from_whom() {
+    // loose is what A holds beyond its limit (firm counts first against it): borrowed from B.
+    let mut w = borrower_and_lender();
+    w.submit("loose", "A", 5, 1);
+    w.submit_with("firm", "A", firm);
+    assert_eq!(w.running(), set(&["firm", "loose"]));
+    let loose = w.s.borrowing(w.id("loose")).unwrap();
+    assert_eq!((loose.borrowed, loose.count), (1, 1));
+    assert_eq!(loose.lenders, vec!["B".to_string()]);
+    let own = w.s.borrowing(w.id("firm")).unwrap();
+    assert_eq!((own.borrowed, own.lenders.len()), (0, 0));
+    // B's owner takes its instance back: nothing is borrowed any more.
+    w.submit("owner", "B", 0, 1);
+    assert_eq!(w.s.borrowing(w.id("firm")).unwrap().borrowed, 0);
+    assert!(
+        w.s.borrowing(w.id("loose")).is_none(),
+        "preempted: no attempt"
+    );
+}

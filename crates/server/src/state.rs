@@ -893,7 +893,8 @@ impl State {
 
     /// The status reason the API shows: the core's pending reason for RUNNABLE jobs; for a
     /// job whose attempt was backfilled onto an aged head's reservation, that it is
-    /// preemptible for that head (issue 18, item 7).
+    /// preemptible for that head (issue 18, item 7); for any other job holding capacity,
+    /// whether it runs on its share's own capacity or on borrowed capacity (issue 19).
     pub fn status_reason(&self, rec: &JobRec) -> Option<String> {
         let active = matches!(
             rec.status,
@@ -910,6 +911,11 @@ impl State {
                 "BACKFILLED - runs on capacity reserved for job {}, which has waited past the starvation guard; preemptible: that job takes the capacity back when it can start",
                 self.api_id(head)
             ));
+        }
+        if active {
+            if let Some(b) = self.core.borrowing(JobId(rec.core)) {
+                return Some(capacity_reason(&rec.share, &b));
+            }
         }
         if rec.status == ServiceJobStatus::Runnable {
             if let Some(r) = self.core.explain(JobId(rec.core)) {
@@ -1157,4 +1163,32 @@ fn training_job_name(rec: &JobRec, attempt: u64) -> String {
 /// Serializes a response body.
 pub(crate) fn body<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
     serde_json::to_vec(v).map_err(|e| ApiError::server(format!("encoding the response: {e}")))
+}
+
+/// `OWN_CAPACITY - ...` or `BORROWED - ...`: whether a running job can lose its capacity to a
+/// reclaim (issue 19's interruption contracts; docs/scheduling.md).
+fn capacity_reason(share: &str, b: &qm_core::Borrowing) -> String {
+    if b.borrowed == 0 {
+        let firm = if b.interruptible {
+            String::new()
+        } else {
+            format!("; {}", qm_api::class::FIRM_NOTE)
+        };
+        return format!("OWN_CAPACITY - runs within quota share {share}'s own limit{firm}");
+    }
+    let from = match b.lenders.as_slice() {
+        [] => "other shares".to_string(),
+        names => names.join(", "),
+    };
+    let of = if b.borrowed == b.count {
+        format!("its {} instances", b.count)
+    } else {
+        format!("{} of its {} instances", b.borrowed, b.count)
+    };
+    let of = if b.count == 1 {
+        "its instance".to_string()
+    } else {
+        of
+    };
+    format!("BORROWED - {of} borrowed from {from}; may be reclaimed")
 }

@@ -1062,8 +1062,8 @@ fn a_job_backfilled_onto_a_reservation_says_it_is_preemptible_for_that_job() {
         "{reason}"
     );
     assert_eq!(
-        w.describe("a1").get("statusReason"),
-        None,
+        w.describe("a1")["statusReason"],
+        "OWN_CAPACITY - runs within quota share A's own limit",
         "a1 is not backfilled"
     );
 }
@@ -1181,7 +1181,11 @@ fn a_job_whose_max_runtime_ends_before_the_aged_head_could_start_is_not_backfill
     w.now += 700_000;
     w.submit_payload("small", "A", 0, bounded("small", 600));
     assert_ne!(w.status("small"), "RUNNABLE");
-    assert_eq!(w.describe("small").get("statusReason"), None);
+    assert_eq!(
+        w.describe("small")["statusReason"],
+        "OWN_CAPACITY - runs within quota share A's own limit",
+        "not backfilled"
+    );
     let core = &w.state.core;
     let id = core
         .job_ids()

@@ -104,14 +104,32 @@ fn shorten(s: &str, max: usize) -> String {
     }
 }
 
-/// The reason column: the code for a waiting job, else the (shortened) reason.
+/// The reason column: the code for a waiting job; for a job holding capacity whose it is
+/// (`own capacity`, `borrowed from inference`); else the (shortened) reason.
 fn reason_cell(row: &JobRow) -> String {
     if row.status == ServiceJobStatus::Runnable.as_str() {
         if let Some(code) = reason_code(&row.status_reason) {
             return code.to_string();
         }
     }
+    if let Some(capacity) = capacity_cell(&row.status_reason) {
+        return capacity;
+    }
     shorten(&row.status_reason, REASON_WIDTH)
+}
+
+/// `own capacity` or `borrowed from X, Y` from a running job's `OWN_CAPACITY`/`BORROWED`
+/// status reason (the server's wording: docs/scheduling.md).
+fn capacity_cell(reason: &str) -> Option<String> {
+    match reason_code(reason)? {
+        "OWN_CAPACITY" => Some("own capacity".into()),
+        "BORROWED" => {
+            let from = reason.split_once(" borrowed from ")?.1;
+            let from = from.split(';').next().unwrap_or(from);
+            Some(shorten(&format!("borrowed from {from}"), REASON_WIDTH))
+        }
+        _ => None,
+    }
 }
 
 /// `qm jobs`: id, name, share, priority, status, reason, age; rows in the order given.

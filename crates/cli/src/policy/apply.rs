@@ -105,8 +105,8 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                     message: format!("no ARN for scheduling policy {}", names.scheduling_policy),
                 })?;
                 let order = json!([{"order": 1, "serviceEnvironment": names.service_environment}]);
-                if action == Action::Create {
-                    call(
+                let queue_arn = if action == Action::Create {
+                    let r = call(
                         client,
                         "createjobqueue",
                         &json!({
@@ -117,18 +117,25 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
                             "serviceEnvironmentOrder": order,
                         }),
                     )?;
+                    r.get("jobQueueArn")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
                 } else {
-                    call(
-                        client,
-                        "updatejobqueue",
-                        &json!({
-                            "jobQueue": names.job_queue,
-                            "state": "ENABLED",
-                            "schedulingPolicyArn": arn,
-                            "serviceEnvironmentOrder": order,
-                        }),
-                    )?;
-                }
+                    if c.fields.iter().any(|f| !f.field.starts_with("tags.")) {
+                        call(
+                            client,
+                            "updatejobqueue",
+                            &json!({
+                                "jobQueue": names.job_queue,
+                                "state": "ENABLED",
+                                "schedulingPolicyArn": arn,
+                                "serviceEnvironmentOrder": order,
+                            }),
+                        )?;
+                    }
+                    live.queue.as_ref().map(|q| q.arn.clone())
+                };
+                queue_classes(client, desired, live, queue_arn)?;
             }
             (Kind::QuotaShare, action) => share(client, desired, live, c, action)?,
             (Kind::Admins, _) => {
@@ -246,4 +253,37 @@ pub fn record(client: &Client, actor: &str, plan: &Plan, text: &str) -> Result<(
         .post_json(AUDIT_PATH, &entry)
         .map(|_| ())
         .map_err(|e| Error::request("audit", e))
+}
+
+/// Makes the job queue's class tags (`qm:class.<name>`) the file's, when it has `classes`.
+fn queue_classes(
+    client: &Client,
+    desired: &Desired,
+    live: &Live,
+    arn: Option<String>,
+) -> Result<(), Error> {
+    let Some(classes) = &desired.classes else {
+        return Ok(());
+    };
+    let none = ShareTags::new();
+    let before = live.queue.as_ref().map_or(&none, |q| &q.classes);
+    let changes = TagChanges::between(before, classes);
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let arn = arn.ok_or_else(|| Error::Shape {
+        operation: "describejobqueues".into(),
+        message: format!("no ARN for job queue {}", desired.names.job_queue),
+    })?;
+    if !changes.remove.is_empty() {
+        client
+            .untag_resource(&arn, &changes.remove)
+            .map_err(|e| Error::request("untagresource", e))?;
+    }
+    if !changes.set.is_empty() {
+        client
+            .tag_resource(&arn, &changes.set)
+            .map_err(|e| Error::request("tagresource", e))?;
+    }
+    Ok(())
 }

@@ -33,6 +33,10 @@ pub struct LiveQueue {
     pub policy: Option<String>,
     /// The service environments' names (from their ARNs), in order.
     pub environments: Vec<String>,
+    /// Its ARN (tags name it).
+    pub arn: String,
+    /// Its class tags (`qm:class.<name>`).
+    pub classes: ShareTags,
 }
 
 /// A quota share as the server has it.
@@ -75,6 +79,8 @@ pub struct LiveJob {
     pub priority: i64,
     /// Submission time, epoch milliseconds.
     pub created_at: i64,
+    /// Whether it may be interrupted (its status reason says when it may not).
+    pub interruptible: bool,
 }
 
 /// Everything a plan compares against.
@@ -163,6 +169,12 @@ pub fn read(client: &Client, desired: &Desired) -> Result<Live, Error> {
                 .find(|q| str_of(q, "jobQueueName") == Some(&names.job_queue))
         })
         .map(|q| LiveQueue {
+            arn: str_of(q, "jobQueueArn").unwrap_or_default().to_string(),
+            classes: q
+                .get("tags")
+                .and_then(|t| serde_json::from_value(t.clone()).ok())
+                .map(|t| tags::queue_classes(&t))
+                .unwrap_or_default(),
             state: str_of(q, "state").unwrap_or("ENABLED").to_string(),
             policy: str_of(q, "schedulingPolicyArn").map(|a| name_of(a).to_string()),
             environments: {
@@ -355,6 +367,8 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
                         .max(0.0) as u32,
                     priority: 0,
                     created_at: j.get("createdAt").and_then(Value::as_i64).unwrap_or(0),
+                    interruptible: !str_of(j, "statusReason")
+                        .is_some_and(|r| r.ends_with(qm_api::class::FIRM_NOTE)),
                 });
             }
             token = str_of(&page, "nextToken").map(str::to_string);

@@ -127,6 +127,9 @@ pub struct Desired {
     /// The server's admin list (`GET`/`PUT /qm/v1/admins`), in file order; `None`: the file
     /// leaves it alone.
     pub admins: Option<Vec<String>>,
+    /// The job queue's class tags (`qm:class.<name>`); `None`: the file has no `classes` and
+    /// leaves the queue's alone.
+    pub classes: Option<ShareTags>,
 }
 
 /// A quota share as the file declares it.
@@ -207,6 +210,7 @@ impl Desired {
                     })
                 })?,
             admins: file.admins.clone(),
+            classes: file.classes.as_deref().map(tags::of_classes),
         })
     }
 

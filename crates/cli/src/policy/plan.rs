@@ -142,6 +142,10 @@ pub struct Exposure {
     pub instances: u32,
     /// The jobs most likely to be picked, in that order.
     pub jobs: Vec<JobRef>,
+    /// Running jobs that may not be interrupted and hold more than the new limit: the
+    /// scheduler does not preempt them; the limit applies to them as they end.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<JobRef>,
 }
 
 /// What the scheduler would preempt after the changes, per instance type and instant.
@@ -428,6 +432,18 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
             Some("ENABLED".into()),
         );
     }
+    if let Some(classes) = &desired.classes {
+        let none = ShareTags::new();
+        let before = q.map_or(&none, |q| &q.classes);
+        for key in before.keys().chain(classes.keys()).collect::<BTreeSet<_>>() {
+            push(
+                &mut queue_fields,
+                &format!("tags.{key}"),
+                before.get(key).cloned(),
+                classes.get(key).cloned(),
+            );
+        }
+    }
     if q.is_none() || !queue_fields.is_empty() {
         let action = if q.is_none() {
             Action::Create
@@ -556,11 +572,25 @@ fn victim_order(a: &LiveJob, b: &LiveJob) -> std::cmp::Ordering {
 fn likely_victims<'a>(jobs: &'a [LiveJob], share: Option<&str>, unit: &str) -> Vec<&'a LiveJob> {
     let mut v: Vec<&LiveJob> = jobs
         .iter()
-        .filter(|j| j.state == JobState::Running && j.unit == unit)
+        .filter(|j| j.state == JobState::Running && j.unit == unit && j.interruptible)
         .filter(|j| share.is_none_or(|s| j.share == s))
         .collect();
     v.sort_by(|a, b| victim_order(a, b));
     v
+}
+
+/// A share's running jobs on `unit` that may not be interrupted, when together they hold more
+/// than `limit`: a lowered limit leaves them running.
+fn kept_above(jobs: &[LiveJob], share: &str, unit: &str, limit: u32) -> Vec<JobRef> {
+    let firm: Vec<&LiveJob> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Running && j.unit == unit && j.share == share)
+        .filter(|j| !j.interruptible)
+        .collect();
+    if firm.iter().map(|j| j.count).sum::<u32>() <= limit {
+        return Vec::new();
+    }
+    firm.into_iter().map(JobRef::from).collect()
 }
 
 fn covering(candidates: Vec<&LiveJob>, amount: u32) -> Vec<JobRef> {
@@ -670,13 +700,18 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
                 withdrawn.push(cause.clone());
             }
             if let Some(after) = p.after {
-                let borrowed = account(after, unit, p.usage).borrowed();
-                if borrowed > 0 {
+                let a = account(after, unit, p.usage);
+                let kept = kept_above(&live.jobs, p.name, unit, a.entitlement);
+                // What the kept jobs hold above the limit counts as the share's own.
+                let firm: u32 = kept.iter().map(|j| j.count).sum();
+                let borrowed = p.usage.saturating_sub(a.entitlement.max(firm));
+                if borrowed > 0 || !kept.is_empty() {
                     exposures.push(Exposure {
                         unit: unit.to_string(),
                         cause,
                         instances: borrowed,
                         jobs: covering(likely_victims(&live.jobs, Some(p.name), unit), borrowed),
+                        kept,
                     });
                 }
             }
@@ -715,6 +750,7 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
                     ),
                     instances: unbacked,
                     jobs: covering(candidates, unbacked),
+                    kept: Vec::new(),
                 });
             }
         }
@@ -805,13 +841,25 @@ pub fn render(plan: &Plan, source: &str) -> String {
     }
     for e in &plan.preemptible {
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "  {} ({}): {} instance(s) become preemptible; most likely picked first:",
-            e.cause, e.unit, e.instances
-        );
-        for j in &e.jobs {
-            job_line(&mut out, j);
+        if e.instances > 0 {
+            let _ = writeln!(
+                out,
+                "  {} ({}): {} instance(s) become preemptible; most likely picked first:",
+                e.cause, e.unit, e.instances
+            );
+            for j in &e.jobs {
+                job_line(&mut out, j);
+            }
+        }
+        if !e.kept.is_empty() {
+            let _ = writeln!(
+                out,
+                "  warning: {} ({}): these jobs may not be interrupted and stay above the new limit until they end:",
+                e.cause, e.unit
+            );
+            for j in &e.kept {
+                job_line(&mut out, j);
+            }
         }
     }
     for r in &plan.preempted {
@@ -874,6 +922,7 @@ mod tests {
                 })
                 .collect(),
             admins: None,
+            classes: None,
         }
     }
 
@@ -889,6 +938,8 @@ mod tests {
                 state: "ENABLED".into(),
                 policy: Some("q-policy".into()),
                 environments: vec!["q-se".into()],
+                arn: "arn/q".into(),
+                classes: d.classes.clone().unwrap_or_default(),
             }),
             shares: d
                 .shares
@@ -921,6 +972,7 @@ mod tests {
                     count: 1,
                     priority,
                     created_at: i as i64,
+                    interruptible: true,
                 })
                 .collect(),
             jobs_truncated: false,
@@ -965,6 +1017,72 @@ mod tests {
             .cause
             .contains("borrowLimit unlimited -> 100%"));
         assert_eq!(names(&plan.preemptible[0].jobs), ["new", "old"]);
+    }
+
+    #[test]
+    fn a_lowered_limit_warns_about_jobs_that_may_not_be_interrupted_instead_of_exposing_them() {
+        let before = desired(vec![
+            share("a", 3, Strategy::LendAndBorrow, -1),
+            share("b", 3, Strategy::Lend, -1),
+        ]);
+        let mut server = live(
+            &before,
+            &[
+                ("a", "firm-1", 5, true),
+                ("a", "firm-2", 5, true),
+                ("a", "loose", 0, true),
+            ],
+        );
+        for j in &mut server.jobs {
+            j.interruptible = j.name == "loose";
+        }
+        let after = desired(vec![
+            share("a", 1, Strategy::LendAndBorrow, -1),
+            share("b", 3, Strategy::Lend, -1),
+        ]);
+        let plan = diff(&after, &server);
+        assert_eq!(plan.preemptible.len(), 1, "{plan:?}");
+        let e = &plan.preemptible[0];
+        // The firm jobs hold 2 of a's new limit of 1: they stay, and only loose is exposed.
+        assert_eq!((e.instances, names(&e.jobs)), (1, vec!["loose"]));
+        assert_eq!(names(&e.kept), ["firm-1", "firm-2"]);
+        let text = render(&plan, "c.yaml");
+        assert!(
+            text.contains("warning: quota share a: capacityLimits 3 -> 1 (gpu): these jobs may not be interrupted and stay above the new limit until they end:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_file_s_classes_become_the_job_queue_s_class_tags() {
+        let mut d = desired(vec![share("a", 1, Strategy::Lend, -1)]);
+        let mut server = live(&d, &[]);
+        server.queue.as_mut().unwrap().classes =
+            [("qm:class.old".to_string(), "interruptible".to_string())].into();
+        d.classes = Some(
+            [(
+                "qm:class.release".to_string(),
+                "non-interruptible,max-priority=500".to_string(),
+            )]
+            .into(),
+        );
+        let plan = diff(&d, &server);
+        assert_eq!(plan.changes.len(), 1, "{plan:?}");
+        assert_eq!(plan.changes[0].kind, Kind::JobQueue);
+        assert_eq!(
+            fields(&plan.changes[0]),
+            [
+                ("tags.qm:class.old", Some("interruptible"), None),
+                (
+                    "tags.qm:class.release",
+                    None,
+                    Some("non-interruptible,max-priority=500")
+                )
+            ]
+        );
+        // A file without `classes` leaves the queue's alone.
+        d.classes = None;
+        assert!(diff(&d, &server).is_empty());
     }
 
     #[test]

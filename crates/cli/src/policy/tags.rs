@@ -1,14 +1,18 @@
 //! The quota-share tags a cluster file controls: the `qm:` extensions that the server reads as
 //! a share's permissions (`qm:submitters`, `qm:leads`, `qm:max-priority`) and thrash protection
-//! (`qm:min-runtime-seconds`, `qm:max-preemptions-per-hour`). A share field the file leaves
+//! (`qm:min-runtime-seconds`, `qm:max-preemptions-per-hour`), and its job classes
+//! (`qm:default-class`, `qm:classes`). A share field the file leaves
 //! out is the tag absent, so `qm apply` removes it; every other tag of a share (anyone's own
 //! keys) is the server's business and is left alone.
 
 use std::collections::BTreeMap;
 
+use qm_api::class::{TAG_CLASSES, TAG_CLASS_PREFIX, TAG_DEFAULT_CLASS};
 use qm_api::validate::{
     TAG_LEADS, TAG_MAX_PREEMPTIONS, TAG_MAX_PRIORITY, TAG_MIN_RUNTIME, TAG_SUBMITTERS,
 };
+
+use crate::scenario::ClassDecl;
 
 use crate::scenario::ShareDecl;
 
@@ -16,12 +20,14 @@ use crate::scenario::ShareDecl;
 pub type ShareTags = BTreeMap<String, String>;
 
 /// The keys the file controls, in the order a plan lists them.
-pub const MANAGED: [&str; 5] = [
+pub const MANAGED: [&str; 7] = [
     TAG_SUBMITTERS,
     TAG_LEADS,
     TAG_MAX_PRIORITY,
     TAG_MIN_RUNTIME,
     TAG_MAX_PREEMPTIONS,
+    TAG_DEFAULT_CLASS,
+    TAG_CLASSES,
 ];
 
 /// The thrash-protection keys: the only ones the scheduler reads.
@@ -30,9 +36,11 @@ const PROTECTION: [&str; 2] = [TAG_MIN_RUNTIME, TAG_MAX_PREEMPTIONS];
 /// The tags a declared share asks for: lists joined with `,` in file order, numbers in decimal,
 /// an absent field no tag.
 pub fn of_decl(share: &ShareDecl) -> ShareTags {
+    let none = Vec::new();
     let lists = [
         (TAG_SUBMITTERS, &share.submitters),
         (TAG_LEADS, &share.leads),
+        (TAG_CLASSES, share.classes.as_ref().unwrap_or(&none)),
     ];
     let numbers = [
         (TAG_MAX_PRIORITY, share.max_priority.map(u64::from)),
@@ -49,9 +57,30 @@ pub fn of_decl(share: &ShareDecl) -> ShareTags {
     let numbers = numbers
         .into_iter()
         .filter_map(|(k, n)| n.map(|n| (k, n.to_string())));
+    let default = share
+        .default_class
+        .as_ref()
+        .map(|c| (TAG_DEFAULT_CLASS, c.clone()));
     lists
         .chain(numbers)
+        .chain(default)
         .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// The job queue's class tags a file's `classes` ask for: `qm:class.<name>` -> its definition.
+pub fn of_classes(classes: &[ClassDecl]) -> ShareTags {
+    classes
+        .iter()
+        .map(|c| (format!("{TAG_CLASS_PREFIX}{}", c.name), c.tag_value()))
+        .collect()
+}
+
+/// The class tags among a job queue's tags.
+pub fn queue_classes(all: &BTreeMap<String, String>) -> ShareTags {
+    all.iter()
+        .filter(|(k, _)| k.starts_with(TAG_CLASS_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
 
