@@ -3,14 +3,17 @@ queue defines classes by tags (`qm:class.<name>`), a share names its default cla
 classes it allows, a job picks one with the tag `qm:class`. A job of a non-interruptible class
 runs only within its share's own quota and waits rather than borrow, while an interruptible
 job of the same share borrows; an unknown or disallowed class, or a priority above the
-class's maximum, is a ClientException that says what is allowed."""
+class's maximum, is a ClientException that says what is allowed. A class that borrows only
+after a verified resume waits for its share's own capacity until a drill shows one of its jobs
+resuming from its checkpoint."""
 
+import json
 import subprocess
 
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import ShareSpec, error_of, make_queue, qm_bin, wait_status
+from qm_e2e import ShareSpec, error_of, make_queue, qm_bin, wait_for, wait_status
 
 CLASSES = {"qm:class.exploratory": "interruptible",
            "qm:class.release": "non-interruptible,max-priority=500"}
@@ -76,3 +79,36 @@ def test_an_unknown_or_disallowed_class_or_a_priority_above_its_maximum_is_refus
     with pytest.raises(ClientError) as e:
         batch.tag_resource(resourceArn=q.arn, tags={"qm:class.bad": "sometimes"})
     assert "give interruptible or non-interruptible" in error_of(e)[1], error_of(e)[1]
+
+
+def test_a_class_that_borrows_after_a_verified_resume_waits_until_a_drill_resumed_one_of_its_jobs(
+        batch, jobs, server):
+    """`borrow: after-verified-resume`: the class's second job may not borrow inference's idle
+    instance until a drill (`qm preempt`) of the first shows it resuming from its checkpoint."""
+    q = make_queue(batch, "verify", [
+        ShareSpec("research", "LEND_AND_BORROW", 1, borrow_limit=-1,
+                  tags={"qm:default-class": "unproven"}),
+        ShareSpec("inference", "LEND", 1),
+    ], env_max=2)
+    batch.tag_resource(resourceArn=q.arn, tags={
+        "qm:class.unproven": "interruptible,borrow=after-verified-resume,verify-days=30"})
+    learner = jobs.submit(q, "research", "learner", "reports_steps.py",
+                          env={"PROGRESS_FILE": str(jobs.file("learner.progress"))})
+    wait_status(batch, learner, "RUNNING")
+    second = jobs.sleeper(q, "research", "second")
+    waiting = wait_status(batch, second, "RUNNABLE", reason_prefix="RESUME_UNVERIFIED")
+    assert "verified" in waiting["statusReason"] or "resuming" in waiting["statusReason"], waiting
+    explained = subprocess.run([str(qm_bin()), "explain", second], env=server.cli_env(),
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "qm preempt" in explained, explained
+
+    # The drill: the learner stops at step 15 (checkpoint at 10) and goes on from step 10.
+    def last_step():
+        status, _, body = server.signed("GET", f"/qm/v1/jobs/{learner}/attempt")
+        assert status == 200, body
+        return (json.loads(body).get("running") or {}).get("lastStep")
+    wait_for(lambda: last_step() == 15, what="the learner to reach step 15")
+    subprocess.run([str(qm_bin()), "preempt", learner, "--reason", "resume check"],
+                   env=server.cli_env(), capture_output=True, text=True, timeout=60, check=True)
+    wait_status(batch, second, "RUNNING", timeout=60)
+    assert batch.describe_service_job(jobId=second)["statusReason"].startswith("BORROWED - ")

@@ -234,6 +234,10 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     reason = rows[qs2].one("reason")
     assert "<i>done</i> & gone" in reason.text() and not [n for n in reason.all(None) if n.tag == "i"]
     assert rows[med].one("job-link").attrs["href"] == f"#/job/{med}"
+    # Whose capacity each running job is on: med borrows QS2's instance, high runs on QS1's.
+    assert rows[med].one("reason-code").text() == "BORROWED"
+    assert "borrowed from QS2" in rows[med].one("reason").text()
+    assert rows[high].one("reason-code").text() == "OWN_CAPACITY"
 
     # The job page of the preempted job: one preempted attempt, then the one running now.
     url = signed_in(server, f"/job/{med}")
@@ -253,6 +257,9 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     attempts = dom.one("attempts-table").all("attempt-row")
     assert [a.attrs["data-preempted"] for a in attempts] == ["true", "false"]
     assert "Preempted: capacity reclaimed by quota share QS2" in attempts[0].one("reason").text()
+    # How the attempt after the preemption resumed: a sleeper reports no steps, so unknown.
+    resumes = dom.one("resumes-table").all("resume-row")
+    assert [r.attrs["data-outcome"] for r in resumes] == ["unknown"], [r.text() for r in resumes]
 
 
 def test_the_dashboard_without_keys_shows_the_sign_in_form_and_no_data(server, batch, tmp_path):

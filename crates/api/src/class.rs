@@ -34,6 +34,36 @@ pub struct ClassDef {
     pub interruptible: bool,
     /// The highest scheduling priority its jobs may have.
     pub max_priority: Option<u32>,
+    /// When its (interruptible) jobs may borrow.
+    pub borrow: BorrowRule,
+}
+
+/// When the jobs of an interruptible class may run on borrowed capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BorrowRule {
+    /// Whenever their share may borrow.
+    Always,
+    /// Only once one of the class's jobs was seen `resumed` after a preemption (a reclaim or
+    /// a drill) in the last `verify_days` days.
+    AfterVerifiedResume {
+        /// How long a verified resume counts, in days.
+        verify_days: u32,
+    },
+}
+
+/// How long a verified resume counts when a class does not say (`verify-days`).
+pub const DEFAULT_VERIFY_DAYS: u32 = 30;
+
+impl BorrowRule {
+    /// How long a verified resume counts, in milliseconds; `None` for [`BorrowRule::Always`].
+    pub fn verify_ms(self) -> Option<i64> {
+        match self {
+            BorrowRule::Always => None,
+            BorrowRule::AfterVerifiedResume { verify_days } => {
+                Some(i64::from(verify_days) * 86_400_000)
+            }
+        }
+    }
 }
 
 /// The class a submitted job gets: its name and definition.
@@ -57,34 +87,55 @@ pub fn is_class_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// Parses a `qm:class.<name>` value.
+/// Parses a `qm:class.<name>` value: `interruptible` or `non-interruptible`, then optional
+/// `,max-priority=N`, `,borrow=always|after-verified-resume` and `,verify-days=N`.
 pub fn class_def(field: &str, value: &str) -> Result<ClassDef, ApiError> {
-    let bad = || {
+    let bad = |why: &str| {
         fail(format!(
-            "{field} is '{value}': give interruptible or non-interruptible, optionally followed by ,max-priority=N (0 to 9999)"
+            "{field} is '{value}': {why}; give interruptible or non-interruptible, optionally followed by ,max-priority=N (0 to 9999), ,borrow=always or ,borrow=after-verified-resume, and ,verify-days=N (1 to 3650)"
         ))
     };
     let mut parts = value.split(',').map(str::trim);
     let interruptible = match parts.next() {
         Some("interruptible") => true,
         Some("non-interruptible") => false,
-        _ => return Err(bad()),
+        _ => return Err(bad("it must start with the class's kind")),
     };
-    let max_priority = match parts.next() {
-        None => None,
-        Some(p) => Some(
-            p.strip_prefix("max-priority=")
-                .and_then(|n| n.parse::<u32>().ok())
-                .filter(|n| *n <= 9999)
-                .ok_or_else(bad)?,
-        ),
+    let (mut max_priority, mut after_resume, mut verify_days) = (None, None, None);
+    for part in parts {
+        let number = |n: &str, max: u32| n.parse::<u32>().ok().filter(|n| *n <= max);
+        match part.split_once('=') {
+            Some(("max-priority", n)) if max_priority.is_none() => {
+                max_priority = Some(number(n, 9999).ok_or_else(|| bad("bad max-priority"))?);
+            }
+            Some(("borrow", b)) if after_resume.is_none() => {
+                after_resume = Some(match b {
+                    "always" => false,
+                    "after-verified-resume" => true,
+                    _ => return Err(bad("bad borrow")),
+                });
+            }
+            Some(("verify-days", n)) if verify_days.is_none() => {
+                let days = number(n, 3650).filter(|d| *d >= 1);
+                verify_days = Some(days.ok_or_else(|| bad("bad verify-days"))?);
+            }
+            _ => return Err(bad(&format!("'{part}' is not understood (or given twice)"))),
+        }
+    }
+    let borrow = match (after_resume, verify_days) {
+        (Some(true), days) => BorrowRule::AfterVerifiedResume {
+            verify_days: days.unwrap_or(DEFAULT_VERIFY_DAYS),
+        },
+        (_, Some(_)) => return Err(bad("verify-days needs borrow=after-verified-resume")),
+        _ => BorrowRule::Always,
     };
-    if parts.next().is_some() {
-        return Err(bad());
+    if !interruptible && borrow != BorrowRule::Always {
+        return Err(bad("a non-interruptible class never borrows"));
     }
     Ok(ClassDef {
         interruptible,
         max_priority,
+        borrow,
     })
 }
 
@@ -219,6 +270,39 @@ mod tests {
             "interruptible,max-priority=1,z",
         ] {
             assert!(def(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_class_may_borrow_only_after_a_verified_resume_for_so_many_days() {
+        let def = |v| class_def("f", v);
+        assert_eq!(def("interruptible").unwrap().borrow, BorrowRule::Always);
+        assert_eq!(
+            def("interruptible,borrow=after-verified-resume")
+                .unwrap()
+                .borrow,
+            BorrowRule::AfterVerifiedResume { verify_days: 30 }
+        );
+        let seven = def("interruptible,borrow=after-verified-resume,verify-days=7").unwrap();
+        assert_eq!(seven.borrow.verify_ms(), Some(7 * 86_400_000));
+        for (bad, why) in [
+            (
+                "interruptible,verify-days=7",
+                "verify-days needs borrow=after-verified-resume",
+            ),
+            (
+                "non-interruptible,borrow=after-verified-resume",
+                "never borrows",
+            ),
+            ("interruptible,borrow=sometimes", "bad borrow"),
+            ("interruptible,borrow=always,borrow=always", "given twice"),
+            (
+                "interruptible,borrow=after-verified-resume,verify-days=0",
+                "bad verify-days",
+            ),
+        ] {
+            let e = def(bad).unwrap_err();
+            assert!(e.message().contains(why), "{bad}: {e}");
         }
     }
 

@@ -108,6 +108,7 @@ pub fn job_spec(
         runtime_limit_ms: runtime_limit_seconds(payload, req).map(|s| s.saturating_mul(1000)),
         // The class (`qm:class`) needs the queue's and share's tags: the caller resolves it.
         interruptible: true,
+        borrows: true,
     }
 }
 

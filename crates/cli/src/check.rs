@@ -20,7 +20,7 @@ use qm_core::{
     QueueSpec, Scheduler, ShareSpec,
 };
 
-use crate::scenario::{Expect, Scenario, Step};
+use crate::scenario::{BorrowWhen, Expect, Scenario, Step};
 
 /// The name of the one queue a scenario runs in.
 pub const QUEUE: &str = "scenario";
@@ -134,6 +134,7 @@ pub fn run(scenario: &Scenario, trace: bool) -> Outcome {
         names: BTreeMap::new(),
         shares: BTreeMap::new(),
         firm_by_default: BTreeSet::new(),
+        unverified_by_default: BTreeSet::new(),
         preempted: BTreeSet::new(),
         trace: trace.then(Vec::new),
     };
@@ -154,6 +155,8 @@ struct Runner {
     /// Shares whose `default_class` may not be interrupted: their jobs that do not say
     /// `interruptible` may not be either.
     firm_by_default: BTreeSet<String>,
+    /// Shares whose `default_class` borrows only after a verified resume.
+    unverified_by_default: BTreeSet<String>,
     /// Jobs preempted since the previous `expect`.
     preempted: BTreeSet<JobId>,
     trace: Option<Vec<String>>,
@@ -191,12 +194,12 @@ impl Runner {
         self.drive(Some(Input::PutQueue(queue)))?;
         for decl in &scenario.shares {
             let default = decl.default_class.as_ref();
-            if scenario
-                .classes
-                .iter()
-                .any(|c| Some(&c.name) == default && !c.interruptible)
-            {
+            let class = scenario.classes.iter().find(|c| Some(&c.name) == default);
+            if class.is_some_and(|c| !c.interruptible) {
                 self.firm_by_default.insert(decl.name.clone());
+            }
+            if class.is_some_and(|c| c.borrow == BorrowWhen::AfterVerifiedResume) {
+                self.unverified_by_default.insert(decl.name.clone());
             }
             let spec = decl.spec();
             self.shares.insert(spec.name.clone(), spec.clone());
@@ -228,6 +231,9 @@ impl Runner {
                     interruptible: s
                         .interruptible
                         .unwrap_or(!self.firm_by_default.contains(&s.share)),
+                    borrows: s
+                        .borrows
+                        .unwrap_or(!self.unverified_by_default.contains(&s.share)),
                 })
             }
             Step::UpdatePriority(u) => Input::UpdatePriority {

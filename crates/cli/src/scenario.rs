@@ -159,6 +159,24 @@ pub struct ClassDecl {
     /// The highest scheduling priority its jobs may have, 0..=9999.
     #[serde(default)]
     pub max_priority: Option<u32>,
+    /// When its jobs may borrow: `always` (the default) or `after-verified-resume`.
+    #[serde(default)]
+    pub borrow: BorrowWhen,
+    /// With `after-verified-resume`: how long a verified resume counts, 1..=3650 days
+    /// (default 30).
+    #[serde(default)]
+    pub verify_days: Option<u32>,
+}
+
+/// A class's `borrow`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BorrowWhen {
+    /// Whenever the share may borrow.
+    #[default]
+    Always,
+    /// Only once one of the class's jobs was seen resuming from its checkpoint.
+    AfterVerifiedResume,
 }
 
 impl ClassDecl {
@@ -169,10 +187,17 @@ impl ClassDecl {
         } else {
             "non-interruptible"
         };
-        match self.max_priority {
-            Some(p) => format!("{kind},max-priority={p}"),
-            None => kind.to_string(),
+        let mut value = kind.to_string();
+        if let Some(p) = self.max_priority {
+            value.push_str(&format!(",max-priority={p}"));
         }
+        if self.borrow == BorrowWhen::AfterVerifiedResume {
+            value.push_str(",borrow=after-verified-resume");
+        }
+        if let Some(d) = self.verify_days {
+            value.push_str(&format!(",verify-days={d}"));
+        }
+        value
     }
 }
 
@@ -198,6 +223,24 @@ pub fn check_classes(classes: &[ClassDecl], shares: &[ShareDecl]) -> Result<(), 
             return Err(format!(
                 "classes[{i}].max_priority: {p} is out of range: give 0 to 9999"
             ));
+        }
+        if c.borrow == BorrowWhen::AfterVerifiedResume && !c.interruptible {
+            return Err(format!(
+                "classes[{i}].borrow: class `{}` may not be interrupted, so it never borrows: leave `borrow` out",
+                c.name
+            ));
+        }
+        if let Some(d) = c.verify_days {
+            if c.borrow != BorrowWhen::AfterVerifiedResume {
+                return Err(format!(
+                    "classes[{i}].verify_days: only a class with `borrow: after-verified-resume` verifies resumes"
+                ));
+            }
+            if !(1..=3650).contains(&d) {
+                return Err(format!(
+                    "classes[{i}].verify_days: {d} is out of range: give 1 to 3650"
+                ));
+            }
         }
     }
     let declared = || names.iter().copied().collect::<Vec<_>>().join(", ");
@@ -446,6 +489,10 @@ pub struct Submit {
     /// true. A job that may not runs only within its share's own quota and is never preempted.
     #[serde(default)]
     pub interruptible: Option<bool>,
+    /// Whether the job may borrow; absent = false when its share's `default_class` borrows
+    /// only after a verified resume (`qm check` never sees one), else true.
+    #[serde(default)]
+    pub borrows: Option<bool>,
 }
 
 fn one() -> u32 {
@@ -1279,7 +1326,9 @@ steps: []
         assert!(err.contains("steps[1].expect.reason.a"), "{err}");
         assert!(err.contains("unknown reason code `QUOTA_FULL`"), "{err}");
         assert!(
-            err.contains("OWN_QUOTA_FULL, NOT_INTERRUPTIBLE, BORROW_LIMIT_REACHED"),
+            err.contains(
+                "OWN_QUOTA_FULL, NOT_INTERRUPTIBLE, RESUME_UNVERIFIED, BORROW_LIMIT_REACHED"
+            ),
             "{err}"
         );
         assert!(err.contains("line 9"), "{err}");

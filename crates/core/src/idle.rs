@@ -70,9 +70,9 @@ impl IdleCause {
             | PendingReason::ReservedForOthers => IdleCause::Reservation,
             PendingReason::NothingToBorrow { .. } => IdleCause::Reserve,
             PendingReason::BorrowLimitReached { .. } => IdleCause::BorrowLimit,
-            PendingReason::OwnQuotaFull { .. } | PendingReason::NotInterruptible { .. } => {
-                IdleCause::NoBorrowing
-            }
+            PendingReason::OwnQuotaFull { .. }
+            | PendingReason::NotInterruptible { .. }
+            | PendingReason::ResumeUnverified { .. } => IdleCause::NoBorrowing,
             PendingReason::Misconfigured(_) => IdleCause::NeverFits,
             PendingReason::WaitingForRelease { .. }
             | PendingReason::WaitingForCheckpoint { .. }

@@ -165,6 +165,17 @@ pub struct AttemptImage {
     /// Time between its last two checkpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_gap: Option<Millis>,
+    /// Whether it was started as a job that may borrow ([`JobSpec::borrows`] then).
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub borrows: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 impl Scheduler {
@@ -268,6 +279,7 @@ impl Scheduler {
             backfill_for: a.backfill_for,
             checkpoint_gap: a.checkpoint_gap,
             interruptible: job.spec.interruptible,
+            borrows: a.borrows,
         };
         let (q, u, s) = (att.queue, att.unit, att.share);
         let lane = self.queues[q.0 as usize]
@@ -278,6 +290,9 @@ impl Scheduler {
         lane.usage += att.count;
         if !att.interruptible {
             lane.firm += att.count;
+        }
+        if att.own_only() {
+            lane.own_only += att.count;
         }
         if att.stopping.is_some() {
             lane.stopping += att.count;
@@ -329,6 +344,7 @@ fn attempt_image(a: &Attempt) -> AttemptImage {
         stopping: a.stopping.clone(),
         backfill_for: a.backfill_for,
         checkpoint_gap: a.checkpoint_gap,
+        borrows: a.borrows,
     }
 }
 

@@ -12,7 +12,9 @@ impl Scheduler {
     /// inconsistency found.
     pub fn check_invariants(&self) -> Result<(), String> {
         // Usage recomputed from the attempts, per (queue, unit, share).
-        let mut usage: BTreeMap<(u32, u16, u16), (u32, u32, u32)> = BTreeMap::new();
+        // (usage, stopping, firm, own-only) per (queue, unit, share).
+        type Held = (u32, u32, u32, u32);
+        let mut usage: BTreeMap<(u32, u16, u16), Held> = BTreeMap::new();
         let mut physical: BTreeMap<u16, u32> = BTreeMap::new();
         let mut holders: BTreeMap<JobId, u32> = BTreeMap::new();
         for a in self.attempts.values() {
@@ -23,6 +25,9 @@ impl Scheduler {
             }
             if !a.interruptible {
                 e.2 += a.count;
+            }
+            if a.own_only() {
+                e.3 += a.count;
             }
             *physical.entry(a.unit.0).or_default() += a.count;
             *holders.entry(a.job).or_default() += 1;
@@ -83,14 +88,14 @@ impl Scheduler {
                     let want = usage
                         .get(&(qi as u32, u.0, si as u16))
                         .copied()
-                        .unwrap_or((0, 0, 0));
-                    if (lane.usage, lane.stopping, lane.firm) != want {
+                        .unwrap_or((0, 0, 0, 0));
+                    let have = (lane.usage, lane.stopping, lane.firm, lane.own_only);
+                    if have != want {
                         return Err(format!(
-                            "lane {}/{}/{}: usage, stopping, firm {:?}, attempts hold {want:?}",
+                            "lane {}/{}/{}: usage, stopping, firm, own-only {have:?}, attempts hold {want:?}",
                             queue.name,
                             self.unit_names[usize::from(u.0)],
                             queue.shares.get(si).map_or("?", |s| &s.spec.name),
-                            (lane.usage, lane.stopping, lane.firm),
                         ));
                     }
                     let mut by_priority: BTreeMap<u32, u32> = BTreeMap::new();

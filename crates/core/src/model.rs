@@ -193,6 +193,12 @@ pub struct JobSpec {
     /// no starvation guard, no drill.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
     pub interruptible: bool,
+    /// Whether the job may run on borrowed capacity (issue 19: a class that borrows only
+    /// after a verified resume, while none was seen). One that may not is admitted like a job
+    /// that may not be interrupted — within its share's own quota, counted first — but stays
+    /// preemptible. Changed while it waits with [`crate::Input::SetBorrows`].
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub borrows: bool,
 }
 
 fn yes() -> bool {
@@ -204,6 +210,12 @@ fn is_yes(b: &bool) -> bool {
 }
 
 impl JobSpec {
+    /// Whether the job runs only within its share's own quota: it may not be interrupted, or
+    /// may not borrow.
+    pub fn own_only(&self) -> bool {
+        !self.interruptible || !self.borrows
+    }
+
     /// A one-instance job with the AWS defaults (priority 0, one attempt, unlimited preemption
     /// re-queues).
     pub fn new(
@@ -224,6 +236,7 @@ impl JobSpec {
             evaluate_on_exit: Vec::new(),
             runtime_limit_ms: None,
             interruptible: true,
+            borrows: true,
         }
     }
 }

@@ -255,9 +255,11 @@ impl View {
     }
 
     /// Instances share `x`'s reclaiming jobs wait for beyond its idle entitlement: capacity
-    /// they preempted for in order to borrow.
+    /// they preempted for in order to borrow. The idle entitlement is the one they will find
+    /// once the victims exit: what the share's own victims (in-share preemption) release
+    /// comes back to it, and is not borrowed.
     fn borrow_claim(&self, x: usize) -> u32 {
-        self.demand[x] - (self.real[x].usage - self.held[x].usage)
+        self.demand[x] - (self.projected[x].usage - self.held_projected[x].usage)
     }
 
     /// Whether owners compete for the unit: the shares' limits add up to more than the
@@ -1173,13 +1175,15 @@ impl Scheduler {
         view.reserve.clear();
         for (i, share) in queue.shares.iter().enumerate() {
             let lane = ul.and_then(|ul| ul.lanes.get(i));
-            let (usage, stopping, firm) = lane.map_or((0, 0, 0), |l| (l.usage, l.stopping, l.firm));
+            let (usage, stopping, own_only) =
+                lane.map_or((0, 0, 0), |l| (l.usage, l.stopping, l.own_only));
             queue_usage += usage;
             view.releasing += stopping;
-            // A lowered limit applies to jobs that may not be interrupted only as they end:
-            // until then what they hold counts as the share's own, not as borrowed (which
-            // would make owners wait for a reclaim that can never come).
-            let entitlement = share.entitlement(u).max(firm);
+            // A lowered limit applies to jobs that run only within their share's own quota
+            // (they may not be interrupted, or may not borrow) only as they end: until then
+            // what they hold counts as the share's own, not as borrowed (which would make
+            // owners wait for a reclaim that can never come).
+            let entitlement = share.entitlement(u).max(own_only);
             let allowance = if share.deleted {
                 Some(0)
             } else {
@@ -1220,13 +1224,14 @@ impl Scheduler {
         view.finish();
     }
 
-    /// Instances the job's share holds on its unit with jobs that may not be interrupted.
-    pub(crate) fn firm_usage(&self, job: &crate::Job) -> u32 {
+    /// Instances the job's share holds on its unit with jobs that run only within its own
+    /// quota (they may not be interrupted, or may not borrow).
+    pub(crate) fn own_only_usage(&self, job: &crate::Job) -> u32 {
         self.queues[job.queue.0 as usize]
             .units
             .get(&job.unit)
             .and_then(|ul| ul.lanes.get(usize::from(job.share.0)))
-            .map_or(0, |l| l.firm)
+            .map_or(0, |l| l.own_only)
     }
 
     /// [`Scheduler::decide`], remembered in `memo` while the view stays as it is.
@@ -1254,10 +1259,10 @@ impl Scheduler {
     fn decide_in(&self, id: JobId, view: &View) -> Decision {
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
-        // A job that may not be interrupted runs within its share's own quota, counted before
-        // the share's interruptible jobs (which then hold what the share borrows): nothing
-        // it could preempt changes that.
-        if !job.spec.interruptible && self.firm_usage(job) + c > view.held(s).entitlement {
+        // A job that may not be interrupted (or may not borrow) runs within its share's own
+        // quota, counted before the share's other jobs (which then hold what the share
+        // borrows): nothing it could preempt changes that.
+        if job.spec.own_only() && self.own_only_usage(job) + c > view.held(s).entitlement {
             return Decision::Wait(Violation::Firm);
         }
         let admit = |accounts: &[Account], pressure: &Pressure| {
@@ -1310,10 +1315,19 @@ impl Scheduler {
             return PendingReason::ReservedForOthers;
         }
         if violation == Violation::Firm {
-            return PendingReason::NotInterruptible {
-                needs: c,
-                firm: self.firm_usage(job),
-                entitlement: a.entitlement,
+            let (needs, held, entitlement) = (c, self.own_only_usage(job), a.entitlement);
+            return if job.spec.interruptible {
+                PendingReason::ResumeUnverified {
+                    needs,
+                    held,
+                    entitlement,
+                }
+            } else {
+                PendingReason::NotInterruptible {
+                    needs,
+                    firm: held,
+                    entitlement,
+                }
             };
         }
         let unit_full = |v: Violation| match v {
@@ -1376,6 +1390,7 @@ impl Scheduler {
             backfill_for,
             checkpoint_gap: None,
             interruptible: job.spec.interruptible,
+            borrows: job.spec.borrows,
         };
         let (q, u, s, count, priority) = (
             job.queue,
@@ -1392,6 +1407,9 @@ impl Scheduler {
         lane.usage += count;
         if !attempt.interruptible {
             lane.firm += count;
+        }
+        if attempt.own_only() {
+            lane.own_only += count;
         }
         lane.running.insert(attempt.run_key());
         *lane.running_by_priority.entry(priority).or_default() += count;

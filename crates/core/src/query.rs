@@ -188,7 +188,7 @@ impl Scheduler {
                 break;
             }
             let a = &self.attempts[&k.attempt.0];
-            if !a.interruptible {
+            if a.own_only() {
                 continue;
             }
             let take = a.count.min(left);

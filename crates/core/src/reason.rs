@@ -101,6 +101,17 @@ pub enum PendingReason {
         /// The share's entitlement.
         entitlement: u32,
     },
+    /// The job's class borrows only after a verified resume and none was seen
+    /// ([`crate::JobSpec::borrows`]): it runs only within its share's own quota, where the
+    /// share's other jobs that may not borrow (or be interrupted) already hold it.
+    ResumeUnverified {
+        /// Instances the job needs.
+        needs: u32,
+        /// Instances the share's jobs that run only within its own quota hold.
+        held: u32,
+        /// The share's entitlement.
+        entitlement: u32,
+    },
     /// Borrowing the rest would take the share beyond its borrow limit.
     BorrowLimitReached {
         /// Instances the share would borrow with this job.
@@ -189,6 +200,7 @@ impl PendingReason {
             PendingReason::Misconfigured(m) => m.code(),
             PendingReason::OwnQuotaFull { .. } => "OWN_QUOTA_FULL",
             PendingReason::NotInterruptible { .. } => "NOT_INTERRUPTIBLE",
+            PendingReason::ResumeUnverified { .. } => "RESUME_UNVERIFIED",
             PendingReason::BorrowLimitReached { .. } => "BORROW_LIMIT_REACHED",
             PendingReason::NothingToBorrow { .. } => "NOTHING_TO_BORROW",
             PendingReason::WaitingForRelease { .. } => "WAITING_FOR_RELEASE",
@@ -211,6 +223,7 @@ impl PendingReason {
         "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
         "OWN_QUOTA_FULL",
         "NOT_INTERRUPTIBLE",
+        "RESUME_UNVERIFIED",
         "BORROW_LIMIT_REACHED",
         "NOTHING_TO_BORROW",
         "WAITING_FOR_RELEASE",
@@ -236,6 +249,10 @@ impl fmt::Display for PendingReason {
             PendingReason::NotInterruptible { needs, firm, entitlement } => write!(
                 f,
                 "NOT_INTERRUPTIBLE - needs {needs} instance(s) of its share's own quota, as it may not be interrupted; the share's non-interruptible jobs hold {firm} of its {entitlement}"
+            ),
+            PendingReason::ResumeUnverified { needs, held, entitlement } => write!(
+                f,
+                "RESUME_UNVERIFIED - needs {needs} instance(s) of its share's own quota: its class borrows only after one of its jobs was seen resuming from a checkpoint, and none was lately; the share's jobs that may not borrow hold {held} of its {entitlement}"
             ),
             PendingReason::BorrowLimitReached { would_borrow, allowance } => write!(
                 f,

@@ -68,18 +68,20 @@ pub(crate) struct PendKey {
     /// When it became RUNNABLE: carried (after the unique fields, so the order is unchanged)
     /// so that the pass can tell an aged head without looking the job up.
     pub(crate) queued_at: Millis,
-    /// Whether the job may be interrupted (it picks the job's bucket in [`PendingIndex`]).
-    pub(crate) interruptible: bool,
+    /// Whether the job runs only within its share's own quota ([`JobSpec::own_only`]): it
+    /// picks the job's bucket in [`PendingIndex`].
+    pub(crate) own_only: bool,
 }
 
 /// Pending jobs of one share on one unit, bucketed by instance count so that "the first job
 /// in order that needs at most N instances" costs O(distinct counts · log n), not O(n), and
 /// O(1) when the share's head itself fits (the pass asks for the head on every nomination).
-/// Jobs that may not be interrupted are bucketed apart, so that a pass that found one of them
-/// too large for its share's own quota skips the larger ones without looking at each.
+/// Jobs that run only within their share's own quota (they may not be interrupted, or may not
+/// borrow) are bucketed apart, so that a pass that found one of them too large for what is
+/// left of the quota skips the larger ones without looking at each.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PendingIndex {
-    /// Interruptible jobs, then jobs that may not be interrupted.
+    /// Jobs that may borrow, then jobs that run only within the share's own quota.
     by_count: [BTreeMap<u32, BTreeSet<PendKey>>; 2],
     len: usize,
     /// The first job of all, with its count.
@@ -88,7 +90,7 @@ pub(crate) struct PendingIndex {
 
 impl PendingIndex {
     fn class(&mut self, key: &PendKey) -> &mut BTreeMap<u32, BTreeSet<PendKey>> {
-        &mut self.by_count[usize::from(!key.interruptible)]
+        &mut self.by_count[usize::from(key.own_only)]
     }
 
     pub(crate) fn insert(&mut self, count: u32, key: PendKey) {
@@ -141,7 +143,7 @@ impl PendingIndex {
     }
 
     /// [`PendingIndex::first`] among the jobs after `after` in share order, of which those
-    /// that may not be interrupted need at most `max_firm` instances.
+    /// that run only within the share's own quota need at most `max_firm` instances.
     pub(crate) fn first_after(
         &self,
         max_count: u32,
@@ -211,6 +213,9 @@ pub(crate) struct Lane {
     /// Of which held by attempts of jobs that may not be interrupted: within the entitlement
     /// by admission (a lowered limit aside), and never freed by preemption.
     pub(crate) firm: u32,
+    /// Of which held by attempts that run only within the share's own quota (the firm ones
+    /// and those that may not borrow): counted first against the entitlement.
+    pub(crate) own_only: u32,
     pub(crate) pending: PendingIndex,
     /// Active (not stopping) attempts in victim order.
     pub(crate) running: BTreeSet<RunKey>,
@@ -403,7 +408,7 @@ impl Job {
             seq: self.seq,
             job: self.spec.id,
             queued_at: self.queued_at,
-            interruptible: self.spec.interruptible,
+            own_only: self.spec.own_only(),
         }
     }
 
@@ -442,9 +447,16 @@ pub struct Attempt {
     pub checkpoint_gap: Option<Millis>,
     /// Its job may be interrupted ([`JobSpec::interruptible`]); else it is never a victim.
     pub interruptible: bool,
+    /// Its job could borrow when it started ([`JobSpec::borrows`]).
+    pub borrows: bool,
 }
 
 impl Attempt {
+    /// Whether it is counted first against its share's entitlement and never borrows.
+    pub fn own_only(&self) -> bool {
+        !self.interruptible || !self.borrows
+    }
+
     pub(crate) fn run_key(&self) -> RunKey {
         RunKey {
             priority: self.priority,
@@ -483,6 +495,14 @@ pub enum Input {
     },
     /// Submit a job.
     Submit(JobSpec),
+    /// Whether a job may run on borrowed capacity from its next start on
+    /// ([`JobSpec::borrows`]; an attempt that holds capacity keeps what it started with).
+    SetBorrows {
+        /// The job.
+        job: JobId,
+        /// Whether it may borrow.
+        borrows: bool,
+    },
     /// Change a job's priority (UpdateServiceJob).
     UpdatePriority {
         /// The job.
@@ -596,6 +616,7 @@ impl Scheduler {
             }
             Input::Submit(spec) => self.submit(now, spec)?,
             Input::UpdatePriority { job, priority } => self.update_priority(job, priority)?,
+            Input::SetBorrows { job, borrows } => self.set_borrows(job, borrows)?,
             Input::Checkpoint { job } => self.checkpoint(now, job)?,
             Input::AttemptExited { attempt, exit } => {
                 self.attempt_exited(now, attempt, exit, &mut fx)?
@@ -1029,6 +1050,29 @@ impl Scheduler {
         Ok(())
     }
 
+    fn set_borrows(&mut self, id: JobId, borrows: bool) -> Result<(), CoreError> {
+        let job = self.jobs.get(&id).ok_or(CoreError::UnknownJob(id))?;
+        if job.status.is_final() {
+            return Err(CoreError::JobFinished(id));
+        }
+        if job.spec.borrows == borrows {
+            return Ok(());
+        }
+        // The pending index buckets jobs by whether they may borrow.
+        let pending = job.is_pending();
+        if pending {
+            self.dequeue(id);
+        }
+        let job = self.jobs.get_mut(&id).expect("checked above");
+        std::sync::Arc::make_mut(&mut job.spec).borrows = borrows;
+        let (q, u) = (job.queue, job.unit);
+        if pending {
+            self.enqueue(id);
+        }
+        self.dirty.insert((q, u));
+        Ok(())
+    }
+
     fn checkpoint(&mut self, now: Millis, id: JobId) -> Result<(), CoreError> {
         let job = self.jobs.get_mut(&id).ok_or(CoreError::UnknownJob(id))?;
         job.last_checkpoint = Some(now);
@@ -1184,6 +1228,9 @@ impl Scheduler {
             lane.usage -= att.count;
             if !att.interruptible {
                 lane.firm -= att.count;
+            }
+            if att.own_only() {
+                lane.own_only -= att.count;
             }
             if att.stopping.is_some() {
                 lane.stopping -= att.count;

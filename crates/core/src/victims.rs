@@ -109,7 +109,9 @@ impl Stream<'_> {
                 || if self.x == who.s {
                     who.in_share && k.priority < who.p
                 } else {
-                    self.borrowed > 0
+                    // What a share borrows is held by its jobs that may borrow: one that runs
+                    // only within its own quota is never taken back by a reclaim.
+                    self.borrowed > 0 && attempt.borrows
                 };
             let free = !who.protect
                 || !who.shares[self.x].protects()

@@ -1714,3 +1714,70 @@ fn a_running_job_shows_whether_it_runs_on_borrowed_capacity_and_from_whom() {
         "preempted: no attempt"
     );
 }
+
+// ---- borrow: after-verified-resume (issue 19, item 2): jobs that may not borrow yet ----------
+
+fn unverified(j: &mut JobSpec) {
+    j.borrows = false;
+}
+
+#[test]
+fn a_job_that_may_not_borrow_yet_waits_for_its_share_s_own_quota_and_stays_preemptible() {
+    let mut w = borrower_and_lender();
+    w.submit_with("first", "A", unverified);
+    w.submit_with("second", "A", unverified);
+    assert_eq!(w.running(), set(&["first"]));
+    assert_eq!(w.reason("second"), "RESUME_UNVERIFIED");
+    // Once its class is verified it borrows B's idle instance.
+    let id = w.id("second");
+    w.input(Input::SetBorrows {
+        job: id,
+        borrows: true,
+    })
+    .unwrap();
+    assert_eq!(w.running(), set(&["first", "second"]));
+    // What it borrows is B's: B's owner reclaims it.
+    w.submit("owner", "B", 0, 1);
+    assert_eq!(w.preempted(), set(&["second"]));
+}
+
+#[test]
+fn a_job_that_may_not_borrow_counts_first_against_its_share_s_quota_and_others_borrow() {
+    // loose holds A's own instance; unverified still starts within A's quota and loose is then
+    // what A borrows — the one B's owner reclaims.
+    let mut w = borrower_and_lender();
+    w.submit("loose", "A", 5, 1);
+    w.submit_with("checked", "A", unverified);
+    assert_eq!(w.running(), set(&["checked", "loose"]));
+    assert_eq!(w.s.borrowing(w.id("loose")).unwrap().borrowed, 1);
+    assert_eq!(w.s.borrowing(w.id("checked")).unwrap().borrowed, 0);
+    w.submit("owner", "B", 0, 1);
+    assert_eq!(w.preempted(), set(&["loose"]));
+}
+
+#[test]
+fn an_in_share_claim_within_its_share_s_quota_is_not_counted_as_borrowing() {
+    // urgent preempts big in its share S for one instance of S's own quota; while big stops,
+    // S's usage still shows full, but what urgent waits for is S's own: S still lends the
+    // other two, and b3 borrows them (with L's) without preempting b1 in its own share.
+    let mut w = World::new(&[(G5, 6)]);
+    w.share_with("B", LendAndBorrow, &[(G5, 0)], |s| {
+        s.in_share_preemption = true
+    });
+    w = w.share("L", LendAndBorrow, &[(G5, 2)]);
+    w.share_with("S", Lend, &[(G5, 3)], |s| s.in_share_preemption = true);
+    w = w.share("R", Reserve, &[(G5, 1)]);
+    w.submit("big", "S", 2, 3);
+    w.submit("r", "R", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    assert_eq!(w.running(), set(&["b1", "big", "r"]));
+    w.exit_stops_at_once = false;
+    w.submit("b3", "B", 2, 3);
+    w.submit_with("urgent", "S", |j| {
+        j.priority = 3;
+        j.interruptible = false;
+    });
+    assert_eq!(w.preempted(), set(&["big"]), "b1 is not preempted for b3");
+    w.release_stopped();
+    assert_eq!(w.running(), set(&["b1", "b3", "r", "urgent"]));
+}

@@ -864,6 +864,26 @@
     replace("attempts", table("Attempts", ["#", "Outcome", "Started", "Stopped", "Duration", "Reason"], rows, { "data-testid": "attempts-table" }));
   }
 
+  // How each attempt after a preemption resumed (GET /qm/v1/jobs/{job}/attempt, `resumes`):
+  // from its checkpoint or from the start, and the work done twice. Nothing for a job never
+  // preempted, or from a server without the endpoint.
+  function renderResumes(resumes) {
+    if (!resumes || resumes.length === 0) { replace("resumes"); return; }
+    const num = (v) => (v === undefined || v === null ? "—" : fmtNum(v));
+    const rows = resumes.map((r) => h("tr", { "data-testid": "resume-row", "data-outcome": r.outcome },
+      h("td", { class: "num" }, String(r.attempt)),
+      h("td", null, h("span", { class: `badge rs-${r.outcome}` }, r.outcome)),
+      h("td", { class: "num" }, num(r.checkpointStep)),
+      h("td", { class: "num" }, num(r.previousLastStep)),
+      h("td", { class: "num" }, num(r.firstStep)),
+      h("td", { class: "num" }, num(r.recomputedSteps)),
+      h("td", { class: "num" }, r.recomputedInstanceHours === undefined || r.recomputedInstanceHours === null
+        ? "—" : r.recomputedInstanceHours.toFixed(3))));
+    replace("resumes", h("h3", null, "Resumes after preemption"),
+      table("Resumes after preemption", ["Attempt", "Resume", "Checkpoint step", "Stopped at step", "Went on from step", "Steps done twice", "Instance-hours done twice"],
+        rows, { "data-testid": "resumes-table" }));
+  }
+
   async function refreshJob(jobId) {
     let job;
     try {
@@ -872,7 +892,7 @@
       if (e.reachable && e.status !== 403) {
         replace("job-title", `Job ${jobId}`);
         replace("job-body", h("p", { class: "muted", "data-testid": "job-missing" }, e.message));
-        replace("timeline"); replace("attempts");
+        replace("timeline"); replace("attempts"); replace("resumes");
         return;
       }
       throw e;
@@ -908,6 +928,9 @@
     if (route().job !== jobId || state.signedOut) return;
     renderTimeline(job, attempts);
     renderAttemptTable(attempts);
+    const now = await call("GET", `/qm/v1/jobs/${encodeURIComponent(jobId)}/attempt`).catch(() => null);
+    if (route().job !== jobId || state.signedOut) return;
+    renderResumes(now && now.resumes);
   }
 
   // -- signing in ---------------------------------------------------------------------------

@@ -753,7 +753,10 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                     let now = now_ms();
                     let mut timed = self.time_limit_commands(now);
                     timed.extend(self.retire_commands(now));
-                    if self.state.core.next_wakeup().is_some_and(|w| w <= now as u64) {
+                    let expiry = self.state.next_verification_expiry();
+                    if self.state.core.next_wakeup().is_some_and(|w| w <= now as u64)
+                        || expiry.is_some_and(|w| w <= now)
+                    {
                         timed.push(Command::Wake);
                     }
                     if timed.is_empty() {

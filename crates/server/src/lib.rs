@@ -14,7 +14,8 @@
 //! - [`history`]: the recent past in memory, for the dashboard and `/qm/v1/history`.
 //! - [`metrics`]: `/metrics`, OpenMetrics or Prometheus text, on `prometheus-client`.
 //! - `resume`: whether each attempt after a preemption resumed from its checkpoint, from the
-//!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`).
+//!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`); `verify`: which jobs of
+//!   a class that borrows only after a verified resume may borrow.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -36,6 +37,7 @@ mod resume;
 pub mod snapshot;
 pub mod state;
 pub mod usage;
+mod verify;
 pub mod watch;
 
 use qm_api::Arns;

@@ -104,6 +104,10 @@ pub struct QueueRec {
     pub runnable: BTreeSet<(Reverse<i32>, u64)>,
     /// Tells this queue from an earlier, deleted queue of the same name.
     pub generation: u64,
+    /// Per class that borrows only after a verified resume: when one of its jobs was last
+    /// seen `resumed` (dropped once that is older than the class's `verify-days`).
+    #[serde(default)]
+    pub verified_resume: BTreeMap<String, i64>,
 }
 
 /// A quota share.
@@ -241,6 +245,9 @@ pub struct JobRec {
     /// Who submitted it, when known.
     #[serde(default)]
     pub principal: Option<String>,
+    /// Its class (`qm:class`, else its share's default at submission), when it has one.
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 /// What applying a batch did ([`State::apply_batch`]).
@@ -407,7 +414,10 @@ impl State {
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
             Command::RetireJobs { job_ids } => self.retire_jobs(job_ids),
             Command::RetireAudit { upto } => self.retire_audit(*upto),
-            Command::Wake => body(&serde_json::json!({})),
+            Command::Wake => {
+                self.expire_verified();
+                body(&serde_json::json!({}))
+            }
             Command::Audit(entry) => {
                 let mut e = entry.clone();
                 e.at = self.now;
@@ -723,13 +733,18 @@ impl State {
         let Some(&core) = self.attempt_job.get(&attempt) else {
             return Ok(Vec::new());
         };
+        let mut first = false;
         if let Some(live) = self
             .jobs
             .get_mut(&core)
             .and_then(|rec| Arc::make_mut(rec).live.as_mut())
             .filter(|l| l.attempt == attempt)
         {
+            first = live.steps.first.is_none() && steps.first.is_some();
             live.steps = *steps;
+        }
+        if first {
+            self.note_first_step(core);
         }
         Ok(Vec::new())
     }

@@ -1196,6 +1196,19 @@ fn a_job_whose_max_runtime_ends_before_the_aged_head_could_start_is_not_backfill
     assert_eq!(core.attempt(attempt).unwrap().backfill_for, None);
 }
 
+/// A stopping attempt exits as a killed process does; its job's next attempt starts at once:
+/// that attempt.
+fn killed_and_started_again(w: &mut World, attempt: u64) -> u64 {
+    let again = w.one(Command::AttemptExited {
+        attempt,
+        outcome: ExitRecord::Failed {
+            reason: "AlgorithmError: killed by SIGTERM".into(),
+            retryable: true,
+        },
+    });
+    launched(&again)[0].1
+}
+
 /// The attempt-now answer (`GET /qm/v1/jobs/{job}/attempt`).
 fn attempt_now(w: &World, id: &str) -> qm_api::qm::JobAttemptNow {
     let q = Query::RunningAttempt { job_id: id.into() };
@@ -1238,14 +1251,7 @@ fn the_steps_of_a_preempted_attempt_classify_the_next_one_and_survive_a_snapshot
         attempt: first,
         steps: steps(Some(0), Some(1250), Some(1000)),
     });
-    let again = w.one(Command::AttemptExited {
-        attempt: first,
-        outcome: ExitRecord::Failed {
-            reason: "AlgorithmError: killed by SIGTERM".into(),
-            retryable: true,
-        },
-    });
-    let second = launched(&again)[0].1;
+    let second = killed_and_started_again(&mut w, first);
     let pending = attempt_now(&w, "learner").resumes;
     assert_eq!(
         pending[0].outcome,
@@ -1270,4 +1276,80 @@ fn the_steps_of_a_preempted_attempt_classify_the_next_one_and_survive_a_snapshot
     assert_eq!(record.recomputed_steps, Some(250));
     let rebuilt = rebuilt_from_snapshot(&w);
     assert_eq!(attempt_now(&rebuilt, "learner").resumes, vec![record]);
+}
+
+#[test]
+fn a_class_borrows_once_a_drill_resumed_one_of_its_jobs_until_its_verify_days_pass() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let arn = "arn:aws:batch:us-east-1:123456789012";
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": format!("{arn}:job-queue/jq"),
+               "tags": {"qm:class.unproven": "interruptible,borrow=after-verified-resume,verify-days=1"}}),
+    ));
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": format!("{arn}:job-queue/jq/quota-share/QS1"),
+               "tags": {"qm:default-class": "unproven"}}),
+    ));
+    let first = launched(&w.submit("a", "QS1", 1))[0].1;
+    w.submit("b", "QS1", 0);
+    let waiting = w.describe("b")["statusReason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(waiting.starts_with("RESUME_UNVERIFIED - "), "{waiting}");
+
+    // A drill of a: its next attempt goes on from the checkpoint, which verifies the class.
+    let steps = |first, last, checkpoint| qm_executor::Steps {
+        first,
+        last,
+        checkpoint,
+    };
+    w.one(Command::AttemptRunning {
+        attempt: first,
+        pids: vec![],
+        gpus: vec![],
+    });
+    w.one(Command::AttemptProgress {
+        attempt: first,
+        steps: steps(Some(0), Some(120), Some(100)),
+    });
+    w.one(Command::PreemptServiceJob {
+        job_id: "a".into(),
+        reason: "resume check".into(),
+    });
+    let second = killed_and_started_again(&mut w, first);
+    assert_eq!(
+        w.status("b"),
+        "RUNNABLE",
+        "not verified before a reports a step"
+    );
+    let borrowed = w.one(Command::AttemptProgress {
+        attempt: second,
+        steps: steps(Some(100), Some(101), None),
+    });
+    assert_eq!(
+        launched(&borrowed)[0].0,
+        "b",
+        "b borrows QS2's idle instance"
+    );
+    let expiry = w.state.next_verification_expiry().expect("a verification");
+    assert_eq!(expiry, w.now + 86_400_000);
+    assert_eq!(
+        rebuilt_from_snapshot(&w).state.next_verification_expiry(),
+        Some(expiry)
+    );
+
+    // A day later the verification has run out: a new job of the class may not borrow.
+    w.now = expiry;
+    w.one(Command::Wake);
+    assert_eq!(w.state.next_verification_expiry(), None);
+    w.submit("c", "QS1", 0);
+    let waiting = w.describe("c")["statusReason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(waiting.starts_with("RESUME_UNVERIFIED - "), "{waiting}");
 }

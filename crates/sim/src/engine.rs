@@ -687,6 +687,7 @@ pub fn run_variant(
                         evaluate_on_exit: Vec::new(),
                         runtime_limit_ms: opts.runtime_bounds.then(|| st.duration_ms + overhead_ms),
                         interruptible: true,
+                        borrows: true,
                     };
                     effects.extend(core.apply(t, Input::Submit(spec))?);
                 }

@@ -101,6 +101,11 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             format!("{share}'s other jobs that may not be interrupted hold its own quota."),
             format!("one of them ends, or {share} gets a larger limit (or the job an interruptible class, tag qm:class)."),
         ],
+        "RESUME_UNVERIFIED" => [
+            format!("{asks} within {share}'s own quota: its class borrows only after one of its jobs was seen resuming from a checkpoint (borrow: after-verified-resume), and none was within the class's verify-days."),
+            format!("{share}'s jobs that may not borrow hold its own quota."),
+            "one of them ends, or a job of the class resumes from its checkpoint after a preemption: drill one with `qm preempt JOB` (it must report its steps, QM_PROGRESS_FILE).".to_string(),
+        ],
         "BORROW_LIMIT_REACHED" => [
             format!("{asks}, more than {share} may borrow."),
             format!("{share} already borrows up to its borrow limit."),
@@ -214,7 +219,7 @@ fn environment_advice(
 /// The jobs or shares that hold what the job waits for.
 fn holders(code: &str, share: &str, unit: &str, context: Context<'_>) -> Vec<String> {
     match code {
-        "OWN_QUOTA_FULL" | "BORROW_LIMIT_REACHED" | "NOT_INTERRUPTIBLE" => {
+        "OWN_QUOTA_FULL" | "BORROW_LIMIT_REACHED" | "NOT_INTERRUPTIBLE" | "RESUME_UNVERIFIED" => {
             let mine: Vec<String> = context
                 .holding
                 .iter()

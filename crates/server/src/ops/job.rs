@@ -181,6 +181,9 @@ impl State {
             evaluate_on_exit,
             runtime_limit_ms: runtime_limit_seconds(&payload, r).map(|s| s.saturating_mul(1000)),
             interruptible: class.as_ref().is_none_or(|c| c.def.interruptible),
+            borrows: class
+                .as_ref()
+                .is_none_or(|c| self.class_may_borrow(&queue, &c.name, c.def.borrow)),
         }))?;
         self.next_job += 1;
         let rec = JobRec {
@@ -207,6 +210,7 @@ impl State {
             tags: r.tags.clone().unwrap_or_default(),
             latest_training_job: None,
             principal: principal.map(str::to_string),
+            class: class.map(|c| c.name),
         };
         self.queues
             .get_mut(&queue)

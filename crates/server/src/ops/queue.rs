@@ -88,6 +88,7 @@ impl State {
                 shares: BTreeMap::new(),
                 runnable: BTreeSet::new(),
                 generation: self.next_queue_generation,
+                verified_resume: BTreeMap::new(),
             },
         );
         let limits = self.environments[&env].limits.clone();

@@ -56,7 +56,18 @@ impl State {
         if let Some((queue, share)) = share {
             self.put_share_tags(&queue, &share)?;
         }
+        self.queue_classes_changed(&r.resource_arn)?;
         body(&TagResourceResponse {})
+    }
+
+    /// A job queue's tags changed, and with them perhaps its classes: its waiting jobs borrow
+    /// as their classes now say.
+    fn queue_classes_changed(&mut self, arn: &str) -> Result<(), ApiError> {
+        if let Resource::JobQueue(queue) = self.arns.parse("resourceArn", arn)? {
+            self.expire_verified();
+            self.sync_borrows(&queue);
+        }
+        Ok(())
     }
 
     /// (queue, share) when the ARN names a quota share.
@@ -91,6 +102,7 @@ impl State {
         if let Some((queue, share)) = share {
             self.put_share_tags(&queue, &share)?;
         }
+        self.queue_classes_changed(&r.resource_arn)?;
         body(&UntagResourceResponse {})
     }
 
