@@ -42,6 +42,13 @@ def test_a_non_interruptible_job_waits_rather_than_borrow_while_an_interruptible
     second = release(jobs, q, "release_2")
     waiting = wait_status(batch, second, "RUNNABLE", reason_prefix="NOT_INTERRUPTIBLE")
     assert "may not be interrupted" in waiting["statusReason"], waiting["statusReason"]
+    # `qm submit --class` is the same tag.
+    cli = subprocess.run([str(qm_bin()), "submit", "--queue", q.name, "--share", "research",
+                          "--name", "cli-release", "--class", "release", "--", "sleep", "60"],
+                         env=server.cli_env(), capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    jobs.ids.append(cli.stdout.strip())
+    wait_status(batch, cli.stdout.strip(), "RUNNABLE", reason_prefix="NOT_INTERRUPTIBLE")
     # The share's default class is interruptible: this job borrows inference's idle instance.
     borrower = jobs.sleeper(q, "research", "exploring")
     running = wait_status(batch, borrower, "RUNNING")

@@ -25,6 +25,8 @@ pub struct SubmitSpec {
     pub count: Option<u32>,
     /// The command after `--`: entrypoint and arguments.
     pub command: Vec<String>,
+    /// `--class`: the job's class (its tag `qm:class`).
+    pub class: Option<String>,
 }
 
 /// Builds the request. `payload_file` is the parsed contents of `--payload`, if given.
@@ -44,7 +46,11 @@ pub fn request(
         quota_share_name: Some(spec.share.clone()),
         preemption_configuration: None,
         timeout_config: None,
-        tags: None,
+        tags: spec.class.as_ref().map(|c| {
+            [(qm_api::class::TAG_CLASS.to_string(), c.clone())]
+                .into_iter()
+                .collect()
+        }),
         client_token: None,
     })
 }

@@ -111,6 +111,10 @@ pub struct SubmitArgs {
     /// submit` fails.
     #[arg(long)]
     allow_never_runs: bool,
+    /// The job's class (its tag `qm:class`): one the job queue defines and the share allows;
+    /// without it the share's default class, if any.
+    #[arg(long)]
+    class: Option<String>,
     /// The command to run, after `--`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -292,6 +296,7 @@ fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         instance_type: args.instance_type,
         count: args.count,
         command: args.command,
+        class: args.class,
     };
     let req = request(&spec, file).map_err(ClientError::Usage)?;
     let answer = client.submit(&req)?;
