@@ -15,6 +15,8 @@
 //! - [`metrics`]: `/metrics`, OpenMetrics or Prometheus text, on `prometheus-client`.
 //! - `resume`: whether each attempt after a preemption resumed from its checkpoint, from the
 //!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`).
+//! - [`workload`]: a window's finished jobs in the simulator's workload schema
+//!   (`GET /qm/v1/workload`, `qm workload export`), from the state and the archive.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -37,6 +39,7 @@ pub mod snapshot;
 pub mod state;
 pub mod usage;
 pub mod watch;
+pub mod workload;
 
 use qm_api::Arns;
 use qm_executor::slurm::{SlurmConfig, SlurmExecutor};
