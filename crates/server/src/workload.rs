@@ -8,10 +8,12 @@
 //! resume classifier (`resume.rs`) measures from the steps the attempts reported, else from
 //! their checkpoint times.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
 use qm_api::ApiError;
+use serde::Deserialize;
 
 use crate::archive::{ArchivedAttempt, ArchivedJob};
 use crate::state::{AttemptRec, State};
@@ -95,14 +97,15 @@ pub struct ClassBook {
 }
 
 impl ClassBook {
-    /// The contract of `job`'s class: `None` without a class (or one its queue no longer
-    /// defines), which is interruptible.
-    pub fn interruptible(&self, job: &ArchivedJob) -> Option<bool> {
-        let name = job.tags.get(qm_api::class::TAG_CLASS).or_else(|| {
-            self.defaults
-                .get(&(job.job_queue.clone(), job.quota_share_name.clone()))
-        })?;
-        self.defined.get(&job.job_queue)?.get(name).copied()
+    /// The contract of the class of a job of `queue` and `share` tagged `class`: `None`
+    /// without a class (or one its queue no longer defines), which is interruptible.
+    pub fn interruptible(&self, queue: &str, share: &str, class: Option<&str>) -> Option<bool> {
+        let defined = self.defined.get(queue)?;
+        let name = match class {
+            Some(c) => c,
+            None => self.defaults.get(&(queue.to_string(), share.to_string()))?,
+        };
+        defined.get(name).copied()
     }
 }
 
@@ -151,6 +154,96 @@ impl State {
     }
 }
 
+/// What the export reads of a job, borrowed from an archive line (parsing only these members
+/// and allocating almost nothing is what makes a million jobs take seconds) or from a record.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView<'a> {
+    #[serde(borrow)]
+    job_id: Cow<'a, str>,
+    #[serde(borrow)]
+    job_queue: Cow<'a, str>,
+    #[serde(borrow)]
+    quota_share_name: Cow<'a, str>,
+    #[serde(borrow)]
+    status: Cow<'a, str>,
+    scheduling_priority: i32,
+    created_at: i64,
+    stopped_at: Option<i64>,
+    #[serde(borrow)]
+    attempts: Vec<AttemptView<'a>>,
+    preempted_count: u32,
+    #[serde(default, borrow)]
+    tags: ClassTag<'a>,
+}
+
+/// Of a job's tags, its class.
+#[derive(Debug, Default, Deserialize)]
+struct ClassTag<'a> {
+    #[serde(rename = "qm:class", default, borrow)]
+    class: Option<Cow<'a, str>>,
+}
+
+/// What the export reads of an attempt.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AttemptView<'a> {
+    number: u32,
+    #[serde(borrow)]
+    instance_type: Cow<'a, str>,
+    count: u32,
+    started_at: i64,
+    running_at: Option<i64>,
+    stopped_at: Option<i64>,
+    preempted: bool,
+    #[serde(default)]
+    checkpoint_at: Option<i64>,
+    #[serde(default)]
+    steps: qm_executor::Steps,
+    #[serde(default)]
+    checkpoints: u32,
+}
+
+impl<'a> JobView<'a> {
+    /// The view of a record.
+    pub fn of(job: &'a ArchivedJob) -> Self {
+        JobView {
+            job_id: Cow::Borrowed(&job.job_id),
+            job_queue: Cow::Borrowed(&job.job_queue),
+            quota_share_name: Cow::Borrowed(&job.quota_share_name),
+            status: Cow::Borrowed(&job.status),
+            scheduling_priority: job.scheduling_priority,
+            created_at: job.created_at,
+            stopped_at: job.stopped_at,
+            attempts: job.attempts.iter().map(AttemptView::of).collect(),
+            preempted_count: job.preempted_count,
+            tags: ClassTag {
+                class: job
+                    .tags
+                    .get(qm_api::class::TAG_CLASS)
+                    .map(|c| Cow::Borrowed(c.as_str())),
+            },
+        }
+    }
+}
+
+impl<'a> AttemptView<'a> {
+    fn of(a: &'a ArchivedAttempt) -> Self {
+        AttemptView {
+            number: a.number,
+            instance_type: Cow::Borrowed(&a.instance_type),
+            count: a.count,
+            started_at: a.started_at,
+            running_at: a.running_at,
+            stopped_at: a.stopped_at,
+            preempted: a.preempted,
+            checkpoint_at: a.checkpoint_at,
+            steps: a.steps,
+            checkpoints: a.checkpoints,
+        }
+    }
+}
+
 /// The export of the state's `facts` plus the archive's jobs submitted in `[since, until)`
 /// to `queue` (any, if `None`); a job in both (a crash between archiving and retiring) is
 /// taken from the state.
@@ -160,20 +253,29 @@ pub fn export_with_archive(
     (since, until): (i64, i64),
     queue: Option<&str>,
 ) -> Result<WorkloadExport, ApiError> {
+    let live: HashSet<&str> = facts.jobs.iter().map(|j| j.job_id.as_str()).collect();
+    let mut export = Exporter::new(&facts.classes, since);
     // A job submitted at or after `since` finished at or after it too.
-    let archived = archive
-        .read(since, i64::MAX)
+    archive
+        .for_each_line(since, |line| {
+            // A crash mid-append can leave a torn last line: skip what does not parse.
+            let Ok(job) = serde_json::from_str::<JobView>(line) else {
+                tracing::warn!("skipping an unreadable archive line");
+                return;
+            };
+            let wanted = job.created_at >= since
+                && job.created_at < until
+                && queue.is_none_or(|q| q == job.job_queue)
+                && !live.contains(&*job.job_id);
+            if wanted {
+                export.add(&job);
+            }
+        })
         .map_err(|e| ApiError::server(format!("reading the archive of retired jobs: {e}")))?;
-    let mut jobs: BTreeMap<String, ArchivedJob> = archived
-        .into_iter()
-        .filter(|j| j.created_at >= since && j.created_at < until)
-        .filter(|j| queue.is_none_or(|q| q == j.job_queue))
-        .map(|j| (j.job_id.clone(), j))
-        .collect();
-    for job in facts.jobs {
-        jobs.insert(job.job_id.clone(), job);
+    for job in &facts.jobs {
+        export.add(&JobView::of(job));
     }
-    let mut out = export(jobs.values(), &facts.classes, since);
+    let mut out = export.finish();
     out.unfinished += facts.unfinished;
     Ok(out)
 }
@@ -184,23 +286,64 @@ pub fn export<'a>(
     classes: &ClassBook,
     since: i64,
 ) -> WorkloadExport {
-    let mut out = WorkloadExport::default();
+    let mut export = Exporter::new(classes, since);
     for job in jobs {
-        match row(job, classes.interruptible(job), since) {
-            Some(r) => out.rows.push(r),
-            None if job.stopped_at.is_none() => out.unfinished += 1,
-            None => out.never_ran += 1,
+        export.add(&JobView::of(job));
+    }
+    export.finish()
+}
+
+/// Builds an export one job at a time.
+struct Exporter<'c> {
+    classes: &'c ClassBook,
+    since: i64,
+    out: WorkloadExport,
+}
+
+impl<'c> Exporter<'c> {
+    fn new(classes: &'c ClassBook, since: i64) -> Self {
+        Exporter {
+            classes,
+            since,
+            out: WorkloadExport::default(),
         }
     }
-    out.rows
-        .sort_by(|a, b| (a.submit_time_s, &a.job_id).cmp(&(b.submit_time_s, &b.job_id)));
-    out
+
+    fn add(&mut self, job: &JobView) {
+        let class = job.tags.class.as_deref();
+        let interruptible =
+            self.classes
+                .interruptible(&job.job_queue, &job.quota_share_name, class);
+        match row(job, interruptible, self.since) {
+            Some(r) => self.out.rows.push(r),
+            None if job.stopped_at.is_none() => self.out.unfinished += 1,
+            None => self.out.never_ran += 1,
+        }
+    }
+
+    /// The rows in submission order, one per job id: the last added (the archive may hold a
+    /// job twice after a crash, and the state's copy is added last).
+    fn finish(mut self) -> WorkloadExport {
+        let rows = &mut self.out.rows;
+        // Stable: of a job's rows the last added stays last.
+        rows.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+        let mut keep = vec![true; rows.len()];
+        for i in 1..rows.len() {
+            if rows[i].job_id == rows[i - 1].job_id {
+                keep[i - 1] = false;
+            }
+        }
+        let mut keep = keep.into_iter();
+        rows.retain(|_| keep.next().unwrap_or(true));
+        rows.sort_by(|a, b| (a.submit_time_s, &a.job_id).cmp(&(b.submit_time_s, &b.job_id)));
+        self.out
+    }
 }
 
 /// `job`'s row; `None` when it has not finished or no attempt of it ran.
-fn row(job: &ArchivedJob, interruptible: Option<bool>, since: i64) -> Option<WorkloadRow> {
+fn row(job: &JobView, interruptible: Option<bool>, since: i64) -> Option<WorkloadRow> {
     let stopped_at = job.stopped_at?;
-    let ended: Vec<&ArchivedAttempt> = job
+    let ended: Vec<&AttemptView> = job
         .attempts
         .iter()
         .filter(|a| a.stopped_at.is_some())
@@ -216,15 +359,15 @@ fn row(job: &ArchivedJob, interruptible: Option<bool>, since: i64) -> Option<Wor
         .map(|a| i64::from(a.count) * (a.stopped_at.unwrap_or(a.started_at) - a.started_at))
         .sum();
     Some(WorkloadRow {
-        job_id: job.job_id.clone(),
-        tenant: job.quota_share_name.clone(),
+        job_id: job.job_id.to_string(),
+        tenant: job.quota_share_name.to_string(),
         submit_time_s: ms_to_u64(job.created_at - since) / 1000,
         // A job that ran needs at least a second, the schema's unit.
         duration_s: ((work_ms / 1000.0).round() as u64).max(1),
         gpus: last.count,
-        status: job.status.clone(),
+        status: job.status.to_string(),
         priority: job.scheduling_priority.clamp(0, 9999) as u32,
-        instance_type: last.instance_type.clone(),
+        instance_type: last.instance_type.to_string(),
         checkpoint_interval_s: checkpoint_interval_s(&ended),
         interruptible,
         real_completion_ms: ms_to_u64(stopped_at - job.created_at),
@@ -239,7 +382,7 @@ fn ms_to_u64(ms: i64) -> u64 {
 
 /// Milliseconds an ended attempt's processes ran: from running to gone (none if they never
 /// started).
-fn run_ms(a: &ArchivedAttempt) -> i64 {
+fn run_ms(a: &AttemptView) -> i64 {
     match (a.running_at, a.stopped_at) {
         (Some(from), Some(to)) => (to - from).max(0),
         _ => 0,
@@ -249,7 +392,7 @@ fn run_ms(a: &ArchivedAttempt) -> i64 {
 /// Milliseconds of work done twice or thrown away: for each attempt after a preemption, what
 /// the resume classifier counts as recomputed (in the preempted attempt's time); for a
 /// preempted last attempt, the work since its last checkpoint, never redone.
-fn recomputed_ms(ended: &[&ArchivedAttempt]) -> f64 {
+fn recomputed_ms(ended: &[&AttemptView]) -> f64 {
     let mut ms = 0.0;
     for w in ended.windows(2) {
         let (before, after) = (w[0], w[1]);
@@ -269,7 +412,7 @@ fn recomputed_ms(ended: &[&ArchivedAttempt]) -> f64 {
 
 /// The interval between the checkpoints the attempts reported: the time from each attempt's
 /// start of processes to its last checkpoint, over the checkpoints made in that time.
-fn checkpoint_interval_s(ended: &[&ArchivedAttempt]) -> Option<u64> {
+fn checkpoint_interval_s(ended: &[&AttemptView]) -> Option<u64> {
     let (mut ms, mut n) = (0i64, 0u64);
     for a in ended {
         if let (Some(from), Some(at)) = (a.running_at, a.checkpoint_at) {
@@ -282,24 +425,24 @@ fn checkpoint_interval_s(ended: &[&ArchivedAttempt]) -> Option<u64> {
     (n > 0).then(|| ((ms as f64 / n as f64 / 1000.0).round() as u64).max(1))
 }
 
-/// The resume classifier reads attempt records; an archived attempt holds what it needs.
-fn record(a: &ArchivedAttempt) -> AttemptRec {
+/// The resume classifier reads attempt records; an attempt's view holds what it needs.
+fn record(a: &AttemptView) -> AttemptRec {
     AttemptRec {
         attempt: 0,
         number: a.number,
         training_job_name: String::new(),
         started_at: a.started_at,
         stopped_at: a.stopped_at,
-        status_reason: a.status_reason.clone(),
+        status_reason: None,
         stop_reason: None,
         preempted: a.preempted,
         pids: Vec::new(),
         running_at: a.running_at,
-        instance_type: a.instance_type.clone(),
+        instance_type: a.instance_type.to_string(),
         count: a.count,
         checkpoint_at: a.checkpoint_at,
-        stop_at: a.stop_at,
-        preempted_for: a.preempted_for.clone(),
+        stop_at: None,
+        preempted_for: None,
         steps: a.steps,
         checkpoints: a.checkpoints,
     }
@@ -307,8 +450,8 @@ fn record(a: &ArchivedAttempt) -> AttemptRec {
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break (share names and
 /// instance types cannot, but the archive is a file a person may have edited).
-fn field(v: &str) -> std::borrow::Cow<'_, str> {
-    if v.contains([',', '"', '\n', '\r']) {
+fn field(v: &str) -> Cow<'_, str> {
+    if v.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
         format!("\"{}\"", v.replace('"', "\"\"")).into()
     } else {
         v.into()
@@ -504,6 +647,38 @@ mod tests {
             lines[3],
             "c,prod,2,8,2,SUCCEEDED,7,ml.g5.xlarge,,,18000,0,16000"
         );
+    }
+
+    #[test]
+    fn the_archive_adds_retired_jobs_of_the_window_and_queue_and_the_state_wins_a_tie() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = crate::archive::Archive::new(dir.path());
+        let mut stale = job("a", 0, Some(20), vec![attempt(1, 0, 0, 10)]);
+        stale.status = "FAILED".into();
+        let retired = job("b", 1, Some(20), vec![attempt(1, 1, 1, 10)]);
+        let before = job("c", -5, Some(20), vec![attempt(1, 0, 0, 10)]);
+        let mut elsewhere = job("d", 2, Some(20), vec![attempt(1, 2, 2, 10)]);
+        elsewhere.job_queue = "other".into();
+        let mut retired_again = retired.clone();
+        retired_again.status = "FAILED".into();
+        archive
+            .append(&[stale, retired, before, elsewhere])
+            .unwrap();
+        // A crash between archiving and retiring archives a job twice: the last copy counts.
+        archive.append(&[retired_again]).unwrap();
+        let facts = WorkloadFacts {
+            jobs: vec![job("a", 0, Some(20), vec![attempt(1, 0, 0, 10)])],
+            unfinished: 2,
+            classes: ClassBook::default(),
+        };
+        let out = export_with_archive(&archive, facts, (SINCE, SINCE + 60 * S), Some("q")).unwrap();
+        let got: Vec<(&str, &str)> = out
+            .rows
+            .iter()
+            .map(|r| (r.job_id.as_str(), r.status.as_str()))
+            .collect();
+        assert_eq!(got, [("a", "SUCCEEDED"), ("b", "FAILED")]);
+        assert_eq!(out.unfinished, 2);
     }
 
     #[test]
