@@ -3,10 +3,10 @@
 //! policy and the simulator calibrated against what really happened (docs/workload-export.md).
 //!
 //! Computed from facts only, as usage accounting is: the finished jobs of the state and of
-//! the archive, each an [`ArchivedJob`]. The computation is pure ([`export`]); what a job
-//! needed is its attempts' run time less the work done twice after preemptions, which the
-//! resume classifier (`resume.rs`) measures from the steps the attempts reported, else from
-//! their checkpoint times.
+//! the archive, each read as a [`JobView`] (borrowed from the archive's line or the state's
+//! record). The computation is pure ([`export`]); what a job needed is its attempts' run time
+//! less the work done twice after preemptions, which the resume classifier (`resume.rs`)
+//! measures from the steps the attempts reported, else from their checkpoint times.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
