@@ -73,6 +73,37 @@ impl Archive {
     /// (the last one written), in no particular order.
     pub fn read(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedJob>> {
         let mut out: BTreeMap<String, ArchivedJob> = BTreeMap::new();
+        for path in self.job_files(since)? {
+            let text = std::fs::read_to_string(&path)?;
+            for (i, line) in text.lines().enumerate() {
+                // A crash mid-append can leave a torn last line: skip what does not parse.
+                let Ok(job) = serde_json::from_str::<ArchivedJob>(line) else {
+                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable archive line");
+                    continue;
+                };
+                let at = job.stopped_at.unwrap_or(job.created_at);
+                if at >= since && at < until {
+                    out.insert(job.job_id.clone(), job);
+                }
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// Calls `f` with every line of the job files that may hold jobs finished at or after
+    /// `since`, oldest month first, a file's lines in the order written. For readers of many
+    /// jobs that parse only what they need (the workload export): no record is kept here, so
+    /// the caller keeps one per job id (the last) itself.
+    pub fn for_each_line(&self, since: i64, mut f: impl FnMut(&str)) -> std::io::Result<()> {
+        for path in self.job_files(since)? {
+            let text = std::fs::read_to_string(&path)?;
+            text.lines().for_each(&mut f);
+        }
+        Ok(())
+    }
+
+    /// The job files that may hold jobs finished at or after `since`, oldest month first.
+    fn job_files(&self, since: i64) -> std::io::Result<Vec<PathBuf>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -89,21 +120,7 @@ impl Archive {
             .filter(|p| *p >= self.file_for(since.max(0)))
             .collect();
         files.sort();
-        for path in files {
-            let text = std::fs::read_to_string(&path)?;
-            for (i, line) in text.lines().enumerate() {
-                // A crash mid-append can leave a torn last line: skip what does not parse.
-                let Ok(job) = serde_json::from_str::<ArchivedJob>(line) else {
-                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable archive line");
-                    continue;
-                };
-                let at = job.stopped_at.unwrap_or(job.created_at);
-                if at >= since && at < until {
-                    out.insert(job.job_id.clone(), job);
-                }
-            }
-        }
-        Ok(out.into_values().collect())
+        Ok(files)
     }
 
     fn file_for(&self, at_ms: i64) -> PathBuf {

@@ -400,6 +400,16 @@ pub enum Query {
         /// Window start (epoch ms).
         since: i64,
     },
+    /// The facts a workload export needs from the state: the jobs submitted in
+    /// `[since, until)` (to `queue` only, if given) and the queues' classes.
+    WorkloadFacts {
+        /// Window start (epoch ms).
+        since: i64,
+        /// Window end (epoch ms, exclusive).
+        until: i64,
+        /// Only this queue's jobs.
+        queue: Option<String>,
+    },
 }
 
 /// What the driver answers: a response body for the API, or a typed value for the HTTP
@@ -412,6 +422,8 @@ pub enum Answer {
     LogInfo(LogInfo),
     /// See [`Query::UsageFacts`].
     UsageFacts(Box<UsageFacts>),
+    /// See [`Query::WorkloadFacts`].
+    WorkloadFacts(Box<crate::workload::WorkloadFacts>),
     /// See [`Query::Sample`].
     Sample(Box<crate::history::Sample>),
     /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
@@ -437,6 +449,7 @@ impl Answer {
             Answer::Body(_) => "body",
             Answer::LogInfo(_) => "log info",
             Answer::UsageFacts(_) => "usage facts",
+            Answer::WorkloadFacts(_) => "workload facts",
             Answer::Sample(_) => "history sample",
             Answer::Metrics(_) => "metrics registry",
         }

@@ -80,6 +80,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/usage", get(usage))
         .route("/qm/v1/history", get(history))
         .route("/qm/v1/usage/report", get(usage_report))
+        .route("/qm/v1/workload", get(workload))
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
         .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
@@ -451,9 +452,8 @@ async fn usage_report(
     }
 }
 
-/// Checks a report's parameters: the window defaults to the last 7 days.
-fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams, ApiError> {
-    use qm_api::qm::{UsageBy, UsageEvery};
+/// A window `[since, until)` of epoch milliseconds, by default the 7 days before now.
+fn window(since: Option<i64>, until: Option<i64>, now: i64) -> Result<(i64, i64), ApiError> {
     // Epoch milliseconds from 1970 to the end of year 9999: no arithmetic on a window can
     // overflow, whatever a client sends.
     const LATEST: i64 = 253_402_300_800_000;
@@ -466,13 +466,20 @@ fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams,
             )))
         }
     };
-    let until = in_range("until", p.until.unwrap_or(now))?;
-    let since = in_range("since", p.since.unwrap_or((until - 7 * 86_400_000).max(0)))?;
+    let until = in_range("until", until.unwrap_or(now))?;
+    let since = in_range("since", since.unwrap_or((until - 7 * 86_400_000).max(0)))?;
     if since >= until {
         return Err(ApiError::client(format!(
             "since: {since} is not before until ({until}); both are epoch milliseconds"
         )));
     }
+    Ok((since, until))
+}
+
+/// Checks a report's parameters: the window defaults to the last 7 days.
+fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams, ApiError> {
+    use qm_api::qm::{UsageBy, UsageEvery};
+    let (since, until) = window(p.since, p.until, now)?;
     let by =
         p.by.as_deref()
             .map_or(Ok(UsageBy::Share), |b| UsageBy::parse("by", b))?;
@@ -496,6 +503,80 @@ fn report_params(p: ReportParams, now: i64) -> Result<crate::usage::UsageParams,
         every,
         gpus: BTreeMap::new(),
     })
+}
+
+#[derive(Deserialize)]
+struct WorkloadParams {
+    since: Option<i64>,
+    until: Option<i64>,
+    queue: Option<String>,
+}
+
+/// `GET /qm/v1/workload?since=&until=&queue=`: the finished jobs submitted in the window
+/// (to one queue, if named) as the
+/// simulator's workload CSV (`crate::workload`), with how many jobs are in it, unfinished
+/// and never ran in the `x-qm-workload-*` headers. Asks the state first, as the usage report
+/// does.
+async fn workload(
+    AxState(app): AxState<App>,
+    params: Result<axum::extract::Query<WorkloadParams>, QueryRejection>,
+) -> Response {
+    let p = match query_params(params) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    let (since, until) = match window(p.since, p.until, crate::driver::now_ms()) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
+    // A name or an ARN, as the AWS API takes.
+    let queue = p
+        .queue
+        .map(|q| q.rsplit('/').next().unwrap_or_default().to_string());
+    let query = Query::WorkloadFacts {
+        since,
+        until,
+        queue: queue.clone(),
+    };
+    let facts = match send(&app, Request::Query(query)).await {
+        Ok(Answer::WorkloadFacts(f)) => f,
+        Ok(other) => return error_response(&unexpected(&other)),
+        Err(e) => return error_response(&e),
+    };
+    let archive = app.archive.clone();
+    let csv = tokio::task::spawn_blocking(move || {
+        let export = crate::workload::export_with_archive(
+            &archive,
+            *facts,
+            (since, until),
+            queue.as_deref(),
+        )?;
+        let mut body = Vec::with_capacity(export.rows.len() * 128 + 256);
+        crate::workload::write_csv(&export.rows, &mut body)
+            .map_err(|e| ApiError::server(format!("writing the workload: {e}")))?;
+        Ok::<_, ApiError>((export, body))
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("computing the workload: {e}")))
+    .and_then(|r| r);
+    let (export, body) = match csv {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    for (name, n) in [
+        ("x-qm-workload-jobs", export.rows.len() as u64),
+        ("x-qm-workload-unfinished", export.unfinished),
+        ("x-qm-workload-never-ran", export.never_ran),
+    ] {
+        h.insert(name, HeaderValue::from(n));
+    }
+    r
 }
 
 /// `POST /qm/v1/what-if`: see [`qm_api::qm::WhatIfRequest`].

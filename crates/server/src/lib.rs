@@ -16,6 +16,8 @@
 //! - `resume`: whether each attempt after a preemption resumed from its checkpoint, from the
 //!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`); `verify`: which jobs of
 //!   a class that borrows only after a verified resume may borrow.
+//! - [`workload`]: a window's finished jobs in the simulator's workload schema
+//!   (`GET /qm/v1/workload`, `qm workload export`), from the state and the archive.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -39,6 +41,7 @@ pub mod state;
 pub mod usage;
 mod verify;
 pub mod watch;
+pub mod workload;
 
 use qm_api::Arns;
 use qm_executor::slurm::{SlurmConfig, SlurmExecutor};

@@ -109,6 +109,7 @@ mod tests {
             stop_at: None,
             preempted_for: None,
             steps,
+            checkpoints: 1,
         }
     }
 

@@ -167,6 +167,10 @@ pub struct AttemptRec {
     /// whether the attempt after a preemption resumed (`resume.rs`).
     #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
     pub steps: qm_executor::Steps,
+    /// Checkpoints it reported: with `checkpoint_at`, the interval at which the job really
+    /// checkpoints (`qm workload export`).
+    #[serde(default, skip_serializing_if = "crate::workload::is_zero")]
+    pub checkpoints: u32,
 }
 
 impl JobRec {
@@ -442,6 +446,15 @@ impl State {
                 history: self.share_history.clone(),
                 now: now.max(self.now),
             }))),
+            Query::WorkloadFacts {
+                since,
+                until,
+                queue,
+            } => Ok(Answer::WorkloadFacts(Box::new(self.workload_facts(
+                *since,
+                *until,
+                queue.as_deref(),
+            )))),
             Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(self)))),
             Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
             q => self.query(q, now).map(Answer::Body),
@@ -466,11 +479,13 @@ impl State {
             Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
             Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
-            Query::LogInfo { .. } | Query::UsageFacts { .. } | Query::Sample | Query::Metrics => {
-                Err(ApiError::server(
-                    "internal: this read has a typed answer (State::answer)",
-                ))
-            }
+            Query::LogInfo { .. }
+            | Query::UsageFacts { .. }
+            | Query::WorkloadFacts { .. }
+            | Query::Sample
+            | Query::Metrics => Err(ApiError::server(
+                "internal: this read has a typed answer (State::answer)",
+            )),
         }
     }
 
@@ -555,6 +570,7 @@ impl State {
                         stop_at: None,
                         preempted_for: None,
                         steps: qm_executor::Steps::default(),
+                        checkpoints: 0,
                     });
                     rec.scheduled_at = Some(now);
                     let launch = rec.live_launch().expect("the live attempt was just set");
@@ -715,6 +731,7 @@ impl State {
             .filter(|l| l.attempt == attempt)
         {
             live.checkpoint_at = Some(now);
+            live.checkpoints += 1;
         }
         // A checkpoint of a job that is no longer dispatched means nothing to the core.
         if self.core.attempt(qm_core::AttemptId(attempt)).is_some() {

@@ -686,7 +686,7 @@ pub fn run_variant(
                         attempts: 1,
                         evaluate_on_exit: Vec::new(),
                         runtime_limit_ms: opts.runtime_bounds.then(|| st.duration_ms + overhead_ms),
-                        interruptible: true,
+                        interruptible: j.interruptible(),
                         borrows: true,
                     };
                     effects.extend(core.apply(t, Input::Submit(spec))?);

@@ -130,6 +130,7 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<WorkloadJob>, SimError> {
                 priority: None,
                 instance_type: None,
                 checkpoint_interval_s: None,
+                ..WorkloadJob::default()
             },
         )
         .collect())

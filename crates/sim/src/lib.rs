@@ -8,7 +8,10 @@
 //! - [`metrics`]: what is measured, in the shape of `metrics.json`.
 //! - [`report`]: the self-contained HTML report.
 //! - [`generate`]: synthetic workloads calibrated to published trace statistics.
+//! - [`mod@calibrate`]: a real period's exported jobs replayed under the policy that ran, the
+//!   simulated figures beside the real ones.
 
+pub mod calibrate;
 mod engine;
 pub mod error;
 pub mod generate;
@@ -16,6 +19,7 @@ pub mod metrics;
 pub mod report;
 pub mod workload;
 
+pub use calibrate::{calibrate, Calibration, Figures};
 pub use engine::{run_variant, validate, Cluster, Progress, SimOptions};
 pub use error::SimError;
 pub use metrics::*;

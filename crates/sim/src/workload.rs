@@ -1,7 +1,9 @@
 //! Workload files: the CSV schema of `../shared/traces` (`job_id, tenant, submit_time_s,
-//! duration_s, gpus, status`) with the optional columns `priority`, `instance_type` and
-//! `checkpoint_interval_s`. Columns are found by name, so their order does not matter and
-//! unknown columns are ignored; a bad value names its line and column.
+//! duration_s, gpus, status`) with the optional columns `priority`, `instance_type`,
+//! `checkpoint_interval_s` and `class`, and the `real_*` columns of an export of a server's
+//! jobs (`qm workload export`), which the simulator ignores and calibration compares with.
+//! Columns are found by name, so their order does not matter and unknown columns are
+//! ignored; a bad value names its line and column.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -10,8 +12,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
 
+/// The `class` values the simulator understands: a job of a non-interruptible class runs
+/// only within its share's own quota and is never preempted (docs/scheduling.md). Named
+/// classes (a cluster file's `classes:`) are not supported yet.
+pub const CLASSES: [&str; 2] = ["interruptible", "non-interruptible"];
+
 /// One job of a workload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadJob {
     /// The trace's id (kept in reports; not interpreted).
     pub job_id: String,
@@ -35,6 +42,27 @@ pub struct WorkloadJob {
     /// This job's checkpoint interval; absent = the simulation's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_interval_s: Option<u64>,
+    /// `interruptible` or `non-interruptible`; absent = interruptible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Exported jobs only: milliseconds from submission to the end of the last attempt, as
+    /// it really went. Not simulated; calibration compares the simulation with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_completion_ms: Option<u64>,
+    /// Exported jobs only: the times the job was really preempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_preemptions: Option<u32>,
+    /// Exported jobs only: instance-milliseconds its attempts really held capacity (grants to
+    /// processes gone, preempted attempts included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_instance_ms: Option<u64>,
+}
+
+impl WorkloadJob {
+    /// Whether the simulator may preempt it (its `class`).
+    pub fn interruptible(&self) -> bool {
+        self.class.as_deref() != Some("non-interruptible")
+    }
 }
 
 /// Reads a workload CSV from a file.
@@ -61,7 +89,7 @@ pub fn parse_workload(input: impl Read, name: &str) -> Result<Vec<WorkloadJob>, 
                 name,
                 1,
                 format!(
-                    "the header has no `{required}` column; a workload needs job_id, tenant, submit_time_s, duration_s, gpus (and optionally status, priority, instance_type, checkpoint_interval_s)"
+                    "the header has no `{required}` column; a workload needs job_id, tenant, submit_time_s, duration_s, gpus (and optionally status, priority, instance_type, checkpoint_interval_s, class)"
                 ),
             ));
         }
@@ -92,6 +120,15 @@ pub fn parse_workload(input: impl Read, name: &str) -> Result<Vec<WorkloadJob>, 
                     .into(),
             ));
         }
+        if let Some(class) = job.class.as_deref().filter(|c| !CLASSES.contains(c)) {
+            return Err(SimError::workload(
+                name,
+                line,
+                format!(
+                    "class is '{class}'; give interruptible, non-interruptible or leave it empty (named classes are not supported by the simulator yet)"
+                ),
+            ));
+        }
         jobs.push(job);
     }
     Ok(jobs)
@@ -107,10 +144,36 @@ fn describe_csv_error(e: &csv::Error) -> String {
     }
 }
 
-/// Writes a workload CSV (the columns of the shared traces plus the optional ones used).
+/// An optional column: its name and how a job's value is written (empty when it has none).
+type Optional = (&'static str, fn(&WorkloadJob) -> Option<String>);
+
+/// The optional columns, in the order they are written.
+const OPTIONAL: [Optional; 7] = [
+    ("priority", |j| j.priority.map(|v| v.to_string())),
+    ("instance_type", |j| j.instance_type.clone()),
+    ("checkpoint_interval_s", |j| {
+        j.checkpoint_interval_s.map(|v| v.to_string())
+    }),
+    ("class", |j| j.class.clone()),
+    ("real_completion_ms", |j| {
+        j.real_completion_ms.map(|v| v.to_string())
+    }),
+    ("real_preemptions", |j| {
+        j.real_preemptions.map(|v| v.to_string())
+    }),
+    ("real_instance_ms", |j| {
+        j.real_instance_ms.map(|v| v.to_string())
+    }),
+];
+
+/// Writes a workload CSV: the columns of the shared traces plus each optional one that some
+/// job has a value for.
 pub fn write_workload(out: impl Write, jobs: &[WorkloadJob]) -> Result<(), SimError> {
     let mut w = csv::Writer::from_writer(out);
-    let with_priority = jobs.iter().any(|j| j.priority.is_some());
+    let used: Vec<&Optional> = OPTIONAL
+        .iter()
+        .filter(|(_, value)| jobs.iter().any(|j| value(j).is_some()))
+        .collect();
     let mut header = vec![
         "job_id",
         "tenant",
@@ -119,9 +182,7 @@ pub fn write_workload(out: impl Write, jobs: &[WorkloadJob]) -> Result<(), SimEr
         "gpus",
         "status",
     ];
-    if with_priority {
-        header.push("priority");
-    }
+    header.extend(used.iter().map(|(name, _)| *name));
     let to_err = |e: csv::Error| SimError::Write(e.to_string());
     w.write_record(&header).map_err(to_err)?;
     for j in jobs {
@@ -133,9 +194,7 @@ pub fn write_workload(out: impl Write, jobs: &[WorkloadJob]) -> Result<(), SimEr
             j.gpus.to_string(),
             j.status.clone(),
         ];
-        if with_priority {
-            row.push(j.priority.map(|p| p.to_string()).unwrap_or_default());
-        }
+        row.extend(used.iter().map(|(_, value)| value(j).unwrap_or_default()));
         w.write_record(&row).map_err(to_err)?;
     }
     w.flush().map_err(|e| SimError::Write(e.to_string()))?;
@@ -181,11 +240,31 @@ mod tests {
             gpus: 4,
             status: "UNKNOWN".into(),
             priority: Some(3),
-            instance_type: None,
-            checkpoint_interval_s: None,
+            instance_type: Some("ml.g5.xlarge".into()),
+            checkpoint_interval_s: Some(600),
+            class: Some("non-interruptible".into()),
+            real_completion_ms: Some(1500),
+            real_preemptions: Some(2),
+            real_instance_ms: Some(4000),
         }];
         let mut out = Vec::new();
         write_workload(&mut out, &jobs).unwrap();
         assert_eq!(parse_workload(&out[..], "x").unwrap(), jobs);
+    }
+
+    #[test]
+    fn a_class_is_one_of_the_two_contracts_or_empty() {
+        let src = "job_id,tenant,submit_time_s,duration_s,gpus,class\n\
+                   j1,a,0,60,1,non-interruptible\n\
+                   j2,a,0,60,1,\n\
+                   j3,a,0,60,1,interruptible\n";
+        let jobs = parse_workload(src.as_bytes(), "w.csv").unwrap();
+        let interruptible: Vec<bool> = jobs.iter().map(WorkloadJob::interruptible).collect();
+        assert_eq!(interruptible, [false, true, true]);
+        let bad = "job_id,tenant,submit_time_s,duration_s,gpus,class\nj1,a,0,60,1,urgent\n";
+        let e = parse_workload(bad.as_bytes(), "w.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w.csv:2") && e.contains("'urgent'"), "{e}");
     }
 }

@@ -41,6 +41,7 @@ fn job(
         priority: Some(priority),
         instance_type: None,
         checkpoint_interval_s: None,
+        ..WorkloadJob::default()
     }
 }
 
@@ -149,6 +150,38 @@ fn a_reclaim_rolls_the_borrower_back_to_its_last_checkpoint() {
     );
     assert_eq!(b.preemptions, 0);
     assert_eq!(r.metrics.overall.preemptions, 1);
+}
+
+/// The reclaim case above with y 8,000 s long. Interruptible, y borrows B's instance and is
+/// the victim at 4,000 (priority 1 < 5): 400 s since its checkpoint at 3,600 are lost, it
+/// restarts at 4,220 with 60 s overhead and ends at 8,680; x ends at 10,000. Of the
+/// non-interruptible class (the workload's `class` column) y runs only within A's quota,
+/// counted first: it holds A's own instance 0..8,000 untouched, and x borrows B's instead and
+/// is the one reclaimed at 4,000, ending at 4,220 + 60 + 6,400 = 10,680.
+#[test]
+fn a_non_interruptible_job_is_counted_first_and_never_preempted() {
+    let c = cluster(
+        2,
+        vec![
+            share("A", 1, Strategy::LendAndBorrow),
+            share("B", 1, Strategy::Lend),
+        ],
+    );
+    let a_jcts = |class: Option<&str>| {
+        let mut y = job("y", "A", 0, 8_000, 1, 1);
+        y.class = class.map(str::to_string);
+        let jobs = [
+            job("x", "A", 0, 10_000, 1, 5),
+            y,
+            job("z", "B", 4_000, 100, 1, 0),
+        ];
+        let r = run_impatient(&c, &jobs);
+        assert_eq!(r.metrics.overall.preemptions, 1);
+        let a = share_stats(&r, "A");
+        (a.jct_s.p50, a.jct_s.p99)
+    };
+    assert_eq!(a_jcts(None), (8_680.0, 10_000.0));
+    assert_eq!(a_jcts(Some("non-interruptible")), (8_000.0, 10_680.0));
 }
 
 #[test]

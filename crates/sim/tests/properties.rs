@@ -63,6 +63,7 @@ fn workload(shares: usize) -> impl Strategy<Value = Vec<WorkloadJob>> {
                     priority: Some(priority),
                     instance_type: None,
                     checkpoint_interval_s: [None, Some(300), Some(1000)][ck as usize],
+                    ..WorkloadJob::default()
                 },
             )
             .collect();

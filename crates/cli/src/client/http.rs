@@ -188,10 +188,10 @@ pub struct Client {
     region: String,
 }
 
-struct Answer {
+pub(super) struct Answer {
     status: u16,
-    headers: ureq::http::HeaderMap,
-    body: Vec<u8>,
+    pub(super) headers: ureq::http::HeaderMap,
+    pub(super) body: Vec<u8>,
 }
 
 impl Client {
@@ -301,6 +301,7 @@ impl Client {
         &self,
         url: &str,
         result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        limit: u64,
     ) -> Result<Answer, ClientError> {
         let mut response = result.map_err(|e| self.transport_error(url, e))?;
         let status = response.status().as_u16();
@@ -308,7 +309,7 @@ impl Client {
         let body = response
             .body_mut()
             .with_config()
-            .limit(MAX_BODY_BYTES)
+            .limit(limit)
             .read_to_vec()
             .map_err(|e| self.transport_error(url, e))?;
         let answer = Answer {
@@ -326,6 +327,22 @@ impl Client {
     /// are signed, over the body bytes exactly as sent. The `host` header is set here, not by
     /// the agent, so that the value signed is the value sent.
     fn send(&self, method: &str, url: &str, body: Option<&[u8]>) -> Result<Answer, ClientError> {
+        self.send_limited(method, url, body, MAX_BODY_BYTES)
+    }
+
+    /// `GET` an answer that may be larger than [`MAX_BODY_BYTES`] (a workload export: about
+    /// 120 bytes a job), up to `limit` bytes.
+    pub(super) fn get_large(&self, path: &str, limit: u64) -> Result<Answer, ClientError> {
+        self.send_limited("GET", &self.url(path), None, limit)
+    }
+
+    fn send_limited(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Answer, ClientError> {
         let protocol = |detail: String| ClientError::Protocol {
             url: url.to_string(),
             detail,
@@ -370,7 +387,7 @@ impl Client {
                 .map(|r| self.agent.run(r))
                 .map_err(|e| protocol(format!("cannot build the request: {e}")))?,
         };
-        self.finish(url, result)
+        self.finish(url, result, limit)
     }
 
     /// The AWS error shape `{"__type", "message"}`, or the raw body when it is not that. A

@@ -15,7 +15,9 @@
 //! - [`format`](mod@format): tables and detail views — functions from data (and `now`) to strings;
 //! - [`explain`]: plain-words explanations of a job's state from its reason code;
 //! - [`report`]: `qm report usage` as a table or CSV;
-//! - [`time`]: ages and UTC timestamps without a date library.
+//! - [`time`]: ages and UTC timestamps without a date library;
+//! - [`workload`]: `qm workload export` and `calibrate`, the server's jobs of a window in the
+//!   simulator's workload schema.
 //!
 //! The binary's `cmd/client.rs`, `cmd/principal.rs` and `cmd/whoami.rs` only parse flags,
 //! call these and print.
@@ -28,5 +30,6 @@ pub mod principal;
 pub mod report;
 pub mod submit;
 pub mod time;
+pub mod workload;
 
 pub use http::{Client, ClientError};

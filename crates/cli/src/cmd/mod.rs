@@ -11,3 +11,4 @@ pub mod serve;
 pub mod simulate;
 pub mod whoami;
 pub mod workload;
+pub mod workload_export;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use qm_api::qm::{UsageBy, UsageEvery};
 use qm_cli::client::report::{usage_csv, usage_table};
-use qm_cli::client::time::{now_ms, parse_instant};
+use qm_cli::client::time::{now_ms, window};
 use qm_cli::client::{Client, ClientError};
 
 /// The reports.
@@ -89,24 +89,8 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn usage(args: UsageArgs) -> anyhow::Result<()> {
-    let now = now_ms();
-    let instant = |flag: &str, v: &str| {
-        parse_instant(v, now).map_err(|e| ClientError::Usage(format!("--{flag}: {e}")))
-    };
-    let until = args
-        .until
-        .as_deref()
-        .map_or(Ok(now), |v| instant("until", v))?;
-    let since = args
-        .since
-        .as_deref()
-        .map_or(Ok(until - 7 * 86_400_000), |v| instant("since", v))?;
-    if since >= until {
-        return Err(ClientError::Usage(
-            "--since must be before --until (the window is [since, until))".into(),
-        )
-        .into());
-    }
+    let (since, until) = window(args.since.as_deref(), args.until.as_deref(), now_ms())
+        .map_err(ClientError::Usage)?;
     let by = match args.by {
         By::Share => UsageBy::Share,
         By::Principal => UsageBy::Principal,

@@ -38,24 +38,10 @@ enum Mode {
     EasyOnly,
 }
 
-/// Arguments of `qm simulate`.
+/// How jobs are simulated: the checkpoint model and the server's scheduler knobs (shared by
+/// `qm simulate` and `qm workload calibrate`).
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Workload CSV: job_id, tenant, submit_time_s, duration_s, gpus, status (the schema of the
-    /// shared traces), optionally priority, instance_type, checkpoint_interval_s.
-    #[arg(long, value_name = "FILE.csv")]
-    workload: PathBuf,
-    /// A cluster file (environment, shares, optional tenants): the `qm check` scenario format
-    /// without steps. Repeat to compare policies; the first one's shares group the per-share
-    /// statistics of every variant.
-    #[arg(long = "policy", value_name = "FILE.yaml", required = true)]
-    policies: Vec<PathBuf>,
-    /// Add a baseline derived from the first policy (repeatable).
-    #[arg(long = "baseline", value_enum)]
-    baselines: Vec<Baseline>,
-    /// Where metrics.json and report.html go.
-    #[arg(long, value_name = "DIR", default_value = "qm-simulation")]
-    out: PathBuf,
+pub struct Model {
     /// Seed of the per-job checkpoint phases.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -84,6 +70,57 @@ pub struct Args {
     /// lets the jobs backfilled onto its reservation finish before it preempts them.
     #[arg(long, default_value_t = 1800)]
     backfill_patience: u64,
+}
+
+impl Model {
+    /// The checkpoint model.
+    pub fn checkpoint(&self) -> CheckpointSettings {
+        CheckpointSettings {
+            interval_s: self.checkpoint_interval,
+            restart_overhead_s: self.restart_overhead,
+            stop_grace_s: self.stop_grace,
+        }
+    }
+
+    /// A policy variant's options, as the server would run it.
+    pub fn options(&self) -> SimOptions {
+        SimOptions {
+            instance_type: self.instance_type.clone(),
+            checkpoint: self.checkpoint(),
+            seed: self.seed,
+            core: qm_core::Policy {
+                reserve_after_ms: self.reserve_after.saturating_mul(1000),
+                reclaim_patience_ms: self.reclaim_patience.saturating_mul(1000),
+                backfill_patience_ms: self.backfill_patience.saturating_mul(1000),
+                ..Default::default()
+            },
+            ..SimOptions::default()
+        }
+    }
+}
+
+/// Arguments of `qm simulate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Workload CSV: job_id, tenant, submit_time_s, duration_s, gpus, status (the schema of the
+    /// shared traces), optionally priority, instance_type, checkpoint_interval_s, class
+    /// (interruptible or non-interruptible); `qm workload export` writes one.
+    #[arg(long, value_name = "FILE.csv")]
+    workload: PathBuf,
+    /// A cluster file (environment, shares, optional tenants): the `qm check` scenario format
+    /// without steps. Repeat to compare policies; the first one's shares group the per-share
+    /// statistics of every variant.
+    #[arg(long = "policy", value_name = "FILE.yaml", required = true)]
+    policies: Vec<PathBuf>,
+    /// Add a baseline derived from the first policy (repeatable).
+    #[arg(long = "baseline", value_enum)]
+    baselines: Vec<Baseline>,
+    /// Where metrics.json and report.html go.
+    #[arg(long, value_name = "DIR", default_value = "qm-simulation")]
+    out: PathBuf,
+    /// The checkpoint model and the scheduler's knobs.
+    #[command(flatten)]
+    model: Model,
     /// Give the policies' jobs their trace duration (plus the restart overhead) as a runtime
     /// bound, as `MaxRuntimeInSeconds` does on the server: jobs that end before an aged head
     /// could start are then EASY-backfilled, not preemptible for it. (The pooled-backfill
@@ -135,11 +172,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let name = unique(&variants, base.to_string());
         variants.push((name, cluster, mode));
     }
-    let checkpoint = CheckpointSettings {
-        interval_s: args.checkpoint_interval,
-        restart_overhead_s: args.restart_overhead,
-        stop_grace_s: args.stop_grace,
-    };
+    let checkpoint = args.model.checkpoint();
     eprintln!(
         "qm simulate: {} jobs from {}, {} variant(s)",
         jobs.len(),
@@ -148,18 +181,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let options = |mode: Mode| {
         let mut o = SimOptions {
-            instance_type: args.instance_type.clone(),
-            checkpoint: checkpoint.clone(),
-            seed: args.seed,
             ignore_priorities: mode == Mode::Fifo,
-            core: qm_core::Policy {
-                reserve_after_ms: args.reserve_after.saturating_mul(1000),
-                reclaim_patience_ms: args.reclaim_patience.saturating_mul(1000),
-                backfill_patience_ms: args.backfill_patience.saturating_mul(1000),
-                ..Default::default()
-            },
             runtime_bounds: args.runtime_bounds,
-            ..SimOptions::default()
+            ..args.model.options()
         };
         if mode == Mode::EasyOnly {
             o.core.reserve_after_ms = 0;
@@ -213,7 +237,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let metrics = Metrics {
         workload: args.workload.display().to_string(),
         jobs: jobs.len(),
-        seed: args.seed,
+        seed: args.model.seed,
         checkpoint: checkpoint.clone(),
         variants: runs.iter().map(|r| r.metrics.clone()).collect(),
     };
@@ -221,26 +245,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     let json = serde_json::to_string_pretty(&metrics)? + "\n";
     write(&args.out.join("metrics.json"), json.as_bytes())?;
-    let mut notes =
-        vec![
-            format!(
-                "Workload: {} ({} jobs)",
-                args.workload.display(),
-                jobs.len()
-            ),
-            format!(
-            "Checkpoint model: every {} s of work, {} s restart overhead, {} s stop grace; seed {}",
-            checkpoint.interval_s, checkpoint.restart_overhead_s, checkpoint.stop_grace_s, args.seed
+    let mut notes = vec![
+        format!(
+            "Workload: {} ({} jobs)",
+            args.workload.display(),
+            jobs.len()
         ),
-            format!(
-                "Policies: {}",
-                args.policies
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ];
+        format!(
+            "Checkpoint model: every {} s of work, {} s restart overhead, {} s stop grace; seed {}",
+            checkpoint.interval_s,
+            checkpoint.restart_overhead_s,
+            checkpoint.stop_grace_s,
+            args.model.seed
+        ),
+        format!(
+            "Policies: {}",
+            args.policies
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ];
     if jobs.iter().any(|j| j.job_id.starts_with("philly-")) {
         notes.push(
             "Workload data: Microsoft Philly trace (msr-fiddle/philly-traces), CC BY 4.0.".into(),

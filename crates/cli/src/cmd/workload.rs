@@ -1,5 +1,6 @@
 //! `qm workload generate`: a synthetic workload calibrated to published trace statistics
-//! (docs/workload-generator.md), in the workload CSV schema `qm simulate` reads.
+//! (docs/workload-generator.md), in the workload CSV schema `qm simulate` reads; `export` and
+//! `calibrate` are in `workload_export.rs`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +13,13 @@ pub enum Command {
     /// Write a synthetic workload CSV (heavy-tailed durations, the Philly GPU-count mix,
     /// bursty arrivals) with a given offered load.
     Generate(GenerateArgs),
+    /// Write a server's finished jobs submitted in a window as a workload CSV (share as
+    /// tenant, the work each really needed, instances, class, checkpoint interval seen, and
+    /// what really happened to it), to replay with `qm simulate`.
+    Export(super::workload_export::ExportArgs),
+    /// Replay a window's real jobs under the policy that ran and print the simulated figures
+    /// beside the real ones: completion p50/p95, utilization, preemptions.
+    Calibrate(super::workload_export::CalibrateArgs),
 }
 
 /// Arguments of `qm workload generate`.
@@ -40,6 +48,8 @@ pub struct GenerateArgs {
 /// Runs the subcommand.
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
+        Command::Export(a) => super::workload_export::export(a),
+        Command::Calibrate(a) => super::workload_export::calibrate(a),
         Command::Generate(a) => {
             let jobs = qm_sim::generate::generate(&qm_sim::generate::GenerateOptions {
                 jobs: a.jobs,

@@ -72,6 +72,12 @@ pub struct ArchivedAttempt {
     /// For a preemption: the share and the job it was preempted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_for: Option<(String, String)>,
+    /// The steps it reported in its progress file (absent in older archives).
+    #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
+    pub steps: qm_executor::Steps,
+    /// Checkpoints it reported (absent in older archives, and when none).
+    #[serde(default, skip_serializing_if = "crate::workload::is_zero")]
+    pub checkpoints: u32,
 }
 
 impl ArchivedAttempt {
@@ -89,6 +95,8 @@ impl ArchivedAttempt {
             stop_at: a.stop_at,
             checkpoint_at: a.checkpoint_at,
             preempted_for: a.preempted_for.clone(),
+            steps: a.steps,
+            checkpoints: a.checkpoints,
         }
     }
 }
