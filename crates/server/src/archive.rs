@@ -42,9 +42,9 @@ impl Archive {
     pub fn append_audit(&self, entries: &[ArchivedAudit]) -> std::io::Result<()> {
         let mut by_file: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
         for e in entries {
-            let (y, m, _) = civil_from_days(e.entry.at.div_euclid(86_400_000));
-            let path = self.dir.join(format!("audit-{y:04}-{m:02}.jsonl"));
-            let line = by_file.entry(path).or_default();
+            let line = by_file
+                .entry(self.month_file("audit-", e.entry.at))
+                .or_default();
             serde_json::to_writer(&mut *line, e)?;
             line.push(b'\n');
         }
@@ -73,23 +73,8 @@ impl Archive {
     /// (the last one written), in no particular order.
     pub fn read(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedJob>> {
         let mut out: BTreeMap<String, ArchivedJob> = BTreeMap::new();
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("jobs-") && n.ends_with(".jsonl"))
-            })
-            // A month's file holds the jobs that finished in it: earlier months cannot match.
-            .filter(|p| *p >= self.file_for(since.max(0)))
-            .collect();
-        files.sort();
-        for path in files {
+        // A month's file holds the jobs that finished in it: earlier months cannot match.
+        for path in self.files("jobs-", since)? {
             let text = std::fs::read_to_string(&path)?;
             for (i, line) in text.lines().enumerate() {
                 // A crash mid-append can leave a torn last line: skip what does not parse.
@@ -106,9 +91,54 @@ impl Archive {
         Ok(out.into_values().collect())
     }
 
+    /// Every archived audit entry recorded in `[since, until)` (epoch ms), once per number,
+    /// oldest first (the policy review reads the changes of its window from here and the log).
+    pub fn read_audit(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedAudit>> {
+        let mut out: BTreeMap<u64, ArchivedAudit> = BTreeMap::new();
+        for path in self.files("audit-", since)? {
+            let text = std::fs::read_to_string(&path)?;
+            for (i, line) in text.lines().enumerate() {
+                let Ok(e) = serde_json::from_str::<ArchivedAudit>(line) else {
+                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable audit archive line");
+                    continue;
+                };
+                if e.entry.at >= since && e.entry.at < until {
+                    out.insert(e.seq, e);
+                }
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
     fn file_for(&self, at_ms: i64) -> PathBuf {
+        self.month_file("jobs-", at_ms)
+    }
+
+    fn month_file(&self, prefix: &str, at_ms: i64) -> PathBuf {
         let (y, m, _) = civil_from_days(at_ms.div_euclid(86_400_000));
-        self.dir.join(format!("jobs-{y:04}-{m:02}.jsonl"))
+        self.dir.join(format!("{prefix}{y:04}-{m:02}.jsonl"))
+    }
+
+    /// The `<prefix>YYYY-MM.jsonl` files of the month of `since` and later, in order (none
+    /// when the archive does not exist yet).
+    fn files(&self, prefix: &str, since: i64) -> std::io::Result<Vec<PathBuf>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let first = self.month_file(prefix, since.max(0));
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".jsonl"))
+            })
+            .filter(|p| *p >= first)
+            .collect();
+        files.sort();
+        Ok(files)
     }
 }
 
@@ -177,5 +207,30 @@ mod archive_tests {
         f.write_all(b"{\"jobId\":\"b\",\"jobN").unwrap();
         let got = archive.read(0, i64::MAX).unwrap();
         assert_eq!(got.len(), 1);
+    }
+
+    #[test]
+    fn audit_entries_read_back_once_per_number_within_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::new(dir.path());
+        let dec = 1_764_547_200_000; // 2025-12-01T00:00Z
+        let entry = |seq: u64, at: i64| ArchivedAudit {
+            seq,
+            entry: crate::command::AuditEntry {
+                at,
+                actor: "admin".into(),
+                action: "updatequotashare".into(),
+                summary: String::new(),
+                details: String::new(),
+            },
+        };
+        let entries = [entry(0, dec - 86_400_000), entry(1, dec), entry(2, dec + 5)];
+        archive.append_audit(&entries).unwrap();
+        // A crash between the archive and the log archives an entry twice.
+        archive.append_audit(&entries[1..2]).unwrap();
+        let got = archive.read_audit(dec, dec + 5).unwrap();
+        let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1], "December only, before dec + 5, once");
+        assert_eq!(archive.read_audit(0, i64::MAX).unwrap().len(), 3);
     }
 }

@@ -72,6 +72,10 @@ pub struct ArchivedAttempt {
     /// For a preemption: the share and the job it was preempted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_for: Option<(String, String)>,
+    /// The steps it reported (first, last, last checkpoint): the policy review classifies
+    /// the resumes of retired jobs from them as `resume.rs` does for live ones.
+    #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
+    pub steps: qm_executor::Steps,
 }
 
 impl ArchivedAttempt {
@@ -89,6 +93,7 @@ impl ArchivedAttempt {
             stop_at: a.stop_at,
             checkpoint_at: a.checkpoint_at,
             preempted_for: a.preempted_for.clone(),
+            steps: a.steps,
         }
     }
 }
