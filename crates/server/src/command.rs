@@ -400,6 +400,11 @@ pub enum Query {
         /// Window start (epoch ms).
         since: i64,
     },
+    /// The policy review's facts (`review.rs`), answered as [`Answer::ReviewFacts`].
+    ReviewFacts {
+        /// Window start (epoch ms).
+        since: i64,
+    },
 }
 
 /// What the driver answers: a response body for the API, or a typed value for the HTTP
@@ -412,6 +417,8 @@ pub enum Answer {
     LogInfo(LogInfo),
     /// See [`Query::UsageFacts`].
     UsageFacts(Box<UsageFacts>),
+    /// See [`Query::ReviewFacts`].
+    ReviewFacts(Box<crate::review::ReviewFacts>),
     /// See [`Query::Sample`].
     Sample(Box<crate::history::Sample>),
     /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
@@ -437,6 +444,7 @@ impl Answer {
             Answer::Body(_) => "body",
             Answer::LogInfo(_) => "log info",
             Answer::UsageFacts(_) => "usage facts",
+            Answer::ReviewFacts(_) => "review facts",
             Answer::Sample(_) => "history sample",
             Answer::Metrics(_) => "metrics registry",
         }

@@ -15,6 +15,8 @@
 //! - [`metrics`]: `/metrics`, OpenMetrics or Prometheus text, on `prometheus-client`.
 //! - `resume`: whether each attempt after a preemption resumed from its checkpoint, from the
 //!   steps the attempts reported (`GET /qm/v1/jobs/{job}/attempt`).
+//! - [`review`]: the policy review (`GET /qm/v1/review`), a pure function of attempt records,
+//!   entitlements and the audit log.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -33,6 +35,7 @@ pub mod limits;
 pub mod metrics;
 mod ops;
 mod resume;
+pub mod review;
 pub mod snapshot;
 pub mod state;
 pub mod usage;

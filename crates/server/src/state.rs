@@ -432,6 +432,9 @@ impl State {
                 history: self.share_history.clone(),
                 now: now.max(self.now),
             }))),
+            Query::ReviewFacts { since } => Ok(Answer::ReviewFacts(Box::new(
+                self.review_facts(*since, now),
+            ))),
             Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(self)))),
             Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
             q => self.query(q, now).map(Answer::Body),
@@ -456,11 +459,13 @@ impl State {
             Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
             Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
-            Query::LogInfo { .. } | Query::UsageFacts { .. } | Query::Sample | Query::Metrics => {
-                Err(ApiError::server(
-                    "internal: this read has a typed answer (State::answer)",
-                ))
-            }
+            Query::LogInfo { .. }
+            | Query::UsageFacts { .. }
+            | Query::ReviewFacts { .. }
+            | Query::Sample
+            | Query::Metrics => Err(ApiError::server(
+                "internal: this read has a typed answer (State::answer)",
+            )),
         }
     }
 

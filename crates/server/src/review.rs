@@ -1,0 +1,833 @@
+//! The policy review (`qm report review`, `GET /qm/v1/review`): is lending working for us?
+//! Per queue, share and class, over a window: completion times of jobs that ran only on their
+//! own capacity against jobs that borrowed; what reclaims cost; how long owners waited for
+//! capacity they had lent; how jobs recovered from preemptions; and, from the audit log, how
+//! stable priorities and policies were. docs/review.md defines every figure.
+//!
+//! Like usage accounting (`usage.rs`) the review is a pure function ([`review`]) of facts: the
+//! jobs' attempt records (live ones from the state, retired ones from the archive, in the one
+//! shape [`ArchivedJob`]), each share's entitlement over time, and the audit log. Whether an
+//! attempt borrowed and whether a share was lending are not recorded; they are derived here
+//! from those facts with a sweep over attempt starts and stops per (queue, instance type),
+//! applying DESIGN.md's identity (a share's use above its entitlement is borrowed) and the
+//! core's split of what is lent (`ledger::lent_out`), as the usage report does.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use qm_api::qm::{AuditEntry, ResumeOutcome, UsageBy, UsageEvery};
+use qm_api::review::{
+    Completion, LimitChange, PolicyStability, RecoveryWeek, ReviewGroup, ReviewReport, UsePeriod,
+};
+use qm_api::ApiError;
+
+use crate::archive::{Archive, ArchivedAttempt, ArchivedJob};
+use crate::state::AttemptRec;
+use crate::usage::{ShareHistory, UsageParams};
+
+const HOUR_MS: f64 = 3_600_000.0;
+const DAY_MS: i64 = 86_400_000;
+/// Most points of the owner reclaim delay's CDF in a report (the chart is ~1,100 px wide).
+pub const MAX_CDF_POINTS: usize = 200;
+/// The longest window one review covers (about five years: twenty quarterly reviews).
+pub const MAX_WINDOW_MS: i64 = 1830 * DAY_MS;
+/// How long before its audit entry a limit change's scheduling pass may have preempted: the
+/// change, its pass and its preemptions are one batch, and the entry is recorded right after
+/// the answer, a few milliseconds later on a healthy server.
+pub const LIMIT_CHANGE_WINDOW_MS: i64 = 2_000;
+/// The status reason's ending when a job failed on reaching its preemption limit (the core's
+/// words, `pass.rs`).
+const PREEMPTION_LIMIT_REASON: &str = "preemption retries exhausted";
+
+/// One job as the review sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReviewJob {
+    /// Its record, with the attempt that holds capacity now, if any.
+    pub record: ArchivedJob,
+    /// Its instance type (the payload's), for a job that has not started yet.
+    pub unit: Option<String>,
+}
+
+/// What the review needs of a share's configuration now (classes and priority ceilings are
+/// not kept over time: the review reads them as they are).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShareRules {
+    /// `qm:default-class`.
+    pub default_class: Option<String>,
+    /// `qm:max-priority`: the highest priority submitters may give.
+    pub max_priority: Option<i32>,
+    /// The queue's classes' `max-priority`, by class name.
+    pub class_max_priority: BTreeMap<String, i32>,
+}
+
+/// Everything the review is computed from.
+#[derive(Clone, Debug, Default)]
+pub struct ReviewFacts {
+    /// Jobs, unique by id.
+    pub jobs: Vec<ReviewJob>,
+    /// Entitlements over time.
+    pub history: ShareHistory,
+    /// Audit entries (any order; those outside the window are ignored).
+    pub audit: Vec<AuditEntry>,
+    /// Per (queue, share).
+    pub shares: BTreeMap<(String, String), ShareRules>,
+    /// The time of the data.
+    pub now: i64,
+}
+
+/// What a review is asked for.
+#[derive(Clone, Debug, Default)]
+pub struct ReviewParams {
+    /// Window start (epoch ms, inclusive).
+    pub since: i64,
+    /// Window end (epoch ms, exclusive).
+    pub until: i64,
+    /// Only this share's jobs.
+    pub share: Option<String>,
+    /// GPUs per instance, per instance type.
+    pub gpus: BTreeMap<String, u32>,
+}
+
+/// The review of the state's `facts` plus the archive's jobs and audit entries.
+pub fn review_with_archive(
+    archive: &Archive,
+    mut facts: ReviewFacts,
+    p: &ReviewParams,
+) -> Result<ReviewReport, ApiError> {
+    let read = |what: &str, e: std::io::Error| ApiError::server(format!("reading {what}: {e}"));
+    let archived = archive
+        .read(p.since, i64::MAX)
+        .map_err(|e| read("the archive of retired jobs", e))?;
+    // A job both archived and still in the state (a crash between the two): the state wins.
+    let live: BTreeSet<String> = facts.jobs.iter().map(|j| j.record.job_id.clone()).collect();
+    facts.jobs.extend(
+        archived
+            .into_iter()
+            .filter(|j| !live.contains(&j.job_id))
+            .map(|record| ReviewJob { record, unit: None }),
+    );
+    let audit = archive
+        .read_audit(p.since, p.until)
+        .map_err(|e| read("the archive of audit entries", e))?;
+    facts.audit.extend(audit.into_iter().map(|a| a.entry));
+    Ok(review(&facts, p))
+}
+
+/// The review of `facts` for `p`.
+pub fn review(facts: &ReviewFacts, p: &ReviewParams) -> ReviewReport {
+    let in_window = |t: i64| t >= p.since && t < p.until;
+    let jobs: Vec<&ReviewJob> = facts
+        .jobs
+        .iter()
+        .filter(|j| {
+            p.share
+                .as_ref()
+                .is_none_or(|s| *s == j.record.quota_share_name)
+        })
+        .collect();
+    // The sweep needs every share's jobs (lending is between shares) even when one is asked.
+    let lending = lending(&facts.jobs, &facts.history, facts.now);
+    let weeks = crate::usage::periods(p.since, p.until, Some(UsageEvery::Week));
+    let mut acc = Accumulator {
+        groups: BTreeMap::new(),
+        weeks: vec![RecoveryWeek::default(); weeks.len()],
+        week_starts: weeks.iter().map(|w| w.0).collect(),
+        owner_delays: Vec::new(),
+        notes: BTreeSet::new(),
+    };
+    let mut group_of: HashMap<&str, GroupKey> = HashMap::new();
+    for job in &jobs {
+        let key = group_key(facts, &job.record);
+        group_of.insert(job.record.job_id.as_str(), key.clone());
+        let flags = lending
+            .get(job.record.job_id.as_str())
+            .copied()
+            .unwrap_or_default();
+        acc.job(job, key, flags, facts.now, p, &in_window);
+    }
+    let policy = stability(facts, p, &jobs, &group_of, &mut acc);
+    let mut owner_delays = std::mem::take(&mut acc.owner_delays);
+    owner_delays.sort_by(f64::total_cmp);
+    ReviewReport {
+        since: p.since,
+        until: p.until,
+        quota_share_name: p.share.clone(),
+        policy,
+        owner_reclaim_delay_cdf: cdf_points(&owner_delays),
+        use_over_time: use_over_time(facts, p),
+        weeks: std::iter::zip(acc.week_starts, acc.weeks)
+            .map(|(start, w)| RecoveryWeek {
+                week_start: start,
+                ..w
+            })
+            .collect(),
+        groups: acc.groups.into_values().map(Group::finish).collect(),
+        notes: acc.notes.into_iter().collect(),
+    }
+}
+
+/// (queue, share, class).
+type GroupKey = (String, String, Option<String>);
+
+/// A job's group: its class is the one it named, else its share's default now.
+fn group_key(facts: &ReviewFacts, job: &ArchivedJob) -> GroupKey {
+    let class = job.tags.get(qm_api::class::TAG_CLASS).cloned().or_else(|| {
+        facts
+            .shares
+            .get(&(job.job_queue.clone(), job.quota_share_name.clone()))
+            .and_then(|r| r.default_class.clone())
+    });
+    (job.job_queue.clone(), job.quota_share_name.clone(), class)
+}
+
+/// A group's figures while they are gathered.
+#[derive(Default)]
+struct Group {
+    out: ReviewGroup,
+    own_only: Vec<f64>,
+    borrowed: Vec<f64>,
+    owner_delays: Vec<f64>,
+    reclaimed_jobs: u64,
+}
+
+impl Group {
+    fn finish(mut self) -> ReviewGroup {
+        let completion = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            Completion {
+                jobs: v.len() as u64,
+                p50_seconds: nearest_rank(v, 0.50),
+                p95_seconds: nearest_rank(v, 0.95),
+            }
+        };
+        self.out.own_only = completion(&mut self.own_only);
+        self.out.borrowed = completion(&mut self.borrowed);
+        let d = &mut self.owner_delays;
+        d.sort_by(f64::total_cmp);
+        let delay = &mut self.out.owner_reclaim_delay;
+        delay.count = d.len() as u64;
+        delay.p50_seconds = nearest_rank(d, 0.50);
+        delay.p95_seconds = nearest_rank(d, 0.95);
+        delay.max_seconds = d.last().copied();
+        self.out.reclaim_loss.jobs = self.reclaimed_jobs;
+        let loss = &mut self.out.reclaim_loss;
+        loss.requeued_hours = round(loss.requeued_hours);
+        loss.recomputed_hours = round(loss.recomputed_hours);
+        self.out.recovery.recomputed_gpu_hours = round(self.out.recovery.recomputed_gpu_hours);
+        self.out
+    }
+}
+
+/// The nearest-rank percentile `q` of `sorted`; `None` when empty.
+fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    let i = ((q * n as f64).ceil() as usize).clamp(1, n.max(1));
+    sorted.get(i - 1).copied()
+}
+
+/// Hours to the millisecond's precision, so that sums do not show float noise.
+fn round(h: f64) -> f64 {
+    (h * 1e6).round() / 1e6
+}
+
+struct Accumulator {
+    groups: BTreeMap<GroupKey, Group>,
+    weeks: Vec<RecoveryWeek>,
+    week_starts: Vec<i64>,
+    owner_delays: Vec<f64>,
+    notes: BTreeSet<String>,
+}
+
+impl Accumulator {
+    fn group(&mut self, key: &GroupKey) -> &mut Group {
+        self.groups.entry(key.clone()).or_insert_with(|| Group {
+            out: ReviewGroup {
+                job_queue: key.0.clone(),
+                quota_share_name: key.1.clone(),
+                class: key.2.clone(),
+                ..ReviewGroup::default()
+            },
+            ..Group::default()
+        })
+    }
+
+    fn week(&mut self, t: i64) -> Option<&mut RecoveryWeek> {
+        let i = self
+            .week_starts
+            .partition_point(|&s| s <= t)
+            .checked_sub(1)?;
+        self.weeks.get_mut(i)
+    }
+
+    /// One job's figures: completion, owner delay, then its attempts.
+    fn job(
+        &mut self,
+        job: &ReviewJob,
+        key: GroupKey,
+        flags: Flags,
+        now: i64,
+        p: &ReviewParams,
+        in_window: &dyn Fn(i64) -> bool,
+    ) {
+        let r = &job.record;
+        let g = self.group(&key);
+        if let Some(done) = r.stopped_at.filter(|&t| in_window(t)) {
+            if r.status == "SUCCEEDED" {
+                let seconds = (done - r.created_at).max(0) as f64 / 1000.0;
+                if flags.borrowed {
+                    g.borrowed.push(seconds);
+                } else {
+                    g.own_only.push(seconds);
+                }
+            }
+            let limit = r.status_reason.as_deref().unwrap_or("");
+            if r.status == "FAILED" && limit.ends_with(PREEMPTION_LIMIT_REASON) {
+                g.out.recovery.reached_preemption_limit += 1;
+            }
+        }
+        if flags.lent_at_submit && in_window(r.created_at) {
+            match r.attempts.first() {
+                Some(a) => {
+                    let ran = a.running_at.unwrap_or(a.started_at);
+                    let seconds = (ran - r.created_at).max(0) as f64 / 1000.0;
+                    g.owner_delays.push(seconds);
+                    self.owner_delays.push(seconds);
+                }
+                None if r.stopped_at.is_none() => g.out.owner_reclaim_delay.still_waiting += 1,
+                None => {}
+            }
+        }
+        self.attempts(r, &key, now, p, in_window);
+    }
+
+    /// Preemptions decided in the window and the resumes started in it.
+    fn attempts(
+        &mut self,
+        r: &ArchivedJob,
+        key: &GroupKey,
+        now: i64,
+        p: &ReviewParams,
+        in_window: &dyn Fn(i64) -> bool,
+    ) {
+        let mut preempted_here = false;
+        let mut reclaimed_here = false;
+        for (i, a) in r.attempts.iter().enumerate() {
+            if !a.preempted {
+                continue;
+            }
+            let next = r.attempts.get(i + 1).filter(|n| n.number == a.number + 1);
+            let resume = next.map(|n| crate::resume::classify(&attempt_rec(a), &attempt_rec(n)));
+            if let (Some(n), Some(rec)) = (next, &resume) {
+                if in_window(n.started_at) {
+                    self.resume(key, n, rec, p);
+                }
+            }
+            let decided = a.stop_at.or(a.stopped_at).unwrap_or(a.started_at);
+            if !in_window(decided) {
+                continue;
+            }
+            preempted_here = true;
+            if let Some(w) = self.week(decided) {
+                w.preemptions += 1;
+            }
+            let g = self.group(key);
+            g.out.recovery.preemptions += 1;
+            match &a.preempted_for {
+                Some((share, _)) if *share != r.quota_share_name => {
+                    g.out.recovery.reclaims += 1;
+                    reclaimed_here = true;
+                    let loss = &mut g.out.reclaim_loss;
+                    loss.reclaims += 1;
+                    // Re-queued until the next attempt; a job that ended instead (its
+                    // preemption limit, a termination) waited for nothing.
+                    let back = match (next, r.stopped_at) {
+                        (Some(n), _) => n.started_at,
+                        (None, Some(_)) => decided,
+                        (None, None) => now,
+                    };
+                    loss.requeued_hours += (back - decided).max(0) as f64 / HOUR_MS;
+                    let redone = resume.and_then(|x| x.recomputed_instance_hours);
+                    loss.recomputed_hours += redone.unwrap_or(0.0) / f64::from(a.count.max(1));
+                }
+                Some(_) => g.out.recovery.in_share += 1,
+                None => g.out.recovery.drills += 1,
+            }
+        }
+        let g = self.group(key);
+        if reclaimed_here {
+            g.reclaimed_jobs += 1;
+        }
+        if preempted_here && r.preempted_count >= 3 {
+            g.out.recovery.preempted_three_times_or_more += 1;
+        }
+    }
+
+    fn resume(
+        &mut self,
+        key: &GroupKey,
+        next: &ArchivedAttempt,
+        rec: &qm_api::qm::ResumeRecord,
+        p: &ReviewParams,
+    ) {
+        let gpus = match p.gpus.get(&next.instance_type) {
+            Some(&g) => f64::from(g),
+            None => {
+                self.notes.insert(format!(
+                    "{}: no gpus_per_instance in the server's [[executor.pool]] configuration, so its recomputed GPU-hours count 0",
+                    next.instance_type
+                ));
+                0.0
+            }
+        };
+        let outcome = rec.outcome;
+        if let Some(w) = self.week(next.started_at) {
+            bump(w, outcome);
+        }
+        let recovery = &mut self.group(key).out.recovery;
+        match outcome {
+            ResumeOutcome::Resumed => recovery.resumed += 1,
+            ResumeOutcome::Restarted => recovery.restarted += 1,
+            ResumeOutcome::Unknown => recovery.unknown += 1,
+        }
+        recovery.recomputed_gpu_hours += rec.recomputed_instance_hours.unwrap_or(0.0) * gpus;
+    }
+}
+
+fn bump(w: &mut RecoveryWeek, outcome: ResumeOutcome) {
+    match outcome {
+        ResumeOutcome::Resumed => w.resumed += 1,
+        ResumeOutcome::Restarted => w.restarted += 1,
+        ResumeOutcome::Unknown => w.unknown += 1,
+    }
+}
+
+/// The state's attempt record of an archived attempt: what the resume classifier reads.
+fn attempt_rec(a: &ArchivedAttempt) -> AttemptRec {
+    AttemptRec {
+        attempt: 0,
+        number: a.number,
+        training_job_name: String::new(),
+        started_at: a.started_at,
+        stopped_at: a.stopped_at,
+        status_reason: None,
+        stop_reason: None,
+        preempted: a.preempted,
+        pids: Vec::new(),
+        running_at: a.running_at,
+        instance_type: a.instance_type.clone(),
+        count: a.count,
+        checkpoint_at: a.checkpoint_at,
+        stop_at: a.stop_at,
+        preempted_for: None,
+        steps: a.steps,
+    }
+}
+
+/// What the sweep found about one job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// One of its attempts started while its share held more than its entitlement.
+    pub borrowed: bool,
+    /// When it was submitted its share was lending part of its entitlement to others.
+    pub lent_at_submit: bool,
+}
+
+/// A change or a question at an instant of one (queue, instance type). At one instant,
+/// capacity is released before an entitlement changes, a submission sees the result, and
+/// starts come last (each sees itself).
+#[derive(Clone, Copy)]
+enum Event {
+    End { share: u32, count: u32 },
+    Epoch { share: u32, epoch: u32 },
+    Submit { share: u32, job: u32 },
+    Start { share: u32, count: u32, job: u32 },
+}
+
+impl Event {
+    fn order(&self) -> u8 {
+        match self {
+            Event::End { .. } => 0,
+            Event::Epoch { .. } => 1,
+            Event::Submit { .. } => 2,
+            Event::Start { .. } => 3,
+        }
+    }
+}
+
+/// One share's account during the sweep.
+#[derive(Clone, Copy, Default)]
+struct Account {
+    usage: u32,
+    limit: u32,
+    lends: bool,
+}
+
+/// Per job id: whether it borrowed and whether its share was lending when it was submitted.
+/// One sweep over every attempt start and stop, per (queue, instance type).
+pub fn lending<'a>(
+    jobs: &'a [ReviewJob],
+    history: &'a ShareHistory,
+    now: i64,
+) -> HashMap<&'a str, Flags> {
+    let mut units: Names<'a> = HashMap::new();
+    let mut shares: Names<'a> = HashMap::new();
+    let mut events: Vec<(u32, i64, Event)> = Vec::new();
+    for (j, job) in jobs.iter().enumerate() {
+        let r = &job.record;
+        let share = intern(&mut shares, (&r.job_queue, &r.quota_share_name));
+        let unit = r.attempts.first().map(|a| a.instance_type.as_str());
+        if let Some(u) = unit.or(job.unit.as_deref()) {
+            let unit = intern(&mut units, (&r.job_queue, u));
+            let job = j as u32;
+            events.push((unit, r.created_at, Event::Submit { share, job }));
+        }
+        for a in &r.attempts {
+            let unit = intern(&mut units, (&r.job_queue, &a.instance_type));
+            let (count, job) = (a.count, j as u32);
+            let end = a.stopped_at.unwrap_or(now.max(a.started_at));
+            events.push((unit, a.started_at, Event::Start { share, count, job }));
+            events.push((unit, end, Event::End { share, count }));
+        }
+    }
+    let mut epochs: Vec<(&str, &crate::usage::ShareEpoch)> = Vec::new();
+    for ((queue, name), list) in history {
+        let share = intern(&mut shares, (queue, name));
+        for e in list {
+            for unit_type in e.limits.keys().map(String::as_str) {
+                let unit = intern(&mut units, (queue, unit_type));
+                let epoch = epochs.len() as u32;
+                events.push((unit, e.from, Event::Epoch { share, epoch }));
+                epochs.push((unit_type, e));
+            }
+        }
+    }
+    events.sort_by_key(|&(unit, t, e)| (unit, t, e.order()));
+    sweep(&events, &epochs, jobs)
+}
+
+/// Interned (queue, name) pairs: small numbers sort and compare faster than strings.
+type Names<'a> = HashMap<(&'a str, &'a str), u32>;
+
+fn intern<'a>(names: &mut Names<'a>, key: (&'a str, &'a str)) -> u32 {
+    let next = names.len() as u32;
+    *names.entry(key).or_insert(next)
+}
+
+fn sweep<'a>(
+    events: &[(u32, i64, Event)],
+    epochs: &[(&str, &crate::usage::ShareEpoch)],
+    jobs: &'a [ReviewJob],
+) -> HashMap<&'a str, Flags> {
+    let mut flags: Vec<Flags> = vec![Flags::default(); jobs.len()];
+    // The accounts of the unit being swept, by share.
+    let mut accounts: BTreeMap<u32, Account> = BTreeMap::new();
+    let mut current = None;
+    for &(unit, _, e) in events {
+        if current != Some(unit) {
+            accounts.clear();
+            current = Some(unit);
+        }
+        match e {
+            Event::End { share, count } => {
+                let a = accounts.entry(share).or_default();
+                a.usage = a.usage.saturating_sub(count);
+            }
+            Event::Epoch { share, epoch } => {
+                let (unit_type, e) = epochs[epoch as usize];
+                let a = accounts.entry(share).or_default();
+                a.limit = e.limits.get(unit_type).copied().unwrap_or(0);
+                a.lends = e.lends;
+            }
+            Event::Submit { share, job } => {
+                flags[job as usize].lent_at_submit |= lends_now(&accounts, share);
+            }
+            Event::Start { share, count, job } => {
+                let a = accounts.entry(share).or_default();
+                a.usage += count;
+                flags[job as usize].borrowed |= a.usage > a.limit;
+            }
+        }
+    }
+    jobs.iter()
+        .zip(flags)
+        .map(|(j, f)| (j.record.job_id.as_str(), f))
+        .collect()
+}
+
+/// Whether `share` lends part of its entitlement now, as the core splits what is borrowed.
+fn lends_now(accounts: &BTreeMap<u32, Account>, share: u32) -> bool {
+    let Some(index) = accounts.keys().position(|&s| s == share) else {
+        return false;
+    };
+    let ledger: Vec<qm_core::ledger::Account> = accounts
+        .values()
+        .map(|a| qm_core::ledger::Account {
+            entitlement: a.limit,
+            usage: a.usage,
+            strategy: if a.lends {
+                qm_core::Strategy::Lend
+            } else {
+                qm_core::Strategy::Reserve
+            },
+            allowance: None,
+        })
+        .collect();
+    qm_core::ledger::lent_out(&ledger)[index] > 0.0
+}
+
+/// Audit figures: per group (priority changes, terminations by others) and overall.
+fn stability(
+    facts: &ReviewFacts,
+    p: &ReviewParams,
+    jobs: &[&ReviewJob],
+    group_of: &HashMap<&str, GroupKey>,
+    acc: &mut Accumulator,
+) -> PolicyStability {
+    let by_id: HashMap<&str, &ArchivedJob> = jobs
+        .iter()
+        .map(|j| (j.record.job_id.as_str(), &j.record))
+        .collect();
+    let mut out = PolicyStability::default();
+    let mut terminated: BTreeSet<String> = BTreeSet::new();
+    let mut unreadable = 0;
+    let mut entries: Vec<&AuditEntry> = facts
+        .audit
+        .iter()
+        .filter(|e| e.at >= p.since && e.at < p.until)
+        .collect();
+    entries.sort_by_key(|e| e.at);
+    for e in entries {
+        let action = e.action.to_ascii_lowercase();
+        let body = || serde_json::from_str::<serde_json::Value>(&e.details).ok();
+        match action.as_str() {
+            "updateservicejob" => {
+                let Some(b) = body() else {
+                    unreadable += 1;
+                    continue;
+                };
+                let id = job_id(b.get("jobId"));
+                let priority = b.get("schedulingPriority").and_then(|v| v.as_i64());
+                let Some((job, key)) = id.and_then(|id| Some((by_id.get(id)?, group_of.get(id)?)))
+                else {
+                    // With --share, another share's job is simply not this review's.
+                    if p.share.is_none() {
+                        out.priority_changes_unattributed += 1;
+                    }
+                    continue;
+                };
+                let above = priority.is_some_and(|v| above_default(facts, job, key, v));
+                let s = &mut acc.group(key).out.stability;
+                s.priority_changes += 1;
+                s.priority_changes_above_default += u64::from(above);
+                *s.priority_changes_by.entry(e.actor.clone()).or_default() += 1;
+            }
+            "terminateservicejob" | "terminateservicejobs" => {
+                let Some(b) = body() else {
+                    unreadable += 1;
+                    continue;
+                };
+                let ids: Vec<&str> = match b.get("jobs").and_then(|v| v.as_array()) {
+                    Some(list) => list.iter().filter_map(|v| job_id(Some(v))).collect(),
+                    None => job_id(b.get("jobId")).into_iter().collect(),
+                };
+                for id in ids {
+                    let (Some(job), Some(key)) = (by_id.get(id), group_of.get(id)) else {
+                        continue;
+                    };
+                    let by_other = job.principal.as_deref().is_some_and(|s| s != e.actor);
+                    if by_other && terminated.insert(id.to_string()) {
+                        acc.group(key).out.stability.terminations_by_others += 1;
+                    }
+                }
+            }
+            "apply" => out.applies += 1,
+            a if POLICY_ACTIONS.contains(&a) => {
+                out.policy_edits += 1;
+                *out.policy_edits_by.entry(e.actor.clone()).or_default() += 1;
+                *out.policy_edits_by_action.entry(a.to_string()).or_default() += 1;
+                if LIMIT_ACTIONS.contains(&a) {
+                    let n = preempted_by_change(&facts.jobs, e.at);
+                    if n > 0 {
+                        out.limit_changes_that_preempted.push(LimitChange {
+                            at: e.at,
+                            actor: e.actor.clone(),
+                            action: a.to_string(),
+                            summary: e.summary.clone(),
+                            preemptions: n,
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if unreadable > 0 {
+        acc.notes.insert(format!(
+            "{unreadable} audit entries of job changes could not be read (their request was clipped): not counted"
+        ));
+    }
+    out
+}
+
+/// Operations that change policy: environments, queues, scheduling policies, quota shares.
+const POLICY_ACTIONS: [&str; 12] = [
+    "createserviceenvironment",
+    "updateserviceenvironment",
+    "deleteserviceenvironment",
+    "createjobqueue",
+    "updatejobqueue",
+    "deletejobqueue",
+    "createschedulingpolicy",
+    "updateschedulingpolicy",
+    "deleteschedulingpolicy",
+    "createquotashare",
+    "updatequotashare",
+    "deletequotashare",
+];
+
+/// Of those, the ones that can change a limit or an entitlement.
+const LIMIT_ACTIONS: [&str; 6] = [
+    "updateserviceenvironment",
+    "deleteserviceenvironment",
+    "updatejobqueue",
+    "createquotashare",
+    "updatequotashare",
+    "deletequotashare",
+];
+
+/// A job id from a request field: an id or an ARN ending in one.
+fn job_id(v: Option<&serde_json::Value>) -> Option<&str> {
+    let s = v?.as_str()?;
+    s.rsplit('/').next()
+}
+
+/// Whether `priority` is above what the job's class or share allows submitters.
+fn above_default(facts: &ReviewFacts, job: &ArchivedJob, key: &GroupKey, priority: i64) -> bool {
+    let Some(rules) = facts
+        .shares
+        .get(&(job.job_queue.clone(), job.quota_share_name.clone()))
+    else {
+        return false;
+    };
+    let class_max = key.2.as_ref().and_then(|c| rules.class_max_priority.get(c));
+    [class_max.copied(), rules.max_priority]
+        .into_iter()
+        .flatten()
+        .any(|max| priority > i64::from(max))
+}
+
+/// Preemptions (not drills) the scheduling pass decided just before an audit entry at `at`.
+fn preempted_by_change(jobs: &[ReviewJob], at: i64) -> u64 {
+    let from = at - LIMIT_CHANGE_WINDOW_MS;
+    jobs.iter()
+        .flat_map(|j| &j.record.attempts)
+        .filter(|a| a.preempted && a.preempted_for.is_some())
+        .filter(|a| a.stop_at.is_some_and(|t| t >= from && t <= at))
+        .count() as u64
+}
+
+/// Own against borrowed instance-hours per day (per week past 62 days), from the usage
+/// report of the same jobs, so the two reports cannot disagree.
+fn use_over_time(facts: &ReviewFacts, p: &ReviewParams) -> Vec<UsePeriod> {
+    let every = if p.until - p.since > 62 * DAY_MS {
+        UsageEvery::Week
+    } else {
+        UsageEvery::Day
+    };
+    // The split needs every share's use; the rows are then kept for the asked share.
+    let all: Vec<crate::usage::UsageJob> = facts.jobs.iter().map(|j| j.record.usage()).collect();
+    let params = UsageParams {
+        since: p.since,
+        until: p.until,
+        now: facts.now,
+        by: UsageBy::Share,
+        every: Some(every),
+        gpus: p.gpus.clone(),
+    };
+    let report = crate::usage::report(&all, &facts.history, &params);
+    let mut out: Vec<UsePeriod> = crate::usage::periods(p.since, p.until, Some(every))
+        .into_iter()
+        .map(|(a, b)| UsePeriod {
+            period_start: a,
+            period_end: b,
+            ..UsePeriod::default()
+        })
+        .collect();
+    for row in &report.rows {
+        if p.share
+            .as_ref()
+            .is_some_and(|s| row.quota_share_name.as_ref() != Some(s))
+        {
+            continue;
+        }
+        if let Some(period) = out.iter_mut().find(|x| x.period_start == row.period_start) {
+            period.own_instance_hours += row.instance_hours.within_entitlement;
+            period.borrowed_instance_hours += row.instance_hours.borrowed;
+        }
+    }
+    for x in &mut out {
+        x.own_instance_hours = round(x.own_instance_hours);
+        x.borrowed_instance_hours = round(x.borrowed_instance_hours);
+    }
+    out
+}
+
+/// At most [`MAX_CDF_POINTS`] points of the CDF of `sorted`: `(value, fraction of values at
+/// most it)`, at evenly spaced ranks, the last always.
+fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
+    let n = sorted.len();
+    let m = n.min(MAX_CDF_POINTS);
+    (1..=m)
+        .map(|k| {
+            let rank = (k * n).div_ceil(m);
+            (sorted[rank - 1], round(rank as f64 / n as f64))
+        })
+        .collect()
+}
+
+impl crate::state::State {
+    /// The state's part of the review's facts: its jobs that had not finished before
+    /// `since` (waiting ones too: an owner may still be waiting), entitlements, the audit
+    /// entries it keeps, and the shares' classes and priority ceilings now.
+    pub fn review_facts(&self, since: i64, now: i64) -> ReviewFacts {
+        let jobs = self
+            .jobs
+            .values()
+            .filter(|r| r.stopped_at.is_none_or(|t| t >= since))
+            .map(|r| {
+                let mut record = ArchivedJob::of(r);
+                if let Some(live) = r.live.as_ref().filter(|l| !l.preempted) {
+                    record.attempts.push(ArchivedAttempt::of(live));
+                }
+                ReviewJob {
+                    record,
+                    unit: Some(r.payload.instance_type.clone()),
+                }
+            })
+            .collect();
+        let mut shares = BTreeMap::new();
+        for (queue, q) in &self.queues {
+            let class_max_priority: BTreeMap<String, i32> = qm_api::class::defined(&q.tags)
+                .into_iter()
+                .filter_map(|(name, def)| Some((name, i32::try_from(def.max_priority?).ok()?)))
+                .collect();
+            for (name, s) in &q.shares {
+                let rules = ShareRules {
+                    default_class: s.tags.get(qm_api::class::TAG_DEFAULT_CLASS).cloned(),
+                    max_priority: s
+                        .tags
+                        .get(qm_api::validate::TAG_MAX_PRIORITY)
+                        .and_then(|m| m.parse().ok()),
+                    class_max_priority: class_max_priority.clone(),
+                };
+                shares.insert((queue.clone(), name.clone()), rules);
+            }
+        }
+        ReviewFacts {
+            jobs,
+            history: self.share_history.clone(),
+            audit: self.audit.clone(),
+            shares,
+            now: now.max(self.now),
+        }
+    }
+}
