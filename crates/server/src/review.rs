@@ -582,13 +582,19 @@ fn stability(
     group_of: &HashMap<&str, GroupKey>,
     acc: &mut Accumulator,
 ) -> PolicyStability {
-    let by_id: HashMap<&str, &ArchivedJob> = jobs
-        .iter()
-        .map(|j| (j.record.job_id.as_str(), &j.record))
-        .collect();
-    let mut out = PolicyStability::default();
-    let mut terminated: BTreeSet<String> = BTreeSet::new();
-    let mut unreadable = 0;
+    let mut reader = AuditReader {
+        facts,
+        by_id: jobs
+            .iter()
+            .map(|j| (j.record.job_id.as_str(), &j.record))
+            .collect(),
+        group_of,
+        one_share: p.share.is_some(),
+        out: PolicyStability::default(),
+        terminated: BTreeSet::new(),
+        unreadable: 0,
+        preemptions: None,
+    };
     let mut entries: Vec<&AuditEntry> = facts
         .audit
         .iter()
@@ -596,76 +602,110 @@ fn stability(
         .collect();
     entries.sort_by_key(|e| e.at);
     for e in entries {
-        let action = e.action.to_ascii_lowercase();
-        let body = || serde_json::from_str::<serde_json::Value>(&e.details).ok();
-        match action.as_str() {
-            "updateservicejob" => {
-                let Some(b) = body() else {
-                    unreadable += 1;
-                    continue;
-                };
-                let id = job_id(b.get("jobId"));
-                let priority = b.get("schedulingPriority").and_then(|v| v.as_i64());
-                let Some((job, key)) = id.and_then(|id| Some((by_id.get(id)?, group_of.get(id)?)))
-                else {
-                    // With --share, another share's job is simply not this review's.
-                    if p.share.is_none() {
-                        out.priority_changes_unattributed += 1;
-                    }
-                    continue;
-                };
-                let above = priority.is_some_and(|v| above_default(facts, job, key, v));
-                let s = &mut acc.group(key).out.stability;
-                s.priority_changes += 1;
-                s.priority_changes_above_default += u64::from(above);
-                *s.priority_changes_by.entry(e.actor.clone()).or_default() += 1;
-            }
-            "terminateservicejob" | "terminateservicejobs" => {
-                let Some(b) = body() else {
-                    unreadable += 1;
-                    continue;
-                };
-                let ids: Vec<&str> = match b.get("jobs").and_then(|v| v.as_array()) {
-                    Some(list) => list.iter().filter_map(|v| job_id(Some(v))).collect(),
-                    None => job_id(b.get("jobId")).into_iter().collect(),
-                };
-                for id in ids {
-                    let (Some(job), Some(key)) = (by_id.get(id), group_of.get(id)) else {
-                        continue;
-                    };
-                    let by_other = job.principal.as_deref().is_some_and(|s| s != e.actor);
-                    if by_other && terminated.insert(id.to_string()) {
-                        acc.group(key).out.stability.terminations_by_others += 1;
-                    }
-                }
-            }
-            "apply" => out.applies += 1,
-            a if POLICY_ACTIONS.contains(&a) => {
-                out.policy_edits += 1;
-                *out.policy_edits_by.entry(e.actor.clone()).or_default() += 1;
-                *out.policy_edits_by_action.entry(a.to_string()).or_default() += 1;
-                if LIMIT_ACTIONS.contains(&a) {
-                    let n = preempted_by_change(&facts.jobs, e.at);
-                    if n > 0 {
-                        out.limit_changes_that_preempted.push(LimitChange {
-                            at: e.at,
-                            actor: e.actor.clone(),
-                            action: a.to_string(),
-                            summary: e.summary.clone(),
-                            preemptions: n,
-                        });
-                    }
-                }
-            }
-            _ => {}
-        }
+        reader.entry(e, acc);
     }
-    if unreadable > 0 {
+    if reader.unreadable > 0 {
         acc.notes.insert(format!(
-            "{unreadable} audit entries of job changes could not be read (their request was clipped): not counted"
+            "{} audit entries of job changes could not be read (their request was clipped): not counted",
+            reader.unreadable
         ));
     }
-    out
+    reader.out
+}
+
+/// Reads the audit entries of the window, oldest first.
+struct AuditReader<'a> {
+    facts: &'a ReviewFacts,
+    by_id: HashMap<&'a str, &'a ArchivedJob>,
+    group_of: &'a HashMap<&'a str, GroupKey>,
+    one_share: bool,
+    out: PolicyStability,
+    /// Jobs already counted as terminated by someone else.
+    terminated: BTreeSet<String>,
+    unreadable: u64,
+    /// When preemptions were decided: only needed once a limit changed.
+    preemptions: Option<Vec<i64>>,
+}
+
+impl AuditReader<'_> {
+    fn entry(&mut self, e: &AuditEntry, acc: &mut Accumulator) {
+        let action = e.action.to_ascii_lowercase();
+        let job_change = matches!(
+            action.as_str(),
+            "updateservicejob" | "terminateservicejob" | "terminateservicejobs"
+        );
+        if job_change {
+            match serde_json::from_str::<serde_json::Value>(&e.details) {
+                Ok(body) if action == "updateservicejob" => self.priority(e, &body, acc),
+                Ok(body) => self.termination(e, &body, acc),
+                Err(_) => self.unreadable += 1,
+            }
+        } else if action == "apply" {
+            self.out.applies += 1;
+        } else if POLICY_ACTIONS.contains(&action.as_str()) {
+            self.policy_edit(e, &action);
+        }
+    }
+
+    fn priority(&mut self, e: &AuditEntry, body: &serde_json::Value, acc: &mut Accumulator) {
+        let id = job_id(body.get("jobId"));
+        let found = id.and_then(|id| Some((*self.by_id.get(id)?, self.group_of.get(id)?)));
+        let Some((job, key)) = found else {
+            // With --share, another share's job is simply not this review's.
+            if !self.one_share {
+                self.out.priority_changes_unattributed += 1;
+            }
+            return;
+        };
+        let priority = body.get("schedulingPriority").and_then(|v| v.as_i64());
+        let above = priority.is_some_and(|v| above_default(self.facts, job, key, v));
+        let s = &mut acc.group(key).out.stability;
+        s.priority_changes += 1;
+        s.priority_changes_above_default += u64::from(above);
+        *s.priority_changes_by.entry(e.actor.clone()).or_default() += 1;
+    }
+
+    fn termination(&mut self, e: &AuditEntry, body: &serde_json::Value, acc: &mut Accumulator) {
+        let ids: Vec<&str> = match body.get("jobs").and_then(|v| v.as_array()) {
+            Some(list) => list.iter().filter_map(|v| job_id(Some(v))).collect(),
+            None => job_id(body.get("jobId")).into_iter().collect(),
+        };
+        for id in ids {
+            let (Some(job), Some(key)) = (self.by_id.get(id), self.group_of.get(id)) else {
+                continue;
+            };
+            let by_other = job.principal.as_deref().is_some_and(|s| s != e.actor);
+            if by_other && self.terminated.insert(id.to_string()) {
+                acc.group(key).out.stability.terminations_by_others += 1;
+            }
+        }
+    }
+
+    fn policy_edit(&mut self, e: &AuditEntry, action: &str) {
+        let out = &mut self.out;
+        out.policy_edits += 1;
+        *out.policy_edits_by.entry(e.actor.clone()).or_default() += 1;
+        *out.policy_edits_by_action
+            .entry(action.to_string())
+            .or_default() += 1;
+        if !LIMIT_ACTIONS.contains(&action) {
+            return;
+        }
+        let jobs = &self.facts.jobs;
+        let times = self
+            .preemptions
+            .get_or_insert_with(|| preemption_times(jobs));
+        let preemptions = preempted_by_change(times, e.at);
+        if preemptions > 0 {
+            self.out.limit_changes_that_preempted.push(LimitChange {
+                at: e.at,
+                actor: e.actor.clone(),
+                action: action.to_string(),
+                summary: e.summary.clone(),
+                preemptions,
+            });
+        }
+    }
 }
 
 /// Operations that change policy: environments, queues, scheduling policies, quota shares.
@@ -715,14 +755,23 @@ fn above_default(facts: &ReviewFacts, job: &ArchivedJob, key: &GroupKey, priorit
         .any(|max| priority > i64::from(max))
 }
 
-/// Preemptions (not drills) the scheduling pass decided just before an audit entry at `at`.
-fn preempted_by_change(jobs: &[ReviewJob], at: i64) -> u64 {
-    let from = at - LIMIT_CHANGE_WINDOW_MS;
-    jobs.iter()
+/// When each preemption that was not a drill was decided, sorted.
+fn preemption_times(jobs: &[ReviewJob]) -> Vec<i64> {
+    let mut times: Vec<i64> = jobs
+        .iter()
         .flat_map(|j| &j.record.attempts)
         .filter(|a| a.preempted && a.preempted_for.is_some())
-        .filter(|a| a.stop_at.is_some_and(|t| t >= from && t <= at))
-        .count() as u64
+        .filter_map(|a| a.stop_at)
+        .collect();
+    times.sort_unstable();
+    times
+}
+
+/// Of `times` (sorted), those in the scheduling pass just before an audit entry at `at`.
+fn preempted_by_change(times: &[i64], at: i64) -> u64 {
+    let from = times.partition_point(|&t| t < at - LIMIT_CHANGE_WINDOW_MS);
+    let to = times.partition_point(|&t| t <= at);
+    to.saturating_sub(from) as u64
 }
 
 /// Own against borrowed instance-hours per day (per week past 62 days), from the usage
