@@ -880,3 +880,91 @@ impl crate::state::State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(start: i64, stop: i64, count: u32) -> ArchivedAttempt {
+        ArchivedAttempt {
+            number: 1,
+            instance_type: "u".into(),
+            count,
+            started_at: start,
+            running_at: Some(start),
+            stopped_at: Some(stop),
+            preempted: false,
+            status_reason: None,
+            stop_at: None,
+            checkpoint_at: None,
+            preempted_for: None,
+            steps: qm_executor::Steps::default(),
+        }
+    }
+
+    fn job(id: &str, share: &str, created: i64, attempts: Vec<ArchivedAttempt>) -> ReviewJob {
+        ReviewJob {
+            record: ArchivedJob {
+                job_id: id.into(),
+                job_name: id.into(),
+                job_queue: "q".into(),
+                quota_share_name: share.into(),
+                status: "SUCCEEDED".into(),
+                status_reason: None,
+                scheduling_priority: 0,
+                created_at: created,
+                stopped_at: attempts.last().and_then(|a| a.stopped_at),
+                attempts,
+                preempted_count: 0,
+                tags: BTreeMap::new(),
+                principal: None,
+            },
+            unit: Some("u".into()),
+        }
+    }
+
+    fn history(shares: &[(&str, u32, bool)]) -> ShareHistory {
+        shares
+            .iter()
+            .map(|&(name, limit, lends)| {
+                let epoch = crate::usage::ShareEpoch {
+                    from: 0,
+                    limits: [("u".to_string(), limit)].into(),
+                    lends,
+                };
+                (("q".to_string(), name.to_string()), vec![epoch])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn capacity_released_at_the_instant_another_attempt_starts_is_not_counted_twice() {
+        let jobs = [
+            job("one", "A", 0, vec![attempt(0, 10, 2)]),
+            job("two", "A", 0, vec![attempt(10, 20, 2)]),
+        ];
+        let h = history(&[("A", 2, true)]);
+        let flags = lending(&jobs, &h, 20);
+        assert!(
+            !flags["one"].borrowed && !flags["two"].borrowed,
+            "{flags:?}"
+        );
+    }
+
+    #[test]
+    fn an_attempt_above_the_entitlement_borrowed_and_only_a_lending_owner_waits_for_it() {
+        let jobs = [
+            job("big", "B", 0, vec![attempt(0, 100, 3)]),
+            job("lender", "A", 50, vec![attempt(100, 110, 1)]),
+            job("reserver", "C", 50, vec![attempt(60, 70, 1)]),
+        ];
+        let h = history(&[("A", 1, true), ("B", 2, true), ("C", 1, false)]);
+        let flags = lending(&jobs, &h, 200);
+        assert!(flags["big"].borrowed);
+        assert!(flags["lender"].lent_at_submit, "A's instance was B's third");
+        assert!(
+            !flags["reserver"].lent_at_submit,
+            "C reserves: it lends nothing"
+        );
+    }
+}
