@@ -354,6 +354,27 @@ fn the_review_matches_the_figures_computed_by_hand() {
     };
     assert!(close(day.own_instance_hours, 19.233333), "{day:?}");
     assert!(close(day.borrowed_instance_hours, 16.666667), "{day:?}");
+    // The same hours as the usage report's, which counts them its own way.
+    let usage_jobs: Vec<_> = jobs().iter().map(|j| j.record.usage()).collect();
+    let usage = qm_server::usage::report(
+        &usage_jobs,
+        &history(),
+        &qm_server::usage::UsageParams {
+            since: T0,
+            until: T0 + 1440 * MIN,
+            now: t(600),
+            by: qm_api::qm::UsageBy::Share,
+            every: None,
+            gpus: BTreeMap::new(),
+        },
+    );
+    let within: f64 = usage
+        .rows
+        .iter()
+        .map(|r| r.instance_hours.within_entitlement)
+        .sum();
+    let borrowed: f64 = usage.rows.iter().map(|r| r.instance_hours.borrowed).sum();
+    assert!(close(day.own_instance_hours, within) && close(day.borrowed_instance_hours, borrowed));
 
     // Stability.
     assert_eq!(

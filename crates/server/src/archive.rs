@@ -6,7 +6,7 @@
 //! `audit-YYYY-MM.jsonl` by the month they were recorded in, one [`ArchivedAudit`] a line.
 
 use qm_core::time::civil_from_days;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -72,23 +72,31 @@ impl Archive {
     /// Every archived job that finished in `[since, until)` (epoch ms), one record per job id
     /// (the last one written), in no particular order.
     pub fn read(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedJob>> {
-        let mut out: BTreeMap<String, ArchivedJob> = BTreeMap::new();
+        let mut all: Vec<ArchivedJob> = Vec::new();
         // A month's file holds the jobs that finished in it: earlier months cannot match.
         for path in self.files("jobs-", since)? {
             let text = std::fs::read_to_string(&path)?;
-            for (i, line) in text.lines().enumerate() {
-                // A crash mid-append can leave a torn last line: skip what does not parse.
-                let Ok(job) = serde_json::from_str::<ArchivedJob>(line) else {
-                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable archive line");
-                    continue;
-                };
-                let at = job.stopped_at.unwrap_or(job.created_at);
-                if at >= since && at < until {
-                    out.insert(job.job_id.clone(), job);
-                }
-            }
+            all.extend(
+                parse_lines::<ArchivedJob>(&text, &path)
+                    .into_iter()
+                    .filter(|job| {
+                        let at = job.stopped_at.unwrap_or(job.created_at);
+                        at >= since && at < until
+                    }),
+            );
         }
-        Ok(out.into_values().collect())
+        // One record per id, the last written: mark the last of each, keep those.
+        let mut last: HashMap<&str, usize> = HashMap::with_capacity(all.len());
+        for (i, job) in all.iter().enumerate() {
+            last.insert(job.job_id.as_str(), i);
+        }
+        let mut keep = vec![false; all.len()];
+        for i in last.into_values() {
+            keep[i] = true;
+        }
+        let mut keep = keep.into_iter();
+        all.retain(|_| keep.next().unwrap_or(false));
+        Ok(all)
     }
 
     /// Every archived audit entry recorded in `[since, until)` (epoch ms), once per number,
@@ -97,11 +105,7 @@ impl Archive {
         let mut out: BTreeMap<u64, ArchivedAudit> = BTreeMap::new();
         for path in self.files("audit-", since)? {
             let text = std::fs::read_to_string(&path)?;
-            for (i, line) in text.lines().enumerate() {
-                let Ok(e) = serde_json::from_str::<ArchivedAudit>(line) else {
-                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable audit archive line");
-                    continue;
-                };
+            for e in parse_lines::<ArchivedAudit>(&text, &path) {
                 if e.entry.at >= since && e.entry.at < until {
                     out.insert(e.seq, e);
                 }
@@ -140,6 +144,48 @@ impl Archive {
         files.sort();
         Ok(files)
     }
+}
+
+/// The records of a file's lines, in order, parsed on every core: a quarter's archive is
+/// hundreds of megabytes of JSON. A crash mid-append can leave a torn last line: what does not
+/// parse is skipped, with a warning.
+fn parse_lines<T: serde::de::DeserializeOwned + Send>(text: &str, path: &Path) -> Vec<T> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Chunks end at line ends, so that no line is cut.
+    let mut chunks: Vec<&str> = Vec::with_capacity(threads);
+    let mut rest = text;
+    let size = text.len() / threads + 1;
+    while !rest.is_empty() {
+        let cut = rest
+            .get(size.min(rest.len())..)
+            .and_then(|tail| tail.find('\n'))
+            .map_or(rest.len(), |i| size + i + 1);
+        let (chunk, tail) = rest.split_at(cut.min(rest.len()));
+        chunks.push(chunk);
+        rest = tail;
+    }
+    let parse = |chunk: &str| -> Vec<T> {
+        chunk
+            .lines()
+            .filter_map(|line| match serde_json::from_str::<T>(line) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "skipping an unreadable archive line");
+                    None
+                }
+            })
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|&chunk| scope.spawn(move || parse(chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 #[cfg(test)]

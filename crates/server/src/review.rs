@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use qm_api::qm::{AuditEntry, ResumeOutcome, UsageBy, UsageEvery};
+use qm_api::qm::{AuditEntry, ResumeOutcome, UsageEvery};
 use qm_api::review::{
     Completion, LimitChange, PolicyStability, RecoveryWeek, ReviewGroup, ReviewReport, UsePeriod,
 };
@@ -22,7 +22,7 @@ use qm_api::ApiError;
 
 use crate::archive::{Archive, ArchivedAttempt, ArchivedJob};
 use crate::state::AttemptRec;
-use crate::usage::{ShareHistory, UsageParams};
+use crate::usage::ShareHistory;
 
 const HOUR_MS: f64 = 3_600_000.0;
 const DAY_MS: i64 = 86_400_000;
@@ -115,36 +115,42 @@ pub fn review_with_archive(
 /// The review of `facts` for `p`.
 pub fn review(facts: &ReviewFacts, p: &ReviewParams) -> ReviewReport {
     let in_window = |t: i64| t >= p.since && t < p.until;
-    let jobs: Vec<&ReviewJob> = facts
-        .jobs
-        .iter()
-        .filter(|j| {
-            p.share
-                .as_ref()
-                .is_none_or(|s| *s == j.record.quota_share_name)
-        })
-        .collect();
     // The sweep needs every share's jobs (lending is between shares) even when one is asked.
-    let lending = lending(&facts.jobs, &facts.history, facts.now);
+    let mut clock = UseClock::new(
+        crate::usage::periods(p.since, p.until, Some(use_period(p))),
+        p.until.min(facts.now),
+        p.share.clone(),
+    );
+    let flags = lending(&facts.jobs, &facts.history, facts.now, &mut clock);
     let weeks = crate::usage::periods(p.since, p.until, Some(UsageEvery::Week));
     let mut acc = Accumulator {
-        groups: BTreeMap::new(),
+        groups: Vec::new(),
         weeks: vec![RecoveryWeek::default(); weeks.len()],
         week_starts: weeks.iter().map(|w| w.0).collect(),
         owner_delays: Vec::new(),
         notes: BTreeSet::new(),
     };
-    let mut group_of: HashMap<&str, GroupKey> = HashMap::new();
-    for job in &jobs {
-        let key = group_key(facts, &job.record);
-        group_of.insert(job.record.job_id.as_str(), key.clone());
-        let flags = lending
-            .get(job.record.job_id.as_str())
-            .copied()
-            .unwrap_or_default();
-        acc.job(job, key, flags, facts.now, p, &in_window);
+    let rules: HashMap<(&str, &str), &ShareRules> = facts
+        .shares
+        .iter()
+        .map(|((q, s), r)| ((q.as_str(), s.as_str()), r))
+        .collect();
+    let mut index: BTreeMap<GroupKey, usize> = BTreeMap::new();
+    let mut members: Vec<(&ArchivedJob, usize)> = Vec::with_capacity(facts.jobs.len());
+    for (job, flags) in facts.jobs.iter().zip(flags) {
+        let r = &job.record;
+        if p.share.as_ref().is_some_and(|s| *s != r.quota_share_name) {
+            continue;
+        }
+        let key = group_key(&rules, r);
+        let g = *index.entry(key).or_insert_with(|| {
+            acc.groups.push(Group::of(key));
+            acc.groups.len() - 1
+        });
+        members.push((r, g));
+        acc.job(job, g, flags, facts.now, p, &in_window);
     }
-    let policy = stability(facts, p, &jobs, &group_of, &mut acc);
+    let policy = stability(facts, p, &members, &mut acc);
     let mut owner_delays = std::mem::take(&mut acc.owner_delays);
     owner_delays.sort_by(f64::total_cmp);
     ReviewReport {
@@ -153,30 +159,37 @@ pub fn review(facts: &ReviewFacts, p: &ReviewParams) -> ReviewReport {
         quota_share_name: p.share.clone(),
         policy,
         owner_reclaim_delay_cdf: cdf_points(&owner_delays),
-        use_over_time: use_over_time(facts, p),
+        use_over_time: clock.finish(),
         weeks: std::iter::zip(acc.week_starts, acc.weeks)
             .map(|(start, w)| RecoveryWeek {
                 week_start: start,
                 ..w
             })
             .collect(),
-        groups: acc.groups.into_values().map(Group::finish).collect(),
+        // In the order of their keys.
+        groups: index
+            .into_values()
+            .map(|g| std::mem::take(&mut acc.groups[g]).finish())
+            .collect(),
         notes: acc.notes.into_iter().collect(),
     }
 }
 
 /// (queue, share, class).
-type GroupKey = (String, String, Option<String>);
+type GroupKey<'a> = (&'a str, &'a str, Option<&'a str>);
 
 /// A job's group: its class is the one it named, else its share's default now.
-fn group_key(facts: &ReviewFacts, job: &ArchivedJob) -> GroupKey {
-    let class = job.tags.get(qm_api::class::TAG_CLASS).cloned().or_else(|| {
-        facts
-            .shares
-            .get(&(job.job_queue.clone(), job.quota_share_name.clone()))
-            .and_then(|r| r.default_class.clone())
-    });
-    (job.job_queue.clone(), job.quota_share_name.clone(), class)
+fn group_key<'a>(
+    rules: &HashMap<(&str, &str), &'a ShareRules>,
+    job: &'a ArchivedJob,
+) -> GroupKey<'a> {
+    let (queue, share) = (job.job_queue.as_str(), job.quota_share_name.as_str());
+    let class = job
+        .tags
+        .get(qm_api::class::TAG_CLASS)
+        .map(String::as_str)
+        .or_else(|| rules.get(&(queue, share))?.default_class.as_deref());
+    (queue, share, class)
 }
 
 /// A group's figures while they are gathered.
@@ -190,6 +203,18 @@ struct Group {
 }
 
 impl Group {
+    fn of((queue, share, class): GroupKey) -> Self {
+        Group {
+            out: ReviewGroup {
+                job_queue: queue.to_string(),
+                quota_share_name: share.to_string(),
+                class: class.map(String::from),
+                ..ReviewGroup::default()
+            },
+            ..Group::default()
+        }
+    }
+
     fn finish(mut self) -> ReviewGroup {
         let completion = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
@@ -230,7 +255,7 @@ fn round(h: f64) -> f64 {
 }
 
 struct Accumulator {
-    groups: BTreeMap<GroupKey, Group>,
+    groups: Vec<Group>,
     weeks: Vec<RecoveryWeek>,
     week_starts: Vec<i64>,
     owner_delays: Vec<f64>,
@@ -238,16 +263,8 @@ struct Accumulator {
 }
 
 impl Accumulator {
-    fn group(&mut self, key: &GroupKey) -> &mut Group {
-        self.groups.entry(key.clone()).or_insert_with(|| Group {
-            out: ReviewGroup {
-                job_queue: key.0.clone(),
-                quota_share_name: key.1.clone(),
-                class: key.2.clone(),
-                ..ReviewGroup::default()
-            },
-            ..Group::default()
-        })
+    fn group(&mut self, g: usize) -> &mut Group {
+        &mut self.groups[g]
     }
 
     fn week(&mut self, t: i64) -> Option<&mut RecoveryWeek> {
@@ -262,26 +279,26 @@ impl Accumulator {
     fn job(
         &mut self,
         job: &ReviewJob,
-        key: GroupKey,
+        g: usize,
         flags: Flags,
         now: i64,
         p: &ReviewParams,
         in_window: &dyn Fn(i64) -> bool,
     ) {
         let r = &job.record;
-        let g = self.group(&key);
+        let group = self.group(g);
         if let Some(done) = r.stopped_at.filter(|&t| in_window(t)) {
             if r.status == "SUCCEEDED" {
                 let seconds = (done - r.created_at).max(0) as f64 / 1000.0;
                 if flags.borrowed {
-                    g.borrowed.push(seconds);
+                    group.borrowed.push(seconds);
                 } else {
-                    g.own_only.push(seconds);
+                    group.own_only.push(seconds);
                 }
             }
             let limit = r.status_reason.as_deref().unwrap_or("");
             if r.status == "FAILED" && limit.ends_with(PREEMPTION_LIMIT_REASON) {
-                g.out.recovery.reached_preemption_limit += 1;
+                group.out.recovery.reached_preemption_limit += 1;
             }
         }
         if flags.lent_at_submit && in_window(r.created_at) {
@@ -289,21 +306,21 @@ impl Accumulator {
                 Some(a) => {
                     let ran = a.running_at.unwrap_or(a.started_at);
                     let seconds = (ran - r.created_at).max(0) as f64 / 1000.0;
-                    g.owner_delays.push(seconds);
+                    group.owner_delays.push(seconds);
                     self.owner_delays.push(seconds);
                 }
-                None if r.stopped_at.is_none() => g.out.owner_reclaim_delay.still_waiting += 1,
+                None if r.stopped_at.is_none() => group.out.owner_reclaim_delay.still_waiting += 1,
                 None => {}
             }
         }
-        self.attempts(r, &key, now, p, in_window);
+        self.attempts(r, g, now, p, in_window);
     }
 
     /// Preemptions decided in the window and the resumes started in it.
     fn attempts(
         &mut self,
         r: &ArchivedJob,
-        key: &GroupKey,
+        g: usize,
         now: i64,
         p: &ReviewParams,
         in_window: &dyn Fn(i64) -> bool,
@@ -318,7 +335,7 @@ impl Accumulator {
             let resume = next.map(|n| crate::resume::classify(&attempt_rec(a), &attempt_rec(n)));
             if let (Some(n), Some(rec)) = (next, &resume) {
                 if in_window(n.started_at) {
-                    self.resume(key, n, rec, p);
+                    self.resume(g, n, rec, p);
                 }
             }
             let decided = a.stop_at.or(a.stopped_at).unwrap_or(a.started_at);
@@ -329,13 +346,13 @@ impl Accumulator {
             if let Some(w) = self.week(decided) {
                 w.preemptions += 1;
             }
-            let g = self.group(key);
-            g.out.recovery.preemptions += 1;
+            let group = self.group(g);
+            group.out.recovery.preemptions += 1;
             match &a.preempted_for {
                 Some((share, _)) if *share != r.quota_share_name => {
-                    g.out.recovery.reclaims += 1;
+                    group.out.recovery.reclaims += 1;
                     reclaimed_here = true;
-                    let loss = &mut g.out.reclaim_loss;
+                    let loss = &mut group.out.reclaim_loss;
                     loss.reclaims += 1;
                     // Re-queued until the next attempt; a job that ended instead (its
                     // preemption limit, a termination) waited for nothing.
@@ -348,22 +365,22 @@ impl Accumulator {
                     let redone = resume.and_then(|x| x.recomputed_instance_hours);
                     loss.recomputed_hours += redone.unwrap_or(0.0) / f64::from(a.count.max(1));
                 }
-                Some(_) => g.out.recovery.in_share += 1,
-                None => g.out.recovery.drills += 1,
+                Some(_) => group.out.recovery.in_share += 1,
+                None => group.out.recovery.drills += 1,
             }
         }
-        let g = self.group(key);
+        let group = self.group(g);
         if reclaimed_here {
-            g.reclaimed_jobs += 1;
+            group.reclaimed_jobs += 1;
         }
         if preempted_here && r.preempted_count >= 3 {
-            g.out.recovery.preempted_three_times_or_more += 1;
+            group.out.recovery.preempted_three_times_or_more += 1;
         }
     }
 
     fn resume(
         &mut self,
-        key: &GroupKey,
+        g: usize,
         next: &ArchivedAttempt,
         rec: &qm_api::qm::ResumeRecord,
         p: &ReviewParams,
@@ -382,7 +399,7 @@ impl Accumulator {
         if let Some(w) = self.week(next.started_at) {
             bump(w, outcome);
         }
-        let recovery = &mut self.group(key).out.recovery;
+        let recovery = &mut self.group(g).out.recovery;
         match outcome {
             ResumeOutcome::Resumed => recovery.resumed += 1,
             ResumeOutcome::Restarted => recovery.restarted += 1,
@@ -461,13 +478,15 @@ struct Account {
     lends: bool,
 }
 
-/// Per job id: whether it borrowed and whether its share was lending when it was submitted.
+/// Per job, in order: whether it borrowed and whether its share was lending when it was
+/// submitted.
 /// One sweep over every attempt start and stop, per (queue, instance type).
 pub fn lending<'a>(
     jobs: &'a [ReviewJob],
     history: &'a ShareHistory,
     now: i64,
-) -> HashMap<&'a str, Flags> {
+    clock: &mut UseClock,
+) -> Vec<Flags> {
     let mut units: Names<'a> = HashMap::new();
     let mut shares: Names<'a> = HashMap::new();
     let mut events: Vec<(u32, i64, Event)> = Vec::new();
@@ -501,7 +520,83 @@ pub fn lending<'a>(
         }
     }
     events.sort_by_key(|&(unit, t, e)| (unit, t, e.order()));
-    sweep(&events, &epochs, jobs)
+    let mut counted = vec![false; shares.len()];
+    for (&(_, name), &id) in &shares {
+        counted[id as usize] = clock.share.as_ref().is_none_or(|s| s == name);
+    }
+    clock.counted = counted;
+    sweep(&events, &epochs, jobs.len(), clock)
+}
+
+/// Own and borrowed instance-hours per period, added up by the lending sweep between its
+/// events (DESIGN.md's identity: `own = min(used, entitled)`, `borrowed = used - own`), as the
+/// usage report counts them; without building the usage report's per-interval rows, which
+/// would not fit in memory for a million jobs.
+#[derive(Clone, Debug, Default)]
+pub struct UseClock {
+    periods: Vec<(i64, i64)>,
+    /// Nothing is used after the data's time.
+    end: i64,
+    share: Option<String>,
+    /// Per interned share: whether its use is added (the share asked for, or all).
+    counted: Vec<bool>,
+    own: Vec<f64>,
+    borrowed: Vec<f64>,
+}
+
+impl UseClock {
+    /// A clock of `periods` (sorted, contiguous) up to `end`, of `share`'s use or all shares'.
+    pub fn new(periods: Vec<(i64, i64)>, end: i64, share: Option<String>) -> Self {
+        let n = periods.len();
+        UseClock {
+            periods,
+            end,
+            share,
+            counted: Vec::new(),
+            own: vec![0.0; n],
+            borrowed: vec![0.0; n],
+        }
+    }
+
+    /// Adds the use of `accounts` over `[from, to)`.
+    fn add(&mut self, accounts: &BTreeMap<u32, Account>, from: i64, to: i64) {
+        let to = to.min(self.end);
+        let first = self.periods.partition_point(|&(_, b)| b <= from);
+        for i in first..self.periods.len() {
+            let (a, b) = self.periods[i];
+            let (x, y) = (from.max(a), to.min(b));
+            if a >= to {
+                break;
+            }
+            if x >= y {
+                continue;
+            }
+            let hours = (y - x) as f64 / HOUR_MS;
+            for (&share, acct) in accounts {
+                if !self.counted.get(share as usize).copied().unwrap_or(false) {
+                    continue;
+                }
+                let own = acct.usage.min(acct.limit);
+                self.own[i] += f64::from(own) * hours;
+                self.borrowed[i] += f64::from(acct.usage - own) * hours;
+            }
+        }
+    }
+
+    /// The periods with their hours.
+    pub fn finish(self) -> Vec<UsePeriod> {
+        let sums = self.own.into_iter().zip(self.borrowed);
+        self.periods
+            .into_iter()
+            .zip(sums)
+            .map(|((a, b), (own, borrowed))| UsePeriod {
+                period_start: a,
+                period_end: b,
+                own_instance_hours: round(own),
+                borrowed_instance_hours: round(borrowed),
+            })
+            .collect()
+    }
 }
 
 /// Interned (queue, name) pairs: small numbers sort and compare faster than strings.
@@ -512,20 +607,25 @@ fn intern<'a>(names: &mut Names<'a>, key: (&'a str, &'a str)) -> u32 {
     *names.entry(key).or_insert(next)
 }
 
-fn sweep<'a>(
+fn sweep(
     events: &[(u32, i64, Event)],
     epochs: &[(&str, &crate::usage::ShareEpoch)],
-    jobs: &'a [ReviewJob],
-) -> HashMap<&'a str, Flags> {
-    let mut flags: Vec<Flags> = vec![Flags::default(); jobs.len()];
-    // The accounts of the unit being swept, by share.
+    jobs: usize,
+    clock: &mut UseClock,
+) -> Vec<Flags> {
+    let mut flags: Vec<Flags> = vec![Flags::default(); jobs];
+    // The accounts of the unit being swept, by share, as they have been since `last`.
     let mut accounts: BTreeMap<u32, Account> = BTreeMap::new();
     let mut current = None;
-    for &(unit, _, e) in events {
+    let mut last = i64::MIN;
+    for &(unit, t, e) in events {
         if current != Some(unit) {
             accounts.clear();
             current = Some(unit);
+        } else if t > last {
+            clock.add(&accounts, last, t);
         }
+        last = t;
         match e {
             Event::End { share, count } => {
                 let a = accounts.entry(share).or_default();
@@ -547,10 +647,7 @@ fn sweep<'a>(
             }
         }
     }
-    jobs.iter()
-        .zip(flags)
-        .map(|(j, f)| (j.record.job_id.as_str(), f))
-        .collect()
+    flags
 }
 
 /// Whether `share` lends part of its entitlement now, as the core splits what is borrowed.
@@ -578,17 +675,13 @@ fn lends_now(accounts: &BTreeMap<u32, Account>, share: u32) -> bool {
 fn stability(
     facts: &ReviewFacts,
     p: &ReviewParams,
-    jobs: &[&ReviewJob],
-    group_of: &HashMap<&str, GroupKey>,
+    members: &[(&ArchivedJob, usize)],
     acc: &mut Accumulator,
 ) -> PolicyStability {
     let mut reader = AuditReader {
         facts,
-        by_id: jobs
-            .iter()
-            .map(|j| (j.record.job_id.as_str(), &j.record))
-            .collect(),
-        group_of,
+        members,
+        by_id: None,
         one_share: p.share.is_some(),
         out: PolicyStability::default(),
         terminated: BTreeSet::new(),
@@ -616,8 +709,10 @@ fn stability(
 /// Reads the audit entries of the window, oldest first.
 struct AuditReader<'a> {
     facts: &'a ReviewFacts,
-    by_id: HashMap<&'a str, &'a ArchivedJob>,
-    group_of: &'a HashMap<&'a str, GroupKey>,
+    /// The jobs reviewed, with their groups.
+    members: &'a [(&'a ArchivedJob, usize)],
+    /// The same by id: only needed once a job changed, so built at the first.
+    by_id: Option<HashMap<&'a str, (&'a ArchivedJob, usize)>>,
     one_share: bool,
     out: PolicyStability,
     /// Jobs already counted as terminated by someone else.
@@ -627,7 +722,19 @@ struct AuditReader<'a> {
     preemptions: Option<Vec<i64>>,
 }
 
-impl AuditReader<'_> {
+impl<'a> AuditReader<'a> {
+    /// The job `id` and its group, if it is reviewed.
+    fn job(&mut self, id: &str) -> Option<(&'a ArchivedJob, usize)> {
+        let members = self.members;
+        let by_id = self.by_id.get_or_insert_with(|| {
+            members
+                .iter()
+                .map(|&(r, g)| (r.job_id.as_str(), (r, g)))
+                .collect()
+        });
+        by_id.get(id).copied()
+    }
+
     fn entry(&mut self, e: &AuditEntry, acc: &mut Accumulator) {
         let action = e.action.to_ascii_lowercase();
         let job_change = matches!(
@@ -648,9 +755,8 @@ impl AuditReader<'_> {
     }
 
     fn priority(&mut self, e: &AuditEntry, body: &serde_json::Value, acc: &mut Accumulator) {
-        let id = job_id(body.get("jobId"));
-        let found = id.and_then(|id| Some((*self.by_id.get(id)?, self.group_of.get(id)?)));
-        let Some((job, key)) = found else {
+        let found = job_id(body.get("jobId")).and_then(|id| self.job(id));
+        let Some((job, g)) = found else {
             // With --share, another share's job is simply not this review's.
             if !self.one_share {
                 self.out.priority_changes_unattributed += 1;
@@ -658,8 +764,9 @@ impl AuditReader<'_> {
             return;
         };
         let priority = body.get("schedulingPriority").and_then(|v| v.as_i64());
-        let above = priority.is_some_and(|v| above_default(self.facts, job, key, v));
-        let s = &mut acc.group(key).out.stability;
+        let class = acc.groups[g].out.class.as_deref();
+        let above = priority.is_some_and(|v| above_default(self.facts, job, class, v));
+        let s = &mut acc.group(g).out.stability;
         s.priority_changes += 1;
         s.priority_changes_above_default += u64::from(above);
         *s.priority_changes_by.entry(e.actor.clone()).or_default() += 1;
@@ -671,12 +778,12 @@ impl AuditReader<'_> {
             None => job_id(body.get("jobId")).into_iter().collect(),
         };
         for id in ids {
-            let (Some(job), Some(key)) = (self.by_id.get(id), self.group_of.get(id)) else {
+            let Some((job, g)) = self.job(id) else {
                 continue;
             };
             let by_other = job.principal.as_deref().is_some_and(|s| s != e.actor);
             if by_other && self.terminated.insert(id.to_string()) {
-                acc.group(key).out.stability.terminations_by_others += 1;
+                acc.group(g).out.stability.terminations_by_others += 1;
             }
         }
     }
@@ -741,14 +848,19 @@ fn job_id(v: Option<&serde_json::Value>) -> Option<&str> {
 }
 
 /// Whether `priority` is above what the job's class or share allows submitters.
-fn above_default(facts: &ReviewFacts, job: &ArchivedJob, key: &GroupKey, priority: i64) -> bool {
+fn above_default(
+    facts: &ReviewFacts,
+    job: &ArchivedJob,
+    class: Option<&str>,
+    priority: i64,
+) -> bool {
     let Some(rules) = facts
         .shares
         .get(&(job.job_queue.clone(), job.quota_share_name.clone()))
     else {
         return false;
     };
-    let class_max = key.2.as_ref().and_then(|c| rules.class_max_priority.get(c));
+    let class_max = class.and_then(|c| rules.class_max_priority.get(c));
     [class_max.copied(), rules.max_priority]
         .into_iter()
         .flatten()
@@ -774,50 +886,13 @@ fn preempted_by_change(times: &[i64], at: i64) -> u64 {
     to.saturating_sub(from) as u64
 }
 
-/// Own against borrowed instance-hours per day (per week past 62 days), from the usage
-/// report of the same jobs, so the two reports cannot disagree.
-fn use_over_time(facts: &ReviewFacts, p: &ReviewParams) -> Vec<UsePeriod> {
-    let every = if p.until - p.since > 62 * DAY_MS {
+/// The period of own against borrowed use: a UTC day, or a week for windows over 62 days.
+fn use_period(p: &ReviewParams) -> UsageEvery {
+    if p.until - p.since > 62 * DAY_MS {
         UsageEvery::Week
     } else {
         UsageEvery::Day
-    };
-    // The split needs every share's use; the rows are then kept for the asked share.
-    let all: Vec<crate::usage::UsageJob> = facts.jobs.iter().map(|j| j.record.usage()).collect();
-    let params = UsageParams {
-        since: p.since,
-        until: p.until,
-        now: facts.now,
-        by: UsageBy::Share,
-        every: Some(every),
-        gpus: p.gpus.clone(),
-    };
-    let report = crate::usage::report(&all, &facts.history, &params);
-    let mut out: Vec<UsePeriod> = crate::usage::periods(p.since, p.until, Some(every))
-        .into_iter()
-        .map(|(a, b)| UsePeriod {
-            period_start: a,
-            period_end: b,
-            ..UsePeriod::default()
-        })
-        .collect();
-    for row in &report.rows {
-        if p.share
-            .as_ref()
-            .is_some_and(|s| row.quota_share_name.as_ref() != Some(s))
-        {
-            continue;
-        }
-        if let Some(period) = out.iter_mut().find(|x| x.period_start == row.period_start) {
-            period.own_instance_hours += row.instance_hours.within_entitlement;
-            period.borrowed_instance_hours += row.instance_hours.borrowed;
-        }
     }
-    for x in &mut out {
-        x.own_instance_hours = round(x.own_instance_hours);
-        x.borrowed_instance_hours = round(x.borrowed_instance_hours);
-    }
-    out
 }
 
 /// At most [`MAX_CDF_POINTS`] points of the CDF of `sorted`: `(value, fraction of values at
@@ -944,11 +1019,8 @@ mod tests {
             job("two", "A", 0, vec![attempt(10, 20, 2)]),
         ];
         let h = history(&[("A", 2, true)]);
-        let flags = lending(&jobs, &h, 20);
-        assert!(
-            !flags["one"].borrowed && !flags["two"].borrowed,
-            "{flags:?}"
-        );
+        let flags = lending(&jobs, &h, 20, &mut UseClock::default());
+        assert!(!flags[0].borrowed && !flags[1].borrowed, "{flags:?}");
     }
 
     #[test]
@@ -959,12 +1031,12 @@ mod tests {
             job("reserver", "C", 50, vec![attempt(60, 70, 1)]),
         ];
         let h = history(&[("A", 1, true), ("B", 2, true), ("C", 1, false)]);
-        let flags = lending(&jobs, &h, 200);
-        assert!(flags["big"].borrowed);
-        assert!(flags["lender"].lent_at_submit, "A's instance was B's third");
-        assert!(
-            !flags["reserver"].lent_at_submit,
-            "C reserves: it lends nothing"
-        );
+        let flags = lending(&jobs, &h, 200, &mut UseClock::default());
+        let [big, lender, reserver] = flags[..] else {
+            panic!("{flags:?}")
+        };
+        assert!(big.borrowed);
+        assert!(lender.lent_at_submit, "A's instance was B's third");
+        assert!(!reserver.lent_at_submit, "C reserves: it lends nothing");
     }
 }
