@@ -23,6 +23,7 @@
 //!   changes a job the review has no record of; carol terminates c1 (alice's), bob his own b1;
 //!   admin updates quota share A one second after b1's reclaim was decided (a limit change that
 //!   preempted), creates a queue, runs `qm apply`; one clipped entry cannot be read.
+//! * dave's job in share D runs after the window: no group of D.
 //!
 //! The test checks those figures in code, then compares the table and the JSON with the golden
 //! files under `tests/golden/review/` (bless an intended change of the rendering with
@@ -123,6 +124,17 @@ fn jobs() -> Vec<ReviewJob> {
             "alice",
             300,
             json!({"status": "RUNNABLE", "tags": urgent}),
+        ),
+        // After the window: its group has nothing to show and is left out.
+        job(
+            "late",
+            "jq2",
+            "D",
+            "dave",
+            1500,
+            json!({
+            "status": "SUCCEEDED", "stoppedAt": t(1600),
+            "attempts": [attempt(1, 1, 1500, Some(1600), json!({}))]}),
         ),
         job(
             "c1",

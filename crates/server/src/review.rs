@@ -166,10 +166,18 @@ pub fn review(facts: &ReviewFacts, p: &ReviewParams) -> ReviewReport {
                 ..w
             })
             .collect(),
-        // In the order of their keys.
+        // In the order of their keys; a group of jobs that did nothing in the window (they
+        // finished after it, say) has nothing to show.
         groups: index
-            .into_values()
-            .map(|g| std::mem::take(&mut acc.groups[g]).finish())
+            .into_iter()
+            .map(|(key, g)| {
+                (
+                    Group::of(key).finish(),
+                    std::mem::take(&mut acc.groups[g]).finish(),
+                )
+            })
+            .filter(|(blank, group)| group != blank)
+            .map(|(_, group)| group)
             .collect(),
         notes: acc.notes.into_iter().collect(),
     }
