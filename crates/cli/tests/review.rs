@@ -460,3 +460,14 @@ fn the_html_page_loads_nothing_and_escapes_names() {
     }
     assert!(!html.contains("src=") && !html.contains("href="));
 }
+
+#[test]
+fn a_share_that_does_not_exist_is_said_so() {
+    let r = review(&facts(), &params(Some("research")));
+    assert!(r.groups.is_empty());
+    assert!(
+        r.notes.iter().any(|n| n.contains("check --share")),
+        "{:?}",
+        r.notes
+    );
+}

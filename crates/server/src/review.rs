@@ -150,6 +150,13 @@ pub fn review(facts: &ReviewFacts, p: &ReviewParams) -> ReviewReport {
         members.push((r, g));
         acc.job(job, g, flags, facts.now, p, &in_window);
     }
+    if let Some(share) = p.share.as_ref().filter(|_| members.is_empty()) {
+        if !facts.shares.keys().any(|(_, s)| s == share) {
+            acc.notes.insert(format!(
+                "quota share {share}: no job queue has a share of that name now, and no job of it is in the window; check --share"
+            ));
+        }
+    }
     let policy = stability(facts, p, &members, &mut acc);
     let mut owner_delays = std::mem::take(&mut acc.owner_delays);
     owner_delays.sort_by(f64::total_cmp);
