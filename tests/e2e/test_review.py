@@ -123,7 +123,7 @@ def test_the_review_of_a_real_reclaim_and_resume(server, tmp_path):
     root = Tree(dom).root
     assert "Policy review" in " ".join(n.text() for n in root.all() if n.tag == "h1")
     rows = [n for n in root.all() if n.tag == "tr" and q.name in n.text()]
-    assert len(rows) == 2, [n.text() for n in rows]
+    assert len(rows) == 6, "A and B in each of three tables: " + str([n.text() for n in rows])
     svgs = {n.attrs.get("class"): n for n in root.all() if n.tag == "svg"}
     cdf = svgs["plot cdf owner-delay"]
     assert [n for n in cdf.all() if n.tag == "path"], "the owner's delay is drawn"

@@ -179,13 +179,11 @@ fn stability_cells(g: &ReviewGroup) -> Vec<String> {
     ]
 }
 
+/// A section's figures of a group, as table cells.
+type Cells = fn(&ReviewGroup) -> Vec<String>;
+
 /// One titled table: a row per group, its key then `cells`.
-fn section(
-    report: &ReviewReport,
-    title: &str,
-    headers: &[&str],
-    cells: fn(&ReviewGroup) -> Vec<String>,
-) -> String {
+fn section(report: &ReviewReport, title: &str, headers: &[&str], cells: Cells) -> String {
     let mut all = vec!["QUEUE", "SHARE", "CLASS"];
     all.extend(headers);
     let rows: Vec<Vec<String>> = report
@@ -273,26 +271,35 @@ pub fn review_html(report: &ReviewReport) -> String {
     out
 }
 
-/// One table: a row per group, the figures of the text tables side by side.
+/// The text tables' three sections, each an HTML table of a row per group.
 fn html_groups(out: &mut String, report: &ReviewReport) {
     if report.groups.is_empty() {
         out.push_str("<p class=\"empty\">No job of this window.</p>\n");
         return;
     }
-    out.push_str("<table class=\"stats review\">\n<thead><tr><th>queue / share / class</th>");
-    for h in LENDING.iter().chain(&RECOVERY).chain(&STABILITY) {
-        w!(out, "<th>{}</th>", escape(&h.to_lowercase()));
-    }
-    out.push_str("</tr></thead>\n<tbody>\n");
-    for g in &report.groups {
-        w!(out, "<tr><th>{}</th>", escape(&key(g).join(" / ")));
-        let cells = [lending_cells(g), recovery_cells(g), stability_cells(g)];
-        for c in cells.iter().flatten() {
-            w!(out, "<td>{}</td>", escape(c));
+    let sections: [(&str, &[&str], Cells); 3] = [
+        ("Lending", &LENDING, lending_cells),
+        ("Recovery", &RECOVERY, recovery_cells),
+        ("Stability", &STABILITY, stability_cells),
+    ];
+    for (title, headers, cells) in sections {
+        w!(
+            out,
+            "<h3>{title}</h3>\n<table class=\"stats review\">\n<thead><tr><th>queue / share / class</th>"
+        );
+        for h in headers {
+            w!(out, "<th>{}</th>", escape(&h.to_lowercase()));
         }
-        out.push_str("</tr>\n");
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for g in &report.groups {
+            w!(out, "<tr><th>{}</th>", escape(&key(g).join(" / ")));
+            for c in cells(g) {
+                w!(out, "<td>{}</td>", escape(&c));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody>\n</table>\n");
     }
-    out.push_str("</tbody>\n</table>\n");
 }
 
 fn frame() -> Frame {
