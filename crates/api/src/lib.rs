@@ -13,6 +13,7 @@
 //! * [`convert`]: wire shapes to `qm_core` specs;
 //! * [`error`]: `ClientException` / `ServerException`;
 //! * [`qm`]: Quartermaster's own `/qm/v1` wire types (usage reports);
+//! * [`review`]: the policy review's wire types (`/qm/v1/review`);
 //! * [`sigv4`]: signing requests and verifying their signatures.
 
 pub mod arn;
@@ -25,6 +26,7 @@ pub mod page;
 pub mod parse;
 pub mod payload;
 pub mod qm;
+pub mod review;
 pub mod sigv4;
 pub mod types;
 pub mod validate;

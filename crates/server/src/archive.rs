@@ -6,7 +6,7 @@
 //! `audit-YYYY-MM.jsonl` by the month they were recorded in, one [`ArchivedAudit`] a line.
 
 use qm_core::time::civil_from_days;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -42,9 +42,9 @@ impl Archive {
     pub fn append_audit(&self, entries: &[ArchivedAudit]) -> std::io::Result<()> {
         let mut by_file: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
         for e in entries {
-            let (y, m, _) = civil_from_days(e.entry.at.div_euclid(86_400_000));
-            let path = self.dir.join(format!("audit-{y:04}-{m:02}.jsonl"));
-            let line = by_file.entry(path).or_default();
+            let line = by_file
+                .entry(self.month_file("audit-", e.entry.at))
+                .or_default();
             serde_json::to_writer(&mut *line, e)?;
             line.push(b'\n');
         }
@@ -72,18 +72,42 @@ impl Archive {
     /// Every archived job that finished in `[since, until)` (epoch ms), one record per job id
     /// (the last one written), in no particular order.
     pub fn read(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedJob>> {
-        let mut out: BTreeMap<String, ArchivedJob> = BTreeMap::new();
-        for path in self.job_files(since)? {
+        let mut all: Vec<ArchivedJob> = Vec::new();
+        // A month's file holds the jobs that finished in it: earlier months cannot match.
+        for path in self.files("jobs-", since)? {
             let text = std::fs::read_to_string(&path)?;
-            for (i, line) in text.lines().enumerate() {
-                // A crash mid-append can leave a torn last line: skip what does not parse.
-                let Ok(job) = serde_json::from_str::<ArchivedJob>(line) else {
-                    tracing::warn!(file = %path.display(), line = i + 1, "skipping an unreadable archive line");
-                    continue;
-                };
-                let at = job.stopped_at.unwrap_or(job.created_at);
-                if at >= since && at < until {
-                    out.insert(job.job_id.clone(), job);
+            all.extend(
+                parse_lines::<ArchivedJob>(&text, &path)
+                    .into_iter()
+                    .filter(|job| {
+                        let at = job.stopped_at.unwrap_or(job.created_at);
+                        at >= since && at < until
+                    }),
+            );
+        }
+        // One record per id, the last written: mark the last of each, keep those.
+        let mut last: HashMap<&str, usize> = HashMap::with_capacity(all.len());
+        for (i, job) in all.iter().enumerate() {
+            last.insert(job.job_id.as_str(), i);
+        }
+        let mut keep = vec![false; all.len()];
+        for i in last.into_values() {
+            keep[i] = true;
+        }
+        let mut keep = keep.into_iter();
+        all.retain(|_| keep.next().unwrap_or(false));
+        Ok(all)
+    }
+
+    /// Every archived audit entry recorded in `[since, until)` (epoch ms), once per number,
+    /// oldest first (the policy review reads the changes of its window from here and the log).
+    pub fn read_audit(&self, since: i64, until: i64) -> std::io::Result<Vec<ArchivedAudit>> {
+        let mut out: BTreeMap<u64, ArchivedAudit> = BTreeMap::new();
+        for path in self.files("audit-", since)? {
+            let text = std::fs::read_to_string(&path)?;
+            for e in parse_lines::<ArchivedAudit>(&text, &path) {
+                if e.entry.at >= since && e.entry.at < until {
+                    out.insert(e.seq, e);
                 }
             }
         }
@@ -95,38 +119,85 @@ impl Archive {
     /// jobs that parse only what they need (the workload export): no record is kept here, so
     /// the caller keeps one per job id (the last) itself.
     pub fn for_each_line(&self, since: i64, mut f: impl FnMut(&str)) -> std::io::Result<()> {
-        for path in self.job_files(since)? {
+        for path in self.files("jobs-", since)? {
             let text = std::fs::read_to_string(&path)?;
             text.lines().for_each(&mut f);
         }
         Ok(())
     }
 
-    /// The job files that may hold jobs finished at or after `since`, oldest month first.
-    fn job_files(&self, since: i64) -> std::io::Result<Vec<PathBuf>> {
+    fn file_for(&self, at_ms: i64) -> PathBuf {
+        self.month_file("jobs-", at_ms)
+    }
+
+    fn month_file(&self, prefix: &str, at_ms: i64) -> PathBuf {
+        let (y, m, _) = civil_from_days(at_ms.div_euclid(86_400_000));
+        self.dir.join(format!("{prefix}{y:04}-{m:02}.jsonl"))
+    }
+
+    /// The `<prefix>YYYY-MM.jsonl` files of the month of `since` and later, in order (none
+    /// when the archive does not exist yet).
+    fn files(&self, prefix: &str, since: i64) -> std::io::Result<Vec<PathBuf>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
+        let first = self.month_file(prefix, since.max(0));
         let mut files: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("jobs-") && n.ends_with(".jsonl"))
+                    .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".jsonl"))
             })
-            // A month's file holds the jobs that finished in it: earlier months cannot match.
-            .filter(|p| *p >= self.file_for(since.max(0)))
+            .filter(|p| *p >= first)
             .collect();
         files.sort();
         Ok(files)
     }
+}
 
-    fn file_for(&self, at_ms: i64) -> PathBuf {
-        let (y, m, _) = civil_from_days(at_ms.div_euclid(86_400_000));
-        self.dir.join(format!("jobs-{y:04}-{m:02}.jsonl"))
+/// The records of a file's lines, in order, parsed on every core: a quarter's archive is
+/// hundreds of megabytes of JSON. A crash mid-append can leave a torn last line: what does not
+/// parse is skipped, with a warning.
+fn parse_lines<T: serde::de::DeserializeOwned + Send>(text: &str, path: &Path) -> Vec<T> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Chunks end at line ends, so that no line is cut.
+    let mut chunks: Vec<&str> = Vec::with_capacity(threads);
+    let mut rest = text;
+    let size = text.len() / threads + 1;
+    while !rest.is_empty() {
+        let cut = rest
+            .get(size.min(rest.len())..)
+            .and_then(|tail| tail.find('\n'))
+            .map_or(rest.len(), |i| size + i + 1);
+        let (chunk, tail) = rest.split_at(cut.min(rest.len()));
+        chunks.push(chunk);
+        rest = tail;
     }
+    let parse = |chunk: &str| -> Vec<T> {
+        chunk
+            .lines()
+            .filter_map(|line| match serde_json::from_str::<T>(line) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "skipping an unreadable archive line");
+                    None
+                }
+            })
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .iter()
+            .map(|&chunk| scope.spawn(move || parse(chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -194,5 +265,30 @@ mod archive_tests {
         f.write_all(b"{\"jobId\":\"b\",\"jobN").unwrap();
         let got = archive.read(0, i64::MAX).unwrap();
         assert_eq!(got.len(), 1);
+    }
+
+    #[test]
+    fn audit_entries_read_back_once_per_number_within_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = Archive::new(dir.path());
+        let dec = 1_764_547_200_000; // 2025-12-01T00:00Z
+        let entry = |seq: u64, at: i64| ArchivedAudit {
+            seq,
+            entry: crate::command::AuditEntry {
+                at,
+                actor: "admin".into(),
+                action: "updatequotashare".into(),
+                summary: String::new(),
+                details: String::new(),
+            },
+        };
+        let entries = [entry(0, dec - 86_400_000), entry(1, dec), entry(2, dec + 5)];
+        archive.append_audit(&entries).unwrap();
+        // A crash between the archive and the log archives an entry twice.
+        archive.append_audit(&entries[1..2]).unwrap();
+        let got = archive.read_audit(dec, dec + 5).unwrap();
+        let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1], "December only, before dec + 5, once");
+        assert_eq!(archive.read_audit(0, i64::MAX).unwrap().len(), 3);
     }
 }

@@ -410,6 +410,11 @@ pub enum Query {
         /// Only this queue's jobs.
         queue: Option<String>,
     },
+    /// The policy review's facts (`review.rs`), answered as [`Answer::ReviewFacts`].
+    ReviewFacts {
+        /// Window start (epoch ms).
+        since: i64,
+    },
 }
 
 /// What the driver answers: a response body for the API, or a typed value for the HTTP
@@ -424,6 +429,8 @@ pub enum Answer {
     UsageFacts(Box<UsageFacts>),
     /// See [`Query::WorkloadFacts`].
     WorkloadFacts(Box<crate::workload::WorkloadFacts>),
+    /// See [`Query::ReviewFacts`].
+    ReviewFacts(Box<crate::review::ReviewFacts>),
     /// See [`Query::Sample`].
     Sample(Box<crate::history::Sample>),
     /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
@@ -450,6 +457,7 @@ impl Answer {
             Answer::LogInfo(_) => "log info",
             Answer::UsageFacts(_) => "usage facts",
             Answer::WorkloadFacts(_) => "workload facts",
+            Answer::ReviewFacts(_) => "review facts",
             Answer::Sample(_) => "history sample",
             Answer::Metrics(_) => "metrics registry",
         }

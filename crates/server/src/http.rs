@@ -81,6 +81,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/history", get(history))
         .route("/qm/v1/usage/report", get(usage_report))
         .route("/qm/v1/workload", get(workload))
+        .route("/qm/v1/review", get(review))
         .route("/qm/v1/audit", get(audit_list).post(audit_add))
         .route("/qm/v1/jobs/{job}/logs", get(logs))
         .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
@@ -400,6 +401,73 @@ fn query_params<T>(params: Result<axum::extract::Query<T>, QueryRejection>) -> R
 /// A typed answer of the wrong kind: a bug in this layer, said as a server error.
 fn unexpected(answer: &Answer) -> ApiError {
     ApiError::server(format!("internal: unexpected answer {answer:?}"))
+}
+
+#[derive(Deserialize)]
+struct ReviewQuery {
+    since: Option<i64>,
+    until: Option<i64>,
+    share: Option<String>,
+}
+
+/// `GET /qm/v1/review?since=&until=&share=`: a [`qm_api::review::ReviewReport`] from the
+/// state's jobs and audit entries and the archive's (`review.rs`). Readable by whoever may
+/// read the usage report.
+async fn review(
+    AxState(app): AxState<App>,
+    params: Result<axum::extract::Query<ReviewQuery>, QueryRejection>,
+) -> Response {
+    let now = crate::driver::now_ms();
+    let params = query_params(params).and_then(|q| {
+        let p = report_params(
+            ReportParams {
+                since: q.since,
+                until: q.until,
+                by: None,
+                every: None,
+            },
+            now,
+        )?;
+        Ok(crate::review::ReviewParams {
+            since: p.since,
+            until: p.until,
+            share: q.share.filter(|s| !s.is_empty()),
+            gpus: app.gpus.clone(),
+        })
+    })
+    .and_then(|p| {
+        // A week per chart column: a careless window must not make thousands of them.
+        if p.until - p.since > crate::review::MAX_WINDOW_MS {
+            return Err(ApiError::client(format!(
+                "since: the window from {} to {} is longer than {} days; review at most that much at once",
+                p.since,
+                p.until,
+                crate::review::MAX_WINDOW_MS / 86_400_000
+            )));
+        }
+        Ok(p)
+    });
+    let params = match params {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    let since = params.since;
+    let facts = match send(&app, Request::Query(Query::ReviewFacts { since })).await {
+        Ok(Answer::ReviewFacts(f)) => f,
+        Ok(other) => return error_response(&unexpected(&other)),
+        Err(e) => return error_response(&e),
+    };
+    let archive = app.archive.clone();
+    let report = tokio::task::spawn_blocking(move || {
+        crate::review::review_with_archive(&archive, *facts, &params)
+    })
+    .await
+    .map_err(|e| ApiError::server(format!("computing the review: {e}")))
+    .and_then(|r| r);
+    match report.and_then(|r| crate::state::body(&r)) {
+        Ok(body) => ok_response(body),
+        Err(e) => error_response(&e),
+    }
 }
 
 #[derive(Deserialize)]

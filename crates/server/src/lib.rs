@@ -18,6 +18,8 @@
 //!   a class that borrows only after a verified resume may borrow.
 //! - [`workload`]: a window's finished jobs in the simulator's workload schema
 //!   (`GET /qm/v1/workload`, `qm workload export`), from the state and the archive.
+//! - [`review`]: the policy review (`GET /qm/v1/review`), a pure function of attempt records,
+//!   entitlements and the audit log.
 //!
 //! Threads: the HTTP server runs on the tokio runtime; the driver runs on its own thread so
 //! that SQLite's fsync never stalls request parsing or process reaping.
@@ -36,6 +38,7 @@ pub mod limits;
 pub mod metrics;
 mod ops;
 mod resume;
+pub mod review;
 pub mod snapshot;
 pub mod state;
 pub mod usage;

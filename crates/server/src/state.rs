@@ -455,6 +455,9 @@ impl State {
                 *until,
                 queue.as_deref(),
             )))),
+            Query::ReviewFacts { since } => Ok(Answer::ReviewFacts(Box::new(
+                self.review_facts(*since, now),
+            ))),
             Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(self)))),
             Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
             q => self.query(q, now).map(Answer::Body),
@@ -482,6 +485,7 @@ impl State {
             Query::LogInfo { .. }
             | Query::UsageFacts { .. }
             | Query::WorkloadFacts { .. }
+            | Query::ReviewFacts { .. }
             | Query::Sample
             | Query::Metrics => Err(ApiError::server(
                 "internal: this read has a typed answer (State::answer)",

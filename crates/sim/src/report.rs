@@ -48,7 +48,7 @@ const VARIANT_COLOURS: [&str; 6] = [
 ];
 
 /// Ticks of the logarithmic delay axis, in seconds, with their labels.
-const LOG_TICKS: [(f64, &str); 10] = [
+pub const LOG_TICKS: [(f64, &str); 10] = [
     (1.0, "1 s"),
     (10.0, "10 s"),
     (60.0, "1 min"),
@@ -102,21 +102,7 @@ macro_rules! w {
 /// Renders the whole report: `title`, the `notes` as a list (workload, seed, checkpoint model,
 /// attributions), the side-by-side table and the plots of every variant in `runs`, in order.
 pub fn render_html(title: &str, runs: &[VariantRun], notes: &[String]) -> String {
-    let mut out = String::with_capacity(64 * 1024);
-    w!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{t}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<h1>{t}</h1>\n",
-        t = escape(title)
-    );
-    if !notes.is_empty() {
-        out.push_str("<ul class=\"notes\">\n");
-        for note in notes {
-            w!(out, "<li>{}</li>\n", escape(note));
-        }
-        out.push_str("</ul>\n");
-    }
+    let mut out = page_start(title, notes);
     if runs.is_empty() {
         out.push_str("<p class=\"empty\">No variant was simulated.</p>\n</body>\n</html>\n");
         return out;
@@ -164,6 +150,27 @@ pub fn render_html(title: &str, runs: &[VariantRun], notes: &[String]) -> String
     }
 
     out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The start of a self-contained page: its head with the style sheet, `title` as its
+/// heading, and the `notes` as a list (shared with `qm report review`'s page).
+pub fn page_start(title: &str, notes: &[String]) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    w!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{t}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<h1>{t}</h1>\n",
+        t = escape(title)
+    );
+    if !notes.is_empty() {
+        out.push_str("<ul class=\"notes\">\n");
+        for note in notes {
+            w!(out, "<li>{}</li>\n", escape(note));
+        }
+        out.push_str("</ul>\n");
+    }
     out
 }
 
@@ -222,7 +229,7 @@ fn finite(x: f64) -> f64 {
 }
 
 /// An SVG coordinate: one decimal, never `-0.0`.
-fn coord(x: f64) -> String {
+pub fn coord(x: f64) -> String {
     let s = format!("{:.1}", finite(x));
     if s == "-0.0" {
         "0.0".to_string()
@@ -232,7 +239,7 @@ fn coord(x: f64) -> String {
 }
 
 /// `x` with `decimals` decimals and thousands separators: `12,345.6`.
-fn grouped(x: f64, decimals: usize) -> String {
+pub fn grouped(x: f64, decimals: usize) -> String {
     if !x.is_finite() {
         return "—".to_string();
     }
@@ -279,7 +286,7 @@ fn nice_step(range: f64, target: f64) -> f64 {
 }
 
 /// A value axis from 0: its top (a multiple of the step, at least `max`) and its step.
-fn value_axis(max: f64, target_ticks: f64) -> (f64, f64) {
+pub fn value_axis(max: f64, target_ticks: f64) -> (f64, f64) {
     let max = if max.is_finite() && max > 0.0 {
         max
     } else {
@@ -306,7 +313,7 @@ fn tick_decimals(step: f64) -> usize {
 }
 
 /// `#rrggbb` mixed with white (`0.0` = the colour, `1.0` = white).
-fn tint(hex: &str, white: f64) -> String {
+pub fn tint(hex: &str, white: f64) -> String {
     let rgb = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap_or(0);
     let channel = |shift: u32| {
         let v = f64::from((rgb >> shift) & 0xff);
@@ -616,43 +623,55 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
 // ---------------------------------------------------------------------------------------------
 // Charts
 
-/// A chart's canvas and the plot area inside its margins.
-struct Frame {
-    width: f64,
-    height: f64,
-    left: f64,
-    right: f64,
-    top: f64,
-    bottom: f64,
+/// A chart's canvas and the plot area inside its margins (public for the other self-contained
+/// report, `qm report review`, which draws with the same primitives).
+pub struct Frame {
+    /// Canvas width (px).
+    pub width: f64,
+    /// Canvas height (px).
+    pub height: f64,
+    /// Left margin (px).
+    pub left: f64,
+    /// Right margin (px).
+    pub right: f64,
+    /// Top margin (px).
+    pub top: f64,
+    /// Bottom margin (px).
+    pub bottom: f64,
 }
 
 impl Frame {
-    fn x0(&self) -> f64 {
+    /// x of the plot's left edge.
+    pub fn x0(&self) -> f64 {
         self.left
     }
-    fn x1(&self) -> f64 {
+    /// x of the plot's right edge.
+    pub fn x1(&self) -> f64 {
         self.width - self.right
     }
     /// The baseline (y of value 0).
-    fn base(&self) -> f64 {
+    pub fn base(&self) -> f64 {
         self.height - self.bottom
     }
-    fn plot_width(&self) -> f64 {
+    /// The plot's width.
+    pub fn plot_width(&self) -> f64 {
         self.x1() - self.x0()
     }
-    fn plot_height(&self) -> f64 {
+    /// The plot's height.
+    pub fn plot_height(&self) -> f64 {
         self.base() - self.top
     }
     /// x of a fraction (0..1) of the plot's width.
-    fn x(&self, fraction: f64) -> f64 {
+    pub fn x(&self, fraction: f64) -> f64 {
         self.x0() + finite(fraction) * self.plot_width()
     }
     /// y of a fraction (0..1) of the plot's height.
-    fn y(&self, fraction: f64) -> f64 {
+    pub fn y(&self, fraction: f64) -> f64 {
         self.base() - finite(fraction) * self.plot_height()
     }
 
-    fn open(&self, out: &mut String, class: &str, label: &str) {
+    /// Opens the `<svg>` of class `plot {class}`, labelled for screen readers.
+    pub fn open(&self, out: &mut String, class: &str, label: &str) {
         w!(
             out,
             "<svg class=\"plot {class}\" xmlns=\"http://www.w3.org/2000/svg\" \
@@ -665,7 +684,7 @@ impl Frame {
     }
 
     /// Horizontal grid lines and labels of a value axis from 0 to `top`.
-    fn value_axis(&self, out: &mut String, top: f64, step: f64, title: &str) {
+    pub fn value_axis(&self, out: &mut String, top: f64, step: f64, title: &str) {
         let decimals = tick_decimals(step);
         let ticks = (top / step).round() as usize;
         for i in 0..=ticks {
@@ -690,7 +709,7 @@ impl Frame {
     }
 
     /// The x axis line and its title.
-    fn x_axis(&self, out: &mut String, title: &str) {
+    pub fn x_axis(&self, out: &mut String, title: &str) {
         let base = coord(self.base());
         w!(
             out,
@@ -705,7 +724,7 @@ impl Frame {
     }
 
     /// A tick on the x axis at `x` with its label.
-    fn x_tick(&self, out: &mut String, x: f64, label: &str) {
+    pub fn x_tick(&self, out: &mut String, x: f64, label: &str) {
         let x = coord(x);
         w!(
             out,
@@ -718,7 +737,8 @@ impl Frame {
         );
     }
 
-    fn empty_note(&self, out: &mut String, text: &str) {
+    /// A note in the middle of an empty plot.
+    pub fn empty_note(&self, out: &mut String, text: &str) {
         w!(
             out,
             "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-style=\"italic\">{}</text>\n",

@@ -865,6 +865,22 @@ impl Client {
         decode(&self.url(&path), &answer)
     }
 
+    /// The policy review of `[since, until)`, of one share's jobs or all
+    /// (`GET /qm/v1/review`).
+    pub fn review(
+        &self,
+        since: i64,
+        until: i64,
+        share: Option<&str>,
+    ) -> Result<qm_api::review::ReviewReport, ClientError> {
+        let mut path = format!("/qm/v1/review?since={since}&until={until}");
+        if let Some(s) = share {
+            path.push_str(&format!("&share={}", encode_path_segment(s)));
+        }
+        let answer = self.get(&path)?;
+        decode(&self.url(&path), &answer)
+    }
+
     /// The log of an attempt (`None`: the latest) from byte `offset`.
     pub fn logs(
         &self,

@@ -15,6 +15,7 @@
 //! - [`format`](mod@format): tables and detail views — functions from data (and `now`) to strings;
 //! - [`explain`]: plain-words explanations of a job's state from its reason code;
 //! - [`report`]: `qm report usage` as a table or CSV;
+//! - [`review`]: `qm report review` as tables or a self-contained HTML page;
 //! - [`time`]: ages and UTC timestamps without a date library;
 //! - [`workload`]: `qm workload export` and `calibrate`, the server's jobs of a window in the
 //!   simulator's workload schema.
@@ -28,6 +29,7 @@ pub mod format;
 pub mod http;
 pub mod principal;
 pub mod report;
+pub mod review;
 pub mod submit;
 pub mod time;
 pub mod workload;

@@ -80,13 +80,20 @@ pub fn parse_instant(text: &str, now_ms: i64) -> Result<i64, String> {
 }
 
 /// The window `[since, until)` given by `--since` and `--until` (each optional, in the forms
-/// of [`parse_instant`]): until defaults to now, since to 7 days before until. The message of
-/// a bad one names its flag.
-pub fn window(since: Option<&str>, until: Option<&str>, now_ms: i64) -> Result<(i64, i64), String> {
+/// of [`parse_instant`]): until defaults to now, since to `default_days` before until. The
+/// message of a bad one names its flag.
+pub fn window(
+    since: Option<&str>,
+    until: Option<&str>,
+    now_ms: i64,
+    default_days: i64,
+) -> Result<(i64, i64), String> {
     let instant =
         |flag: &str, v: &str| parse_instant(v, now_ms).map_err(|e| format!("--{flag}: {e}"));
     let until = until.map_or(Ok(now_ms), |v| instant("until", v))?;
-    let since = since.map_or(Ok(until - 7 * 86_400_000), |v| instant("since", v))?;
+    let since = since.map_or(Ok(until - default_days * 86_400_000), |v| {
+        instant("since", v)
+    })?;
     if since >= until {
         return Err("--since must be before --until (the window is [since, until))".into());
     }

@@ -1,5 +1,6 @@
 //! `qm report usage`: who used, borrowed and lent what over a window, from a running server's
-//! attempt records and archive (`GET /qm/v1/usage/report`). Exit code 0, or 1 when the server
+//! attempt records and archive (`GET /qm/v1/usage/report`); `qm report review`: the policy
+//! review of a window (`GET /qm/v1/review`, docs/review.md). Exit code 0, or 1 when the server
 //! refuses or cannot be reached.
 
 use std::process::ExitCode;
@@ -7,7 +8,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use qm_api::qm::{UsageBy, UsageEvery};
 use qm_cli::client::report::{usage_csv, usage_table};
-use qm_cli::client::time::{now_ms, window};
+use qm_cli::client::review::{review_html, review_table};
+use qm_cli::client::time::now_ms;
 use qm_cli::client::{Client, ClientError};
 
 /// The reports.
@@ -17,6 +19,10 @@ pub enum Command {
     /// entitlement, borrowed, lent out and idle; preemptions suffered and caused; work lost to
     /// preemption; queueing delay percentiles.
     Usage(UsageArgs),
+    /// The quarterly policy review, per share and class: completion times of jobs on own
+    /// capacity against jobs that borrowed, time lost to reclaims, owners' reclaim delay,
+    /// preemptions and resume outcomes, priority and policy changes (docs/review.md).
+    Review(ReviewArgs),
 }
 
 /// How the rows are grouped.
@@ -78,8 +84,11 @@ pub struct UsageArgs {
 
 /// Runs a report command.
 pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
-    let Command::Usage(args) = cmd;
-    match usage(args) {
+    let result = match cmd {
+        Command::Usage(args) => usage(args),
+        Command::Review(args) => review(args),
+    };
+    match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("error: {}", crate::describe(&e));
@@ -88,9 +97,20 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `[since, until)` from the flags: `until` defaults to now, `since` to `default_days` before.
+fn window(
+    since: Option<&str>,
+    until: Option<&str>,
+    default_days: i64,
+) -> anyhow::Result<(i64, i64)> {
+    Ok(
+        qm_cli::client::time::window(since, until, now_ms(), default_days)
+            .map_err(ClientError::Usage)?,
+    )
+}
+
 fn usage(args: UsageArgs) -> anyhow::Result<()> {
-    let (since, until) = window(args.since.as_deref(), args.until.as_deref(), now_ms())
-        .map_err(ClientError::Usage)?;
+    let (since, until) = window(args.since.as_deref(), args.until.as_deref(), 7)?;
     let by = match args.by {
         By::Share => UsageBy::Share,
         By::Principal => UsageBy::Principal,
@@ -107,6 +127,50 @@ fn usage(args: UsageArgs) -> anyhow::Result<()> {
         Output::Table => print!("{}", usage_table(&report)),
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Output::Csv => print!("{}", usage_csv(&report)?),
+    }
+    Ok(())
+}
+
+/// How the review is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReviewOutput {
+    /// Aligned columns for people.
+    Table,
+    /// The review as the server sends it (keys: docs/review.md).
+    Json,
+    /// One self-contained HTML page with charts (write it with `> review.html`).
+    Html,
+}
+
+/// `qm report review`.
+#[derive(Debug, Args)]
+pub struct ReviewArgs {
+    /// The server's URL [default: $QM_ENDPOINT, else http://127.0.0.1:7611].
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Start of the window: an age (90d, 13w), a UTC date (2026-07-01) or time
+    /// [default: 91 days before --until].
+    #[arg(long)]
+    since: Option<String>,
+    /// End of the window (exclusive), in the same forms [default: now].
+    #[arg(long)]
+    until: Option<String>,
+    /// Only this quota share's jobs.
+    #[arg(long)]
+    share: Option<String>,
+    /// How to print the review.
+    #[arg(long, value_enum, default_value_t = ReviewOutput::Table)]
+    output: ReviewOutput,
+}
+
+fn review(args: ReviewArgs) -> anyhow::Result<()> {
+    let (since, until) = window(args.since.as_deref(), args.until.as_deref(), 91)?;
+    let client = Client::for_endpoint(args.endpoint.as_deref())?;
+    let report = client.review(since, until, args.share.as_deref())?;
+    match args.output {
+        ReviewOutput::Table => print!("{}", review_table(&report)),
+        ReviewOutput::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        ReviewOutput::Html => print!("{}", review_html(&report)),
     }
     Ok(())
 }

@@ -86,7 +86,7 @@ fn report(result: anyhow::Result<()>) -> anyhow::Result<ExitCode> {
 /// Asks the server for the window's jobs, saying what it asks and what was left out.
 fn fetch(w: &Window) -> anyhow::Result<WorkloadCsv> {
     let (since, until) =
-        window(w.since.as_deref(), w.until.as_deref(), now_ms()).map_err(ClientError::Usage)?;
+        window(w.since.as_deref(), w.until.as_deref(), now_ms(), 7).map_err(ClientError::Usage)?;
     let client = Client::for_endpoint(w.endpoint.as_deref())?;
     eprintln!(
         "qm workload: asking {} for the jobs submitted {} .. {}",

@@ -72,7 +72,9 @@ pub struct ArchivedAttempt {
     /// For a preemption: the share and the job it was preempted for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempted_for: Option<(String, String)>,
-    /// The steps it reported in its progress file (absent in older archives).
+    /// The steps it reported in its progress file (first, last, last checkpoint; absent in
+    /// older archives): the policy review classifies the resumes of retired jobs from them as
+    /// `resume.rs` does for live ones, and the workload export counts recomputed work.
     #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
     pub steps: qm_executor::Steps,
     /// Checkpoints it reported (absent in older archives, and when none).
