@@ -82,10 +82,12 @@ def test_a_real_period_exports_replays_and_calibrates(server, tmp_path):
     assert (b["real_preemptions"], s["real_preemptions"]) == ("1", "0")
     assert b["checkpoint_interval_s"] != "", "big reported checkpoints"
     # The work big needed is less than the run time of its two attempts (work since its last
-    # checkpoint was done twice) and at least the 4 s of its 40 steps.
+    # checkpoint was done twice) and about the 4 s of its 40 steps: whole seconds, rounded
+    # down, and the recomputed steps are charged at the preempted attempt's pace, which
+    # includes its process start, so it may come out a second short.
     record = archived(server)[big]
     ran_s = sum(a["stoppedAt"] - a["runningAt"] for a in record["attempts"]) / 1000
-    assert 4 <= int(b["duration_s"]) <= round(ran_s), (b, ran_s)
+    assert 3 <= int(b["duration_s"]) <= round(ran_s), (b, ran_s)
     assert int(b["real_completion_ms"]) == record["stoppedAt"] - record["createdAt"]
 
     policy = tmp_path / "current.yaml"
