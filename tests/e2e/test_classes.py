@@ -79,6 +79,11 @@ def test_an_unknown_or_disallowed_class_or_a_priority_above_its_maximum_is_refus
     with pytest.raises(ClientError) as e:
         release(jobs, q, "too_urgent", priority=600)
     assert "above the maximum of class 'release' (500)" in error_of(e)[1]
+    # ... and so is raising a job's priority above it later.
+    within = release(jobs, q, "within", priority=400)
+    with pytest.raises(ClientError) as e:
+        batch.update_service_job(jobId=within, schedulingPriority=600)
+    assert "above the maximum of class 'release' (500)" in error_of(e)[1], error_of(e)[1]
     batch.tag_resource(resourceArn=q.shares["research"], tags={"qm:classes": "exploratory"})
     with pytest.raises(ClientError) as e:
         release(jobs, q, "not_here")

@@ -22,6 +22,9 @@ pub const TAG_CLASS: &str = "qm:class";
 /// How a running job's `statusReason` ends when it may not be interrupted (`qm plan` reads
 /// it to tell which running jobs a lowered limit cannot preempt).
 pub const FIRM_NOTE: &str = "its class may not be interrupted";
+/// How a running job's `statusReason` ends when its class may not borrow yet (no verified
+/// resume): like [`FIRM_NOTE`], such a job is not taken back by a reclaim or a lowered limit.
+pub const UNVERIFIED_NOTE: &str = "its class borrows only after a verified resume";
 /// Quota-share tag: the class of the share's jobs that name none.
 pub const TAG_DEFAULT_CLASS: &str = "qm:default-class";
 /// Quota-share tag: the classes the share's jobs may use, comma-separated.

@@ -193,6 +193,7 @@ mod tests {
             ("default_class: nightly", "shares[0].default_class: `nightly` is not one of the classes (exploratory, release)"),
             ("classes: [release, nightly]", "shares[0].classes[1]: `nightly`"),
             ("default_class: exploratory, classes: [release]", "is not among the share's classes"),
+            ("classes: []", "shares[0].classes: the list is empty"),
         ] {
             let src = format!("{classes}environment: {{gpu: 2}}\nshares:\n  - {{name: a, limits: {{gpu: 2}}, strategy: LEND, {share_keys}}}\n");
             let e = parse(&src, Path::new("c.yaml")).unwrap_err().to_string();

@@ -255,6 +255,11 @@ pub fn check_classes(classes: &[ClassDecl], shares: &[ShareDecl]) -> Result<(), 
         }
     };
     for (i, s) in shares.iter().enumerate() {
+        if s.classes.as_ref().is_some_and(Vec::is_empty) {
+            return Err(format!(
+                "shares[{i}].classes: the list is empty: leave the key out to allow every class"
+            ));
+        }
         for (j, c) in s.classes.iter().flatten().enumerate() {
             if !names.contains(c.as_str()) {
                 return Err(unknown(format!("shares[{i}].classes[{j}]"), c));

@@ -602,9 +602,13 @@ impl Scheduler {
                         if easy {
                             // EASY: it is gone before the head could surely start.
                             None
-                        } else if self.policy.preemptible_backfill {
+                        } else if self.policy.preemptible_backfill
+                            && self.jobs[&id].spec.interruptible
+                        {
                             Some((head, decided))
                         } else {
+                            // (A job that may not be interrupted is never backfilled: the
+                            // head could not take its capacity back.)
                             // Held; the jobs after it may still end in time.
                             b.easy_after = b.easy_after.max(Some(n.key));
                             b.easy_held += 1;
@@ -902,6 +906,12 @@ impl Scheduler {
                 }
                 let (c, k) = lane.pending.first(u32::MAX)?;
                 if !self.aged(now, k) {
+                    return None;
+                }
+                // A head that runs only within its share's own quota and does not fit what
+                // the share's other such jobs leave waits for them alone: holding capacity
+                // for it would idle what no one else may use meanwhile.
+                if k.own_only && lane.own_only + c > view.held(s).entitlement {
                     return None;
                 }
                 let owner_sized = c <= view.held(s).entitlement;

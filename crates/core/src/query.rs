@@ -54,6 +54,8 @@ pub struct Borrowing {
     pub lenders: Vec<String>,
     /// Whether the attempt may be interrupted (one that may not never borrows).
     pub interruptible: bool,
+    /// Whether the attempt was started as one that may borrow ([`crate::JobSpec::borrows`]).
+    pub borrows: bool,
 }
 
 /// A queue's view of one unit's pool: what it could hold and what it holds.
@@ -180,8 +182,10 @@ impl Scheduler {
         }
         let (q, u, s) = (attempt.queue, attempt.unit, usize::from(attempt.share.0));
         let view = self.view(q, u);
-        let mut left = view.held(s).borrowed();
         let lane = self.queues[q.0 as usize].units.get(&u)?.lanes.get(s)?;
+        // What the share borrows once its stopping attempts are gone: those are not walked.
+        let held = view.held(s);
+        let mut left = (held.usage - lane.stopping).saturating_sub(held.entitlement);
         let mut borrowed = 0;
         for k in &lane.running {
             if left == 0 {
@@ -209,6 +213,7 @@ impl Scheduler {
             borrowed,
             count: attempt.count,
             interruptible: attempt.interruptible,
+            borrows: attempt.borrows,
             lenders: if borrowed > 0 {
                 lenders.into_iter().map(|(_, n)| n.clone()).collect()
             } else {

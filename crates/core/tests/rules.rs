@@ -1781,3 +1781,20 @@ fn an_in_share_claim_within_its_share_s_quota_is_not_counted_as_borrowing() {
     w.release_stopped();
     assert_eq!(w.running(), set(&["b1", "b3", "r", "urgent"]));
 }
+
+#[test]
+fn a_job_that_may_not_be_interrupted_is_never_backfilled_onto_an_aged_head_s_reservation() {
+    // h (aged, 4) waits for l-run; an interruptible job behind it would start backfilled,
+    // preemptible for h; one that may not be interrupted could never give the capacity back,
+    // so it is held behind h instead.
+    let mut w = aged_owner_head();
+    w.submit_with("firm", "L", firm);
+    assert!(!w.running().contains(&"firm".to_string()));
+    assert_eq!(w.reason("firm"), "HELD_FOR_OLDER_JOB");
+    w.submit("loose", "L", 0, 1);
+    assert!(
+        w.running().contains(&"loose".to_string()),
+        "{:?}",
+        w.running()
+    );
+}

@@ -1205,10 +1205,12 @@ pub(crate) fn body<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
 /// reclaim (issue 19's interruption contracts; docs/scheduling.md).
 fn capacity_reason(share: &str, b: &qm_core::Borrowing) -> String {
     if b.borrowed == 0 {
-        let firm = if b.interruptible {
-            String::new()
-        } else {
+        let firm = if !b.interruptible {
             format!("; {}", qm_api::class::FIRM_NOTE)
+        } else if !b.borrows {
+            format!("; {}", qm_api::class::UNVERIFIED_NOTE)
+        } else {
+            String::new()
         };
         return format!("OWN_CAPACITY - runs within quota share {share}'s own limit{firm}");
     }

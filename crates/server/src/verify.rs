@@ -91,23 +91,27 @@ impl State {
             .min()
     }
 
-    /// Makes every waiting job of `queue` that has a class borrow exactly when its class may
-    /// (after a verification, its expiry, or a change of the queue's classes). O(waiting jobs
-    /// of the queue).
+    /// Makes every unfinished job of `queue` that has a class borrow exactly when its class
+    /// may (after a verification, its expiry, or a change of the queue's classes): a waiting
+    /// job from its next decision, a running one from its next attempt (after a requeue). A
+    /// class the queue no longer defines restricts nothing. O(jobs held in the state), on
+    /// these rare events only.
     pub(crate) fn sync_borrows(&mut self, queue: &str) {
         let Some(q) = self.queues.get(queue) else {
             return;
         };
         let classes = defined(&q.tags);
         let mut inputs = Vec::new();
-        for &(_, core) in &q.runnable {
-            let Some(class) = self.jobs.get(&core).and_then(|r| r.class.as_ref()) else {
+        for (&core, rec) in &self.jobs {
+            if rec.queue != queue || rec.is_terminated {
+                continue;
+            }
+            let Some(class) = rec.class.as_ref() else {
                 continue;
             };
-            let Some(def) = classes.get(class) else {
-                continue;
-            };
-            let may = self.class_may_borrow(queue, class, def.borrow);
+            let may = classes
+                .get(class)
+                .is_none_or(|def| self.class_may_borrow(queue, class, def.borrow));
             let spec = self.core.job(JobId(core)).map(|j| j.spec.borrows);
             if spec.is_some_and(|b| b != may) {
                 inputs.push(Input::SetBorrows {

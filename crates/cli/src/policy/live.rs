@@ -79,7 +79,8 @@ pub struct LiveJob {
     pub priority: i64,
     /// Submission time, epoch milliseconds.
     pub created_at: i64,
-    /// Whether it may be interrupted (its status reason says when it may not).
+    /// Whether a reclaim or a lowered limit may take it back: not when it may not be
+    /// interrupted or may not borrow yet (its status reason says so).
     pub interruptible: bool,
 }
 
@@ -367,8 +368,10 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
                         .max(0.0) as u32,
                     priority: 0,
                     created_at: j.get("createdAt").and_then(Value::as_i64).unwrap_or(0),
-                    interruptible: !str_of(j, "statusReason")
-                        .is_some_and(|r| r.ends_with(qm_api::class::FIRM_NOTE)),
+                    interruptible: !str_of(j, "statusReason").is_some_and(|r| {
+                        r.ends_with(qm_api::class::FIRM_NOTE)
+                            || r.ends_with(qm_api::class::UNVERIFIED_NOTE)
+                    }),
                 });
             }
             token = str_of(&page, "nextToken").map(str::to_string);

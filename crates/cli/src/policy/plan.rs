@@ -142,8 +142,9 @@ pub struct Exposure {
     pub instances: u32,
     /// The jobs most likely to be picked, in that order.
     pub jobs: Vec<JobRef>,
-    /// Running jobs that may not be interrupted and hold more than the new limit: the
-    /// scheduler does not preempt them; the limit applies to them as they end.
+    /// Running jobs that run only within their share's own quota (they may not be
+    /// interrupted, or may not borrow yet) and hold more than the new limit: the scheduler
+    /// does not preempt them; the limit applies to them as they end.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept: Vec<JobRef>,
 }
@@ -579,8 +580,9 @@ fn likely_victims<'a>(jobs: &'a [LiveJob], share: Option<&str>, unit: &str) -> V
     v
 }
 
-/// A share's running jobs on `unit` that may not be interrupted, when together they hold more
-/// than `limit`: a lowered limit leaves them running.
+/// A share's running jobs on `unit` that run only within its own quota (they may not be
+/// interrupted, or may not borrow yet), when together they hold more than `limit`: a lowered
+/// limit leaves them running.
 fn kept_above(jobs: &[LiveJob], share: &str, unit: &str, limit: u32) -> Vec<JobRef> {
     let firm: Vec<&LiveJob> = jobs
         .iter()
@@ -854,7 +856,7 @@ pub fn render(plan: &Plan, source: &str) -> String {
         if !e.kept.is_empty() {
             let _ = writeln!(
                 out,
-                "  warning: {} ({}): these jobs may not be interrupted and stay above the new limit until they end:",
+                "  warning: {} ({}): these jobs run only within their share's own quota (they may not be interrupted, or may not borrow yet) and stay above the new limit until they end:",
                 e.cause, e.unit
             );
             for j in &e.kept {
@@ -1048,7 +1050,7 @@ mod tests {
         assert_eq!(names(&e.kept), ["firm-1", "firm-2"]);
         let text = render(&plan, "c.yaml");
         assert!(
-            text.contains("warning: quota share a: capacityLimits 3 -> 1 (gpu): these jobs may not be interrupted and stay above the new limit until they end:"),
+            text.contains("warning: quota share a: capacityLimits 3 -> 1 (gpu): these jobs run only within their share's own quota"),
             "{text}"
         );
     }

@@ -244,6 +244,17 @@ impl State {
             )));
         }
         let (old, queue) = (rec.priority, rec.queue.clone());
+        // The class's maximum holds for a change as at submission.
+        let class_max = rec.class.as_ref().and_then(|c| {
+            let def = qm_api::class::defined(&self.queues.get(&queue)?.tags).remove(c)?;
+            def.max_priority.map(|m| (c.clone(), m))
+        });
+        if let Some((class, max)) = class_max.filter(|(_, m)| r.scheduling_priority > *m as i32) {
+            return Err(ApiError::client(format!(
+                "schedulingPriority: {} is above the maximum of class '{class}' ({max}); give {max} or lower",
+                r.scheduling_priority
+            )));
+        }
         self.core_apply(Input::UpdatePriority {
             job: JobId(core),
             priority: r.scheduling_priority as u32,
