@@ -10,13 +10,14 @@ and terminates alice's owner job; the learner runs again from step 10 (`resumed`
 of each share runs to success: bob's on both instances (borrowed), alice's on one (own)."""
 
 import json
+import re
 import subprocess
 import time
 from datetime import datetime, timezone
 
 import pytest
 
-from qm_e2e import (Jobs, ShareSpec, archived, config_toml, make_queue, qm_bin, wait_for,
+from qm_e2e import (UNIT, Jobs, ShareSpec, archived, config_toml, make_queue, qm_bin, wait_for,
                     wait_preempted, wait_status)
 from test_dashboard import Tree, chromium
 from test_resume import attempt_now
@@ -116,6 +117,23 @@ def test_the_review_of_a_real_reclaim_and_resume(server, tmp_path):
 
     table = review(server, since, until, "table")
     assert "Policy review from" in table and "Recovery" in table and q.name in table
+
+    # With the policy that ran, the review replays the window's finished jobs under it and
+    # prints the simulated figures beside the real ones (the calibration line).
+    policy = tmp_path / "current.yaml"
+    policy.write_text(f"""environment: {{{UNIT}: 2}}
+shares:
+  - {{name: A, limits: {{{UNIT}: 1}}, strategy: LEND}}
+  - {{name: B, limits: {{{UNIT}: 1}}, strategy: LEND_AND_BORROW, borrow_limit: 100}}
+""")
+    cmd = [str(qm_bin()), "report", "review", "--endpoint", server.url, "--since", utc(since),
+           "--until", utc(until), "--policy", str(policy), "--stop-grace", "2",
+           "--restart-overhead", "1", "--checkpoint-interval", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=server.cli_env())
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip().splitlines()[-1]
+    assert re.match(r"calibration \(simulated vs real, 4 jobs\): completion p50 ", line), out.stdout
+    assert "preemptions " in line and " vs 1" in line, line
 
     html = tmp_path / "review.html"
     html.write_text(review(server, since, until, "html"))

@@ -16,7 +16,8 @@ use crate::metrics::{round3, Dist};
 use crate::workload::WorkloadJob;
 
 /// The figures compared, for one side.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Figures {
     /// Completion time (submission to the end of the last attempt), median, seconds.
     pub completion_p50_s: f64,
@@ -30,7 +31,8 @@ pub struct Figures {
 
 /// The simulated figures of a period beside the real ones. `Display` is the one-line
 /// calibration that `qm workload calibrate` (and the review) prints.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Calibration {
     /// Jobs compared.
     pub jobs: usize,

@@ -53,9 +53,12 @@ while True:
     step += 1
     if step == checkpoint_at:
         os.makedirs(os.path.dirname(ckpt), exist_ok=True)
-        with open(ckpt + ".tmp", "w") as f:
+        # Each host of a multi-host job writes the shared checkpoint: a temporary file of its
+        # own, or one host's rename would take the other's from under it.
+        tmp = f"{ckpt}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
             f.write(str(step))
-        os.replace(ckpt + ".tmp", ckpt)
+        os.replace(tmp, ckpt)
         report(step=step, checkpoint_step=step)
     else:
         report(step=step)

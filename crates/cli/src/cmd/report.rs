@@ -161,16 +161,77 @@ pub struct ReviewArgs {
     /// How to print the review.
     #[arg(long, value_enum, default_value_t = ReviewOutput::Table)]
     output: ReviewOutput,
+    /// The cluster file of the policy that ran in the window: the review then replays the
+    /// window's finished jobs under it (`qm workload calibrate`) and prints the simulated
+    /// figures beside the real ones, so that you know how far to trust `qm simulate`.
+    #[arg(long = "policy", value_name = "FILE.yaml")]
+    policy: Option<std::path::PathBuf>,
+    /// The checkpoint model and the scheduler's knobs of the calibration (as the server ran).
+    #[command(flatten)]
+    model: super::simulate::Model,
 }
 
 fn review(args: ReviewArgs) -> anyhow::Result<()> {
     let (since, until) = window(args.since.as_deref(), args.until.as_deref(), 91)?;
     let client = Client::for_endpoint(args.endpoint.as_deref())?;
     let report = client.review(since, until, args.share.as_deref())?;
+    let calibration = match &args.policy {
+        Some(policy) => Some(calibration(&client, since, until, policy, &args.model)),
+        None => None,
+    };
+    // A calibration that could not be made is said, not fatal: the review stands alone.
+    let line = calibration.as_ref().map(|c| match c {
+        Ok(c) => c.to_string(),
+        Err(e) => format!("calibration: not made: {e:#}"),
+    });
     match args.output {
-        ReviewOutput::Table => print!("{}", review_table(&report)),
-        ReviewOutput::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        ReviewOutput::Html => print!("{}", review_html(&report)),
+        ReviewOutput::Table => {
+            print!("{}", review_table(&report));
+            if let Some(line) = &line {
+                println!("\n{line}");
+            }
+        }
+        ReviewOutput::Json => {
+            let mut json = serde_json::to_value(&report)?;
+            if let (Some(Ok(c)), Some(map)) = (&calibration, json.as_object_mut()) {
+                map.insert("calibration".into(), serde_json::to_value(c)?);
+            }
+            println!("{}", serde_json::to_string_pretty(&json)?);
+        }
+        ReviewOutput::Html => {
+            let html = review_html(&report);
+            match &line {
+                Some(line) => print!("{}", with_calibration(&html, line)),
+                None => print!("{html}"),
+            }
+        }
     }
     Ok(())
+}
+
+/// The window's finished jobs replayed under `policy` beside what really happened to them.
+fn calibration(
+    client: &Client,
+    since: i64,
+    until: i64,
+    policy: &std::path::Path,
+    model: &super::simulate::Model,
+) -> anyhow::Result<qm_sim::Calibration> {
+    let cluster = qm_cli::cluster::load(policy)?.cluster();
+    let export = client.workload(since, until, None)?;
+    let jobs = qm_sim::parse_workload(&export.csv[..], "the server's export")?;
+    Ok(qm_sim::calibrate(&jobs, &cluster, &model.options())?)
+}
+
+/// The review page with the calibration line before its end.
+fn with_calibration(html: &str, line: &str) -> String {
+    let escaped = line
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let p = format!("<p class=\"calibration\" data-testid=\"calibration\">{escaped}</p>\n");
+    match html.rfind("</body>") {
+        Some(i) => format!("{}{p}{}", &html[..i], &html[i..]),
+        None => format!("{html}{p}"),
+    }
 }
