@@ -288,9 +288,6 @@ impl Scheduler {
             .or_default()
             .lane(s);
         lane.usage += att.count;
-        if !att.interruptible {
-            lane.firm += att.count;
-        }
         if att.own_only() {
             lane.own_only += att.count;
         }

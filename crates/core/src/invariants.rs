@@ -12,9 +12,8 @@ impl Scheduler {
     /// inconsistency found.
     pub fn check_invariants(&self) -> Result<(), String> {
         // Usage recomputed from the attempts, per (queue, unit, share).
-        // (usage, stopping, firm, own-only) per (queue, unit, share).
-        type Held = (u32, u32, u32, u32);
-        let mut usage: BTreeMap<(u32, u16, u16), Held> = BTreeMap::new();
+        // (usage, stopping, own-only) per (queue, unit, share).
+        let mut usage: BTreeMap<(u32, u16, u16), (u32, u32, u32)> = BTreeMap::new();
         let mut physical: BTreeMap<u16, u32> = BTreeMap::new();
         let mut holders: BTreeMap<JobId, u32> = BTreeMap::new();
         for a in self.attempts.values() {
@@ -23,11 +22,8 @@ impl Scheduler {
             if a.stopping.is_some() {
                 e.1 += a.count;
             }
-            if !a.interruptible {
-                e.2 += a.count;
-            }
             if a.own_only() {
-                e.3 += a.count;
+                e.2 += a.count;
             }
             *physical.entry(a.unit.0).or_default() += a.count;
             *holders.entry(a.job).or_default() += 1;
@@ -88,11 +84,11 @@ impl Scheduler {
                     let want = usage
                         .get(&(qi as u32, u.0, si as u16))
                         .copied()
-                        .unwrap_or((0, 0, 0, 0));
-                    let have = (lane.usage, lane.stopping, lane.firm, lane.own_only);
+                        .unwrap_or((0, 0, 0));
+                    let have = (lane.usage, lane.stopping, lane.own_only);
                     if have != want {
                         return Err(format!(
-                            "lane {}/{}/{}: usage, stopping, firm, own-only {have:?}, attempts hold {want:?}",
+                            "lane {}/{}/{}: usage, stopping, own-only {have:?}, attempts hold {want:?}",
                             queue.name,
                             self.unit_names[usize::from(u.0)],
                             queue.shares.get(si).map_or("?", |s| &s.spec.name),

@@ -347,9 +347,9 @@ struct Bound {
     reclaim_seen: Option<PendKey>,
     easy_after: Option<PendKey>,
     easy_held: u32,
-    /// No job of the share that may not be interrupted and needs more instances than this
-    /// fits its share's own quota this pass.
-    firm: u32,
+    /// No job of the share that runs only within its own quota and needs more instances than
+    /// this fits what the share's other such jobs leave of it this pass.
+    own_only: u32,
 }
 
 impl Bound {
@@ -369,7 +369,7 @@ impl Bound {
         reclaim_seen: None,
         easy_after: None,
         easy_held: 0,
-        firm: u32::MAX,
+        own_only: u32::MAX,
     };
 
     fn close(&mut self) {
@@ -691,9 +691,9 @@ impl Scheduler {
                             gave_up = true;
                         }
                         if v == Violation::Firm {
-                            // Its share's non-interruptible usage only grows in a pass: no
-                            // such job as large fits either, and the others are unaffected.
-                            b.firm = b.firm.min(n.count - 1);
+                            // Its share's own-only usage only grows in a pass: no such job as
+                            // large fits either, and the others are unaffected.
+                            b.own_only = b.own_only.min(n.count - 1);
                         } else {
                             b.lower(&n);
                         }
@@ -1118,7 +1118,7 @@ impl Scheduler {
                 // before other shares can take it (after the jobs ahead of it, in a share
                 // where those could preempt it).
                 if strict {
-                    let first = lane.pending.first_after(b.any, b.firm, None);
+                    let first = lane.pending.first_after(b.any, b.own_only, None);
                     if let Some((c, k)) = first.filter(|(_, k)| *k < r) {
                         out.push(nominee(c, k, kind_of(c, k), false));
                         continue;
@@ -1144,7 +1144,7 @@ impl Scheduler {
                 continue;
             }
             if strict {
-                let next = lane.pending.first_after(b.any, b.firm, b.easy_after);
+                let next = lane.pending.first_after(b.any, b.own_only, b.easy_after);
                 if let Some((c, k)) = next.filter(|_| b.any > 0) {
                     out.push(nominee(c, k, kind_of(c, k), false));
                 }
@@ -1157,7 +1157,7 @@ impl Scheduler {
                 continue;
             }
             let own_cap = own_room.min(b.own);
-            let first = |max: u32| lane.pending.first_after(max, b.firm, b.easy_after);
+            let first = |max: u32| lane.pending.first_after(max, b.own_only, b.easy_after);
             if let Some((c, k)) = first(own_cap).filter(|_| own_cap > 0) {
                 out.push(nominee(c, k, Kind::Own, true));
             } else if let Some((c, k)) = first(b.any).filter(|_| b.any > 0) {
@@ -1415,9 +1415,6 @@ impl Scheduler {
             .expect("lane")
             .lane(s);
         lane.usage += count;
-        if !attempt.interruptible {
-            lane.firm += count;
-        }
         if attempt.own_only() {
             lane.own_only += count;
         }

@@ -202,6 +202,21 @@ impl Scheduler {
                 break;
             }
         }
+        Some(Borrowing {
+            borrowed,
+            count: attempt.count,
+            interruptible: attempt.interruptible,
+            borrows: attempt.borrows,
+            lenders: if borrowed > 0 {
+                self.lenders_to(q, s, &view)
+            } else {
+                Vec::new()
+            },
+        })
+    }
+
+    /// The shares whose idle capacity share `s` uses on the view's unit, most lent first.
+    fn lenders_to(&self, q: QueueIx, s: usize, view: &crate::pass::View) -> Vec<String> {
         let names = self.share_names(q);
         let mut lenders: Vec<(f64, &String)> = crate::ledger::flows(view.accounts())
             .into_iter()
@@ -209,17 +224,7 @@ impl Scheduler {
             .filter_map(|(l, _, n)| names.get(l).map(|name| (n, *name)))
             .collect();
         lenders.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-        Some(Borrowing {
-            borrowed,
-            count: attempt.count,
-            interruptible: attempt.interruptible,
-            borrows: attempt.borrows,
-            lenders: if borrowed > 0 {
-                lenders.into_iter().map(|(_, n)| n.clone()).collect()
-            } else {
-                Vec::new()
-            },
-        })
+        lenders.into_iter().map(|(_, n)| n.clone()).collect()
     }
 
     /// A queue's share names by share index.

@@ -143,20 +143,21 @@ impl PendingIndex {
     }
 
     /// [`PendingIndex::first`] among the jobs after `after` in share order, of which those
-    /// that run only within the share's own quota need at most `max_firm` instances.
+    /// that run only within the share's own quota need at most `max_own_only` instances.
     pub(crate) fn first_after(
         &self,
         max_count: u32,
-        max_firm: u32,
+        max_own_only: u32,
         after: Option<PendKey>,
     ) -> Option<(u32, PendKey)> {
-        if after.is_none() && max_firm >= max_count {
+        if after.is_none() && max_own_only >= max_count {
             return self.first(max_count);
         }
         let from = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        let [int, firm] = &self.by_count;
-        int.range(..=max_count)
-            .chain(firm.range(..=max_count.min(max_firm)))
+        let [borrows, own_only] = &self.by_count;
+        borrows
+            .range(..=max_count)
+            .chain(own_only.range(..=max_count.min(max_own_only)))
             .filter_map(|(c, set)| {
                 set.range((from, std::ops::Bound::Unbounded))
                     .next()
@@ -210,11 +211,9 @@ pub(crate) struct Lane {
     pub(crate) usage: u32,
     /// Of which held by attempts that are stopping.
     pub(crate) stopping: u32,
-    /// Of which held by attempts of jobs that may not be interrupted: within the entitlement
-    /// by admission (a lowered limit aside), and never freed by preemption.
-    pub(crate) firm: u32,
-    /// Of which held by attempts that run only within the share's own quota (the firm ones
-    /// and those that may not borrow): counted first against the entitlement.
+    /// Of which held by attempts that run only within the share's own quota (they may not be
+    /// interrupted, or may not borrow): counted first against the entitlement, within it by
+    /// admission (a lowered limit aside), and never freed by a reclaim.
     pub(crate) own_only: u32,
     pub(crate) pending: PendingIndex,
     /// Active (not stopping) attempts in victim order.
@@ -1226,9 +1225,6 @@ impl Scheduler {
                 .expect("lane")
                 .lane(s);
             lane.usage -= att.count;
-            if !att.interruptible {
-                lane.firm -= att.count;
-            }
             if att.own_only() {
                 lane.own_only -= att.count;
             }

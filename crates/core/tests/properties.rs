@@ -194,7 +194,7 @@ struct Run {
 /// Per unit, per share: (entitlement, usage, strategy, allowance) recomputed from views.
 fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing, Option<u32>)> {
     let usage = s.usage(Q).unwrap();
-    let firm = firm_by_share(s);
+    let firm = own_only_by_share(s);
     cfg.shares
         .iter()
         .map(|spec| {
@@ -218,7 +218,7 @@ fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing,
 /// Instances each (share, unit) holds with attempts that run only within their share's own
 /// quota — jobs that may not be interrupted, or may not borrow (stopping attempts included:
 /// they hold their instances until they exit).
-fn firm_by_share(s: &Scheduler) -> BTreeMap<(String, String), u32> {
+fn own_only_by_share(s: &Scheduler) -> BTreeMap<(String, String), u32> {
     let mut firm: BTreeMap<(String, String), u32> = BTreeMap::new();
     for id in s.job_ids() {
         let j = s.job(id).unwrap();
@@ -234,8 +234,8 @@ fn firm_by_share(s: &Scheduler) -> BTreeMap<(String, String), u32> {
     firm
 }
 
-fn firm_held(s: &Scheduler, share: &str, unit: &str) -> u32 {
-    firm_by_share(s)
+fn own_only_held(s: &Scheduler, share: &str, unit: &str) -> u32 {
+    own_only_by_share(s)
         .get(&(share.to_string(), unit.to_string()))
         .copied()
         .unwrap_or(0)
@@ -636,7 +636,7 @@ impl Run {
     /// Jobs that may not be interrupted never hold borrowed capacity: per share and unit, what
     /// they hold is within the entitlement (a lowered limit aside: not in pristine runs).
     fn check_firm_within_entitlement(&self) -> Result<(), TestCaseError> {
-        for ((share, unit), held) in firm_by_share(&self.s) {
+        for ((share, unit), held) in own_only_by_share(&self.s) {
             let spec = self.cfg.shares.iter().find(|s| s.name == share).unwrap();
             let ent = spec.limits.get(unit.as_str()).copied().unwrap_or(0);
             prop_assert!(
@@ -871,7 +871,7 @@ impl Run {
                 if x != s {
                     // Reclaim takes what a share borrows, but never a job that may not be
                     // interrupted (a lowered limit can leave those above the entitlement).
-                    let firm = firm_held(&self.s, &self.cfg.shares[x].name, &unit);
+                    let firm = own_only_held(&self.s, &self.cfg.shares[x].name, &unit);
                     a.1 = a.1.min(a.0.max(firm));
                 }
             }

@@ -14,8 +14,50 @@
 
 use qm_api::qm::{ResumeOutcome, ResumeRecord};
 
+use crate::ops::retention::ArchivedAttempt;
 use crate::state::AttemptRec;
 use crate::usage::lost_instance_hours;
+
+/// What the classifier reads of an attempt, whether a live record, an archived one or the
+/// workload export's borrowed view of one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub(crate) number: u32,
+    pub(crate) started_at: i64,
+    pub(crate) running_at: Option<i64>,
+    pub(crate) stopped_at: Option<i64>,
+    pub(crate) checkpoint_at: Option<i64>,
+    pub(crate) count: u32,
+    pub(crate) steps: qm_executor::Steps,
+}
+
+impl From<&AttemptRec> for Run {
+    fn from(a: &AttemptRec) -> Self {
+        Run {
+            number: a.number,
+            started_at: a.started_at,
+            running_at: a.running_at,
+            stopped_at: a.stopped_at,
+            checkpoint_at: a.checkpoint_at,
+            count: a.count,
+            steps: a.steps,
+        }
+    }
+}
+
+impl From<&ArchivedAttempt> for Run {
+    fn from(a: &ArchivedAttempt) -> Self {
+        Run {
+            number: a.number,
+            started_at: a.started_at,
+            running_at: a.running_at,
+            stopped_at: a.stopped_at,
+            checkpoint_at: a.checkpoint_at,
+            count: a.count,
+            steps: a.steps,
+        }
+    }
+}
 
 /// One record per attempt that directly follows a preempted one, oldest first; `attempts` is
 /// every attempt of one job, in any order, where the first of two with the same number wins.
@@ -27,12 +69,12 @@ pub(crate) fn resumes(attempts: &[&AttemptRec]) -> Vec<ResumeRecord> {
     sorted
         .windows(2)
         .filter(|w| w[0].preempted && w[1].number == w[0].number + 1)
-        .map(|w| classify(w[0], w[1]))
+        .map(|w| classify(&Run::from(w[0]), &Run::from(w[1])))
         .collect()
 }
 
 /// How `next` resumed after the preemption of `preempted`.
-pub(crate) fn classify(preempted: &AttemptRec, next: &AttemptRec) -> ResumeRecord {
+pub(crate) fn classify(preempted: &Run, next: &Run) -> ResumeRecord {
     let checkpoint_step = preempted.steps.checkpoint;
     let previous_last_step = preempted.steps.last;
     let first_step = next.steps.first;
@@ -68,7 +110,7 @@ pub(crate) fn classify(preempted: &AttemptRec, next: &AttemptRec) -> ResumeRecor
 
 /// The preempted attempt's pace: instance-hours per step, from the time its processes ran and
 /// the steps it made; `None` when it made none or has not stopped.
-fn hours_per_step(a: &AttemptRec) -> Option<f64> {
+fn hours_per_step(a: &Run) -> Option<f64> {
     let made = a
         .steps
         .last?
@@ -125,7 +167,7 @@ mod tests {
     fn an_attempt_starting_at_its_checkpoint_resumed_and_recomputed_the_steps_after_it() {
         let before = attempt(1, 0, steps(Some(0), Some(1200), Some(1000)), true);
         let after = attempt(2, 1, steps(Some(1001), Some(2000), None), false);
-        let r = classify(&before, &after);
+        let r = classify(&Run::from(&before), &Run::from(&after));
         assert_eq!(r.outcome, ResumeOutcome::Resumed);
         assert_eq!(
             (r.checkpoint_step, r.previous_last_step, r.first_step),
@@ -141,7 +183,7 @@ mod tests {
     fn an_attempt_starting_below_the_checkpoint_restarted_and_recomputed_everything_before() {
         let before = attempt(1, 0, steps(Some(0), Some(1200), Some(1000)), true);
         let after = attempt(2, 1, steps(Some(0), Some(300), None), false);
-        let r = classify(&before, &after);
+        let r = classify(&Run::from(&before), &Run::from(&after));
         assert_eq!(r.outcome, ResumeOutcome::Restarted);
         assert_eq!(r.recomputed_steps, Some(1200));
         assert!((r.recomputed_instance_hours.unwrap() - 2.0).abs() < 1e-9);
@@ -151,7 +193,7 @@ mod tests {
     fn an_attempt_past_where_the_last_one_stopped_recomputed_nothing() {
         let before = attempt(1, 0, steps(Some(0), Some(1200), Some(1200)), true);
         let after = attempt(2, 1, steps(Some(1201), None, None), false);
-        let r = classify(&before, &after);
+        let r = classify(&Run::from(&before), &Run::from(&after));
         assert_eq!(r.outcome, ResumeOutcome::Resumed);
         assert_eq!(r.recomputed_steps, Some(0));
         assert_eq!(r.recomputed_instance_hours, Some(0.0));
@@ -161,7 +203,7 @@ mod tests {
     fn without_progress_the_resume_is_unknown_and_the_loss_comes_from_checkpoint_times() {
         let before = attempt(1, 0, Steps::default(), true);
         let after = attempt(2, 1, Steps::default(), false);
-        let r = classify(&before, &after);
+        let r = classify(&Run::from(&before), &Run::from(&after));
         assert_eq!(r.outcome, ResumeOutcome::Unknown);
         assert_eq!(r.recomputed_steps, None);
         // Half an hour since the last checkpoint, on 2 instances.
@@ -172,7 +214,10 @@ mod tests {
     fn a_next_attempt_that_has_not_reported_yet_is_unknown() {
         let before = attempt(1, 0, steps(Some(0), Some(1200), Some(1000)), true);
         let after = attempt(2, 1, Steps::default(), false);
-        assert_eq!(classify(&before, &after).outcome, ResumeOutcome::Unknown);
+        assert_eq!(
+            classify(&Run::from(&before), &Run::from(&after)).outcome,
+            ResumeOutcome::Unknown
+        );
     }
 
     #[test]

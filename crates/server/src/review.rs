@@ -21,7 +21,6 @@ use qm_api::review::{
 use qm_api::ApiError;
 
 use crate::archive::{Archive, ArchivedAttempt, ArchivedJob};
-use crate::state::AttemptRec;
 use crate::usage::ShareHistory;
 
 const HOUR_MS: f64 = 3_600_000.0;
@@ -347,7 +346,7 @@ impl Accumulator {
                 continue;
             }
             let next = r.attempts.get(i + 1).filter(|n| n.number == a.number + 1);
-            let resume = next.map(|n| crate::resume::classify(&attempt_rec(a), &attempt_rec(n)));
+            let resume = next.map(|n| crate::resume::classify(&a.into(), &n.into()));
             if let (Some(n), Some(rec)) = (next, &resume) {
                 if in_window(n.started_at) {
                     self.resume(g, n, rec, p);
@@ -429,29 +428,6 @@ fn bump(w: &mut RecoveryWeek, outcome: ResumeOutcome) {
         ResumeOutcome::Resumed => w.resumed += 1,
         ResumeOutcome::Restarted => w.restarted += 1,
         ResumeOutcome::Unknown => w.unknown += 1,
-    }
-}
-
-/// The state's attempt record of an archived attempt: what the resume classifier reads.
-fn attempt_rec(a: &ArchivedAttempt) -> AttemptRec {
-    AttemptRec {
-        attempt: 0,
-        number: a.number,
-        training_job_name: String::new(),
-        started_at: a.started_at,
-        stopped_at: a.stopped_at,
-        status_reason: None,
-        stop_reason: None,
-        preempted: a.preempted,
-        pids: Vec::new(),
-        running_at: a.running_at,
-        instance_type: a.instance_type.clone(),
-        count: a.count,
-        checkpoint_at: a.checkpoint_at,
-        stop_at: a.stop_at,
-        preempted_for: None,
-        steps: a.steps,
-        checkpoints: a.checkpoints,
     }
 }
 

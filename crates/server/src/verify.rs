@@ -41,7 +41,8 @@ impl State {
         let Some(previous) = previous else {
             return;
         };
-        if crate::resume::classify(previous, live).outcome != ResumeOutcome::Resumed {
+        if crate::resume::classify(&previous.into(), &live.into()).outcome != ResumeOutcome::Resumed
+        {
             return;
         }
         let queue = rec.queue.clone();
@@ -81,6 +82,8 @@ impl State {
     pub fn next_verification_expiry(&self) -> Option<i64> {
         self.queues
             .values()
+            // Checked at every tick of the driver: queues without one parse no tags.
+            .filter(|q| !q.verified_resume.is_empty())
             .flat_map(|q| {
                 let classes = defined(&q.tags);
                 q.verified_resume.iter().map(move |(class, at)| {

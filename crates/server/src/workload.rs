@@ -16,7 +16,7 @@ use qm_api::ApiError;
 use serde::Deserialize;
 
 use crate::archive::{ArchivedAttempt, ArchivedJob};
-use crate::state::{AttemptRec, State};
+use crate::state::State;
 use crate::usage::lost_instance_hours;
 
 const HOUR_MS: f64 = 3_600_000.0;
@@ -397,7 +397,7 @@ fn recomputed_ms(ended: &[&AttemptView]) -> f64 {
     for w in ended.windows(2) {
         let (before, after) = (w[0], w[1]);
         if before.preempted && after.number == before.number + 1 {
-            let r = crate::resume::classify(&record(before), &record(after));
+            let r = crate::resume::classify(&run(before), &run(after));
             let hours = r.recomputed_instance_hours.unwrap_or(0.0);
             ms += hours * HOUR_MS / f64::from(before.count.max(1));
         }
@@ -425,26 +425,16 @@ fn checkpoint_interval_s(ended: &[&AttemptView]) -> Option<u64> {
     (n > 0).then(|| ((ms as f64 / n as f64 / 1000.0).round() as u64).max(1))
 }
 
-/// The resume classifier reads attempt records; an attempt's view holds what it needs.
-fn record(a: &AttemptView) -> AttemptRec {
-    AttemptRec {
-        attempt: 0,
+/// What the resume classifier reads of an attempt's view.
+fn run(a: &AttemptView) -> crate::resume::Run {
+    crate::resume::Run {
         number: a.number,
-        training_job_name: String::new(),
         started_at: a.started_at,
-        stopped_at: a.stopped_at,
-        status_reason: None,
-        stop_reason: None,
-        preempted: a.preempted,
-        pids: Vec::new(),
         running_at: a.running_at,
-        instance_type: a.instance_type.to_string(),
-        count: a.count,
+        stopped_at: a.stopped_at,
         checkpoint_at: a.checkpoint_at,
-        stop_at: None,
-        preempted_for: None,
+        count: a.count,
         steps: a.steps,
-        checkpoints: a.checkpoints,
     }
 }
 

@@ -1196,6 +1196,15 @@ fn a_job_whose_max_runtime_ends_before_the_aged_head_could_start_is_not_backfill
     assert_eq!(core.attempt(attempt).unwrap().backfill_for, None);
 }
 
+/// What an attempt's progress file reported.
+fn steps(first: Option<u64>, last: Option<u64>, checkpoint: Option<u64>) -> qm_executor::Steps {
+    qm_executor::Steps {
+        first,
+        last,
+        checkpoint,
+    }
+}
+
 /// A stopping attempt exits as a killed process does; its job's next attempt starts at once:
 /// that attempt.
 fn killed_and_started_again(w: &mut World, attempt: u64) -> u64 {
@@ -1220,11 +1229,6 @@ fn the_steps_of_a_preempted_attempt_classify_the_next_one_and_survive_a_snapshot
     let mut w = World::new();
     demo_setup(&mut w);
     let first = launched(&w.submit("learner", "QS2", 0))[0].1;
-    let steps = |first, last, checkpoint| qm_executor::Steps {
-        first,
-        last,
-        checkpoint,
-    };
     w.one(Command::AttemptRunning {
         attempt: first,
         pids: vec![42],
@@ -1302,11 +1306,6 @@ fn a_class_borrows_once_a_drill_resumed_one_of_its_jobs_until_its_verify_days_pa
     assert!(waiting.starts_with("RESUME_UNVERIFIED - "), "{waiting}");
 
     // A drill of a: its next attempt goes on from the checkpoint, which verifies the class.
-    let steps = |first, last, checkpoint| qm_executor::Steps {
-        first,
-        last,
-        checkpoint,
-    };
     w.one(Command::AttemptRunning {
         attempt: first,
         pids: vec![],

@@ -81,7 +81,7 @@ pub struct LiveJob {
     pub created_at: i64,
     /// Whether a reclaim or a lowered limit may take it back: not when it may not be
     /// interrupted or may not borrow yet (its status reason says so).
-    pub interruptible: bool,
+    pub reclaimable: bool,
 }
 
 /// Everything a plan compares against.
@@ -368,7 +368,7 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
                         .max(0.0) as u32,
                     priority: 0,
                     created_at: j.get("createdAt").and_then(Value::as_i64).unwrap_or(0),
-                    interruptible: !str_of(j, "statusReason").is_some_and(|r| {
+                    reclaimable: !str_of(j, "statusReason").is_some_and(|r| {
                         r.ends_with(qm_api::class::FIRM_NOTE)
                             || r.ends_with(qm_api::class::UNVERIFIED_NOTE)
                     }),

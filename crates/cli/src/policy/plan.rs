@@ -573,7 +573,7 @@ fn victim_order(a: &LiveJob, b: &LiveJob) -> std::cmp::Ordering {
 fn likely_victims<'a>(jobs: &'a [LiveJob], share: Option<&str>, unit: &str) -> Vec<&'a LiveJob> {
     let mut v: Vec<&LiveJob> = jobs
         .iter()
-        .filter(|j| j.state == JobState::Running && j.unit == unit && j.interruptible)
+        .filter(|j| j.state == JobState::Running && j.unit == unit && j.reclaimable)
         .filter(|j| share.is_none_or(|s| j.share == s))
         .collect();
     v.sort_by(|a, b| victim_order(a, b));
@@ -587,7 +587,7 @@ fn kept_above(jobs: &[LiveJob], share: &str, unit: &str, limit: u32) -> Vec<JobR
     let firm: Vec<&LiveJob> = jobs
         .iter()
         .filter(|j| j.state == JobState::Running && j.unit == unit && j.share == share)
-        .filter(|j| !j.interruptible)
+        .filter(|j| !j.reclaimable)
         .collect();
     if firm.iter().map(|j| j.count).sum::<u32>() <= limit {
         return Vec::new();
@@ -974,7 +974,7 @@ mod tests {
                     count: 1,
                     priority,
                     created_at: i as i64,
-                    interruptible: true,
+                    reclaimable: true,
                 })
                 .collect(),
             jobs_truncated: false,
@@ -1036,7 +1036,7 @@ mod tests {
             ],
         );
         for j in &mut server.jobs {
-            j.interruptible = j.name == "loose";
+            j.reclaimable = j.name == "loose";
         }
         let after = desired(vec![
             share("a", 1, Strategy::LendAndBorrow, -1),
