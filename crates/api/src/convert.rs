@@ -53,6 +53,7 @@ pub fn share_spec<L: CapacityLimitEntry>(
         enabled: state == QuotaShareState::Enabled,
         min_runtime_ms,
         max_preemptions_per_hour,
+        weight: crate::validate::weight(tags),
     }
 }
 

@@ -176,6 +176,20 @@ pub const TAG_LEADS: &str = "qm:leads";
 /// Quota-share tag (a qm extension): the highest priority submitters who are not leads may
 /// submit with or raise a job to.
 pub const TAG_MAX_PRIORITY: &str = "qm:max-priority";
+/// Quota-share tag (a qm extension): the share's weight under `FAIR_SHARE` idle assignment,
+/// a whole number from 1 to [`MAX_WEIGHT`] (default 1).
+pub const TAG_WEIGHT: &str = "qm:weight";
+/// The highest weight a share or group may have.
+pub const MAX_WEIGHT: u32 = 10_000;
+
+/// A share's weight from its tags: 1 when absent (validation refuses a bad value first).
+pub fn weight(tags: &BTreeMap<String, String>) -> u32 {
+    tags.get(TAG_WEIGHT)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=MAX_WEIGHT).contains(n))
+        .unwrap_or(1)
+}
+
 /// The longest minimum run time a share may ask for: a week.
 pub const MAX_MIN_RUNTIME_SECONDS: u64 = 7 * 24 * 3600;
 /// The highest preemption cap a share may ask for.
@@ -204,6 +218,16 @@ pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(
     for key in [TAG_SUBMITTERS, TAG_LEADS] {
         if let Some(v) = tags.get(key) {
             principal_list(&format!("{field}.{key}"), v)?;
+        }
+    }
+    if let Some(v) = tags.get(TAG_WEIGHT) {
+        if !v
+            .parse::<u32>()
+            .is_ok_and(|n| (1..=MAX_WEIGHT).contains(&n))
+        {
+            return fail(format!(
+                "{field}.{TAG_WEIGHT} is '{v}': give a whole number from 1 to {MAX_WEIGHT}, the share's weight when idle capacity is shared fairly (default 1)"
+            ));
         }
     }
     if let Some(v) = tags.get(TAG_MAX_PRIORITY) {

@@ -17,7 +17,7 @@ use std::fmt;
 
 use qm_core::{
     CoreError, Effect, Exit, Input, JobId, JobSpec, JobStatus, Millis, PendingReason, Policy,
-    QueueSpec, Scheduler, ShareSpec,
+    Scheduler, ShareSpec,
 };
 
 use crate::scenario::{BorrowWhen, Expect, Scenario, Step};
@@ -187,10 +187,7 @@ impl Runner {
     }
 
     fn setup(&mut self, scenario: &Scenario) -> Result<(), Problem> {
-        let queue = QueueSpec {
-            name: QUEUE.into(),
-            environment: scenario.environment.clone(),
-        };
+        let queue = scenario.queue_spec(QUEUE);
         self.drive(Some(Input::PutQueue(queue)))?;
         for decl in &scenario.shares {
             let default = decl.default_class.as_ref();

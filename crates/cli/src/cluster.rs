@@ -12,7 +12,11 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::Error;
-use crate::scenario::{admins, check_classes, checked_seq, ClassDecl, ShareDecl};
+use qm_core::IdleAssignment;
+
+use crate::scenario::{
+    admins, check_classes, check_groups, checked_seq, ClassDecl, GroupDecl, ShareDecl,
+};
 
 /// A cluster file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -53,6 +57,17 @@ pub struct ClusterFile {
     /// Absent = the queue's classes are not the file's business (as with `admins`).
     #[serde(default)]
     pub classes: Option<Vec<ClassDecl>>,
+    /// How idle capacity goes to waiting borrowers: `FIFO` (default) or `FAIR_SHARE`. On a
+    /// server, the scheduling policy's tag `qm:idle-assignment`.
+    #[serde(default)]
+    pub idle_assignment: IdleAssignment,
+    /// Whether a waiting borrower may preempt other shares' borrowed jobs for fairness (tag
+    /// `qm:fair-reclaim`).
+    #[serde(default)]
+    pub fair_reclaim: bool,
+    /// Groups of shares (on a server, `PUT /qm/v1/queues/{queue}/groups`).
+    #[serde(default)]
+    pub groups: Vec<GroupDecl>,
 }
 
 impl ClusterFile {
@@ -62,6 +77,9 @@ impl ClusterFile {
             environment: self.environment.clone(),
             shares: self.shares.iter().map(ShareDecl::spec).collect(),
             tenants: self.tenants.clone(),
+            idle_assignment: self.idle_assignment,
+            fair_reclaim: self.fair_reclaim,
+            groups: self.groups.iter().map(GroupDecl::spec).collect(),
         }
     }
 }
@@ -106,6 +124,7 @@ pub fn parse(src: &str, path: &Path) -> Result<ClusterFile, Error> {
         ));
     }
     check_classes(file.classes.as_deref().unwrap_or_default(), &file.shares).map_err(invalid)?;
+    check_groups(&file.groups, &file.shares, &file.environment).map_err(invalid)?;
     for (tenant, share) in &file.tenants {
         if !seen.contains(share.as_str()) {
             return Err(invalid(format!(

@@ -22,7 +22,7 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use qm_core::{PendingReason, ShareSpec, Strategy};
+use qm_core::{GroupSpec, IdleAssignment, PendingReason, QueueSpec, ShareSpec, Strategy};
 
 use crate::error::Error;
 
@@ -48,6 +48,133 @@ pub struct Scenario {
     /// that do not say `interruptible` may be interrupted.
     #[serde(default)]
     pub classes: Vec<ClassDecl>,
+    /// How idle capacity goes to waiting borrowers: `FIFO` (default) or `FAIR_SHARE`.
+    #[serde(default)]
+    pub idle_assignment: IdleAssignment,
+    /// Whether a waiting borrower may preempt other shares' borrowed jobs for fairness.
+    #[serde(default)]
+    pub fair_reclaim: bool,
+    /// Groups of shares (departments).
+    #[serde(default)]
+    pub groups: Vec<GroupDecl>,
+}
+
+impl Scenario {
+    /// The scenario's one queue, as the core takes it.
+    pub fn queue_spec(&self, name: &str) -> QueueSpec {
+        QueueSpec {
+            name: name.into(),
+            environment: self.environment.clone(),
+            idle_assignment: self.idle_assignment,
+            fair_reclaim: self.fair_reclaim,
+            groups: self.groups.iter().map(GroupDecl::spec).collect(),
+        }
+    }
+}
+
+/// A group of shares under `groups` (a department): its members lend to each other first,
+/// its `limits` cap what they hold together, its `weight` counts between groups under
+/// `FAIR_SHARE`. On a server: `PUT /qm/v1/queues/{queue}/groups`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupDecl {
+    /// Unique among the groups.
+    pub name: String,
+    /// Member shares, by name; a share is in at most one group.
+    pub shares: Vec<String>,
+    /// Instance type -> the most instances the members may hold together.
+    #[serde(default)]
+    pub limits: BTreeMap<String, u32>,
+    /// Weight between groups (and ungrouped shares) under `FAIR_SHARE`, 1 to 10000
+    /// (default 1).
+    #[serde(default)]
+    pub weight: Option<u32>,
+}
+
+impl GroupDecl {
+    /// The core's view of the group.
+    pub fn spec(&self) -> GroupSpec {
+        GroupSpec {
+            name: self.name.clone(),
+            shares: self.shares.clone(),
+            limits: self.limits.clone(),
+            weight: self.weight.unwrap_or(1),
+        }
+    }
+}
+
+/// Checks `groups` against the shares and the environment, and every share's `weight`:
+/// unique group names, members that are declared shares in at most one group, limits on
+/// instance types of the environment, weights from 1 to 10000.
+pub fn check_groups(
+    groups: &[GroupDecl],
+    shares: &[ShareDecl],
+    environment: &BTreeMap<String, u32>,
+) -> Result<(), String> {
+    let max = qm_api::validate::MAX_WEIGHT;
+    for (i, s) in shares.iter().enumerate() {
+        if let Some(w) = s.weight.filter(|w| !(1..=max).contains(w)) {
+            return Err(format!(
+                "shares[{i}].weight: {w} is out of range: give a whole number from 1 to {max} (default 1)"
+            ));
+        }
+    }
+    let mut names = BTreeSet::new();
+    let mut member_of: BTreeMap<&str, &str> = BTreeMap::new();
+    let declared = || {
+        shares
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (i, g) in groups.iter().enumerate() {
+        if !qm_api::class::is_class_name(&g.name) {
+            return Err(format!(
+                "groups[{i}].name: `{}` is not a group name: use 1 to 64 letters, digits, `_` and `-`",
+                g.name
+            ));
+        }
+        if !names.insert(g.name.as_str()) {
+            return Err(format!(
+                "groups[{i}].name: group `{}` is declared twice",
+                g.name
+            ));
+        }
+        if g.shares.is_empty() {
+            return Err(format!(
+                "groups[{i}].shares: the list is empty: name the shares of group `{}`",
+                g.name
+            ));
+        }
+        for (j, m) in g.shares.iter().enumerate() {
+            if !shares.iter().any(|s| &s.name == m) {
+                return Err(format!(
+                    "groups[{i}].shares[{j}]: `{m}` is not one of the shares ({})",
+                    declared()
+                ));
+            }
+            if let Some(other) = member_of.insert(m, &g.name) {
+                return Err(format!(
+                    "groups[{i}].shares[{j}]: share `{m}` is already in group `{other}`; a share belongs to at most one group"
+                ));
+            }
+        }
+        for unit in g.limits.keys() {
+            if !environment.contains_key(unit) {
+                return Err(format!(
+                    "groups[{i}].limits.{unit}: `{unit}` is not an instance type of the environment ({})",
+                    environment.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        if let Some(w) = g.weight.filter(|w| !(1..=max).contains(w)) {
+            return Err(format!(
+                "groups[{i}].weight: {w} is out of range: give a whole number from 1 to {max} (default 1)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A share's strategy, spelled as in AWS.
@@ -145,6 +272,9 @@ pub struct ShareDecl {
     /// The classes its jobs may use (tag `qm:classes`); absent = every class of the file.
     #[serde(default)]
     pub classes: Option<Vec<String>>,
+    /// Its weight under `FAIR_SHARE` idle assignment, 1 to 10000 (tag `qm:weight`; default 1).
+    #[serde(default)]
+    pub weight: Option<u32>,
 }
 
 /// A job class under the top-level `classes` (issue 19's interruption contracts; on a server
@@ -298,6 +428,7 @@ impl ShareDecl {
             enabled: self.state == ShareState::Enabled,
             min_runtime_ms: self.min_runtime_seconds.unwrap_or(0).saturating_mul(1000),
             max_preemptions_per_hour: self.max_preemptions_per_hour.unwrap_or(0),
+            weight: self.weight.unwrap_or(1),
         }
     }
 }
@@ -1066,10 +1197,12 @@ pub fn parse(src: &str, path: &Path) -> Result<Vec<Scenario>, Error> {
         scenario
             .check_shares()
             .map_err(|m| malformed(document, locate(src, document, m)))?;
-        check_classes(&scenario.classes, &scenario.shares).map_err(|message| Error::Invalid {
-            path: path.to_path_buf(),
-            message: format!("document {document}: {message}"),
-        })?;
+        check_classes(&scenario.classes, &scenario.shares)
+            .and_then(|()| check_groups(&scenario.groups, &scenario.shares, &scenario.environment))
+            .map_err(|message| Error::Invalid {
+                path: path.to_path_buf(),
+                message: format!("document {document}: {message}"),
+            })?;
         scenarios.push(scenario);
     }
     if scenarios.is_empty() {

@@ -103,6 +103,7 @@ fn configured() -> Scheduler {
         Input::PutQueue(QueueSpec {
             name: QUEUE.into(),
             environment: UNITS.iter().map(|u| (u.to_string(), ENVIRONMENT)).collect(),
+            ..Default::default()
         }),
     )
     .expect("queue");

@@ -48,7 +48,7 @@ impl Scheduler {
             accounts[x].usage = accounts[x].usage.saturating_sub(gone);
         }
         let fits = |a: &[Account]| {
-            ledger::allowed_add(&ledger::pressure(view.ceiling, a), &a[s], s, c).is_ok()
+            ledger::allowed_add(&ledger::pressure(&view.ceiling, a), &a[s], s, c).is_ok()
         };
         if fits(&accounts) {
             return Some(now);

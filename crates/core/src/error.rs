@@ -74,6 +74,20 @@ pub enum CoreError {
     /// A borrow limit below -1.
     #[error("borrowLimit {0} is invalid: use -1 for unlimited or a percentage of at least 0")]
     InvalidBorrowLimit(i32),
+    /// A weight of zero.
+    #[error("the weight of {what} is 0: use a whole number of at least 1 (the default)")]
+    InvalidWeight {
+        /// Whose weight.
+        what: String,
+    },
+    /// A group of shares that does not hold together.
+    #[error("group '{group}' is invalid: {why}")]
+    InvalidGroup {
+        /// The group's name.
+        group: String,
+        /// What to fix.
+        why: String,
+    },
     /// The priority of a job that already finished.
     #[error("job {0} has already finished; its priority can no longer change")]
     JobFinished(JobId),

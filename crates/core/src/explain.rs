@@ -65,7 +65,9 @@ impl Scheduler {
         match self.decide(id, &view) {
             Decision::Wait(violation) => {
                 Some(self.protected_victims(id, &view).unwrap_or_else(|| {
-                    self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation)
+                    let reason =
+                        self.wait_reason(id, &view.for_share(usize::from(job.share.0)), violation);
+                    self.behind_fair_share(id, reason)
                 }))
             }
             Decision::Release(instances) => Some(PendingReason::WaitingForRelease { instances }),

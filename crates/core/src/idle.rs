@@ -64,12 +64,15 @@ impl IdleCause {
     /// its own reason, which is what keeps it off the free capacity.
     pub fn of(reason: &PendingReason) -> IdleCause {
         match reason {
-            PendingReason::Reserved { reason, .. } => IdleCause::of(reason),
+            PendingReason::Reserved { reason, .. }
+            | PendingReason::BehindFairShare { reason, .. } => IdleCause::of(reason),
             PendingReason::HeldForOlderJob { .. }
             | PendingReason::BackfillFinishing { .. }
             | PendingReason::ReservedForOthers => IdleCause::Reservation,
             PendingReason::NothingToBorrow { .. } => IdleCause::Reserve,
-            PendingReason::BorrowLimitReached { .. } => IdleCause::BorrowLimit,
+            PendingReason::BorrowLimitReached { .. } | PendingReason::GroupLimitReached { .. } => {
+                IdleCause::BorrowLimit
+            }
             PendingReason::OwnQuotaFull { .. }
             | PendingReason::NotInterruptible { .. }
             | PendingReason::ResumeUnverified { .. } => IdleCause::NoBorrowing,

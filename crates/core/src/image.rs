@@ -19,7 +19,7 @@ use crate::error::CoreError;
 use crate::model::*;
 use crate::reason::Misconfiguration;
 use crate::scheduler::{
-    Attempt, Hold, Job, Lane, Patience, Policy, Queue, Scheduler, Share, UnitLanes,
+    Attempt, Group, Hold, Job, Lane, Patience, Policy, Queue, Scheduler, Share, UnitLanes,
 };
 
 fn is_zero(n: &u32) -> bool {
@@ -61,6 +61,15 @@ pub struct QueueImage {
     pub shares: Vec<ShareImage>,
     /// The units the queue has lanes on, with what the last pass left on them.
     pub units: Vec<UnitImage>,
+    /// How idle capacity goes to borrowers (images written before fair sharing: FIFO).
+    #[serde(default)]
+    pub idle_assignment: IdleAssignment,
+    /// Whether borrowers preempt each other for fairness (before fair sharing: no).
+    #[serde(default)]
+    pub fair_reclaim: bool,
+    /// Groups of shares (before groups: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupSpec>,
 }
 
 /// One share.
@@ -377,6 +386,9 @@ fn queue_image(q: &Queue) -> QueueImage {
             })
             .collect(),
         units,
+        idle_assignment: q.idle_assignment,
+        fair_reclaim: q.fair_reclaim,
+        groups: q.groups.iter().map(|g| g.spec.clone()).collect(),
     }
 }
 
@@ -455,14 +467,27 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
         };
         lanes.insert(check_unit(ui.unit)?, ul);
     }
-    Ok(Queue {
-        name: qi.name,
-        environment,
-        shares,
-        share_ix,
-        units: lanes,
-        parked: Default::default(),
-    })
+    let mut groups = Vec::new();
+    for g in qi.groups {
+        let mut limits = BTreeMap::new();
+        for (name, n) in &g.limits {
+            let u = s.unit_ix.get(name).copied().ok_or_else(|| {
+                CoreError::BadImage(format!("group {} names unknown unit {name}", g.name))
+            })?;
+            limits.insert(u, *n);
+        }
+        groups.push(Group { spec: g, limits });
+    }
+    let mut queue = Queue::new(qi.name);
+    queue.environment = environment;
+    queue.shares = shares;
+    queue.share_ix = share_ix;
+    queue.units = lanes;
+    queue.idle_assignment = qi.idle_assignment;
+    queue.fair_reclaim = qi.fair_reclaim;
+    queue.groups = groups;
+    queue.regroup();
+    Ok(queue)
 }
 
 fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {

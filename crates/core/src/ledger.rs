@@ -63,13 +63,36 @@ impl Account {
 }
 
 /// The limits of one unit that are not per share.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ceiling {
     /// The service environment's limit for the unit (0 when it has none).
     pub environment: u32,
     /// Physical instances not held by *other* queues, when the executor reports a physical
     /// capacity for the unit; `None` = no physical limit beyond the environment.
     pub physical_for_queue: Option<u32>,
+    /// Groups of shares with a limit on the unit: per group, the most instances its members
+    /// may hold together (`None` = the group does not cap the unit).
+    pub groups: Vec<Option<u32>>,
+    /// Per share (by index): its group, an index into `groups`. Empty when the queue has no
+    /// groups.
+    pub group_of: Vec<Option<u8>>,
+}
+
+impl Ceiling {
+    /// A unit limited by its environment (and physical instances) alone.
+    pub fn new(environment: u32, physical_for_queue: Option<u32>) -> Self {
+        Ceiling {
+            environment,
+            physical_for_queue,
+            ..Default::default()
+        }
+    }
+
+    /// Share `s`'s group, when that group caps the unit.
+    fn capped_group(&self, s: usize) -> Option<usize> {
+        let g = usize::from(self.group_of.get(s).copied().flatten()?);
+        self.groups.get(g)?.map(|_| g)
+    }
 }
 
 /// Whether a share's usage ends within its entitlement (own capacity) or above it.
@@ -92,6 +115,11 @@ pub struct Pressure {
     pub lending: i64,
     /// Per share: `borrowed - allowance` (very negative when unlimited).
     pub borrowing: Vec<i64>,
+    /// Per group: `Σ members' U - the group's limit` (very negative when it has none).
+    pub groups: Vec<i64>,
+    /// Per share: the group whose limit binds it (copied from the [`Ceiling`], so that
+    /// [`allowed_add`] needs nothing else).
+    pub group_of: Vec<Option<u8>>,
 }
 
 /// Which constraint a change would break; the first one found, in this order.
@@ -105,6 +133,8 @@ pub enum Violation {
     Lending,
     /// The share at this index would borrow beyond its borrow limit.
     BorrowLimit(usize),
+    /// The group at this index would hold more than its limit.
+    Group(usize),
     /// Borrowing would take capacity that another share's waiting owner needs, or that a job
     /// of another share preempted for (decided by the pass, not by this module).
     Reserved,
@@ -158,12 +188,10 @@ pub fn flows(accounts: &[Account]) -> Vec<(usize, usize, f64)> {
 }
 
 /// Computes how far `accounts` are over each constraint.
-pub fn pressure(ceiling: Ceiling, accounts: &[Account]) -> Pressure {
+pub fn pressure(ceiling: &Ceiling, accounts: &[Account]) -> Pressure {
     let mut p = Pressure {
-        environment: 0,
-        physical: 0,
-        lending: 0,
         borrowing: Vec::with_capacity(accounts.len()),
+        ..Default::default()
     };
     pressure_into(ceiling, accounts, &mut p);
     p
@@ -171,7 +199,24 @@ pub fn pressure(ceiling: Ceiling, accounts: &[Account]) -> Pressure {
 
 /// [`pressure`] into an existing value, reusing its allocation (the pass recomputes it after
 /// every start).
-pub fn pressure_into(ceiling: Ceiling, accounts: &[Account], p: &mut Pressure) {
+pub fn pressure_into(ceiling: &Ceiling, accounts: &[Account], p: &mut Pressure) {
+    p.groups.clear();
+    p.group_of.clear();
+    if ceiling.groups.iter().any(Option::is_some) {
+        p.groups.extend(
+            ceiling
+                .groups
+                .iter()
+                .map(|l| l.map_or(i64::MIN / 2, |l| -i64::from(l))),
+        );
+        for (s, a) in accounts.iter().enumerate() {
+            let g = ceiling.capped_group(s);
+            p.group_of.push(g.map(|g| g as u8));
+            if let Some(g) = g {
+                p.groups[g] += i64::from(a.usage);
+            }
+        }
+    }
     let mut total = 0i64;
     let mut borrowed = 0i64;
     let mut lendable = 0i64;
@@ -217,6 +262,11 @@ pub fn allowed(before: &Pressure, after: &Pressure, route: Route) -> Result<(), 
             }
         }
     }
+    for (g, (b, a)) in before.groups.iter().zip(&after.groups).enumerate() {
+        if worse(*b, *a) {
+            return Err(Violation::Group(g));
+        }
+    }
     Ok(())
 }
 
@@ -243,12 +293,21 @@ pub fn allowed_add(before: &Pressure, a: &Account, s: usize, c: u32) -> Result<(
     if route == Route::Borrow && worse(before.borrowing[s], before.borrowing[s] + borrowed) {
         return Err(Violation::BorrowLimit(s));
     }
+    if let Some(g) = before.group_of.get(s).copied().flatten().map(usize::from) {
+        if worse(before.groups[g], before.groups[g] + c) {
+            return Err(Violation::Group(g));
+        }
+    }
     Ok(())
 }
 
 /// Whether a state is admissible in the absolute sense (every constraint holds).
 pub fn admissible(p: &Pressure) -> bool {
-    p.environment <= 0 && p.physical <= 0 && p.lending <= 0 && p.borrowing.iter().all(|b| *b <= 0)
+    p.environment <= 0
+        && p.physical <= 0
+        && p.lending <= 0
+        && p.borrowing.iter().all(|b| *b <= 0)
+        && p.groups.iter().all(|g| *g <= 0)
 }
 
 #[cfg(test)]
@@ -265,10 +324,9 @@ mod tests {
         }
     }
 
-    const ENV3: Ceiling = Ceiling {
-        environment: 3,
-        physical_for_queue: None,
-    };
+    fn env3() -> Ceiling {
+        Ceiling::new(3, None)
+    }
 
     fn demo(u1: u32, u2: u32, u3: u32) -> Vec<Account> {
         vec![
@@ -282,7 +340,7 @@ mod tests {
         let mut a = accounts.to_vec();
         let route = a[s].route(c);
         a[s].usage += c;
-        (pressure(ENV3, &a), route)
+        (pressure(&env3(), &a), route)
     }
 
     #[test]
@@ -354,10 +412,10 @@ mod tests {
 
     #[test]
     fn demo_step_one_borrows_the_lend_share_but_not_the_reserve_share() {
-        let before = pressure(ENV3, &demo(1, 0, 0));
+        let before = pressure(&env3(), &demo(1, 0, 0));
         let (after, route) = add(&demo(1, 0, 0), 0, 1);
         assert_eq!(allowed(&before, &after, route), Ok(()));
-        let before = pressure(ENV3, &demo(2, 0, 0));
+        let before = pressure(&env3(), &demo(2, 0, 0));
         let (after, route) = add(&demo(2, 0, 0), 0, 1);
         assert_eq!(allowed(&before, &after, route), Err(Violation::Lending));
     }
@@ -366,18 +424,18 @@ mod tests {
     fn demo_step_two_owner_return_makes_the_borrow_unbacked() {
         // QS1 holds 2 (1 borrowed from QS2); QS2 takes its own instance back. QS3's idle
         // instance is RESERVEd and nobody else's capacity is unassigned.
-        let before = pressure(ENV3, &demo(2, 0, 0));
+        let before = pressure(&env3(), &demo(2, 0, 0));
         let (after, route) = add(&demo(2, 0, 0), 1, 1);
         assert_eq!(allowed(&before, &after, route), Err(Violation::Lending));
         // Once the borrower is gone, the owner fits.
-        let before = pressure(ENV3, &demo(1, 0, 0));
+        let before = pressure(&env3(), &demo(1, 0, 0));
         let (after, route) = add(&demo(1, 0, 0), 1, 1);
         assert_eq!(allowed(&before, &after, route), Ok(()));
     }
 
     #[test]
     fn reserve_owner_can_use_its_idle_instance_next_to_a_borrower() {
-        let before = pressure(ENV3, &demo(2, 0, 0));
+        let before = pressure(&env3(), &demo(2, 0, 0));
         let (after, route) = add(&demo(2, 0, 0), 2, 1);
         assert_eq!(allowed(&before, &after, route), Ok(()));
     }
@@ -386,70 +444,58 @@ mod tests {
     fn capacity_nobody_is_entitled_to_backs_no_borrower() {
         // Environment 10; L is entitled to 1 and B (LEND_AND_BORROW, 0) borrows it. The 9
         // instances nobody owns are not lendable: B may not borrow a second one.
-        let c = Ceiling {
-            environment: 10,
-            physical_for_queue: None,
-        };
+        let c = Ceiling::new(10, None);
         let before = pressure(
-            c,
+            &c,
             &[acct(1, 0, Lend, Some(0)), acct(0, 1, LendAndBorrow, None)],
         );
         let more = [acct(1, 0, Lend, Some(0)), acct(0, 2, LendAndBorrow, None)];
         assert_eq!(
-            allowed(&before, &pressure(c, &more), Route::Borrow),
+            allowed(&before, &pressure(&c, &more), Route::Borrow),
             Err(Violation::Lending)
         );
         // And L's owner taking its instance back needs the borrower gone.
         let owner = [acct(1, 1, Lend, Some(0)), acct(0, 1, LendAndBorrow, None)];
         assert_eq!(
-            allowed(&before, &pressure(c, &owner), Route::Own),
+            allowed(&before, &pressure(&c, &owner), Route::Own),
             Err(Violation::Lending)
         );
     }
 
     #[test]
     fn borrow_limit_rounds_down_and_caps_each_share() {
-        let c = Ceiling {
-            environment: 10,
-            physical_for_queue: None,
-        };
+        let c = Ceiling::new(10, None);
         let accounts = [
             acct(2, 3, LendAndBorrow, Some(1)),
             acct(4, 0, Lend, Some(0)),
         ];
-        let before = pressure(c, &accounts);
+        let before = pressure(&c, &accounts);
         let more = [
             acct(2, 4, LendAndBorrow, Some(1)),
             acct(4, 0, Lend, Some(0)),
         ];
         assert_eq!(
-            allowed(&before, &pressure(c, &more), Route::Borrow),
+            allowed(&before, &pressure(&c, &more), Route::Borrow),
             Err(Violation::BorrowLimit(0))
         );
     }
 
     #[test]
     fn environment_limit_binds_before_lending() {
-        let c = Ceiling {
-            environment: 2,
-            physical_for_queue: None,
-        };
-        let before = pressure(c, &demo(1, 1, 0));
+        let c = Ceiling::new(2, None);
+        let before = pressure(&c, &demo(1, 1, 0));
         assert_eq!(
-            allowed(&before, &pressure(c, &demo(1, 1, 1)), Route::Own),
+            allowed(&before, &pressure(&c, &demo(1, 1, 1)), Route::Own),
             Err(Violation::Environment)
         );
     }
 
     #[test]
     fn physical_capacity_binds_when_lower_than_the_environment() {
-        let c = Ceiling {
-            environment: 3,
-            physical_for_queue: Some(1),
-        };
-        let before = pressure(c, &demo(1, 0, 0));
+        let c = Ceiling::new(3, Some(1));
+        let before = pressure(&c, &demo(1, 0, 0));
         assert_eq!(
-            allowed(&before, &pressure(c, &demo(1, 1, 0)), Route::Own),
+            allowed(&before, &pressure(&c, &demo(1, 1, 0)), Route::Own),
             Err(Violation::Physical)
         );
     }
@@ -457,20 +503,17 @@ mod tests {
     #[test]
     fn an_existing_excess_may_stay_but_not_grow() {
         // QS2's limit was lowered to 0 while it held 2, in an environment of exactly 2 + 2.
-        let c = Ceiling {
-            environment: 4,
-            physical_for_queue: None,
-        };
+        let c = Ceiling::new(4, None);
         let lowered = [acct(2, 0, Reserve, Some(0)), acct(0, 2, Lend, Some(0))];
-        let before = pressure(c, &lowered);
+        let before = pressure(&c, &lowered);
         assert!(!admissible(&before));
         // The RESERVE owner may use its idle capacity.
         let owner = [acct(2, 2, Reserve, Some(0)), acct(0, 2, Lend, Some(0))];
-        assert_eq!(allowed(&before, &pressure(c, &owner), Route::Own), Ok(()));
+        assert_eq!(allowed(&before, &pressure(&c, &owner), Route::Own), Ok(()));
         // The lowered share may not add to its excess: that would be new borrowing.
         let grow = [acct(2, 0, Reserve, Some(0)), acct(0, 3, Lend, Some(0))];
         assert_eq!(
-            allowed(&before, &pressure(c, &grow), Route::Borrow),
+            allowed(&before, &pressure(&c, &grow), Route::Borrow),
             Err(Violation::Lending)
         );
     }
@@ -478,18 +521,9 @@ mod tests {
     #[test]
     fn allowed_add_agrees_with_allowed_on_every_small_state() {
         let strategies = [Reserve, Lend, LendAndBorrow];
-        let ceilings = [
-            Ceiling {
-                environment: 3,
-                physical_for_queue: None,
-            },
-            Ceiling {
-                environment: 5,
-                physical_for_queue: Some(2),
-            },
-        ];
+        let ceilings = [Ceiling::new(3, None), Ceiling::new(5, Some(2))];
         let mut checked = 0;
-        for ceiling in ceilings {
+        for ceiling in &ceilings {
             for s1 in strategies {
                 for s2 in strategies {
                     for i in 0..81u32 {
@@ -515,10 +549,7 @@ mod tests {
     #[test]
     fn from_an_admissible_state_an_allowed_admission_stays_admissible() {
         let strategies = [Reserve, Lend, LendAndBorrow];
-        let c = Ceiling {
-            environment: 4,
-            physical_for_queue: None,
-        };
+        let c = Ceiling::new(4, None);
         let mut checked = 0;
         for s1 in strategies {
             for s2 in strategies {
@@ -528,14 +559,14 @@ mod tests {
                         let al1 = if s1.borrows() { Some(l1) } else { Some(0) };
                         let al2 = if s2.borrows() { Some(l2) } else { Some(0) };
                         let b = [acct(l1, u1, s1, al1), acct(l2, u2, s2, al2)];
-                        let pb = pressure(c, &b);
+                        let pb = pressure(&c, &b);
                         if !admissible(&pb) {
                             continue;
                         }
                         let (s, n) = if d.0 > 0 { (0, d.0) } else { (1, d.1) };
                         let mut a = b;
                         a[s].usage += n;
-                        let pa = pressure(c, &a);
+                        let pa = pressure(&c, &a);
                         if allowed(&pb, &pa, b[s].route(n)).is_ok() {
                             assert!(admissible(&pa), "{b:?} + {n} on {s}");
                         }

@@ -7,7 +7,7 @@
 //! ```
 //! use qm_core::*;
 //! let mut s = Scheduler::new(Policy::default());
-//! s.step(0, Input::PutQueue(QueueSpec { name: "q".into(), environment: [("ml.g5.xlarge".into(), 1)].into() })).unwrap();
+//! s.step(0, Input::PutQueue(QueueSpec { name: "q".into(), environment: [("ml.g5.xlarge".into(), 1)].into(), ..Default::default() })).unwrap();
 //! let mut share = ShareSpec::new("team-a");
 //! share.limits.insert("ml.g5.xlarge".into(), 1);
 //! s.step(0, Input::PutShare { queue: "q".into(), share }).unwrap();
@@ -26,6 +26,7 @@
 mod easy;
 pub mod error;
 mod explain;
+mod fair;
 pub mod glob;
 pub mod idle;
 pub mod image;
@@ -40,6 +41,7 @@ pub mod time;
 mod victims;
 
 pub use error::CoreError;
+pub use fair::{Fairness, GroupStanding, ShareFairness};
 pub use idle::{IdleCause, IdleWhileWaiting};
 pub use image::Image;
 pub use model::*;

@@ -84,14 +84,107 @@ impl Strategy {
     }
 }
 
-/// A job queue with its service environment: the most instances of each type that may be in
-/// use at once. A type missing from the map has a limit of zero.
+/// How idle lendable capacity goes to the shares that wait to borrow it (the scheduling
+/// policy's `idleResourceAssignmentStrategy`; `FAIR_SHARE` is a qm extension).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum IdleAssignment {
+    /// First come, first served across shares (AWS's only strategy).
+    #[default]
+    Fifo,
+    /// The waiting borrower whose share's weighted borrowed share would be lowest after the
+    /// admission goes first (docs/scheduling.md "Fair sharing").
+    FairShare,
+}
+
+impl IdleAssignment {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdleAssignment::Fifo => "FIFO",
+            IdleAssignment::FairShare => "FAIR_SHARE",
+        }
+    }
+
+    /// Parses the wire spelling (case-sensitive, as AWS enums are).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "FIFO" => Some(IdleAssignment::Fifo),
+            "FAIR_SHARE" => Some(IdleAssignment::FairShare),
+            _ => None,
+        }
+    }
+}
+
+/// A group of a queue's shares (a department): its members lend to each other before they
+/// lend to the rest of the queue, its optional capacity limits cap the members' total usage,
+/// and its weight counts when idle capacity is shared fairly between groups.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GroupSpec {
+    /// Unique name within the queue.
+    pub name: String,
+    /// Member shares, by name; a share belongs to at most one group. A name that is not (yet)
+    /// a share of the queue is allowed and counts for nothing until the share exists.
+    pub shares: Vec<String>,
+    /// Instance type -> the most instances the members may hold together; a type missing
+    /// from the map is not capped by the group.
+    #[serde(default)]
+    pub limits: BTreeMap<String, u32>,
+    /// Weight between groups (and ungrouped shares) under `FAIR_SHARE`; at least 1.
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// A job queue with its service environment (the most instances of each type that may be in
+/// use at once; a type missing from the map has a limit of zero) and its scheduling policy's
+/// rules for idle capacity.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueSpec {
     /// Unique name of the queue.
     pub name: String,
     /// Instance type -> maximum instances (the service environment's capacity limits).
     pub environment: BTreeMap<String, u32>,
+    /// How idle lendable capacity is assigned to waiting borrowers.
+    #[serde(default)]
+    pub idle_assignment: IdleAssignment,
+    /// Whether a waiting borrower may preempt jobs another share runs on borrowed capacity
+    /// when, after the preemption, its weighted borrowed share is at most that share's.
+    #[serde(default)]
+    pub fair_reclaim: bool,
+    /// Groups of the queue's shares (one level).
+    #[serde(default)]
+    pub groups: Vec<GroupSpec>,
+}
+
+impl QueueSpec {
+    /// A queue with FIFO idle assignment, no fair reclaim and no groups.
+    pub fn new(name: impl Into<String>, environment: BTreeMap<String, u32>) -> Self {
+        QueueSpec {
+            name: name.into(),
+            environment,
+            ..Default::default()
+        }
+    }
 }
 
 /// A quota share as configured by its owner.
@@ -119,6 +212,10 @@ pub struct ShareSpec {
     /// of those is an hour old. 0 = no cap.
     #[serde(default)]
     pub max_preemptions_per_hour: u32,
+    /// Weight under `FAIR_SHARE` idle assignment (share tag `qm:weight`): a share's borrowed
+    /// instances count `1/weight` against it. At least 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: u32,
 }
 
 impl ShareSpec {
@@ -134,6 +231,7 @@ impl ShareSpec {
             enabled: true,
             min_runtime_ms: 0,
             max_preemptions_per_hour: 0,
+            weight: 1,
         }
     }
 

@@ -49,6 +49,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 
+use crate::fair::{Candidate, FairCtx};
 use crate::ledger::{self, Account, Ceiling, Pressure, Route, Violation};
 use crate::model::*;
 use crate::reason::PendingReason;
@@ -148,8 +149,8 @@ impl View {
             self.projected
                 .push(Self::with_claim(self.held_projected[s], self.demand[s]));
         }
-        ledger::pressure_into(self.ceiling, &self.real, &mut self.real_pressure);
-        ledger::pressure_into(self.ceiling, &self.projected, &mut self.projected_pressure);
+        ledger::pressure_into(&self.ceiling, &self.real, &mut self.real_pressure);
+        ledger::pressure_into(&self.ceiling, &self.projected, &mut self.projected_pressure);
     }
 
     /// A reclaiming job's claim counts as usage: nobody else may take what it preempted for.
@@ -164,8 +165,8 @@ impl View {
     fn refresh(&mut self, s: usize) {
         self.real[s] = Self::with_claim(self.held[s], self.demand[s]);
         self.projected[s] = Self::with_claim(self.held_projected[s], self.demand[s]);
-        ledger::pressure_into(self.ceiling, &self.real, &mut self.real_pressure);
-        ledger::pressure_into(self.ceiling, &self.projected, &mut self.projected_pressure);
+        ledger::pressure_into(&self.ceiling, &self.real, &mut self.real_pressure);
+        ledger::pressure_into(&self.ceiling, &self.projected, &mut self.projected_pressure);
     }
 
     /// What the attempts of share `s` hold, without claims.
@@ -280,7 +281,7 @@ impl View {
                 a.usage = 0;
             }
         }
-        ledger::allowed_add(&ledger::pressure(self.ceiling, &alone), &alone[s], s, c).is_ok()
+        ledger::allowed_add(&ledger::pressure(&self.ceiling, &alone), &alone[s], s, c).is_ok()
     }
 
     /// Whether share `s` has reclaiming jobs.
@@ -548,6 +549,14 @@ impl Scheduler {
         }
         let mut bounds = vec![Bound::OPEN; nshares];
         let mut nominees = Vec::new();
+        // Borrowers ranked by more than FIFO (fair sharing, groups), and whether a decision of
+        // this pass moved a figure that ranks borrowers on the queue's other units.
+        let queue = &self.queues[q.0 as usize];
+        let fair = queue
+            .orders_borrowers()
+            .then(|| FairCtx::new(self, queue, u));
+        let cross_unit = queue.idle_assignment == IdleAssignment::FairShare;
+        let mut moved = false;
         // Decisions on the view as it is: `nominate` classifies its nominees by them, and the
         // pass nominates every round until the view changes (a start, a preemption, a claim
         // or reservation that moves), when they are forgotten.
@@ -564,8 +573,21 @@ impl Scheduler {
             let crossing = |n: &Nominee| reservations.iter().any(|r| r.cross && r.job == n.key.job);
             nominees.sort_by_key(|n| (!crossing(n), n.order()));
             if matches!(kind, Kind::Head | Kind::Rest) {
-                // FIFO across shares: after each decision the next share's nominee may be an
-                // older job than the ones already nominated.
+                // One decision at a time: after each, the next share's nominee may be an older
+                // job than the ones already nominated (FIFO), or rank otherwise (`fair`).
+                if let Some(ctx) = fair.as_ref().filter(|_| !crossing(&nominees[0])) {
+                    let cands: Vec<Candidate> = nominees
+                        .iter()
+                        .map(|n| Candidate {
+                            share: n.share,
+                            count: n.count,
+                            seq: n.key.seq,
+                        })
+                        .collect();
+                    if let Some(i) = ctx.first(&view.real, &cands) {
+                        nominees.swap(0, i);
+                    }
+                }
                 nominees.truncate(1);
             }
             for &n in &nominees {
@@ -649,6 +671,7 @@ impl Scheduler {
                             self.untag(q, u, id);
                         }
                         let s = n.share;
+                        moved |= view.held(s).route(n.count) == Route::Borrow;
                         if reclaimer {
                             // Its claim becomes usage.
                             view.demand[s] -= n.count;
@@ -663,6 +686,7 @@ impl Scheduler {
                     }
                     Decision::Preempt(victims) => {
                         b.close();
+                        moved = true;
                         for a in &victims {
                             let att = &self.attempts[a];
                             view.stopping(usize::from(att.share.0), att.count);
@@ -734,6 +758,18 @@ impl Scheduler {
                     break;
                 }
             }
+        }
+        if moved && cross_unit {
+            // A share's figure is its largest over the queue's units: the other units rank
+            // their borrowers anew.
+            let queue = &self.queues[q.0 as usize];
+            let others: Vec<UnitIx> = queue
+                .units
+                .iter()
+                .filter(|(&t, ul)| t != u && ul.lanes.iter().any(|l| l.pending.len() > 0))
+                .map(|(&t, _)| t)
+                .collect();
+            self.dirty.extend(others.into_iter().map(|t| (q, t)));
         }
         self.set_wake(q, u, now);
         if view.releasing == 0 {
@@ -1227,10 +1263,16 @@ impl Scheduler {
             p.saturating_sub(others + claimed_by_others)
         });
         view.now = self.clock;
-        view.ceiling = Ceiling {
-            environment: queue.environment.get(&u).copied().unwrap_or(0),
-            physical_for_queue,
-        };
+        view.ceiling.environment = queue.environment.get(&u).copied().unwrap_or(0);
+        view.ceiling.physical_for_queue = physical_for_queue;
+        view.ceiling.groups.clear();
+        view.ceiling.group_of.clear();
+        if queue.groups.iter().any(|g| g.limits.contains_key(&u)) {
+            view.ceiling
+                .groups
+                .extend(queue.groups.iter().map(|g| g.limits.get(&u).copied()));
+            view.ceiling.group_of.extend_from_slice(&queue.group_of);
+        }
         view.finish();
     }
 
@@ -1295,7 +1337,10 @@ impl Scheduler {
         } else {
             violation
         };
-        match self.find_victims(id, view) {
+        match self
+            .find_victims(id, view)
+            .or_else(|| self.fair_victims(id, view, true))
+        {
             Some(victims) => Decision::Preempt(victims),
             None => Decision::Wait(violation),
         }
@@ -1317,12 +1362,22 @@ impl Scheduler {
         violation: Violation,
     ) -> PendingReason {
         let (ceiling, projected, before) =
-            (view.ceiling, &view.projected[..], &view.projected_pressure);
+            (&view.ceiling, &view.projected[..], &view.projected_pressure);
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
         let a = projected[s];
         if violation == Violation::Reserved {
             return PendingReason::ReservedForOthers;
+        }
+        if let Violation::Group(g) = violation {
+            let queue = &self.queues[job.queue.0 as usize];
+            let members = (0..projected.len()).filter(|&x| queue.group(x) == Some(g));
+            return PendingReason::GroupLimitReached {
+                group: queue.groups[g].name().to_string(),
+                needs: c,
+                usage: members.map(|x| projected[x].usage).sum(),
+                limit: queue.groups[g].limits.get(&job.unit).copied().unwrap_or(0),
+            };
         }
         if violation == Violation::Firm {
             let (needs, held, entitlement) = (c, self.own_only_usage(job), a.entitlement);
@@ -1551,7 +1606,7 @@ fn keeps_checkpointing(att: &Attempt, now: Millis) -> bool {
 }
 
 /// The pressure once share `s` holds `c` more instances.
-fn with_usage(ceiling: Ceiling, accounts: &[Account], s: usize, c: u32) -> Pressure {
+fn with_usage(ceiling: &Ceiling, accounts: &[Account], s: usize, c: u32) -> Pressure {
     let mut acc = accounts.to_vec();
     acc[s].usage += c;
     ledger::pressure(ceiling, &acc)

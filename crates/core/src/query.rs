@@ -268,7 +268,7 @@ impl Scheduler {
         for u in units {
             let view = self.view(q, u);
             let used: u32 = view.accounts().iter().map(|a| a.usage).sum();
-            let ceiling = view.ceiling;
+            let ceiling = &view.ceiling;
             let cap = ceiling
                 .physical_for_queue
                 .map_or(ceiling.environment, |p| p.min(ceiling.environment));

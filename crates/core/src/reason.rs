@@ -175,6 +175,32 @@ pub enum PendingReason {
     /// What it would borrow is kept for another share: that share's waiting owner needs its
     /// idle capacity, or a job of it preempted for capacity and waits for its victims to exit.
     ReservedForOthers,
+    /// Its share's group would hold more than the group's limit for the type (a ceiling on
+    /// the members' total usage).
+    GroupLimitReached {
+        /// The group.
+        group: String,
+        /// Instances the job needs.
+        needs: u32,
+        /// Instances the members hold (or have claimed).
+        usage: u32,
+        /// The group's limit.
+        limit: u32,
+    },
+    /// Under `FAIR_SHARE` idle assignment, it waits to borrow while another share with a
+    /// lower weighted borrowed share also waits: that share's jobs get idle capacity first.
+    BehindFairShare {
+        /// Why it cannot start now.
+        reason: Box<PendingReason>,
+        /// Its share (or, when the two are in different groups, its group).
+        share: String,
+        /// Its weighted borrowed share, in thousandths.
+        weighted: u32,
+        /// The share (or group) that goes first.
+        ahead: String,
+        /// That one's weighted borrowed share, in thousandths.
+        ahead_weighted: u32,
+    },
     /// The job's previous attempt has not exited yet.
     PreviousAttemptStopping,
     /// Its lane changed since the last scheduling pass; the next pass decides.
@@ -211,6 +237,8 @@ impl PendingReason {
             PendingReason::WaitingForCheckpoint { .. } => "WAITING_FOR_CHECKPOINT",
             PendingReason::VictimsProtected { .. } => "VICTIMS_PROTECTED",
             PendingReason::ReservedForOthers => "RESERVED_FOR_OTHERS",
+            PendingReason::GroupLimitReached { .. } => "GROUP_LIMIT_REACHED",
+            PendingReason::BehindFairShare { .. } => "BEHIND_FAIR_SHARE",
             PendingReason::PreviousAttemptStopping => "PREVIOUS_ATTEMPT_STOPPING",
             PendingReason::AwaitingPass => "AWAITING_PASS",
         }
@@ -233,6 +261,8 @@ impl PendingReason {
         "WAITING_FOR_CHECKPOINT",
         "VICTIMS_PROTECTED",
         "RESERVED_FOR_OTHERS",
+        "GROUP_LIMIT_REACHED",
+        "BEHIND_FAIR_SHARE",
         "PREVIOUS_ATTEMPT_STOPPING",
         "AWAITING_PASS",
     ];
@@ -297,6 +327,16 @@ impl fmt::Display for PendingReason {
                 f,
                 "RESERVED_FOR_OTHERS - the capacity it would borrow is kept for another share's waiting owner or for a job waiting for its victims to exit"
             ),
+            PendingReason::GroupLimitReached { group, needs, usage, limit } => write!(
+                f,
+                "GROUP_LIMIT_REACHED - needs {needs} instance(s); the shares of group {group} hold {usage} of its limit of {limit}"
+            ),
+            PendingReason::BehindFairShare { reason, share, weighted, ahead, ahead_weighted } => write!(
+                f,
+                "BEHIND_FAIR_SHARE - waits: {share}'s weighted share {} is above {ahead}'s {}, which goes first ({reason})",
+                figure(*weighted),
+                figure(*ahead_weighted)
+            ),
             PendingReason::PreviousAttemptStopping => {
                 write!(f, "PREVIOUS_ATTEMPT_STOPPING - the previous attempt has not exited yet")
             }
@@ -314,6 +354,12 @@ impl fmt::Display for PendingReason {
             }
         }
     }
+}
+
+/// A weighted borrowed share (in thousandths) as people read it: up to two decimals.
+fn figure(thousandths: u32) -> String {
+    let s = format!("{:.2}", f64::from(thousandths) / 1000.0);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[cfg(test)]

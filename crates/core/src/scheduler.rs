@@ -343,6 +343,72 @@ pub(crate) struct Queue {
     /// Pending jobs that can never fit as configured, re-examined when the configuration
     /// changes (rare), never on the hot path.
     pub(crate) parked: BTreeSet<JobId>,
+    /// How idle lendable capacity goes to waiting borrowers.
+    pub(crate) idle_assignment: IdleAssignment,
+    /// Whether borrowers may preempt each other for fairness.
+    pub(crate) fair_reclaim: bool,
+    /// Groups of shares, as configured (limits interned).
+    pub(crate) groups: Vec<Group>,
+    /// Per share index: the index of its group. Kept in step by `regroup` whenever shares or
+    /// groups change.
+    pub(crate) group_of: Vec<Option<u8>>,
+}
+
+impl Queue {
+    pub(crate) fn new(name: String) -> Self {
+        Queue {
+            name,
+            environment: BTreeMap::new(),
+            shares: Vec::new(),
+            share_ix: BTreeMap::new(),
+            units: BTreeMap::new(),
+            parked: BTreeSet::new(),
+            idle_assignment: IdleAssignment::Fifo,
+            fair_reclaim: false,
+            groups: Vec::new(),
+            group_of: Vec::new(),
+        }
+    }
+
+    /// Recomputes `group_of` from the groups' member names and the live shares.
+    pub(crate) fn regroup(&mut self) {
+        self.group_of = vec![None; self.shares.len()];
+        for (g, group) in self.groups.iter().enumerate() {
+            for m in &group.spec.shares {
+                if let Some(s) = self.share_ix.get(m) {
+                    self.group_of[usize::from(s.0)] = Some(g as u8);
+                }
+            }
+        }
+    }
+
+    /// Share `s`'s group, if any.
+    pub(crate) fn group(&self, s: usize) -> Option<usize> {
+        self.group_of.get(s).copied().flatten().map(usize::from)
+    }
+
+    /// Whether anything but FIFO order decides between borrowers: fair sharing, or groups
+    /// (their members borrow their idle capacity first).
+    pub(crate) fn orders_borrowers(&self) -> bool {
+        self.idle_assignment == IdleAssignment::FairShare || !self.groups.is_empty()
+    }
+}
+
+/// A group of a queue's shares, with its limits interned.
+#[derive(Clone, Debug)]
+pub(crate) struct Group {
+    pub(crate) spec: GroupSpec,
+    pub(crate) limits: BTreeMap<UnitIx, u32>,
+}
+
+impl Group {
+    pub(crate) fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub(crate) fn weight(&self) -> u32 {
+        self.spec.weight
+    }
 }
 
 /// What the core knows about a job.
@@ -663,25 +729,52 @@ impl Scheduler {
             .iter()
             .map(|(k, v)| (self.intern_unit(k), *v))
             .collect();
+        check_groups(&spec)?;
+        let groups: Vec<Group> = spec
+            .groups
+            .iter()
+            .map(|g| Group {
+                limits: g
+                    .limits
+                    .iter()
+                    .map(|(k, v)| (self.intern_unit(k), *v))
+                    .collect(),
+                spec: g.clone(),
+            })
+            .collect();
         let q = match self.queue_ix.get(&spec.name) {
             Some(q) => *q,
             None => {
                 let q = QueueIx(self.queues.len() as u32);
-                self.queues.push(Queue {
-                    name: spec.name.clone(),
-                    environment: BTreeMap::new(),
-                    shares: Vec::new(),
-                    share_ix: BTreeMap::new(),
-                    units: BTreeMap::new(),
-                    parked: BTreeSet::new(),
-                });
+                self.queues.push(Queue::new(spec.name.clone()));
                 self.queue_ix.insert(spec.name.clone(), q);
                 q
             }
         };
-        self.queues[q.0 as usize].environment = env;
+        let queue = &mut self.queues[q.0 as usize];
+        queue.environment = env;
+        queue.idle_assignment = spec.idle_assignment;
+        queue.fair_reclaim = spec.fair_reclaim;
+        queue.groups = groups;
+        queue.regroup();
         self.reexamine_queue(q);
         Ok(())
+    }
+
+    /// The queue's configuration as a [`QueueSpec`] (what `PutQueue` last set).
+    pub fn queue_spec(&self, name: &str) -> Option<QueueSpec> {
+        let q = &self.queues[self.queue_ix.get(name)?.0 as usize];
+        Some(QueueSpec {
+            name: q.name.clone(),
+            environment: q
+                .environment
+                .iter()
+                .map(|(u, n)| (self.unit_name(*u).to_string(), *n))
+                .collect(),
+            idle_assignment: q.idle_assignment,
+            fair_reclaim: q.fair_reclaim,
+            groups: q.groups.iter().map(|g| g.spec.clone()).collect(),
+        })
     }
 
     fn put_share(&mut self, queue: &str, spec: ShareSpec) -> Result<(), CoreError> {
@@ -695,6 +788,11 @@ impl Scheduler {
         }
         if spec.borrow_limit_percent < -1 {
             return Err(CoreError::InvalidBorrowLimit(spec.borrow_limit_percent));
+        }
+        if spec.weight == 0 {
+            return Err(CoreError::InvalidWeight {
+                what: format!("quota share '{}'", spec.name),
+            });
         }
         let limits: BTreeMap<UnitIx, u32> = spec
             .limits
@@ -751,6 +849,7 @@ impl Scheduler {
                 queue.share_ix.insert(spec.name.clone(), ShareIx(ix as u16));
             }
         }
+        queue.regroup();
         self.reexamine_queue(q);
         Ok(())
     }
@@ -789,6 +888,7 @@ impl Scheduler {
         let queue = &mut self.queues[q.0 as usize];
         queue.shares[usize::from(s.0)].deleted = true;
         queue.share_ix.remove(share);
+        queue.regroup();
         self.reexamine_queue(q);
         Ok(())
     }
@@ -1342,4 +1442,49 @@ pub(crate) fn sub_priority<K: Ord>(map: &mut BTreeMap<K, u32>, key: K, count: u3
     if *e == 0 {
         map.remove(&key);
     }
+}
+
+/// Refuses a queue whose groups do not hold together: names unique and non-empty, weights at
+/// least 1, a share in at most one group, limits within the AWS bound.
+fn check_groups(spec: &QueueSpec) -> Result<(), CoreError> {
+    if spec.groups.len() > MAX_SHARES_PER_QUEUE {
+        return Err(CoreError::TooMany {
+            what: "a job queue's groups of shares",
+            max: MAX_SHARES_PER_QUEUE,
+            got: spec.groups.len(),
+        });
+    }
+    let mut names = BTreeSet::new();
+    let mut member_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for g in &spec.groups {
+        let bad = |why: String| CoreError::InvalidGroup {
+            group: g.name.clone(),
+            why,
+        };
+        if g.name.is_empty() || !names.insert(g.name.as_str()) {
+            return Err(bad(
+                "group names must be non-empty and unique in the queue".into()
+            ));
+        }
+        if g.weight == 0 {
+            return Err(CoreError::InvalidWeight {
+                what: format!("group '{}'", g.name),
+            });
+        }
+        if g.limits.len() > MAX_LIMITS {
+            return Err(CoreError::TooMany {
+                what: "a group's capacity limits",
+                max: MAX_LIMITS,
+                got: g.limits.len(),
+            });
+        }
+        for m in &g.shares {
+            if let Some(other) = member_of.insert(m, &g.name) {
+                return Err(bad(format!(
+                    "quota share '{m}' is already a member of group '{other}'; a share belongs to at most one group"
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -398,7 +398,7 @@ fn hopeful(view: &View, s: usize, c: u32, lower: u32, tagged: &[u32]) -> bool {
 
 /// Condition 1: the job passes the admission check on `acc`.
 fn admits(view: &View, acc: &[Account], s: usize, c: u32) -> bool {
-    ledger::allowed_add(&ledger::pressure(view.ceiling, acc), &acc[s], s, c).is_ok()
+    ledger::allowed_add(&ledger::pressure(&view.ceiling, acc), &acc[s], s, c).is_ok()
         && view.borrow_gate(acc, s, c)
 }
 
@@ -630,7 +630,7 @@ impl<'a> Search<'a> {
             usage: a.usage - (*f).min(a.usage),
             ..*a
         }));
-        ledger::pressure_into(self.view.ceiling, acc, pressure);
+        ledger::pressure_into(&self.view.ceiling, acc, pressure);
         ledger::allowed_add(pressure, &acc[s], s, self.c).is_ok()
             && self.view.borrow_gate(acc, s, self.c)
     }

@@ -310,6 +310,7 @@ impl Run {
             Input::PutQueue(QueueSpec {
                 name: Q.into(),
                 environment,
+                ..Default::default()
             }),
         )
         .unwrap();

@@ -74,6 +74,7 @@ fn physical_capacity_shared_by_two_queues_binds_both() {
     w.input(Input::PutQueue(QueueSpec {
         name: "other".into(),
         environment: [(G5.to_string(), 4)].into(),
+        ..Default::default()
     }))
     .unwrap();
     let mut other = ShareSpec::new("O");
@@ -1095,6 +1096,7 @@ fn two_queues_on_two_physical_instances() -> World {
     w.input(Input::PutQueue(QueueSpec {
         name: "other".into(),
         environment: [(G5.to_string(), 2)].into(),
+        ..Default::default()
     }))
     .unwrap();
     let mut o = ShareSpec::new("O");

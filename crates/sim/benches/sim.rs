@@ -38,6 +38,7 @@ fn philly_cluster(dir: &Path) -> Cluster {
         environment: [("gpu".to_string(), total + 8)].into(),
         shares,
         tenants: [("*".to_string(), "other".to_string())].into(),
+        ..Default::default()
     }
 }
 
@@ -100,6 +101,7 @@ fn synthetic_1m(bencher: divan::Bencher) {
         environment: [("gpu".to_string(), 512)].into(),
         shares,
         tenants: Default::default(),
+        ..Default::default()
     };
     let opts = SimOptions::default();
     bencher.bench(|| {

@@ -173,6 +173,7 @@ mod tests {
             environment: [("gpu".to_string(), 2)].into(),
             shares: vec![a],
             tenants: Default::default(),
+            ..Default::default()
         }
     }
 

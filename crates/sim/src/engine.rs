@@ -34,7 +34,7 @@ const QUEUE: &str = "sim";
 
 /// A cluster: the service environment and its shares (the `qm check` scenario format without
 /// steps), plus which share each workload tenant submits to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cluster {
     /// Instance type -> the environment's maximum instances.
     pub environment: BTreeMap<String, u32>,
@@ -43,6 +43,12 @@ pub struct Cluster {
     /// Tenant -> share; a tenant not listed goes to the share of the same name, else to the
     /// share listed for `*`.
     pub tenants: BTreeMap<String, String>,
+    /// How idle capacity goes to borrowers (the scheduling policy's).
+    pub idle_assignment: qm_core::IdleAssignment,
+    /// Whether borrowers preempt each other for fairness.
+    pub fair_reclaim: bool,
+    /// Groups of shares.
+    pub groups: Vec<qm_core::GroupSpec>,
 }
 
 impl Cluster {
@@ -77,6 +83,7 @@ impl Cluster {
             environment: self.environment.clone(),
             shares: vec![pool],
             tenants: [("*".to_string(), "pool".to_string())].into(),
+            ..Default::default()
         }
     }
 }
@@ -506,6 +513,9 @@ pub fn validate(
         Input::PutQueue(QueueSpec {
             name: QUEUE.into(),
             environment: cluster.environment.clone(),
+            idle_assignment: cluster.idle_assignment,
+            fair_reclaim: cluster.fair_reclaim,
+            groups: cluster.groups.clone(),
         }),
     )?;
     for s in &cluster.shares {

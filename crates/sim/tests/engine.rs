@@ -20,6 +20,7 @@ fn cluster(env: u32, shares: Vec<ShareSpec>) -> Cluster {
         environment: [("gpu".to_string(), env)].into(),
         shares,
         tenants: BTreeMap::new(),
+        ..Default::default()
     }
 }
 

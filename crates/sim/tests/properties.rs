@@ -39,6 +39,7 @@ prop_compose! {
             environment: [("gpu".to_string(), total)].into(),
             shares,
             tenants: BTreeMap::new(),
+            ..Default::default()
         }
     }
 }

@@ -283,6 +283,7 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
                     .and_then(|p| str_of(p, "inSharePreemption"))
                     == Some("ENABLED"),
                 enabled: str_of(s, "state") != Some("DISABLED"),
+                weight: qm_api::validate::weight(&all_tags),
                 min_runtime_ms,
                 max_preemptions_per_hour,
             };

@@ -725,13 +725,7 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
             .collect();
         if !withdrawn.is_empty() {
             let accounts: Vec<Account> = after.iter().map(|(_, a)| *a).collect();
-            let pressure = ledger::pressure(
-                Ceiling {
-                    environment: env_after,
-                    physical_for_queue: None,
-                },
-                &accounts,
-            );
+            let pressure = ledger::pressure(&Ceiling::new(env_after, None), &accounts);
             let unbacked = pressure.lending.max(pressure.environment).max(0) as u32;
             if unbacked > 0 {
                 let mut candidates = Vec::new();

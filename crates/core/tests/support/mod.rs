@@ -51,6 +51,7 @@ impl World {
                 .iter()
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
+            ..Default::default()
         }))
         .unwrap();
         w

@@ -33,10 +33,13 @@ impl State {
         for input in self.physical_for_new_units(limits) {
             self.core_apply(input)?;
         }
-        self.core_apply(Input::PutQueue(QueueSpec {
-            name: queue.to_string(),
-            environment,
-        }))
+        // The queue's rules for idle capacity (fair sharing, groups) stay as they are.
+        let mut spec = self
+            .core
+            .queue_spec(queue)
+            .unwrap_or_else(|| QueueSpec::new(queue, Default::default()));
+        spec.environment = environment;
+        self.core_apply(Input::PutQueue(spec))
     }
 
     /// Zero physical capacity for each instance type of `limits` that the executor does not

@@ -38,10 +38,12 @@ impl State {
         if let Some(limits) = &r.capacity_limits {
             capacity_limits("capacityLimits", limits, 1)?;
             inputs.extend(self.physical_for_new_units(limits));
-            inputs.push(Input::PutQueue(QueueSpec {
-                name: queue.to_string(),
-                environment: environment_limits(limits),
-            }));
+            let mut spec = self
+                .core
+                .queue_spec(queue)
+                .unwrap_or_else(|| QueueSpec::new(queue, Default::default()));
+            spec.environment = environment_limits(limits);
+            inputs.push(Input::PutQueue(spec));
         }
         if r.quota_shares.len() > MAX_SHARES_PER_QUEUE {
             return Err(ApiError::client(format!(
