@@ -227,6 +227,63 @@ mod tests {
     }
 
     #[test]
+    fn fair_sharing_and_groups_reach_the_simulator_and_are_checked() {
+        let shares = "environment: {gpu: 4}\nshares:\n  - {name: a, limits: {gpu: 2}, strategy: LEND_AND_BORROW, weight: 3}\n  - {name: b, limits: {gpu: 2}, strategy: LEND}\n";
+        let ok = format!("{shares}idle_assignment: FAIR_SHARE\nfair_reclaim: true\ngroups:\n  - {{name: org, shares: [a, b], limits: {{gpu: 3}}, weight: 2}}\n");
+        let c = parse(&ok, Path::new("c.yaml")).unwrap().cluster();
+        assert_eq!(c.idle_assignment, IdleAssignment::FairShare);
+        assert!(c.fair_reclaim);
+        assert_eq!(c.shares[0].weight, 3);
+        assert_eq!(c.groups[0].weight, 2);
+        assert_eq!(c.groups[0].limits["gpu"], 3);
+        let absent = parse(shares, Path::new("c.yaml")).unwrap().cluster();
+        assert_eq!(absent.idle_assignment, IdleAssignment::Fifo);
+        assert!(!absent.fair_reclaim && absent.groups.is_empty());
+        for (keys, words) in [
+            ("idle_assignment: FAIR", "unknown variant `FAIR`"),
+            (
+                "groups:\n  - {name: g, shares: [a, zz]}",
+                "groups[0].shares[1]: `zz` is not one of the shares (a, b)",
+            ),
+            (
+                "groups:\n  - {name: g, shares: [a]}\n  - {name: h, shares: [a]}",
+                "groups[1].shares[0]: share `a` is already in group `g`",
+            ),
+            (
+                "groups:\n  - {name: g, shares: [a]}\n  - {name: g, shares: [b]}",
+                "groups[1].name: group `g` is declared twice",
+            ),
+            (
+                "groups:\n  - {name: g, shares: []}",
+                "groups[0].shares: the list is empty",
+            ),
+            (
+                "groups:\n  - {name: g, shares: [a], limits: {tpu: 1}}",
+                "groups[0].limits.tpu: `tpu` is not an instance type of the environment (gpu)",
+            ),
+            (
+                "groups:\n  - {name: g, shares: [a], weight: 0}",
+                "groups[0].weight: 0 is out of range",
+            ),
+            (
+                "groups:\n  - {name: \"a b\", shares: [a]}",
+                "groups[0].name: `a b` is not a group name",
+            ),
+        ] {
+            let e = parse(&format!("{shares}{keys}\n"), Path::new("c.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(words), "{keys}: {e}");
+        }
+        let zero = shares.replace("weight: 3", "weight: 0");
+        let e = parse(&zero, Path::new("c.yaml")).unwrap_err().to_string();
+        assert!(
+            e.contains("shares[0].weight: 0 is out of range: give a whole number from 1 to 10000"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn an_unknown_key_is_refused_with_its_location() {
         let src = "environment: {gpu: 2}\nshares:\n  - {name: a, limits: {gpu: 2}, strategy: LEND, borow_limit: 3}\n";
         let e = parse(src, Path::new("c.yaml")).unwrap_err().to_string();

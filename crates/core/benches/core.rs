@@ -28,6 +28,8 @@
 //!   re-examines every waiting job (O(waiting)); it starts nothing since the cluster is full.
 //! * `single_event_scaling`: `one_exit` with 10,000 / 100,000 / 1,000,000 jobs waiting. The
 //!   time per event should not grow with the number of jobs.
+//! * `drain_million_fair`, `reclaim_decision_fair`: the same under `FAIR_SHARE` idle
+//!   assignment (issue 21), share `s` weighing `1 + s % 3`.
 //!
 //! When run without `--bench` (e.g. `cargo test --all-targets`, divan's test mode, usually a
 //! debug build) the job counts are divided by 100 so that the smoke run stays quick.
@@ -38,8 +40,8 @@ use std::collections::VecDeque;
 use divan::counter::ItemsCount;
 use divan::Bencher;
 use qm_core::{
-    AttemptId, Effect, Exit, Input, JobId, JobSpec, Millis, Policy, QueueSpec, Scheduler,
-    ShareSpec, Strategy,
+    AttemptId, Effect, Exit, IdleAssignment, Input, JobId, JobSpec, Millis, Policy, QueueSpec,
+    Scheduler, ShareSpec, Strategy,
 };
 
 fn main() {
@@ -97,12 +99,19 @@ fn share_spec(s: usize) -> ShareSpec {
 
 /// The queue and its 20 shares, no jobs.
 fn configured() -> Scheduler {
+    configured_in(IdleAssignment::Fifo)
+}
+
+/// [`configured`] with the given idle assignment; under `FAIR_SHARE` share `s` has weight
+/// `1 + s % 3`.
+fn configured_in(mode: IdleAssignment) -> Scheduler {
     let mut s = Scheduler::new(Policy::default());
     s.step(
         0,
         Input::PutQueue(QueueSpec {
             name: QUEUE.into(),
             environment: UNITS.iter().map(|u| (u.to_string(), ENVIRONMENT)).collect(),
+            idle_assignment: mode,
             ..Default::default()
         }),
     )
@@ -112,7 +121,14 @@ fn configured() -> Scheduler {
             0,
             Input::PutShare {
                 queue: QUEUE.into(),
-                share: share_spec(sh),
+                share: ShareSpec {
+                    weight: if mode == IdleAssignment::FairShare {
+                        1 + (sh % 3) as u32
+                    } else {
+                        1
+                    },
+                    ..share_spec(sh)
+                },
             },
         )
         .expect("share");
@@ -177,11 +193,22 @@ fn submit_million(bencher: Bencher) {
 
 #[divan::bench(sample_count = 1, sample_size = 1)]
 fn drain_million(bencher: Bencher) {
+    drain_million_in(bencher, IdleAssignment::Fifo);
+}
+
+/// `drain_million` under `FAIR_SHARE` (issue 21): every borrower start ranks the borrowing
+/// shares by weighted share.
+#[divan::bench(sample_count = 1, sample_size = 1)]
+fn drain_million_fair(bencher: Bencher) {
+    drain_million_in(bencher, IdleAssignment::FairShare);
+}
+
+fn drain_million_in(bencher: Bencher, mode: IdleAssignment) {
     let n = sized(MILLION);
     bencher
         .counter(ItemsCount::new(n))
         .with_inputs(|| {
-            let mut s = configured();
+            let mut s = configured_in(mode);
             for i in 0..n as u64 {
                 submit(&mut s, 0, job(i));
             }
@@ -215,7 +242,17 @@ fn drain(s: &mut Scheduler) -> usize {
 
 #[divan::bench(sample_count = 200, sample_size = 1)]
 fn reclaim_decision(bencher: Bencher) {
-    let prepared = borrowed_cluster();
+    reclaim_decision_in(bencher, IdleAssignment::Fifo);
+}
+
+/// `reclaim_decision` under `FAIR_SHARE` (issue 21).
+#[divan::bench(sample_count = 200, sample_size = 1)]
+fn reclaim_decision_fair(bencher: Bencher) {
+    reclaim_decision_in(bencher, IdleAssignment::FairShare);
+}
+
+fn reclaim_decision_in(bencher: Bencher, mode: IdleAssignment) {
+    let prepared = borrowed_cluster(mode);
     let now = 3_000;
     let owner_job = || job_at(u64::MAX, 14, 0, 0);
     // Check the scenario once, untimed: exactly one preemption, consistent state.
@@ -239,8 +276,8 @@ fn reclaim_decision(bencher: Bencher) {
 
 /// 10,000 running jobs; shares 0–2 borrow 100 instances of every type each from the idle
 /// LEND shares 14–16, every other non-LEND share runs at its entitlement.
-fn borrowed_cluster() -> Scheduler {
-    let mut s = configured();
+fn borrowed_cluster(mode: IdleAssignment) -> Scheduler {
+    let mut s = configured_in(mode);
     let mut id = 0u64;
     let mut running = VecDeque::new();
     // Own capacity first, then the borrowers' extra jobs (their starts are later, so they

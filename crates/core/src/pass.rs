@@ -1088,7 +1088,9 @@ impl Scheduler {
             return;
         };
         let p = &view.projected_pressure;
-        let borrow_open = p.lending < 0 && p.environment < 0 && p.physical < 0;
+        // With fair reclaim a borrower may act on a full unit: it may preempt borrowers.
+        let borrow_open = (p.lending < 0 && p.environment < 0 && p.physical < 0)
+            || (queue.fair_reclaim && view.projected.iter().any(|a| a.borrowed() > 0));
         for (s, lane) in ul.lanes.iter().enumerate() {
             let b = bounds[s];
             if lane.pending.len() == 0 || (b.any == 0 && b.own == 0) {
@@ -1369,15 +1371,21 @@ impl Scheduler {
         if violation == Violation::Reserved {
             return PendingReason::ReservedForOthers;
         }
-        if let Violation::Group(g) = violation {
-            let queue = &self.queues[job.queue.0 as usize];
+        // A group's ceiling is named whenever it binds, even when another constraint was
+        // found first: no reclaim from outside the group can lift it.
+        let queue = &self.queues[job.queue.0 as usize];
+        if let Some(g) = queue.group(s) {
+            let limit = queue.groups[g].limits.get(&job.unit).copied();
             let members = (0..projected.len()).filter(|&x| queue.group(x) == Some(g));
-            return PendingReason::GroupLimitReached {
-                group: queue.groups[g].name().to_string(),
-                needs: c,
-                usage: members.map(|x| projected[x].usage).sum(),
-                limit: queue.groups[g].limits.get(&job.unit).copied().unwrap_or(0),
-            };
+            let usage: u32 = members.map(|x| projected[x].usage).sum();
+            if limit.is_some_and(|l| usage + c > l) || violation == Violation::Group(g) {
+                return PendingReason::GroupLimitReached {
+                    group: queue.groups[g].name().to_string(),
+                    needs: c,
+                    usage,
+                    limit: limit.unwrap_or(0),
+                };
+            }
         }
         if violation == Violation::Firm {
             let (needs, held, entitlement) = (c, self.own_only_usage(job), a.entitlement);

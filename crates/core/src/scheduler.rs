@@ -1061,6 +1061,13 @@ impl Scheduler {
         let Some(&entitlement) = share.limits.get(&u) else {
             return Some(Misconfiguration::ShareLimit);
         };
+        // A group's ceiling caps its members' total, so also any one job of theirs.
+        let group_limit = queue
+            .group(usize::from(job.share.0))
+            .and_then(|g| queue.groups[g].limits.get(&u));
+        if group_limit.is_some_and(|&l| c > l) {
+            return Some(Misconfiguration::ShareLimit);
+        }
         match share.spec.strategy {
             // A job that may not be interrupted never borrows, whatever its share's strategy.
             _ if c > entitlement && !job.spec.interruptible => {

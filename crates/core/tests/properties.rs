@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use qm_core::Strategy as Sharing;
 use qm_core::{
-    AttemptId, CoreError, Effect, Exit, IdleCause, Input, JobId, JobSpec, JobStatus, Millis,
-    PendingReason, Policy, QueueSpec, Scheduler, ShareSpec, StopCause,
+    AttemptId, CoreError, Effect, Exit, GroupSpec, IdleAssignment, IdleCause, Input, JobId,
+    JobSpec, JobStatus, Millis, PendingReason, Policy, QueueSpec, Scheduler, ShareSpec, StopCause,
 };
 
 const Q: &str = "q";
@@ -18,6 +18,10 @@ const UNITS: [&str; 2] = ["ml.g5.xlarge", "ml.p4d.24xlarge"];
 struct Config {
     env: [u32; 2],
     shares: Vec<ShareSpec>,
+    /// Issue 21's rules for idle capacity (FIFO, no fair reclaim, no groups by default).
+    idle: IdleAssignment,
+    fair_reclaim: bool,
+    groups: Vec<GroupSpec>,
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +137,73 @@ fn sized_config(env: u32, limit: u32) -> impl Strategy<Value = Config> {
                 .enumerate()
                 .map(|(i, (l, s, b, p))| share_spec(i, l, s, b, p, true))
                 .collect(),
+            idle: IdleAssignment::Fifo,
+            fair_reclaim: false,
+            groups: Vec::new(),
+        })
+}
+
+/// Issue 21: FAIR_SHARE with weights 1 to 3, no in-share preemption (its jobs are decided
+/// strictly in order, not ranked with the borrowers) and no groups (whose members borrow
+/// their idle capacity first, whatever the figures): what the admission property is about.
+fn fair_config() -> impl Strategy<Value = Config> {
+    (config(), prop::collection::vec(1..4u32, 4)).prop_map(|(mut cfg, weights)| {
+        cfg.idle = IdleAssignment::FairShare;
+        for (spec, w) in cfg.shares.iter_mut().zip(weights) {
+            spec.weight = w;
+            spec.in_share_preemption = false;
+        }
+        cfg
+    })
+}
+
+/// Issue 21's other rules: either assignment, fair reclaim or not, and up to two groups with
+/// random members, weights and limits.
+fn grouped_config() -> impl Strategy<Value = Config> {
+    (
+        config(),
+        prop::collection::vec(1..4u32, 4),
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(
+            (
+                prop::collection::vec(0..4usize, 1..3),
+                1..3u32,
+                proptest::option::weighted(0.7, 0..6u32),
+            ),
+            0..3,
+        ),
+    )
+        .prop_map(|(mut cfg, weights, fair, reclaim, groups)| {
+            if fair {
+                cfg.idle = IdleAssignment::FairShare;
+            }
+            cfg.fair_reclaim = reclaim;
+            for (spec, w) in cfg.shares.iter_mut().zip(weights) {
+                spec.weight = w;
+            }
+            let mut taken = std::collections::BTreeSet::new();
+            for (g, (members, weight, limit)) in groups.into_iter().enumerate() {
+                let shares: Vec<String> = members
+                    .into_iter()
+                    .map(|m| m % cfg.shares.len())
+                    .filter(|m| taken.insert(*m))
+                    .map(|m| cfg.shares[m].name.clone())
+                    .collect();
+                if shares.is_empty() {
+                    continue;
+                }
+                cfg.groups.push(GroupSpec {
+                    name: format!("G{g}"),
+                    shares,
+                    limits: limit
+                        .map(|l| (UNITS[0].to_string(), l))
+                        .into_iter()
+                        .collect(),
+                    weight,
+                });
+            }
+            cfg
         })
 }
 
@@ -190,6 +261,13 @@ struct Run {
     /// Check every victim search against brute force (slow).
     brute: bool,
 }
+
+/// One share's (entitlement, usage, strategy, allowance) on one unit.
+type Row = (u32, u32, Sharing, Option<u32>);
+/// Per unit, every share's row.
+type Rows = [Vec<Row>];
+/// Per (unit, share): its first waiting job, the job's count, and whether it may borrow.
+type Heads = BTreeMap<(usize, usize), (JobId, u32, bool)>;
 
 /// Per unit, per share: (entitlement, usage, strategy, allowance) recomputed from views.
 fn accounts(s: &Scheduler, cfg: &Config, unit: usize) -> Vec<(u32, u32, Sharing, Option<u32>)> {
@@ -310,7 +388,9 @@ impl Run {
             Input::PutQueue(QueueSpec {
                 name: Q.into(),
                 environment,
-                ..Default::default()
+                idle_assignment: cfg.idle,
+                fair_reclaim: cfg.fair_reclaim,
+                groups: cfg.groups.clone(),
             }),
         )
         .unwrap();
@@ -489,6 +569,8 @@ impl Run {
             .map(|u| pressure(self.cfg.env[u], &accounts(&self.s, &self.cfg, u)))
             .collect();
         let before_acc: Vec<_> = (0..2).map(|u| accounts(&self.s, &self.cfg, u)).collect();
+        let fair_check = self.fair_admission_case();
+        let stopping_before = self.stopping.clone();
         let decided = self.s.schedule(self.now);
         self.s.check_invariants().map_err(TestCaseError::fail)?;
         self.check_idle_while_waiting()?;
@@ -593,7 +675,10 @@ impl Run {
                             .iter()
                             .position(|s| s.name == p.spec.share)
                             .unwrap();
-                        prop_assert!(p.spec.count <= before_acc[u][ps].0, "a borrower reclaimed");
+                        prop_assert!(
+                            p.spec.count <= before_acc[u][ps].0 || self.cfg.fair_reclaim,
+                            "a borrower reclaimed without fair reclaim"
+                        );
                     }
                     // Drills come from `Input::Drill`, never from a pass.
                     StopCause::Terminated { .. } | StopCause::Drill { .. } => {}
@@ -614,6 +699,13 @@ impl Run {
                 self.stopping.push(*attempt);
             }
         }
+        self.check_groups_within_limits(&before_acc)?;
+        if self.cfg.fair_reclaim {
+            self.check_fair_reclaim(&before_acc, &stopping_before, &decided)?;
+        }
+        if let Some(waiting) = fair_check {
+            self.check_fair_admission(&before_acc, waiting, &decided)?;
+        }
         fx.extend(decided);
         for e in &fx {
             if let Effect::Stop {
@@ -630,6 +722,286 @@ impl Run {
         self.log.extend(fx);
         if self.stopping.is_empty() {
             self.check_owner_liveness()?;
+        }
+        Ok(())
+    }
+
+    /// Issue 21: what each group's members hold on a unit it caps stays within the limit
+    /// (pristine), or no further above it than before the pass (a limit lowered by an update).
+    fn check_groups_within_limits(&self, before: &Rows) -> Result<(), TestCaseError> {
+        for g in &self.cfg.groups {
+            for (unit, &limit) in &g.limits {
+                let u = UNITS.iter().position(|x| x == unit).unwrap();
+                let acc = accounts(&self.s, &self.cfg, u);
+                let held = |acc: &[(u32, u32, Sharing, Option<u32>)]| -> u32 {
+                    self.cfg
+                        .shares
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, sh)| g.shares.contains(&sh.name))
+                        .map(|(x, _)| acc[x].1)
+                        .sum()
+                };
+                let (was, is) = (held(&before[u]), held(&acc));
+                prop_assert!(
+                    is <= limit.max(was),
+                    "group {} holds {is} {unit} over its limit {limit} (held {was} before the pass)",
+                    g.name
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The weighted borrowed share of share `x` (or, `top`, of its group if it has one) over
+    /// both units, recomputed from usage rows: `borrowed / (weight × what lending shares are
+    /// entitled to)`, the largest over the units.
+    fn figure(&self, acc: &Rows, x: usize, top: bool) -> f64 {
+        let group = self
+            .cfg
+            .groups
+            .iter()
+            .find(|g| g.shares.contains(&self.cfg.shares[x].name))
+            .filter(|_| top);
+        let mut f: f64 = 0.0;
+        for a in acc {
+            let pool: u32 = a.iter().filter(|r| r.2.lends()).map(|r| r.0).sum();
+            let pool = f64::from(pool.max(1));
+            let here = match group {
+                None => {
+                    f64::from(a[x].1.saturating_sub(a[x].0))
+                        / (f64::from(self.cfg.shares[x].weight) * pool)
+                }
+                Some(g) => {
+                    let (mut used, mut ent) = (0u32, 0u32);
+                    for (m, sh) in self.cfg.shares.iter().enumerate() {
+                        if g.shares.contains(&sh.name) {
+                            used += a[m].1;
+                            ent += a[m].0;
+                        }
+                    }
+                    f64::from(used.saturating_sub(ent)) / (f64::from(g.weight) * pool)
+                }
+            };
+            f = f.max(here);
+        }
+        f
+    }
+
+    /// Whether shares `a` and `b` are compared by their groups' figures (they part at the top).
+    fn compared_at_top(&self, a: usize, b: usize) -> bool {
+        let group = |x: usize| {
+            self.cfg
+                .groups
+                .iter()
+                .position(|g| g.shares.contains(&self.cfg.shares[x].name))
+        };
+        group(a).is_none() || group(a) != group(b)
+    }
+
+    /// Issue 21, fair reclaim: a borrower that preempts other shares' jobs takes only what
+    /// they borrow (never a job on its share's own capacity), and afterwards its figure is at
+    /// most each victim share's (`LessThanOrEqualToFinalShare`), on the usage the decision
+    /// saw: attempts already stopping excluded, the pass's earlier starts included.
+    fn check_fair_reclaim(
+        &self,
+        before: &Rows,
+        stopping: &[AttemptId],
+        decided: &[Effect],
+    ) -> Result<(), TestCaseError> {
+        let mut acc = before.to_vec();
+        for a in stopping {
+            if let Some(att) = self.s.attempt(*a) {
+                let j = self.s.job(att.job).unwrap();
+                let (u, x) = self.place(&j.spec.instance_type, &j.spec.share);
+                acc[u][x].1 -= att.count;
+            }
+        }
+        let mut i = 0;
+        while i < decided.len() {
+            match &decided[i] {
+                Effect::Start { job, count, .. } => {
+                    let j = self.s.job(*job).unwrap();
+                    let (u, x) = self.place(&j.spec.instance_type, &j.spec.share);
+                    acc[u][x].1 += count;
+                    i += 1;
+                }
+                Effect::Stop {
+                    cause: StopCause::Reclaim { for_job, .. },
+                    ..
+                } => {
+                    let p = self.s.job(*for_job).unwrap();
+                    let (u, ps) = self.place(&p.spec.instance_type, &p.spec.share);
+                    let mut freed: BTreeMap<usize, u32> = BTreeMap::new();
+                    let mut backfill_victim = false;
+                    while let Some(Effect::Stop {
+                        job,
+                        attempt,
+                        cause: StopCause::Reclaim { for_job: f, .. },
+                    }) = decided.get(i)
+                    {
+                        if f != for_job {
+                            break;
+                        }
+                        let v = self.s.job(*job).unwrap();
+                        let (_, vs) = self.place(&v.spec.instance_type, &v.spec.share);
+                        let att = self.s.attempt(*attempt).unwrap();
+                        backfill_victim |= att.backfill_for == Some(*for_job);
+                        *freed.entry(vs).or_default() += att.count;
+                        i += 1;
+                        while matches!(decided.get(i), Some(Effect::Requeued { .. })) {
+                            i += 1;
+                        }
+                    }
+                    // A borrower's reclaim is a fair one (an owner's reclaim may leave its
+                    // share's lower-priority jobs above the entitlement under in-share
+                    // preemption, and an aged head may take what was backfilled onto it).
+                    let spec = &self.cfg.shares[ps];
+                    let borrower = acc[u][ps].1 + p.spec.count > acc[u][ps].0
+                        && spec.strategy.borrows()
+                        && !spec.in_share_preemption
+                        && !backfill_victim;
+                    if borrower {
+                        let mut after = acc.clone();
+                        after[u][ps].1 += p.spec.count;
+                        for (&vs, &n) in &freed {
+                            let (ent, used, ..) = acc[u][vs];
+                            prop_assert!(
+                                used >= ent + n,
+                                "fair reclaim took {n} from {} which borrows {}: a job on its own capacity",
+                                self.cfg.shares[vs].name,
+                                used.saturating_sub(ent)
+                            );
+                            after[u][vs].1 -= n;
+                        }
+                        for &vs in freed.keys() {
+                            let top = self.compared_at_top(ps, vs);
+                            let (mine, theirs) =
+                                (self.figure(&after, ps, top), self.figure(&after, vs, top));
+                            prop_assert!(
+                                mine <= theirs + 1e-9,
+                                "fair reclaim left {} at {mine} above its victim {} at {theirs}",
+                                p.spec.share,
+                                self.cfg.shares[vs].name
+                            );
+                        }
+                    }
+                    for (&vs, &n) in &freed {
+                        acc[u][vs].1 -= n;
+                    }
+                }
+                _ => i += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// The waiting jobs a fair admission check compares against, when this step qualifies:
+    /// FAIR_SHARE without groups, nothing stopping (no claims in play) and no head past the
+    /// starvation guard (its reservation decides before fairness does). Per share, its first
+    /// waiting job in share order on each unit, with its count and whether it may borrow.
+    fn fair_admission_case(&self) -> Option<Heads> {
+        if self.cfg.idle != IdleAssignment::FairShare || !self.cfg.groups.is_empty() {
+            return None;
+        }
+        if !self.stopping.is_empty() {
+            return None;
+        }
+        let mut heads: BTreeMap<(usize, usize), (std::cmp::Reverse<u32>, u64, JobId)> =
+            BTreeMap::new();
+        for id in self.s.job_ids() {
+            let j = self.s.job(id).unwrap();
+            if j.status != JobStatus::Runnable || j.stopping.is_some() {
+                continue;
+            }
+            if self.now >= j.queued_at + 900_000 {
+                return None;
+            }
+            if j.misconfigured.is_some() {
+                continue;
+            }
+            let key = self.place(&j.spec.instance_type, &j.spec.share);
+            let rank = (std::cmp::Reverse(j.spec.priority), j.seq, id);
+            heads
+                .entry(key)
+                .and_modify(|r| *r = (*r).min(rank))
+                .or_insert(rank);
+        }
+        Some(
+            heads
+                .into_iter()
+                .map(|(k, (_, _, id))| {
+                    let j = self.s.job(id).unwrap();
+                    (
+                        k,
+                        (id, j.spec.count, j.spec.interruptible && j.spec.borrows),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// Issue 21, admission under FAIR_SHARE: when a share with no idle entitlement left
+    /// starts a job by borrowing, no other such share's first waiting job that could have
+    /// started instead (it may borrow, and the admission check would let it in on the same
+    /// state) would have left that share's figure below the admitted share's. Figures are
+    /// after the admission in question; "one job's worth" is the waiting job's.
+    fn check_fair_admission(
+        &self,
+        before: &Rows,
+        mut waiting: Heads,
+        decided: &[Effect],
+    ) -> Result<(), TestCaseError> {
+        let mut acc = before.to_vec();
+        for e in decided {
+            let Effect::Start { job, count, .. } = e else {
+                if matches!(e, Effect::Stop { .. }) {
+                    return Ok(());
+                }
+                continue;
+            };
+            let j = self.s.job(*job).unwrap();
+            let (u, a) = self.place(&j.spec.instance_type, &j.spec.share);
+            let plain_borrow = acc[u][a].1 >= acc[u][a].0;
+            if plain_borrow {
+                // Other shares' waiting owners keep idle capacity from borrowers: skip.
+                let owners_wait = waiting
+                    .iter()
+                    .any(|(&(wu, x), &(_, c, _))| wu == u && acc[u][x].1 + c <= acc[u][x].0);
+                let mut after = acc.clone();
+                after[u][a].1 += count;
+                let mine = self.figure(&after, a, false);
+                for (&(wu, b), &(other, c, may)) in &waiting {
+                    if wu != u || b == a || !may || owners_wait {
+                        continue;
+                    }
+                    let (ent, used, strategy, _) = acc[u][b];
+                    if used < ent || !strategy.borrows() {
+                        continue;
+                    }
+                    let mut alt = acc[u].clone();
+                    let p0 = pressure(self.cfg.env[u], &alt);
+                    alt[b].1 += c;
+                    if not_worse(&p0, &pressure(self.cfg.env[u], &alt)).is_err() {
+                        continue;
+                    }
+                    let mut theirs_acc = acc.clone();
+                    theirs_acc[u][b].1 += c;
+                    let theirs = self.figure(&theirs_acc, b, false);
+                    prop_assert!(
+                        mine <= theirs + 1e-9,
+                        "{} borrowed for job {:?} to {mine} while {}'s job {:?} could have started at {theirs}",
+                        j.spec.share,
+                        job,
+                        self.cfg.shares[b].name,
+                        other
+                    );
+                }
+            }
+            acc[u][a].1 += count;
+            waiting.retain(|_, w| w.0 != *job);
+            // The share's next job is not known here: stop comparing against it.
+            waiting.retain(|&(wu, x), _| !(wu == u && x == a));
         }
         Ok(())
     }
@@ -822,6 +1194,7 @@ impl Run {
                 reason,
                 Some(
                     PendingReason::HeldForOlderJob { .. }
+                        | PendingReason::GroupLimitReached { .. }
                         | PendingReason::WaitingForRelease { .. }
                         | PendingReason::VictimsProtected { .. }
                         | PendingReason::WaitingForCheckpoint { .. }
@@ -883,7 +1256,13 @@ impl Run {
                 Some(PendingReason::Reserved { reason, .. }) => Some(*reason),
                 other => other,
             };
-            let held = matches!(reason, Some(PendingReason::HeldForOlderJob { .. }));
+            // A group's ceiling binds owners too (a department's budget).
+            let held = matches!(
+                reason,
+                Some(
+                    PendingReason::HeldForOlderJob { .. } | PendingReason::GroupLimitReached { .. }
+                )
+            );
             // Patience with its victims is a reason to wait only until a wake-up the core has
             // asked for: it must come back to the job by then.
             let patient = match reason {
@@ -997,6 +1376,32 @@ fn run_all(cfg: Config, ops: &[Op]) -> Result<Vec<Effect>, TestCaseError> {
     Ok(run.log)
 }
 
+/// Runs the ops up to `cut`, rebuilds the scheduler from its image, and runs the rest on both:
+/// the image survives a round trip and the two decide alike.
+fn rebuilt_decides_alike(
+    cfg: Config,
+    ops: &[Op],
+    cut: prop::sample::Index,
+) -> Result<(), TestCaseError> {
+    let cut = cut.index(ops.len());
+    let mut original = Run::new(cfg);
+    for op in &ops[..cut] {
+        original.step(op)?;
+    }
+    let image = original.s.image();
+    let mut rebuilt = original.clone();
+    rebuilt.s = Scheduler::from_image(original.s.policy(), image.clone())
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    prop_assert_eq!(rebuilt.s.image(), image, "the image survives a round trip");
+    for op in &ops[cut..] {
+        original.step(op)?;
+        rebuilt.step(op)?;
+    }
+    prop_assert_eq!(&original.log, &rebuilt.log);
+    prop_assert_eq!(original.s.image(), rebuilt.s.image());
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -1024,22 +1429,7 @@ proptest! {
     fn a_scheduler_rebuilt_from_its_image_decides_the_rest_exactly_as_the_original(
         cfg in config(), ops in prop::collection::vec(op(true), 2..60), cut in any::<prop::sample::Index>()
     ) {
-        let cut = cut.index(ops.len());
-        let mut original = Run::new(cfg);
-        for op in &ops[..cut] {
-            original.step(op)?;
-        }
-        let image = original.s.image();
-        let mut rebuilt = original.clone();
-        rebuilt.s = Scheduler::from_image(original.s.policy(), image.clone())
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        prop_assert_eq!(rebuilt.s.image(), image, "the image survives a round trip");
-        for op in &ops[cut..] {
-            original.step(op)?;
-            rebuilt.step(op)?;
-        }
-        prop_assert_eq!(&original.log, &rebuilt.log);
-        prop_assert_eq!(original.s.image(), rebuilt.s.image());
+        rebuilt_decides_alike(cfg, &ops, cut)?;
     }
 
     #[test]
@@ -1052,6 +1442,28 @@ proptest! {
             run.step(op)?;
             run.check_victims_by_brute_force()?;
         }
+    }
+
+    #[test]
+    fn fair_sharing_admits_the_lowest_weighted_share_first_and_keeps_every_rule(cfg in fair_config(), ops in prop::collection::vec(op(false), 1..80)) {
+        run_all(cfg, &ops)?;
+    }
+
+    #[test]
+    fn fair_reclaim_and_groups_keep_their_rules_and_every_other(cfg in grouped_config(), ops in prop::collection::vec(op(false), 1..80)) {
+        run_all(cfg, &ops)?;
+    }
+
+    #[test]
+    fn fair_reclaim_and_groups_settle(cfg in grouped_config(), ops in prop::collection::vec(op(false), 1..80)) {
+        run_settling(cfg, &ops)?;
+    }
+
+    #[test]
+    fn a_fair_scheduler_rebuilt_from_its_image_decides_the_rest_exactly_as_the_original(
+        cfg in grouped_config(), ops in prop::collection::vec(op(false), 2..60), cut in any::<prop::sample::Index>()
+    ) {
+        rebuilt_decides_alike(cfg, &ops, cut)?;
     }
 
     #[test]

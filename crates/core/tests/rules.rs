@@ -1800,3 +1800,306 @@ fn a_job_that_may_not_be_interrupted_is_never_backfilled_onto_an_aged_head_s_res
         w.running()
     );
 }
+
+// ---- Issue 21: idle capacity by weight, groups of shares -----------------------------------
+
+/// A lender with four idle instances and two borrowers entitled to one each, under
+/// `FAIR_SHARE`; `f` sets the borrowers' weights.
+fn fair_world(weight_a: u32, weight_b: u32) -> World {
+    let mut w = World::new(&[(G5, 6)]);
+    w.update_queue(|q| q.idle_assignment = IdleAssignment::FairShare);
+    w.share_with("L", Lend, &[(G5, 4)], |_| {});
+    w.share_with("A", LendAndBorrow, &[(G5, 1)], |s| s.weight = weight_a);
+    w.share_with("B", LendAndBorrow, &[(G5, 1)], |s| s.weight = weight_b);
+    w
+}
+
+/// L holds its four instances; A and B run one job each on their own quota, and A has three
+/// more jobs waiting, submitted before B's.
+fn fair_world_busy(weight_a: u32, weight_b: u32) -> World {
+    let mut w = fair_world(weight_a, weight_b);
+    w.submit("l1", "L", 0, 4);
+    w.submit("a0", "A", 0, 1);
+    w.submit("b0", "B", 0, 1);
+    w
+}
+
+/// `fair_world_busy` with A borrowing all four of L's instances, then A's a5 and B's b1
+/// waiting (`b_first`: b1 submitted first), and a1 ending: one instance to assign.
+fn one_instance_for_two(weight_a: u32, weight_b: u32, fifo: bool, b_first: bool) -> World {
+    let mut w = fair_world_busy(weight_a, weight_b);
+    if fifo {
+        w.update_queue(|q| q.idle_assignment = IdleAssignment::Fifo);
+    }
+    for a in ["a1", "a2", "a3", "a4"] {
+        w.submit(a, "A", 0, 1);
+    }
+    w.finish("l1");
+    assert_eq!(w.running(), set(&["a0", "a1", "a2", "a3", "a4", "b0"]));
+    if b_first {
+        w.submit("b1", "B", 0, 1);
+        w.submit("a5", "A", 0, 1);
+    } else {
+        w.submit("a5", "A", 0, 1);
+        w.submit("b1", "B", 0, 1);
+    }
+    w.finish("a1");
+    w
+}
+
+#[test]
+fn under_fair_share_the_borrower_with_the_lowest_weighted_share_after_admission_goes_first() {
+    // A borrows 3 of a pool of 6 after a1 ends (a5 would take it to 4/6); B's b1 to 1/6.
+    let w = one_instance_for_two(1, 1, false, false);
+    assert_eq!(w.running(), set(&["a0", "a2", "a3", "a4", "b0", "b1"]));
+    assert_eq!(w.runnable(), set(&["a5"]));
+    assert_eq!(
+        w.reason("a5"),
+        "NOTHING_TO_BORROW",
+        "nobody ranked first waits now"
+    );
+}
+
+#[test]
+fn the_same_story_under_fifo_gives_the_idle_instance_to_the_first_submitted() {
+    let w = one_instance_for_two(1, 1, true, false);
+    assert_eq!(w.running(), set(&["a0", "a2", "a3", "a4", "a5", "b0"]));
+    assert_eq!(w.runnable(), set(&["b1"]));
+}
+
+#[test]
+fn a_weight_divides_what_a_share_borrows() {
+    // At weight 5, a5 would leave A at 4/30 = 0.13; b1 at weight 1 leaves B at 1/6 = 0.17:
+    // A goes first although it borrows more, and although b1 was submitted first.
+    let w = one_instance_for_two(5, 1, false, true);
+    assert_eq!(w.running(), set(&["a0", "a2", "a3", "a4", "a5", "b0"]));
+    assert_eq!(w.runnable(), set(&["b1"]));
+}
+
+#[test]
+fn equal_weighted_shares_go_in_submission_order() {
+    let mut w = fair_world_busy(1, 1);
+    w.submit("b1", "B", 0, 1);
+    w.submit("a1", "A", 0, 1);
+    // Both would borrow 1 of 6 after admission: a tie, broken by submission order.
+    w.submit("l2", "L", 0, 1);
+    w.finish("l1");
+    // L's l2 keeps one of its four; three are lent: b1, then a1, then nothing.
+    assert_eq!(w.running(), set(&["a0", "a1", "b0", "b1", "l2"]));
+    let b1 = w.job("b1").attempt.unwrap();
+    let a1 = w.job("a1").attempt.unwrap();
+    assert!(b1 < a1, "b1 was submitted first and started first");
+}
+
+#[test]
+fn the_weighted_share_is_dominant_over_instance_types() {
+    // A borrows two P4s of a pool of three (0.67) and nothing on G5. When two G5s free up,
+    // A's job of two would leave it at 2/5 on G5 but 0.67 over both types; B's job of one at
+    // 2/5 = 0.4: B goes first although A asked first, and A's job no longer fits.
+    let mut w = World::new(&[(G5, 5), (P4, 3)]);
+    w.update_queue(|q| q.idle_assignment = IdleAssignment::FairShare);
+    w.share_with("L", Lend, &[(G5, 3), (P4, 2)], |_| {});
+    w.share_with("A", LendAndBorrow, &[(G5, 1), (P4, 1)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 1), (P4, 0)], |_| {});
+    w.submit_with("ap", "A", |j| {
+        j.instance_type = P4.into();
+        j.count = 3;
+    });
+    w.submit("l1", "L", 0, 2);
+    w.submit("b0", "B", 0, 2);
+    w.submit("a0", "A", 0, 1);
+    assert_eq!(w.running(), set(&["a0", "ap", "b0", "l1"]));
+    w.submit("a1", "A", 0, 2);
+    w.submit("b1", "B", 0, 1);
+    w.finish("l1");
+    assert_eq!(w.running(), set(&["a0", "ap", "b0", "b1"]));
+    assert_eq!(w.runnable(), set(&["a1"]));
+    let fair = w.s.fairness(Q).unwrap();
+    let a = fair.shares.iter().find(|s| s.share == "A").unwrap();
+    assert_eq!(a.dominant.as_deref(), Some(P4));
+    assert!((a.weighted_share - 2.0 / 3.0).abs() < 1e-9, "{a:?}");
+}
+
+#[test]
+fn a_waiting_borrower_says_which_share_goes_first() {
+    let mut w = fair_world_busy(1, 1);
+    for a in ["a1", "a2", "a3", "a4"] {
+        w.submit(a, "A", 0, 1);
+    }
+    w.finish("l1");
+    w.submit("a5", "A", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    w.submit("b2", "B", 0, 1);
+    w.finish("a1");
+    assert_eq!(w.runnable(), set(&["a5", "b2"]));
+    assert_eq!(w.reason("a5"), "BEHIND_FAIR_SHARE");
+    assert!(
+        w.reason_text("a5")
+            .contains("A's weighted share 0.5 is above B's 0.17, which goes first"),
+        "{}",
+        w.reason_text("a5")
+    );
+}
+
+/// A borrows all of L's four idle instances before B wants any, under fair reclaim.
+fn fair_reclaim_world() -> World {
+    let mut w = fair_world(1, 1);
+    w.update_queue(|q| q.fair_reclaim = true);
+    w.submit("a0", "A", 0, 1);
+    for a in ["a1", "a2", "a3", "a4"] {
+        w.submit(a, "A", 0, 1);
+    }
+    assert_eq!(w.running(), set(&["a0", "a1", "a2", "a3", "a4"]));
+    w
+}
+
+#[test]
+fn fair_reclaim_preempts_borrowed_jobs_until_the_shares_are_level_and_stops_there() {
+    let mut w = fair_reclaim_world();
+    w.submit("b0", "B", 0, 1);
+    assert!(w.preempted().is_empty(), "B's own instance was idle");
+    for b in ["b1", "b2", "b3"] {
+        w.submit(b, "B", 0, 1);
+    }
+    // A borrows 4 of a pool of 6. b1 (B at 1/6) takes one of A's (A at 3/6), b2 (2/6) another
+    // (2/6, level); b3 would leave B at 3/6 above A's 1/6: it waits.
+    assert_eq!(w.preempted().len(), 2);
+    assert_eq!((w.usage("A"), w.usage("B")), (3, 3));
+    assert_eq!(w.runnable().len(), 3, "{:?}", w.runnable());
+    assert!(w.runnable().contains(&"b3".to_string()));
+    // No ping-pong: A's preempted jobs do not take it back.
+    w.settle();
+    assert!(w.preempted().is_empty());
+}
+
+#[test]
+fn fair_reclaim_never_takes_what_a_share_owns() {
+    // A runs one job on its own quota and borrows four in two jobs; B, at weight 10, counts
+    // what it borrows a tenth: taking one of A's borrowed jobs leaves A at 2/6 above B's 2/60,
+    // but taking the second would leave A borrowing nothing (0), below B: fair reclaim stops
+    // before any share falls to its own quota.
+    let mut w = fair_world(1, 10);
+    w.update_queue(|q| q.fair_reclaim = true);
+    w.submit("a0", "A", 0, 1);
+    w.submit("a1", "A", 0, 2);
+    w.submit("a2", "A", 0, 2);
+    w.submit("b0", "B", 0, 1);
+    assert_eq!(w.running(), set(&["a0", "a1", "a2", "b0"]));
+    w.submit("b1", "B", 0, 2);
+    w.submit("b2", "B", 0, 2);
+    let preempted = w.preempted();
+    assert_eq!(preempted, set(&["a2"]), "the newest borrowed job only");
+    assert!(w.running().contains(&"a0".to_string()));
+    assert_eq!(w.runnable(), set(&["a2", "b2"]));
+}
+
+#[test]
+fn without_fair_reclaim_a_borrower_never_preempts_a_borrower() {
+    let mut w = fair_world(1, 1);
+    w.submit("a0", "A", 0, 1);
+    for a in ["a1", "a2", "a3", "a4"] {
+        w.submit(a, "A", 0, 1);
+    }
+    w.submit("b0", "B", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.reason("b1"), "NOTHING_TO_BORROW");
+}
+
+/// L lends four instances; A and B are a department (group D), C is not in it.
+fn grouped_world(limit: Option<u32>) -> World {
+    let mut w = World::new(&[(G5, 7)]);
+    w.share_with("A", LendAndBorrow, &[(G5, 3)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 1)], |_| {});
+    w.share_with("C", LendAndBorrow, &[(G5, 1)], |_| {});
+    w.share_with("L", Lend, &[(G5, 3)], |_| {});
+    w.update_queue(|q| {
+        q.groups = vec![GroupSpec {
+            name: "D".into(),
+            shares: vec!["A".into(), "B".into()],
+            limits: limit.map(|l| (G5.to_string(), l)).into_iter().collect(),
+            weight: 1,
+        }]
+    });
+    w
+}
+
+#[test]
+fn a_group_lends_its_idle_capacity_to_its_own_members_first() {
+    let mut w = grouped_world(None);
+    w.submit("l", "L", 0, 3);
+    w.submit("a1", "A", 0, 1);
+    w.submit("b0", "B", 0, 1);
+    w.submit("c0", "C", 0, 1);
+    // C asks to borrow before B does; A has two idle instances.
+    w.submit("c1", "C", 0, 1);
+    assert_eq!(w.running(), set(&["a1", "b0", "c0", "c1", "l"]));
+    w.submit("c2", "C", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    w.finish("c1");
+    // One instance came free (c1's, of A's idle two): B, A's fellow member, gets it although
+    // C asked first.
+    assert!(w.running().contains(&"b1".to_string()), "{:?}", w.running());
+    assert_eq!(w.runnable(), set(&["c2"]));
+}
+
+#[test]
+fn a_group_at_its_ceiling_borrows_no_more() {
+    let mut w = grouped_world(Some(4));
+    w.submit("a0", "A", 0, 3);
+    w.submit("b0", "B", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    assert_eq!(w.running(), set(&["a0", "b0"]));
+    assert_eq!(w.reason("b1"), "GROUP_LIMIT_REACHED");
+    assert!(w
+        .reason_text("b1")
+        .contains("group D hold 4 of its limit of 4"));
+    // C, outside the group, still borrows.
+    w.submit("c0", "C", 0, 1);
+    w.submit("c1", "C", 0, 2);
+    assert!(w.running().contains(&"c1".to_string()));
+}
+
+#[test]
+fn a_lowered_group_ceiling_is_reclaimed_lazily() {
+    let mut w = grouped_world(Some(6));
+    w.submit("a0", "A", 0, 3);
+    w.submit("b0", "B", 0, 1);
+    w.submit("b1", "B", 0, 2);
+    assert_eq!(w.running(), set(&["a0", "b0", "b1"]));
+    w.update_queue(|q| {
+        q.groups[0].limits.insert(G5.into(), 4);
+    });
+    // Nothing is preempted for the lower ceiling ...
+    assert!(w.preempted().is_empty());
+    // ... and no member starts while the group is above it ...
+    w.submit("b2", "B", 0, 1);
+    assert_eq!(w.reason("b2"), "GROUP_LIMIT_REACHED");
+    w.terminate("b2");
+    w.submit("a1", "A", 0, 2);
+    assert_eq!(w.reason("a1"), "GROUP_LIMIT_REACHED");
+    // ... until an owner needs its own capacity: then what a member borrows is reclaimed.
+    w.finish("a0");
+    assert_eq!(w.preempted(), set(&["b1"]));
+    assert_eq!(w.running(), set(&["a1", "b0"]));
+    assert_eq!(w.reason("b1"), "GROUP_LIMIT_REACHED");
+}
+
+#[test]
+fn an_owner_reclaims_from_a_fellow_member_that_borrows_when_the_ceiling_binds() {
+    let mut w = grouped_world(Some(4));
+    w.submit("b0", "B", 0, 1);
+    w.submit("b1", "B", 0, 3); // borrows A's idle three
+    assert_eq!(w.running(), set(&["b0", "b1"]));
+    w.submit("a0", "A", 0, 2);
+    // A's owner takes its capacity back from B, which borrowed it.
+    assert_eq!(w.preempted(), set(&["b1"]));
+    assert!(w.running().contains(&"a0".to_string()));
+}
+
+#[test]
+fn a_job_larger_than_its_group_s_ceiling_never_fits() {
+    let mut w = grouped_world(Some(2));
+    w.submit("a0", "A", 0, 3);
+    assert!(w.job("a0").misconfigured.is_some());
+}

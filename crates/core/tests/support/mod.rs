@@ -57,6 +57,14 @@ impl World {
         w
     }
 
+    /// Changes the queue's configuration (its rules for idle capacity, its groups): `f` adjusts
+    /// what the core has now.
+    pub fn update_queue(&mut self, f: impl FnOnce(&mut QueueSpec)) {
+        let mut spec = self.s.queue_spec(Q).expect("the world's queue");
+        f(&mut spec);
+        self.input(Input::PutQueue(spec)).unwrap();
+    }
+
     /// Adds a share; `f` adjusts the defaults (LEND, unlimited, no in-share preemption).
     pub fn share(mut self, name: &str, strategy: Strategy, limits: &[(&str, u32)]) -> Self {
         self.share_with(name, strategy, limits, |_| {});
