@@ -503,22 +503,34 @@ impl Scheduler {
         let (s, u) = (usize::from(job.share.0), job.unit);
         let accounts = self.accounts_of(queue, u);
         let ctx = FairCtx::new(self, queue, u);
-        let waiting_borrower = |x: usize| {
-            queue.shares[x].strategy().borrows()
-                && ul.lanes.get(x).is_some_and(|l| {
-                    l.pending
-                        .first(u32::MAX)
-                        .is_some_and(|(c, _)| accounts[x].route(c) == Route::Borrow)
-                })
+        // Each other share's first waiting job, if it would borrow, as the pass ranks it.
+        let head_of = |x: usize| {
+            let (c, k) = ul.lanes.get(x)?.pending.first(u32::MAX)?;
+            let borrows =
+                queue.shares[x].strategy().borrows() && accounts[x].route(c) == Route::Borrow;
+            borrows.then_some(Candidate {
+                share: x,
+                count: c,
+                seq: k.seq,
+            })
         };
+        let me = Candidate {
+            share: s,
+            count: job.spec.count,
+            seq: job.seq,
+        };
+        // Ranked before this job, and by a lower figure (not by group-first lending, which the
+        // message would misstate).
         let ahead = (0..accounts.len())
-            .filter(|&x| x != s && waiting_borrower(x))
-            .map(|x| (ctx.compared(&accounts, x, s), x))
-            .filter(|&(f, x)| f < ctx.compared(&accounts, s, x))
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let Some((ahead_f, x)) = ahead else {
+            .filter(|&x| x != s)
+            .filter_map(head_of)
+            .filter(|x| ctx.cmp(&accounts, x, &me) == Ordering::Less)
+            .filter(|x| ctx.compared(&accounts, x.share, s) < ctx.compared(&accounts, s, x.share))
+            .min_by(|a, b| ctx.cmp(&accounts, a, b));
+        let Some(x) = ahead.map(|c| c.share) else {
             return reason;
         };
+        let ahead_f = ctx.compared(&accounts, x, s);
         let same_group = ctx.group(s).is_some() && ctx.group(s) == ctx.group(x);
         let name = |y: usize| match ctx.group(y).filter(|_| !same_group) {
             Some(g) => queue.groups[g].name().to_string(),
