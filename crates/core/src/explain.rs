@@ -110,8 +110,10 @@ impl Scheduler {
         if !queue.shares.iter().any(|s| s.protects()) {
             return None;
         }
-        let victims =
-            self.find_victims_among(id, &view.for_share(usize::from(job.share.0)), false)?;
+        let view = view.for_share(usize::from(job.share.0));
+        let victims = self
+            .find_victims_among(id, &view, false)
+            .or_else(|| self.fair_victims(id, &view, false))?;
         let until = victims
             .iter()
             .filter_map(|a| self.protected_until(&self.attempts[a], self.clock))

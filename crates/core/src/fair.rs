@@ -208,11 +208,20 @@ impl FairCtx {
         let mut after = accounts.to_vec();
         after[v].usage -= freed.min(after[v].usage);
         let same_group = self.group_of[s].is_some() && self.group_of[s] == self.group_of[v];
-        if same_group {
-            self.share_after(&after, s, c) <= self.share_after(&after, v, 0)
+        let (mine, theirs_after, theirs_before) = if same_group {
+            (
+                self.share_after(&after, s, c),
+                self.share_after(&after, v, 0),
+                self.share_after(accounts, v, 0),
+            )
         } else {
-            self.top_after(&after, s, c) <= self.top_after(&after, v, 0)
-        }
+            (
+                self.top_after(&after, s, c),
+                self.top_after(&after, v, 0),
+                self.top_after(accounts, v, 0),
+            )
+        };
+        mine <= theirs_after && mine < theirs_before
     }
 
     /// The figure two shares are compared by: their own when in the same group, else their

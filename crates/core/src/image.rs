@@ -467,6 +467,12 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
         };
         lanes.insert(check_unit(ui.unit)?, ul);
     }
+    let spec = QueueSpec {
+        groups: qi.groups.clone(),
+        ..Default::default()
+    };
+    crate::scheduler::check_groups(&spec)
+        .map_err(|e| CoreError::BadImage(format!("queue {}: {e}", qi.name)))?;
     let mut groups = Vec::new();
     for g in qi.groups {
         let mut limits = BTreeMap::new();

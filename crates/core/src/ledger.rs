@@ -89,7 +89,7 @@ impl Ceiling {
     }
 
     /// Share `s`'s group, when that group caps the unit.
-    fn capped_group(&self, s: usize) -> Option<usize> {
+    pub fn capped_group(&self, s: usize) -> Option<usize> {
         let g = usize::from(self.group_of.get(s).copied().flatten()?);
         self.groups.get(g)?.map(|_| g)
     }

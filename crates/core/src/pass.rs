@@ -263,11 +263,38 @@ impl View {
         self.demand[x] - (self.projected[x].usage - self.held_projected[x].usage)
     }
 
-    /// Whether owners compete for the unit: the shares' limits add up to more than the
-    /// environment, or a physical limit is shared with other queues.
-    pub(crate) fn contested(&self) -> bool {
+    /// Whether share `s`'s owners compete with other shares' for the unit: the shares' limits
+    /// add up to more than the environment, a physical limit is shared with other queues, or
+    /// the share's group caps the unit below what its members are entitled to together.
+    pub(crate) fn contested_for(&self, s: usize) -> bool {
         let entitled: u64 = self.held.iter().map(|a| u64::from(a.entitlement)).sum();
-        entitled > u64::from(self.ceiling.environment) || self.ceiling.physical_for_queue.is_some()
+        if entitled > u64::from(self.ceiling.environment)
+            || self.ceiling.physical_for_queue.is_some()
+        {
+            return true;
+        }
+        self.ceiling.capped_group(s).is_some_and(|g| {
+            let limit = self.ceiling.groups[g].unwrap_or(u32::MAX);
+            let members: u64 = (0..self.held.len())
+                .filter(|&x| self.ceiling.capped_group(x) == Some(g))
+                .map(|x| u64::from(self.held[x].entitlement))
+                .sum();
+            members > u64::from(limit)
+        })
+    }
+
+    /// What of share `s`'s idle entitlement its waiting owners could use now, as far as its
+    /// group's ceiling lets them: an owner the ceiling blocks keeps nothing from borrowers.
+    pub(crate) fn group_headroom(&self, s: usize, reserve: u32) -> u32 {
+        let Some(g) = self.ceiling.capped_group(s) else {
+            return reserve;
+        };
+        let limit = self.ceiling.groups[g].unwrap_or(u32::MAX);
+        let held: u32 = (0..self.held.len())
+            .filter(|&x| self.ceiling.capped_group(x) == Some(g))
+            .map(|x| self.held[x].usage)
+            .sum();
+        reserve.min(limit.saturating_sub(held))
     }
 
     /// Whether a job of share `s` needing `c` instances could start if every other share's
@@ -549,13 +576,13 @@ impl Scheduler {
         }
         let mut bounds = vec![Bound::OPEN; nshares];
         let mut nominees = Vec::new();
-        // Borrowers ranked by more than FIFO (fair sharing, groups), and whether a decision of
-        // this pass moved a figure that ranks borrowers on the queue's other units.
+        // Borrowers ranked by more than FIFO (fair sharing, groups): the figures of the units
+        // (built on the first round that ranks two borrowers), and whether a decision of this
+        // pass moved a share's figure, which fair reclaim on the queue's other units reads.
         let queue = &self.queues[q.0 as usize];
-        let fair = queue
-            .orders_borrowers()
-            .then(|| FairCtx::new(self, queue, u));
-        let cross_unit = queue.idle_assignment == IdleAssignment::FairShare;
+        let orders = queue.orders_borrowers();
+        let mut fair: Option<FairCtx> = None;
+        let cross_unit = queue.fair_reclaim;
         let mut moved = false;
         // Decisions on the view as it is: `nominate` classifies its nominees by them, and the
         // pass nominates every round until the view changes (a start, a preemption, a claim
@@ -575,7 +602,9 @@ impl Scheduler {
             if matches!(kind, Kind::Head | Kind::Rest) {
                 // One decision at a time: after each, the next share's nominee may be an older
                 // job than the ones already nominated (FIFO), or rank otherwise (`fair`).
-                if let Some(ctx) = fair.as_ref().filter(|_| !crossing(&nominees[0])) {
+                if orders && nominees.len() > 1 && !crossing(&nominees[0]) {
+                    let ctx = fair
+                        .get_or_insert_with(|| FairCtx::new(self, &self.queues[q.0 as usize], u));
                     let cands: Vec<Candidate> = nominees
                         .iter()
                         .map(|n| Candidate {
@@ -710,7 +739,8 @@ impl Scheduler {
                             view.claim(n.share, -i64::from(n.count));
                             // Without reclaimers its share reserves its idle entitlement for
                             // its next owner again (the claim protected it until now).
-                            view.reserve[n.share] = self.reserve_of(q, u, n.share);
+                            view.reserve[n.share] =
+                                view.group_headroom(n.share, self.reserve_of(q, u, n.share));
                             self.dirty.insert((q, u));
                             gave_up = true;
                         }
@@ -739,7 +769,7 @@ impl Scheduler {
                     reservations.iter_mut().for_each(|r| r.shadow = None);
                 }
                 if started || was_patient != is_patient {
-                    let reserve = self.reserve_of(q, u, n.share);
+                    let reserve = view.group_headroom(n.share, self.reserve_of(q, u, n.share));
                     if reserve + if started { n.count } else { 0 } < reserved_before {
                         // The share's reservation shrank by more than a start used (a start,
                         // or a head no longer patient): borrowers decided against it get
@@ -747,6 +777,11 @@ impl Scheduler {
                         self.dirty.insert((q, u));
                     }
                     view.reserve[n.share] = reserve;
+                }
+                if started && view.ceiling.capped_group(n.share).is_some() {
+                    // A start uses its group's headroom: fellow members' owners may now keep
+                    // less from borrowers.
+                    self.shrink_group_reserves(q, u, n.share, &mut view);
                 }
                 if gave_up {
                     // A claim that was given up or lapsed freed capacity that the jobs decided
@@ -779,6 +814,20 @@ impl Scheduler {
             self.lapse_claims(q, u, None);
         }
         self.scratch = Some(view);
+    }
+
+    /// After a start of share `s`, whose group caps the unit: every fellow member reserves at
+    /// most the group's headroom, and a pass follows where that shrank a reservation (borrowers
+    /// decided against it get another look).
+    fn shrink_group_reserves(&mut self, q: QueueIx, u: UnitIx, s: usize, view: &mut View) {
+        let g = view.ceiling.capped_group(s);
+        for x in (0..view.reserve.len()).filter(|&x| x != s && view.ceiling.capped_group(x) == g) {
+            let reserve = view.group_headroom(x, view.reserve[x]);
+            if reserve < view.reserve[x] {
+                view.reserve[x] = reserve;
+                self.dirty.insert((q, u));
+            }
+        }
     }
 
     /// Patience before preempting (`Policy::reclaim_patience_ms`, `backfill_patience_ms`).
@@ -955,7 +1004,7 @@ impl Scheduler {
                     seq: k.seq,
                     job: k.job,
                     share: s,
-                    cross: owner_sized && view.contested() && view.others_could_free(s, c),
+                    cross: owner_sized && view.contested_for(s) && view.others_could_free(s, c),
                     draining: ul.patient.contains_key(&k.job),
                     decided: false,
                     shadow: None,
@@ -1274,6 +1323,9 @@ impl Scheduler {
                 .groups
                 .extend(queue.groups.iter().map(|g| g.limits.get(&u).copied()));
             view.ceiling.group_of.extend_from_slice(&queue.group_of);
+            for s in 0..view.reserve.len() {
+                view.reserve[s] = view.group_headroom(s, view.reserve[s]);
+            }
         }
         view.finish();
     }

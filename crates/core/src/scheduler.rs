@@ -1431,8 +1431,19 @@ impl Scheduler {
 
     /// Released capacity can serve the lane, and, when the unit has a physical limit, every
     /// other queue's lane on the same unit.
+    /// Under fair reclaim, a share's figure is its largest over the queue's units: one that
+    /// falls here may let a borrower on another unit reclaim fairly, so those units pass too.
     fn mark_released(&mut self, q: QueueIx, u: UnitIx) {
         self.dirty.insert((q, u));
+        let queue = &self.queues[q.0 as usize];
+        if queue.fair_reclaim {
+            let waiting = queue
+                .units
+                .iter()
+                .filter(|(_, ul)| ul.lanes.iter().any(|l| l.pending.len() > 0))
+                .map(|(&t, _)| (q, t));
+            self.dirty.extend(waiting.collect::<Vec<_>>());
+        }
         if self.physical.contains_key(&u) {
             for (i, queue) in self.queues.iter().enumerate() {
                 if queue.units.contains_key(&u) {
@@ -1453,7 +1464,7 @@ pub(crate) fn sub_priority<K: Ord>(map: &mut BTreeMap<K, u32>, key: K, count: u3
 
 /// Refuses a queue whose groups do not hold together: names unique and non-empty, weights at
 /// least 1, a share in at most one group, limits within the AWS bound.
-fn check_groups(spec: &QueueSpec) -> Result<(), CoreError> {
+pub(crate) fn check_groups(spec: &QueueSpec) -> Result<(), CoreError> {
     if spec.groups.len() > MAX_SHARES_PER_QUEUE {
         return Err(CoreError::TooMany {
             what: "a job queue's groups of shares",

@@ -884,6 +884,14 @@ impl Run {
                                 p.spec.share,
                                 self.cfg.shares[vs].name
                             );
+                            // Strictly below the victim's figure before: no flip back.
+                            let was = self.figure(&acc, vs, top);
+                            prop_assert!(
+                                mine < was,
+                                "fair reclaim took {} to {mine}, not below its victim {}'s {was}",
+                                p.spec.share,
+                                self.cfg.shares[vs].name
+                            );
                         }
                     }
                     for (&vs, &n) in &freed {

@@ -1967,9 +1967,11 @@ fn fair_reclaim_preempts_borrowed_jobs_until_the_shares_are_level_and_stops_ther
     assert_eq!((w.usage("A"), w.usage("B")), (3, 3));
     assert_eq!(w.runnable().len(), 3, "{:?}", w.runnable());
     assert!(w.runnable().contains(&"b3".to_string()));
-    // No ping-pong: A's preempted jobs do not take it back.
-    w.settle();
-    assert!(w.preempted().is_empty());
+    // No ping-pong: A's preempted jobs do not take it back, whatever passes the unit.
+    for (i, j) in ["a3", "a4", "b3"].iter().enumerate() {
+        w.priority(j, i as u32 + 1);
+        assert!(w.preempted().is_empty());
+    }
 }
 
 #[test]
@@ -2102,4 +2104,244 @@ fn a_job_larger_than_its_group_s_ceiling_never_fits() {
     let mut w = grouped_world(Some(2));
     w.submit("a0", "A", 0, 3);
     assert!(w.job("a0").misconfigured.is_some());
+}
+
+// ---- Issue 21, from the review: fair reclaim is strict, groups compete like owners ---------
+
+fn group_spec(name: &str, shares: &[&str], limit: Option<(&str, u32)>) -> GroupSpec {
+    GroupSpec {
+        name: name.into(),
+        shares: shares.iter().map(|s| s.to_string()).collect(),
+        limits: limit.map(|(u, l)| (u.to_string(), l)).into_iter().collect(),
+        weight: 1,
+    }
+}
+
+/// Two groups, each with a lender whose idle entitlement keeps the group's figure at 0
+/// (review of issue 21: the rule once flipped the instance between them on every pass).
+#[test]
+fn fair_reclaim_takes_nothing_between_groups_that_borrow_nothing_from_outside() {
+    let mut w = World::new(&[(G5, 2)]);
+    w.share_with("A", LendAndBorrow, &[(G5, 0)], |_| {});
+    w.share_with("A2", Lend, &[(G5, 2)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 0)], |_| {});
+    w.share_with("B2", Lend, &[(G5, 2)], |_| {});
+    w.update_queue(|q| {
+        q.idle_assignment = IdleAssignment::FairShare;
+        q.fair_reclaim = true;
+        q.groups = vec![
+            group_spec("GA", &["A", "A2"], None),
+            group_spec("GB", &["B", "B2"], None),
+        ];
+    });
+    w.submit("a1", "A", 0, 1);
+    w.submit("a2", "A", 0, 1);
+    assert_eq!(w.running(), set(&["a1", "a2"]));
+    w.submit("b1", "B", 0, 1); // settle panics with "no fixed point" if it ping-pongs
+                               // Both groups borrow nothing from outside (their lenders' idle entitlement): fair reclaim
+                               // would leave B's group at 0, not below A's 0, so it takes nothing.
+    assert!(w.preempted().is_empty());
+    assert_eq!(w.runnable(), set(&["b1"]));
+}
+
+/// Equal dominant figures on another type: a preemption on G5 would move neither figure.
+#[test]
+fn fair_reclaim_takes_nothing_when_another_type_sets_both_figures_alike() {
+    let mut w = World::new(&[(G5, 2), (P4, 2)]);
+    w.update_queue(|q| {
+        q.idle_assignment = IdleAssignment::FairShare;
+        q.fair_reclaim = true;
+    });
+    w.share_with("L", Lend, &[(G5, 4), (P4, 2)], |_| {});
+    w.share_with("A", LendAndBorrow, &[(G5, 0), (P4, 0)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 0), (P4, 0)], |_| {});
+    for (n, s) in [("ap", "A"), ("bp", "B")] {
+        w.submit_with(n, s, |j| {
+            j.instance_type = P4.into();
+            j.count = 1;
+        });
+    }
+    w.submit("a1", "A", 0, 1);
+    w.submit("a2", "A", 0, 1);
+    assert_eq!(w.running(), set(&["a1", "a2", "ap", "bp"]));
+    w.submit("b1", "B", 0, 1);
+    // Both figures are set by P4 (1 of 2 each): taking a G5 job would not bring B below A.
+    assert!(w.preempted().is_empty());
+}
+
+/// B's figure falls when its P4 job ends: B may now fair-reclaim on G5, and G5 is passed.
+#[test]
+fn a_figure_that_falls_on_another_type_lets_a_borrower_reclaim_fairly_at_once() {
+    let mut w = World::new(&[(G5, 2), (P4, 4)]);
+    w.update_queue(|q| {
+        q.idle_assignment = IdleAssignment::FairShare;
+        q.fair_reclaim = true;
+    });
+    w.share_with("L", Lend, &[(G5, 4), (P4, 4)], |_| {});
+    w.share_with("A", LendAndBorrow, &[(G5, 0), (P4, 0)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 0), (P4, 0)], |_| {});
+    w.submit_with("bp", "B", |j| {
+        j.instance_type = P4.into();
+        j.count = 2;
+    });
+    w.submit("a1", "A", 0, 1);
+    w.submit("a2", "A", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    assert_eq!(w.running(), set(&["a1", "a2", "bp"]));
+    assert!(w.preempted().is_empty());
+    w.finish("bp");
+    let after_finish = w.preempted();
+    // Any G5 event: the pass now finds the fair victim.
+    assert_eq!(
+        after_finish,
+        set(&["a2"]),
+        "B's figure fell: it reclaims on G5 at once"
+    );
+    assert_eq!(w.running(), set(&["a1", "b1"]));
+}
+
+/// A group whose members' entitlements exceed its ceiling: its owners compete for the ceiling
+/// as owners compete for an over-subscribed environment, and an aged owner head's reservation
+/// covers its fellow members' later starts. Returns whether A's big job started within 200
+/// minutes of B's stream of small ones.
+fn starve(group_limit: bool) -> bool {
+    let env = if group_limit { 8 } else { 4 };
+    let mut w = World::new(&[(G5, env)]);
+    w.share_with("A", LendAndBorrow, &[(G5, 4)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 4)], |_| {});
+    if group_limit {
+        w.update_queue(|q| q.groups = vec![group_spec("D", &["A", "B"], Some((G5, 4)))]);
+    }
+    let mut n = 0;
+    let mut running: Vec<String> = Vec::new();
+    for _ in 0..4 {
+        let name = format!("b{n}");
+        n += 1;
+        w.submit(&name, "B", 0, 1);
+        running.push(name);
+    }
+    w.submit("a", "A", 0, 4);
+    for _ in 0..200 {
+        w.wait(60);
+        // One of B's jobs ends, another is submitted.
+        let done = running.remove(0);
+        w.finish(&done);
+        let name = format!("b{n}");
+        n += 1;
+        w.submit(&name, "B", 0, 1);
+        running.push(name);
+        running.retain(|r| w.running().contains(r));
+        if w.running().contains(&"a".to_string()) {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn the_starvation_guard_serves_an_owner_whose_group_ceiling_its_fellow_members_fill() {
+    assert!(
+        starve(false),
+        "control: env contention, the starvation guard works"
+    );
+    assert!(
+        starve(true),
+        "group ceiling: the starvation guard never engages"
+    );
+}
+
+/// With figures set by another type, no event on the unit flips capacity between A and B.
+#[test]
+fn fair_reclaim_never_flips_an_instance_back_and_forth() {
+    let mut w = World::new(&[(G5, 2), (P4, 2)]);
+    w.update_queue(|q| {
+        q.idle_assignment = IdleAssignment::FairShare;
+        q.fair_reclaim = true;
+    });
+    w.share_with("L", Lend, &[(G5, 4), (P4, 2)], |_| {});
+    w.share_with("A", LendAndBorrow, &[(G5, 0), (P4, 0)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 0), (P4, 0)], |_| {});
+    w.share_with("C", Reserve, &[(G5, 0)], |_| {});
+    for (n, s) in [("ap", "A"), ("bp", "B")] {
+        w.submit_with(n, s, |j| {
+            j.instance_type = P4.into();
+            j.count = 1;
+        });
+    }
+    w.submit("a1", "A", 0, 1);
+    w.submit("a2", "A", 0, 1);
+    w.submit("b1", "B", 0, 1);
+    w.preempted();
+    let mut flips = 0;
+    for i in 0..6 {
+        // A priority change of a waiting job: only a pass of G5.
+        w.advance(1);
+        let Some(waiting) = w.runnable().into_iter().next() else {
+            break;
+        };
+        w.priority(&waiting, i + 1);
+        flips += w.preempted().len();
+    }
+    assert_eq!(
+        flips, 0,
+        "fair reclaim flips the same instance back and forth"
+    );
+}
+
+/// The same on two types at once, each marking the other for a pass: it settles.
+#[test]
+fn fair_reclaim_on_two_types_settles() {
+    const X: &str = "ml.x";
+    let mut w = World::new(&[(G5, 2), (P4, 2), (X, 2)]);
+    w.update_queue(|q| {
+        q.idle_assignment = IdleAssignment::FairShare;
+        q.fair_reclaim = true;
+    });
+    w.share_with("L", Lend, &[(G5, 4), (P4, 4), (X, 2)], |_| {});
+    w.share_with("A", LendAndBorrow, &[(G5, 0), (P4, 0), (X, 0)], |_| {});
+    w.share_with("B", LendAndBorrow, &[(G5, 0), (P4, 0), (X, 0)], |_| {});
+    let on = |t: &'static str| {
+        move |j: &mut JobSpec| {
+            j.instance_type = t.into();
+            j.count = 1;
+        }
+    };
+    w.submit_with("ax", "A", on(X));
+    w.submit_with("bx", "B", on(X));
+    w.submit_with("a1", "A", on(G5));
+    w.submit_with("a2", "A", on(G5));
+    w.submit_with("b3", "B", on(P4));
+    w.submit_with("b4", "B", on(P4));
+    w.submit_with("b1", "B", on(G5));
+    w.submit_with("a3", "A", on(P4));
+    w.preempted();
+    let mut flips = 0;
+    for i in 0..5 {
+        w.advance(1);
+        let Some(waiting) = w.runnable().into_iter().next() else {
+            break;
+        };
+        w.priority(&waiting, i + 1);
+        flips += w.preempted().len();
+    }
+    assert_eq!(flips, 0);
+}
+
+/// An owner blocked by its group's ceiling keeps from borrowers only what the ceiling would
+/// let it use: here nothing, so a borrower takes its idle entitlement.
+#[test]
+fn an_owner_its_group_ceiling_blocks_keeps_no_idle_capacity_from_borrowers() {
+    let mut w = World::new(&[(G5, 4)]);
+    w.share_with("A", Lend, &[(G5, 2)], |_| {});
+    w.share_with("B", Lend, &[(G5, 2)], |_| {});
+    w.share_with("X", LendAndBorrow, &[(G5, 0)], |_| {});
+    w.update_queue(|q| q.groups = vec![group_spec("D", &["A", "B"], Some((G5, 2)))]);
+    w.submit("b0", "B", 0, 2);
+    w.submit("a0", "A", 0, 1);
+    w.submit("x0", "X", 0, 2);
+    assert_eq!(w.reason("a0"), "GROUP_LIMIT_REACHED");
+    assert!(
+        w.running().contains(&"x0".to_string()),
+        "two of A's instances idle while x0 waits"
+    );
 }
