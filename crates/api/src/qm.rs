@@ -158,7 +158,7 @@ pub struct IdleWhileWaiting {
 /// A job queue's groups of shares: the body of `GET` and `PUT /qm/v1/queues/{queue}/groups`.
 /// A group's members are the shares whose tag `qm:group` names it; a group a share names but
 /// this list does not define has weight 1 and no limits.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueGroups {
     /// The definitions, in the order given (a PUT replaces them all).
@@ -166,7 +166,7 @@ pub struct QueueGroups {
 }
 
 /// One group's definition: its ceiling per instance type and its weight.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupDef {
     /// 1 to 64 letters, digits, `_` and `-`; what the members' `qm:group` tags name.
@@ -267,7 +267,7 @@ pub struct QueueFairness {
     pub idle_assignment: String,
     /// Whether borrowers preempt each other for fairness (`qm:fair-reclaim`).
     pub fair_reclaim: bool,
-    /// One entry per share, in name order.
+    /// One entry per share, in the order the shares were created.
     pub shares: Vec<ShareFairness>,
     /// The groups: those defined and those the shares' tags name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
