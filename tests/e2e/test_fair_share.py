@@ -93,6 +93,11 @@ def test_fair_share_gives_freed_capacity_to_the_lower_weighted_share_and_groups_
     wait_status(batch, v3, "RUNNING", timeout=60)
     waiting = batch.describe_service_job(jobId=n3)
     assert waiting["status"] == "RUNNABLE", waiting["status"]
+    # `qm explain` carries the server's reason whole, whatever it is.
+    explained = subprocess.run([str(qm_bin()), "explain", n3], env=server.cli_env(),
+                               capture_output=True, text=True, timeout=60)
+    assert explained.returncode == 0, explained.stderr
+    assert f"server:     {waiting['statusReason']}\n" in explained.stdout, explained.stdout
     f = fairness(server, q.name)
     by = {s["quotaShareName"]: s for s in f["shares"]}
     assert by["vision"]["weightedShare"] < by["nlp"]["weightedShare"], f
