@@ -26,7 +26,9 @@ impl State {
 
     /// The groups of a queue as the core takes them: the defined ones in the order defined,
     /// then those only the shares' `qm:group` tags name (weight 1, no limits) in name order;
-    /// members are the shares tagged with the group, in name order.
+    /// members are the shares tagged with the group, in name order. A group without members
+    /// changes nothing the core decides and is left out, so that the core's bound on groups
+    /// (then one per share at most) can never refuse what the records hold.
     fn group_specs(q: &QueueRec) -> Vec<GroupSpec> {
         let members = |group: &str| -> Vec<String> {
             q.shares
@@ -68,7 +70,21 @@ impl State {
                 });
             }
         }
+        out.retain(|g| !g.shares.is_empty());
         out
+    }
+
+    /// The defined groups that no share's `qm:group` names.
+    fn defined_but_empty(q: &QueueRec) -> Vec<GroupDef> {
+        q.groups
+            .iter()
+            .filter(|g| {
+                !q.shares
+                    .values()
+                    .any(|s| validate::group(&s.tags) == Some(g.name.as_str()))
+            })
+            .cloned()
+            .collect()
     }
 
     /// The spec the core's queue should have: its environment as the core has it, and the
@@ -179,6 +195,21 @@ impl State {
                     usage: g.usage,
                     weighted_share: finite(g.weighted_share),
                 })
+                // Defined groups no share names yet: shown, though the core has no use for them.
+                .chain(Self::defined_but_empty(q).into_iter().map(|g| {
+                    GroupFairness {
+                        name: g.name,
+                        shares: Vec::new(),
+                        limits: g
+                            .limits
+                            .iter()
+                            .map(|(u, n)| (u.clone(), u32::try_from(*n).unwrap_or(u32::MAX)))
+                            .collect(),
+                        weight: g.weight.and_then(|w| u32::try_from(w).ok()).unwrap_or(1),
+                        usage: Default::default(),
+                        weighted_share: 0.0,
+                    }
+                }))
                 .collect(),
         })
     }
