@@ -474,22 +474,21 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
         });
         // The protection column only where a share has thrash protection.
         let protected = shares.iter().any(|s| s.protection.is_some());
-        let fairness = queue.fairness.as_ref();
-        if let Some(f) = fairness {
+        // The fair-sharing line and columns only where they say something: fair sharing
+        // on, groups, or a weight other than the default (AWS's FIFO needs no words).
+        let fair = queue.fairness.as_ref().filter(|f| {
+            f.idle_assignment != "FIFO"
+                || f.fair_reclaim
+                || !f.groups.is_empty()
+                || f.shares.iter().any(|s| s.weight != 1)
+        });
+        if let Some(f) = fair {
             out.push_str(&format!(
                 "idle capacity: {}, fair reclaim {}\n",
                 f.idle_assignment,
                 if f.fair_reclaim { "on" } else { "off" }
             ));
         }
-        // The fair-sharing columns only where they say something: fair sharing on, groups,
-        // or a weight other than the default.
-        let fair = fairness.filter(|f| {
-            f.idle_assignment != "FIFO"
-                || f.fair_reclaim
-                || !f.groups.is_empty()
-                || f.shares.iter().any(|s| s.weight != 1)
-        });
         let standing =
             |name: &str| fair.and_then(|f| f.shares.iter().find(|s| s.quota_share_name == name));
         let rows: Vec<Vec<String>> = shares
@@ -643,6 +642,75 @@ mod tests {
         ])]);
         assert!(protected.contains("PROTECTION"), "{protected}");
         assert!(protected.contains("min-runtime 900s"), "{protected}");
+    }
+
+    #[test]
+    fn shares_show_fair_sharing_only_when_a_queue_uses_it() {
+        use qm_api::qm::{GroupFairness, QueueFairness, ShareFairness};
+        let row = ShareUsage {
+            quota_share_name: "vision".into(),
+            capacity_unit: "gpu".into(),
+            entitled: 1.0,
+            borrowed: 1.0,
+            ..ShareUsage::default()
+        };
+        let standing = |weight| ShareFairness {
+            quota_share_name: "vision".into(),
+            weight,
+            group: Some("research".into()),
+            weighted_share: 1.0 / 6.0,
+            dominant: Some("gpu".into()),
+            fair_share: [("gpu".to_string(), 1.5)].into(),
+        };
+        let queue = |fairness| QueueUsage {
+            job_queue: "jq".into(),
+            shares: vec![row.clone()],
+            fairness: Some(fairness),
+            ..QueueUsage::default()
+        };
+        let fifo = QueueFairness {
+            idle_assignment: "FIFO".into(),
+            shares: vec![ShareFairness {
+                group: None,
+                ..standing(1)
+            }],
+            ..QueueFairness::default()
+        };
+        let plain = shares_table(&[queue(fifo)]);
+        assert!(
+            !plain.contains("idle capacity") && !plain.contains("WEIGHT"),
+            "{plain}"
+        );
+        let fair = QueueFairness {
+            idle_assignment: "FAIR_SHARE".into(),
+            fair_reclaim: true,
+            shares: vec![standing(3)],
+            groups: vec![GroupFairness {
+                name: "research".into(),
+                shares: vec!["nlp".into(), "vision".into()],
+                limits: [("gpu".to_string(), 6)].into(),
+                weight: 2,
+                usage: [("gpu".to_string(), 2)].into(),
+                weighted_share: 0.25,
+            }],
+        };
+        let text = shares_table(&[queue(fair)]);
+        assert!(
+            text.starts_with("queue jq\nidle capacity: FAIR_SHARE, fair reclaim on\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("WEIGHT  GROUP     WEIGHTED-SHARE  FAIR-SHARE"),
+            "{text}"
+        );
+        assert!(
+            text.contains("3       research  0.17            1.50"),
+            "{text}"
+        );
+        assert!(
+            text.contains("research  nlp,vision  2       gpu 2/6     0.25"),
+            "{text}"
+        );
     }
 
     #[test]
