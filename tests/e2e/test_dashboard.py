@@ -456,3 +456,33 @@ def test_a_preemption_names_the_job_it_was_for_and_the_stopping_attempt_shows_in
     dds = [n.text() for n in facts.all(None) if n.tag == "dd"]
     submitted = dds[dts.index("Submitted")]
     assert ISO.match(submitted), submitted
+
+
+def test_the_dashboard_shows_each_share_s_weighted_and_fair_share_and_the_groups(
+        server, batch, jobs, tmp_path):
+    """Issue 21: under FAIR_SHARE the dashboard says how idle capacity is assigned, each share's
+    weight, group, weighted borrowed share and fair share, and each group's usage against its
+    limit."""
+    browser = chromium()
+    q = make_queue(batch, "dash-fair", [
+        ShareSpec("owner", "LEND", 1),
+        ShareSpec("vision", "LEND_AND_BORROW", 1, tags={"qm:weight": "3", "qm:group": "research"}),
+    ], env_max=2)
+    batch.tag_resource(resourceArn=q.policy_arn, tags={"qm:idle-assignment": "FAIR_SHARE"})
+    status, _, body = server.signed("PUT", f"/qm/v1/queues/{q.name}/groups",
+                                    {"groups": [{"name": "research", "limits": {UNIT: 2}, "weight": 2}]})
+    assert status == 200, body
+    for name in ("v1", "v2"):
+        wait_status(batch, jobs.sleeper(q, "vision", name), "RUNNING")
+
+    dom = page(browser, signed_in(server, f"/queue/{q.name}"), tmp_path / "profile")
+    assert dom.one("idle-assignment-mode").text() == "FAIR_SHARE"
+    fair = dom.one("share-row", data_share="vision").one("share-fairness").text()
+    assert "weight 3" in fair and "group research" in fair, fair
+    standing = next(s for s in usage_of(server, q.name)["fairness"]["shares"]
+                    if s["quotaShareName"] == "vision")
+    shown_share = dom.one("share-row", data_share="vision").one("share-weighted").text()
+    assert shown_share == f"{standing['weightedShare']:.2f}", (shown_share, standing)
+    assert dom.one("share-row", data_share="vision").one("share-fair").text() != "—"
+    group = dom.one("group-row", data_group="research")
+    assert group.one("group-used").text() == f"{UNIT} 2/2", group.text()

@@ -129,6 +129,10 @@ pub struct QueueUsage {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub idle_while_waiting: Vec<IdleWhileWaiting>,
+    /// Its rules for idle capacity and each share's and group's standing (absent from older
+    /// servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<QueueFairness>,
 }
 
 /// Free instances of one type that waiting jobs fit (`qm_core::Scheduler::idle_while_waiting`):
@@ -149,6 +153,168 @@ pub struct IdleWhileWaiting {
     pub job_id: String,
     /// Its name.
     pub job_name: String,
+}
+
+/// A job queue's groups of shares: the body of `GET` and `PUT /qm/v1/queues/{queue}/groups`.
+/// A group's members are the shares whose tag `qm:group` names it; a group a share names but
+/// this list does not define has weight 1 and no limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueGroups {
+    /// The definitions, in the order given (a PUT replaces them all).
+    pub groups: Vec<GroupDef>,
+}
+
+/// One group's definition: its ceiling per instance type and its weight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupDef {
+    /// 1 to 64 letters, digits, `_` and `-`; what the members' `qm:group` tags name.
+    pub name: String,
+    /// Instance type -> the most instances the members may hold together; a type left out
+    /// is not capped by the group. Signed on the wire so that a negative count is refused
+    /// with a message naming it rather than as a bad body.
+    #[serde(default)]
+    pub limits: std::collections::BTreeMap<String, i64>,
+    /// Weight between groups (and ungrouped shares) under `FAIR_SHARE`, 1 to 10000
+    /// (default 1).
+    #[serde(default)]
+    pub weight: Option<i64>,
+}
+
+/// The most instances a group's limit may name (a sanity bound, far above any real pool).
+pub const MAX_GROUP_LIMIT: i64 = 1_000_000;
+/// The most instance types a group may limit (as a share's `capacityLimits`).
+pub const MAX_GROUP_LIMITS: usize = 5;
+
+impl QueueGroups {
+    /// The definitions within their bounds, each with its weight filled in, or a
+    /// ClientException naming the field that is not.
+    pub fn checked(&self, max_groups: usize) -> Result<QueueGroups, crate::ApiError> {
+        let fail = |m: String| Err(crate::ApiError::client(m));
+        if self.groups.len() > max_groups {
+            return fail(format!(
+                "groups has {} entries: a job queue has at most {max_groups} groups",
+                self.groups.len()
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::with_capacity(self.groups.len());
+        for (i, g) in self.groups.iter().enumerate() {
+            if !crate::validate::is_group_name(&g.name) {
+                let shown: String = g
+                    .name
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(64)
+                    .collect();
+                return fail(format!(
+                    "groups[{i}].name '{shown}' is not a group name: give 1 to 64 letters, digits, _ and - (what the members' qm:group tags say)"
+                ));
+            }
+            if !seen.insert(g.name.as_str()) {
+                return fail(format!(
+                    "groups[{i}].name '{}' is defined twice: give each group once",
+                    g.name
+                ));
+            }
+            if g.limits.len() > MAX_GROUP_LIMITS {
+                return fail(format!(
+                    "groups[{i}].limits has {} instance types: give at most {MAX_GROUP_LIMITS}",
+                    g.limits.len()
+                ));
+            }
+            for (unit, n) in &g.limits {
+                let field = format!("groups[{i}].limits");
+                let shown: String = unit.chars().filter(|c| !c.is_control()).take(64).collect();
+                if unit.is_empty()
+                    || unit.len() > 64
+                    || unit.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return fail(format!(
+                        "{field}: '{shown}' is not an instance type: give one such as ml.p4d.24xlarge"
+                    ));
+                }
+                if !(0..=MAX_GROUP_LIMIT).contains(n) {
+                    return fail(format!(
+                        "{field}.{shown} is {n}: give the most instances the group's members may hold together, 0 to {MAX_GROUP_LIMIT}"
+                    ));
+                }
+            }
+            let weight = g.weight.unwrap_or(1);
+            let max = i64::from(crate::validate::MAX_WEIGHT);
+            if !(1..=max).contains(&weight) {
+                return fail(format!(
+                    "groups[{i}].weight is {weight}: give a whole number from 1 to {max}, the group's weight when idle capacity is shared fairly (default 1)"
+                ));
+            }
+            out.push(GroupDef {
+                name: g.name.clone(),
+                limits: g.limits.clone(),
+                weight: Some(weight),
+            });
+        }
+        Ok(QueueGroups { groups: out })
+    }
+}
+
+/// A queue's rules for idle capacity and where each share and group stands under them
+/// (`qm_core::Scheduler::fairness`), in `GET /qm/v1/usage`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueFairness {
+    /// `FIFO` or `FAIR_SHARE` (the scheduling policy's tag `qm:idle-assignment`).
+    pub idle_assignment: String,
+    /// Whether borrowers preempt each other for fairness (`qm:fair-reclaim`).
+    pub fair_reclaim: bool,
+    /// One entry per share, in the order the shares were created.
+    pub shares: Vec<ShareFairness>,
+    /// The groups: those defined and those the shares' tags name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupFairness>,
+}
+
+/// One share's standing under fair sharing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShareFairness {
+    /// The share.
+    pub quota_share_name: String,
+    /// Its weight (`qm:weight`).
+    pub weight: u32,
+    /// Its group (`qm:group`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Its weighted borrowed share: over the instance types it borrows, the largest
+    /// `borrowed / (weight × lendable)`.
+    pub weighted_share: f64,
+    /// The instance type that figure comes from, while it borrows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dominant: Option<String>,
+    /// Per instance type, the instances it would borrow if every borrower wanted all that
+    /// can be lent, split by weight; empty for a share that does not borrow.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub fair_share: std::collections::BTreeMap<String, f64>,
+}
+
+/// One group's definition and standing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupFairness {
+    /// The group.
+    pub name: String,
+    /// Its members (the shares tagged with it).
+    pub shares: Vec<String>,
+    /// Its ceiling per instance type (empty: none).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub limits: std::collections::BTreeMap<String, u32>,
+    /// Its weight.
+    pub weight: u32,
+    /// Per instance type, what its members hold together.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub usage: std::collections::BTreeMap<String, u32>,
+    /// What its members borrow from outside it, weighted as a share's is.
+    pub weighted_share: f64,
 }
 
 /// The body of `GET /qm/v1/usage`.

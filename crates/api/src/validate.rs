@@ -190,6 +190,71 @@ pub fn weight(tags: &BTreeMap<String, String>) -> u32 {
         .unwrap_or(1)
 }
 
+/// Quota-share tag (a qm extension): the group of shares the share belongs to (its
+/// department); the group's limits and weight come from `PUT /qm/v1/queues/{queue}/groups`.
+pub const TAG_GROUP: &str = "qm:group";
+/// Scheduling-policy tag (a qm extension): how idle capacity goes to waiting borrowers in
+/// every job queue using the policy, `FIFO` (AWS's behaviour, the default) or `FAIR_SHARE`.
+pub const TAG_IDLE_ASSIGNMENT: &str = "qm:idle-assignment";
+/// Scheduling-policy tag (a qm extension): `true` lets a waiting borrower preempt jobs other
+/// shares run on borrowed capacity for fairness (default `false`).
+pub const TAG_FAIR_RECLAIM: &str = "qm:fair-reclaim";
+
+/// Whether `name` is a group's name: 1 to 64 letters, digits, `_` and `-` (it is shown in
+/// tables and status reasons, and is a tag value clients type).
+pub fn is_group_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+}
+
+/// A share's group from its tags (validation refuses a bad name first).
+pub fn group(tags: &BTreeMap<String, String>) -> Option<&str> {
+    tags.get(TAG_GROUP)
+        .map(String::as_str)
+        .filter(|g| is_group_name(g))
+}
+
+/// The qm tags of a scheduling policy, checked: `qm:idle-assignment` and `qm:fair-reclaim`.
+pub fn policy_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if let Some(v) = tags.get(TAG_IDLE_ASSIGNMENT) {
+        if qm_core::IdleAssignment::parse(v).is_none() {
+            return fail(format!(
+                "{field}.{TAG_IDLE_ASSIGNMENT} is '{}': give FIFO (first come, first served, the default) or FAIR_SHARE (the borrower with the lowest weighted share goes first)",
+                shown_value(v)
+            ));
+        }
+    }
+    if let Some(v) = tags.get(TAG_FAIR_RECLAIM) {
+        if v != "true" && v != "false" {
+            return fail(format!(
+                "{field}.{TAG_FAIR_RECLAIM} is '{}': give true (a waiting borrower may preempt other shares' borrowed jobs for fairness) or false (the default)",
+                shown_value(v)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A scheduling policy's rules for idle capacity from its tags: (assignment, fair reclaim);
+/// values `policy_tags` refuses count as the defaults (they never get stored).
+pub fn idle_rules(tags: &BTreeMap<String, String>) -> (qm_core::IdleAssignment, bool) {
+    let mode = tags
+        .get(TAG_IDLE_ASSIGNMENT)
+        .and_then(|v| qm_core::IdleAssignment::parse(v))
+        .unwrap_or_default();
+    (
+        mode,
+        tags.get(TAG_FAIR_RECLAIM).map(String::as_str) == Some("true"),
+    )
+}
+
+/// A client's value, short and printable, for an error message.
+fn shown_value(v: &str) -> String {
+    v.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
 /// The longest minimum run time a share may ask for: a week.
 pub const MAX_MIN_RUNTIME_SECONDS: u64 = 7 * 24 * 3600;
 /// The highest preemption cap a share may ask for.
@@ -227,6 +292,14 @@ pub fn protection_tags(field: &str, tags: &BTreeMap<String, String>) -> Result<(
         {
             return fail(format!(
                 "{field}.{TAG_WEIGHT} is '{v}': give a whole number from 1 to {MAX_WEIGHT}, the share's weight when idle capacity is shared fairly (default 1)"
+            ));
+        }
+    }
+    if let Some(v) = tags.get(TAG_GROUP) {
+        if !is_group_name(v) {
+            return fail(format!(
+                "{field}.{TAG_GROUP} is '{}': give the name of the share's group, 1 to 64 letters, digits, _ and -",
+                shown_value(v)
             ));
         }
     }
@@ -701,6 +774,7 @@ pub fn validate_create_scheduling_policy(
     }
     if let Some(t) = &req.tags {
         tags("tags", t)?;
+        policy_tags("tags", t)?;
     }
     Ok(())
 }

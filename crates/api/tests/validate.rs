@@ -958,3 +958,116 @@ fn tag_requests_are_checked_after_the_server_fills_in_the_uri_members() {
     untag.tag_keys.push("k".into());
     assert!(validate_untag_resource(&untag).is_ok());
 }
+
+fn tags_of(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_policy_s_fair_sharing_tags_take_only_their_values_and_say_which() {
+    for (key, value, says) in [
+        ("qm:idle-assignment", "ROUND_ROBIN", "FIFO"),
+        ("qm:idle-assignment", "fair_share", "FAIR_SHARE"),
+        ("qm:fair-reclaim", "yes", "true"),
+        ("qm:fair-reclaim", "TRUE", "false"),
+    ] {
+        let e = policy_tags("tags", &tags_of(&[(key, value)])).unwrap_err();
+        let m = e.message();
+        assert!(
+            m.starts_with(&format!("tags.{key} is '{value}'")) && m.contains(says),
+            "{m}"
+        );
+    }
+    let ok = tags_of(&[
+        ("qm:idle-assignment", "FAIR_SHARE"),
+        ("qm:fair-reclaim", "true"),
+    ]);
+    policy_tags("tags", &ok).unwrap();
+    assert_eq!(idle_rules(&ok), (qm_core::IdleAssignment::FairShare, true));
+    assert_eq!(
+        idle_rules(&BTreeMap::new()),
+        (qm_core::IdleAssignment::Fifo, false)
+    );
+    // CreateSchedulingPolicy checks them too.
+    let r: CreateSchedulingPolicyRequest = parsed(&json!({
+        "name": "p", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"},
+        "tags": {"qm:idle-assignment": "LIFO"},
+    }));
+    let m = validate_create_scheduling_policy(&r)
+        .unwrap_err()
+        .message()
+        .to_string();
+    assert!(m.contains("tags.qm:idle-assignment"), "{m}");
+}
+
+#[test]
+fn a_share_s_group_and_weight_tags_are_checked_with_the_share_s_other_qm_tags() {
+    for (key, value) in [
+        ("qm:group", ""),
+        ("qm:group", "research org"),
+        ("qm:group", &"g".repeat(65)),
+        ("qm:weight", "0"),
+        ("qm:weight", "10001"),
+        ("qm:weight", "1.5"),
+    ] {
+        let e = protection_tags("tags", &tags_of(&[(key, value)])).unwrap_err();
+        assert!(
+            e.message().starts_with(&format!("tags.{key} is ")),
+            "{}",
+            e.message()
+        );
+    }
+    let ok = tags_of(&[("qm:group", "research-org_2"), ("qm:weight", "10000")]);
+    protection_tags("tags", &ok).unwrap();
+    assert_eq!(group(&ok), Some("research-org_2"));
+    assert_eq!(weight(&ok), 10_000);
+}
+
+#[test]
+fn group_definitions_name_the_field_that_is_out_of_bounds() {
+    let check = |body: Value| {
+        parsed::<qm::QueueGroups>(&body)
+            .checked(100)
+            .map_err(|e| e.message().to_string())
+    };
+    let ok =
+        check(json!({"groups": [{"name": "research", "limits": {"ml.p4d.24xlarge": 6}}]})).unwrap();
+    assert_eq!(ok.groups[0].weight, Some(1), "the weight defaults to 1");
+    for (body, field) in [
+        (json!({"groups": [{"name": "a b"}]}), "groups[0].name"),
+        (
+            json!({"groups": [{"name": "a"}, {"name": "a"}]}),
+            "groups[1].name",
+        ),
+        (
+            json!({"groups": [{"name": "a", "weight": 0}]}),
+            "groups[0].weight",
+        ),
+        (
+            json!({"groups": [{"name": "a", "weight": 10001}]}),
+            "groups[0].weight",
+        ),
+        (
+            json!({"groups": [{"name": "a", "limits": {"ml.g5.xlarge": -1}}]}),
+            "groups[0].limits.ml.g5.xlarge is -1",
+        ),
+        (
+            json!({"groups": [{"name": "a", "limits": {"t1": 1, "t2": 1, "t3": 1, "t4": 1, "t5": 1, "t6": 1}}]}),
+            "groups[0].limits has 6",
+        ),
+        (
+            json!({"groups": [{"name": "a", "limits": {"a b": 1}}]}),
+            "groups[0].limits",
+        ),
+    ] {
+        let m = check(body.clone()).unwrap_err();
+        assert!(m.starts_with(field), "{body}: {m}");
+    }
+    let many: Vec<Value> = (0..101).map(|i| json!({"name": format!("g{i}")})).collect();
+    assert!(check(json!({"groups": many}))
+        .unwrap_err()
+        .contains("at most 100"));
+}

@@ -58,16 +58,18 @@ pub struct ClusterFile {
     #[serde(default)]
     pub classes: Option<Vec<ClassDecl>>,
     /// How idle capacity goes to waiting borrowers: `FIFO` (default) or `FAIR_SHARE`. On a
-    /// server, the scheduling policy's tag `qm:idle-assignment`.
+    /// server, the scheduling policy's tag `qm:idle-assignment`. Absent = FIFO for `qm check`
+    /// and `qm simulate`, and the server's setting left alone by `qm apply` (as with `admins`).
     #[serde(default)]
-    pub idle_assignment: IdleAssignment,
+    pub idle_assignment: Option<IdleAssignment>,
     /// Whether a waiting borrower may preempt other shares' borrowed jobs for fairness (tag
-    /// `qm:fair-reclaim`).
+    /// `qm:fair-reclaim`); absent = false, and left alone by `qm apply`.
     #[serde(default)]
-    pub fair_reclaim: bool,
-    /// Groups of shares (on a server, `PUT /qm/v1/queues/{queue}/groups`).
+    pub fair_reclaim: Option<bool>,
+    /// Groups of shares (on a server, `PUT /qm/v1/queues/{queue}/groups` and the members'
+    /// `qm:group` tags); absent = none, and left alone by `qm apply`.
     #[serde(default)]
-    pub groups: Vec<GroupDecl>,
+    pub groups: Option<Vec<GroupDecl>>,
 }
 
 impl ClusterFile {
@@ -77,9 +79,9 @@ impl ClusterFile {
             environment: self.environment.clone(),
             shares: self.shares.iter().map(ShareDecl::spec).collect(),
             tenants: self.tenants.clone(),
-            idle_assignment: self.idle_assignment,
-            fair_reclaim: self.fair_reclaim,
-            groups: self.groups.iter().map(GroupDecl::spec).collect(),
+            idle_assignment: self.idle_assignment.unwrap_or_default(),
+            fair_reclaim: self.fair_reclaim.unwrap_or(false),
+            groups: self.groups.iter().flatten().map(GroupDecl::spec).collect(),
         }
     }
 }
@@ -124,7 +126,12 @@ pub fn parse(src: &str, path: &Path) -> Result<ClusterFile, Error> {
         ));
     }
     check_classes(file.classes.as_deref().unwrap_or_default(), &file.shares).map_err(invalid)?;
-    check_groups(&file.groups, &file.shares, &file.environment).map_err(invalid)?;
+    check_groups(
+        file.groups.as_deref().unwrap_or_default(),
+        &file.shares,
+        &file.environment,
+    )
+    .map_err(invalid)?;
     for (tenant, share) in &file.tenants {
         if !seen.contains(share.as_str()) {
             return Err(invalid(format!(

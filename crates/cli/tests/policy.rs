@@ -507,6 +507,72 @@ fn the_file_s_classes_become_queue_and_share_tags_and_decide_what_a_job_may_do()
     assert_eq!(server.status(&ids[0]), "RUNNING");
 }
 
+/// RETAGGED under fair sharing: research weighs 3 and is grouped with ops under a ceiling.
+const FAIR: &str = "job_queue: training
+environment: {ml.g5.xlarge: 3}
+idle_assignment: FAIR_SHARE
+fair_reclaim: true
+groups:
+  - {name: research-org, shares: [research, ops], limits: {ml.g5.xlarge: 2}, weight: 2}
+shares:
+  - name: research
+    limits: {ml.g5.xlarge: 2}
+    strategy: LEND_AND_BORROW
+    submitters: [group:research, bob]
+    max_priority: 100
+    min_runtime_seconds: 300
+    weight: 3
+  - {name: ops, limits: {ml.g5.xlarge: 1}, strategy: RESERVE, max_preemptions_per_hour: 2}
+";
+
+#[test]
+fn fair_sharing_in_the_file_becomes_policy_and_share_tags_and_groups_and_absence_keeps_them() {
+    let server = Server::start();
+    server.write("retagged.yaml", RETAGGED);
+    server.write("fair.yaml", FAIR);
+    let (code, out) = server.qm(&["apply", "-f", "retagged.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+
+    let (code, out) = server.qm(&["plan", "-f", "fair.yaml"]);
+    assert_eq!(code, 2, "{out}");
+    golden("plan_fair.txt", &out);
+    let (code, out) = server.qm(&["apply", "-f", "fair.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    let policies = server.call("listschedulingpolicies", json!({}));
+    let arn = policies["schedulingPolicies"][0]["arn"].clone();
+    let policy = server.call("describeschedulingpolicies", json!({"arns": [arn]}));
+    assert_eq!(
+        policy["schedulingPolicies"][0]["tags"],
+        json!({"qm:idle-assignment": "FAIR_SHARE", "qm:fair-reclaim": "true"})
+    );
+    assert_eq!(share_tags(&server, "research")["qm:weight"], "3");
+    assert_eq!(share_tags(&server, "research")["qm:group"], "research-org");
+    assert_eq!(share_tags(&server, "ops")["qm:group"], "research-org");
+    let client = support::client(&server.endpoint, server.admin.as_ref());
+    let groups = client.queue_groups("training").expect("GET groups");
+    assert_eq!(
+        serde_json::to_value(&groups).unwrap(),
+        json!({"groups": [{"name": "research-org", "limits": {"ml.g5.xlarge": 2}, "weight": 2}]})
+    );
+    let usage = client.usage().expect("usage");
+    let fairness = usage.queues[0].fairness.as_ref().expect("fairness");
+    assert_eq!(
+        (fairness.idle_assignment.as_str(), fairness.fair_reclaim),
+        ("FAIR_SHARE", true)
+    );
+    assert_eq!(fairness.groups[0].shares, ["ops", "research"]);
+
+    // Applied; and a file silent on fair sharing leaves every part of it as it is.
+    let (code, out) = server.qm(&["plan", "-f", "fair.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = server.qm(&["plan", "-f", "retagged.yaml"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = server.qm(&["apply", "-f", "retagged.yaml", "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(share_tags(&server, "research")["qm:weight"], "3");
+    assert_eq!(client.queue_groups("training").expect("GET groups"), groups);
+}
+
 #[test]
 fn the_file_s_admin_list_is_set_once_and_a_file_without_one_leaves_it_alone() {
     let server = Server::start();

@@ -310,7 +310,7 @@
       const q = (r.queues || []).find((x) => x.jobQueue === queue) || {};
       // pool and flows are absent from older servers (and flows when nobody borrows).
       return { shares: q.shares || [], pool: q.pool || null, flows: q.flows || [],
-        idle: q.idleWhileWaiting || [], derived: false };
+        idle: q.idleWhileWaiting || [], fairness: q.fairness || null, derived: false };
     } catch (e) {
       // An older server has no /qm/v1/usage: derive what we can. A refusal is no such server.
       if (!e.reachable || e.status === 401 || e.status === 403) throw e;
@@ -469,9 +469,10 @@
           num("lent", "lent out", r.lentOut),
           num("runnable", "runnable", r.runnable),
           r.stopping ? num("stopping", "stopping", r.stopping) : null),
-        shareConf(r)));
+        shareConf(r),
+        shareFairness(usage.fairness, r)));
     }
-    replace("shares-body", list,
+    replace("shares-body", fairnessLine(usage.fairness), list, groupsTable(usage.fairness),
       usage.derived ? h("p", { class: "muted small" }, "Lent-out capacity is unknown: this server has no /qm/v1/usage.") : null);
   }
 
@@ -491,6 +492,54 @@
     }
     if (r.protection) parts.push(" · ", r.protection);
     return h("p", { class: "share-conf", "data-testid": "share-conf" }, parts);
+  }
+
+  // How the queue assigns idle capacity (the scheduling policy's qm:idle-assignment and
+  // qm:fair-reclaim tags); nothing from servers that do not report it.
+  function fairnessLine(f) {
+    if (!f) return null;
+    return h("p", { class: "small", "data-testid": "idle-assignment" }, "Idle capacity: ",
+      h("b", { "data-testid": "idle-assignment-mode" }, f.idleAssignment),
+      ` · fair reclaim ${f.fairReclaim ? "on" : "off"}`);
+  }
+
+  // A weighted borrowed share as status reasons write it.
+  function fmtShare(x) {
+    return x >= 1e9 ? "∞" : (Math.round(x * 100) / 100).toFixed(2);
+  }
+
+  // A share's standing under fair sharing: its weight and group, its weighted borrowed
+  // share (what FAIR_SHARE ranks borrowers by) and its fair share of the instance type.
+  function shareFairness(f, r) {
+    const st = f && (f.shares || []).find((x) => x.quotaShareName === r.quotaShareName);
+    if (!st) return null;
+    const fair = (st.fairShare || {})[r.capacityUnit];
+    const parts = [`weight ${st.weight}`];
+    if (st.group) parts.push(` · group ${st.group}`);
+    parts.push(" · weighted share ", h("b", { "data-testid": "share-weighted" }, fmtShare(st.weightedShare)));
+    parts.push(" · fair share ", h("b", { "data-testid": "share-fair" }, fair === undefined ? "—" : fmtNum(Math.round(fair * 100) / 100)));
+    return h("p", { class: "share-conf", "data-testid": "share-fairness" }, parts);
+  }
+
+  // The queue's groups of shares: members, weight, and per instance type what the members
+  // hold against the group's limit.
+  function groupsTable(f) {
+    if (!f || !(f.groups || []).length) return null;
+    const rows = f.groups.map((g) => {
+      const units = Array.from(new Set([...Object.keys(g.limits || {}), ...Object.keys(g.usage || {})])).sort();
+      const held = units.map((u) => {
+        const used = (g.usage || {})[u] || 0;
+        const lim = (g.limits || {})[u];
+        return lim === undefined ? `${u} ${used}` : `${u} ${used}/${lim}`;
+      }).join(", ");
+      return h("tr", { "data-testid": "group-row", "data-group": g.name },
+        h("th", { scope: "row" }, g.name),
+        h("td", null, (g.shares || []).join(", ") || "—"),
+        h("td", { class: "num" }, String(g.weight)),
+        h("td", { "data-testid": "group-used" }, held || "—"),
+        h("td", { class: "num", "data-testid": "group-weighted" }, fmtShare(g.weightedShare)));
+    });
+    return table("Groups of shares", ["Group", "Shares", "Weight", "Used / limit", "Weighted share"], rows, { "data-testid": "groups-table" });
   }
 
   const IDLE_CAUSES = {

@@ -78,6 +78,13 @@ pub enum Command {
         /// Who asked and why, as the attempt's status reason will say.
         reason: String,
     },
+    /// `PUT /qm/v1/queues/{queue}/groups`: a job queue's group definitions.
+    PutQueueGroups {
+        /// The queue's name or ARN as the client sent it.
+        queue: String,
+        /// The definitions, replacing the queue's.
+        groups: qm_api::qm::QueueGroups,
+    },
     /// TagResource.
     TagResource(TagResourceRequest),
     /// UntagResource.
@@ -369,6 +376,11 @@ pub enum Query {
     ListTagsForResource(ListTagsForResourceRequest),
     /// `GET /qm/v1/usage`: per queue, share and type, what the core accounts.
     Usage,
+    /// `GET /qm/v1/queues/{queue}/groups`: the queue's group definitions.
+    QueueGroups {
+        /// The queue's name or ARN.
+        queue: String,
+    },
     /// `GET /qm/v1/audit`: at most `max` entries from the `start`-th (oldest first).
     Audit {
         /// The first entry's index (a page token).

@@ -87,6 +87,10 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
         .route("/qm/v1/jobs/{job}/preempt", post(preempt))
         .route("/qm/v1/what-if", post(what_if))
+        .route(
+            "/qm/v1/queues/{queue}/groups",
+            get(queue_groups).put(put_queue_groups),
+        )
         .merge(crate::auth::routes())
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
@@ -645,6 +649,36 @@ async fn workload(
         h.insert(name, HeaderValue::from(n));
     }
     r
+}
+
+/// `GET /qm/v1/queues/{queue}/groups`: see [`qm_api::qm::QueueGroups`].
+async fn queue_groups(AxState(app): AxState<App>, Path(queue): Path<String>) -> Response {
+    dispatch(&app, Request::Query(Query::QueueGroups { queue })).await
+}
+
+/// `PUT /qm/v1/queues/{queue}/groups {groups: [{name, limits, weight}]}`: replaces the
+/// queue's group definitions (admins only, as every configuration change; audited).
+async fn put_queue_groups(
+    AxState(app): AxState<App>,
+    Path(queue): Path<String>,
+    Extension(caller): Extension<Principal>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request = read_body(body).and_then(|b| {
+        let r: qm_api::qm::QueueGroups = parse_request(&b)?;
+        r.checked(qm_core::MAX_SHARES_PER_QUEUE)
+    });
+    let groups = match request {
+        Ok(g) => g,
+        Err(e) => return error_response(&e),
+    };
+    let summary = serde_json::json!({"jobQueue": queue, "groups": groups.groups}).to_string();
+    let command = Command::PutQueueGroups { queue, groups };
+    let response = dispatch(&app, Request::Command(as_caller(&caller, command))).await;
+    if response.status().is_success() {
+        audit(&app, &caller, "put-groups", &summary).await;
+    }
+    response
 }
 
 /// `POST /qm/v1/what-if`: see [`qm_api::qm::WhatIfRequest`].

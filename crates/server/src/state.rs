@@ -108,6 +108,10 @@ pub struct QueueRec {
     /// seen `resumed` (dropped once that is older than the class's `verify-days`).
     #[serde(default)]
     pub verified_resume: BTreeMap<String, i64>,
+    /// Its groups of shares as `PUT /qm/v1/queues/{queue}/groups` defined them (members
+    /// come from the shares' `qm:group` tags; absent from snapshots of builds before groups).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<qm_api::qm::GroupDef>,
 }
 
 /// A quota share.
@@ -401,6 +405,7 @@ impl State {
             Command::PreemptServiceJob { job_id, reason } => {
                 self.preempt_service_job(job_id, reason)
             }
+            Command::PutQueueGroups { queue, groups } => self.put_queue_groups(queue, groups),
             Command::TagResource(r) => self.tag_resource(r),
             Command::UntagResource(r) => self.untag_resource(r),
             Command::AttemptRunning {
@@ -479,6 +484,7 @@ impl State {
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
+            Query::QueueGroups { queue } => self.queue_groups(queue),
             Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
             Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
@@ -1094,6 +1100,7 @@ impl State {
                 })
                 .collect(),
             idle_while_waiting,
+            fairness: self.queue_fairness(q),
         }
     }
 

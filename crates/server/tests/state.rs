@@ -1352,3 +1352,135 @@ fn a_class_borrows_once_a_drill_resumed_one_of_its_jobs_until_its_verify_days_pa
         .to_string();
     assert!(waiting.starts_with("RESUME_UNVERIFIED - "), "{waiting}");
 }
+
+/// The core's rules for idle capacity of queue `jq`.
+fn fair_rules(state: &State) -> (qm_core::IdleAssignment, bool, Vec<qm_core::GroupSpec>) {
+    let spec = state.core.queue_spec("jq").expect("queue jq");
+    (spec.idle_assignment, spec.fair_reclaim, spec.groups)
+}
+
+#[test]
+fn policy_and_share_tags_and_group_definitions_reach_the_core_and_survive_replay_and_snapshot() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let policy = "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p";
+    let share =
+        |s: &str| format!("arn:aws:batch:us-east-1:123456789012:job-queue/jq/quota-share/{s}");
+    assert_eq!(
+        fair_rules(&w.state),
+        (qm_core::IdleAssignment::Fifo, false, vec![])
+    );
+    // A bad value changes nothing and names the tag.
+    let refused = w.state.apply_batch(
+        w.now + 1,
+        vec![cmd(
+            "TagResource",
+            json!({"resourceArn": policy, "tags": {"qm:idle-assignment": "fair"}}),
+        )],
+    );
+    let err = refused.results[0].as_ref().unwrap_err().to_string();
+    assert!(err.contains("tags.qm:idle-assignment is 'fair'"), "{err}");
+    assert!(w.state.policies["p"].tags.is_empty());
+
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": policy, "tags": {"qm:idle-assignment": "FAIR_SHARE", "qm:fair-reclaim": "true"}}),
+    ));
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": share("QS1"), "tags": {"qm:weight": "4", "qm:group": "research"}}),
+    ));
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": share("QS2"), "tags": {"qm:group": "research"}}),
+    ));
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": share("QS3"), "tags": {"qm:group": "ops"}}),
+    ));
+    // Defined groups come first, in the order given; `ops` is only named by a tag; `empty`
+    // has no member, which the core has no use for.
+    let groups: qm_api::qm::QueueGroups = serde_json::from_value(json!({"groups": [
+        {"name": "research", "limits": {UNIT: 2}, "weight": 3},
+        {"name": "empty"},
+    ]}))
+    .unwrap();
+    // Only admins define groups.
+    let denied = w.state.apply_batch(
+        w.now + 1,
+        vec![Command::As {
+            caller: qm_server::command::Caller {
+                name: "bob".into(),
+                groups: vec![],
+                admin: false,
+            },
+            command: Box::new(Command::PutQueueGroups {
+                queue: "jq".into(),
+                groups: groups.clone(),
+            }),
+        }],
+    );
+    let err = denied.results[0].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("bob may not change groups of quota shares"),
+        "{err}"
+    );
+    w.one(Command::PutQueueGroups {
+        queue: "jq".into(),
+        groups,
+    });
+    let group =
+        |name: &str, shares: &[&str], limits: &[(&str, u32)], weight: u32| qm_core::GroupSpec {
+            name: name.into(),
+            shares: shares.iter().map(|s| s.to_string()).collect(),
+            limits: limits.iter().map(|(u, n)| (u.to_string(), *n)).collect(),
+            weight,
+        };
+    let want = (
+        qm_core::IdleAssignment::FairShare,
+        true,
+        vec![
+            group("research", &["QS1", "QS2"], &[(UNIT, 2)], 3),
+            group("ops", &["QS3"], &[], 1),
+        ],
+    );
+    assert_eq!(fair_rules(&w.state), want);
+    // `qm shares` and the dashboard show every group, `empty` too.
+    let usage: Value =
+        serde_json::from_slice(&w.state.query(&Query::Usage, w.now).unwrap()).unwrap();
+    let shown: Vec<&str> = usage["queues"][0]["fairness"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, ["research", "ops", "empty"]);
+    assert_eq!(w.state.core.fairness("jq").unwrap().shares[0].weight, 4);
+    // An environment change keeps the rules.
+    w.one(cmd(
+        "UpdateServiceEnvironment",
+        json!({"serviceEnvironment": "se", "capacityLimits": [{"maxCapacity": 3, "capacityUnit": UNIT}]}),
+    ));
+    assert_eq!(fair_rules(&w.state), want);
+
+    // Replayed from the log, and rebuilt from a snapshot: the same rules.
+    let mut fresh = fresh_state();
+    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    assert_eq!(r.diverged_own, 0);
+    assert_eq!(fair_rules(&fresh), want);
+    let mut copy = rebuilt_from_snapshot(&w);
+    assert_eq!(fair_rules(&copy.state), want);
+
+    // Untagging goes back to the defaults; a share that leaves its group leaves it.
+    copy.one(cmd(
+        "UntagResource",
+        json!({"resourceArn": policy, "tagKeys": ["qm:idle-assignment", "qm:fair-reclaim"]}),
+    ));
+    copy.one(cmd(
+        "UntagResource",
+        json!({"resourceArn": share("QS3"), "tagKeys": ["qm:group"]}),
+    ));
+    let (mode, reclaim, groups) = fair_rules(&copy.state);
+    assert_eq!((mode, reclaim), (qm_core::IdleAssignment::Fifo, false));
+    assert_eq!(groups, want.2[..1]);
+}

@@ -151,6 +151,16 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             "the idle capacity it would borrow is kept for its owner's waiting jobs, or for a job waiting for its victims to exit.".to_string(),
             "the owners' waiting jobs start, or more capacity becomes idle.".to_string(),
         ],
+        "BEHIND_FAIR_SHARE" => [
+            format!("{asks}, borrowed from idle capacity, which the queue shares fairly (its scheduling policy's tag qm:idle-assignment is FAIR_SHARE)."),
+            format!("a share whose weighted borrowed share (borrowed / (weight x what is lent)) would stay lower than {share}'s goes first; the server's reason below names it and the figures."),
+            format!("{share}'s borrowed jobs end, the shares ahead of it borrow more, or {share} gets a higher weight (tag qm:weight); `qm shares` shows each share's weighted share."),
+        ],
+        "GROUP_LIMIT_REACHED" => [
+            format!("{asks}, more than {share}'s group may hold."),
+            format!("the shares of {share}'s group (tag qm:group) together hold the group's limit of {unit} (PUT /qm/v1/queues/{{queue}}/groups)."),
+            "a job of the group ends, or the group's limit is raised; `qm shares` shows the group's usage against its limit.".to_string(),
+        ],
         "PREVIOUS_ATTEMPT_STOPPING" => s(
             "its previous attempt to exit first: a job never runs twice.",
             "the previous attempt's processes are still running.",
@@ -314,6 +324,30 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_job_behind_its_fair_share_keeps_the_server_s_reason_whole() {
+        let reason = "BEHIND_FAIR_SHARE - waits: nlp's weighted share 0.50 is above vision's 0.17, which goes first (NOTHING_TO_BORROW - needs to borrow 1 instance(s))";
+        let job: DescribeServiceJobResponse = serde_json::from_value(serde_json::json!({
+            "jobId": "j-2", "jobName": "n3", "jobQueue": "q", "status": "RUNNABLE",
+            "statusReason": reason,
+            "serviceJobType": "SAGEMAKER_TRAINING", "quotaShareName": "nlp",
+            "serviceRequestPayload": "{\"ResourceConfig\":{\"InstanceType\":\"ml.g5.xlarge\",\"InstanceCount\":1}}",
+            "createdAt": 0, "schedulingPriority": 0
+        }))
+        .expect("a describe answer");
+        let text = explain(
+            &job,
+            Context {
+                holding: &[],
+                usage: None,
+                environment: None,
+            },
+        );
+        assert!(text.contains(": BEHIND_FAIR_SHARE\n"), "{text}");
+        assert!(text.contains("tag qm:weight"), "{text}");
+        assert!(text.contains(&format!("server:     {reason}\n")), "{text}");
     }
 
     #[test]

@@ -474,6 +474,23 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
         });
         // The protection column only where a share has thrash protection.
         let protected = shares.iter().any(|s| s.protection.is_some());
+        // The fair-sharing line and columns only where they say something: fair sharing
+        // on, groups, or a weight other than the default (AWS's FIFO needs no words).
+        let fair = queue.fairness.as_ref().filter(|f| {
+            f.idle_assignment != "FIFO"
+                || f.fair_reclaim
+                || !f.groups.is_empty()
+                || f.shares.iter().any(|s| s.weight != 1)
+        });
+        if let Some(f) = fair {
+            out.push_str(&format!(
+                "idle capacity: {}, fair reclaim {}\n",
+                f.idle_assignment,
+                if f.fair_reclaim { "on" } else { "off" }
+            ));
+        }
+        let standing =
+            |name: &str| fair.and_then(|f| f.shares.iter().find(|s| s.quota_share_name == name));
         let rows: Vec<Vec<String>> = shares
             .iter()
             .map(|s| {
@@ -490,6 +507,19 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
                 if protected {
                     row.push(s.protection.clone().unwrap_or_else(|| "-".into()));
                 }
+                if fair.is_some() {
+                    let f = standing(&s.quota_share_name);
+                    row.push(f.map_or_else(|| "-".into(), |f| f.weight.to_string()));
+                    row.push(
+                        f.and_then(|f| f.group.clone())
+                            .unwrap_or_else(|| "-".into()),
+                    );
+                    row.push(f.map_or_else(|| "-".into(), |f| share_figure(f.weighted_share)));
+                    row.push(
+                        f.and_then(|f| f.fair_share.get(&s.capacity_unit))
+                            .map_or_else(|| "-".into(), |n| format!("{n:.2}")),
+                    );
+                }
                 row
             })
             .collect();
@@ -499,12 +529,65 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
         if protected {
             head.push("protection");
         }
+        if fair.is_some() {
+            head.extend(["weight", "group", "weighted-share", "fair-share"]);
+        }
         out.push_str(&table(&head, &rows));
+        if let Some(f) = fair.filter(|f| !f.groups.is_empty()) {
+            out.push_str(&groups_table(&f.groups));
+        }
         for idle in &queue.idle_while_waiting {
             out.push_str(&idle_line(idle));
         }
     }
     out
+}
+
+/// A weighted borrowed share as people read it (as status reasons write it): two decimals.
+fn share_figure(x: f64) -> String {
+    if x >= 1e9 {
+        "inf".into()
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// The groups of a queue: members, weight, and per instance type what the members hold
+/// against the group's limit.
+fn groups_table(groups: &[qm_api::qm::GroupFairness]) -> String {
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .map(|g| {
+            let units: std::collections::BTreeSet<&String> =
+                g.limits.keys().chain(g.usage.keys()).collect();
+            let held = units
+                .into_iter()
+                .map(|u| {
+                    let used = g.usage.get(u).copied().unwrap_or(0);
+                    match g.limits.get(u) {
+                        Some(l) => format!("{u} {used}/{l}"),
+                        None => format!("{u} {used}"),
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            vec![
+                g.name.clone(),
+                if g.shares.is_empty() {
+                    "-".into()
+                } else {
+                    g.shares.join(",")
+                },
+                g.weight.to_string(),
+                if held.is_empty() { "-".into() } else { held },
+                share_figure(g.weighted_share),
+            ]
+        })
+        .collect();
+    table(
+        &["group", "shares", "weight", "used/limit", "weighted-share"],
+        &rows,
+    )
 }
 
 /// "Is the cluster wasted?": free instances a waiting job fits, why, and which job to explain.
@@ -559,6 +642,75 @@ mod tests {
         ])]);
         assert!(protected.contains("PROTECTION"), "{protected}");
         assert!(protected.contains("min-runtime 900s"), "{protected}");
+    }
+
+    #[test]
+    fn shares_show_fair_sharing_only_when_a_queue_uses_it() {
+        use qm_api::qm::{GroupFairness, QueueFairness, ShareFairness};
+        let row = ShareUsage {
+            quota_share_name: "vision".into(),
+            capacity_unit: "gpu".into(),
+            entitled: 1.0,
+            borrowed: 1.0,
+            ..ShareUsage::default()
+        };
+        let standing = |weight| ShareFairness {
+            quota_share_name: "vision".into(),
+            weight,
+            group: Some("research".into()),
+            weighted_share: 1.0 / 6.0,
+            dominant: Some("gpu".into()),
+            fair_share: [("gpu".to_string(), 1.5)].into(),
+        };
+        let queue = |fairness| QueueUsage {
+            job_queue: "jq".into(),
+            shares: vec![row.clone()],
+            fairness: Some(fairness),
+            ..QueueUsage::default()
+        };
+        let fifo = QueueFairness {
+            idle_assignment: "FIFO".into(),
+            shares: vec![ShareFairness {
+                group: None,
+                ..standing(1)
+            }],
+            ..QueueFairness::default()
+        };
+        let plain = shares_table(&[queue(fifo)]);
+        assert!(
+            !plain.contains("idle capacity") && !plain.contains("WEIGHT"),
+            "{plain}"
+        );
+        let fair = QueueFairness {
+            idle_assignment: "FAIR_SHARE".into(),
+            fair_reclaim: true,
+            shares: vec![standing(3)],
+            groups: vec![GroupFairness {
+                name: "research".into(),
+                shares: vec!["nlp".into(), "vision".into()],
+                limits: [("gpu".to_string(), 6)].into(),
+                weight: 2,
+                usage: [("gpu".to_string(), 2)].into(),
+                weighted_share: 0.25,
+            }],
+        };
+        let text = shares_table(&[queue(fair)]);
+        assert!(
+            text.starts_with("queue jq\nidle capacity: FAIR_SHARE, fair reclaim on\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("WEIGHT  GROUP     WEIGHTED-SHARE  FAIR-SHARE"),
+            "{text}"
+        );
+        assert!(
+            text.contains("3       research  0.17            1.50"),
+            "{text}"
+        );
+        assert!(
+            text.contains("research  nlp,vision  2       gpu 2/6     0.25"),
+            "{text}"
+        );
     }
 
     #[test]

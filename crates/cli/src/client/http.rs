@@ -839,6 +839,21 @@ impl Client {
         }
     }
 
+    /// A job queue's group definitions (`GET /qm/v1/queues/{queue}/groups`).
+    pub fn queue_groups(&self, queue: &str) -> Result<qm_api::qm::QueueGroups, ClientError> {
+        self.get_typed(&groups_path(queue))
+    }
+
+    /// Replaces a job queue's group definitions (admins only); the answer is the list as the
+    /// server keeps it.
+    pub fn set_queue_groups(
+        &self,
+        queue: &str,
+        groups: &qm_api::qm::QueueGroups,
+    ) -> Result<qm_api::qm::QueueGroups, ClientError> {
+        self.put(&groups_path(queue), groups)
+    }
+
     /// Capacity per queue, share and instance type.
     pub fn usage(&self) -> Result<Usage, ClientError> {
         let path = "/qm/v1/usage";
@@ -946,6 +961,11 @@ fn host_of(url: &str) -> Option<String> {
     let authority = uri.authority()?.as_str();
     let host = authority.rsplit('@').next().unwrap_or(authority);
     (!host.is_empty()).then(|| host.to_string())
+}
+
+/// The path of a job queue's groups.
+fn groups_path(queue: &str) -> String {
+    format!("/qm/v1/queues/{}/groups", encode_path_segment(queue))
 }
 
 /// Percent-encodes everything but unreserved characters (job ids are UUIDs, but a user may

@@ -5,7 +5,9 @@
 //! Every call is a full "set to this value", so re-running a half-applied plan converges. A
 //! share's controlled tags ([`super::tags`]) go with CreateQuotaShare; on a change, the keys the
 //! file dropped are removed (UntagResource) and the new values set (TagResource), and its
-//! other tags are not touched.
+//! other tags are not touched. The scheduling policy's fair-sharing tags go with
+//! CreateSchedulingPolicy, or TagResource on a change; the group definitions are set after the
+//! shares (`PUT /qm/v1/queues/{queue}/groups`), whose `qm:group` tags make the members.
 
 use serde_json::{json, Value};
 
@@ -66,16 +68,43 @@ pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Re
     let mut policy_arn = live.policy_arn.clone();
     for c in &plan.changes {
         match (c.kind, c.action) {
-            (Kind::SchedulingPolicy, _) => {
-                let r = call(
-                    client,
-                    "createschedulingpolicy",
-                    &json!({
-                        "name": names.scheduling_policy,
-                        "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"},
-                    }),
-                )?;
+            (Kind::SchedulingPolicy, Action::Create) => {
+                let mut body = json!({
+                    "name": names.scheduling_policy,
+                    "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"},
+                });
+                if !desired.policy_tags.is_empty() {
+                    body["tags"] = json!(desired.policy_tags);
+                }
+                let r = call(client, "createschedulingpolicy", &body)?;
                 policy_arn = r.get("arn").and_then(Value::as_str).map(str::to_string);
+            }
+            // Only its fair-sharing tags change (the API's own settings are always FIFO).
+            (Kind::SchedulingPolicy, _) => {
+                let arn = policy_arn.clone().ok_or_else(|| Error::Shape {
+                    operation: "listschedulingpolicies".into(),
+                    message: format!("no ARN for scheduling policy {}", names.scheduling_policy),
+                })?;
+                let set: ShareTags = c
+                    .fields
+                    .iter()
+                    .filter_map(|f| {
+                        Some((f.field.strip_prefix("tags.")?.to_string(), f.to.clone()?))
+                    })
+                    .collect();
+                client
+                    .tag_resource(&arn, &set)
+                    .map_err(|e| Error::request("tagresource", e))?;
+            }
+            (Kind::Groups, _) => {
+                if let Some(groups) = &desired.groups {
+                    let body = qm_api::qm::QueueGroups {
+                        groups: groups.clone(),
+                    };
+                    client
+                        .set_queue_groups(&names.job_queue, &body)
+                        .map_err(|e| Error::request("groups", e))?;
+                }
             }
             (Kind::ServiceEnvironment, Action::Create) => {
                 call(

@@ -102,6 +102,11 @@ pub struct Live {
     /// The server's admin list (`GET /qm/v1/admins`); `None` when the file has no `admins`
     /// (not read).
     pub admins: Option<Vec<String>>,
+    /// The scheduling policy's fair-sharing tags ([`tags::POLICY_MANAGED`]).
+    pub policy_tags: ShareTags,
+    /// The job queue's group definitions (`GET /qm/v1/queues/{queue}/groups`); `None` when
+    /// the file has no `groups` (not read) or the queue does not exist yet.
+    pub groups: Option<Vec<qm_api::qm::GroupDef>>,
 }
 
 fn shape(operation: &str, message: impl Into<String>) -> Error {
@@ -159,6 +164,9 @@ pub fn read(client: &Client, desired: &Desired) -> Result<Live, Error> {
         });
 
     live.policy_arn = find_policy(client, &names.scheduling_policy)?;
+    if let (Some(arn), false) = (&live.policy_arn, desired.policy_tags.is_empty()) {
+        live.policy_tags = read_policy_tags(client, arn)?;
+    }
 
     let op = "describejobqueues";
     let queues = call(client, op, &json!({"jobQueues": [names.job_queue]}))?;
@@ -197,7 +205,15 @@ pub fn read(client: &Client, desired: &Desired) -> Result<Live, Error> {
         });
 
     if live.queue.is_some() {
-        live.shares = read_shares(client, &names.job_queue)?;
+        if desired.groups.is_some() {
+            live.groups = Some(
+                client
+                    .queue_groups(&names.job_queue)
+                    .map_err(|e| Error::request("groups", e))?
+                    .groups,
+            );
+        }
+        live.shares = read_shares(client, &names.job_queue, desired.fair)?;
         let (jobs, truncated) = read_jobs(client, &names.job_queue)?;
         live.jobs = jobs;
         live.jobs_truncated = truncated;
@@ -242,7 +258,25 @@ fn strategy_of(s: &str) -> Option<Strategy> {
         .find(|st| st.as_str() == s)
 }
 
-fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShare>, Error> {
+/// The fair-sharing tags of the scheduling policy `arn`.
+fn read_policy_tags(client: &Client, arn: &str) -> Result<ShareTags, Error> {
+    let op = "describeschedulingpolicies";
+    let r = call(client, op, &json!({"arns": [arn]}))?;
+    let all: BTreeMap<String, String> = r
+        .get("schedulingPolicies")
+        .and_then(Value::as_array)
+        .and_then(|l| l.iter().find(|p| str_of(p, "arn") == Some(arn)))
+        .and_then(|p| p.get("tags"))
+        .and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default();
+    Ok(tags::policy_managed(&all))
+}
+
+fn read_shares(
+    client: &Client,
+    queue: &str,
+    fair: tags::FairKeys,
+) -> Result<BTreeMap<String, LiveShare>, Error> {
     let op = "listquotashares";
     let mut out = BTreeMap::new();
     let mut token: Option<String> = None;
@@ -292,7 +326,7 @@ fn read_shares(client: &Client, queue: &str) -> Result<BTreeMap<String, LiveShar
                 LiveShare {
                     spec,
                     arn: arn.to_string(),
-                    tags: tags::managed(&all_tags),
+                    tags: tags::managed(&all_tags, fair),
                 },
             );
         }

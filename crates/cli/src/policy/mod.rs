@@ -32,7 +32,8 @@ use serde_json::Value;
 
 use crate::client::{Client, ClientError};
 use crate::cluster::ClusterFile;
-use crate::scenario::ShareDecl;
+use crate::scenario::{GroupDecl, ShareDecl};
+use qm_api::validate::{TAG_FAIR_RECLAIM, TAG_GROUP, TAG_IDLE_ASSIGNMENT, TAG_WEIGHT};
 use tags::ShareTags;
 
 /// What can go wrong in a policy command.
@@ -130,6 +131,14 @@ pub struct Desired {
     /// The job queue's class tags (`qm:class.<name>`); `None`: the file has no `classes` and
     /// leaves the queue's alone.
     pub classes: Option<ShareTags>,
+    /// The scheduling policy's fair-sharing tags (`qm:idle-assignment`, `qm:fair-reclaim`),
+    /// each only when the file has its key (`idle_assignment`, `fair_reclaim`).
+    pub policy_tags: ShareTags,
+    /// Which of the shares' fair-sharing tags the file controls.
+    pub fair: tags::FairKeys,
+    /// The job queue's group definitions (`PUT /qm/v1/queues/{queue}/groups`); `None`: the
+    /// file has no `groups` and leaves the queue's alone.
+    pub groups: Option<Vec<qm_api::qm::GroupDef>>,
 }
 
 /// A quota share as the file declares it.
@@ -170,6 +179,51 @@ impl DesiredShare {
             tags: tags::of_decl(decl),
         })
     }
+
+    /// Adds the fair-sharing tags the file controls: the share's weight, and the group whose
+    /// `shares` list it.
+    fn with_fair_tags(
+        mut self,
+        decl: &ShareDecl,
+        fair: tags::FairKeys,
+        groups: &[GroupDecl],
+    ) -> DesiredShare {
+        if let Some(w) = decl.weight.filter(|_| fair.weight) {
+            self.tags.insert(TAG_WEIGHT.to_string(), w.to_string());
+        }
+        if fair.group {
+            if let Some(g) = groups.iter().find(|g| g.shares.contains(&decl.name)) {
+                self.tags.insert(TAG_GROUP.to_string(), g.name.clone());
+            }
+        }
+        self
+    }
+}
+
+/// The file's groups as the server takes them; a name the server would refuse is refused
+/// now, naming the field, rather than half way through an apply.
+fn group_defs(groups: &[GroupDecl]) -> Result<Vec<qm_api::qm::GroupDef>, String> {
+    groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            if !qm_api::validate::is_group_name(&g.name) {
+                return Err(format!(
+                    "groups[{i}].name: '{}' is not a name the server takes; use 1 to 64 letters, digits, _ and -",
+                    g.name
+                ));
+            }
+            Ok(qm_api::qm::GroupDef {
+                name: g.name.clone(),
+                limits: g
+                    .limits
+                    .iter()
+                    .map(|(u, n)| (u.clone(), i64::from(*n)))
+                    .collect(),
+                weight: Some(i64::from(g.weight.unwrap_or(1))),
+            })
+        })
+        .collect()
 }
 
 impl Desired {
@@ -184,6 +238,28 @@ impl Desired {
                     .into(),
             });
         };
+        let invalid = |message: String| {
+            Error::File(crate::Error::Invalid {
+                path: path.to_path_buf(),
+                message,
+            })
+        };
+        // A file that says nothing about fair sharing leaves the server's as it is.
+        let fair = tags::FairKeys {
+            weight: file.idle_assignment.is_some()
+                || file.fair_reclaim.is_some()
+                || file.groups.is_some()
+                || file.shares.iter().any(|s| s.weight.is_some()),
+            group: file.groups.is_some(),
+        };
+        let groups = file.groups.as_deref().unwrap_or_default();
+        let mut policy_tags = ShareTags::new();
+        if let Some(mode) = file.idle_assignment {
+            policy_tags.insert(TAG_IDLE_ASSIGNMENT.into(), mode.as_str().into());
+        }
+        if let Some(on) = file.fair_reclaim {
+            policy_tags.insert(TAG_FAIR_RECLAIM.into(), on.to_string());
+        }
         Ok(Desired {
             names: Names {
                 service_environment: file
@@ -201,16 +277,21 @@ impl Desired {
                 .shares
                 .iter()
                 .enumerate()
-                .map(|(i, s)| DesiredShare::of_decl(s, i))
+                .map(|(i, s)| {
+                    DesiredShare::of_decl(s, i).map(|d| d.with_fair_tags(s, fair, groups))
+                })
                 .collect::<Result<_, _>>()
-                .map_err(|message| {
-                    Error::File(crate::Error::Invalid {
-                        path: path.to_path_buf(),
-                        message,
-                    })
-                })?,
+                .map_err(invalid)?,
             admins: file.admins.clone(),
             classes: file.classes.as_deref().map(tags::of_classes),
+            policy_tags,
+            fair,
+            groups: file
+                .groups
+                .as_deref()
+                .map(group_defs)
+                .transpose()
+                .map_err(invalid)?,
         })
     }
 
@@ -240,6 +321,30 @@ mod tests {
         assert_eq!(d.shares[1].tags["qm:leads"], "alice");
         assert_eq!(d.shares[1].tags["qm:max-preemptions-per-hour"], "2");
         assert_eq!(d.shares[1].spec.max_preemptions_per_hour, 2);
+    }
+
+    #[test]
+    fn fair_sharing_keys_become_policy_and_share_tags_only_when_the_file_has_them() {
+        let d = desired("leads: [alice]").unwrap();
+        assert!(d.policy_tags.is_empty() && d.groups.is_none(), "{d:?}");
+        assert_eq!(d.fair, tags::FairKeys::default());
+        let path = Path::new("c.yaml");
+        let src = "job_queue: q\nidle_assignment: FAIR_SHARE\nfair_reclaim: true\nenvironment: {gpu: 4}\ngroups:\n  - {name: research, shares: [a], limits: {gpu: 3}, weight: 2}\nshares:\n  - {name: a, limits: {gpu: 1}, strategy: LEND_AND_BORROW, weight: 3}\n  - {name: b, limits: {gpu: 1}, strategy: LEND}\n";
+        let d = Desired::from_file(&crate::cluster::parse(src, path).unwrap(), path).unwrap();
+        assert_eq!(d.policy_tags["qm:idle-assignment"], "FAIR_SHARE");
+        assert_eq!(d.policy_tags["qm:fair-reclaim"], "true");
+        assert_eq!(d.shares[0].tags["qm:weight"], "3");
+        assert_eq!(d.shares[0].tags["qm:group"], "research");
+        assert!(d.shares[1].tags.is_empty(), "{:?}", d.shares[1].tags);
+        let g = &d.groups.as_ref().unwrap()[0];
+        assert_eq!(
+            (g.name.as_str(), g.weight, g.limits["gpu"]),
+            ("research", Some(2), 3)
+        );
+        // A name the server would refuse is refused with the file.
+        let bad = src.replace("name: research", "name: 'research org'");
+        let e = crate::cluster::parse(&bad, path).unwrap_err().to_string();
+        assert!(e.contains("groups[0].name"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use qm_core::{ShareSpec, Strategy};
 use serde::Serialize;
 
 use super::live::{JobState, Live, LiveJob};
-use super::tags::{ShareTags, MANAGED};
+use super::tags::{self, ShareTags, MANAGED};
 use super::{Desired, DesiredShare, Names};
 
 /// The kind of server resource a change applies to, in the order `apply` creates them.
@@ -45,6 +45,9 @@ pub enum Kind {
     JobQueue,
     /// A quota share of the queue.
     QuotaShare,
+    /// The job queue's group definitions (one list, `PUT /qm/v1/queues/{queue}/groups`; the
+    /// change is named after the queue). After the shares, whose `qm:group` tags name them.
+    Groups,
     /// The server's admin list (one field, `admins`; the change is named `admins` too). Set
     /// last, so that a list that no longer names the one applying takes effect after the rest.
     Admins,
@@ -57,6 +60,7 @@ impl Kind {
             Kind::ServiceEnvironment => "service environment",
             Kind::JobQueue => "job queue",
             Kind::QuotaShare => "quota share",
+            Kind::Groups => "groups of job queue",
             Kind::Admins => "admins",
         }
     }
@@ -367,16 +371,30 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
     };
 
     if live.policy_arn.is_none() {
+        let mut fields = vec![FieldChange {
+            field: "idleResourceAssignmentStrategy".into(),
+            from: None,
+            to: Some("FIFO".into()),
+        }];
+        for (k, v) in &desired.policy_tags {
+            push(&mut fields, &format!("tags.{k}"), None, Some(v.clone()));
+        }
         changes.push(change(
             Kind::SchedulingPolicy,
             &names.scheduling_policy,
             Action::Create,
-            vec![FieldChange {
-                field: "idleResourceAssignmentStrategy".into(),
-                from: None,
-                to: Some("FIFO".into()),
-            }],
+            fields,
         ));
+    } else {
+        let fields = policy_tag_fields(&desired.policy_tags, &live.policy_tags);
+        if !fields.is_empty() {
+            changes.push(change(
+                Kind::SchedulingPolicy,
+                &names.scheduling_policy,
+                Action::Update,
+                fields,
+            ));
+        }
     }
 
     let mut env_fields = Vec::new();
@@ -496,6 +514,18 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         changes.push(c);
     }
 
+    if let Some(groups) = &desired.groups {
+        let fields = group_fields(live.groups.as_deref().unwrap_or_default(), groups);
+        if !fields.is_empty() {
+            changes.push(change(
+                Kind::Groups,
+                &names.job_queue,
+                Action::Update,
+                fields,
+            ));
+        }
+    }
+
     if let Some(c) = admins_change(desired.admins.as_deref(), live.admins.as_deref()) {
         changes.push(c);
     }
@@ -507,6 +537,70 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         preempted: Vec::new(),
         jobs_truncated: live.jobs_truncated,
     }
+}
+
+/// The scheduling policy's fair-sharing tags that differ, as `tags.<key>`: only the keys the
+/// file has, compared by meaning (an absent tag is the server's default, so a file that says
+/// `FIFO` changes nothing on a policy without the tag).
+fn policy_tag_fields(desired: &ShareTags, live: &ShareTags) -> Vec<FieldChange> {
+    let mut out = Vec::new();
+    for key in tags::POLICY_MANAGED {
+        let Some(want) = desired.get(key) else {
+            continue;
+        };
+        let have = live.get(key);
+        if have.map_or(tags::policy_default(key), String::as_str) != want {
+            push(
+                &mut out,
+                &format!("tags.{key}"),
+                have.cloned(),
+                Some(want.clone()),
+            );
+        }
+    }
+    out
+}
+
+/// The group definitions that differ, as `groups.<name>.weight` and
+/// `groups.<name>.limits.<type>` (a group the file drops: its weight goes to none).
+fn group_fields(
+    live: &[qm_api::qm::GroupDef],
+    desired: &[qm_api::qm::GroupDef],
+) -> Vec<FieldChange> {
+    let mut out = Vec::new();
+    let find =
+        |list: &[qm_api::qm::GroupDef], name: &str| list.iter().find(|g| g.name == name).cloned();
+    let names: BTreeSet<&str> = live
+        .iter()
+        .chain(desired)
+        .map(|g| g.name.as_str())
+        .collect();
+    for name in names {
+        let (before, after) = (find(live, name), find(desired, name));
+        let weight = |g: &Option<qm_api::qm::GroupDef>| {
+            g.as_ref().map(|g| g.weight.unwrap_or(1).to_string())
+        };
+        push(
+            &mut out,
+            &format!("groups.{name}.weight"),
+            weight(&before),
+            weight(&after),
+        );
+        let empty = BTreeMap::new();
+        let (lb, la) = (
+            before.as_ref().map_or(&empty, |g| &g.limits),
+            after.as_ref().map_or(&empty, |g| &g.limits),
+        );
+        for unit in lb.keys().chain(la.keys()).collect::<BTreeSet<_>>() {
+            push(
+                &mut out,
+                &format!("groups.{name}.limits.{unit}"),
+                lb.get(unit).map(i64::to_string),
+                la.get(unit).map(i64::to_string),
+            );
+        }
+    }
+    out
 }
 
 /// The admin list's change, when the file has one (`desired`) and the server's (`live`, read
@@ -919,6 +1013,9 @@ mod tests {
                 .collect(),
             admins: None,
             classes: None,
+            policy_tags: ShareTags::new(),
+            fair: Default::default(),
+            groups: None,
         }
     }
 
@@ -973,6 +1070,8 @@ mod tests {
                 .collect(),
             jobs_truncated: false,
             admins: d.admins.clone(),
+            policy_tags: d.policy_tags.clone(),
+            groups: d.groups.clone(),
         }
     }
 
@@ -1275,6 +1374,59 @@ mod tests {
 
     fn list(entries: &[&str]) -> Option<Vec<String>> {
         Some(entries.iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn fair_sharing_is_planned_as_policy_tags_and_groups_and_left_alone_when_absent() {
+        let d = desired(vec![share("a", 1, Strategy::LendAndBorrow, -1)]);
+        let mut server = live(&d, &[]);
+        // A server with fair sharing on, and a file that says nothing of it: no change.
+        server.policy_tags = [("qm:idle-assignment".to_string(), "FAIR_SHARE".to_string())].into();
+        assert!(diff(&d, &server).is_empty());
+        // A file that says FIFO of a policy without the tag: FIFO is the default.
+        let mut file = d.clone();
+        file.policy_tags = [("qm:idle-assignment".to_string(), "FIFO".to_string())].into();
+        assert!(diff(&file, &live(&d, &[])).is_empty());
+        // ... and of a FAIR_SHARE policy: the tag changes.
+        let plan = diff(&file, &server);
+        assert_eq!(plan.changes.len(), 1);
+        assert_eq!(
+            (plan.changes[0].kind, plan.changes[0].action),
+            (Kind::SchedulingPolicy, Action::Update)
+        );
+        assert_eq!(
+            fields(&plan.changes[0]),
+            [("tags.qm:idle-assignment", Some("FAIR_SHARE"), Some("FIFO"))]
+        );
+        // Groups: a new one, and one the file drops.
+        let group = |name: &str, limit: i64, weight: i64| qm_api::qm::GroupDef {
+            name: name.into(),
+            limits: [("gpu".to_string(), limit)].into(),
+            weight: Some(weight),
+        };
+        let mut file = d.clone();
+        file.groups = Some(vec![group("research", 3, 2)]);
+        let mut server = live(&d, &[]);
+        server.groups = Some(vec![group("old", 1, 1)]);
+        let plan = diff(&file, &server);
+        let c = &plan.changes[0];
+        assert_eq!((c.kind, c.action), (Kind::Groups, Action::Update));
+        assert_eq!(
+            fields(c),
+            [
+                ("groups.old.weight", Some("1"), None),
+                ("groups.old.limits.gpu", Some("1"), None),
+                ("groups.research.weight", None, Some("2")),
+                ("groups.research.limits.gpu", None, Some("3")),
+            ]
+        );
+        let text = render(&plan, "c.yaml");
+        assert!(
+            text.contains("  ~ groups of job queue q\n      groups.old.weight: 1 -> (none)\n"),
+            "{text}"
+        );
+        server.groups = file.groups.clone();
+        assert!(diff(&file, &server).is_empty());
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! The quota-share tags a cluster file controls: the `qm:` extensions that the server reads as
 //! a share's permissions (`qm:submitters`, `qm:leads`, `qm:max-priority`) and thrash protection
-//! (`qm:min-runtime-seconds`, `qm:max-preemptions-per-hour`), and its job classes
-//! (`qm:default-class`, `qm:classes`). A share field the file leaves
-//! out is the tag absent, so `qm apply` removes it; every other tag of a share (anyone's own
-//! keys) is the server's business and is left alone.
+//! (`qm:min-runtime-seconds`, `qm:max-preemptions-per-hour`), its job classes
+//! (`qm:default-class`, `qm:classes`), and its place in fair sharing (`qm:weight`,
+//! `qm:group`). A share field the file leaves out is the tag absent, so `qm apply` removes
+//! it; every other tag of a share (anyone's own keys) is the server's business and is left
+//! alone. `qm:weight` and `qm:group` are the exception: a file that says nothing about fair
+//! sharing (no `idle_assignment`, `fair_reclaim`, `groups` nor share `weight`) leaves the
+//! weights alone, and one without `groups` leaves the groups alone, as with `admins`.
 
 use std::collections::BTreeMap;
 
 use qm_api::class::{TAG_CLASSES, TAG_CLASS_PREFIX, TAG_DEFAULT_CLASS};
 use qm_api::validate::{
-    TAG_LEADS, TAG_MAX_PREEMPTIONS, TAG_MAX_PRIORITY, TAG_MIN_RUNTIME, TAG_SUBMITTERS,
+    TAG_FAIR_RECLAIM, TAG_GROUP, TAG_IDLE_ASSIGNMENT, TAG_LEADS, TAG_MAX_PREEMPTIONS,
+    TAG_MAX_PRIORITY, TAG_MIN_RUNTIME, TAG_SUBMITTERS, TAG_WEIGHT,
 };
 
 use crate::scenario::ClassDecl;
@@ -20,7 +24,7 @@ use crate::scenario::ShareDecl;
 pub type ShareTags = BTreeMap<String, String>;
 
 /// The keys the file controls, in the order a plan lists them.
-pub const MANAGED: [&str; 7] = [
+pub const MANAGED: [&str; 9] = [
     TAG_SUBMITTERS,
     TAG_LEADS,
     TAG_MAX_PRIORITY,
@@ -28,7 +32,39 @@ pub const MANAGED: [&str; 7] = [
     TAG_MAX_PREEMPTIONS,
     TAG_DEFAULT_CLASS,
     TAG_CLASSES,
+    TAG_WEIGHT,
+    TAG_GROUP,
 ];
+
+/// The scheduling policy's tags a file controls, each only when the file has its key
+/// (`idle_assignment`, `fair_reclaim`), in the order a plan lists them.
+pub const POLICY_MANAGED: [&str; 2] = [TAG_IDLE_ASSIGNMENT, TAG_FAIR_RECLAIM];
+
+/// What a policy tag means when absent: the server's default.
+pub fn policy_default(key: &str) -> &'static str {
+    if key == TAG_FAIR_RECLAIM {
+        "false"
+    } else {
+        "FIFO"
+    }
+}
+
+/// The policy's controlled tags as the server has them.
+pub fn policy_managed(all: &BTreeMap<String, String>) -> ShareTags {
+    all.iter()
+        .filter(|(k, _)| POLICY_MANAGED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Which of a share's fair-sharing tags the file controls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FairKeys {
+    /// `qm:weight`: the file says something about fair sharing.
+    pub weight: bool,
+    /// `qm:group`: the file has `groups`.
+    pub group: bool,
+}
 
 /// The thrash-protection keys: the only ones the scheduler reads.
 const PROTECTION: [&str; 2] = [TAG_MIN_RUNTIME, TAG_MAX_PREEMPTIONS];
@@ -84,10 +120,13 @@ pub fn queue_classes(all: &BTreeMap<String, String>) -> ShareTags {
         .collect()
 }
 
-/// The controlled part of a share's tags as the server has them.
-pub fn managed(all: &BTreeMap<String, String>) -> ShareTags {
+/// The controlled part of a share's tags as the server has them; the fair-sharing keys only
+/// where the file controls them (`fair`), so that a file silent on them changes none.
+pub fn managed(all: &BTreeMap<String, String>, fair: FairKeys) -> ShareTags {
     all.iter()
         .filter(|(k, _)| MANAGED.contains(&k.as_str()))
+        .filter(|(k, _)| k.as_str() != TAG_WEIGHT || fair.weight)
+        .filter(|(k, _)| k.as_str() != TAG_GROUP || fair.group)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -125,7 +164,8 @@ impl TagChanges {
 }
 
 /// The tags a what-if gets for a share: its protection with every key present (`0` = off),
-/// since a what-if share without tags would keep the server's own.
+/// since a what-if share without tags would keep the server's own, and its weight when the
+/// file gives one.
 pub fn for_what_if(desired: &ShareTags) -> ShareTags {
     PROTECTION
         .iter()
@@ -133,6 +173,11 @@ pub fn for_what_if(desired: &ShareTags) -> ShareTags {
             let v = desired.get(k).cloned().unwrap_or_else(|| "0".into());
             (k.to_string(), v)
         })
+        .chain(
+            desired
+                .get(TAG_WEIGHT)
+                .map(|w| (TAG_WEIGHT.to_string(), w.clone())),
+        )
         .collect()
 }
 
@@ -166,11 +211,16 @@ shares:
 
     #[test]
     fn only_the_controlled_keys_are_compared_and_changed() {
-        let server = managed(&tags(&[
-            ("team", "ml"),
-            ("qm:leads", "bob"),
-            ("qm:max-priority", "50"),
-        ]));
+        let server = managed(
+            &tags(&[
+                ("team", "ml"),
+                ("qm:leads", "bob"),
+                ("qm:max-priority", "50"),
+                ("qm:weight", "3"),
+                ("qm:group", "research"),
+            ]),
+            FairKeys::default(),
+        );
         assert_eq!(
             server,
             tags(&[("qm:leads", "bob"), ("qm:max-priority", "50")])

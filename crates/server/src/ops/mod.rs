@@ -3,6 +3,7 @@
 //! lifecycle). Shape validation that needs no state lives in `qm_api::validate`.
 
 mod environment;
+mod fair;
 mod job;
 mod permit;
 mod policy;

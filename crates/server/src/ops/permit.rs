@@ -57,6 +57,7 @@ impl State {
             | Command::UpdateQuotaShare(_)
             | Command::DeleteQuotaShare(_) => config("change quota shares"),
             Command::TagResource(_) | Command::UntagResource(_) => config("change tags"),
+            Command::PutQueueGroups { .. } => config("change groups of quota shares"),
             Command::SubmitServiceJob { request, .. } => {
                 let Some(share) = request.quota_share_name.as_deref() else {
                     return Ok(()); // the submit's own checks refuse it

@@ -89,10 +89,15 @@ impl State {
                 runnable: BTreeSet::new(),
                 generation: self.next_queue_generation,
                 verified_resume: BTreeMap::new(),
+                groups: Vec::new(),
             },
         );
         let limits = self.environments[&env].limits.clone();
-        if let Err(e) = self.put_queue_limits(&name, &limits) {
+        // The policy's rules for idle capacity hold for the new queue at once.
+        let created = self
+            .put_queue_limits(&name, &limits)
+            .and_then(|()| self.sync_fair_rules(&name));
+        if let Err(e) = created {
             self.queues.remove(&name);
             return Err(e);
         }
@@ -145,6 +150,8 @@ impl State {
                 self.environments.get_mut(&env).expect("checked").queue = Some(name.clone());
             }
         }
+        // Another policy may assign idle capacity differently.
+        self.sync_fair_rules(&name)?;
         body(&UpdateJobQueueResponse {
             job_queue_name: Some(name.clone()),
             job_queue_arn: Some(self.arns.job_queue(&name)),

@@ -71,6 +71,8 @@ impl State {
             .expect("checked")
             .shares
             .insert(name.clone(), rec);
+        // Its `qm:group` tag may make it a member of a group.
+        self.sync_fair_rules(&queue)?;
         body(&CreateQuotaShareResponse {
             quota_share_name: Some(name.clone()),
             quota_share_arn: Some(self.arns.quota_share(&queue, &name)),
@@ -134,6 +136,8 @@ impl State {
             .expect("checked")
             .shares
             .remove(&name);
+        // A deleted share leaves its group.
+        self.sync_fair_rules(&queue)?;
         body(&DeleteQuotaShareResponse {})
     }
 

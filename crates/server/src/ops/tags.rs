@@ -42,22 +42,36 @@ impl State {
         if share.is_some() {
             validate::protection_tags("tags", &r.tags)?;
         }
-        if matches!(
-            self.arns.parse("resourceArn", &r.resource_arn)?,
-            Resource::JobQueue(_)
-        ) {
-            qm_api::class::queue_class_tags("tags", &r.tags)?;
+        match self.arns.parse("resourceArn", &r.resource_arn)? {
+            Resource::JobQueue(_) => qm_api::class::queue_class_tags("tags", &r.tags)?,
+            Resource::SchedulingPolicy(_) => validate::policy_tags("tags", &r.tags)?,
+            _ => {}
         }
         let tags = self.tags_mut(&r.resource_arn)?;
-        let mut merged = tags.clone();
+        let old = tags.clone();
+        let mut merged = old.clone();
         merged.extend(r.tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         validate::tags("tags", &merged)?;
         *tags = merged;
+        if let Err(e) = self.tags_changed(&r.resource_arn, share) {
+            *self.tags_mut(&r.resource_arn)? = old;
+            return Err(e);
+        }
+        body(&TagResourceResponse {})
+    }
+
+    /// What follows a change of a resource's tags: a share's `qm:` tags go to the core, a
+    /// queue's classes to its waiting jobs, a policy's and a share's rules for idle capacity
+    /// to the queues they concern.
+    fn tags_changed(&mut self, arn: &str, share: Option<(String, String)>) -> Result<(), ApiError> {
         if let Some((queue, share)) = share {
             self.put_share_tags(&queue, &share)?;
+            self.sync_fair_rules(&queue)?;
         }
-        self.queue_classes_changed(&r.resource_arn)?;
-        body(&TagResourceResponse {})
+        if let Resource::SchedulingPolicy(policy) = self.arns.parse("resourceArn", arn)? {
+            self.sync_policy_queues(&policy)?;
+        }
+        self.queue_classes_changed(arn)
     }
 
     /// A job queue's tags changed, and with them perhaps its classes: its waiting jobs borrow
@@ -96,13 +110,14 @@ impl State {
         }
         let share = self.quota_share_of(&r.resource_arn)?;
         let tags = self.tags_mut(&r.resource_arn)?;
+        let old = tags.clone();
         for k in &r.tag_keys {
             tags.remove(k);
         }
-        if let Some((queue, share)) = share {
-            self.put_share_tags(&queue, &share)?;
+        if let Err(e) = self.tags_changed(&r.resource_arn, share) {
+            *self.tags_mut(&r.resource_arn)? = old;
+            return Err(e);
         }
-        self.queue_classes_changed(&r.resource_arn)?;
         body(&UntagResourceResponse {})
     }
 
