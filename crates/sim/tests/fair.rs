@@ -177,3 +177,19 @@ fn jain_index_of_known_values() {
     // Scale-free.
     assert!((jain_index(&[10.0, 20.0, 30.0]) - 36.0 / 42.0).abs() < 1e-12);
 }
+
+proptest::proptest! {
+    /// Jain's index lies between 1/n (one holds everything) and 1 (all equal), and does not
+    /// depend on the scale of the figures.
+    #[test]
+    fn jain_index_is_between_one_over_n_and_one(
+        xs in proptest::collection::vec(0.0f64..10.0, 0..20),
+        scale in 0.01f64..100.0,
+    ) {
+        let j = jain_index(&xs);
+        let n = xs.len().max(1) as f64;
+        proptest::prop_assert!(j >= 1.0 / n - 1e-12 && j <= 1.0, "{j}");
+        let scaled: Vec<f64> = xs.iter().map(|x| x * scale).collect();
+        proptest::prop_assert!((jain_index(&scaled) - j).abs() < 1e-9);
+    }
+}
