@@ -280,6 +280,24 @@ struct FairLedger {
     jain_contended_ms: f64,
 }
 
+/// Share `s`'s weighted borrowed share: over the units, the largest `borrowed / (weight ×
+/// pool)` (the core's formula, on the simulator's usage).
+fn weighted_share(
+    fair: &FairLedger,
+    usage: &[Vec<u32>],
+    entitlement: &[Vec<u32>],
+    s: usize,
+) -> f64 {
+    usage[s]
+        .iter()
+        .zip(&entitlement[s])
+        .zip(&fair.pool)
+        .map(|((&used, &entitled), pool)| {
+            f64::from(used.saturating_sub(entitled)) / (fair.weight[s] * pool)
+        })
+        .fold(0.0, f64::max)
+}
+
 impl FairLedger {
     fn new(cluster: &Cluster, unit_names: &[String]) -> Self {
         let entitled = |u: &String, s: &ShareSpec| s.limits.get(u).copied().unwrap_or(0);
@@ -345,21 +363,36 @@ impl Ledger {
             if !fair.borrows[s] {
                 continue;
             }
-            let mut waits = false;
-            let mut x = 0.0f64;
-            for (u, jobs) in wanting.iter().enumerate() {
-                let (usage, entitled) = (self.usage[s][u], self.entitlement[s][u]);
-                let headroom = entitled.saturating_sub(usage);
-                waits |= jobs.last_key_value().is_some_and(|(&n, _)| n > headroom);
-                let borrowed = usage.saturating_sub(entitled);
-                x = x.max(f64::from(borrowed) / (fair.weight[s] * fair.pool[u]));
-            }
+            let waits = wanting.iter().enumerate().any(|(u, jobs)| {
+                let headroom = self.entitlement[s][u].saturating_sub(self.usage[s][u]);
+                jobs.last_key_value().is_some_and(|(&n, _)| n > headroom)
+            });
             if waits {
-                fair.xs.push(x);
+                fair.xs
+                    .push(weighted_share(fair, &self.usage, &self.entitlement, s));
             }
         }
         fair.jain_now = jain_index(&fair.xs);
         fair.contended_now = fair.xs.len() >= 2;
+    }
+
+    /// Debug builds: every share's weighted borrowed share as computed here is the core's
+    /// (`Scheduler::fairness`), so that the index measures what the scheduler ranks by.
+    #[cfg(debug_assertions)]
+    fn check_fairness(&self, core: &Scheduler) -> Result<(), String> {
+        let Some(standing) = core.fairness(QUEUE) else {
+            return Err(format!("the core has no queue {QUEUE}"));
+        };
+        for (s, share) in standing.shares.iter().enumerate() {
+            let here = weighted_share(&self.fair, &self.usage, &self.entitlement, s);
+            if (here - share.weighted_share).abs() > 1e-12 {
+                return Err(format!(
+                    "share {}: weighted borrowed share {here} in the simulator, {} in the core",
+                    share.share, share.weighted_share
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn borrowed(&self, s: usize, u: usize) -> u32 {
@@ -1011,6 +1044,10 @@ pub fn run_variant(
         }
         #[cfg(debug_assertions)]
         core.check_invariants()
+            .and_then(|()| match touched {
+                true => ledger.check_fairness(&core),
+                false => Ok(()),
+            })
             .map_err(|message| SimError::Invariant {
                 at_s: t as f64 / 1000.0,
                 message,
