@@ -181,6 +181,87 @@ fn a_scenario_file_can_be_simulated_as_a_cluster_file() {
     assert_eq!(m["variants"][0]["overall"]["completed"], 3);
 }
 
+/// Cluster files that differ only in `idle_assignment`, `fair_reclaim`, weights or groups are
+/// variants like any others: they run side by side, share by share, each with its fairness
+/// figure, and the table prints it.
+#[test]
+fn variants_that_differ_only_in_fair_sharing_keys_run_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("w.csv");
+    // A's burst comes first; B's the same second.
+    let mut csv = String::from("job_id,tenant,submit_time_s,duration_s,gpus,status\n");
+    for tenant in ["A", "B"] {
+        for i in 0..12 {
+            csv += &format!("{tenant}{i},{tenant},0,1000,1,UNKNOWN\n");
+        }
+    }
+    std::fs::write(&workload, csv).unwrap();
+    let shares = "environment: {gpu: 8}\n\
+                  shares:\n\
+                  \x20 - {name: L, limits: {gpu: 6}, strategy: LEND}\n\
+                  \x20 - {name: A, limits: {gpu: 1}, strategy: LEND_AND_BORROW}\n\
+                  \x20 - {name: B, limits: {gpu: 1}, strategy: LEND_AND_BORROW, weight: 2}\n";
+    let files = [
+        ("fifo", String::new()),
+        ("fair", "idle_assignment: FAIR_SHARE\n".to_string()),
+        (
+            "fair-reclaim",
+            "idle_assignment: FAIR_SHARE\nfair_reclaim: true\n".to_string(),
+        ),
+        (
+            "grouped",
+            "groups:\n  - {name: g, shares: [L, B]}\n".to_string(),
+        ),
+    ];
+    let mut args = vec!["simulate".to_string(), "--workload".into()];
+    args.push(workload.display().to_string());
+    for (name, head) in &files {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, format!("{head}{shares}")).unwrap();
+        args.push("--policy".into());
+        args.push(path.display().to_string());
+    }
+    let out = dir.path().join("out");
+    args.push("--out".into());
+    args.push(out.display().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = qm(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert!(table.contains("Jain index run (contended)"), "{table}");
+    assert!(table.contains("slowdown mean"), "{table}");
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    let variants = m["variants"].as_array().unwrap();
+    let names: Vec<&str> = variants
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fifo", "fair", "fair-reclaim", "grouped"]);
+    for v in variants {
+        let shares: Vec<&str> = v["shares"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(shares, ["L", "A", "B"]);
+        for key in ["jain", "jain_contended", "contended_hours"] {
+            assert!(v["fairness"][key].is_number(), "{key} in {v}");
+        }
+        assert!(v["overall"]["slowdown"]["mean"].is_number());
+    }
+    // FIFO lends L's idle GPUs to A, which came first; FAIR_SHARE splits them by weight.
+    let jain = |i: usize| variants[i]["fairness"]["jain"].as_f64().unwrap();
+    assert!(jain(1) > jain(0), "{} vs {}", jain(1), jain(0));
+    let b_wait = |i: usize| {
+        variants[i]["shares"][2]["queue_delay_s"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(b_wait(1) < b_wait(0) && b_wait(3) < b_wait(0));
+}
+
 #[test]
 fn bad_inputs_fail_with_messages_that_say_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,12 @@
 //! After every pass the core says what is idle while jobs that fit it wait
 //! (`Scheduler::idle_while_waiting`); that holds until the next pass and is integrated like
 //! usage, per cause and unit, along with each share's queue depth for the report.
+//!
+//! The fairness of idle capacity is measured at the same points: at the end of every instant
+//! at which something changed, the Jain index of the weighted borrowed shares of the shares
+//! that wait to borrow (`FairnessStats`), computed from this ledger with the core's formula
+//! (`Scheduler::fairness` would allocate names and maps at every instant for the same
+//! figures), holds until the next event and is integrated like usage.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -169,6 +175,9 @@ struct JobState {
     share: usize,
     /// Share index in the reference cluster (the reporting group).
     group: usize,
+    /// Whether the job may run on borrowed capacity (non-interruptible jobs stay within
+    /// their share's own quota).
+    interruptible: bool,
     done_work_ms: u64,
     attempts: u32,
     completed_ms: Option<u64>,
@@ -243,10 +252,149 @@ struct Ledger {
     /// Integrals (instances × ms) of idle while waiting, per cause index and per unit.
     idle_by_cause: [f64; IdleCause::ALL.len()],
     idle_by_unit: Vec<f64>,
+    /// What the fairness figure needs and integrates.
+    fair: FairLedger,
     last_ms: u64,
 }
 
+/// The variant's shares as the fairness figure sees them, and its integrals.
+struct FairLedger {
+    /// Per share: weight (at least 1) and whether it may borrow.
+    weight: Vec<f64>,
+    borrows: Vec<bool>,
+    /// Per unit: what lending shares are entitled to (at least 1), the figure's divisor.
+    pool: Vec<f64>,
+    /// `wanting[share][unit]`: instance counts of its RUNNABLE interruptible jobs -> how many
+    /// jobs (kept for borrowing shares only): the largest says whether the share waits to
+    /// borrow. A `BTreeMap` so that the largest is at hand and nothing depends on hash order.
+    wanting: Vec<Vec<BTreeMap<u32, u32>>>,
+    /// The figures of the shares waiting to borrow (scratch, reused every instant).
+    xs: Vec<f64>,
+    /// The index and whether at least two shares wait to borrow, since the last change.
+    jain_now: f64,
+    contended_now: bool,
+    /// Integrals (ms): time, index × time, contended time, index × contended time.
+    span_ms: f64,
+    jain_ms: f64,
+    contended_ms: f64,
+    jain_contended_ms: f64,
+}
+
+/// Share `s`'s weighted borrowed share: over the units, the largest `borrowed / (weight ×
+/// pool)` (the core's formula, on the simulator's usage).
+fn weighted_share(
+    fair: &FairLedger,
+    usage: &[Vec<u32>],
+    entitlement: &[Vec<u32>],
+    s: usize,
+) -> f64 {
+    usage[s]
+        .iter()
+        .zip(&entitlement[s])
+        .zip(&fair.pool)
+        .map(|((&used, &entitled), pool)| {
+            f64::from(used.saturating_sub(entitled)) / (fair.weight[s] * pool)
+        })
+        .fold(0.0, f64::max)
+}
+
+impl FairLedger {
+    fn new(cluster: &Cluster, unit_names: &[String]) -> Self {
+        let entitled = |u: &String, s: &ShareSpec| s.limits.get(u).copied().unwrap_or(0);
+        FairLedger {
+            weight: cluster
+                .shares
+                .iter()
+                .map(|s| f64::from(s.weight.max(1)))
+                .collect(),
+            borrows: cluster
+                .shares
+                .iter()
+                .map(|s| s.strategy.borrows())
+                .collect(),
+            // As the core's `pool`: the entitlements of the shares that lend.
+            pool: unit_names
+                .iter()
+                .map(|u| {
+                    let lent: u64 = cluster
+                        .shares
+                        .iter()
+                        .filter(|s| s.strategy.lends())
+                        .map(|s| u64::from(entitled(u, s)))
+                        .sum();
+                    lent.max(1) as f64
+                })
+                .collect(),
+            wanting: vec![vec![BTreeMap::new(); unit_names.len()]; cluster.shares.len()],
+            xs: Vec::with_capacity(cluster.shares.len()),
+            jain_now: 1.0,
+            contended_now: false,
+            span_ms: 0.0,
+            jain_ms: 0.0,
+            contended_ms: 0.0,
+            jain_contended_ms: 0.0,
+        }
+    }
+
+    /// A job of `count` instances starts (`true`) or stops (`false`) waiting.
+    fn wait(&mut self, st: &JobState, waiting: bool) {
+        if !st.interruptible || !self.borrows[st.share] {
+            return;
+        }
+        let jobs = &mut self.wanting[st.share][st.unit];
+        if waiting {
+            *jobs.entry(st.count).or_default() += 1;
+        } else if let Some(n) = jobs.get_mut(&st.count) {
+            *n -= 1;
+            if *n == 0 {
+                jobs.remove(&st.count);
+            }
+        }
+    }
+}
+
 impl Ledger {
+    /// Recomputes the fairness index from the current usage and waiting jobs; it holds until
+    /// the next change.
+    fn measure_fairness(&mut self) {
+        let fair = &mut self.fair;
+        fair.xs.clear();
+        for (s, wanting) in fair.wanting.iter().enumerate() {
+            if !fair.borrows[s] {
+                continue;
+            }
+            let waits = wanting.iter().enumerate().any(|(u, jobs)| {
+                let headroom = self.entitlement[s][u].saturating_sub(self.usage[s][u]);
+                jobs.last_key_value().is_some_and(|(&n, _)| n > headroom)
+            });
+            if waits {
+                fair.xs
+                    .push(weighted_share(fair, &self.usage, &self.entitlement, s));
+            }
+        }
+        fair.jain_now = jain_index(&fair.xs);
+        fair.contended_now = fair.xs.len() >= 2;
+    }
+
+    /// Debug builds: every share's weighted borrowed share as computed here is the core's
+    /// (`Scheduler::fairness`), so that the index measures what the scheduler ranks by.
+    #[cfg(debug_assertions)]
+    fn check_fairness(&self, core: &Scheduler) -> Result<(), String> {
+        let Some(standing) = core.fairness(QUEUE) else {
+            return Err(format!("the core has no queue {QUEUE}"));
+        };
+        for (s, share) in standing.shares.iter().enumerate() {
+            let here = weighted_share(&self.fair, &self.usage, &self.entitlement, s);
+            if (here - share.weighted_share).abs() > 1e-12 {
+                return Err(format!(
+                    "share {}: weighted borrowed share {here} in the simulator, {} in the core",
+                    share.share, share.weighted_share
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn borrowed(&self, s: usize, u: usize) -> u32 {
         self.usage[s][u].saturating_sub(self.entitlement[s][u])
     }
@@ -306,6 +454,14 @@ impl Ledger {
             idle += f64::from(wasted);
         }
         timeline.add(Series::IdleWaiting, self.last_ms, t, idle);
+        let fair = &mut self.fair;
+        fair.span_ms += dt_ms;
+        fair.jain_ms += fair.jain_now * dt_ms;
+        if fair.contended_now {
+            fair.contended_ms += dt_ms;
+            fair.jain_contended_ms += fair.jain_now * dt_ms;
+        }
+        timeline.add(Series::Jain, self.last_ms, t, fair.jain_now);
         self.last_ms = t;
     }
 }
@@ -356,13 +512,14 @@ struct Bins {
 }
 
 /// The series of a run's bins, for `groups` reporting shares: own, borrowed and queued per
-/// group, then the instances idle while jobs wait.
+/// group, then the instances idle while jobs wait, then the fairness index.
 #[derive(Clone, Copy)]
 enum Series {
     Own(usize),
     Borrowed(usize),
     Queued(usize),
     IdleWaiting,
+    Jain,
 }
 
 impl Series {
@@ -372,6 +529,7 @@ impl Series {
             Series::Borrowed(g) => groups + g,
             Series::Queued(g) => 2 * groups + g,
             Series::IdleWaiting => 3 * groups,
+            Series::Jain => 3 * groups + 1,
         }
     }
 }
@@ -382,12 +540,12 @@ impl Bins {
             start_ms,
             width_ms: 60_000,
             max_bins: max_bins.max(2),
-            series: vec![Vec::new(); 3 * groups + 1],
+            series: vec![Vec::new(); 3 * groups + 2],
         }
     }
 
     fn groups(&self) -> usize {
-        (self.series.len() - 1) / 3
+        (self.series.len() - 2) / 3
     }
 
     fn ensure(&mut self, t: u64) {
@@ -604,6 +762,7 @@ pub fn run_variant(
         idle_now: Vec::new(),
         idle_by_cause: [0.0; IdleCause::ALL.len()],
         idle_by_unit: vec![0.0; units],
+        fair: FairLedger::new(cluster, &unit_names),
         last_ms: 0,
     };
     let mut groups = vec![Group::default(); reference.shares.len()];
@@ -633,6 +792,7 @@ pub fn run_variant(
             unit,
             share: share_ix(cluster, &j.tenant),
             group: share_ix(reference, &j.tenant),
+            interruptible: j.interruptible(),
             done_work_ms: 0,
             attempts: 0,
             completed_ms: None,
@@ -680,6 +840,7 @@ pub fn run_variant(
                     let st = &mut state[job as usize];
                     st.waiting_since = Some(t);
                     ledger.waiting[st.group] += 1;
+                    ledger.fair.wait(st, true);
                     st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                     let spec = JobSpec {
                         id: JobId(u64::from(job)),
@@ -766,6 +927,8 @@ pub fn run_variant(
                 push(&mut heap, w, EventKind::Wake);
             }
         }
+        // Usage or the queue may have changed: the fairness figure is measured again.
+        let touched = changed || !effects.is_empty();
         for effect in effects {
             match effect {
                 Effect::Start {
@@ -778,6 +941,7 @@ pub fn run_variant(
                     let st = &mut state[job.0 as usize];
                     if let Some(since) = st.waiting_since.take() {
                         ledger.waiting[st.group] -= 1;
+                        ledger.fair.wait(st, false);
                         st.queue_delay_ms += t - since;
                         st.reclaim_delay_s +=
                             ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
@@ -855,6 +1019,7 @@ pub fn run_variant(
                     let st = &mut state[job.0 as usize];
                     if st.waiting_since.replace(t).is_none() {
                         ledger.waiting[st.group] += 1;
+                        ledger.fair.wait(st, true);
                     }
                     st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
                 }
@@ -874,8 +1039,15 @@ pub fn run_variant(
                 }
             }
         }
+        if touched {
+            ledger.measure_fairness();
+        }
         #[cfg(debug_assertions)]
         core.check_invariants()
+            .and_then(|()| match touched {
+                true => ledger.check_fairness(&core),
+                false => Ok(()),
+            })
             .map_err(|message| SimError::Invariant {
                 at_s: t as f64 / 1000.0,
                 message,
@@ -900,7 +1072,18 @@ pub fn run_variant(
         .collect();
     let capacity_ms = used_capacity * end_ms.saturating_sub(first_submit_ms) as f64;
     run.metrics.idle_while_waiting = idle_stats(&ledger, &unit_names, &used_units, capacity_ms);
+    run.metrics.fairness = fairness_stats(&ledger.fair);
     Ok(run)
+}
+
+/// The fairness integrals as means (1 over no time: nobody was behind anybody).
+fn fairness_stats(fair: &FairLedger) -> FairnessStats {
+    let mean = |integral: f64, ms: f64| if ms > 0.0 { round3(integral / ms) } else { 1.0 };
+    FairnessStats {
+        jain: mean(fair.jain_ms, fair.span_ms),
+        jain_contended: mean(fair.jain_contended_ms, fair.contended_ms),
+        contended_hours: round3(fair.contended_ms / 3_600_000.0),
+    }
 }
 
 /// The idle-while-waiting integrals in hours, against `capacity_ms` (instances × ms of the
@@ -959,6 +1142,7 @@ fn collect(
     let stats_of = |members: &[&JobState], gs: &[&Group]| -> Stats {
         let mut jct = Vec::new();
         let mut queue = Vec::new();
+        let mut slowdown = Vec::new();
         let mut reclaim = Vec::new();
         let mut never = 0;
         for st in members {
@@ -968,8 +1152,11 @@ fn collect(
                 reclaim.push(st.reclaim_delay_s);
             }
             if let Some(c) = st.completed_ms {
-                jct.push((c - st.submit_ms) as f64 / 1000.0);
+                let jct_s = (c - st.submit_ms) as f64 / 1000.0;
+                jct.push(jct_s);
                 queue.push(st.queue_delay_ms as f64 / 1000.0);
+                let run_s = (st.duration_ms as f64 / 1000.0).max(SLOWDOWN_MIN_RUN_S);
+                slowdown.push(jct_s / run_s);
             }
         }
         let usage: f64 = gs.iter().map(|g| g.usage_integral).sum();
@@ -979,6 +1166,7 @@ fn collect(
             never_started: never,
             jct_s: Dist::of(&mut jct),
             queue_delay_s: Dist::of(&mut queue),
+            slowdown: Dist::of(&mut slowdown),
             reclaim_delay_s: Dist::of(&mut reclaim),
             preemptions: gs.iter().map(|g| g.preemptions).sum(),
             needless_preemptions: gs.iter().map(|g| g.needless_preemptions).sum(),
@@ -1015,6 +1203,7 @@ fn collect(
     queue_delays.sort_by(f64::total_cmp);
     let groups_n = timeline.groups();
     let (start_s, bin_s, mut series) = timeline.finish(end_ms);
+    let jain = series.pop().unwrap_or_default();
     let idle_waiting = series.pop().unwrap_or_default();
     let queued = series.split_off(2 * groups_n);
     let borrowed = series.split_off(groups_n);
@@ -1025,6 +1214,7 @@ fn collect(
             overall,
             shares,
             idle_while_waiting: IdleStats::default(),
+            fairness: FairnessStats::default(),
         },
         timeline: Timeline {
             start_s,
@@ -1035,6 +1225,7 @@ fn collect(
             borrowed,
             queued,
             idle_waiting,
+            jain,
         },
         queue_delays,
     }

@@ -1,7 +1,8 @@
 //! What a simulation measures, in the shape `metrics.json` has (stable keys, documented in the
 //! README): per variant, `overall` and one entry per share, each with the same statistics.
 //! Distributions are `{p50, p95, p99, mean}` in seconds (nearest-rank percentiles over the
-//! jobs that have a value; all zero when none has).
+//! jobs that have a value; all zero when none has), but for the slowdown, a ratio. The
+//! fairness of idle capacity is [`FairnessStats`], with its index [`jain_index`].
 
 use serde::Serialize;
 
@@ -42,6 +43,43 @@ pub struct VariantMetrics {
     pub shares: Vec<ShareStats>,
     /// Capacity left idle while jobs that fit it waited.
     pub idle_while_waiting: IdleStats,
+    /// How evenly idle capacity went to the shares that wanted it.
+    pub fairness: FairnessStats,
+}
+
+/// How evenly a policy gave idle capacity to the shares that waited for it: Jain's index of
+/// the *weighted borrowed shares* (as `qm_core::Scheduler::fairness` defines them: over the
+/// instance types, the largest `borrowed / (weight × what lending shares are entitled to)`)
+/// of the shares that wait to borrow, integrated over simulated time.
+///
+/// A share *waits to borrow* at an instant when it may borrow (`LEND_AND_BORROW`) and one of
+/// its RUNNABLE interruptible jobs needs more instances of its type than the share has left
+/// of its entitlement (it could only start on others' capacity). Only those shares count:
+/// a share that borrows a lot and wants nothing more is not treated unfairly by anyone. At
+/// an instant when fewer than two shares wait to borrow, or none of them borrows anything,
+/// the index is 1 (nobody is behind anybody).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FairnessStats {
+    /// The index's time-weighted mean from the first submission to the last event, 0..1
+    /// (1 at instants when fewer than two shares wait to borrow).
+    pub jain: f64,
+    /// Its time-weighted mean over the contended time only (at least two shares waiting to
+    /// borrow); 1 when there was none.
+    pub jain_contended: f64,
+    /// Hours during which at least two shares waited to borrow.
+    pub contended_hours: f64,
+}
+
+/// Jain's fairness index `(Σx)² / (n · Σx²)` of `xs`: 1 when all are equal, `1/n` when one
+/// holds everything. 1 for fewer than two values or when all are zero (nobody is behind).
+pub fn jain_index(xs: &[f64]) -> f64 {
+    let sum: f64 = xs.iter().sum();
+    let squares: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.len() < 2 || squares <= 0.0 {
+        return 1.0;
+    }
+    // Rounding can put an index of equal values a hair above 1.
+    (sum * sum / (xs.len() as f64 * squares)).min(1.0)
 }
 
 /// Instance-hours during which instances were free while a RUNNABLE job that fits them
@@ -85,6 +123,10 @@ pub struct Stats {
     pub jct_s: Dist,
     /// Time spent RUNNABLE (every wait, re-queues after preemption included), completed jobs.
     pub queue_delay_s: Dist,
+    /// Slowdown of completed jobs: completion time over run time (the job's work,
+    /// `duration_s`, counted as at least [`SLOWDOWN_MIN_RUN_S`]); 1 for a job that never
+    /// waited nor lost work. A ratio, not seconds.
+    pub slowdown: Dist,
     /// Time spent RUNNABLE while the job's own share had enough idle entitlement for it, and
     /// some shares borrowed (its capacity was lent out), started jobs.
     pub reclaim_delay_s: Dist,
@@ -104,6 +146,10 @@ pub struct Stats {
     /// submission and the last completion (0..1; a share's values add up to the overall one).
     pub utilization: f64,
 }
+
+/// The shortest run time a slowdown divides by (Feitelson's *bounded* slowdown): a job of a
+/// few seconds that waits a minute would otherwise weigh as much as thousands of long ones.
+pub const SLOWDOWN_MIN_RUN_S: f64 = 10.0;
 
 /// A distribution summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -165,6 +211,9 @@ pub struct Timeline {
     pub queued: Vec<Vec<f64>>,
     /// `idle_waiting[bin]`: mean instances idle while jobs that fit them waited.
     pub idle_waiting: Vec<f64>,
+    /// `jain[bin]`: mean Jain index of the weighted borrowed shares of the shares waiting to
+    /// borrow (1 when fewer than two wait; see [`FairnessStats`]).
+    pub jain: Vec<f64>,
 }
 
 /// One variant's full result: metrics, timeline and the raw queueing delays (for CDFs).

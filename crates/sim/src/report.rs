@@ -1,9 +1,9 @@
 //! The self-contained HTML report of `qm simulate` (`DIR/report.html`): each variant's capacity
 //! idle while jobs wait as a headline, a side-by-side table of every variant's overall
-//! statistics, then hand-written SVG plots — usage over time stacked by share (own vs
-//! borrowed), queue depth and idle capacity over time (every chart over time on one time axis),
-//! CDFs of queueing delay, preemptions and lost work per share — and a table per variant of
-//! every share's statistics.
+//! statistics (the fairness of idle capacity among them), then hand-written SVG plots — usage
+//! over time stacked by share (own vs borrowed), queue depth, idle capacity and the fairness
+//! index over time (every chart over time on one time axis), CDFs of queueing delay,
+//! preemptions and lost work per share — and a table per variant of every share's statistics.
 //!
 //! Hand-written rather than `plotters`: the charts need a few primitives (`Frame`, one time
 //! axis, step paths) that are already here, while `plotters`' SVG backend would add a dependency
@@ -25,7 +25,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use crate::metrics::{Dist, Stats, Timeline, VariantRun};
+use crate::metrics::{Dist, FairnessStats, Stats, Timeline, VariantRun};
 
 /// Most columns a utilization chart draws; longer timelines are averaged in groups of bins
 /// (the chart is about 1,070 px wide, so more columns would not show).
@@ -136,6 +136,16 @@ pub fn render_html(title: &str, runs: &[VariantRun], notes: &[String]) -> String
     variant_legend(&mut out, runs);
     line_chart(&mut out, runs, axis, LineKind::QueueDepth);
     line_chart(&mut out, runs, axis, LineKind::IdleWhileWaiting);
+
+    out.push_str("<h2>Fairness of idle capacity</h2>\n");
+    out.push_str(
+        "<p class=\"caption\">Jain's index of the weighted borrowed shares (borrowed instances \
+         / (weight × instances lending shares are entitled to), the largest over instance \
+         types) of the shares waiting to borrow: 1 when they borrow alike, 1/n when one of n \
+         holds all that is borrowed; 1 when fewer than two wait.</p>\n",
+    );
+    variant_legend(&mut out, runs);
+    line_chart(&mut out, runs, axis, LineKind::Jain);
 
     out.push_str("<h2>Queueing delay</h2>\n");
     cdf_chart(&mut out, runs);
@@ -428,6 +438,14 @@ impl Cell {
         )
     }
 
+    fn ratio(x: f64) -> Cell {
+        Cell::of(x, format!("{}×", grouped(x, 2)), format!("{x:.3}"))
+    }
+
+    fn index(x: f64) -> Cell {
+        Cell::of(x, format!("{x:.3}"), format!("{x:.3}"))
+    }
+
     fn percent(fraction: f64) -> Cell {
         Cell::of(
             fraction,
@@ -519,6 +537,12 @@ fn dist_rows(
 fn stats_table(out: &mut String, runs: &[VariantRun]) {
     use Better::*;
     let stats: Vec<&Stats> = runs.iter().map(|r| &r.metrics.overall).collect();
+    // The fairness figures belong to a variant, not to a set of jobs.
+    let fairness = |label: &str, better: Better, cell: fn(&FairnessStats) -> Cell| Row {
+        label: label.to_string(),
+        better,
+        cells: runs.iter().map(|r| cell(&r.metrics.fairness)).collect(),
+    };
     let completed = |s: &Stats| (s.completed > 0).then_some(());
     let started = |s: &Stats| (s.jobs > s.never_started).then_some(());
     let groups: Vec<(&str, Vec<Row>)> = vec![
@@ -549,6 +573,30 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
                 |s| completed(s).map(|_| s.queue_delay_s),
                 "no completed job",
             ),
+        ),
+        (
+            "Slowdown: completion time / run time (completed jobs)",
+            [("p50", 0usize), ("p95", 1), ("mean", 3)]
+                .into_iter()
+                .map(|(label, i)| {
+                    Row::new(label, Lower, &stats, |s| match completed(s) {
+                        Some(()) => Cell::ratio((PERCENTILES[i].1)(&s.slowdown)),
+                        None => Cell::absent("no completed job"),
+                    })
+                })
+                .collect(),
+        ),
+        (
+            "Fairness of idle capacity (shares waiting to borrow)",
+            vec![
+                fairness("Jain index, whole run", Higher, |f| Cell::index(f.jain)),
+                fairness("Jain index, contended time", Higher, |f| {
+                    Cell::index(f.jain_contended)
+                }),
+                fairness("contended time", Neither, |f| {
+                    Cell::duration(f.contended_hours * 3600.0)
+                }),
+            ],
         ),
         (
             "Owner's reclaim delay (started jobs)",
@@ -1341,6 +1389,8 @@ enum LineKind {
     QueueDepth,
     /// Instances idle while jobs that fit them wait.
     IdleWhileWaiting,
+    /// The fairness index of the shares waiting to borrow.
+    Jain,
 }
 
 impl LineKind {
@@ -1355,6 +1405,7 @@ impl LineKind {
             LineKind::IdleWhileWaiting => (0..t.idle_waiting.len())
                 .map(|b| usage(Some(&t.idle_waiting), b))
                 .collect(),
+            LineKind::Jain => (0..t.jain.len()).map(|b| usage(Some(&t.jain), b)).collect(),
         }
     }
 
@@ -1366,6 +1417,11 @@ impl LineKind {
                 "idle-waiting",
                 "Instances idle while jobs that fit them wait",
                 "idle instances",
+            ),
+            LineKind::Jain => (
+                "jain",
+                "Jain index of the shares waiting to borrow over time",
+                "Jain index",
             ),
         }
     }
@@ -1435,7 +1491,7 @@ fn line_chart(out: &mut String, runs: &[VariantRun], axis: TimeAxis, kind: LineK
 /// A variant's statistics share by share (the shares of the first policy).
 fn share_table(out: &mut String, run: &VariantRun) {
     type Column = (&'static str, fn(&Stats) -> Cell);
-    const COLUMNS: [Column; 13] = [
+    const COLUMNS: [Column; 14] = [
         ("jobs", |s| Cell::count(s.jobs)),
         ("completed", |s| Cell::count(s.completed)),
         ("never started", |s| Cell::count(s.never_started)),
@@ -1445,6 +1501,7 @@ fn share_table(out: &mut String, run: &VariantRun) {
         ("wait p95", |s| Cell::duration(s.queue_delay_s.p95)),
         ("wait p99", |s| Cell::duration(s.queue_delay_s.p99)),
         ("reclaim p95", |s| Cell::duration(s.reclaim_delay_s.p95)),
+        ("slowdown mean", |s| Cell::ratio(s.slowdown.mean)),
         ("preemptions", |s| Cell::count(s.preemptions)),
         ("lost GPU-h", |s| Cell::gpu_hours(s.lost_gpu_hours)),
         ("borrowed GPU-h", |s| Cell::gpu_hours(s.borrowed_gpu_hours)),

@@ -1,6 +1,6 @@
 //! Properties of any simulation: every job ends completed or never started, the shares add up
-//! to the whole, nothing is negative, utilization stays within 0..1, and a run is a function
-//! of its inputs. The core's invariants are checked after every instant (debug build).
+//! to the whole, nothing is negative, utilization stays within 0..1, the fairness index within
+//! (0, 1], and a run is a function of its inputs. The core's invariants are checked after every instant (debug build).
 
 use std::collections::BTreeMap;
 
@@ -103,6 +103,13 @@ proptest! {
                 prop_assert!(s.queue_delay_s.p50 >= 0.0 && s.reclaim_delay_s.p50 >= 0.0);
                 // Each job's completion time includes its waits, so every order statistic does.
                 prop_assert!(s.jct_s.p50 >= s.queue_delay_s.p50 && s.jct_s.p99 >= s.queue_delay_s.p99);
+            }
+            // The fairness index is Jain's: within (0, 1], and 1 where nobody borrows.
+            let f = &m.fairness;
+            prop_assert!(f.jain > 0.0 && f.jain <= 1.0 && f.jain_contended > 0.0 && f.jain_contended <= 1.0, "{f:?}");
+            prop_assert!(f.contended_hours >= 0.0);
+            if !variant.shares.iter().any(|s| s.strategy == Sharing::LendAndBorrow) {
+                prop_assert_eq!((f.jain, f.contended_hours), (1.0, 0.0));
             }
             if variant.shares.iter().all(|s| s.strategy == Sharing::Reserve) && !variant.shares.iter().any(|s| s.in_share_preemption) {
                 prop_assert_eq!(m.overall.borrowed_gpu_hours, 0.0);

@@ -3,7 +3,9 @@
 //! (`$TMPDIR/report-example.html`).
 
 use qm_sim::report::render_html;
-use qm_sim::{Dist, IdleStats, ShareStats, Stats, Timeline, VariantMetrics, VariantRun};
+use qm_sim::{
+    Dist, FairnessStats, IdleStats, ShareStats, Stats, Timeline, VariantMetrics, VariantRun,
+};
 
 /// A deterministic pseudo-random value in 0..1 (no RNG dependency needed for fabricated data).
 fn noise(a: usize, b: usize, c: usize) -> f64 {
@@ -29,6 +31,12 @@ fn stats(seed: usize, scale: f64) -> Stats {
         never_started: seed as u64 % 7,
         jct_s: d(3600.0),
         queue_delay_s: d(120.0),
+        slowdown: Dist {
+            p50: 1.0 + scale,
+            p95: 4.0 * scale,
+            p99: 9.0 * scale,
+            mean: 2.0 * scale,
+        },
         reclaim_delay_s: d(30.0),
         preemptions: (seed as u64 * 13) % 50,
         needless_preemptions: (seed as u64 * 3) % 7,
@@ -102,6 +110,11 @@ fn run(variant: usize, name: &str, shares: &[String], bins: usize, capacity: f64
                 by_cause: [("borrow_limit", 12.5 * variant as f64)].into(),
                 by_instance_type: [("gpu".to_string(), 12.5 * variant as f64)].into(),
             },
+            fairness: FairnessStats {
+                jain: 1.0 - 0.05 * variant as f64,
+                jain_contended: 1.0 - 0.2 * variant as f64,
+                contended_hours: 40.0 * variant as f64,
+            },
         },
         timeline: Timeline {
             // Variants end at different times: the charts share one time axis.
@@ -116,6 +129,9 @@ fn run(variant: usize, name: &str, shares: &[String], bins: usize, capacity: f64
                 })
                 .collect(),
             idle_waiting: (0..bins).map(|b| (b % 7) as f64 * variant as f64).collect(),
+            jain: (0..bins)
+                .map(|b| 1.0 - 0.5 * noise(variant, 99, b) * (b % 3).min(1) as f64)
+                .collect(),
             shares: shares.to_vec(),
             own,
             borrowed,
@@ -208,7 +224,8 @@ fn each_plot_kind_has_its_svg() {
     assert_eq!(count(&page, "<svg class=\"plot bars lost-work\""), 1);
     assert_eq!(count(&page, "<svg class=\"plot queue-depth\""), 1);
     assert_eq!(count(&page, "<svg class=\"plot idle-waiting\""), 1);
-    assert_eq!(count(&page, "<svg"), 8);
+    assert_eq!(count(&page, "<svg class=\"plot jain\""), 1);
+    assert_eq!(count(&page, "<svg"), 9);
     assert_eq!(count(&page, "<svg"), count(&page, "</svg>"));
     assert_eq!(count(&page, "<table class=\"stats\">"), 1);
 }
@@ -233,6 +250,24 @@ fn the_queue_depth_and_idle_charts_draw_one_line_per_variant_with_data() {
     // Variant "a" has nothing idle: only "b" and "c" draw a line.
     let idle = svg(&page, "<svg class=\"plot idle-waiting\"");
     assert_eq!(count(idle, "<path d=\"M"), 3, "a flat line at zero for a");
+    let jain = svg(&page, "<svg class=\"plot jain\"");
+    assert_eq!(count(jain, "<path d=\"M"), 3);
+    assert!(jain.contains("Jain index</title>"));
+}
+
+#[test]
+fn the_fairness_of_idle_capacity_is_in_the_table() {
+    let page = render_html("study", &runs(&["a", "b"], &names("s", 2), 30), &notes());
+    let table = &page[page.find("<table class=\"stats\">").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert!(table.contains("Fairness of idle capacity"));
+    // a: 1.000 over the run; b: 0.950, the lower, not highlighted.
+    assert!(table.contains("<tr><th>Jain index, whole run</th><td class=\"best\" title=\"1.000\">1.000</td><td title=\"0.950\">0.950</td></tr>"), "{table}");
+    assert!(
+        table.contains("<tr><th>contended time</th><td title=\"0.000 s\">0 s</td>"),
+        "{table}"
+    );
+    assert!(table.contains("Slowdown"));
 }
 
 #[test]
@@ -248,8 +283,9 @@ fn every_variant_has_a_per_share_table_with_its_numbers() {
     }
     assert!(table.contains("<tr><td>all shares</td>"));
     assert!(table.contains("<th>wait p95</th>"));
-    // 4 shares + all: one row each, 13 numbers a row.
-    assert_eq!(count(table, "<td title="), 5 * 13);
+    // 4 shares + all: one row each, 14 numbers a row.
+    assert_eq!(count(table, "<td title="), 5 * 14);
+    assert!(table.contains("<th>slowdown mean</th>"));
 }
 
 #[test]
@@ -331,6 +367,7 @@ fn degenerate_inputs_render_without_panics_or_nans() {
                 })
                 .collect(),
             idle_while_waiting: IdleStats::default(),
+            fairness: FairnessStats::default(),
         },
         timeline: Timeline {
             start_s: 0.0,
@@ -341,6 +378,7 @@ fn degenerate_inputs_render_without_panics_or_nans() {
             borrowed: vec![],
             queued: vec![],
             idle_waiting: vec![],
+            jain: vec![],
         },
         queue_delays: vec![],
     };

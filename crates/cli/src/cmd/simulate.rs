@@ -109,7 +109,9 @@ pub struct Args {
     workload: PathBuf,
     /// A cluster file (environment, shares, optional tenants): the `qm check` scenario format
     /// without steps. Repeat to compare policies; the first one's shares group the per-share
-    /// statistics of every variant.
+    /// statistics of every variant. Variants may differ in anything, down to only
+    /// `idle_assignment`, `fair_reclaim`, share weights or groups (each is named after its
+    /// file's stem).
     #[arg(long = "policy", value_name = "FILE.yaml", required = true)]
     policies: Vec<PathBuf>,
     /// Add a baseline derived from the first policy (repeatable).
@@ -321,6 +323,14 @@ pub fn table(runs: &[VariantRun]) -> String {
             Box::new(move |s| hours(s.queue_delay_s.mean)),
         ),
         (
+            "slowdown p50",
+            Box::new(|s| format!("{:.2}", s.slowdown.p50)),
+        ),
+        (
+            "slowdown mean",
+            Box::new(|s| format!("{:.2}", s.slowdown.mean)),
+        ),
+        (
             "reclaim delay p95",
             Box::new(move |s| hours(s.reclaim_delay_s.p95)),
         ),
@@ -371,6 +381,22 @@ pub fn table(runs: &[VariantRun]) -> String {
     cells.push(
         runs.iter()
             .map(|r| idle(r).cause.unwrap_or("-").to_string())
+            .collect(),
+    );
+    // How evenly idle capacity went to the shares waiting to borrow: also the variant's.
+    labels.push("Jain index run (contended)");
+    cells.push(
+        runs.iter()
+            .map(|r| {
+                let f = &r.metrics.fairness;
+                format!("{:.3} ({:.3})", f.jain, f.jain_contended)
+            })
+            .collect(),
+    );
+    labels.push("contended h");
+    cells.push(
+        runs.iter()
+            .map(|r| format!("{:.1}", r.metrics.fairness.contended_hours))
             .collect(),
     );
     let label_w = labels.iter().map(|l| l.len()).max().unwrap_or(0);
