@@ -20,8 +20,10 @@
 //! * **whom a borrower may preempt for fairness** ([`Scheduler::fair_victims`], with
 //!   `fair_reclaim`): jobs another share runs on borrowed capacity, as long as, after the
 //!   preemption, the borrower's figure is at most the victim share's (Kueue's
-//!   `LessThanOrEqualToFinalShare`), compared at the level where the two part (their groups
-//!   when they are in different ones).
+//!   `LessThanOrEqualToFinalShare`) and below the victim share's figure before it (without
+//!   this, figures a preemption does not move — a group at 0, a figure another type sets —
+//!   would let the two take the capacity back and forth), compared at the level where the
+//!   two part (their groups when they are in different ones).
 //!
 //! Everything is computed from the state, in share order; figures are `f64` quotients of
 //! integers, and equal quotients are equal doubles (division is correctly rounded), so ties
@@ -203,7 +205,8 @@ impl FairCtx {
     }
 
     /// Whether `s` taking `c` more (its figure `mine`, compared at the level where it and the
-    /// victim share `v` part) stays at most `v`'s figure once `v` holds `freed` fewer.
+    /// victim share `v` part) stays at most `v`'s figure once `v` holds `freed` fewer, and
+    /// below `v`'s figure now.
     fn fair_to_take(&self, accounts: &[Account], s: usize, c: u32, v: usize, freed: u32) -> bool {
         let mut after = accounts.to_vec();
         after[v].usage -= freed.min(after[v].usage);
@@ -280,7 +283,7 @@ impl Scheduler {
     /// capacity (what its share still borrows after the set covers it: a job on its share's
     /// own capacity is never preempted for fairness), may be interrupted and is not protected
     /// from preemption, and when the borrower's figure after its admission stays at most the
-    /// victim share's after the set; the walk stops once the borrower fits, and victims it
+    /// victim share's after the set and below it before; the walk stops once the borrower fits, and victims it
     /// does not need are dropped again, the latest in victim order first.
     pub(crate) fn fair_victims(
         &self,

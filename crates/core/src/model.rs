@@ -168,7 +168,8 @@ pub struct QueueSpec {
     #[serde(default)]
     pub idle_assignment: IdleAssignment,
     /// Whether a waiting borrower may preempt jobs another share runs on borrowed capacity
-    /// when, after the preemption, its weighted borrowed share is at most that share's.
+    /// when, after the preemption, its weighted borrowed share is at most that share's and
+    /// below that share's before it (docs/scheduling.md "Fair sharing and groups").
     #[serde(default)]
     pub fair_reclaim: bool,
     /// Groups of the queue's shares (one level).
