@@ -146,7 +146,7 @@ pub struct IdleWhileWaiting {
     pub free: u32,
     /// Of those, instances waiting jobs that fit them want.
     pub idle: u32,
-    /// The dominant cause: `reservation`, `reserve`, `borrow_limit`, `no_borrowing`,
+    /// The dominant cause: `reservation`, `reserve`, `borrow_limit`, `group_limit`, `no_borrowing`,
     /// `never_fits` or `other`.
     pub cause: String,
     /// A job that waits for that cause (its id), for `qm explain`.

@@ -26,6 +26,8 @@ pub enum IdleCause {
     Reserve,
     /// The waiting job's share has reached its borrow limit (`BORROW_LIMIT_REACHED`).
     BorrowLimit,
+    /// The waiting job's share's group is at its ceiling (`GROUP_LIMIT_REACHED`).
+    GroupLimit,
     /// The waiting job's share is full and its strategy (RESERVE or LEND) never borrows
     /// (`OWN_QUOTA_FULL`).
     NoBorrowing,
@@ -44,6 +46,7 @@ impl IdleCause {
             IdleCause::Reservation => "reservation",
             IdleCause::Reserve => "reserve",
             IdleCause::BorrowLimit => "borrow_limit",
+            IdleCause::GroupLimit => "group_limit",
             IdleCause::NoBorrowing => "no_borrowing",
             IdleCause::NeverFits => "never_fits",
             IdleCause::Other => "other",
@@ -51,10 +54,11 @@ impl IdleCause {
     }
 
     /// Every cause, in tie-breaking order.
-    pub const ALL: [IdleCause; 6] = [
+    pub const ALL: [IdleCause; 7] = [
         IdleCause::Reservation,
         IdleCause::Reserve,
         IdleCause::BorrowLimit,
+        IdleCause::GroupLimit,
         IdleCause::NoBorrowing,
         IdleCause::NeverFits,
         IdleCause::Other,
@@ -70,9 +74,8 @@ impl IdleCause {
             | PendingReason::BackfillFinishing { .. }
             | PendingReason::ReservedForOthers => IdleCause::Reservation,
             PendingReason::NothingToBorrow { .. } => IdleCause::Reserve,
-            PendingReason::BorrowLimitReached { .. } | PendingReason::GroupLimitReached { .. } => {
-                IdleCause::BorrowLimit
-            }
+            PendingReason::BorrowLimitReached { .. } => IdleCause::BorrowLimit,
+            PendingReason::GroupLimitReached { .. } => IdleCause::GroupLimit,
             PendingReason::OwnQuotaFull { .. }
             | PendingReason::NotInterruptible { .. }
             | PendingReason::ResumeUnverified { .. } => IdleCause::NoBorrowing,

@@ -47,6 +47,29 @@ fn a_share_at_its_borrow_limit_next_to_idle_lendable_capacity_is_borrow_limit() 
 }
 
 #[test]
+fn a_share_whose_group_is_at_its_ceiling_next_to_free_capacity_is_group_limit() {
+    let mut w = World::new(&[(G5, 4)]).share("lender", Lend, &[(G5, 2)]);
+    w.share_with("a", LendAndBorrow, &[(G5, 1)], |_| {});
+    w.share_with("b", LendAndBorrow, &[(G5, 1)], |_| {});
+    w.update_queue(|q| {
+        q.groups = vec![GroupSpec {
+            name: "org".into(),
+            shares: vec!["a".into(), "b".into()],
+            limits: [(G5.to_string(), 2)].into(),
+            weight: 1,
+        }]
+    });
+    w.submit("a1", "a", 0, 2);
+    // b's owner takes back what a borrows within their group; a1 then waits for the ceiling.
+    w.submit("b1", "b", 0, 1);
+    assert_eq!(w.running(), set(&["b1"]));
+    assert_eq!(w.reason("a1"), "GROUP_LIMIT_REACHED");
+    let e = idle(&w);
+    assert_eq!((e.free, e.wasted, e.cause), (3, 2, IdleCause::GroupLimit));
+    assert_eq!(e.job, w.id("a1"));
+}
+
+#[test]
 fn a_job_larger_than_its_share_on_a_free_cluster_never_fits() {
     let mut w = World::new(&[(G5, 4)]).share("small", Reserve, &[(G5, 1)]);
     w.submit("big", "small", 0, 2);

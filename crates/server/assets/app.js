@@ -547,6 +547,7 @@
     reserve: "RESERVE or unassigned: never lent",
     borrow_limit: "borrow limit reached",
     no_borrowing: "share full, does not borrow",
+    group_limit: "group at its ceiling",
     never_fits: "job can never run",
     other: "preemption under way",
   };

@@ -257,7 +257,7 @@ fn pool_and_flows(state: &State, r: &mut Registry) {
     );
     r.register(
         "qm_idle_while_waiting_instances",
-        "Instances free while a RUNNABLE job that fits them waits, under the dominant cause (reservation, reserve, borrow_limit, no_borrowing, never_fits, other); every cause is 0 otherwise",
+        "Instances free while a RUNNABLE job that fits them waits, under the dominant cause (reservation, reserve, borrow_limit, group_limit, no_borrowing, never_fits, other); every cause is 0 otherwise",
         idle_while_waiting(state),
     );
     r.register(

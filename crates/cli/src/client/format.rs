@@ -596,6 +596,7 @@ fn idle_line(idle: &qm_api::qm::IdleWhileWaiting) -> String {
         "reservation" => "held for an older job's reservation or another share's waiting owner",
         "reserve" => "the free capacity is a RESERVE share's or no share's, and never lent",
         "borrow_limit" => "the waiting share is at its borrow limit",
+        "group_limit" => "the waiting share's group is at its ceiling",
         "no_borrowing" => "the waiting share is full and its strategy does not borrow",
         "never_fits" => "the waiting job can never run as configured",
         _ => "a preemption or a decision is under way",
