@@ -263,6 +263,10 @@ impl Runner {
                 return self.drive(None);
             }
             Step::UpdateShare(u) => self.put_share(&u.name, |spec| u.apply(spec)),
+            Step::UpdateQueue(u) => {
+                let spec = self.sched.queue_spec(QUEUE).expect("the scenario's queue");
+                Input::PutQueue(u.apply(&spec))
+            }
             Step::DisableShare(r) => self.put_share(&r.name, |spec| ShareSpec {
                 enabled: false,
                 ..spec.clone()

@@ -595,6 +595,8 @@ pub enum Step {
     UpdateShare(ShareUpdate),
     /// Set a declared share's state to DISABLED.
     DisableShare(ShareRef),
+    /// Change the queue's rules for idle capacity or its groups.
+    UpdateQueue(QueueUpdate),
     /// Compare the state with what the scenario expects.
     Expect(Expect),
 }
@@ -659,6 +661,39 @@ pub struct JobRef {
 pub struct ShareRef {
     /// A declared share.
     pub name: String,
+}
+
+/// The `update_queue` step: the fields given replace the queue's current ones (`groups`
+/// replaces the whole list; a lowered group limit is reclaimed lazily, as a share's is).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueUpdate {
+    /// New idle assignment.
+    #[serde(default)]
+    pub idle_assignment: Option<IdleAssignment>,
+    /// New fair-reclaim setting.
+    #[serde(default)]
+    pub fair_reclaim: Option<bool>,
+    /// New groups, replacing all the old ones.
+    #[serde(default)]
+    pub groups: Option<Vec<GroupDecl>>,
+}
+
+impl QueueUpdate {
+    /// The queue's configuration after this update.
+    pub fn apply(&self, spec: &QueueSpec) -> QueueSpec {
+        let mut spec = spec.clone();
+        if let Some(a) = self.idle_assignment {
+            spec.idle_assignment = a;
+        }
+        if let Some(r) = self.fair_reclaim {
+            spec.fair_reclaim = r;
+        }
+        if let Some(groups) = &self.groups {
+            spec.groups = groups.iter().map(GroupDecl::spec).collect();
+        }
+        spec
+    }
 }
 
 /// The `update_share` step: the fields given replace the share's current ones.
@@ -817,6 +852,7 @@ impl Step {
             Step::Advance(_) => "advance",
             Step::UpdateShare(_) => "update_share",
             Step::DisableShare(_) => "disable_share",
+            Step::UpdateQueue(_) => "update_queue",
             Step::Expect(_) => "expect",
         }
     }
@@ -824,9 +860,11 @@ impl Step {
     /// Every job the step refers to (a submit's new job excluded), with the key naming it.
     fn job_refs(&self) -> Vec<(String, &str)> {
         match self {
-            Step::Submit(_) | Step::Advance(_) | Step::UpdateShare(_) | Step::DisableShare(_) => {
-                Vec::new()
-            }
+            Step::Submit(_)
+            | Step::Advance(_)
+            | Step::UpdateShare(_)
+            | Step::DisableShare(_)
+            | Step::UpdateQueue(_) => Vec::new(),
             Step::UpdatePriority(u) => vec![("update_priority.job".into(), u.job.as_str())],
             Step::Finish(j) | Step::Fail(j) | Step::Checkpoint(j) | Step::Terminate(j) => {
                 vec![(format!("{}.job", self.kind()), j.job.as_str())]
@@ -1199,6 +1237,19 @@ pub fn parse(src: &str, path: &Path) -> Result<Vec<Scenario>, Error> {
             .map_err(|m| malformed(document, locate(src, document, m)))?;
         check_classes(&scenario.classes, &scenario.shares)
             .and_then(|()| check_groups(&scenario.groups, &scenario.shares, &scenario.environment))
+            .and_then(|()| {
+                for (i, step) in scenario.steps.iter().enumerate() {
+                    if let Step::UpdateQueue(QueueUpdate {
+                        groups: Some(groups),
+                        ..
+                    }) = step
+                    {
+                        check_groups(groups, &scenario.shares, &scenario.environment)
+                            .map_err(|e| format!("steps[{i}]: step {}: update_queue.{e}", i + 1))?;
+                    }
+                }
+                Ok(())
+            })
             .map_err(|message| Error::Invalid {
                 path: path.to_path_buf(),
                 message: format!("document {document}: {message}"),
@@ -1266,6 +1317,28 @@ impl fmt::Display for Step {
                 write!(f, "{} {}", self.kind(), j.job)
             }
             Step::Advance(s) => write!(f, "advance {s} s"),
+            Step::UpdateQueue(u) => {
+                f.write_str("update_queue")?;
+                let mut fields = Vec::new();
+                if let Some(a) = u.idle_assignment {
+                    fields.push(format!("idle_assignment {}", a.as_str()));
+                }
+                if let Some(r) = u.fair_reclaim {
+                    fields.push(format!("fair_reclaim {r}"));
+                }
+                for g in u.groups.iter().flatten() {
+                    fields.push(format!(
+                        "group {} [{}] {}",
+                        g.name,
+                        g.shares.join(", "),
+                        limits(&g.limits)
+                    ));
+                }
+                if !fields.is_empty() {
+                    write!(f, " ({})", fields.join(", "))?;
+                }
+                Ok(())
+            }
             Step::UpdateShare(u) => {
                 write!(f, "update_share {}", u.name)?;
                 let mut fields = Vec::new();
