@@ -113,6 +113,8 @@ def test_fair_share_gives_freed_capacity_to_the_lower_weighted_share_and_groups_
             {"groups": [{"name": "research", "limits": {UNIT: -1}}]}, f"groups[0].limits.{UNIT}"),
             ({"groups": [{"name": "research", "weight": 0}]}, "groups[0].weight"),
             ({"groups": [{"name": "a b"}]}, "groups[0].name"),
+            ({"groups": [{"name": "r", "limits": {"ml.p5.48xlarge": 1}}]}, "groups[0].limits"),
+            ({"groups": [{"name": "nlp"}]}, "also a quota share"),
             ({"groups": [{"name": "r", "shares": ["nlp"]}]}, "shares")):
         status, _, body = server.signed("PUT", f"/qm/v1/queues/{q.name}/groups", bad)
         assert status == 400, (status, body)

@@ -488,6 +488,18 @@ pub struct WhatIfRequest {
     /// `jobQueue` names this queue); a share of the queue not listed is deleted. A listed
     /// share without `tags` keeps its current ones, as UpdateQuotaShare does.
     pub quota_shares: Vec<crate::CreateQuotaShareRequest>,
+    /// The scheduling policy's fair-sharing tags after the change (`qm:idle-assignment`,
+    /// `qm:fair-reclaim`), over its current ones: a key left out stays as it is.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub policy_tags: std::collections::BTreeMap<String, String>,
+    /// The queue's group definitions after the change; absent = as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<GroupDef>>,
+    /// Tag keys whose current value a listed share with `tags` keeps when its `tags` leave
+    /// the key out (`qm plan` sends `qm:weight` and `qm:group` when its file is silent on
+    /// them, as `qm apply` then leaves them alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_tags: Vec<String>,
 }
 
 /// What a what-if decision does to a job.

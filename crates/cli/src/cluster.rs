@@ -273,6 +273,14 @@ mod tests {
                 "groups[0].weight: 0 is out of range",
             ),
             (
+                "groups:\n  - {name: a, shares: [b]}",
+                "groups[0].name: `a` is also a share's name",
+            ),
+            (
+                "groups:\n  - {name: g, shares: [a], limits: {gpu: 2000000}}",
+                "groups[0].limits.gpu: 2000000 is more than a server allows, 1000000",
+            ),
+            (
                 "groups:\n  - {name: \"a b\", shares: [a]}",
                 "groups[0].name: `a b` is not a group name",
             ),

@@ -160,6 +160,18 @@ pub fn check_groups(
                 ));
             }
         }
+        if shares.iter().any(|s| s.name == g.name) {
+            return Err(format!(
+                "groups[{i}].name: `{}` is also a share's name: give the group another name",
+                g.name
+            ));
+        }
+        let most = qm_api::qm::MAX_GROUP_LIMIT;
+        if let Some((unit, n)) = g.limits.iter().find(|(_, n)| i64::from(**n) > most) {
+            return Err(format!(
+                "groups[{i}].limits.{unit}: {n} is more than a server allows, {most}"
+            ));
+        }
         for unit in g.limits.keys() {
             if !environment.contains_key(unit) {
                 return Err(format!(

@@ -545,7 +545,7 @@ impl Scheduler {
         let ahead_f = ctx.compared(&accounts, x, s);
         let same_group = ctx.group(s).is_some() && ctx.group(s) == ctx.group(x);
         let name = |y: usize| match ctx.group(y).filter(|_| !same_group) {
-            Some(g) => queue.groups[g].name().to_string(),
+            Some(g) => format!("group {}", queue.groups[g].name()),
             None => queue.shares[y].spec.name.clone(),
         };
         let milli = |f: f64| (f * 1000.0).round().min(f64::from(u32::MAX)) as u32;

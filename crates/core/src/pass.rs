@@ -584,6 +584,10 @@ impl Scheduler {
         let mut fair: Option<FairCtx> = None;
         let cross_unit = queue.fair_reclaim;
         let mut moved = false;
+        // Under fair reclaim a borrower's start raises its figure and so can make its jobs
+        // fair victims for a borrower decided earlier in the pass: capacity no longer only
+        // shrinks within a pass, so such a pass is followed by another.
+        let (mut borrow_started, mut waited) = (false, false);
         // Decisions on the view as it is: `nominate` classifies its nominees by them, and the
         // pass nominates every round until the view changes (a start, a preemption, a claim
         // or reservation that moves), when they are forgotten.
@@ -700,7 +704,9 @@ impl Scheduler {
                             self.untag(q, u, id);
                         }
                         let s = n.share;
-                        moved |= view.held(s).route(n.count) == Route::Borrow;
+                        let borrowing = view.held(s).route(n.count) == Route::Borrow;
+                        moved |= borrowing;
+                        borrow_started |= borrowing;
                         if reclaimer {
                             // Its claim becomes usage.
                             view.demand[s] -= n.count;
@@ -731,6 +737,7 @@ impl Scheduler {
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
                     Decision::Wait(v) => {
+                        waited = true;
                         if reclaimer {
                             // Its victims are gone and it still cannot start (the
                             // configuration changed): it no longer holds a claim, and jobs
@@ -793,6 +800,9 @@ impl Scheduler {
                     break;
                 }
             }
+        }
+        if cross_unit && borrow_started && waited {
+            self.dirty.insert((q, u));
         }
         if moved && cross_unit {
             // A share's figure is its largest over the queue's units: the other units rank

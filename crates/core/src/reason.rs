@@ -192,7 +192,7 @@ pub enum PendingReason {
     BehindFairShare {
         /// Why it cannot start now.
         reason: Box<PendingReason>,
-        /// Its share (or, when the two are in different groups, its group).
+        /// Its share (or, when the two are in different groups, `group NAME`).
         share: String,
         /// Its weighted borrowed share, in thousandths.
         weighted: u32,

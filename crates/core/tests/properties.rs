@@ -1481,3 +1481,51 @@ proptest! {
         prop_assert_eq!(a, b);
     }
 }
+
+/// Found by `fair_reclaim_and_groups_settle` (2000 cases): a borrower's start late in a pass
+/// raised its share's figure enough to make its older job a fair victim for a job decided,
+/// and left waiting, earlier in the same pass; the pass must be followed by another.
+#[test]
+fn a_start_that_creates_a_fair_victim_gets_the_waiting_borrower_another_pass() {
+    let mk = |i: usize, l: Option<u32>, s: Sharing| share_spec(i, [l, None], s, -1, false, true);
+    let mut shares = vec![
+        mk(0, None, Sharing::Reserve),
+        mk(1, Some(0), Sharing::LendAndBorrow),
+        mk(2, Some(3), Sharing::Lend),
+        mk(3, Some(1), Sharing::LendAndBorrow),
+    ];
+    shares[0].limits.clear();
+    let cfg = Config {
+        env: [4, 1],
+        shares,
+        idle: IdleAssignment::Fifo,
+        fair_reclaim: true,
+        groups: Vec::new(),
+    };
+    let sub = |share: usize, count: u32, priority: u32| Op::Submit {
+        share,
+        unit: 0,
+        count,
+        priority,
+        retries: None,
+        bound: None,
+    };
+    let ops = vec![
+        sub(0, 1, 0),
+        sub(1, 3, 0),
+        sub(1, 2, 1),
+        Op::Fail(12756673733115358882),
+        sub(0, 1, 0),
+        sub(0, 1, 0),
+        Op::Finish(2790109751325652932),
+        sub(0, 1, 0),
+        sub(0, 1, 0),
+        sub(0, 1, 0),
+        Op::Finish(3921236993228423842),
+        sub(3, 2, 0),
+        sub(0, 1, 0),
+        Op::Advance(300),
+        sub(1, 1, 0),
+    ];
+    run_settling(cfg, &ops).unwrap();
+}

@@ -126,6 +126,11 @@ pub fn recover(
         r.commands += n;
         Ok(())
     })?;
+    // The rules a data dir's records say (its queues' fair sharing and groups), whatever
+    // build wrote it: a no-op when this build wrote it all.
+    if let Err(e) = state.sync_all_fair_rules() {
+        tracing::warn!(error = %e, "the queues' fair-sharing rules could not be derived from their records");
+    }
     state.core.check_invariants().map_err(|e| {
         ServerError::Recovery(format!(
             "the state recovered from the log is inconsistent ({e}); keep the data dir and report it"

@@ -1142,6 +1142,83 @@ fn a_what_if_names_the_job_the_scheduler_would_preempt_and_changes_nothing() {
 }
 
 #[test]
+fn a_what_if_plays_the_fair_sharing_rules_it_is_given_and_keeps_the_weights_it_is_not() {
+    // owner lends 2; a and b own one each; a borrows both of owner's, b waits to borrow.
+    let mut w = World::new();
+    fifo_queue(&mut w, 4, UNIT, 4, json!([]));
+    let shares = || {
+        vec![
+            share_body("owner", 2, "LEND"),
+            share_body("a", 1, "LEND_AND_BORROW"),
+            share_body("b", 1, "LEND_AND_BORROW"),
+        ]
+    };
+    for s in shares() {
+        w.one(cmd("CreateQuotaShare", s));
+    }
+    let policy = "arn:aws:batch:us-east-1:123456789012:scheduling-policy/p";
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": policy, "tags": {"qm:idle-assignment": "FAIR_SHARE"}}),
+    ));
+    for j in ["a1", "a2", "a3"] {
+        w.submit(j, "a", 0);
+    }
+    w.submit("b1", "b", 0);
+    w.submit("b2", "b", 0);
+    assert_eq!(w.status("b2"), "RUNNABLE");
+    let preempted = |answer: &Value| -> Vec<String> {
+        answer["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["action"] == "PREEMPT")
+            .map(|d| d["job"]["jobId"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // As it is, nothing is preempted; turning fair reclaim on would take one of a's borrowed
+    // jobs for b2 at once (a at 2/4 above b's 1/4 after).
+    let same = what_if(&w, json!({"jobQueue": "jq", "quotaShares": shares()})).unwrap();
+    assert!(preempted(&same).is_empty(), "{same}");
+    let reclaim = json!({"jobQueue": "jq", "quotaShares": shares(),
+                         "policyTags": {"qm:fair-reclaim": "true"}});
+    let answer = what_if(&w, reclaim).unwrap();
+    assert_eq!(preempted(&answer).len(), 1, "{answer}");
+    assert!(preempted(&answer)[0].starts_with('a'), "{answer}");
+    // A weight the server has and the request keeps: a at weight 4 borrows 2 of 4 / 4 =
+    // 0.125, below b's 0.25 after: nothing to take. Sent without keepTags, a's tags drop it.
+    w.one(cmd(
+        "TagResource",
+        json!({"resourceArn": "arn:aws:batch:us-east-1:123456789012:job-queue/jq/quota-share/a",
+               "tags": {"qm:weight": "4"}}),
+    ));
+    let mut tagged = shares();
+    tagged[1]["tags"] = json!({"qm:min-runtime-seconds": "0"});
+    let kept = json!({"jobQueue": "jq", "quotaShares": tagged.clone(),
+                      "policyTags": {"qm:fair-reclaim": "true"}, "keepTags": ["qm:weight"]});
+    assert!(preempted(&what_if(&w, kept).unwrap()).is_empty());
+    let dropped = json!({"jobQueue": "jq", "quotaShares": tagged,
+                         "policyTags": {"qm:fair-reclaim": "true"}});
+    assert_eq!(preempted(&what_if(&w, dropped).unwrap()).len(), 1);
+    // Bad rules are refused as the real operations would refuse them.
+    let err = what_if(
+        &w,
+        json!({"jobQueue": "jq", "quotaShares": shares(), "policyTags": {"qm:fair-reclaim": "yes"}}),
+    )
+    .unwrap_err();
+    assert!(err.contains("policyTags.qm:fair-reclaim"), "{err}");
+    let err = what_if(
+        &w,
+        json!({"jobQueue": "jq", "quotaShares": shares(),
+               "groups": [{"name": "a", "limits": {UNIT: 1}}]}),
+    )
+    .unwrap_err();
+    assert!(err.contains("also a quota share"), "{err}");
+    // Nothing moved.
+    assert_eq!(w.status("b2"), "RUNNABLE");
+}
+
+#[test]
 fn a_what_if_is_validated_like_the_operations_it_stands_for() {
     let mut w = World::new();
     fifo_queue(&mut w, 4, UNIT, 4, json!([]));

@@ -385,15 +385,33 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
             Action::Create,
             fields,
         ));
-    } else {
+    }
+    // A change of the policy's fair-sharing tags that turns fair sharing or fair reclaim on
+    // comes last, after the weights and groups it is to work with; one that turns them off
+    // comes first, before the weights and groups change under it (each call is a scheduling
+    // pass, and a preemption in between cannot be undone).
+    let mut policy_last = None;
+    if live.policy_arn.is_some() {
         let fields = policy_tag_fields(&desired.policy_tags, &live.policy_tags);
         if !fields.is_empty() {
-            changes.push(change(
+            let turns_on = fields.iter().any(|f| {
+                matches!(
+                    (f.field.as_str(), f.to.as_deref()),
+                    ("tags.qm:idle-assignment", Some("FAIR_SHARE"))
+                        | ("tags.qm:fair-reclaim", Some("true"))
+                )
+            });
+            let c = change(
                 Kind::SchedulingPolicy,
                 &names.scheduling_policy,
                 Action::Update,
                 fields,
-            ));
+            );
+            if turns_on {
+                policy_last = Some(c);
+            } else {
+                changes.push(c);
+            }
         }
     }
 
@@ -477,6 +495,20 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         ));
     }
 
+    // Group definitions before the shares join them by their tags: a defined group without
+    // members decides nothing, a tag-only group has no ceiling yet.
+    if let Some(groups) = &desired.groups {
+        let fields = group_fields(live.groups.as_deref().unwrap_or_default(), groups);
+        if !fields.is_empty() {
+            changes.push(change(
+                Kind::Groups,
+                &names.job_queue,
+                Action::Update,
+                fields,
+            ));
+        }
+    }
+
     for s in &desired.shares {
         let name = &s.spec.name;
         let before = live.shares.get(name).map(|l| (&l.spec, &l.tags));
@@ -514,17 +546,7 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         changes.push(c);
     }
 
-    if let Some(groups) = &desired.groups {
-        let fields = group_fields(live.groups.as_deref().unwrap_or_default(), groups);
-        if !fields.is_empty() {
-            changes.push(change(
-                Kind::Groups,
-                &names.job_queue,
-                Action::Update,
-                fields,
-            ));
-        }
-    }
+    changes.extend(policy_last);
 
     if let Some(c) = admins_change(desired.admins.as_deref(), live.admins.as_deref()) {
         changes.push(c);
@@ -1374,6 +1396,31 @@ mod tests {
 
     fn list(entries: &[&str]) -> Option<Vec<String>> {
         Some(entries.iter().map(|e| e.to_string()).collect())
+    }
+
+    #[test]
+    fn fair_sharing_turned_on_is_applied_last_and_turned_off_first() {
+        let d = desired(vec![share("a", 1, Strategy::LendAndBorrow, -1)]);
+        let mut file = d.clone();
+        file.fair.weight = true;
+        file.shares[0].tags.insert("qm:weight".into(), "3".into());
+        let on = [
+            ("qm:idle-assignment".to_string(), "FAIR_SHARE".to_string()),
+            ("qm:fair-reclaim".to_string(), "true".to_string()),
+        ];
+        file.policy_tags = on.clone().into();
+        let kinds = |p: &Plan| p.changes.iter().map(|c| c.kind).collect::<Vec<_>>();
+        // On: the weights first, then the rules that use them.
+        let plan = diff(&file, &live(&d, &[]));
+        assert_eq!(kinds(&plan), [Kind::QuotaShare, Kind::SchedulingPolicy]);
+        // Off: the rules first, then the weights they no longer read.
+        let mut server = live(&file, &[]);
+        server.policy_tags = on.into();
+        let mut off = d.clone();
+        off.fair.weight = true;
+        off.policy_tags = [("qm:fair-reclaim".to_string(), "false".to_string())].into();
+        let plan = diff(&off, &server);
+        assert_eq!(kinds(&plan), [Kind::SchedulingPolicy, Kind::QuotaShare]);
     }
 
     #[test]

@@ -164,8 +164,8 @@ impl TagChanges {
 }
 
 /// The tags a what-if gets for a share: its protection with every key present (`0` = off),
-/// since a what-if share without tags would keep the server's own, and its weight when the
-/// file gives one.
+/// since a what-if share without tags would keep the server's own, and its weight and group
+/// when the file gives them (the request's `keepTags` keeps the server's where it is silent).
 pub fn for_what_if(desired: &ShareTags) -> ShareTags {
     PROTECTION
         .iter()
@@ -174,9 +174,9 @@ pub fn for_what_if(desired: &ShareTags) -> ShareTags {
             (k.to_string(), v)
         })
         .chain(
-            desired
-                .get(TAG_WEIGHT)
-                .map(|w| (TAG_WEIGHT.to_string(), w.clone())),
+            [TAG_WEIGHT, TAG_GROUP]
+                .into_iter()
+                .filter_map(|k| desired.get(k).map(|v| (k.to_string(), v.clone()))),
         )
         .collect()
 }

@@ -14,6 +14,17 @@ use qm_core::{GroupSpec, Input, QueueSpec, MAX_SHARES_PER_QUEUE};
 use crate::state::{body, QueueRec, State};
 
 impl State {
+    /// [`State::policy_tags_of`] for a queue by name.
+    pub(crate) fn policy_tags_of_queue(
+        &self,
+        queue: &str,
+    ) -> std::collections::BTreeMap<String, String> {
+        self.queues
+            .get(queue)
+            .map(|q| self.policy_tags_of(q))
+            .unwrap_or_default()
+    }
+
     /// The tags of the scheduling policy a queue uses (empty when it has none).
     fn policy_tags_of(&self, q: &QueueRec) -> std::collections::BTreeMap<String, String> {
         self.arns
@@ -30,15 +41,28 @@ impl State {
     /// changes nothing the core decides and is left out, so that the core's bound on groups
     /// (then one per share at most) can never refuse what the records hold.
     fn group_specs(q: &QueueRec) -> Vec<GroupSpec> {
+        let shares: Vec<(&str, &std::collections::BTreeMap<String, String>)> = q
+            .shares
+            .values()
+            .map(|s| (s.name.as_str(), &s.tags))
+            .collect();
+        Self::group_specs_from(&q.groups, &shares)
+    }
+
+    /// [`State::group_specs`] from group definitions and the shares' names and tags (in name
+    /// order): what a what-if builds from the configuration it is asked about.
+    pub(crate) fn group_specs_from(
+        defs: &[GroupDef],
+        shares: &[(&str, &std::collections::BTreeMap<String, String>)],
+    ) -> Vec<GroupSpec> {
         let members = |group: &str| -> Vec<String> {
-            q.shares
-                .values()
-                .filter(|s| validate::group(&s.tags) == Some(group))
-                .map(|s| s.name.clone())
+            shares
+                .iter()
+                .filter(|(_, tags)| validate::group(tags) == Some(group))
+                .map(|(name, _)| name.to_string())
                 .collect()
         };
-        let mut out: Vec<GroupSpec> = q
-            .groups
+        let mut out: Vec<GroupSpec> = defs
             .iter()
             .map(|g| GroupSpec {
                 name: g.name.clone(),
@@ -55,10 +79,9 @@ impl State {
                     .max(1),
             })
             .collect();
-        let tagged: std::collections::BTreeSet<&str> = q
-            .shares
-            .values()
-            .filter_map(|s| validate::group(&s.tags))
+        let tagged: std::collections::BTreeSet<&str> = shares
+            .iter()
+            .filter_map(|(_, tags)| validate::group(tags))
             .collect();
         for name in tagged {
             if !out.iter().any(|g| g.name == name) {
@@ -138,6 +161,7 @@ impl State {
     ) -> Result<Vec<u8>, ApiError> {
         let name = self.queue_name("jobQueue", queue)?;
         let groups = groups.checked(MAX_SHARES_PER_QUEUE)?;
+        self.groups_fit_queue(&name, &groups.groups)?;
         let q = self.queues.get_mut(&name).expect("checked");
         let old = std::mem::replace(&mut q.groups, groups.groups);
         if let Err(e) = self.sync_fair_rules(&name) {
@@ -145,6 +169,50 @@ impl State {
             return Err(e);
         }
         self.queue_groups(&name)
+    }
+
+    /// Group definitions must name instance types of the queue's environment (a limit on any
+    /// other caps nothing, and would look real in `qm shares`), and no group may be named
+    /// like one of the queue's shares (`explain` names either).
+    pub(crate) fn groups_fit_queue(
+        &self,
+        queue: &str,
+        groups: &[GroupDef],
+    ) -> Result<(), ApiError> {
+        let env = self
+            .core
+            .queue_spec(queue)
+            .map(|q| q.environment)
+            .unwrap_or_default();
+        let shares = &self.queues[queue].shares;
+        for (i, g) in groups.iter().enumerate() {
+            if shares.contains_key(&g.name) {
+                return Err(ApiError::client(format!(
+                    "groups[{i}].name '{}' is also a quota share of job queue '{queue}': give the group another name",
+                    g.name
+                )));
+            }
+            if let Some(unit) = g.limits.keys().find(|u| !env.contains_key(*u)) {
+                let shown: String = unit.chars().filter(|c| !c.is_control()).take(64).collect();
+                let known: Vec<&str> = env.keys().map(String::as_str).collect();
+                return Err(ApiError::client(format!(
+                    "groups[{i}].limits: '{shown}' is not an instance type of job queue '{queue}''s service environment ({}): limit one of those",
+                    known.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every queue's core spec from its records again, once recovery has rebuilt them: a data
+    /// dir written before a tag meant something (a policy's `qm:idle-assignment` kept as a
+    /// plain tag) gets the rules its records say now, not at the next unrelated change.
+    pub(crate) fn sync_all_fair_rules(&mut self) -> Result<(), ApiError> {
+        let queues: Vec<String> = self.queues.keys().cloned().collect();
+        for q in queues {
+            self.sync_fair_rules(&q)?;
+        }
+        Ok(())
     }
 
     /// `GET /qm/v1/queues/{queue}/groups`: the definitions, weights filled in.

@@ -35,16 +35,34 @@ impl State {
     fn what_if_inputs(&self, queue: &str, r: &WhatIfRequest) -> Result<Vec<Input>, ApiError> {
         let q = &self.queues[queue];
         let mut inputs = Vec::new();
+        let mut spec = self
+            .core
+            .queue_spec(queue)
+            .unwrap_or_else(|| QueueSpec::new(queue, Default::default()));
         if let Some(limits) = &r.capacity_limits {
             capacity_limits("capacityLimits", limits, 1)?;
             inputs.extend(self.physical_for_new_units(limits));
-            let mut spec = self
-                .core
-                .queue_spec(queue)
-                .unwrap_or_else(|| QueueSpec::new(queue, Default::default()));
             spec.environment = environment_limits(limits);
-            inputs.push(Input::PutQueue(spec));
         }
+        // The fair-sharing rules as the change would leave them: the policy's tags over its
+        // current ones, the groups given (or the current), members by the shares' tags below.
+        validate::policy_tags("policyTags", &r.policy_tags)?;
+        let mut policy_tags = self.policy_tags_of_queue(queue);
+        policy_tags.extend(r.policy_tags.clone());
+        (spec.idle_assignment, spec.fair_reclaim) = validate::idle_rules(&policy_tags);
+        let defs = match &r.groups {
+            Some(groups) => {
+                let checked = qm_api::qm::QueueGroups {
+                    groups: groups.clone(),
+                }
+                .checked(MAX_SHARES_PER_QUEUE)?
+                .groups;
+                self.groups_fit_queue(queue, &checked)?;
+                checked
+            }
+            None => q.groups.clone(),
+        };
+        let mut share_tags = Vec::new();
         if r.quota_shares.len() > MAX_SHARES_PER_QUEUE {
             return Err(ApiError::client(format!(
                 "quotaShares: {} shares listed, more than the {MAX_SHARES_PER_QUEUE} a queue can have",
@@ -68,11 +86,17 @@ impl State {
                 )));
             }
             let current = q.shares.get(&s.quota_share_name);
-            let tags = s
+            let mut tags = s
                 .tags
                 .clone()
                 .or_else(|| current.map(|c| c.tags.clone()))
                 .unwrap_or_default();
+            for key in &r.keep_tags {
+                if let Some(v) = current.and_then(|c| c.tags.get(key)) {
+                    tags.entry(key.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            share_tags.push((s.quota_share_name.clone(), tags.clone()));
             inputs.push(Input::PutShare {
                 queue: queue.to_string(),
                 share: share_spec(
@@ -85,6 +109,11 @@ impl State {
                 ),
             });
         }
+        let named: Vec<(&str, &std::collections::BTreeMap<String, String>)> =
+            share_tags.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        spec.groups = Self::group_specs_from(&defs, &named);
+        // Before the shares: groups may name shares not created yet, which join as they are.
+        inputs.insert(inputs.len() - r.quota_shares.len(), Input::PutQueue(spec));
         for (name, rec) in &q.shares {
             if listed.contains(name.as_str()) {
                 continue;
