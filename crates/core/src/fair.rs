@@ -263,17 +263,7 @@ impl Scheduler {
             .shares
             .iter()
             .enumerate()
-            .map(|(i, share)| {
-                let lane = ul.and_then(|ul| ul.lanes.get(i));
-                let (usage, own_only) = lane.map_or((0, 0), |l| (l.usage, l.own_only));
-                let entitlement = share.entitlement(u).max(own_only);
-                Account {
-                    entitlement,
-                    usage,
-                    strategy: share.strategy(),
-                    allowance: share.spec.borrow_allowance(entitlement),
-                }
-            })
+            .map(|(i, share)| share.account(u, ul.and_then(|ul| ul.lanes.get(i))))
             .collect()
     }
 
@@ -460,7 +450,7 @@ impl Scheduler {
             let accounts = self.accounts_of(queue, u);
             let ctx = FairCtx::new(self, queue, u);
             let name = self.unit_name(u).to_string();
-            let lendable = pool(queue, u);
+            let lendable = ctx.pool;
             for (out, &s) in shares.iter_mut().zip(&live) {
                 let f = f64::from(accounts[s].borrowed()) / (ctx.weight[s] * ctx.pool);
                 if f > out.weighted_share {

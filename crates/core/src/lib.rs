@@ -18,7 +18,8 @@
 //!
 //! Rules (DESIGN.md §2): [`ledger`] holds the lend/borrow arithmetic; `pass` the scheduling
 //! pass and admission; `victims` the exact victim search in the documented order
-//! ([`VictimRank`]); `explain` the pending reasons
+//! ([`VictimRank`]); `fair` fair sharing of idle capacity, fair reclaim and groups of shares
+//! ([`Scheduler::fairness`]); `explain` the pending reasons
 //! ([`PendingReason`]); [`idle`] the instances left idle while jobs that fit them wait, and
 //! why; `invariants` the consistency check. Nothing here reads a clock, does
 //! IO, spawns a thread, draws a random number or lets hash-map order reach a decision.

@@ -1282,26 +1282,11 @@ impl Scheduler {
         view.reserve.clear();
         for (i, share) in queue.shares.iter().enumerate() {
             let lane = ul.and_then(|ul| ul.lanes.get(i));
-            let (usage, stopping, own_only) =
-                lane.map_or((0, 0, 0), |l| (l.usage, l.stopping, l.own_only));
+            let account = share.account(u, lane);
+            let (usage, entitlement) = (account.usage, account.entitlement);
+            let stopping = lane.map_or(0, |l| l.stopping);
             queue_usage += usage;
             view.releasing += stopping;
-            // A lowered limit applies to jobs that run only within their share's own quota
-            // (they may not be interrupted, or may not borrow) only as they end: until then
-            // what they hold counts as the share's own, not as borrowed (which would make
-            // owners wait for a reclaim that can never come).
-            let entitlement = share.entitlement(u).max(own_only);
-            let allowance = if share.deleted {
-                Some(0)
-            } else {
-                share.spec.borrow_allowance(entitlement)
-            };
-            let account = Account {
-                entitlement,
-                usage,
-                strategy: share.strategy(),
-                allowance,
-            };
             view.held.push(account);
             view.held_projected.push(Account {
                 usage: usage - stopping,

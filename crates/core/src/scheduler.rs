@@ -319,6 +319,27 @@ impl Share {
         }
     }
 
+    /// Its account on unit `u`, as the attempts of its lane there hold it. A lowered limit
+    /// applies to jobs that run only within their share's own quota (they may not be
+    /// interrupted, or may not borrow) only as they end: until then what they hold counts as
+    /// the share's own, not as borrowed (which would make owners wait for a reclaim that can
+    /// never come).
+    pub(crate) fn account(&self, u: UnitIx, lane: Option<&Lane>) -> crate::ledger::Account {
+        let (usage, own_only) = lane.map_or((0, 0), |l| (l.usage, l.own_only));
+        let entitlement = self.entitlement(u).max(own_only);
+        let allowance = if self.deleted {
+            Some(0)
+        } else {
+            self.spec.borrow_allowance(entitlement)
+        };
+        crate::ledger::Account {
+            entitlement,
+            usage,
+            strategy: self.strategy(),
+            allowance,
+        }
+    }
+
     /// Whether a higher-priority job may preempt lower-priority jobs of this share.
     pub(crate) fn in_share_preemption(&self) -> bool {
         self.spec.in_share_preemption && !self.deleted

@@ -31,33 +31,29 @@ pub(crate) struct Run {
     pub(crate) steps: qm_executor::Steps,
 }
 
-impl From<&AttemptRec> for Run {
-    fn from(a: &AttemptRec) -> Self {
-        Run {
-            number: a.number,
-            started_at: a.started_at,
-            running_at: a.running_at,
-            stopped_at: a.stopped_at,
-            checkpoint_at: a.checkpoint_at,
-            count: a.count,
-            steps: a.steps,
+/// `From<&T> for Run` for each record type that carries an attempt's fields under these names
+/// (the live record, the archived one, the archive's borrowed view): one list of fields to
+/// keep in step with [`Run`].
+macro_rules! run_from {
+    ($($t:ty),*) => {$(
+        impl From<&$t> for $crate::resume::Run {
+            fn from(a: &$t) -> Self {
+                $crate::resume::Run {
+                    number: a.number,
+                    started_at: a.started_at,
+                    running_at: a.running_at,
+                    stopped_at: a.stopped_at,
+                    checkpoint_at: a.checkpoint_at,
+                    count: a.count,
+                    steps: a.steps,
+                }
+            }
         }
-    }
+    )*};
 }
+pub(crate) use run_from;
 
-impl From<&ArchivedAttempt> for Run {
-    fn from(a: &ArchivedAttempt) -> Self {
-        Run {
-            number: a.number,
-            started_at: a.started_at,
-            running_at: a.running_at,
-            stopped_at: a.stopped_at,
-            checkpoint_at: a.checkpoint_at,
-            count: a.count,
-            steps: a.steps,
-        }
-    }
-}
+run_from!(AttemptRec, ArchivedAttempt);
 
 /// One record per attempt that directly follows a preempted one, oldest first; `attempts` is
 /// every attempt of one job, in any order, where the first of two with the same number wins.

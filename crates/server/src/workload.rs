@@ -397,7 +397,7 @@ fn recomputed_ms(ended: &[&AttemptView]) -> f64 {
     for w in ended.windows(2) {
         let (before, after) = (w[0], w[1]);
         if before.preempted && after.number == before.number + 1 {
-            let r = crate::resume::classify(&run(before), &run(after));
+            let r = crate::resume::classify(&before.into(), &after.into());
             let hours = r.recomputed_instance_hours.unwrap_or(0.0);
             ms += hours * HOUR_MS / f64::from(before.count.max(1));
         }
@@ -425,18 +425,7 @@ fn checkpoint_interval_s(ended: &[&AttemptView]) -> Option<u64> {
     (n > 0).then(|| ((ms as f64 / n as f64 / 1000.0).round() as u64).max(1))
 }
 
-/// What the resume classifier reads of an attempt's view.
-fn run(a: &AttemptView) -> crate::resume::Run {
-    crate::resume::Run {
-        number: a.number,
-        started_at: a.started_at,
-        running_at: a.running_at,
-        stopped_at: a.stopped_at,
-        checkpoint_at: a.checkpoint_at,
-        count: a.count,
-        steps: a.steps,
-    }
-}
+crate::resume::run_from!(AttemptView<'_>);
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break (share names and
 /// instance types cannot, but the archive is a file a person may have edited).
