@@ -80,6 +80,11 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn main() -> ExitCode {
+    // An attempt's supervisor, started by `qm serve` for every local attempt: dispatched
+    // before anything else, so that it starts fast and holds little (docs/server.md).
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new("supervise")) {
+        return cmd::supervise::run();
+    }
     // `qm ... | head` closes the pipe early: end quietly, as other command-line tools do,
     // instead of panicking in println!.
     let default_hook = std::panic::take_hook();

@@ -85,6 +85,7 @@ fn running(attempt: u64) -> Command {
         attempt,
         pids: vec![],
         gpus: vec![],
+        supervisor: None,
     }
 }
 

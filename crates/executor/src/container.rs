@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use tokio::process::Command;
 
 /// `[executor] runtime = "podman"`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Podman {
     /// The podman program.
     pub program: PathBuf,
@@ -27,7 +27,7 @@ pub struct Podman {
 }
 
 /// How attempts' processes are run.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Runtime {
     /// `ContainerEntrypoint` on the host (default).
     #[default]
@@ -117,8 +117,8 @@ pub(crate) struct Run<'a> {
 
 impl Run<'_> {
     /// The `podman run` command (program, arguments) of this container.
-    pub(crate) fn command(&self) -> Command {
-        let mut c = Command::new(&self.podman.program);
+    pub(crate) fn command(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(&self.podman.program);
         c.args(&self.podman.global_args);
         c.args([
             "run",
@@ -249,8 +249,9 @@ pub(crate) async fn remove(podman: &Podman, name: &str) {
     }
 }
 
-/// Removes every container labelled `label` (a previous server's, at start-up).
-pub(crate) async fn remove_labelled(podman: &Podman, label: &str) {
+/// Removes every container labelled `label` whose name starts with none of `keep` (the
+/// containers of attempts that supervisors still run).
+pub(crate) async fn remove_labelled(podman: &Podman, label: &str, keep: &[String]) {
     let out = Command::new(&podman.program)
         .args(&podman.global_args)
         .args([
@@ -268,11 +269,9 @@ pub(crate) async fn remove_labelled(podman: &Podman, label: &str) {
     for name in String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| !l.is_empty())
+        .filter(|l| !keep.iter().any(|k| l.starts_with(k.as_str())))
     {
-        tracing::warn!(
-            container = name,
-            "removing a container a previous server left running"
-        );
+        tracing::warn!(container = name, "removing a container no supervisor holds");
         remove(podman, name).await;
     }
 }
@@ -342,7 +341,6 @@ mod tests {
         };
         let c = run.command();
         let args: Vec<String> = c
-            .as_std()
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();

@@ -1,24 +1,29 @@
 //! The local executor: its configuration, the launch request, the events it reports, and the
 //! shared state (inventory and running attempts) behind one mutex that is never held across
-//! an await. Each attempt is supervised by one tokio task ([`crate::attempt`]); checkpoint
-//! scanning, with the progress files, is one more task for all attempts
-//! ([`crate::checkpoint`], [`crate::progress`]).
+//! an await. Each attempt runs under a supervisor process of its own ([`crate::supervisor`]),
+//! which outlives the server; the executor keeps one task per attempt that talks to it
+//! ([`crate::supervisor::link`]). Checkpoint scanning, with the progress files, is one more
+//! task for all attempts ([`crate::checkpoint`], [`crate::progress`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::checkpoint::{self, Watched};
 use crate::container::Runtime;
 use crate::inventory::Inventory;
 use crate::isolation::{self, JobUids, UidPool};
-use crate::layout::{self, JobLayout};
+use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::progress::{lock, Steps, Tail};
+use crate::supervisor::link::{self, Conn, Role};
+use crate::supervisor::protocol::{Launch, Placement, Running, Settings, Status, ToSupervisor};
+use crate::supervisor::{self as sup, Identity};
 use crate::{ExecError, Outcome, PoolSpec};
 use qm_storage::Storage;
 
@@ -50,6 +55,28 @@ pub struct LocalConfig {
     pub opt_ml: OptMl,
     /// Host processes, or containers ([`crate::container`]).
     pub runtime: Runtime,
+    /// What runs each attempt's supervisor.
+    pub supervisor: SupervisorCommand,
+}
+
+/// The program that runs a supervisor, and its arguments: `qm supervise` in the server (the
+/// running binary itself, through `/proc/self/exe`, so that an upgrade that replaced the file
+/// still starts supervisors of the running version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorCommand {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+impl Default for SupervisorCommand {
+    fn default() -> Self {
+        SupervisorCommand {
+            program: PathBuf::from("/proc/self/exe"),
+            args: vec!["supervise".into()],
+        }
+    }
 }
 
 /// `[executor] opt_ml`: whether attempts see their job directory at `/opt/ml`.
@@ -78,12 +105,13 @@ impl LocalConfig {
             checkpoint_sync: Duration::from_secs(30),
             opt_ml: OptMl::Off,
             runtime: Runtime::Host,
+            supervisor: SupervisorCommand::default(),
         }
     }
 }
 
 /// One attempt to run, as the server derives it from the job's SageMaker payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
     /// The core's attempt id: unique forever.
     pub attempt: u64,
@@ -124,7 +152,7 @@ pub struct LaunchSpec {
 
 /// One input channel of an attempt (the server has checked the name: it is a plain directory
 /// name).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputChannel {
     /// `ChannelName`.
     pub name: String,
@@ -193,6 +221,8 @@ pub enum ExecEvent {
         log_dir: PathBuf,
         /// Epoch milliseconds.
         at_ms: u64,
+        /// Its supervisor, as the log must record it to find it again after a restart.
+        supervisor: Option<Identity>,
     },
     /// The attempt was accepted by the cluster and waits to start (Slurm executor only); sent
     /// again when the reason it waits for changes.
@@ -234,13 +264,14 @@ pub enum ExecEvent {
     },
 }
 
-/// Runs attempts as local process groups. Cheap to clone; all clones share one state.
+/// Runs attempts as local process groups, each under a supervisor process of its own. Cheap to
+/// clone; all clones share one state.
 #[derive(Debug, Clone)]
 pub struct LocalExecutor {
     inner: Arc<Inner>,
 }
 
-/// State shared by the executor handle, the attempt supervisors and the checkpoint scanner.
+/// State shared by the executor handle, the supervisors' links and the checkpoint scanner.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) cfg: LocalConfig,
@@ -249,6 +280,11 @@ pub(crate) struct Inner {
     events: mpsc::UnboundedSender<ExecEvent>,
     state: Mutex<State>,
     scanner_started: AtomicBool,
+    /// This boot's id, for the supervisors' identities.
+    boot_id: String,
+    /// `<data-dir>/supervisors`, held open: sockets are named through `/proc/self/fd/<fd>`,
+    /// whatever the length of the data dir's path (a socket's path has at most 107 bytes).
+    supervisors: OwnedFd,
 }
 
 #[derive(Debug)]
@@ -259,13 +295,20 @@ struct State {
     uids: Option<UidPool>,
 }
 
-/// A started attempt, until its `Exited` event.
+/// A started (or adopted) attempt, until its `Exited` event.
 #[derive(Debug)]
 struct Slot {
     instances: Vec<usize>,
-    /// Where the outcome is written before `Exited` is sent.
-    outcome_file: PathBuf,
-    stop: watch::Sender<bool>,
+    job_id: String,
+    attempt_number: u32,
+    /// Its log directory, where the outcome is written before `Exited` is sent.
+    attempt_dir: PathBuf,
+    /// To its supervisor.
+    link: mpsc::UnboundedSender<ToSupervisor>,
+    /// Its supervisor, once known.
+    supervisor: Option<Identity>,
+    /// A supervisor the log does not know, asked to stop: nothing of it is reported.
+    stray: bool,
     /// Set once every process is spawned.
     pgids: Vec<u32>,
     /// The uid the attempt runs as, when isolated.
@@ -277,64 +320,58 @@ struct Slot {
     progress: Option<Arc<Mutex<Tail>>>,
 }
 
-/// The file in an attempt's directory that keeps how it ended.
-pub const OUTCOME_FILE: &str = "outcome.json";
-
-/// Writes how an attempt ended next to its logs, before the server hears of it: a server that
-/// dies before logging the exit finds it there at its next start, so that an attempt that
-/// finished is not run again. Written to a temporary name and renamed, so a reader never sees
-/// half a file; not fsynced, since it only has to survive the server process, not the machine.
-pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
-    let result = (|| -> std::io::Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = path.with_extension("json.tmp");
-        // Created anew and never through a link: the directory is the server's, but a
-        // mistake that handed it to a job must not make root write where the job points.
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(&tmp)?
-        };
-        std::io::Write::write_all(
-            &mut f,
-            &serde_json::to_vec(outcome).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        tracing::warn!(path = %path.display(), error = %e, "cannot record the attempt's outcome");
-    }
-}
-
-/// The outcome [`record_outcome`] left in an attempt's log directory, if any.
-pub(crate) fn read_outcome(log_dir: &Path) -> Option<Outcome> {
-    let bytes = std::fs::read(log_dir.join(OUTCOME_FILE)).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
+pub use crate::supervisor::OUTCOME_FILE;
 
 /// Milliseconds since the epoch, now.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// An attempt the log says was live when the server last stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The attempt.
+    pub attempt: u64,
+    /// Its job's API id.
+    pub job_id: String,
+    /// Its number within the job.
+    pub attempt_number: u32,
+    /// The process groups recorded for it (releases before supervisors: what to stop).
+    pub pids: Vec<u32>,
+    /// Its supervisor, if the log recorded one.
+    pub supervisor: Option<Identity>,
+    /// Whether the server had asked it to stop (a preemption, a termination): the stop is
+    /// carried on.
+    pub stopping: bool,
+}
+
+/// What became of a recorded attempt while no server watched it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Its supervisor answered: it goes on. `running` is set when it runs but the log did not
+    /// know yet (the server stopped between the spawn and recording it).
+    Adopted {
+        /// Its processes, GPUs and supervisor, when they are news to the log.
+        running: Option<(Vec<u32>, Vec<u32>, Identity)>,
+    },
+    /// It ended: as its outcome file says.
+    Ended(Outcome),
+    /// Its supervisor is gone (it died, or the machine rebooted): lost, for this reason.
+    Lost(String),
 }
 
 impl LocalExecutor {
-    /// Creates `data_dir/jobs` and builds the inventory (instances per type, GPU indices per
-    /// instance).
+    /// An executor that reports to `events`. Fails if the pools need more GPUs than
+    /// `gpu_indices` lists, or list one twice.
     pub fn new(
-        cfg: LocalConfig,
+        mut cfg: LocalConfig,
         events: mpsc::UnboundedSender<ExecEvent>,
     ) -> Result<Self, ExecError> {
-        let mut cfg = cfg;
-        // Absolute from here on: the paths handed to jobs must not depend on their working
-        // directory, and the marker that identifies our processes must be one spelling.
+        // The marker that finds a previous server's processes compares this path, so both
+        // processes must be one spelling.
         cfg.data_dir = layout::prepare_root(&cfg.data_dir)?;
         let inventory = Inventory::build(&cfg.pools, cfg.gpu_indices.as_deref())?;
         if let Some(range) = cfg.isolation {
@@ -354,6 +391,7 @@ impl LocalExecutor {
                 Err(why) => return Err(ExecError::OptMl(why)),
             },
         };
+        let supervisors = open_supervisors_dir(&cfg.data_dir)?;
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
                 opt_ml,
@@ -365,6 +403,8 @@ impl LocalExecutor {
                     uids,
                 }),
                 scanner_started: AtomicBool::new(false),
+                boot_id: sup::boot_id(),
+                supervisors,
             }),
         })
     }
@@ -384,14 +424,16 @@ impl LocalExecutor {
         self.inner.state().inventory.free(instance_type)
     }
 
-    /// Starts an attempt; must be called inside a tokio runtime; never blocks on the process.
+    /// Starts an attempt under a supervisor of its own; must be called inside a tokio runtime;
+    /// never blocks on the attempt.
     ///
-    /// Directories, log files and processes are created by the attempt's task, so a failure
-    /// there (program not found, not executable, cannot create directories) arrives as
+    /// Directories, log files and processes are created by the supervisor, so a failure there
+    /// (program not found, not executable, cannot create directories) arrives as
     /// `Exited { Failed { reason: "...ClientError: cannot start '<program>': ...", retryable: true } }`.
-    /// A missing entrypoint arrives the same way, with `retryable: false`. Errors are for
-    /// caller bugs: more instances than are free, an unknown type, `count` 0, a duplicate
-    /// attempt id, a job id that cannot name a directory, no runtime.
+    /// A missing entrypoint arrives the same way, with `retryable: false`, and so does a
+    /// supervisor that cannot be started. Errors are for caller bugs: more instances than are
+    /// free, an unknown type, `count` 0, a duplicate attempt id, a job id that cannot name a
+    /// directory, no runtime.
     pub fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ExecError::NoRuntime)?;
         if spec.count == 0 {
@@ -400,73 +442,56 @@ impl LocalExecutor {
         if !layout::valid_job_id(&spec.job_id) {
             return Err(ExecError::InvalidJobId(spec.job_id));
         }
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (hosts, uid) = {
-            let mut state = self.inner.state();
-            if state.attempts.contains_key(&spec.attempt) {
-                return Err(ExecError::DuplicateAttempt(spec.attempt));
-            }
-            let instances = state
-                .inventory
-                .take(spec.attempt, &spec.instance_type, spec.count)?;
-            // Never empty: check_usable made the range at least as large as the instances.
-            let uid = match state.uids.as_mut() {
-                Some(pool) => match pool.take() {
-                    Some(uid) => Some(uid),
-                    None => {
-                        state.inventory.give_back(&instances);
-                        return Err(ExecError::NoJobUid(spec.attempt));
-                    }
-                },
-                None => None,
-            };
-            let hosts: Vec<Vec<u32>> = instances
-                .iter()
-                .map(|&id| state.inventory.gpus(id).to_vec())
-                .collect();
-            state.attempts.insert(
-                spec.attempt,
-                Slot {
-                    instances,
-                    outcome_file: JobLayout::new(
-                        &self.inner.cfg.data_dir,
-                        &spec.job_id,
-                        spec.attempt_number,
-                    )
-                    .attempt_dir
-                    .join(OUTCOME_FILE),
-                    stop: stop_tx,
-                    pgids: Vec::new(),
-                    uid,
-                    checkpoints: None,
-                    progress: None,
-                },
-            );
-            (hosts, uid)
-        };
-        if !self.inner.scanner_started.swap(true, Ordering::Relaxed) {
-            runtime.spawn(checkpoint::scan_loop(
-                Arc::downgrade(&self.inner),
-                self.inner.cfg.checkpoint_poll,
-            ));
-        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let placement = self.inner.place(&spec, tx)?;
+        self.inner.start_scanner(&runtime);
         tracing::debug!(attempt = spec.attempt, job_id = %spec.job_id, count = spec.count, "starting attempt");
-        runtime.spawn(crate::attempt::supervise(
-            self.inner.clone(),
+        let attempt = spec.attempt;
+        let launch = Launch {
             spec,
-            hosts,
-            uid,
-            stop_rx,
-        ));
+            placement,
+            settings: self.inner.settings(),
+        };
+        let _entered = runtime.enter();
+        match self.inner.spawn_supervisor(attempt) {
+            Ok((conn, identity)) => {
+                self.inner.set_supervisor(attempt, identity);
+                let first = vec![
+                    ToSupervisor::Hello {
+                        protocol: sup::PROTOCOL,
+                        attempt,
+                    },
+                    ToSupervisor::Launch(Box::new(launch)),
+                ];
+                runtime.spawn(link::run(
+                    self.inner.clone(),
+                    attempt,
+                    conn,
+                    first,
+                    rx,
+                    Role::Attempt,
+                ));
+            }
+            Err(e) => self.inner.finish(
+                attempt,
+                Outcome::Failed {
+                    reason: format!(
+                        "Received status from SageMaker: InternalServerError: cannot start the attempt's supervisor: {e}"
+                    ),
+                    retryable: true,
+                },
+            ),
+        }
         Ok(())
     }
 
-    /// Stops an attempt: SIGTERM to each process group, SIGKILL to the groups still alive after
-    /// `stop_grace`; the `Exited` event comes once every process is gone and reports the real
-    /// outcome. Idempotent; an unknown attempt is a no-op.
+    /// Stops an attempt: its supervisor sends SIGTERM to each process group and SIGKILL to
+    /// what is left after `stop_grace`, even if the server is gone meanwhile; the `Exited`
+    /// event comes once every process is gone and reports the real outcome. Idempotent; an
+    /// unknown attempt is a no-op.
     pub fn stop(&self, attempt: u64) {
         if let Some(slot) = self.inner.state().attempts.get(&attempt) {
-            slot.stop.send_replace(true);
+            let _ = slot.link.send(ToSupervisor::Stop);
         }
     }
 
@@ -480,76 +505,98 @@ impl LocalExecutor {
         JobLayout::new(&self.inner.cfg.data_dir, job_id, attempt_number).attempt_dir
     }
 
-    /// After a server restart: process groups recorded by a previous server (pids from
-    /// `Running` events) that may still be alive. SIGTERM, up to `stop_grace`, SIGKILL, and
-    /// return once all are gone (or 10 s after SIGKILL, with a warning). Groups of attempts
-    /// this executor runs, and pids now used by a process without this data directory's
-    /// `QM_DATA_DIR` marker in its environment (a reused pid), are left alone. Meant for
-    /// start-up, before any `start`.
-    pub async fn reap_stale(&self, pgids: &[u32]) {
-        let own = self.own_groups();
-        let targets: Vec<u32> = pgids
-            .iter()
-            .copied()
-            .filter(|pgid| !own.contains(pgid))
-            .filter(|&pgid| {
-                let ours = crate::group::may_be_ours(pgid, &self.inner.cfg.data_dir);
-                if !ours {
-                    tracing::warn!(
-                        pgid,
-                        "pid now belongs to a process that is not an attempt of this data dir; leaving it alone"
-                    );
-                }
-                ours
-            })
-            .collect();
-        crate::group::reap(targets, self.inner.cfg.stop_grace).await;
+    /// After a server restart, before any `start`: what became of each attempt the log says
+    /// was live, as slurmd reconciles its steps. A supervisor that answers and is who the log
+    /// says is adopted (the attempt goes on; a stop the previous server had begun is carried
+    /// on); one that has ended is acknowledged and its outcome taken; a recorded outcome file
+    /// stands for an attempt whose supervisor is gone; anything else is lost, after its
+    /// processes are stopped. Supervisors the log does not know are asked to stop, and every
+    /// process of this data dir's attempts that no live supervisor holds is stopped too.
+    pub async fn reconcile(&self, recorded: Vec<Recorded>) -> Vec<(u64, Reconciled)> {
+        let runtime = tokio::runtime::Handle::current();
+        self.inner.start_scanner(&runtime);
+        let mut out = Vec::with_capacity(recorded.len());
+        let known: BTreeSet<u64> = recorded.iter().map(|r| r.attempt).collect();
+        for r in recorded {
+            let what = self.inner.clone().reconcile_one(&r).await;
+            out.push((r.attempt, what));
+        }
+        self.inner.clone().stop_strays(&known).await;
+        self.reap_orphans().await;
+        out
+    }
+
+    /// Stops every process marked with this data dir that no live supervisor of this executor
+    /// holds (what a previous server's crashed supervisors, or releases before supervisors,
+    /// left): SIGTERM, up to `stop_grace`, SIGKILL, and returns once they are gone (or 10 s
+    /// after SIGKILL, with a warning).
+    pub async fn reap_orphans(&self) {
+        let orphans = self.orphans();
+        if !orphans.is_empty() {
+            tracing::info!(
+                groups = orphans.len(),
+                "stopping processes no supervisor holds"
+            );
+            crate::group::reap(orphans, self.inner.cfg.stop_grace).await;
+        }
         if let Runtime::Podman(podman) = &self.inner.cfg.runtime {
-            // A container outlives a SIGKILLed `podman run` (and its server).
+            // A container outlives a SIGKILLed `podman run`; adopted attempts keep theirs.
+            let keep: Vec<String> = self
+                .inner
+                .state()
+                .attempts
+                .iter()
+                .map(|(a, s)| format!("qm-{}-{a}-algo-", s.job_id))
+                .collect();
             crate::container::remove_labelled(
                 podman,
                 &crate::container::label(&self.inner.cfg.data_dir),
+                &keep,
             )
             .await;
         }
     }
 
-    /// Process groups of live processes marked with this executor's data directory that are
-    /// not attempts it runs: at start-up, whatever a previous server left behind, including
-    /// attempts it spawned but did not live to record. Empty where /proc cannot be read.
+    /// Process groups of live processes marked with this executor's data directory that no
+    /// supervisor of its attempts is an ancestor of: whatever a previous server or a dead
+    /// supervisor left behind. Empty where /proc cannot be read.
     pub fn orphans(&self) -> Vec<u32> {
-        let own = self.own_groups();
-        crate::group::marked_groups(&self.inner.cfg.data_dir)
+        let supervisors: BTreeSet<u32> = self
+            .inner
+            .state()
+            .attempts
+            .values()
+            .filter_map(|s| s.supervisor.as_ref().map(|i| i.pid))
+            .collect();
+        crate::group::marked_groups_outside(&self.inner.cfg.data_dir, &supervisors)
             .into_iter()
-            .filter(|g| !own.contains(g))
             .collect()
     }
 
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event;
     /// `None` when it has not ended (or never started here).
     pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
-        read_outcome(&self.log_dir(job_id, attempt_number))
+        sup::read_outcome(&self.log_dir(job_id, attempt_number))
     }
 
-    /// Process groups of the attempts this executor runs.
-    fn own_groups(&self) -> BTreeSet<u32> {
+    /// Number of attempts started (or adopted) and not yet `Exited`.
+    pub fn running(&self) -> usize {
         self.inner
             .state()
             .attempts
             .values()
-            .flat_map(|slot| slot.pgids.iter().copied())
-            .collect()
+            .filter(|s| !s.stray)
+            .count()
     }
 
-    /// Forgets a recorded outcome (an attempt stopped because the server shuts down did not
-    /// end on its own, and must be recorded as lost at the next start).
-    pub fn discard_outcome(&self, job_id: &str, attempt_number: u32) {
-        let _ = std::fs::remove_file(self.log_dir(job_id, attempt_number).join(OUTCOME_FILE));
-    }
-
-    /// Number of attempts started and not yet `Exited`.
-    pub fn running(&self) -> usize {
-        self.inner.state().attempts.len()
+    /// The supervisor of a running attempt, once known.
+    pub fn supervisor(&self, attempt: u64) -> Option<Identity> {
+        self.inner
+            .state()
+            .attempts
+            .get(&attempt)?
+            .supervisor
+            .clone()
     }
 
     /// Checks that every instance is free or held by exactly one running attempt.
@@ -564,6 +611,28 @@ impl LocalExecutor {
     }
 }
 
+/// Creates `<data-dir>/supervisors` (the server's only) and opens it.
+fn open_supervisors_dir(data_dir: &Path) -> Result<OwnedFd, ExecError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = data_dir.join(sup::SUPERVISORS_DIR);
+    let made = std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(e),
+        });
+    let opened = made.and_then(|()| {
+        rustix::fs::open(
+            &dir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+    });
+    opened.map_err(|source| ExecError::CreateDir { path: dir, source })
+}
+
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere must not wedge the executor: the state stays consistent because
@@ -571,37 +640,179 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records the spawned processes and reports `Running`. From now on the scanner looks at
-    /// the checkpoint directory, reporting only mtimes newer than the one `checkpoints` holds,
-    /// and at the progress file.
-    pub(crate) fn mark_running(
-        &self,
-        attempt: u64,
-        pgids: Vec<u32>,
-        gpus: Vec<u32>,
-        log_dir: PathBuf,
-        checkpoints: Watched,
-        progress: Tail,
-    ) {
-        let mut state = self.state();
-        if let Some(slot) = state.attempts.get_mut(&attempt) {
-            slot.pgids = pgids.clone();
-            slot.checkpoints = Some(checkpoints);
-            slot.progress = Some(Arc::new(Mutex::new(progress)));
+    /// The short name of attempt `attempt`'s socket (through the held directory).
+    fn socket(&self, attempt: u64) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!(
+            "/proc/self/fd/{}/{attempt}.sock",
+            self.supervisors.as_raw_fd()
+        ))
+    }
+
+    /// The settings a new attempt runs under.
+    fn settings(&self) -> Settings {
+        Settings {
+            data_dir: self.cfg.data_dir.clone(),
+            stop_grace_ms: self.cfg.stop_grace.as_millis() as u64,
+            isolation: self.cfg.isolation,
+            opt_ml: self.opt_ml,
+            runtime: self.cfg.runtime.clone(),
+            storage: self.cfg.storage.as_ref().map(|s| s.settings().clone()),
+            checkpoint_sync_ms: self.cfg.checkpoint_sync.as_millis() as u64,
         }
-        // Sent under the lock so that no Checkpoint or Exited of this attempt can precede it.
-        let _ = self.events.send(ExecEvent::Running {
-            attempt,
-            pids: pgids,
-            gpus,
-            log_dir,
-            at_ms: now_ms(),
+    }
+
+    fn start_scanner(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        if !self.scanner_started.swap(true, Ordering::Relaxed) {
+            runtime.spawn(checkpoint::scan_loop(
+                Arc::downgrade(self),
+                self.cfg.checkpoint_poll,
+            ));
+        }
+    }
+
+    /// Takes the instances (and uid) of a new attempt and records its slot.
+    fn place(
+        &self,
+        spec: &LaunchSpec,
+        link: mpsc::UnboundedSender<ToSupervisor>,
+    ) -> Result<Placement, ExecError> {
+        let mut state = self.state();
+        if state.attempts.contains_key(&spec.attempt) {
+            return Err(ExecError::DuplicateAttempt(spec.attempt));
+        }
+        let instances = state
+            .inventory
+            .take(spec.attempt, &spec.instance_type, spec.count)?;
+        // Never empty: check_usable made the range at least as large as the instances.
+        let uid = match state.uids.as_mut() {
+            Some(pool) => match pool.take() {
+                Some(uid) => Some(uid),
+                None => {
+                    state.inventory.give_back(&instances);
+                    return Err(ExecError::NoJobUid(spec.attempt));
+                }
+            },
+            None => None,
+        };
+        let hosts: Vec<Vec<u32>> = instances
+            .iter()
+            .map(|&id| state.inventory.gpus(id).to_vec())
+            .collect();
+        state.attempts.insert(
+            spec.attempt,
+            Slot {
+                instances: instances.clone(),
+                job_id: spec.job_id.clone(),
+                attempt_number: spec.attempt_number,
+                attempt_dir: JobLayout::new(&self.cfg.data_dir, &spec.job_id, spec.attempt_number)
+                    .attempt_dir,
+                link,
+                supervisor: None,
+                stray: false,
+                pgids: Vec::new(),
+                uid,
+                checkpoints: None,
+                progress: None,
+            },
+        );
+        Ok(Placement {
+            job_id: spec.job_id.clone(),
+            attempt_number: spec.attempt_number,
+            instance_type: spec.instance_type.clone(),
+            instances,
+            hosts,
+            uid,
+        })
+    }
+
+    /// Binds the attempt's socket, spawns its supervisor with the listening socket as its
+    /// standard input, and connects. The supervisor is the server's child until the server
+    /// goes (it is reaped by a task of its own), in a session of its own from its first
+    /// instruction on.
+    fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let socket = self.socket(attempt);
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(socket.with_extension("log"))?;
+        let mut child = tokio::process::Command::new(&self.cfg.supervisor.program)
+            .args(&self.cfg.supervisor.args)
+            .stdin(std::process::Stdio::from(OwnedFd::from(listener)))
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(false)
+            .spawn()?;
+        let pid = child
+            .id()
+            .ok_or_else(|| std::io::Error::other("the supervisor exited at once"))?;
+        tokio::spawn(async move {
+            let _ = child.wait().await;
         });
+        let identity = Identity::of(pid, &self.boot_id).ok_or_else(|| {
+            std::io::Error::other(format!("the supervisor (pid {pid}) has no /proc entry"))
+        })?;
+        Ok((Conn::connect(&socket)?, identity))
+    }
+
+    fn set_supervisor(&self, attempt: u64, identity: Identity) {
+        if let Some(slot) = self.state().attempts.get_mut(&attempt) {
+            slot.supervisor = Some(identity);
+        }
+    }
+
+    /// What a supervisor said of its attempt, before its exit.
+    pub(crate) fn report(&self, attempt: u64, status: Status) {
+        match status {
+            Status::Starting { reason } => self.report_starting(attempt, reason),
+            Status::Running(running) => self.mark_running(attempt, running, true),
+            Status::Preparing | Status::Exited { .. } => {}
+        }
+    }
+
+    /// Records the spawned processes and, when `report` and it is news, reports `Running`.
+    /// From now on the scanner looks at the checkpoint directory, reporting only mtimes newer
+    /// than the baseline, and at the progress file.
+    fn mark_running(&self, attempt: u64, running: Running, report: bool) {
+        let mut state = self.state();
+        let Some(slot) = state.attempts.get_mut(&attempt) else {
+            return;
+        };
+        let news = slot.pgids.is_empty();
+        let layout = JobLayout::new(&self.cfg.data_dir, &slot.job_id, slot.attempt_number);
+        slot.pgids = running.pids.clone();
+        if slot.checkpoints.is_none() {
+            slot.checkpoints = Some(Watched {
+                dir: running.checkpoint_dir,
+                last_seen_ns: running.checkpoint_baseline_ns,
+            });
+            slot.progress = Some(Arc::new(Mutex::new(Tail::new(
+                layout.progress_file(),
+                layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)),
+                slot.uid.filter(|_| self.cfg.isolation.is_some()),
+            ))));
+        }
+        if report && news {
+            // Sent under the lock so that no Checkpoint or Exited of this attempt can precede it.
+            let _ = self.events.send(ExecEvent::Running {
+                attempt,
+                pids: running.pids,
+                gpus: running.gpus,
+                log_dir: running.log_dir,
+                at_ms: running.at_ms,
+                supervisor: slot.supervisor.clone(),
+            });
+        }
     }
 
     /// Reports why a started attempt has not spawned its processes yet (its downloads); only
     /// while it has not reported `Running`.
-    pub(crate) fn report_starting(&self, attempt: u64, reason: String) {
+    fn report_starting(&self, attempt: u64, reason: String) {
         let state = self.state();
         if state
             .attempts
@@ -615,9 +826,10 @@ impl Inner {
         }
     }
 
-    /// Frees the attempt's instances and reports `Exited`; called once every process is gone.
-    /// The progress file is read a last time first (a bounded read: the lines the job wrote
-    /// while it was stopping say where it stopped).
+    /// Frees the attempt's instances and reports `Exited`; called once every process is gone
+    /// (its supervisor said so, after writing the outcome). The progress file is read a last
+    /// time first (a bounded read: the lines the job wrote while it was stopping say where it
+    /// stopped).
     pub(crate) fn finish(&self, attempt: u64, outcome: Outcome) {
         let tail = self
             .state()
@@ -636,7 +848,6 @@ impl Inner {
             if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
                 pool.give_back(uid);
             }
-            record_outcome(&slot.outcome_file, &outcome);
         }
         tracing::debug!(attempt, ?outcome, "attempt exited");
         // Under the lock: when the server sees Exited, the capacity is already free.
@@ -647,6 +858,287 @@ impl Inner {
         });
     }
 
+    /// A stray supervisor exited: its instances are free again; nothing is reported.
+    pub(crate) fn stray_gone(&self, attempt: u64) {
+        let mut state = self.state();
+        if let Some(slot) = state.attempts.remove(&attempt) {
+            state.inventory.give_back(&slot.instances);
+            if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
+                pool.give_back(uid);
+            }
+        }
+    }
+
+    /// A supervisor's connection closed before it reported an exit: it died (killed, or out of
+    /// memory). The attempt ended as its outcome file says, if it wrote one; otherwise it is
+    /// lost, once whatever it left running is stopped.
+    pub(crate) async fn supervisor_gone(self: Arc<Self>, attempt: u64, role: Role) {
+        let dir = self
+            .state()
+            .attempts
+            .get(&attempt)
+            .map(|s| s.attempt_dir.clone());
+        let Some(dir) = dir else { return };
+        let outcome = sup::read_outcome(&dir);
+        let pid = self
+            .state()
+            .attempts
+            .get(&attempt)
+            .and_then(|s| s.supervisor.as_ref().map(|i| i.pid));
+        tracing::warn!(
+            attempt,
+            ?pid,
+            ended = outcome.is_some(),
+            "an attempt's supervisor went away"
+        );
+        // Its processes are no longer held by it: stop them before the instances are free.
+        self.state()
+            .attempts
+            .entry(attempt)
+            .and_modify(|s| s.supervisor = None);
+        let executor = LocalExecutor {
+            inner: self.clone(),
+        };
+        executor.reap_orphans().await;
+        if role == Role::Stray {
+            return self.stray_gone(attempt);
+        }
+        let outcome = outcome.unwrap_or_else(|| Outcome::Lost {
+            reason: format!(
+                "Attempt lost: its supervisor{} died while it ran; the job was queued again without using a retry",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            ),
+        });
+        self.finish(attempt, outcome);
+    }
+
+    /// What became of one recorded attempt ([`LocalExecutor::reconcile`]).
+    async fn reconcile_one(self: Arc<Self>, r: &Recorded) -> Reconciled {
+        let found = match Conn::connect(&self.socket(r.attempt)) {
+            Ok(mut conn) => match conn.hello(r.attempt).await {
+                Ok(hello) => Some((conn, hello)),
+                Err(why) => {
+                    tracing::warn!(attempt = r.attempt, "its supervisor does not answer: {why}");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        if let Some((conn, hello)) = found {
+            match self.verify(r, &hello) {
+                Ok(()) => return self.adopt(r, conn, hello),
+                Err(why) => tracing::warn!(
+                    attempt = r.attempt,
+                    "not adopting what answers at its socket: {why}"
+                ),
+            }
+        }
+        // Not adopted: nothing of it may go on running.
+        if let Some(id) = &r.supervisor {
+            if id.signal(&self.boot_id, rustix::process::Signal::KILL) {
+                tracing::warn!(
+                    attempt = r.attempt,
+                    pid = id.pid,
+                    "killed its supervisor, which did not answer"
+                );
+            }
+        }
+        let _ = std::fs::remove_file(self.socket(r.attempt));
+        if let Some(outcome) = sup::read_outcome(
+            &JobLayout::new(&self.cfg.data_dir, &r.job_id, r.attempt_number).attempt_dir,
+        ) {
+            return Reconciled::Ended(outcome);
+        }
+        Reconciled::Lost(self.lost_reason(r))
+    }
+
+    /// Why a recorded attempt that nothing answers for is lost.
+    fn lost_reason(&self, r: &Recorded) -> String {
+        let why = match &r.supervisor {
+            None if r.pids.is_empty() => {
+                "it never reported running and has no supervisor".to_string()
+            }
+            None => "the server restarted while it ran (started by a release without supervisors)"
+                .to_string(),
+            Some(id) if id.boot_id != self.boot_id => {
+                "the machine rebooted while it ran".to_string()
+            }
+            Some(id) => format!(
+                "its supervisor (pid {}) died while the server was down",
+                id.pid
+            ),
+        };
+        format!("Attempt lost: {why}; the job was queued again without using a retry")
+    }
+
+    /// Whether what answered at a recorded attempt's socket is its supervisor: the attempt it
+    /// names, and a live process of this boot with the identity it gives, which is the one the
+    /// log recorded if it recorded one.
+    fn verify(&self, r: &Recorded, hello: &sup::protocol::Hello) -> Result<(), String> {
+        if hello.attempt != r.attempt {
+            return Err(format!("it runs attempt {}", hello.attempt));
+        }
+        if let Some(recorded) = &r.supervisor {
+            if recorded != &hello.identity {
+                return Err(format!(
+                    "it is {:?}, the log recorded {recorded:?}",
+                    hello.identity
+                ));
+            }
+        }
+        if !hello.identity.alive(&self.boot_id) {
+            return Err(format!("no live process is {:?}", hello.identity));
+        }
+        match &hello.placement {
+            Some(p) if p.job_id == r.job_id && p.attempt_number == r.attempt_number => Ok(()),
+            _ => Err("it runs another job's attempt".into()),
+        }
+    }
+
+    /// Takes a verified supervisor back: its instances and uid are held again, its link runs,
+    /// and a stop the previous server had begun is carried on.
+    fn adopt(
+        self: Arc<Self>,
+        r: &Recorded,
+        mut conn: Conn,
+        hello: sup::protocol::Hello,
+    ) -> Reconciled {
+        if let Status::Exited { outcome, .. } = hello.status {
+            tokio::spawn(async move {
+                let _ = conn.send(&ToSupervisor::Ack).await;
+            });
+            return Reconciled::Ended(outcome);
+        }
+        let placement = hello
+            .placement
+            .clone()
+            .unwrap_or_else(|| unreachable!("verified"));
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Err(why) = self.hold(
+            r.attempt,
+            &placement,
+            hello.identity.clone(),
+            tx.clone(),
+            false,
+        ) {
+            tracing::error!(attempt = r.attempt, "cannot adopt: {why}; stopping it");
+            let _ = tx.send(ToSupervisor::Stop);
+        }
+        let mut running = None;
+        if let Status::Running(run) = &hello.status {
+            self.mark_running(r.attempt, run.clone(), false);
+            if r.pids.is_empty() || r.supervisor.is_none() {
+                running = Some((run.pids.clone(), run.gpus.clone(), hello.identity.clone()));
+            }
+        }
+        if r.stopping {
+            let _ = tx.send(ToSupervisor::Stop);
+        }
+        tracing::info!(
+            attempt = r.attempt,
+            pid = hello.identity.pid,
+            "adopted a running attempt"
+        );
+        tokio::spawn(link::run(
+            self.clone(),
+            r.attempt,
+            conn,
+            Vec::new(),
+            rx,
+            Role::Attempt,
+        ));
+        Reconciled::Adopted { running }
+    }
+
+    /// Holds the instances and uid of a supervisor that runs already.
+    fn hold(
+        &self,
+        attempt: u64,
+        p: &Placement,
+        identity: Identity,
+        link: mpsc::UnboundedSender<ToSupervisor>,
+        stray: bool,
+    ) -> Result<(), String> {
+        let mut state = self.state();
+        state.inventory.take_ids(&p.instance_type, &p.instances)?;
+        if let (Some(pool), Some(uid)) = (state.uids.as_mut(), p.uid) {
+            pool.hold(uid);
+        }
+        state.attempts.insert(
+            attempt,
+            Slot {
+                instances: p.instances.clone(),
+                job_id: p.job_id.clone(),
+                attempt_number: p.attempt_number,
+                attempt_dir: JobLayout::new(&self.cfg.data_dir, &p.job_id, p.attempt_number)
+                    .attempt_dir,
+                link,
+                supervisor: Some(identity),
+                stray,
+                pgids: Vec::new(),
+                uid: p.uid,
+                checkpoints: None,
+                progress: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Supervisors whose sockets are in the directory but whose attempts the log does not
+    /// hold as live: asked to stop (holding their instances until they exit), or acknowledged
+    /// if they ended.
+    async fn stop_strays(self: Arc<Self>, known: &BTreeSet<u64>) {
+        let dir = self.cfg.data_dir.join(sup::SUPERVISORS_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(attempt) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".sock"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if known.contains(&attempt) {
+                continue;
+            }
+            let Ok(mut conn) = Conn::connect(&self.socket(attempt)) else {
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            };
+            let hello = match conn.hello(attempt).await {
+                Ok(h) if h.attempt == attempt && h.identity.alive(&self.boot_id) => h,
+                _ => continue,
+            };
+            if let Status::Exited { .. } = hello.status {
+                let _ = conn.send(&ToSupervisor::Ack).await;
+                continue;
+            }
+            tracing::warn!(
+                attempt,
+                pid = hello.identity.pid,
+                "a supervisor the log does not know runs; stopping it"
+            );
+            let (tx, rx) = mpsc::unbounded_channel();
+            let _ = tx.send(ToSupervisor::Stop);
+            if let Some(p) = &hello.placement {
+                if let Err(why) = self.hold(attempt, p, hello.identity.clone(), tx.clone(), true) {
+                    tracing::warn!(attempt, "its instances are not free: {why}");
+                }
+            }
+            tokio::spawn(link::run(
+                self.clone(),
+                attempt,
+                conn,
+                Vec::new(),
+                rx,
+                Role::Stray,
+            ));
+        }
+    }
+
     /// The log limit and the directories of running attempts, when logs are bounded.
     pub(crate) fn log_targets(&self) -> Option<(u64, Vec<PathBuf>)> {
         let limit = self.cfg.log_bytes_per_attempt?;
@@ -654,7 +1146,7 @@ impl Inner {
             .state()
             .attempts
             .values()
-            .filter_map(|slot| slot.outcome_file.parent().map(Path::to_path_buf))
+            .map(|slot| slot.attempt_dir.clone())
             .collect();
         Some((limit, dirs))
     }

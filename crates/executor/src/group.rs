@@ -97,22 +97,10 @@ fn has_entry(environ: &[u8], entry: &[u8]) -> bool {
     environ.split(|b| *b == 0).any(|var| var == entry)
 }
 
-/// Whether the live process with pid `pgid` could be one of this data directory's attempts.
-/// Pids are reused, so a recorded group id may now name an unrelated process (or another qm's
-/// attempt); when its environment is readable and lacks our marker, it is left alone. An
-/// unreadable or empty environment (no /proc, leader gone, zombie, or a process caught in the
-/// middle of exec) does not clear it.
-pub(crate) fn may_be_ours(pgid: u32, data_dir: &Path) -> bool {
-    match std::fs::read(format!("/proc/{pgid}/environ")) {
-        Ok(env) if !env.is_empty() => has_entry(&env, &marker_entry(data_dir)),
-        _ => true,
-    }
-}
-
-/// Process groups of every live process that carries this data directory's marker: what a
-/// previous server left running, whether or not it lived to record the pids. Empty where
+/// Process groups of every live process that carries this data directory's marker and has
+/// none of `supervisors` among its ancestors: what no live supervisor holds. Empty where
 /// /proc cannot be read.
-pub(crate) fn marked_groups(data_dir: &Path) -> BTreeSet<u32> {
+pub(crate) fn marked_groups_outside(data_dir: &Path, supervisors: &BTreeSet<u32>) -> BTreeSet<u32> {
     let entry = marker_entry(data_dir);
     let mut groups = BTreeSet::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -126,7 +114,7 @@ pub(crate) fn marked_groups(data_dir: &Path) -> BTreeSet<u32> {
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if !has_entry(&env, &entry) {
+        if !has_entry(&env, &entry) || held_by(pid, supervisors) {
             continue;
         }
         if let Some(pgid) = process_group_of(pid) {
@@ -134,6 +122,27 @@ pub(crate) fn marked_groups(data_dir: &Path) -> BTreeSet<u32> {
         }
     }
     groups
+}
+
+/// Whether one of `supervisors` is an ancestor of `pid` (walking the parents in /proc, at most
+/// 64 levels).
+fn held_by(pid: u32, supervisors: &BTreeSet<u32>) -> bool {
+    let mut at = pid;
+    for _ in 0..64 {
+        match parent_of(at) {
+            Some(p) if supervisors.contains(&p) => return true,
+            Some(p) if p > 1 => at = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The parent in /proc/<pid>/stat (the field after the state).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The process group in /proc/<pid>/stat: the fields after the command name, which is in

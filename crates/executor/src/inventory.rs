@@ -207,6 +207,24 @@ impl Inventory {
         Ok((0..count).filter_map(|_| free.pop_first()).collect())
     }
 
+    /// Takes the instances `ids` of `instance_type`, which must all be free (a supervisor
+    /// adopted after a restart holds the instances it was launched on).
+    pub(crate) fn take_ids(&mut self, instance_type: &str, ids: &[usize]) -> Result<(), String> {
+        let free = self
+            .free
+            .get_mut(instance_type)
+            .ok_or_else(|| format!("this server has no instance type {instance_type}"))?;
+        if let Some(id) = ids.iter().find(|id| !free.contains(id)) {
+            return Err(format!(
+                "instance {id} of {instance_type} is not free here (the pools changed, or another attempt holds it)"
+            ));
+        }
+        for id in ids {
+            free.remove(id);
+        }
+        Ok(())
+    }
+
     /// Returns instances taken by [`Inventory::take`].
     pub(crate) fn give_back(&mut self, ids: &[usize]) {
         for &id in ids {
@@ -353,6 +371,17 @@ mod tests {
             Inventory::build(&pools, Some(&[1, 1])),
             Err(ExecError::DuplicateGpu(1))
         ));
+    }
+
+    #[test]
+    fn named_instances_are_taken_only_when_free() {
+        let mut inv = Inventory::build(&[pool("a", 3, 0)], None).unwrap();
+        inv.take_ids("a", &[1, 2]).unwrap();
+        assert_eq!(inv.free("a"), 1);
+        assert!(inv.take_ids("a", &[0, 2]).is_err());
+        assert_eq!(inv.free("a"), 1, "a refused take changes nothing");
+        assert!(inv.take_ids("b", &[0]).is_err());
+        inv.check_invariants(&[1, 2]).unwrap();
     }
 
     #[test]

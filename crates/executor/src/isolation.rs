@@ -30,7 +30,7 @@ use nix::unistd::Pid;
 /// The uids attempts run as, first to last inclusive. Default [`JobUids::DEFAULT`]: 65,536
 /// uids just above systemd's container range, which no passwd entry, DynamicUser or subuid
 /// allocation uses by default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobUids {
     /// The first uid.
     pub first: u32,
@@ -115,6 +115,13 @@ impl UidPool {
             }
         }
         None
+    }
+
+    /// Marks `uid` in use by an attempt that runs already (adopted after a restart).
+    pub(crate) fn hold(&mut self, uid: u32) {
+        if self.range.contains(uid) {
+            self.in_use.insert(uid);
+        }
     }
 
     pub(crate) fn give_back(&mut self, uid: u32) {

@@ -16,8 +16,11 @@
 //!
 //! [`slurm`] runs attempts as jobs of a Slurm cluster instead; it reports the same events.
 //!
+//! Every local attempt runs under a supervisor process of its own ([`supervisor`], `qm
+//! supervise`), which outlives the server; a restarted server adopts it.
+//!
 //! Modules: `inventory` (instances and GPUs), [`layout`] (directories and log names),
-//! `environment`, `attempt` (one task per attempt: spawn, wait, stop, timeout), `checkpoint`
+//! `environment`, `attempt` (an attempt inside its supervisor: spawn, wait, stop, timeout), `checkpoint`
 //! (one scanner task for all attempts, which also reads [`progress`]), `group` (process-group signals and stale reaping),
 //! `outcome` (exit reasons), `executor` (the public handle and its shared state).
 
@@ -38,12 +41,14 @@ mod outcome;
 pub mod progress;
 pub mod slurm;
 mod staging;
+pub mod supervisor;
 
 pub use container::{valid_image, Podman, Runtime};
 pub use environment::host_name;
 pub use error::ExecError;
 pub use executor::{
-    ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, OUTCOME_FILE,
+    ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, Reconciled, Recorded,
+    SupervisorCommand, OUTCOME_FILE,
 };
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;

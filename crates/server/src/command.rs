@@ -93,10 +93,14 @@ pub enum Command {
     AttemptRunning {
         /// Core attempt id.
         attempt: u64,
-        /// Process (group) ids, kept so that a restarted server can stop them.
+        /// Process (group) ids of its hosts.
         pids: Vec<u32>,
         /// GPU indices handed to it.
         gpus: Vec<u32>,
+        /// Its supervisor (local executor): what a restarted server finds it by, and checks
+        /// before it believes or signals anything (boot id, pid, start time).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        supervisor: Option<qm_executor::supervisor::Identity>,
     },
     /// The cluster accepted an attempt, which waits to start (Slurm executor); sent again when
     /// the reason it waits changes.

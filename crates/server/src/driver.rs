@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use qm_api::ApiError;
 use qm_core::Effect;
 use qm_executor::slurm::{AdoptSpec, Adopted};
-use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome};
+use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome, Reconciled};
 use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
@@ -601,47 +601,49 @@ fn recorded_or_lost(
         )
 }
 
-/// Local attempts cannot outlive their server in a useful way: whatever is left of them is
-/// stopped, and each is recorded as it ended (its recorded outcome) or as lost.
+/// Local attempts outlive their server under their supervisors: each one the log says was live
+/// is adopted (its supervisor answered: it goes on, as the same attempt), recorded as it ended
+/// (while no server watched), or lost (its machine rebooted or its supervisor died).
 pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec<Command> {
-    let recorded = |job: &str, n: u32| local.recorded_outcome(job, n);
-    let live = state.live_attempts();
-    // The recorded pids, and every process marked with this data dir: an attempt spawned
-    // just before a crash has no recorded pid, but must not run beside its next attempt.
-    let mut pids: std::collections::BTreeSet<u32> =
-        live.iter().flat_map(|(_, p)| p.iter().copied()).collect();
-    pids.extend(local.orphans());
-    let pids: Vec<u32> = pids.into_iter().collect();
-    if !pids.is_empty() {
-        tracing::info!(
-            groups = pids.len(),
-            "stopping processes left by the previous server"
-        );
-        local.reap_stale(&pids).await;
-    }
     let mut commands = Vec::new();
-    let mut finished = 0;
-    for (attempt, _) in &live {
-        // An attempt that ended before the crash, but whose exit never reached the log,
-        // left its outcome next to its logs: it counts as it ended, and is not run again.
-        let outcome = recorded_or_lost(
-            state,
-            recorded,
-            *attempt,
-            "Attempt lost: the server restarted while it ran; the job was queued again without using a retry",
-        );
-        if !matches!(outcome, ExitRecord::Lost { .. }) {
-            finished += 1;
+    let (mut adopted, mut ended) = (0, 0);
+    for (attempt, what) in local.reconcile(state.recorded_attempts()).await {
+        match what {
+            Reconciled::Adopted { running } => {
+                adopted += 1;
+                // Spawned just before the previous server stopped, which did not log it.
+                if let Some((pids, gpus, identity)) = running {
+                    commands.push(Command::AttemptRunning {
+                        attempt,
+                        pids,
+                        gpus,
+                        supervisor: Some(identity),
+                    });
+                }
+            }
+            Reconciled::Ended(outcome) => {
+                ended += 1;
+                commands.push(Command::AttemptExited {
+                    attempt,
+                    outcome: exit_record(outcome),
+                });
+            }
+            Reconciled::Lost(reason) => commands.push(Command::AttemptExited {
+                attempt,
+                outcome: ExitRecord::Lost {
+                    reason,
+                    max_in_a_row: None,
+                },
+            }),
         }
-        commands.push(Command::AttemptExited {
-            attempt: *attempt,
-            outcome,
-        });
     }
-    if finished > 0 {
+    if adopted > 0 {
+        eprintln!("qm: adopted {adopted} running attempt(s); they go on as they were");
+    }
+    if ended > 0 {
         tracing::info!(
-            finished,
-            "attempts had ended before the restart; their outcomes are recorded as they were"
+            ended,
+            "attempts ended while no server watched; their outcomes are recorded as they were"
         );
     }
     commands
@@ -787,57 +789,12 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             }
             self.batch(items)?;
         }
-        self.shutdown().await;
         self.snapshots.reap(true);
         if self.since_snapshot > 0 {
             self.start_snapshot();
             self.snapshots.reap(true);
         }
         Ok(())
-    }
-
-    /// Stops every running attempt so that a stopped server leaves no process behind. Their
-    /// exits are not logged: the next start finds the attempts gone and records them as lost
-    /// (the jobs are queued again without using a retry), exactly as after a crash, so that
-    /// no pass runs, and no attempt is started, after the server was asked to stop.
-    async fn shutdown(&mut self) {
-        if !self.executor.stops_with_server() {
-            // Slurm jobs run on without the server; the next start adopts them.
-            return;
-        }
-        let live: Vec<u64> = self
-            .state
-            .live_attempts()
-            .into_iter()
-            .map(|(a, _)| a)
-            .collect();
-        if live.is_empty() {
-            return;
-        }
-        eprintln!(
-            "qm: stopping {} running attempt(s) (SIGTERM, then SIGKILL after the grace period)",
-            live.len()
-        );
-        for &a in &live {
-            self.executor.stop(a);
-        }
-        // They end because the server stops, not on their own: the next start must record
-        // them as lost, not as failed by the signal.
-        let identities: Vec<(String, u32)> = live
-            .iter()
-            .filter_map(|&a| self.state.attempt_identity(a))
-            .collect();
-        let mut pending: std::collections::BTreeSet<u64> = live.into_iter().collect();
-        while !pending.is_empty() {
-            match self.events.recv().await {
-                Some(ExecEvent::Exited { attempt, .. }) => {
-                    pending.remove(&attempt);
-                }
-                Some(_) => {}
-                None => break,
-            }
-        }
-        self.executor.forget_outcomes(&identities);
     }
 
     fn batch(&mut self, items: Vec<Item>) -> Result<(), ServerError> {
@@ -951,11 +908,13 @@ fn event_command(ev: ExecEvent) -> Command {
             attempt,
             pids,
             gpus,
+            supervisor,
             ..
         } => Command::AttemptRunning {
             attempt,
             pids,
             gpus,
+            supervisor,
         },
         ExecEvent::Starting { attempt, reason } => Command::AttemptStarting { attempt, reason },
         ExecEvent::Capacity { capacity } => Command::SetCapacity { capacity },

@@ -1,10 +1,9 @@
 //! The executor the driver drives: local processes or a Slurm cluster. Both take the same
-//! launches and stops and report the same events; they differ at start-up (the local one
-//! stops what a previous server left running, the Slurm one adopts it) and at shutdown (local
-//! attempts are stopped with the server, Slurm jobs keep running and are adopted next time).
+//! launches and stops and report the same events, and both outlive the server: local attempts
+//! under their supervisors, Slurm jobs in Slurm; a restarted server adopts them.
 //!
-//! The driver sees them through [`Execute`], so that its order of work (commit, then act),
-//! its recovery and its shutdown can be tested with a fake that records what it was asked.
+//! The driver sees them through [`Execute`], so that its order of work (commit, then act) and
+//! its recovery can be tested with a fake that records what it was asked.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -30,14 +29,8 @@ pub trait Execute: Send + 'static {
     /// The directory that holds every attempt of `job_id`.
     fn job_dir(&self, job_id: &str) -> PathBuf;
     /// After a restart: the commands that say what became of the attempts `state` holds as
-    /// live (stopped and lost, ended as recorded, or adopted and still running).
+    /// live (adopted and still running, ended as recorded, or lost).
     fn reconcile(&self, state: &State) -> impl Future<Output = Result<Vec<Command>, ServerError>>;
-    /// Whether a stopping server stops its attempts (and waits for their exits), rather than
-    /// leaving them to run and be adopted by the next start.
-    fn stops_with_server(&self) -> bool;
-    /// After such a stop: forgets the outcomes those attempts recorded, so that the next start
-    /// counts them as lost (stopped with the server), not as failed by the signal.
-    fn forget_outcomes(&self, attempts: &[(String, u32)]);
 }
 
 /// One of the two executors.
@@ -124,18 +117,6 @@ impl Execute for Executor {
         match self {
             Executor::Local(local) => Ok(crate::driver::reconcile_local(state, local).await),
             Executor::Slurm(slurm) => crate::driver::reconcile_slurm(state, slurm).await,
-        }
-    }
-
-    fn stops_with_server(&self) -> bool {
-        matches!(self, Executor::Local(_))
-    }
-
-    fn forget_outcomes(&self, attempts: &[(String, u32)]) {
-        if let Executor::Local(local) = self {
-            for (job, n) in attempts {
-                local.discard_outcome(job, *n);
-            }
         }
     }
 }

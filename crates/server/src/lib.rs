@@ -425,6 +425,7 @@ fn local_executor(
             checkpoint_sync: config.checkpoint_sync,
             opt_ml: config.opt_ml,
             runtime: config.runtime.clone(),
+            supervisor: qm_executor::SupervisorCommand::default(),
         },
         events_tx,
     )

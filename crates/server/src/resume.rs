@@ -140,6 +140,7 @@ mod tests {
             stop_reason: None,
             preempted,
             pids: Vec::new(),
+            supervisor: None,
             running_at: Some(start_h * HOUR),
             instance_type: "ml.g5.xlarge".into(),
             count: 2,

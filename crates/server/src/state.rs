@@ -152,6 +152,9 @@ pub struct AttemptRec {
     pub preempted: bool,
     /// Process ids reported by the executor.
     pub pids: Vec<u32>,
+    /// Its supervisor, as the local executor reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<qm_executor::supervisor::Identity>,
     /// When the executor reported it running.
     pub running_at: Option<i64>,
     /// The instance type it holds.
@@ -412,7 +415,8 @@ impl State {
                 attempt,
                 pids,
                 gpus: _,
-            } => self.attempt_running(*attempt, pids),
+                supervisor,
+            } => self.attempt_running(*attempt, pids, supervisor.as_ref()),
             Command::AttemptStarting { attempt, reason } => {
                 self.attempt_starting(*attempt, reason.as_deref())
             }
@@ -573,6 +577,7 @@ impl State {
                         stop_reason: None,
                         preempted: false,
                         pids: Vec::new(),
+                        supervisor: None,
                         running_at: None,
                         instance_type: unit.clone(),
                         count,
@@ -685,7 +690,12 @@ impl State {
         }
     }
 
-    fn attempt_running(&mut self, attempt: u64, pids: &[u32]) -> Result<Vec<u8>, ApiError> {
+    fn attempt_running(
+        &mut self,
+        attempt: u64,
+        pids: &[u32],
+        supervisor: Option<&qm_executor::supervisor::Identity>,
+    ) -> Result<Vec<u8>, ApiError> {
         let now = self.now;
         let Some(&core) = self.attempt_job.get(&attempt) else {
             // A report about an attempt that has already been accounted for (e.g. lost at a
@@ -697,6 +707,7 @@ impl State {
         };
         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
             live.pids = pids.to_vec();
+            live.supervisor = supervisor.cloned();
             live.running_at = Some(now);
             rec.started_at = Some(now);
             if matches!(
@@ -911,6 +922,26 @@ impl State {
         let launch = rec.live_launch().filter(|l| l.attempt == attempt)?;
         let running = rec.live.as_ref().and_then(|l| l.running_at);
         Some((launch, running))
+    }
+
+    /// Attempts the core still holds capacity for, as the log recorded them: after a replay,
+    /// what the local executor reconciles (adopts, records as ended, or loses).
+    pub fn recorded_attempts(&self) -> Vec<qm_executor::Recorded> {
+        self.live_attempts()
+            .into_iter()
+            .filter_map(|(attempt, pids)| {
+                let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
+                let live = rec.live.as_ref().filter(|l| l.attempt == attempt)?;
+                Some(qm_executor::Recorded {
+                    attempt,
+                    job_id: rec.id.clone(),
+                    attempt_number: live.number,
+                    pids,
+                    supervisor: live.supervisor.clone(),
+                    stopping: self.attempt_stopping(attempt),
+                })
+            })
+            .collect()
     }
 
     /// Attempts the core still holds capacity for, with their recorded process ids: after a

@@ -208,6 +208,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
         attempt: high[0].1,
         pids: vec![],
         gpus: vec![],
+        supervisor: None,
     });
     assert_eq!(w.status("high"), "RUNNING");
     let low = w.describe("low");
@@ -308,6 +309,7 @@ fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
         attempt,
         pids: vec![],
         gpus: vec![],
+        supervisor: None,
     });
     assert_eq!(stopped(&w.one(drill)), vec![attempt]);
     let exit = w.one(Command::AttemptExited {
@@ -684,6 +686,7 @@ fn a_state_rebuilt_from_its_snapshot_answers_and_decides_as_the_original() {
         attempt: high[0].1,
         pids: vec![42],
         gpus: vec![],
+        supervisor: None,
     });
     // QS2's job reclaims the instance med borrowed: med is stopping when the snapshot is taken.
     let reclaim = w.submit("qs2", "QS2", 0);
@@ -934,6 +937,7 @@ fn listing_by_queue_and_status_walks_the_index_and_finds_what_a_full_scan_finds(
         attempt: attempts[0].1,
         pids: vec![],
         gpus: vec![],
+        supervisor: None,
     });
     w.one(Command::AttemptExited {
         attempt: attempts[1].1,
@@ -1310,6 +1314,7 @@ fn the_steps_of_a_preempted_attempt_classify_the_next_one_and_survive_a_snapshot
         attempt: first,
         pids: vec![42],
         gpus: vec![],
+        supervisor: None,
     });
     w.one(Command::AttemptProgress {
         attempt: first,
@@ -1387,6 +1392,7 @@ fn a_class_borrows_once_a_drill_resumed_one_of_its_jobs_until_its_verify_days_pa
         attempt: first,
         pids: vec![],
         gpus: vec![],
+        supervisor: None,
     });
     w.one(Command::AttemptProgress {
         attempt: first,

@@ -25,7 +25,7 @@ pub struct StorageConfig {
 }
 
 /// Static keys, from the environment or a profile.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Keys {
     /// `aws_access_key_id`.
     pub access_key_id: String,
@@ -45,7 +45,7 @@ impl std::fmt::Debug for Keys {
 }
 
 /// What the S3 client is built from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Settings {
     /// `None`: AWS's regional endpoint.
     pub endpoint: Option<String>,

@@ -9,6 +9,7 @@ pub mod principal;
 pub mod report;
 pub mod serve;
 pub mod simulate;
+pub mod supervise;
 pub mod whoami;
 pub mod workload;
 pub mod workload_export;

@@ -19,11 +19,12 @@ use super::report::{self, SlurmJob, SlurmNode, SINFO_FORMAT};
 use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
-use crate::executor::{now_ms, read_outcome, record_outcome};
+use crate::executor::now_ms;
 use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::progress::{lock, Tail};
 use crate::staging::Stage;
+use crate::supervisor::{read_outcome, record_outcome};
 use crate::{environment, ExecError, ExecEvent, LaunchSpec, Outcome, OUTCOME_FILE};
 use qm_storage::Storage;
 
@@ -722,6 +723,7 @@ impl Inner {
                     gpus: Vec::new(),
                     log_dir: slot.log_dir.clone(),
                     at_ms: now_ms(),
+                    supervisor: None,
                 });
             }
             if let (Some(limit), Some(since), None) =

@@ -1,4 +1,5 @@
-//! Process groups left by a previous server are stopped at start-up; reused pids are not.
+//! Processes of this data dir that no supervisor holds (a previous server's, a dead
+//! supervisor's) are stopped; processes of other data dirs (and reused pids) are not.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -25,7 +26,7 @@ async fn a_leftover_process_group_is_killed() {
         .unwrap();
     let pid = leftover.id();
     assert!(alive(pid));
-    w.exec.reap_stale(&[pid]).await;
+    w.exec.reap_orphans().await;
     assert!(
         !alive(pid),
         "the leftover group is gone (and its zombie collected)"
@@ -55,7 +56,7 @@ async fn a_reused_pid_without_this_data_dirs_marker_is_left_alone() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    w.exec.reap_stale(&[pid, 0, 1]).await;
+    w.exec.reap_orphans().await;
     assert!(alive(pid), "{:?}", stranger.try_wait());
     stranger.kill().unwrap();
     stranger.wait().unwrap();
@@ -89,7 +90,7 @@ async fn orphans_are_found_by_their_marker_even_without_a_recorded_pid() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
     assert_eq!(found, vec![pid], "only our marked group, once");
-    w.exec.reap_stale(&found).await;
+    w.exec.reap_orphans().await;
     assert!(!alive(pid));
     assert!(w.exec.orphans().is_empty());
     assert!(alive(stranger.id()));

@@ -333,8 +333,6 @@ async fn the_outcome_is_recorded_next_to_the_logs_before_exited_is_sent() {
         None,
         "no such attempt"
     );
-    w.exec.discard_outcome("job-ok", 1);
-    assert_eq!(w.exec.recorded_outcome("job-ok", 1), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

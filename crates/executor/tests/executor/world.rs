@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use qm_executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec};
+use qm_executor::{
+    ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec, SupervisorCommand,
+};
 use tokio::sync::mpsc;
 
 /// Long enough for a loaded 2-core machine; a test that needs it has failed anyway.
@@ -40,6 +42,7 @@ impl World {
         let mut cfg = LocalConfig::new(dir.path(), vec![pool("ml.g5.xlarge", 2, 0)]);
         cfg.stop_grace = Duration::from_millis(300);
         cfg.checkpoint_poll = Duration::from_millis(50);
+        cfg.supervisor = supervisor();
         tweak(&mut cfg);
         let (tx, rx) = mpsc::unbounded_channel();
         let exec = LocalExecutor::new(cfg, tx).unwrap();
@@ -113,6 +116,14 @@ impl World {
                 ExecEvent::Capacity { .. } => false,
             })
             .collect()
+    }
+}
+
+/// The supervisor of these tests: what `qm supervise` runs, built by this crate.
+pub fn supervisor() -> SupervisorCommand {
+    SupervisorCommand {
+        program: env!("CARGO_BIN_EXE_qm-executor-supervise").into(),
+        args: Vec::new(),
     }
 }
 

@@ -1,0 +1,139 @@
+//! The server's side of a supervisor's socket: connecting (to one it just spawned, or to one a
+//! previous server left), the hello exchange, and one task per attempt that turns what the
+//! supervisor says into the executor's reports and carries the server's stop requests to it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+use super::protocol::{FromSupervisor, Hello, Status, ToSupervisor, OLDEST_ADOPTED, PROTOCOL};
+use crate::executor::Inner;
+
+/// How long a supervisor has to answer hello.
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to a supervisor.
+pub(crate) struct Conn {
+    lines: Lines<BufReader<OwnedReadHalf>>,
+    write: OwnedWriteHalf,
+}
+
+impl Conn {
+    /// Connects to the socket at `path` (the short `/proc/self/fd/...` spelling is fine).
+    pub(crate) fn connect(path: &Path) -> std::io::Result<Conn> {
+        // A listening Unix socket accepts into its backlog at once: this never waits on the
+        // supervisor.
+        let stream = std::os::unix::net::UnixStream::connect(path)?;
+        stream.set_nonblocking(true)?;
+        let (read, write) = UnixStream::from_std(stream)?.into_split();
+        Ok(Conn {
+            lines: BufReader::new(read).lines(),
+            write,
+        })
+    }
+
+    pub(crate) async fn send(&mut self, msg: &ToSupervisor) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.write.write_all(&line).await
+    }
+
+    /// The next message; `None` when the supervisor closed the connection (or said something
+    /// unreadable, which is logged).
+    pub(crate) async fn recv(&mut self) -> Option<FromSupervisor> {
+        let line = self.lines.next_line().await.ok()??;
+        match serde_json::from_str(&line) {
+            Ok(msg) => Some(msg),
+            Err(e) => {
+                tracing::warn!(error = %e, "a supervisor said something this server cannot read");
+                None
+            }
+        }
+    }
+
+    /// Says hello for `attempt` and reads the supervisor's, within [`HELLO_TIMEOUT`]. Refuses a
+    /// supervisor of a protocol this build does not adopt.
+    pub(crate) async fn hello(&mut self, attempt: u64) -> Result<Hello, String> {
+        self.send(&ToSupervisor::Hello {
+            protocol: PROTOCOL,
+            attempt,
+        })
+        .await
+        .map_err(|e| format!("cannot write to it: {e}"))?;
+        let answer = tokio::time::timeout(HELLO_TIMEOUT, self.recv())
+            .await
+            .map_err(|_| format!("it did not answer within {HELLO_TIMEOUT:?}"))?;
+        let Some(FromSupervisor::Hello(hello)) = answer else {
+            return Err("it closed the connection instead of answering".into());
+        };
+        if !(OLDEST_ADOPTED..=PROTOCOL).contains(&hello.protocol) {
+            return Err(format!(
+                "it speaks protocol {}, this server {OLDEST_ADOPTED} to {PROTOCOL}",
+                hello.protocol
+            ));
+        }
+        Ok(*hello)
+    }
+}
+
+/// What a link does with the attempt's reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// An attempt of the executor's: its reports are the executor's events.
+    Attempt,
+    /// A supervisor the log does not know: it was asked to stop; its exit is acknowledged and
+    /// its instances freed, nothing is reported.
+    Stray,
+}
+
+/// Serves one supervisor until it reported its exit (acknowledged) or went away.
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    attempt: u64,
+    mut conn: Conn,
+    first: Vec<ToSupervisor>,
+    mut commands: mpsc::UnboundedReceiver<ToSupervisor>,
+    role: Role,
+) {
+    for msg in &first {
+        if conn.send(msg).await.is_err() {
+            break;
+        }
+    }
+    loop {
+        tokio::select! {
+            msg = conn.recv() => match msg {
+                Some(FromSupervisor::Status(status)) => {
+                    if let Status::Exited { outcome, .. } = status {
+                        match role {
+                            Role::Attempt => inner.finish(attempt, outcome),
+                            Role::Stray => inner.stray_gone(attempt),
+                        }
+                        // Harmless if it is gone already; it exits once told.
+                        let _ = conn.send(&ToSupervisor::Ack).await;
+                        return;
+                    }
+                    if role == Role::Attempt {
+                        inner.report(attempt, status);
+                    }
+                }
+                Some(FromSupervisor::Hello(_)) => {}
+                None => {
+                    inner.supervisor_gone(attempt, role).await;
+                    return;
+                }
+            },
+            Some(cmd) = commands.recv() => {
+                if conn.send(&cmd).await.is_err() {
+                    // Its end of the connection is gone: the read side says so next.
+                    continue;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! A supervisor per local attempt, so that running jobs outlive the server (issue 38).
+//!
+//! Each attempt runs under its own supervisor process (`qm supervise`, [`process`]), not
+//! under the server: restarting, upgrading or killing the server leaves the job running. The
+//! server and the supervisor talk over the attempt's Unix socket ([`protocol`]); the server
+//! records each supervisor's [`Identity`] (boot id, pid, start time) with the attempt, and
+//! after a restart it connects to each supervisor again ([`link`]): an attempt whose
+//! supervisor answers is adopted as it is, one that ended while no server watched is recorded
+//! as it ended (its outcome file), and only one whose machine rebooted or whose supervisor
+//! died is lost.
+//!
+//! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
+//! the supervisor exits), `supervisors/<attempt>.log` (the supervisor's own messages), and the
+//! attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably before the end is reported.
+
+pub(crate) mod identity;
+pub(crate) mod link;
+pub mod process;
+pub mod protocol;
+pub(crate) mod reap;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use identity::{boot_id, Identity};
+pub use process::main;
+pub use protocol::{Placement, Running, Settings, Status, OLDEST_ADOPTED, PROTOCOL};
+
+use crate::layout::JobLayout;
+use crate::Outcome;
+
+/// The directory of the supervisors' sockets and logs, under the data directory.
+pub const SUPERVISORS_DIR: &str = "supervisors";
+
+/// The file in an attempt's directory that keeps how it ended.
+pub const OUTCOME_FILE: &str = "outcome.json";
+
+/// The version of the outcome file this build writes; it reads this one and the bare
+/// outcomes that releases before it wrote.
+pub const OUTCOME_VERSION: u32 = 1;
+
+/// The socket of attempt `attempt`'s supervisor.
+pub fn socket_path(data_dir: &Path, attempt: u64) -> PathBuf {
+    data_dir
+        .join(SUPERVISORS_DIR)
+        .join(format!("{attempt}.sock"))
+}
+
+/// The outcome file of attempt number `attempt_number` of job `job_id`.
+pub fn outcome_file(data_dir: &Path, job_id: &str, attempt_number: u32) -> PathBuf {
+    JobLayout::new(data_dir, job_id, attempt_number)
+        .attempt_dir
+        .join(OUTCOME_FILE)
+}
+
+#[derive(Serialize, Deserialize)]
+struct OutcomeFile {
+    version: u32,
+    outcome: Outcome,
+}
+
+/// Writes how an attempt ended so that it survives the server, the supervisor and the machine:
+/// a temporary file (created anew, never through a link), fsynced, renamed over the outcome
+/// file, and the directory fsynced.
+pub(crate) fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("an outcome file needs a directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("json.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let body = serde_json::to_vec(&OutcomeFile {
+        version: OUTCOME_VERSION,
+        outcome: outcome.clone(),
+    })
+    .map_err(std::io::Error::other)?;
+    f.write_all(&body)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// [`write_outcome`], a failure logged rather than returned (the outcome is reported anyway).
+pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
+    if let Err(e) = write_outcome(path, outcome) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot record the attempt's outcome");
+    }
+}
+
+/// The outcome written in `attempt_dir`, if any (this build's files and earlier releases').
+pub(crate) fn read_outcome(attempt_dir: &Path) -> Option<Outcome> {
+    let bytes = std::fs::read(attempt_dir.join(OUTCOME_FILE)).ok()?;
+    if let Ok(file) = serde_json::from_slice::<OutcomeFile>(&bytes) {
+        return Some(file.outcome);
+    }
+    serde_json::from_slice(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_are_written_durably_and_read_in_both_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let failed = Outcome::Failed {
+            reason: "exit 3".into(),
+            retryable: true,
+        };
+        write_outcome(&dir.path().join(OUTCOME_FILE), &failed).unwrap();
+        assert_eq!(read_outcome(dir.path()), Some(failed));
+        let text = std::fs::read_to_string(dir.path().join(OUTCOME_FILE)).unwrap();
+        assert!(text.starts_with("{\"version\":1,"), "{text}");
+        // What releases before supervisors wrote.
+        std::fs::write(dir.path().join(OUTCOME_FILE), b"\"Succeeded\"").unwrap();
+        assert_eq!(read_outcome(dir.path()), Some(Outcome::Succeeded));
+        assert!(!dir.path().join("outcome.json.tmp").exists());
+    }
+}

@@ -1,0 +1,166 @@
+//! What the server and an attempt's supervisor say to each other over the supervisor's Unix
+//! socket: one JSON object per line, versioned by [`PROTOCOL`].
+//!
+//! The server connects and says `hello` with the protocol it speaks and the attempt it
+//! expects; the supervisor answers `hello` with its own protocol, the attempt it runs, its
+//! [`Identity`], where the attempt is placed and its [`Status`] now. A server that spawned the
+//! supervisor then sends `launch`. From then on the supervisor reports each change of status
+//! (`starting`, `running`, `exited`) and the server may send `stop` (carry out SIGTERM, grace,
+//! SIGKILL) and, once it holds an `exited`, `ack`, after which the supervisor removes its socket
+//! and exits. A connection that breaks is no loss: the next server connects again and is told
+//! the status as it is then.
+//!
+//! Compatibility: a server adopts supervisors of every protocol version from
+//! [`OLDEST_ADOPTED`] to [`PROTOCOL`]; a later version may add fields (with defaults) and
+//! message types, never change the meaning of one. `tests/supervisor_protocol.rs` keeps a
+//! transcript of each version that this build must still read.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Identity;
+use crate::container::Runtime;
+use crate::isolation::JobUids;
+use crate::{LaunchSpec, Outcome};
+
+/// The protocol this build speaks.
+pub const PROTOCOL: u32 = 1;
+
+/// The oldest protocol whose supervisors this build adopts.
+pub const OLDEST_ADOPTED: u32 = 1;
+
+/// The longest line either side accepts: a launch with a large payload fits many times over;
+/// anything longer is a bug or an attack, and the connection is dropped.
+pub const MAX_LINE: usize = 4 << 20;
+
+/// What the server says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToSupervisor {
+    /// The first line of every connection.
+    Hello {
+        /// The server's protocol.
+        protocol: u32,
+        /// The attempt the server expects to find.
+        attempt: u64,
+    },
+    /// What to run: only on the first connection, from the server that spawned it.
+    Launch(Box<Launch>),
+    /// Stop the attempt: SIGTERM, the grace period, SIGKILL. Idempotent.
+    Stop,
+    /// The server holds the `exited` report: the supervisor may go.
+    Ack,
+}
+
+/// What a supervisor says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromSupervisor {
+    /// The answer to the server's hello.
+    Hello(Box<Hello>),
+    /// A change of status.
+    Status(Status),
+}
+
+/// A supervisor introducing itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Its protocol.
+    pub protocol: u32,
+    /// The attempt it runs.
+    pub attempt: u64,
+    /// Who it is.
+    pub identity: Identity,
+    /// Where its attempt runs; `None` before its launch arrived.
+    pub placement: Option<Placement>,
+    /// Its attempt's status now.
+    pub status: Status,
+}
+
+/// Where an attempt runs: what the server's inventory must hold for it when it adopts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The API job id.
+    pub job_id: String,
+    /// The attempt's number within the job.
+    pub attempt_number: u32,
+    /// The instance type.
+    pub instance_type: String,
+    /// The server's instance ids, one per host.
+    pub instances: Vec<usize>,
+    /// The GPUs of each host, in host order.
+    pub hosts: Vec<Vec<u32>>,
+    /// The uid it runs as, when attempts run apart from the server.
+    pub uid: Option<u32>,
+}
+
+/// An attempt's status as its supervisor knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// Launched, preparing its directories.
+    Preparing,
+    /// Downloading its inputs.
+    Starting {
+        /// What it waits for.
+        reason: String,
+    },
+    /// Every process is spawned.
+    Running(Running),
+    /// Every process is gone; the outcome is on disk.
+    Exited {
+        /// How it ended.
+        outcome: Outcome,
+        /// When (epoch ms).
+        at_ms: u64,
+    },
+}
+
+/// An attempt whose processes are all spawned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    /// The process (group) id of each host.
+    pub pids: Vec<u32>,
+    /// The GPUs of all hosts, in host order.
+    pub gpus: Vec<u32>,
+    /// The attempt's log directory.
+    pub log_dir: PathBuf,
+    /// The checkpoint directory the server scans.
+    pub checkpoint_dir: PathBuf,
+    /// The newest modification time under it when the attempt started (ns since the epoch):
+    /// only newer ones count as this attempt's checkpoints.
+    pub checkpoint_baseline_ns: u64,
+    /// When the processes were spawned (epoch ms).
+    pub at_ms: u64,
+}
+
+/// Everything a supervisor needs to run an attempt: it reads no config of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The attempt.
+    pub spec: LaunchSpec,
+    /// Where it runs.
+    pub placement: Placement,
+    /// How.
+    pub settings: Settings,
+}
+
+/// The executor's settings an attempt runs under, as they were when it was launched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The executor's data directory (canonical).
+    pub data_dir: PathBuf,
+    /// Between SIGTERM and SIGKILL, in milliseconds.
+    pub stop_grace_ms: u64,
+    /// The uid range attempts run under, when they run apart from the server.
+    pub isolation: Option<JobUids>,
+    /// Whether each process gets a mount namespace with its job directory at `/opt/ml`.
+    pub opt_ml: bool,
+    /// Host processes or containers.
+    pub runtime: Runtime,
+    /// Where channels, checkpoints and models are transferred.
+    pub storage: Option<qm_storage::Settings>,
+    /// How often changed checkpoints are uploaded, in milliseconds.
+    pub checkpoint_sync_ms: u64,
+}
