@@ -213,7 +213,7 @@ pub enum ExecEvent {
         /// The attempt.
         attempt: u64,
         /// Process ids, one per host in host order; each is also its process group id, which
-        /// is what [`LocalExecutor::reap_stale`] wants after a restart.
+        /// is what [`LocalExecutor::reap_orphans`] stops when no supervisor holds it.
         pids: Vec<u32>,
         /// GPU indices of all hosts, in host order.
         gpus: Vec<u32>,
@@ -731,21 +731,14 @@ impl Inner {
     /// goes (it is reaped by a task of its own), in a session of its own from its first
     /// instruction on.
     fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
-        use std::os::unix::fs::OpenOptionsExt;
         let socket = self.socket(attempt);
         let _ = std::fs::remove_file(&socket);
         let listener = std::os::unix::net::UnixListener::bind(&socket)?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(socket.with_extension("log"))?;
+        // Its messages go where the server's go (standard error).
         let mut child = tokio::process::Command::new(&self.cfg.supervisor.program)
             .args(&self.cfg.supervisor.args)
             .stdin(std::process::Stdio::from(OwnedFd::from(listener)))
             .stdout(std::process::Stdio::null())
-            .stderr(log)
             .kill_on_drop(false)
             .spawn()?;
         let pid = child

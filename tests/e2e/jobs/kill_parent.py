@@ -1,5 +1,5 @@
-"""A hostile job: records its start in $PROGRESS_FILE, then SIGKILLs its parent (the server,
-for the local executor) and waits to be stopped."""
+"""A hostile job: records its start in $PROGRESS_FILE, then SIGKILLs its parent (its
+supervisor, for the local executor) and waits to be stopped."""
 
 import os
 import signal

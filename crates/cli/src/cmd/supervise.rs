@@ -4,8 +4,9 @@
 
 use std::process::ExitCode;
 
-/// Runs the supervisor; its messages (warnings, unless `QM_LOG` says otherwise) go to standard
-/// error, which the server points at `<data-dir>/supervisors/<attempt>.log`.
+/// Runs the supervisor; its messages go to standard error, the server's (so they are in the
+/// server's log, each under a `supervisor{attempt=N}` span), filtered by `QM_LOG` as the
+/// server's are.
 pub fn run() -> ExitCode {
     if std::env::args_os().nth(2).is_some() {
         eprintln!("qm supervise takes no arguments: qm serve starts it for each attempt");
@@ -14,7 +15,7 @@ pub fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("QM_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(false)

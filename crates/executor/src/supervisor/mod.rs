@@ -4,14 +4,14 @@
 //! under the server: restarting, upgrading or killing the server leaves the job running. The
 //! server and the supervisor talk over the attempt's Unix socket ([`protocol`]); the server
 //! records each supervisor's [`Identity`] (boot id, pid, start time) with the attempt, and
-//! after a restart it connects to each supervisor again ([`link`]): an attempt whose
+//! after a restart it connects to each supervisor again (`link`): an attempt whose
 //! supervisor answers is adopted as it is, one that ended while no server watched is recorded
 //! as it ended (its outcome file), and only one whose machine rebooted or whose supervisor
 //! died is lost.
 //!
 //! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
-//! the supervisor exits), `supervisors/<attempt>.log` (the supervisor's own messages), and the
-//! attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably before the end is reported.
+//! the supervisor exits) and the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably
+//! before the end is reported. The supervisor's own messages go to the server's standard error.
 
 pub(crate) mod identity;
 pub(crate) mod link;

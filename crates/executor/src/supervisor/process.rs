@@ -4,7 +4,7 @@
 //! The server binds the attempt's socket (`<data-dir>/supervisors/<attempt>.sock`) and hands
 //! the listening socket over as standard input; it connects at once and sends `hello` and
 //! `launch`. The supervisor becomes the child subreaper of the job, runs the attempt
-//! ([`crate::attempt`]), writes the outcome durably into the attempt's directory, reports it,
+//! (`attempt`), writes the outcome durably into the attempt's directory, reports it,
 //! and exits once a server acknowledged it. Servers come and go: each new connection is told
 //! the status as it is, and stop requests are carried out whether a server is there or not.
 //! SIGTERM to the supervisor stops the attempt as a stop request would.
@@ -161,6 +161,8 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
         identity,
         launch,
     };
+    let span = tracing::info_span!("supervisor", attempt);
+    let _entered = span.enter();
     let (status_tx, mut status_rx) = watch::channel(Status::Preparing);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conn = conn
@@ -168,7 +170,10 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
         .await
         .ok()
         .map(|()| conn);
-    let mut task = tokio::spawn(run_attempt(me.launch.clone(), status_tx.clone(), stop_rx));
+    let mut task = tokio::spawn(tracing::Instrument::instrument(
+        run_attempt(me.launch.clone(), status_tx.clone(), stop_rx),
+        span.clone(),
+    ));
     let mut task_done = false;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);

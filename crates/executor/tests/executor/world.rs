@@ -39,10 +39,7 @@ impl World {
 
     pub fn with(tweak: impl FnOnce(&mut LocalConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut cfg = LocalConfig::new(dir.path(), vec![pool("ml.g5.xlarge", 2, 0)]);
-        cfg.stop_grace = Duration::from_millis(300);
-        cfg.checkpoint_poll = Duration::from_millis(50);
-        cfg.supervisor = supervisor();
+        let mut cfg = config(dir.path());
         tweak(&mut cfg);
         let (tx, rx) = mpsc::unbounded_channel();
         let exec = LocalExecutor::new(cfg, tx).unwrap();
@@ -52,6 +49,13 @@ impl World {
             rx,
             seen: Vec::new(),
         }
+    }
+
+    /// Another executor on the same data dir, as a previous (or next) server would have it,
+    /// with its own events.
+    pub fn executor_alike(&self) -> (LocalExecutor, mpsc::UnboundedReceiver<ExecEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (LocalExecutor::new(config(self.dir.path()), tx).unwrap(), rx)
     }
 
     /// Waits for the first event (already seen or new) that `pick` accepts.
@@ -117,6 +121,15 @@ impl World {
             })
             .collect()
     }
+}
+
+/// Two CPU instances of ml.g5.xlarge, a 300 ms stop grace, checkpoints scanned every 50 ms.
+fn config(dir: &Path) -> LocalConfig {
+    let mut cfg = LocalConfig::new(dir, vec![pool("ml.g5.xlarge", 2, 0)]);
+    cfg.stop_grace = Duration::from_millis(300);
+    cfg.checkpoint_poll = Duration::from_millis(50);
+    cfg.supervisor = supervisor();
+    cfg
 }
 
 /// The supervisor of these tests: what `qm supervise` runs, built by this crate.

@@ -1,0 +1,177 @@
+//! Attempts outlive their executor: a new executor on the same data dir adopts what the old
+//! one's supervisors run, records what ended meanwhile, and never signals a process that merely
+//! took a recorded pid.
+
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use qm_executor::supervisor::{boot_id, Identity};
+use qm_executor::{ExecEvent, Outcome, Reconciled, Recorded};
+
+use crate::world::{sh, wait_for_text, World};
+
+fn alive(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+}
+
+fn recorded(attempt: u64, job: &str, supervisor: Option<Identity>) -> Recorded {
+    Recorded {
+        attempt,
+        job_id: job.into(),
+        attempt_number: 1,
+        pids: vec![1],
+        supervisor,
+        stopping: false,
+    }
+}
+
+/// Starts `script` as attempt `attempt` under an executor on a runtime of its own, waits until
+/// it runs, then drops that runtime (the server is gone; the supervisor is not). Returns the
+/// supervisor and the job's pid.
+fn start_and_abandon(w: &World, attempt: u64, job: &str, script: &str) -> (Identity, u32) {
+    // On a thread of its own: the test's runtime cannot block on another.
+    std::thread::scope(|s| {
+        s.spawn(|| abandon_on_own_runtime(w, attempt, job, script))
+            .join()
+            .unwrap()
+    })
+}
+
+fn abandon_on_own_runtime(w: &World, attempt: u64, job: &str, script: &str) -> (Identity, u32) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (old, mut events) = w.executor_alike();
+    let (identity, pid) = runtime.block_on(async {
+        old.start(sh(attempt, job, script)).unwrap();
+        loop {
+            match tokio::time::timeout(crate::world::WAIT, events.recv()).await {
+                Ok(Some(ExecEvent::Running {
+                    pids, supervisor, ..
+                })) => {
+                    break (
+                        supervisor.expect("a local attempt has a supervisor"),
+                        pids[0],
+                    )
+                }
+                Ok(Some(_)) => {}
+                other => panic!("no Running: {other:?}"),
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    (identity, pid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_executor_adopts_a_running_attempt_and_can_stop_it() {
+    let mut w = World::new();
+    let (identity, pid) = start_and_abandon(
+        &w,
+        1,
+        "job-a",
+        "trap 'exit 7' TERM; while :; do sleep 0.05; done",
+    );
+    assert!(identity.alive(&boot_id()));
+    assert!(alive(pid), "the job outlives its executor");
+    let out = w
+        .exec
+        .reconcile(vec![recorded(1, "job-a", Some(identity.clone()))])
+        .await;
+    assert_eq!(out, vec![(1, Reconciled::Adopted { running: None })]);
+    assert_eq!(w.exec.running(), 1);
+    assert_eq!(w.exec.free("ml.g5.xlarge"), 1, "its instance is held again");
+    assert_eq!(w.exec.supervisor(1), Some(identity));
+    w.exec.stop(1);
+    let outcome = w.exited(1).await;
+    assert!(
+        matches!(&outcome, Outcome::Failed { reason, .. } if reason.contains("code 7")),
+        "{outcome:?}"
+    );
+    assert!(!alive(pid));
+    assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_ended_without_an_executor_is_recorded_as_it_ended() {
+    let w = World::new();
+    let gate = w.dir.path().join("gate");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.02; done; exit 3",
+        gate.display()
+    );
+    let (identity, _) = start_and_abandon(&w, 2, "job-b", &script);
+    std::fs::write(&gate, "").unwrap();
+    // The supervisor writes the outcome, then waits for a server to acknowledge it.
+    let outcome_file = w
+        .dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("jobs/job-b/attempts/1/outcome.json");
+    wait_for_text(&outcome_file, "code 3").await;
+    assert!(
+        identity.alive(&boot_id()),
+        "it waits for an acknowledgement"
+    );
+    let out = w
+        .exec
+        .reconcile(vec![recorded(2, "job-b", Some(identity.clone()))])
+        .await;
+    assert!(
+        matches!(&out[0].1, Reconciled::Ended(Outcome::Failed { reason, .. }) if reason.contains("code 3")),
+        "{out:?}"
+    );
+    let deadline = std::time::Instant::now() + crate::world::WAIT;
+    while identity.alive(&boot_id()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "acknowledged, the supervisor exits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(w.exec.running(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_pid_that_now_names_another_process_is_never_signalled() {
+    let w = World::new();
+    let mut stranger = Command::new("sleep").arg("1000").spawn().unwrap();
+    let pid = stranger.id();
+    let now = Identity::of(pid, &boot_id()).unwrap();
+    // What the log recorded: the same pid, an earlier process (another start time).
+    let then = Identity {
+        start_time: now.start_time.saturating_sub(1),
+        ..now.clone()
+    };
+    let out = w
+        .exec
+        .reconcile(vec![recorded(3, "job-c", Some(then))])
+        .await;
+    assert!(
+        matches!(&out[0].1, Reconciled::Lost(reason) if reason.contains("supervisor")),
+        "{out:?}"
+    );
+    assert!(alive(pid), "{:?}", stranger.try_wait());
+    assert!(stranger.try_wait().unwrap().is_none());
+    // Another boot's identity is never signalled either.
+    let other_boot = Identity {
+        boot_id: "another-boot".into(),
+        ..now
+    };
+    let out = w
+        .exec
+        .reconcile(vec![recorded(4, "job-d", Some(other_boot))])
+        .await;
+    assert!(
+        matches!(&out[0].1, Reconciled::Lost(reason) if reason.contains("rebooted")),
+        "{out:?}"
+    );
+    assert!(alive(pid));
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
+}
