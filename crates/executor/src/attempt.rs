@@ -411,7 +411,7 @@ impl Supervisor {
         let mut killed = false;
         loop {
             tokio::select! {
-                exit = reaped.recv() => {
+                exit = reaped.next() => {
                     // None: no process of the attempt is left.
                     let Some((pid, status)) = exit else { break };
                     let failure = self.reaped(pid, status, kill_at.is_some());

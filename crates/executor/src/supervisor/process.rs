@@ -154,7 +154,8 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     };
     // The server that spawned it connects at once: hello, then launch.
     let Some((mut conn, attempt, launch)) = first_connection(&listener).await else {
-        return 2;
+        // Never launched (its server died right after spawning it): nothing ran.
+        return 0;
     };
     let me = Me {
         attempt,
@@ -223,15 +224,15 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     }
 }
 
-/// The spawning server's connection, its hello and its launch.
+/// The spawning server's connection, its hello and its launch. The server connects at once
+/// and says hello; if it dies first, the supervisor has nothing to do and exits.
 async fn first_connection(listener: &UnixListener) -> Option<(Conn, u64, Launch)> {
     let (stream, _) = tokio::time::timeout(HELLO_TIMEOUT, listener.accept())
         .await
         .ok()?
         .ok()?;
     let mut conn = Conn::new(stream);
-    let Some(ToSupervisor::Hello { attempt, .. }) = conn.first().await else {
-        eprintln!("qm supervise: the server did not say hello");
+    let Some(ToSupervisor::Hello { attempt, .. }) = conn.incoming.recv().await else {
         return None;
     };
     let Some(ToSupervisor::Launch(launch)) = conn.first().await else {
@@ -306,7 +307,14 @@ async fn run_attempt(launch: Launch, status: watch::Sender<Status>, stop: watch:
         settings,
     } = launch;
     let outcome_path: PathBuf = outcome_file(&settings.data_dir, &spec.job_id, spec.attempt_number);
-    let storage = settings.storage.clone().map(|s| Arc::new(Storage::new(s)));
+    // Only for an attempt that transfers something: a client costs a trivial job its start.
+    let transfers =
+        !spec.channels.is_empty() || spec.checkpoint_uri.is_some() || spec.output_path.is_some();
+    let storage = settings
+        .storage
+        .clone()
+        .filter(|_| transfers)
+        .map(|s| Arc::new(Storage::new(s)));
     let reports = status.clone();
     let report: Reporter = Arc::new(move |r| {
         reports.send_replace(match r {

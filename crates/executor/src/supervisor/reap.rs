@@ -1,39 +1,79 @@
 //! The supervisor's children: it is the child subreaper of everything its attempt starts, so
 //! whatever the job forks, however it daemonizes, comes back to it as a child when its parent
-//! dies. One blocking thread waits for any child (`waitpid(-1)`) and reports each exit; when
-//! the kernel says there is no child left, nothing of the attempt runs any more. No polling:
-//! the end of the last process is known when it happens.
+//! dies. At each SIGCHLD it collects every exited child (`waitpid(-1, WNOHANG)`) and reports
+//! each exit; when the kernel says there is no child left, nothing of the attempt runs any more.
+//! No polling: the end of the last process is known when it happens.
 
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use tokio::sync::mpsc;
 
-/// Starts reaping every child of this process: each exit comes as `(pid, raw wait status)`;
-/// the channel closes once no child is left. Call it after the attempt's processes are
-/// spawned, and spawn nothing that is waited for otherwise until it closed.
-pub(crate) fn start() -> mpsc::UnboundedReceiver<(u32, i32)> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let spawned = std::thread::Builder::new()
-        .name("qm-reaper".into())
-        .stack_size(64 * 1024)
-        .spawn(move || loop {
-            match waitpid(None::<Pid>, None) {
+/// Every child of this process, as it exits.
+pub(crate) struct Reaper {
+    sigchld: Option<tokio::signal::unix::Signal>,
+    /// Exits collected but not yet returned.
+    ready: std::collections::VecDeque<(u32, i32)>,
+    done: bool,
+}
+
+/// Starts reaping every child of this process. Call it after the attempt's processes are
+/// spawned, and spawn nothing that is waited for otherwise until [`Reaper::next`] said `None`.
+pub(crate) fn start() -> Reaper {
+    let sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child());
+    if let Err(e) = &sigchld {
+        tracing::error!(error = %e, "cannot watch SIGCHLD; waiting for the attempt's processes by polling");
+    }
+    Reaper {
+        sigchld: sigchld.ok(),
+        ready: std::collections::VecDeque::new(),
+        done: false,
+    }
+}
+
+impl Reaper {
+    /// The next exit, as `(pid, raw wait status)`; `None` once no child is left. Cancel safe.
+    pub(crate) async fn next(&mut self) -> Option<(u32, i32)> {
+        loop {
+            if let Some(exit) = self.ready.pop_front() {
+                return Some(exit);
+            }
+            if self.done {
+                return None;
+            }
+            self.collect();
+            if !self.ready.is_empty() || self.done {
+                continue;
+            }
+            // The signal is registered before the first collect: no exit can slip between.
+            match self.sigchld.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// Collects every child that has exited, without waiting.
+    fn collect(&mut self) {
+        loop {
+            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => return,
                 Ok(status) => {
-                    if let Some((pid, raw)) = raw_status(status) {
-                        let _ = tx.send((pid, raw));
+                    if let Some(exit) = raw_status(status) {
+                        self.ready.push_back(exit);
                     }
                 }
                 Err(Errno::EINTR) => {}
                 // ECHILD: no child left.
-                Err(_) => return,
+                Err(_) => {
+                    self.done = true;
+                    return;
+                }
             }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the reaper thread; the attempt counts as ended");
+        }
     }
-    rx
 }
 
 /// A wait status as the raw number `ExitStatus::from_raw` reads (exit code in the second
