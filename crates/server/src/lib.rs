@@ -687,6 +687,7 @@ fn print_banner(
          data dir: {data}\n\
          instances: {pool}\n\
          {jobs}\n\
+         stop: Ctrl-C or SIGTERM stops this server only; running jobs go on and its next start adopts them\n\
          region {region}, account {account}\n\
          {auth}\n\
          \n\

@@ -27,6 +27,15 @@ use qm_storage::Storage;
 /// How long a connecting server has to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How often the supervisor looks whether its socket is still there: a data dir deleted under
+/// it (a test's, an admin's) means no server will ever ask for the attempt.
+const ORPHAN_CHECK: Duration = Duration::from_secs(60);
+
+/// How long an ended attempt's supervisor waits for a server to acknowledge it. After that
+/// the outcome file alone tells the next server (it records an attempt whose supervisor is
+/// gone as its outcome file says).
+const MAX_LINGER: Duration = Duration::from_secs(24 * 3600);
+
 /// Runs the supervisor; its exit code. Standard input must be the listening socket.
 pub fn main() -> i32 {
     let listener = match take_listener() {
@@ -178,6 +187,7 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     let mut task_done = false;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);
+    let mut watch = Orphan::new(&socket);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -211,17 +221,74 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
                     return 3;
                 }
                 let status = status_rx.borrow_and_update().clone();
+                let exited = matches!(status, Status::Exited { .. });
                 if let Some(c) = conn.as_mut() {
                     if c.send(&FromSupervisor::Status(status)).await.is_err() {
                         conn = None;
                     }
                 }
+                if exited && watch.orphaned {
+                    return 0;
+                }
             }
             Some(()) = recv_signal(&mut term) => {
                 stop_tx.send_replace(true);
             }
+            _ = watch.check.tick() => {
+                let exited = matches!(*status_rx.borrow(), Status::Exited { .. });
+                if watch.gone(&socket) || (exited && watch.lingered()) {
+                    if exited {
+                        return 0;
+                    }
+                    stop_tx.send_replace(true);
+                }
+            }
         }
     }
+}
+
+/// Whether the supervisor's socket is still the one it was started with.
+struct Orphan {
+    check: tokio::time::Interval,
+    inode: Option<(u64, u64)>,
+    since: tokio::time::Instant,
+    /// Its socket is gone: the attempt is being stopped, and the supervisor goes when it ends.
+    orphaned: bool,
+}
+
+impl Orphan {
+    fn new(socket: &std::path::Path) -> Orphan {
+        let start = tokio::time::Instant::now();
+        Orphan {
+            check: tokio::time::interval_at(start + ORPHAN_CHECK, ORPHAN_CHECK),
+            inode: inode(socket),
+            since: start,
+            orphaned: false,
+        }
+    }
+
+    /// True, once, when the socket was removed or replaced.
+    fn gone(&mut self, socket: &std::path::Path) -> bool {
+        if self.orphaned || inode(socket) == self.inode {
+            return false;
+        }
+        tracing::warn!(socket = %socket.display(), "the attempt's socket is gone (its data dir was removed?): stopping the attempt; no server can ask for it");
+        self.orphaned = true;
+        true
+    }
+
+    /// Whether it has waited long enough for an acknowledgement (counted from its start: an
+    /// attempt shorter than the bound waits at least the rest of it).
+    fn lingered(&self) -> bool {
+        self.since.elapsed() > MAX_LINGER
+    }
+}
+
+fn inode(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// The spawning server's connection, its hello and its launch. The server connects at once
