@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qm_e2e import (ShareSpec, config_toml, make_queue, pid_alive, wait_for, wait_status)
+from qm_e2e import (ShareSpec, config_toml, events, make_queue, pid_alive, wait_for, wait_status)
 
 ISOLATION = ["auto", "none"]
 
@@ -166,3 +166,60 @@ def test_an_adopted_job_can_be_terminated_and_preempted_by_a_reclaim(server, bat
     kept = next(j for j in b if j not in preempted)
     batch.terminate_service_job(jobId=kept, reason="done with it")
     wait_status(batch, kept, "FAILED")
+
+
+def test_kill_9_under_load_fails_no_job_restarts_none_and_runs_none_twice(server, batch, jobs, tmp_path):
+    """The kill -9 torture with long-running jobs: short jobs stream in while the server is
+    killed and restarted ten times; afterwards no job FAILED, the long jobs never started
+    again, and no short job ran twice."""
+    q = make_queue(batch, "torture", [ShareSpec("team", limit=3)])
+    gate = tmp_path / "release"
+    long = {f"long_{k}": jobs.checkpointing(q, "team", f"long_{k}", target=5, pause_at=2, gate=gate,
+                                            retry={"attempts": 1})
+            for k in range(2)}
+    for name, jid in long.items():
+        wait_status(batch, jid, "RUNNING")
+        jobs.wait_started(name)
+    short = {}
+
+    def submit_some(client, n):
+        for _ in range(n):
+            name = f"short_{len(short)}"
+            try:
+                short[name] = jobs.submit(q, "team", name, "exit_code.py",
+                                          env={"PROGRESS_FILE": str(jobs.file(f"{name}.progress"))},
+                                          retry={"attempts": 1})
+            except Exception:  # the server is down: try the next one after the restart
+                return
+
+    for _ in range(10):
+        submit_some(jobs.batch, 4)
+        time.sleep(0.3)
+        server.kill9()
+        server.start()
+        jobs.batch = server.client()
+    batch = jobs.batch
+    for name, jid in short.items():
+        job = wait_status(batch, jid, ("SUCCEEDED", "FAILED"), timeout=120)
+        assert job["status"] == "SUCCEEDED", (name, job.get("statusReason"))
+        runs = [v for e, v, _ in jobs.progress(name) if e == "run"]
+        assert len(runs) == 1, f"{name} ran {len(runs)} times: {runs}"
+    assert len(short) >= 20, len(short)
+    for name, jid in long.items():
+        job = batch.describe_service_job(jobId=jid)
+        assert job["status"] == "RUNNING" and len(job["attempts"]) <= 1, job
+        assert len(events(jobs.progress(name), "start")) == 1, jobs.progress(name)
+    gate.touch()
+    for name, jid in long.items():
+        wait_status(batch, jid, "SUCCEEDED", timeout=120)
+        assert not events(jobs.progress(name), "VIOLATION"), jobs.progress(name)
+
+
+def test_sighup_does_not_stop_the_server_or_its_jobs(server, batch, jobs):
+    _, ids = long_jobs(batch, jobs, "hangup", n=1)
+    before = snapshot(batch, jobs, ids)
+    server.proc.send_signal(signal.SIGHUP)
+    time.sleep(1)
+    assert server.proc.poll() is None, server.log_tail()
+    assert "SIGHUP" in server.log_path.read_text()
+    assert snapshot(batch, jobs, ids) == before

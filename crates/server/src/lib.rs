@@ -252,6 +252,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         gpus,
         limits: config.limits,
     };
+    ignore_hangups();
     let handle = axum_server::Handle::new();
     let stopping = handle.clone();
     tokio::spawn(async move {
@@ -641,6 +642,22 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
             source,
         }),
     }
+}
+
+/// SIGHUP must not end the server (its default action would): it is logged, and the running
+/// server goes on. Applying a changed config file takes a restart, which running jobs survive.
+fn ignore_hangups() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            eprintln!(
+                "qm: SIGHUP: the config file is not re-read while running; restart the server to apply it (running jobs go on and are adopted)"
+            );
+        }
+    });
 }
 
 async fn shutdown_signal() {
