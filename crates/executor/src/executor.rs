@@ -872,23 +872,25 @@ impl Inner {
             .get(&attempt)
             .map(|s| s.attempt_dir.clone());
         let Some(dir) = dir else { return };
-        let outcome = sup::read_outcome(&dir);
-        let pid = self
+        let identity = self
             .state()
             .attempts
-            .get(&attempt)
-            .and_then(|s| s.supervisor.as_ref().map(|i| i.pid));
+            .get_mut(&attempt)
+            .and_then(|s| s.supervisor.take());
+        let pid = identity.as_ref().map(|i| i.pid);
+        // A supervisor that is alive but dropped the connection (it could not read what it
+        // was sent) is not trusted with the attempt any more: it goes, and what it ran is
+        // stopped below, before the instances are free.
+        if let Some(id) = &identity {
+            id.signal(&self.boot_id, rustix::process::Signal::KILL);
+        }
+        let outcome = sup::read_outcome(&dir);
         tracing::warn!(
             attempt,
             ?pid,
             ended = outcome.is_some(),
             "an attempt's supervisor went away"
         );
-        // Its processes are no longer held by it: stop them before the instances are free.
-        self.state()
-            .attempts
-            .entry(attempt)
-            .and_modify(|s| s.supervisor = None);
         let executor = LocalExecutor {
             inner: self.clone(),
         };
