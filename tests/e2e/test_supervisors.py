@@ -223,3 +223,26 @@ def test_sighup_does_not_stop_the_server_or_its_jobs(server, batch, jobs):
     assert server.proc.poll() is None, server.log_tail()
     assert "SIGHUP" in server.log_path.read_text()
     assert snapshot(batch, jobs, ids) == before
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def test_a_supervisor_sent_sigterm_stops_its_attempt_which_is_lost_not_failed(server, batch, jobs):
+    """What a service manager does when it stops the server's whole unit (systemd without
+    KillMode=process): the job is stopped and queued again without using a retry."""
+    q = make_queue(batch, "sigterm", [ShareSpec("team", limit=3)])
+    jid = jobs.sleeper(q, "team", "termed", retry={"attempts": 1})
+    wait_status(batch, jid, "RUNNING")
+    jobs.wait_started("termed")
+    supervisor = parent_of(jobs.pid("termed"))
+    assert Path(f"/proc/{supervisor}/comm").read_text().strip() == "qm-supervise"
+    os.kill(supervisor, signal.SIGTERM)
+    jobs.wait_started("termed", times=2)
+    job = wait_status(batch, jid, "RUNNING")
+    # The ended attempt is listed (the running one is not yet): lost, no retry used.
+    assert len(job["attempts"]) == 1, job
+    reason = job["attempts"][0]["statusReason"]
+    assert reason.startswith("Attempt lost: its supervisor was sent SIGTERM"), reason

@@ -115,9 +115,7 @@ impl Drop for Supervisor {
         if self.done {
             return;
         }
-        for &pgid in &self.groups {
-            signal_group(pgid, Signal::SIGKILL);
-        }
+        self.signal_groups(Signal::SIGKILL);
         crate::supervisor::reap::kill_children();
     }
 }
@@ -437,9 +435,7 @@ impl Supervisor {
                     kill_at = Some(self.terminate(grace));
                 }
                 () = sleep_until_opt(kill_at) => {
-                    for &pgid in &self.groups {
-                        signal_group(pgid, Signal::SIGKILL);
-                    }
+                    self.signal_groups(Signal::SIGKILL);
                     killed |= crate::supervisor::reap::kill_children() > 0 || cause.is_some();
                     kill_at = Some(Instant::now() + KILL_AGAIN);
                 }
@@ -501,12 +497,21 @@ impl Supervisor {
 
     /// SIGTERM to every host's group; returns when SIGKILL is due (to the groups and to
     /// whatever the job left outside them).
-    fn terminate(&self, grace: Duration) -> Instant {
+    fn terminate(&mut self, grace: Duration) -> Instant {
         tracing::debug!(attempt = self.attempt, "stopping attempt");
-        for &pgid in &self.groups {
-            signal_group(pgid, Signal::SIGTERM);
-        }
+        self.signal_groups(Signal::SIGTERM);
         Instant::now() + grace
+    }
+
+    /// Sends `signal` to each host's group that still holds the job's processes (a group that
+    /// emptied is forgotten: its number may name someone else's group by now).
+    fn signal_groups(&mut self, signal: Signal) {
+        let me = std::process::id();
+        self.groups
+            .retain(|&pgid| crate::group::group_held(pgid, me));
+        for &pgid in &self.groups {
+            signal_group(pgid, signal);
+        }
     }
 }
 

@@ -531,7 +531,11 @@ impl LocalExecutor {
     /// left): SIGTERM, up to `stop_grace`, SIGKILL, and returns once they are gone (or 10 s
     /// after SIGKILL, with a warning).
     pub async fn reap_orphans(&self) {
-        let orphans = self.orphans();
+        // A scan of /proc reads every process's environment: off the runtime's workers.
+        let exec = self.clone();
+        let orphans = tokio::task::spawn_blocking(move || exec.orphans())
+            .await
+            .unwrap_or_default();
         if !orphans.is_empty() {
             tracing::info!(
                 groups = orphans.len(),
@@ -609,6 +613,16 @@ impl LocalExecutor {
             .collect();
         state.inventory.check_invariants(&held)
     }
+}
+
+/// What answers at a supervisor's socket.
+enum Answer {
+    /// Its supervisor, and what it said.
+    Hello(Box<Conn>, Box<sup::protocol::Hello>),
+    /// No socket, or nothing listens on it.
+    Nobody,
+    /// Something listens but would not say hello, and why.
+    Silent(String),
 }
 
 /// Creates `<data-dir>/supervisors` (the server's only) and opens it.
@@ -909,35 +923,32 @@ impl Inner {
 
     /// What became of one recorded attempt ([`LocalExecutor::reconcile`]).
     async fn reconcile_one(self: Arc<Self>, r: &Recorded) -> Reconciled {
-        let found = match Conn::connect(&self.socket(r.attempt)) {
-            Ok(mut conn) => match conn.hello(r.attempt).await {
-                Ok(hello) => Some((conn, hello)),
-                Err(why) => {
-                    tracing::warn!(attempt = r.attempt, "its supervisor does not answer: {why}");
-                    None
-                }
-            },
-            Err(_) => None,
-        };
-        if let Some((conn, hello)) = found {
-            match self.verify(r, &hello) {
-                Ok(()) => return self.adopt(r, conn, hello),
+        match self.answer(r).await {
+            Answer::Hello(conn, hello) => match self.verify(r, &hello) {
+                Ok(()) => return self.adopt(r, *conn, *hello),
                 Err(why) => tracing::warn!(
                     attempt = r.attempt,
                     "not adopting what answers at its socket: {why}"
                 ),
+            },
+            Answer::Nobody => {}
+            Answer::Silent(why) => {
+                tracing::warn!(attempt = r.attempt, "its supervisor does not answer: {why}")
             }
         }
-        // Not adopted: nothing of it may go on running.
+        // Not adopted: nothing of it may go on running. A recorded supervisor that is alive
+        // (it did not answer) is killed, and gone, before the attempt counts as ended.
         if let Some(id) = &r.supervisor {
             if id.signal(&self.boot_id, rustix::process::Signal::KILL) {
-                tracing::warn!(
-                    attempt = r.attempt,
-                    pid = id.pid,
-                    "killed its supervisor, which did not answer"
-                );
+                tracing::warn!(attempt = r.attempt, pid = id.pid, "killed its supervisor");
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                while id.alive(&self.boot_id) && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
         }
+        // An unrecorded supervisor that did not answer notices its socket is gone and stops
+        // its attempt; the processes it ran are stopped with the orphans meanwhile.
         let _ = std::fs::remove_file(self.socket(r.attempt));
         if let Some(outcome) = sup::read_outcome(
             &JobLayout::new(&self.cfg.data_dir, &r.job_id, r.attempt_number).attempt_dir,
@@ -945,6 +956,35 @@ impl Inner {
             return Reconciled::Ended(outcome);
         }
         Reconciled::Lost(self.lost_reason(r))
+    }
+
+    /// What answers at a recorded attempt's socket: its supervisor's hello (a slow one gets
+    /// three tries), nobody (no socket, or nothing listens on it), or something that would not
+    /// say hello.
+    async fn answer(&self, r: &Recorded) -> Answer {
+        let mut why = String::new();
+        for _ in 0..3 {
+            let mut conn = match Conn::connect(&self.socket(r.attempt)) {
+                Ok(conn) => conn,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                    ) =>
+                {
+                    return Answer::Nobody
+                }
+                Err(e) => {
+                    why = format!("cannot connect: {e}");
+                    continue;
+                }
+            };
+            match conn.hello(r.attempt).await {
+                Ok(hello) => return Answer::Hello(Box::new(conn), Box::new(hello)),
+                Err(e) => why = e,
+            }
+        }
+        Answer::Silent(why)
     }
 
     /// Why a recorded attempt that nothing answers for is lost.

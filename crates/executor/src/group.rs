@@ -124,6 +124,23 @@ pub(crate) fn marked_groups_outside(data_dir: &Path, supervisors: &BTreeSet<u32>
     groups
 }
 
+/// Whether process group `pgid` has a member that descends from `ancestor`: a group id a
+/// supervisor recorded is signalled only while it still names the job's processes, never a
+/// group that took the number after the job's emptied. False where /proc cannot be read.
+pub(crate) fn group_held(pgid: u32, ancestor: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let ancestors = BTreeSet::from([ancestor]);
+    dir.flatten().any(|entry| {
+        entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|pid| process_group_of(pid) == Some(pgid) && held_by(pid, &ancestors))
+    })
+}
+
 /// Whether one of `supervisors` is an ancestor of `pid` (walking the parents in /proc, at most
 /// 64 levels).
 fn held_by(pid: u32, supervisors: &BTreeSet<u32>) -> bool {

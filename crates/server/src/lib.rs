@@ -714,6 +714,13 @@ fn print_banner(
         account = config.account_id,
         auth = auth.join("\n"),
     );
+    if std::env::var_os("INVOCATION_ID").is_some() {
+        // systemd's default KillMode=control-group signals every process of the unit when it
+        // stops: the supervisors, and so the jobs, with the server.
+        eprintln!(
+            "qm: running under systemd: give the unit KillMode=process, or stopping or restarting it stops every running job (their attempts are then recorded lost)"
+        );
+    }
     if !config.listen.ip().is_loopback() && config.tls.is_none() {
         eprintln!(
             "qm: warning: listening on {} without TLS: SigV4 keeps requests from being forged or altered, but payloads, environment variables and logs cross the network in clear text; put the server behind a TLS proxy or keep it on a trusted network",

@@ -43,15 +43,17 @@ impl Conn {
         self.write.write_all(&line).await
     }
 
-    /// The next message; `None` when the supervisor closed the connection (or said something
-    /// unreadable, which is logged).
+    /// The next message; `None` when the supervisor closed the connection. A line this build
+    /// cannot read (a later supervisor's new message) is logged and skipped: it is no reason
+    /// to give up on the attempt.
     pub(crate) async fn recv(&mut self) -> Option<FromSupervisor> {
-        let line = self.lines.next_line().await.ok()??;
-        match serde_json::from_str(&line) {
-            Ok(msg) => Some(msg),
-            Err(e) => {
-                tracing::warn!(error = %e, "a supervisor said something this server cannot read");
-                None
+        loop {
+            let line = self.lines.next_line().await.ok()??;
+            match serde_json::from_str(&line) {
+                Ok(msg) => return Some(msg),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping a message of a supervisor this server cannot read")
+                }
             }
         }
     }

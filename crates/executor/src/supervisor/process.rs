@@ -4,13 +4,16 @@
 //! The server binds the attempt's socket (`<data-dir>/supervisors/<attempt>.sock`) and hands
 //! the listening socket over as standard input; it connects at once and sends `hello` and
 //! `launch`. The supervisor becomes the child subreaper of the job, runs the attempt
-//! (`attempt`), writes the outcome durably into the attempt's directory, reports it,
-//! and exits once a server acknowledged it. Servers come and go: each new connection is told
-//! the status as it is, and stop requests are carried out whether a server is there or not.
-//! SIGTERM to the supervisor stops the attempt as a stop request would.
+//! (`attempt`) on a thread of its own (so that the socket is answered at once whatever the
+//! attempt's file work blocks on), writes the outcome durably into the attempt's directory,
+//! reports it, and exits once a server acknowledged it. Servers come and go: each new
+//! connection is told the status as it is, and stop requests are carried out whether a server
+//! is there or not. SIGTERM to the supervisor stops the attempt, which is then reported lost
+//! (a service manager stopping the server's whole unit, not the job's doing).
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 use super::protocol::{FromSupervisor, Hello, Launch, Status, ToSupervisor, MAX_LINE, PROTOCOL};
 use super::{boot_id, outcome_file, socket_path, write_outcome, Identity};
 use crate::attempt::{self, Ctx, Report, Reporter};
+use crate::Outcome;
 use qm_storage::Storage;
 
 /// How long a connecting server has to say hello.
@@ -48,6 +52,8 @@ pub fn main() -> i32 {
     // Out of the server's session and process group: a signal to them (a terminal's ^C, a
     // service manager stopping the server's group) does not reach the job.
     let _ = rustix::process::setsid();
+    // `ps` and `top` show `qm-supervise`, not the `exe` of /proc/self/exe.
+    let _ = rustix::thread::set_name(c"qm-supervise");
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         eprintln!("qm supervise: cannot become the job's subreaper: {e}");
         return 2;
@@ -80,7 +86,8 @@ fn take_listener() -> std::io::Result<std::os::unix::net::UnixListener> {
 }
 
 /// One connection to a server: its messages come through `incoming` (a reader task per
-/// connection, so that the main loop's select never cancels a half-read line).
+/// connection, so that the main loop's select never cancels a half-read line). A line this
+/// build cannot read (a later server's new message) is skipped, not fatal.
 struct Conn {
     write: OwnedWriteHalf,
     incoming: mpsc::UnboundedReceiver<ToSupervisor>,
@@ -101,6 +108,8 @@ impl Conn {
                     .await
                 {
                     Ok(0) | Err(_) => return,
+                    // Longer than any message: the connection is not a server's.
+                    Ok(n) if n >= MAX_LINE && !line.ends_with('\n') => return,
                     Ok(_) => match serde_json::from_str::<ToSupervisor>(&line) {
                         Ok(msg) => {
                             if tx.send(msg).is_err() {
@@ -108,8 +117,7 @@ impl Conn {
                             }
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, "a message the supervisor cannot read; dropping the connection");
-                            return;
+                            tracing::warn!(error = %e, "skipping a message this supervisor cannot read")
                         }
                     },
                 }
@@ -152,6 +160,15 @@ impl Me {
     }
 }
 
+/// The attempt as the main loop follows it.
+struct Tracked {
+    /// The status as of the last event.
+    status: Status,
+    /// Whether the outcome is on disk (an acknowledged attempt whose file could not be
+    /// written keeps its supervisor until a server has it in its log, or the socket goes).
+    durable: bool,
+}
+
 async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     let Ok(listener) = UnixListener::from_std(listener) else {
         return 2;
@@ -162,7 +179,7 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
         return 2;
     };
     // The server that spawned it connects at once: hello, then launch.
-    let Some((mut conn, attempt, launch)) = first_connection(&listener).await else {
+    let Some((conn, attempt, launch)) = first_connection(&listener).await else {
         // Never launched (its server died right after spawning it): nothing ran.
         return 0;
     };
@@ -173,27 +190,30 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     };
     let span = tracing::info_span!("supervisor", attempt);
     let _entered = span.enter();
-    let (status_tx, mut status_rx) = watch::channel(Status::Preparing);
+    let mut conn = Some(conn);
+    send(&mut conn, &me.hello(&Status::Preparing)).await;
+    let (events_tx, mut events) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut conn = conn
-        .send(&me.hello(&Status::Preparing))
-        .await
-        .ok()
-        .map(|()| conn);
-    let mut task = tokio::spawn(tracing::Instrument::instrument(
-        run_attempt(me.launch.clone(), status_tx.clone(), stop_rx),
+    let signalled = Arc::new(AtomicBool::new(false));
+    spawn_attempt(
+        &me.launch,
+        events_tx,
+        stop_rx,
+        signalled.clone(),
         span.clone(),
-    ));
-    let mut task_done = false;
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);
     let mut watch = Orphan::new(&socket);
+    let mut tracked = Tracked {
+        status: Status::Preparing,
+        durable: false,
+    };
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let status = status_rx.borrow().clone();
-                if let Some(c) = handshake(stream, &me, &status).await {
+                if let Some(c) = handshake(stream, &me, &tracked.status).await {
                     // The newest server wins; an older connection is dropped.
                     conn = Some(c);
                 }
@@ -202,40 +222,27 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
                 Some(ToSupervisor::Stop) => {
                     stop_tx.send_replace(true);
                 }
-                Some(ToSupervisor::Ack) if matches!(*status_rx.borrow(), Status::Exited { .. }) => {
+                Some(ToSupervisor::Ack) if tracked.durable => {
                     let _ = std::fs::remove_file(&socket);
                     return 0;
                 }
                 Some(_) => {}
                 None => conn = None,
             },
-            joined = &mut task, if !task_done => {
-                task_done = true;
-                if let Err(e) = joined {
-                    // The attempt's processes were killed as its future was dropped.
-                    failed(&me.launch, &status_tx, &e.to_string());
-                }
-            }
-            changed = status_rx.changed() => {
-                if changed.is_err() {
-                    return 3;
-                }
-                let status = status_rx.borrow_and_update().clone();
+            Some((status, durable)) = events.recv() => {
                 let exited = matches!(status, Status::Exited { .. });
-                if let Some(c) = conn.as_mut() {
-                    if c.send(&FromSupervisor::Status(status)).await.is_err() {
-                        conn = None;
-                    }
-                }
+                tracked = Tracked { status: status.clone(), durable };
+                send(&mut conn, &FromSupervisor::Status(status)).await;
                 if exited && watch.orphaned {
                     return 0;
                 }
             }
             Some(()) = recv_signal(&mut term) => {
+                signalled.store(true, Ordering::SeqCst);
                 stop_tx.send_replace(true);
             }
             _ = watch.check.tick() => {
-                let exited = matches!(*status_rx.borrow(), Status::Exited { .. });
+                let exited = matches!(tracked.status, Status::Exited { .. });
                 if watch.gone(&socket) || (exited && watch.lingered()) {
                     if exited {
                         return 0;
@@ -247,29 +254,50 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     }
 }
 
+/// Sends `msg` on the connection, if there is one; a connection that fails is dropped.
+async fn send(conn: &mut Option<Conn>, msg: &FromSupervisor) {
+    if let Some(c) = conn.as_mut() {
+        if c.send(msg).await.is_err() {
+            *conn = None;
+        }
+    }
+}
+
 /// Whether the supervisor's socket is still the one it was started with.
 struct Orphan {
     check: tokio::time::Interval,
     inode: Option<(u64, u64)>,
     since: tokio::time::Instant,
+    /// Checks in a row that found the socket missing.
+    missing: u32,
     /// Its socket is gone: the attempt is being stopped, and the supervisor goes when it ends.
     orphaned: bool,
 }
 
 impl Orphan {
-    fn new(socket: &std::path::Path) -> Orphan {
+    fn new(socket: &Path) -> Orphan {
         let start = tokio::time::Instant::now();
         Orphan {
             check: tokio::time::interval_at(start + ORPHAN_CHECK, ORPHAN_CHECK),
-            inode: inode(socket),
+            inode: inode(socket).ok(),
             since: start,
+            missing: 0,
             orphaned: false,
         }
     }
 
-    /// True, once, when the socket was removed or replaced.
-    fn gone(&mut self, socket: &std::path::Path) -> bool {
-        if self.orphaned || inode(socket) == self.inode {
+    /// True, once, when the socket was removed or replaced: seen so at two checks in a row
+    /// (an error other than "no such file", a stale NFS handle say, does not count).
+    fn gone(&mut self, socket: &Path) -> bool {
+        if self.orphaned {
+            return false;
+        }
+        let gone = match inode(socket) {
+            Ok(now) => Some(now) != self.inode,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        self.missing = if gone { self.missing + 1 } else { 0 };
+        if self.missing < 2 {
             return false;
         }
         tracing::warn!(socket = %socket.display(), "the attempt's socket is gone (its data dir was removed?): stopping the attempt; no server can ask for it");
@@ -284,11 +312,9 @@ impl Orphan {
     }
 }
 
-fn inode(path: &std::path::Path) -> Option<(u64, u64)> {
+fn inode(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
+    std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino()))
 }
 
 /// The spawning server's connection, its hello and its launch. The server connects at once
@@ -343,37 +369,87 @@ async fn recv_signal(signal: &mut Option<tokio::signal::unix::Signal>) -> Option
     }
 }
 
-/// The attempt's task panicked: it ended as a failure the job may retry.
-fn failed(launch: &Launch, status: &watch::Sender<Status>, why: &str) {
-    let outcome = crate::Outcome::Failed {
+/// Runs the attempt on a thread of its own, with a runtime of its own: its statuses come
+/// through `events`, in order, each with whether the outcome is on disk. A thread that cannot
+/// start, or panics, ends the attempt as a failure the job may retry.
+fn spawn_attempt(
+    launch: &Launch,
+    events: mpsc::UnboundedSender<(Status, bool)>,
+    stop: watch::Receiver<bool>,
+    signalled: Arc<AtomicBool>,
+    span: tracing::Span,
+) {
+    let (run, watcher) = (launch.clone(), launch.clone());
+    let run_events = events.clone();
+    let spawned = std::thread::Builder::new().name("qm-attempt".into()).spawn(
+        move || -> std::io::Result<()> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let _entered = span.enter();
+            runtime.block_on(run_attempt(run, run_events, stop, signalled));
+            Ok(())
+        },
+    );
+    let thread = match spawned {
+        Ok(thread) => thread,
+        Err(e) => return failed(&watcher, &events, &e.to_string()),
+    };
+    std::thread::spawn(move || match thread.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => failed(&watcher, &events, &e.to_string()),
+        // Its processes were killed as the attempt's future was dropped.
+        Err(_) => failed(&watcher, &events, "it panicked"),
+    });
+}
+
+/// The attempt could not run to its end: it failed, and the job may retry.
+fn failed(launch: &Launch, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str) {
+    let outcome = Outcome::Failed {
         reason: format!(
             "{}the attempt's supervisor failed ({why}); its processes were killed",
             crate::outcome::CLIENT_ERROR
         ),
         retryable: true,
     };
+    let durable = record(launch, &outcome);
+    let _ = events.send((
+        Status::Exited {
+            outcome,
+            at_ms: crate::executor::now_ms(),
+        },
+        durable,
+    ));
+}
+
+/// Writes the attempt's outcome durably; whether it could.
+fn record(launch: &Launch, outcome: &Outcome) -> bool {
     let path = outcome_file(
         &launch.settings.data_dir,
         &launch.spec.job_id,
         launch.spec.attempt_number,
     );
-    if let Err(e) = write_outcome(&path, &outcome) {
-        tracing::error!(path = %path.display(), error = %e, "cannot write the attempt's outcome");
+    match write_outcome(&path, outcome) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the attempt's outcome; reporting it anyway");
+            false
+        }
     }
-    status.send_replace(Status::Exited {
-        outcome,
-        at_ms: crate::executor::now_ms(),
-    });
 }
 
 /// Runs the attempt, writes its outcome durably, then says it exited.
-async fn run_attempt(launch: Launch, status: watch::Sender<Status>, stop: watch::Receiver<bool>) {
+async fn run_attempt(
+    launch: Launch,
+    events: mpsc::UnboundedSender<(Status, bool)>,
+    stop: watch::Receiver<bool>,
+    signalled: Arc<AtomicBool>,
+) {
     let Launch {
         spec,
         placement,
         settings,
-    } = launch;
-    let outcome_path: PathBuf = outcome_file(&settings.data_dir, &spec.job_id, spec.attempt_number);
+    } = launch.clone();
     // Only for an attempt that transfers something: a client costs a trivial job its start.
     let transfers =
         !spec.channels.is_empty() || spec.checkpoint_uri.is_some() || spec.output_path.is_some();
@@ -382,22 +458,32 @@ async fn run_attempt(launch: Launch, status: watch::Sender<Status>, stop: watch:
         .clone()
         .filter(|_| transfers)
         .map(|s| Arc::new(Storage::new(s)));
-    let reports = status.clone();
+    let reports = events.clone();
     let report: Reporter = Arc::new(move |r| {
-        reports.send_replace(match r {
+        let status = match r {
             Report::Starting(reason) => Status::Starting { reason },
             Report::Running(running) => Status::Running(running),
-        });
+        };
+        let _ = reports.send((status, false));
     });
     let ctx = Arc::new(Ctx {
         settings,
         storage,
         report,
     });
-    let outcome = attempt::supervise(ctx, spec, placement.hosts, placement.uid, stop).await;
-    let at_ms = crate::executor::now_ms();
-    if let Err(e) = write_outcome(&outcome_path, &outcome) {
-        tracing::error!(path = %outcome_path.display(), error = %e, "cannot write the attempt's outcome; reporting it anyway");
+    let mut outcome = attempt::supervise(ctx, spec, placement.hosts, placement.uid, stop).await;
+    if signalled.load(Ordering::SeqCst) {
+        // Stopped because its supervisor was: not the job's doing, and no retry used.
+        outcome = Outcome::Lost {
+            reason: "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry".into(),
+        };
     }
-    status.send_replace(Status::Exited { outcome, at_ms });
+    let durable = record(&launch, &outcome);
+    let _ = events.send((
+        Status::Exited {
+            outcome,
+            at_ms: crate::executor::now_ms(),
+        },
+        durable,
+    ));
 }
