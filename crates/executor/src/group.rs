@@ -1,6 +1,7 @@
-//! Signals to process groups, and reaping the groups a previous server left behind. Every
-//! attempt process leads its own group (`process_group(0)`), so its pid is its group id and a
-//! signal to the group reaches whatever the job forked too.
+//! Signals to process groups, whether a group still holds a supervisor's job, and stopping the
+//! groups no supervisor holds (a previous server's, a dead supervisor's). Every attempt process
+//! leads its own group (`process_group(0)`), so its pid is its group id and a signal to the
+//! group reaches whatever the job forked too.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -11,11 +12,11 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use tokio::time::{sleep, Instant};
 
-/// How often `reap_stale` looks whether the groups are gone: it cannot wait on processes that
-/// are not its children, so it polls, and only at start-up.
+/// How often `reap` looks whether the groups are gone: it cannot wait on processes that
+/// are not its children, so it polls: only at start-up and when a supervisor died.
 const REAP_POLL: Duration = Duration::from_millis(20);
 
-/// How long `reap_stale` waits for SIGKILLed groups before giving up with a warning (a process
+/// How long `reap` waits for SIGKILLed groups before giving up with a warning (a process
 /// stuck in the kernel, or a zombie whose parent never reaps it, would otherwise block start-up).
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
