@@ -63,6 +63,9 @@ pub enum ExecError {
     /// `start` was called outside a tokio runtime.
     #[error("LocalExecutor::start must be called inside a tokio runtime")]
     NoRuntime,
+    /// The kernel has no `pidfd_open` (or it is forbidden): supervisors cannot be verified.
+    #[error("this kernel cannot open a pidfd ({0}): the local executor needs Linux 5.3 or later (and pidfd_open allowed) to tell its supervisors from processes that reused their pids")]
+    NoPidfd(String),
     /// The Slurm cluster cannot be used as configured.
     #[error("slurm: {0}")]
     Slurm(String),

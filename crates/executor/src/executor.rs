@@ -285,6 +285,9 @@ pub(crate) struct Inner {
     /// `<data-dir>/supervisors`, held open: sockets are named through `/proc/self/fd/<fd>`,
     /// whatever the length of the data dir's path (a socket's path has at most 107 bytes).
     supervisors: OwnedFd,
+    /// Exits reported and waiting for the server's log to hold them before the supervisor is
+    /// acknowledged.
+    commits: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
 }
 
 #[derive(Debug)]
@@ -392,6 +395,13 @@ impl LocalExecutor {
             },
         };
         let supervisors = open_supervisors_dir(&cfg.data_dir)?;
+        // Adoption and every signal to a supervisor go through pidfds: without them nothing
+        // could be verified, and a restart would lose (or double) every attempt.
+        rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .map_err(|e| ExecError::NoPidfd(e.to_string()))?;
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
                 opt_ml,
@@ -405,6 +415,7 @@ impl LocalExecutor {
                 scanner_started: AtomicBool::new(false),
                 boot_id: sup::boot_id(),
                 supervisors,
+                commits: Mutex::new(BTreeMap::new()),
             }),
         })
     }
@@ -593,6 +604,21 @@ impl LocalExecutor {
             .count()
     }
 
+    /// The server's log holds the exits of `attempts`: their supervisors are acknowledged (and
+    /// go). Until then a supervisor keeps its report for the next server.
+    pub fn acknowledge(&self, attempts: &[u64]) {
+        let mut commits = self
+            .inner
+            .commits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for attempt in attempts {
+            if let Some(tx) = commits.remove(attempt) {
+                let _ = tx.send(());
+            }
+        }
+    }
+
     /// The supervisor of a running attempt, once known.
     pub fn supervisor(&self, attempt: u64) -> Option<Identity> {
         self.inner
@@ -771,6 +797,16 @@ impl Inner {
         if let Some(slot) = self.state().attempts.get_mut(&attempt) {
             slot.supervisor = Some(identity);
         }
+    }
+
+    /// Waits for [`LocalExecutor::acknowledge`] of `attempt`'s exit.
+    pub(crate) fn await_commit(&self, attempt: u64) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.commits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(attempt, tx);
+        rx
     }
 
     /// What a supervisor said of its attempt, before its exit.

@@ -843,6 +843,13 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         }
         let pass = std::time::Instant::now();
         stamp_lost_limit(&mut commands, self.max_lost_attempts);
+        let exited: Vec<u64> = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::AttemptExited { attempt, .. } => Some(*attempt),
+                _ => None,
+            })
+            .collect();
         let outcome = self.state.apply_batch(now, commands);
         self.state
             .pass_seconds
@@ -862,6 +869,9 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             if let Some(reply) = reply {
                 let _ = reply.send(r.map(Answer::Body));
             }
+        }
+        if !exited.is_empty() {
+            self.executor.acknowledge(&exited);
         }
         let actions = outcome.actions;
         let answered = now_ms();

@@ -31,6 +31,8 @@ pub trait Execute: Send + 'static {
     /// After a restart: the commands that say what became of the attempts `state` holds as
     /// live (adopted and still running, ended as recorded, or lost).
     fn reconcile(&self, state: &State) -> impl Future<Output = Result<Vec<Command>, ServerError>>;
+    /// The log holds the exits of `attempts` (their supervisors may go).
+    fn acknowledge(&self, _attempts: &[u64]) {}
 }
 
 /// One of the two executors.
@@ -117,6 +119,12 @@ impl Execute for Executor {
         match self {
             Executor::Local(local) => Ok(crate::driver::reconcile_local(state, local).await),
             Executor::Slurm(slurm) => crate::driver::reconcile_slurm(state, slurm).await,
+        }
+    }
+
+    fn acknowledge(&self, attempts: &[u64]) {
+        if let Executor::Local(local) = self {
+            local.acknowledge(attempts);
         }
     }
 }

@@ -112,9 +112,16 @@ pub(crate) async fn run(
             msg = conn.recv() => match msg {
                 Some(FromSupervisor::Status(status)) => {
                     if let Status::Exited { outcome, .. } = status {
-                        match role {
-                            Role::Attempt => inner.finish(attempt, outcome),
-                            Role::Stray => inner.stray_gone(attempt),
+                        if role == Role::Stray {
+                            inner.stray_gone(attempt);
+                        } else {
+                            // Acknowledged once the server's log holds the exit: a server
+                            // that dies before has the supervisor report it again.
+                            let committed = inner.await_commit(attempt);
+                            inner.finish(attempt, outcome);
+                            if committed.await.is_err() {
+                                return;
+                            }
                         }
                         // Harmless if it is gone already; it exits once told.
                         let _ = conn.send(&ToSupervisor::Ack).await;

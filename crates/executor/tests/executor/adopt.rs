@@ -175,3 +175,34 @@ async fn a_recorded_pid_that_now_names_another_process_is_never_signalled() {
     stranger.kill().unwrap();
     stranger.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
+    let mut w = World::new();
+    w.exec.start(sh(5, "job-e", "exit 0")).unwrap();
+    let identity = w
+        .wait_for("Running", |e| match e {
+            ExecEvent::Running { supervisor, .. } => supervisor.clone(),
+            _ => None,
+        })
+        .await;
+    w.wait_for("Exited", |e| {
+        matches!(e, ExecEvent::Exited { attempt: 5, .. }).then_some(())
+    })
+    .await;
+    // Reported, not yet in the server's log: the supervisor holds on to it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        identity.alive(&boot_id()),
+        "it waits for the acknowledgement"
+    );
+    w.exec.acknowledge(&[5]);
+    let deadline = std::time::Instant::now() + crate::world::WAIT;
+    while identity.alive(&boot_id()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "acknowledged, it goes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -88,6 +88,8 @@ impl World {
                 _ => None,
             })
             .await;
+        // As the server does once its log holds the exit: the supervisor may go.
+        self.exec.acknowledge(&[attempt]);
         self.exec.check_invariants().unwrap();
         outcome
     }
