@@ -295,6 +295,9 @@ class Server:
     def close(self) -> None:
         self.stop(grace=5)
         kill_job_processes(self.token)
+        # Jobs outlive their server (their supervisors are killed above, by the token): a job
+        # whose payload did not carry the token (a fixture's) is found by its data dir's marker.
+        kill_marked_processes(self.data_dir)
 
     def _close_log(self) -> None:
         if self._log:
@@ -394,6 +397,28 @@ def kill_job_processes(token: str) -> list[int]:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def kill_marked_processes(data_dir: Path) -> list[int]:
+    """SIGKILL to every live process marked with this data dir (`QM_DATA_DIR`, as the server
+    marks every job process)."""
+    try:
+        needle = f"QM_DATA_DIR={Path(data_dir).resolve()}".encode()
+    except OSError:
+        return []
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                pids.append(int(entry.name))
     return pids
 
 
