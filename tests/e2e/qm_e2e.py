@@ -375,9 +375,9 @@ class Server:
         )
 
 
-def job_processes(token: str) -> list[int]:
-    """Pids of live processes whose environment carries this server's token."""
-    needle = f"{TOKEN_VAR}={token}".encode()
+def processes_with(variable: str) -> list[int]:
+    """Pids of live (not zombie) processes whose environment holds `variable` (`NAME=value`)."""
+    needle = variable.encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -392,34 +392,30 @@ def job_processes(token: str) -> list[int]:
     return pids
 
 
-def kill_job_processes(token: str) -> list[int]:
-    pids = job_processes(token)
+def kill_all(pids: list[int]) -> list[int]:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return pids
 
 
+def job_processes(token: str) -> list[int]:
+    """Pids of live processes whose environment carries this server's token."""
+    return processes_with(f"{TOKEN_VAR}={token}")
+
+
+def kill_job_processes(token: str) -> list[int]:
+    return kill_all(job_processes(token))
+
+
 def kill_marked_processes(data_dir: Path) -> list[int]:
     """SIGKILL to every live process marked with this data dir (`QM_DATA_DIR`, as the server
     marks every job process)."""
     try:
-        needle = f"QM_DATA_DIR={Path(data_dir).resolve()}".encode()
+        marker = f"QM_DATA_DIR={Path(data_dir).resolve()}"
     except OSError:
         return []
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                pids.append(int(entry.name))
-    return pids
+    return kill_all(processes_with(marker))
 
 
 def pid_alive(pid: int) -> bool:

@@ -323,6 +323,31 @@ struct Slot {
     progress: Option<Arc<Mutex<Tail>>>,
 }
 
+impl Slot {
+    /// The slot of an attempt placed on `p`, before its processes are known.
+    fn new(
+        data_dir: &Path,
+        p: &Placement,
+        link: mpsc::UnboundedSender<ToSupervisor>,
+        supervisor: Option<Identity>,
+        stray: bool,
+    ) -> Slot {
+        Slot {
+            instances: p.instances.clone(),
+            job_id: p.job_id.clone(),
+            attempt_number: p.attempt_number,
+            attempt_dir: JobLayout::new(data_dir, &p.job_id, p.attempt_number).attempt_dir,
+            link,
+            supervisor,
+            stray,
+            pgids: Vec::new(),
+            uid: p.uid,
+            checkpoints: None,
+            progress: None,
+        }
+    }
+}
+
 pub use crate::supervisor::OUTCOME_FILE;
 
 /// Milliseconds since the epoch, now.
@@ -739,31 +764,17 @@ impl Inner {
             .iter()
             .map(|&id| state.inventory.gpus(id).to_vec())
             .collect();
-        state.attempts.insert(
-            spec.attempt,
-            Slot {
-                instances: instances.clone(),
-                job_id: spec.job_id.clone(),
-                attempt_number: spec.attempt_number,
-                attempt_dir: JobLayout::new(&self.cfg.data_dir, &spec.job_id, spec.attempt_number)
-                    .attempt_dir,
-                link,
-                supervisor: None,
-                stray: false,
-                pgids: Vec::new(),
-                uid,
-                checkpoints: None,
-                progress: None,
-            },
-        );
-        Ok(Placement {
+        let placement = Placement {
             job_id: spec.job_id.clone(),
             attempt_number: spec.attempt_number,
             instance_type: spec.instance_type.clone(),
             instances,
             hosts,
             uid,
-        })
+        };
+        let slot = Slot::new(&self.cfg.data_dir, &placement, link, None, false);
+        state.attempts.insert(spec.attempt, slot);
+        Ok(placement)
     }
 
     /// Binds the attempt's socket, spawns its supervisor with the listening socket as its
@@ -1135,23 +1146,8 @@ impl Inner {
         if let (Some(pool), Some(uid)) = (state.uids.as_mut(), p.uid) {
             pool.hold(uid);
         }
-        state.attempts.insert(
-            attempt,
-            Slot {
-                instances: p.instances.clone(),
-                job_id: p.job_id.clone(),
-                attempt_number: p.attempt_number,
-                attempt_dir: JobLayout::new(&self.cfg.data_dir, &p.job_id, p.attempt_number)
-                    .attempt_dir,
-                link,
-                supervisor: Some(identity),
-                stray,
-                pgids: Vec::new(),
-                uid: p.uid,
-                checkpoints: None,
-                progress: None,
-            },
-        );
+        let slot = Slot::new(&self.cfg.data_dir, p, link, Some(identity), stray);
+        state.attempts.insert(attempt, slot);
         Ok(())
     }
 

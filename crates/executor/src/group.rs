@@ -156,19 +156,30 @@ fn held_by(pid: u32, supervisors: &BTreeSet<u32>) -> bool {
     false
 }
 
-/// The parent in /proc/<pid>/stat (the field after the state).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+/// Field `n` of /proc/<pid>/stat counted from the state (0: state, 1: ppid, 2: pgrp, ...):
+/// the fields after the command name, which is in parentheses and may itself contain spaces
+/// or parentheses.
+pub(crate) fn stat_field(pid: u32, n: usize) -> Option<u64> {
+    parse_stat_field(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?,
+        n,
+    )
 }
 
-/// The process group in /proc/<pid>/stat: the fields after the command name, which is in
-/// parentheses and may itself contain spaces or parentheses, are `state ppid pgrp ...`.
-fn process_group_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// Field `n` (as [`stat_field`] counts) of a `/proc/<pid>/stat` line.
+pub(crate) fn parse_stat_field(stat: &str, n: usize) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(2)?.parse().ok()
+    rest.split_whitespace().nth(n)?.parse().ok()
+}
+
+/// The parent of `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    stat_field(pid, 1).and_then(|p| u32::try_from(p).ok())
+}
+
+/// The process group of `pid`.
+fn process_group_of(pid: u32) -> Option<u32> {
+    stat_field(pid, 2).and_then(|p| u32::try_from(p).ok())
 }
 
 /// SIGTERM to every group, up to `grace` for them to go, SIGKILL to the rest, and a bounded

@@ -29,18 +29,9 @@ pub fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-/// When process `pid` started (clock ticks since boot), from `/proc/<pid>/stat`.
+/// When process `pid` started (clock ticks since boot): field 22 of `/proc/<pid>/stat`.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
-}
-
-/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may
-/// hold spaces and parentheses itself, so fields are counted from the last `)`.
-fn parse_start_time(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After `)`: field 3 (state) is the first; field 22 is the 20th.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::group::stat_field(pid, 19)
 }
 
 impl Identity {
@@ -89,8 +80,8 @@ mod tests {
     fn the_start_time_is_field_22_counted_after_the_command_name() {
         let stat =
             "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(parse_start_time(stat), Some(987654));
-        assert_eq!(parse_start_time("garbage"), None);
+        assert_eq!(crate::group::parse_stat_field(stat, 19), Some(987654));
+        assert_eq!(crate::group::parse_stat_field("garbage", 19), None);
     }
 
     #[test]

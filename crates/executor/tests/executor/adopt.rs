@@ -16,6 +16,15 @@ fn alive(pid: u32) -> bool {
     kill(Pid::from_raw(pid as i32), None).is_ok()
 }
 
+/// Waits until the process `identity` names is gone; fails with `what` after the tests' wait.
+async fn gone(identity: &Identity, what: &str) {
+    let deadline = std::time::Instant::now() + crate::world::WAIT;
+    while identity.alive(&boot_id()) {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn recorded(attempt: u64, job: &str, supervisor: Option<Identity>) -> Recorded {
     Recorded {
         attempt,
@@ -126,14 +135,7 @@ async fn an_attempt_that_ended_without_an_executor_is_recorded_as_it_ended() {
         matches!(&out[0].1, Reconciled::Ended(Outcome::Failed { reason, .. }) if reason.contains("code 3")),
         "{out:?}"
     );
-    let deadline = std::time::Instant::now() + crate::world::WAIT;
-    while identity.alive(&boot_id()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "acknowledged, the supervisor exits"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    gone(&identity, "acknowledged, the supervisor exits").await;
     assert_eq!(w.exec.running(), 0);
 }
 
@@ -197,12 +199,5 @@ async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
         "it waits for the acknowledgement"
     );
     w.exec.acknowledge(&[5]);
-    let deadline = std::time::Instant::now() + crate::world::WAIT;
-    while identity.alive(&boot_id()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "acknowledged, it goes"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    gone(&identity, "acknowledged, it goes").await;
 }
