@@ -57,6 +57,15 @@ def qm_bin() -> Path:
     return Path(os.environ.get("QM_BIN", REPO / "target" / "debug" / "qm"))
 
 
+def run_qm(server, *args: str, ok: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`qm ARGS` as the server's admin; with `ok`, it must succeed."""
+    cmd = [str(qm_bin()), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=server.cli_env())
+    if ok:
+        assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}"
+    return r
+
+
 # The file:// root every test server may read channels from and upload models and
 # checkpoints to ([storage] file_roots): one per test process, readable by job uids.
 STORAGE_ROOT = Path(tempfile.mkdtemp(prefix="qm-e2e-storage-"))

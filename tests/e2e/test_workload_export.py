@@ -6,13 +6,13 @@ calibrate` prints the simulated figures beside the real ones."""
 
 import csv
 import json
-import subprocess
 import time
 from datetime import datetime, timezone
 
 import pytest
 
-from qm_e2e import UNIT, Jobs, ShareSpec, archived, config_toml, make_queue, qm_bin, wait_for, wait_status
+from qm_e2e import UNIT, Jobs, ShareSpec, archived, config_toml, make_queue, wait_for, wait_status
+from qm_e2e import run_qm as qm
 
 
 @pytest.fixture
@@ -25,14 +25,6 @@ def server(start_server):
 
 def utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def qm(server, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    cmd = [str(qm_bin()), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=server.cli_env())
-    if ok:
-        assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}"
-    return r
 
 
 # The model as this server runs: checkpoints every step, a 2 s stop grace (config_toml).

@@ -579,6 +579,40 @@ pub struct PreemptResponse {
     pub job_name: String,
 }
 
+/// The body of `POST /qm/v1/drain` (`qm drain`, admins): drain this server's executor, or
+/// end the drain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainRequest {
+    /// Also stop the running attempts as a preemption would (SIGTERM, the grace period) and
+    /// queue their jobs again, using neither a retry nor a preemption.
+    #[serde(default)]
+    pub requeue: bool,
+    /// End the drain instead (`qm drain --cancel`); `requeue` must then be false.
+    #[serde(default)]
+    pub cancel: bool,
+    /// Why, for the waiting jobs' status reason and the audit log (at most 1,024 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The answer to `GET` and `POST /qm/v1/drain`: whether the executor is drained now.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainStatus {
+    /// Whether nothing starts until an admin ends the drain.
+    pub drained: bool,
+    /// Who drained it, and why; absent when it is not drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The jobs this request stopped and queued again (`requeue`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requeued: Vec<PreemptResponse>,
+    /// Attempts still holding capacity: running, or stopping after a requeue.
+    #[serde(default)]
+    pub attempts_holding: u32,
+}
+
 /// The body of `GET /qm/v1/jobs/{job}/attempt`: the attempt that holds capacity now, if any
 /// (DescribeServiceJob's `attempts` lists ended attempts only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

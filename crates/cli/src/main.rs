@@ -55,6 +55,10 @@ enum Command {
     Principal(cmd::principal::Command),
     /// Show which principal the server takes this client's credentials for.
     Whoami(cmd::whoami::WhoamiArgs),
+    /// Drain this server's executor (admins): nothing starts until `qm drain --cancel`;
+    /// `--requeue` also stops the running attempts and queues them again, using no retry
+    /// and no preemption. Stopping the server never stops jobs; this does.
+    Drain(cmd::admin::DrainArgs),
 }
 
 /// An error and its causes, each cause only once: many of our messages already include their
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
         Command::Report(cmd) => cmd::report::run(cmd),
         Command::Principal(cmd) => cmd::principal::run(cmd),
         Command::Whoami(args) => cmd::whoami::run(args),
+        Command::Drain(args) => cmd::admin::drain(args),
     };
     match result {
         Ok(code) => code,

@@ -25,6 +25,7 @@ impl Scheduler {
                 | PendingReason::PreviousAttemptStopping
                 | PendingReason::BackfillFinishing { .. }
                 | PendingReason::HeldForOlderJob { .. }
+                | PendingReason::Drained { .. }
         );
         let Some(ul) = self.queues[job.queue.0 as usize].units.get(&job.unit) else {
             return reason;
@@ -55,6 +56,11 @@ impl Scheduler {
         }
         if let Some(m) = job.misconfigured {
             return Some(PendingReason::Misconfigured(m));
+        }
+        if let Some(reason) = &self.drain {
+            return Some(PendingReason::Drained {
+                reason: reason.clone(),
+            });
         }
         if self.dirty.contains(&(job.queue, job.unit)) {
             return Some(PendingReason::AwaitingPass);

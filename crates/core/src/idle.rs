@@ -35,7 +35,7 @@ pub enum IdleCause {
     /// instances it needs are free.
     NeverFits,
     /// Anything else: a preemption under way (victims stopping, patient or protected), a pass
-    /// not run yet, capacity other queues hold.
+    /// not run yet, capacity other queues hold, a drained executor (`DRAINED`).
     Other,
 }
 
@@ -85,6 +85,7 @@ impl IdleCause {
             | PendingReason::VictimsProtected { .. }
             | PendingReason::PreviousAttemptStopping
             | PendingReason::AwaitingPass
+            | PendingReason::Drained { .. }
             | PendingReason::EnvironmentFull { .. }
             | PendingReason::InsufficientCapacity => IdleCause::Other,
         }

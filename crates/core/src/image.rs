@@ -48,6 +48,9 @@ pub struct Image {
     /// The latest time the shell passed in (images written before thrash protection: 0).
     #[serde(default)]
     pub clock: Millis,
+    /// Why the executor is drained (`qm drain`), while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<String>,
 }
 
 /// One queue.
@@ -208,6 +211,7 @@ impl Scheduler {
             next_attempt: self.next_attempt,
             next_seq: self.next_seq,
             clock: self.clock,
+            drain: self.drain.clone(),
             dirty: self.dirty.iter().map(|(q, u)| (q.0, u.0)).collect(),
         }
     }
@@ -257,6 +261,7 @@ impl Scheduler {
         s.next_attempt = image.next_attempt;
         s.next_seq = image.next_seq;
         s.clock = image.clock;
+        s.drain = image.drain;
 
         // Enqueueing marked lanes dirty; the image says which ones the next pass must visit.
         s.dirty = image

@@ -413,6 +413,13 @@ pub enum StopCause {
         /// The user's reason.
         reason: String,
     },
+    /// `qm drain --requeue`: the executor is drained for maintenance. Stopped as a preemption
+    /// would stop it and queued again, counted neither as a preemption nor as a retry: the
+    /// job did nothing to deserve either.
+    Requeue {
+        /// Who asked, and why.
+        reason: String,
+    },
 }
 
 impl StopCause {
@@ -427,12 +434,23 @@ impl StopCause {
             }
             StopCause::Drill { reason } => format!("Preempted: drill ({reason})"),
             StopCause::Terminated { reason } => reason.clone(),
+            StopCause::Requeue { reason } => format!("Requeued: {reason}"),
         }
     }
 
-    /// Whether this stop is a preemption (counts against preemption retries).
+    /// Whether the job goes back to the queue once this stop is decided (every stop but a
+    /// termination).
     pub fn is_preemption(&self) -> bool {
         !matches!(self, StopCause::Terminated { .. })
+    }
+
+    /// Whether this stop counts against the job's preemption retries: every requeueing stop
+    /// but a drain's.
+    pub fn counts_as_preemption(&self) -> bool {
+        !matches!(
+            self,
+            StopCause::Terminated { .. } | StopCause::Requeue { .. }
+        )
     }
 }
 

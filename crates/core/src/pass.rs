@@ -482,7 +482,9 @@ impl Scheduler {
                 }
             }
         }
-        loop {
+        // Drained: nothing starts or is preempted; the lanes stay dirty for the pass after
+        // the drain ends.
+        while self.drain.is_none() {
             let next = self
                 .dirty
                 .iter()
@@ -502,6 +504,9 @@ impl Scheduler {
     /// while jobs wait, a running job's thrash protection ends): the shell calls
     /// [`Scheduler::schedule`] then even if nothing else happens.
     pub fn next_wakeup(&self) -> Option<Millis> {
+        if self.drain.is_some() {
+            return None;
+        }
         self.queues
             .iter()
             .flat_map(|q| q.units.values().filter_map(|ul| ul.wake))
@@ -1580,13 +1585,17 @@ impl Scheduler {
         let victim = self.attempts[&a].job;
         self.stop_attempt(a, cause.clone());
         let reason = cause.describe(|j| format!("{}", j.0));
+        let counted = cause.counts_as_preemption();
         let drill = matches!(cause, StopCause::Drill { .. });
         let job = self.jobs.get_mut(&victim).expect("victim's job exists");
-        job.preemptions += 1;
+        if counted {
+            job.preemptions += 1;
+        }
         // Kept oldest first (a shell's clock could step back), only the last hour's. A drill
         // counts against the retries but not against thrash protection: it must not shield
-        // the job from the reclaims `max_preemptions_per_hour` bounds.
-        if !drill {
+        // the job from the reclaims `max_preemptions_per_hour` bounds. A drain's requeue
+        // counts against neither.
+        if counted && !drill {
             let recent = &mut job.recent_preemptions;
             recent.retain(|&t| t.saturating_add(HOUR_MS) > now);
             recent.insert(recent.partition_point(|&t| t <= now), now);
@@ -1596,10 +1605,11 @@ impl Scheduler {
             attempt: a,
             cause,
         });
-        let exhausted = job
-            .spec
-            .preemption_retries
-            .is_some_and(|n| job.preemptions > n);
+        let exhausted = counted
+            && job
+                .spec
+                .preemption_retries
+                .is_some_and(|n| job.preemptions > n);
         if exhausted {
             // FAILED once the attempt has exited (its instances are held until then).
             job.status_reason = format!("{reason}; preemption retries exhausted");

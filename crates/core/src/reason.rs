@@ -205,6 +205,11 @@ pub enum PendingReason {
     PreviousAttemptStopping,
     /// Its lane changed since the last scheduling pass; the next pass decides.
     AwaitingPass,
+    /// The executor is drained (`qm drain`): nothing starts until the drain ends.
+    Drained {
+        /// Who drained it, and why.
+        reason: String,
+    },
     /// The job waits for `reason`, and has waited past the starvation guard: capacity is
     /// reserved for it, and `backfilled` instances run on it meanwhile, preemptible for it.
     /// Its code is `reason`'s, so that `jobStateTimeLimitActions` see the same codes.
@@ -241,6 +246,7 @@ impl PendingReason {
             PendingReason::BehindFairShare { .. } => "BEHIND_FAIR_SHARE",
             PendingReason::PreviousAttemptStopping => "PREVIOUS_ATTEMPT_STOPPING",
             PendingReason::AwaitingPass => "AWAITING_PASS",
+            PendingReason::Drained { .. } => "DRAINED",
         }
     }
 
@@ -265,6 +271,7 @@ impl PendingReason {
         "BEHIND_FAIR_SHARE",
         "PREVIOUS_ATTEMPT_STOPPING",
         "AWAITING_PASS",
+        "DRAINED",
     ];
 }
 
@@ -352,6 +359,10 @@ impl fmt::Display for PendingReason {
             PendingReason::AwaitingPass => {
                 write!(f, "AWAITING_PASS - submitted or changed; the next scheduling pass decides")
             }
+            PendingReason::Drained { reason } => write!(
+                f,
+                "DRAINED - the executor is drained ({reason}): nothing starts until an admin runs qm drain --cancel"
+            ),
         }
     }
 }

@@ -623,6 +623,19 @@ pub enum Input {
         /// Recorded as its status reason.
         reason: String,
     },
+    /// Drain the executor (`qm drain`): no pass starts or preempts anything until
+    /// [`Input::EndDrain`]; waiting jobs say [`crate::PendingReason::Drained`]. With
+    /// `requeue`, every running attempt is stopped as a preemption would stop it and its job
+    /// queued again ([`StopCause::Requeue`]: no retry, no preemption counted). Draining a
+    /// drained executor again replaces the reason (and may requeue).
+    Drain {
+        /// Who asked, and why: what waiting jobs and requeued attempts say.
+        reason: String,
+        /// Whether to stop the running attempts too.
+        requeue: bool,
+    },
+    /// End the drain (`qm drain --cancel`): the next pass looks at every lane again.
+    EndDrain,
 }
 
 /// The scheduling core. See the crate docs for how shells drive it.
@@ -654,6 +667,8 @@ pub struct Scheduler {
     pub(crate) search_pool: crate::victims::SearchPool,
     /// The latest time the shell passed in: what `explain` judges thrash protection by.
     pub(crate) clock: Millis,
+    /// Why the executor is drained (`Input::Drain`); `None` while it is not.
+    pub(crate) drain: Option<String>,
 }
 
 impl Scheduler {
@@ -709,6 +724,12 @@ impl Scheduler {
             }
             Input::Terminate { job, reason } => self.terminate(now, job, reason, &mut fx)?,
             Input::Drill { job, reason } => self.drill(now, job, reason, &mut fx)?,
+            Input::Drain { reason, requeue } => self.drain(now, reason, requeue, &mut fx),
+            Input::EndDrain => {
+                if self.drain.take().is_some() {
+                    self.reexamine_all();
+                }
+            }
         }
         Ok(fx)
     }
@@ -1262,6 +1283,31 @@ impl Scheduler {
             .ok_or(CoreError::NotRunning(id))?;
         self.preempt_attempt(now, attempt, StopCause::Drill { reason }, fx);
         Ok(())
+    }
+
+    /// Why the executor is drained, while it is (`qm drain`).
+    pub fn drained(&self) -> Option<&str> {
+        self.drain.as_deref()
+    }
+
+    fn drain(&mut self, now: Millis, reason: String, requeue: bool, fx: &mut Vec<Effect>) {
+        if requeue {
+            // By attempt id: the map's order must not reach the decisions.
+            let mut running: Vec<AttemptId> = self
+                .attempts
+                .values()
+                .filter(|a| a.stopping.is_none())
+                .map(|a| a.id)
+                .collect();
+            running.sort();
+            for a in running {
+                let cause = StopCause::Requeue {
+                    reason: reason.clone(),
+                };
+                self.preempt_attempt(now, a, cause, fx);
+            }
+        }
+        self.drain = Some(reason);
     }
 
     fn terminate(

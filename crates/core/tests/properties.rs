@@ -681,7 +681,9 @@ impl Run {
                         );
                     }
                     // Drills come from `Input::Drill`, never from a pass.
-                    StopCause::Terminated { .. } | StopCause::Drill { .. } => {}
+                    StopCause::Terminated { .. }
+                    | StopCause::Drill { .. }
+                    | StopCause::Requeue { .. } => {}
                 }
                 if cause.is_preemption() {
                     let att = self.s.attempt(*attempt).unwrap();
@@ -1346,7 +1348,9 @@ fn run_settling(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                         StopCause::InShare { for_job } | StopCause::Reclaim { for_job, .. } => {
                             Some(*for_job)
                         }
-                        StopCause::Terminated { .. } | StopCause::Drill { .. } => None,
+                        StopCause::Terminated { .. }
+                        | StopCause::Drill { .. }
+                        | StopCause::Requeue { .. } => None,
                     };
                     for p in &mut preempted {
                         p.1 |= claimant != Some(p.0);

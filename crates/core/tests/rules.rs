@@ -1553,6 +1553,67 @@ fn a_drill_does_not_count_against_thrash_protection_so_an_owner_still_reclaims()
     assert_eq!(w.job("borrower").preemptions, 2);
 }
 
+// ---- Drains (issue 38, item 4): `qm drain` ------------------------------------------------
+
+fn drain(w: &mut World, requeue: bool) {
+    w.input(Input::Drain {
+        reason: "qm drain by admin: kernel upgrade".into(),
+        requeue,
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_drained_executor_starts_nothing_and_says_why_jobs_wait() {
+    let mut w = World::new(&[(G5, 2)]).share("S", Reserve, &[(G5, 2)]);
+    w.submit("running", "S", 1, 1);
+    drain(&mut w, false);
+    w.submit("waiting", "S", 1, 1);
+    assert_eq!(w.running(), set(&["running"]), "the running job goes on");
+    assert_eq!(w.runnable(), set(&["waiting"]));
+    assert_eq!(w.reason("waiting"), "DRAINED");
+    assert!(w.reason_text("waiting").contains("kernel upgrade"));
+    w.input(Input::EndDrain).unwrap();
+    assert_eq!(w.running(), set(&["running", "waiting"]));
+}
+
+#[test]
+fn a_drained_executor_preempts_nothing() {
+    // An owner returning while the executor is drained does not reclaim: nothing it would
+    // reclaim for could start.
+    let mut w = World::new(&[(G5, 1)]).share("A", Lend, &[(G5, 1)]);
+    w.share_with("B", LendAndBorrow, &[(G5, 0)], |s| {
+        s.borrow_limit_percent = -1
+    });
+    w.submit("borrower", "B", 1, 1);
+    drain(&mut w, false);
+    w.submit("owner", "A", 1, 1);
+    assert_eq!(w.running(), set(&["borrower"]));
+    assert!(w.preempted().is_empty());
+    w.input(Input::EndDrain).unwrap();
+    assert_eq!(w.running(), set(&["owner"]));
+}
+
+#[test]
+fn a_drain_with_requeue_stops_every_running_job_without_counting_a_preemption() {
+    let mut w = World::new(&[(G5, 2)]).share("S", Reserve, &[(G5, 2)]);
+    // No preemption retries left and not interruptible: a drain's requeue neither fails the
+    // one nor spares the other.
+    w.submit_with("last-chance", "S", |j| j.preemption_retries = Some(0));
+    w.submit_with("firm", "S", |j| j.interruptible = false);
+    drain(&mut w, true);
+    assert_eq!(w.preempted(), set(&["firm", "last-chance"]));
+    assert_eq!(w.runnable(), set(&["firm", "last-chance"]));
+    assert!(w.failed().is_empty());
+    assert_eq!(w.job("last-chance").preemptions, 0);
+    assert!(w
+        .job("firm")
+        .status_reason
+        .starts_with("Requeued: qm drain by admin"));
+    w.input(Input::EndDrain).unwrap();
+    assert_eq!(w.running(), set(&["firm", "last-chance"]));
+}
+
 // ---- Interruption contracts (issue 19, item 1): jobs that may not be interrupted --------------
 
 fn firm(j: &mut JobSpec) {

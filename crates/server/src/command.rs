@@ -78,6 +78,17 @@ pub enum Command {
         /// Who asked and why, as the attempt's status reason will say.
         reason: String,
     },
+    /// `POST /qm/v1/drain` (`qm drain`, admins): nothing starts on this server's executor
+    /// until [`Command::EndDrain`]; with `requeue` the running attempts are stopped and their
+    /// jobs queued again.
+    Drain {
+        /// Who asked, and why, as the waiting jobs' status reason will say.
+        reason: String,
+        /// Whether the running attempts are stopped and queued again.
+        requeue: bool,
+    },
+    /// `POST /qm/v1/drain {cancel: true}` (`qm drain --cancel`): the drain ends.
+    EndDrain,
     /// `PUT /qm/v1/queues/{queue}/groups`: a job queue's group definitions.
     PutQueueGroups {
         /// The queue's name or ARN as the client sent it.
@@ -248,6 +259,11 @@ pub enum StopRecord {
         /// Who asked, and why.
         reason: String,
     },
+    /// A drain's requeue (`qm drain --requeue`).
+    Requeue {
+        /// Who asked, and why.
+        reason: String,
+    },
 }
 
 impl From<&qm_core::Effect> for Decision {
@@ -282,6 +298,9 @@ impl From<&qm_core::Effect> for Decision {
                         reason: reason.clone(),
                     },
                     StopCause::Drill { reason } => StopRecord::Drill {
+                        reason: reason.clone(),
+                    },
+                    StopCause::Requeue { reason } => StopRecord::Requeue {
                         reason: reason.clone(),
                     },
                 },
@@ -380,6 +399,8 @@ pub enum Query {
     ListTagsForResource(ListTagsForResourceRequest),
     /// `GET /qm/v1/usage`: per queue, share and type, what the core accounts.
     Usage,
+    /// `GET /qm/v1/drain`: whether the executor is drained.
+    Drain,
     /// `GET /qm/v1/queues/{queue}/groups`: the queue's group definitions.
     QueueGroups {
         /// The queue's name or ARN.

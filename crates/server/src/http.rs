@@ -86,6 +86,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/jobs/{job}/logs", get(logs))
         .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
         .route("/qm/v1/jobs/{job}/preempt", post(preempt))
+        .route("/qm/v1/drain", get(drain_status).post(drain))
         .route("/qm/v1/what-if", post(what_if))
         .route(
             "/qm/v1/queues/{queue}/groups",
@@ -286,6 +287,56 @@ async fn preempt(
         audit(&app, &caller, "preempt", &summary).await;
     }
     response
+}
+
+/// `POST /qm/v1/drain` (`qm drain`, admins): see [`qm_api::qm::DrainRequest`]. The reason
+/// names who asked; the audit log keeps it.
+async fn drain(
+    AxState(app): AxState<App>,
+    Extension(caller): Extension<Principal>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request = read_body(body).and_then(|b| {
+        let r: qm_api::qm::DrainRequest = parse_request(&b)?;
+        validate_reason(r.reason.as_deref().unwrap_or(""))?;
+        if r.cancel && r.requeue {
+            return Err(ApiError::client(
+                "requeue: a cancel ends the drain and requeues nothing; send one of the two"
+                    .to_string(),
+            ));
+        }
+        Ok(r)
+    });
+    let r = match request {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let (command, action) = if r.cancel {
+        (Command::EndDrain, "drain-cancel")
+    } else {
+        let reason = match r.reason.as_deref().filter(|r| !r.trim().is_empty()) {
+            Some(why) => format!("qm drain by {}: {why}", caller.name),
+            None => format!("qm drain by {}", caller.name),
+        };
+        (
+            Command::Drain {
+                reason,
+                requeue: r.requeue,
+            },
+            "drain",
+        )
+    };
+    let response = dispatch(&app, Request::Command(as_caller(&caller, command))).await;
+    if response.status().is_success() {
+        let summary = serde_json::to_string(&r).unwrap_or_default();
+        audit(&app, &caller, action, &summary).await;
+    }
+    response
+}
+
+/// `GET /qm/v1/drain`: whether the executor is drained ([`qm_api::qm::DrainStatus`]).
+async fn drain_status(AxState(app): AxState<App>) -> Response {
+    dispatch(&app, Request::Query(Query::Drain)).await
 }
 
 /// A client's command as logged: with who sent it, for the permission check (`ops::permit`).

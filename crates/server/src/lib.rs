@@ -159,6 +159,11 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         );
     }
     log.set_writer(&running)?;
+    if let Some(reason) = state.core.drained() {
+        eprintln!(
+            "qm: the executor is drained ({reason}): no attempt starts until an admin runs `qm drain --cancel`"
+        );
+    }
     state.admission = Some(state::Admission {
         per_share: config.limits.queued_per_share,
         per_queue: config.limits.queued_per_queue,
@@ -704,7 +709,7 @@ fn print_banner(
          data dir: {data}\n\
          instances: {pool}\n\
          {jobs}\n\
-         stop: Ctrl-C or SIGTERM stops this server only; running jobs go on and its next start adopts them\n\
+         stop: Ctrl-C or SIGTERM stops this server only; running jobs go on and its next start adopts them (`qm drain --requeue` stops them)\n\
          region {region}, account {account}\n\
          {auth}\n\
          \n\

@@ -350,6 +350,13 @@ pub fn registry_of(state: &State) -> Registry {
     shares.register(&mut r);
     pool_and_flows(state, &mut r);
     counts(state, &mut r);
+    let drained = Gauge::<i64>::default();
+    drained.set(i64::from(state.core.drained().is_some()));
+    r.register(
+        "qm_executor_drained",
+        "1 while the executor is drained (qm drain): no attempt starts",
+        drained,
+    );
     r.register_with_unit(
         "qm_scheduling_pass",
         "Duration of applying a batch and its scheduling pass (one per batch)",

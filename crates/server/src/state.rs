@@ -408,6 +408,8 @@ impl State {
             Command::PreemptServiceJob { job_id, reason } => {
                 self.preempt_service_job(job_id, reason)
             }
+            Command::Drain { reason, requeue } => self.drain(reason, *requeue),
+            Command::EndDrain => self.end_drain(),
             Command::PutQueueGroups { queue, groups } => self.put_queue_groups(queue, groups),
             Command::TagResource(r) => self.tag_resource(r),
             Command::UntagResource(r) => self.untag_resource(r),
@@ -488,6 +490,7 @@ impl State {
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
+            Query::Drain => body(&self.drain_status()),
             Query::QueueGroups { queue } => self.queue_groups(queue),
             Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
@@ -604,7 +607,9 @@ impl State {
                         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
                             live.stop_reason = Some(reason.clone());
                             live.stop_at = Some(now);
-                            live.preempted = cause.is_preemption();
+                            // A drain's requeue is no preemption: the attempt ends in the
+                            // job's history with its reason, like any other.
+                            live.preempted = cause.counts_as_preemption();
                             live.preempted_for = preempted_for;
                             if live.preempted {
                                 *self
@@ -654,9 +659,9 @@ impl State {
         let for_job = match cause {
             qm_core::StopCause::Reclaim { for_job, .. }
             | qm_core::StopCause::InShare { for_job } => *for_job,
-            qm_core::StopCause::Terminated { .. } | qm_core::StopCause::Drill { .. } => {
-                return None
-            }
+            qm_core::StopCause::Terminated { .. }
+            | qm_core::StopCause::Drill { .. }
+            | qm_core::StopCause::Requeue { .. } => return None,
         };
         let rec = self.jobs.get(&for_job.0)?;
         Some((rec.share.clone(), rec.id.clone()))

@@ -564,6 +564,19 @@ impl Client {
         self.post(&path, &request)
     }
 
+    /// Drains the executor, or ends the drain (`POST /qm/v1/drain`, admins).
+    pub fn drain(
+        &self,
+        request: &qm_api::qm::DrainRequest,
+    ) -> Result<qm_api::qm::DrainStatus, ClientError> {
+        self.post("/qm/v1/drain", request)
+    }
+
+    /// Whether the executor is drained (`GET /qm/v1/drain`).
+    pub fn drain_status(&self) -> Result<qm_api::qm::DrainStatus, ClientError> {
+        self.get_typed("/qm/v1/drain")
+    }
+
     /// The attempt holding the job's capacity now and how the attempts after its preemptions
     /// resumed (`GET /qm/v1/jobs/{job}/attempt`); empty from a server older than that
     /// endpoint.

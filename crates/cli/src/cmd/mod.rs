@@ -1,6 +1,7 @@
 //! One module per `qm` command: each owns its clap arguments and a `run` that returns the
 //! process exit code.
 
+pub mod admin;
 pub mod backup;
 pub mod check;
 pub mod client;

@@ -2,6 +2,7 @@
 //! [`crate::state::State`], with the validation that needs the state (existence, uniqueness,
 //! lifecycle). Shape validation that needs no state lives in `qm_api::validate`.
 
+mod drain;
 mod environment;
 mod fair;
 mod job;

@@ -58,6 +58,9 @@ impl State {
             | Command::DeleteQuotaShare(_) => config("change quota shares"),
             Command::TagResource(_) | Command::UntagResource(_) => config("change tags"),
             Command::PutQueueGroups { .. } => config("change groups of quota shares"),
+            Command::Drain { .. } | Command::EndDrain => Err(denied(format!(
+                "{who} may not drain the executor or end a drain: that is for admins"
+            ))),
             Command::SubmitServiceJob { request, .. } => {
                 let Some(share) = request.quota_share_name.as_deref() else {
                     return Ok(()); // the submit's own checks refuse it

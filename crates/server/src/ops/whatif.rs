@@ -142,7 +142,9 @@ impl State {
                     (job, WhatIfAction::Preempt, Some(for_job))
                 }
                 StopCause::Terminated { .. } => (job, WhatIfAction::Terminate, None),
-                StopCause::Drill { .. } => (job, WhatIfAction::Preempt, None),
+                StopCause::Drill { .. } | StopCause::Requeue { .. } => {
+                    (job, WhatIfAction::Preempt, None)
+                }
             },
             Effect::Finished { .. } | Effect::Requeued { .. } => return None,
         };
