@@ -21,9 +21,10 @@ import time
 
 import pytest
 
-from qm_e2e import (DEADLINE, STORAGE_ROOT, Jobs, ShareSpec, SlurmCluster, demo_setup, events, line,
+from qm_e2e import (DEADLINE, STORAGE_ROOT, UNIT, Jobs, ShareSpec, SlurmCluster, demo_setup, events, line,
                     make_queue, pid_alive, slurm_config_toml, slurm_missing, still, storage_uri,
                     wait_for, wait_preempted, wait_status)
+from qm_e2e import run_qm as qm
 from test_resume import preempt_by_owner_and_run_again
 
 # Without Slurm the module is skipped; with QM_REQUIRE_SLURM set (CI) each of its tests fails
@@ -642,3 +643,34 @@ def test_a_slurm_job_that_reports_its_steps_is_classified_resumed_after_a_reclai
     assert record["outcome"] == "resumed", record
     assert (record["checkpointStep"], record["previousLastStep"], record["firstStep"]) == (10, 15, 10)
     assert record["recomputedSteps"] == 5
+
+
+def test_a_reload_adds_an_instance_type_to_the_slurm_executor_and_its_waiting_job_runs(
+        server, batch, jobs):
+    """Issue 38, item 8: reload applies to the Slurm executor's options too. A type the
+    executor does not offer is refused at submit; a reload that maps the partition to it makes
+    the next poll report it, and a job of it runs there; a reload back restores the nodes."""
+    other = "ml.g6.xlarge"
+    q = make_queue(batch, "sreload", [ShareSpec("S", "RESERVE", 1, unit=other)], env_max=1, unit=other)
+    with pytest.raises(batch.exceptions.ClientException, match="reload the config"):
+        jobs.sleeper(q, "S", "refused", unit=other)
+    original = server.config_path.read_text()
+    # The partition's nodes provide the other type now (a node provides one type).
+    server.config_path.write_text(original.replace(f'instance_type = "{UNIT}"', f'instance_type = "{other}"'))
+    try:
+        out = qm(server, "reload").stdout
+        assert "applied executor.slurm" in out, out
+        waiter = wait_for(lambda: submitted(jobs, q, other), what=f"the poll to offer {other}")
+        wait_status(batch, waiter, "RUNNING")
+        batch.terminate_service_job(jobId=waiter, reason="done")
+        wait_status(batch, waiter, "FAILED")
+    finally:
+        server.config_path.write_text(original)
+        qm(server, "reload")
+
+
+def submitted(jobs, q, unit):
+    try:
+        return jobs.sleeper(q, "S", "waiter", unit=unit)
+    except jobs.batch.exceptions.ClientException:
+        return None

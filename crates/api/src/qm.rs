@@ -613,6 +613,20 @@ pub struct DrainStatus {
     pub attempts_holding: u32,
 }
 
+/// The answer to `POST /qm/v1/reload` (`qm reload`, admins): the config file was read again
+/// and applied.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadResponse {
+    /// The file read; absent when the server runs on its embedded defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_file: Option<String>,
+    /// The keys whose change was applied (empty: the file says what was in force).
+    pub changed: Vec<String>,
+    /// The executor's instances per type now.
+    pub capacity: std::collections::BTreeMap<String, u32>,
+}
+
 /// The body of `GET /qm/v1/jobs/{job}/attempt`: the attempt that holds capacity now, if any
 /// (DescribeServiceJob's `attempts` lists ended attempts only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

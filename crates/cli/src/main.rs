@@ -59,6 +59,10 @@ enum Command {
     /// `--requeue` also stops the running attempts and queues them again, using no retry
     /// and no preemption. Stopping the server never stops jobs; this does.
     Drain(cmd::admin::DrainArgs),
+    /// Make the server read its config file again (admins; SIGHUP does the same): pools,
+    /// grace, retention, limits, storage and executor options apply at once or to new
+    /// attempts; what takes a restart is refused, naming the keys, and nothing changes.
+    Reload(cmd::admin::ReloadArgs),
 }
 
 /// An error and its causes, each cause only once: many of our messages already include their
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Command::Principal(cmd) => cmd::principal::run(cmd),
         Command::Whoami(args) => cmd::whoami::run(args),
         Command::Drain(args) => cmd::admin::drain(args),
+        Command::Reload(args) => cmd::admin::reload(args),
     };
     match result {
         Ok(code) => code,

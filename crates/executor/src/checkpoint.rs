@@ -14,8 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Weak;
 use std::time::{Duration, UNIX_EPOCH};
 
-use tokio::time::MissedTickBehavior;
-
 use crate::executor::Inner;
 
 /// At most this many directory entries are looked at per scan of one directory tree, so a job
@@ -83,12 +81,13 @@ pub(crate) struct Watched {
 
 /// The scanner loop (checkpoints, and logs past their limit); it ends when the executor is
 /// dropped.
-pub(crate) async fn scan_loop(inner: Weak<Inner>, poll: Duration) {
-    let mut tick = tokio::time::interval(poll.max(MIN_POLL));
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tick.tick().await;
+pub(crate) async fn scan_loop(inner: Weak<Inner>) {
     loop {
-        tick.tick().await;
+        // The period in force now: a reload may change it.
+        let Some(poll) = inner.upgrade().map(|i| i.cfg().checkpoint_poll) else {
+            return;
+        };
+        tokio::time::sleep(poll.max(MIN_POLL)).await;
         let Some(inner) = inner.upgrade() else { return };
         if let Some((limit, dirs)) = inner.log_targets() {
             let _ = tokio::task::spawn_blocking(move || {

@@ -66,6 +66,9 @@ pub enum ExecError {
     /// The kernel has no `pidfd_open` (or it is forbidden): supervisors cannot be verified.
     #[error("this kernel cannot open a pidfd ({0}): the local executor needs Linux 5.3 or later (and pidfd_open allowed) to tell its supervisors from processes that reused their pids")]
     NoPidfd(String),
+    /// A reload asks for a change that takes a restart.
+    #[error("{0}")]
+    Reload(String),
     /// The Slurm cluster cannot be used as configured.
     #[error("slurm: {0}")]
     Slurm(String),

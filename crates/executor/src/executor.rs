@@ -274,7 +274,8 @@ pub struct LocalExecutor {
 /// State shared by the executor handle, the supervisors' links and the checkpoint scanner.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) cfg: LocalConfig,
+    /// The settings; [`LocalExecutor::reload`] replaces them (attempts take theirs at launch).
+    cfg: std::sync::RwLock<Arc<LocalConfig>>,
     /// Whether attempts get `/opt/ml` ([`crate::namespace`]), as found at start-up.
     pub(crate) opt_ml: bool,
     events: mpsc::UnboundedSender<ExecEvent>,
@@ -430,7 +431,7 @@ impl LocalExecutor {
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
                 opt_ml,
-                cfg,
+                cfg: std::sync::RwLock::new(Arc::new(cfg)),
                 events,
                 state: Mutex::new(State {
                     inventory,
@@ -453,6 +454,46 @@ impl LocalExecutor {
     /// Instances per instance type, free or not (what the core gets as physical capacity).
     pub fn capacity(&self) -> BTreeMap<String, u32> {
         self.inner.state().inventory.capacity()
+    }
+
+    /// Applies a reloaded configuration (SIGHUP, `qm reload`): the pools are resized at once
+    /// (grown instances are free now; a removed one that runs an attempt goes when it ends)
+    /// and a changed capacity is reported as an event; every other setting applies to the
+    /// attempts launched from now on, and to scans. What takes a restart (the data dir,
+    /// isolation, `/opt/ml`, the supervisor) is kept as it is; switching between host
+    /// processes and images is refused. Nothing changes on error.
+    pub fn reload(&self, mut cfg: LocalConfig) -> Result<(), ExecError> {
+        let old = self.inner.cfg();
+        if old.runtime.runs_images() != cfg.runtime.runs_images() {
+            return Err(ExecError::Reload(
+                "executor.runtime: switching between host processes and podman takes a restart"
+                    .into(),
+            ));
+        }
+        cfg.data_dir = old.data_dir.clone();
+        cfg.isolation = old.isolation;
+        cfg.opt_ml = old.opt_ml;
+        cfg.supervisor = old.supervisor.clone();
+        let (before, after) = {
+            let mut state = self.inner.state();
+            let before = state.inventory.capacity();
+            state
+                .inventory
+                .resize(&cfg.pools, cfg.gpu_indices.as_deref())?;
+            (before, state.inventory.capacity())
+        };
+        *self
+            .inner
+            .cfg
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(cfg);
+        if before != after {
+            let _ = self
+                .inner
+                .events
+                .send(ExecEvent::Capacity { capacity: after });
+        }
+        Ok(())
     }
 
     /// Free instances of `instance_type` now.
@@ -533,12 +574,12 @@ impl LocalExecutor {
 
     /// The per-job directory (`data_dir/jobs/<job_id>`).
     pub fn job_dir(&self, job_id: &str) -> PathBuf {
-        layout::job_dir(&self.inner.cfg.data_dir, job_id)
+        layout::job_dir(&self.inner.cfg().data_dir, job_id)
     }
 
     /// The log directory of attempt number `attempt_number` of `job_id`.
     pub fn log_dir(&self, job_id: &str, attempt_number: u32) -> PathBuf {
-        JobLayout::new(&self.inner.cfg.data_dir, job_id, attempt_number).attempt_dir
+        JobLayout::new(&self.inner.cfg().data_dir, job_id, attempt_number).attempt_dir
     }
 
     /// After a server restart, before any `start`: what became of each attempt the log says
@@ -577,9 +618,9 @@ impl LocalExecutor {
                 groups = orphans.len(),
                 "stopping processes no supervisor holds"
             );
-            crate::group::reap(orphans, self.inner.cfg.stop_grace).await;
+            crate::group::reap(orphans, self.inner.cfg().stop_grace).await;
         }
-        if let Runtime::Podman(podman) = &self.inner.cfg.runtime {
+        if let Runtime::Podman(podman) = &self.inner.cfg().runtime {
             // A container outlives a SIGKILLed `podman run`; adopted attempts keep theirs.
             let keep: Vec<String> = self
                 .inner
@@ -590,7 +631,7 @@ impl LocalExecutor {
                 .collect();
             crate::container::remove_labelled(
                 podman,
-                &crate::container::label(&self.inner.cfg.data_dir),
+                &crate::container::label(&self.inner.cfg().data_dir),
                 &keep,
             )
             .await;
@@ -608,7 +649,7 @@ impl LocalExecutor {
             .values()
             .filter_map(|s| s.supervisor.as_ref().map(|i| i.pid))
             .collect();
-        crate::group::marked_groups_outside(&self.inner.cfg.data_dir, &supervisors)
+        crate::group::marked_groups_outside(&self.inner.cfg().data_dir, &supervisors)
             .into_iter()
             .collect()
     }
@@ -699,6 +740,14 @@ fn open_supervisors_dir(data_dir: &Path) -> Result<OwnedFd, ExecError> {
 }
 
 impl Inner {
+    /// The settings in force now.
+    pub(crate) fn cfg(&self) -> Arc<LocalConfig> {
+        self.cfg
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere must not wedge the executor: the state stays consistent because
         // every critical section is a few map operations.
@@ -717,22 +766,19 @@ impl Inner {
     /// The settings a new attempt runs under.
     fn settings(&self) -> Settings {
         Settings {
-            data_dir: self.cfg.data_dir.clone(),
-            stop_grace_ms: self.cfg.stop_grace.as_millis() as u64,
-            isolation: self.cfg.isolation,
+            data_dir: self.cfg().data_dir.clone(),
+            stop_grace_ms: self.cfg().stop_grace.as_millis() as u64,
+            isolation: self.cfg().isolation,
             opt_ml: self.opt_ml,
-            runtime: self.cfg.runtime.clone(),
-            storage: self.cfg.storage.as_ref().map(|s| s.settings().clone()),
-            checkpoint_sync_ms: self.cfg.checkpoint_sync.as_millis() as u64,
+            runtime: self.cfg().runtime.clone(),
+            storage: self.cfg().storage.as_ref().map(|s| s.settings().clone()),
+            checkpoint_sync_ms: self.cfg().checkpoint_sync.as_millis() as u64,
         }
     }
 
     fn start_scanner(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
         if !self.scanner_started.swap(true, Ordering::Relaxed) {
-            runtime.spawn(checkpoint::scan_loop(
-                Arc::downgrade(self),
-                self.cfg.checkpoint_poll,
-            ));
+            runtime.spawn(checkpoint::scan_loop(Arc::downgrade(self)));
         }
     }
 
@@ -772,7 +818,7 @@ impl Inner {
             hosts,
             uid,
         };
-        let slot = Slot::new(&self.cfg.data_dir, &placement, link, None, false);
+        let slot = Slot::new(&self.cfg().data_dir, &placement, link, None, false);
         state.attempts.insert(spec.attempt, slot);
         Ok(placement)
     }
@@ -786,8 +832,8 @@ impl Inner {
         let _ = std::fs::remove_file(&socket);
         let listener = std::os::unix::net::UnixListener::bind(&socket)?;
         // Its messages go where the server's go (standard error).
-        let mut child = tokio::process::Command::new(&self.cfg.supervisor.program)
-            .args(&self.cfg.supervisor.args)
+        let mut child = tokio::process::Command::new(&self.cfg().supervisor.program)
+            .args(&self.cfg().supervisor.args)
             .stdin(std::process::Stdio::from(OwnedFd::from(listener)))
             .stdout(std::process::Stdio::null())
             .kill_on_drop(false)
@@ -838,7 +884,7 @@ impl Inner {
             return;
         };
         let news = slot.pgids.is_empty();
-        let layout = JobLayout::new(&self.cfg.data_dir, &slot.job_id, slot.attempt_number);
+        let layout = JobLayout::new(&self.cfg().data_dir, &slot.job_id, slot.attempt_number);
         slot.pgids = running.pids.clone();
         if slot.checkpoints.is_none() {
             slot.checkpoints = Some(Watched {
@@ -848,7 +894,7 @@ impl Inner {
             slot.progress = Some(Arc::new(Mutex::new(Tail::new(
                 layout.progress_file(),
                 layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)),
-                slot.uid.filter(|_| self.cfg.isolation.is_some()),
+                slot.uid.filter(|_| self.cfg().isolation.is_some()),
             ))));
         }
         if report && news {
@@ -998,7 +1044,7 @@ impl Inner {
         // its attempt; the processes it ran are stopped with the orphans meanwhile.
         let _ = std::fs::remove_file(self.socket(r.attempt));
         if let Some(outcome) = sup::read_outcome(
-            &JobLayout::new(&self.cfg.data_dir, &r.job_id, r.attempt_number).attempt_dir,
+            &JobLayout::new(&self.cfg().data_dir, &r.job_id, r.attempt_number).attempt_dir,
         ) {
             return Reconciled::Ended(outcome);
         }
@@ -1142,11 +1188,25 @@ impl Inner {
         stray: bool,
     ) -> Result<(), String> {
         let mut state = self.state();
-        state.inventory.take_ids(&p.instance_type, &p.instances)?;
+        let held = state
+            .inventory
+            .hold_placed(&p.instance_type, &p.instances, &p.hosts);
+        if held != p.instances {
+            tracing::warn!(
+                attempt,
+                recorded = ?p.instances,
+                held = ?held,
+                "the pools changed while the attempt ran: it keeps its GPUs on the instances it holds now"
+            );
+        }
         if let (Some(pool), Some(uid)) = (state.uids.as_mut(), p.uid) {
             pool.hold(uid);
         }
-        let slot = Slot::new(&self.cfg.data_dir, p, link, Some(identity), stray);
+        let placed = Placement {
+            instances: held,
+            ..p.clone()
+        };
+        let slot = Slot::new(&self.cfg().data_dir, &placed, link, Some(identity), stray);
         state.attempts.insert(attempt, slot);
         Ok(())
     }
@@ -1155,7 +1215,7 @@ impl Inner {
     /// hold as live: asked to stop (holding their instances until they exit), or acknowledged
     /// if they ended.
     async fn stop_strays(self: Arc<Self>, known: &BTreeSet<u64>) {
-        let dir = self.cfg.data_dir.join(sup::SUPERVISORS_DIR);
+        let dir = self.cfg().data_dir.join(sup::SUPERVISORS_DIR);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
         };
@@ -1208,7 +1268,7 @@ impl Inner {
 
     /// The log limit and the directories of running attempts, when logs are bounded.
     pub(crate) fn log_targets(&self) -> Option<(u64, Vec<PathBuf>)> {
-        let limit = self.cfg.log_bytes_per_attempt?;
+        let limit = self.cfg().log_bytes_per_attempt?;
         let dirs = self
             .state()
             .attempts

@@ -1,6 +1,8 @@
 //! What the local machine offers: instance types, how many instances of each, and which GPUs
-//! each instance hands to its process. The inventory is fixed at start-up; attempts take and
-//! give back whole instances, so a GPU is never shared by two running attempts.
+//! each instance hands to its process. Attempts take and give back whole instances, so a GPU is
+//! never shared by two running attempts. A reload resizes the pools: new instances are
+//! appended (ids of the others never change), and a removed instance that runs an attempt is
+//! *retired*: it counts no more, and goes when that attempt gives it back.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -110,14 +112,19 @@ pub fn default_pools(gpus: &[GpuInfo]) -> Vec<PoolSpec> {
 }
 
 /// One local instance: its type and the GPUs its process sees.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Instance {
     instance_type: String,
     gpus: Vec<u32>,
+    /// Out of the pools (a reload removed it, or an adopted attempt runs on GPUs no instance
+    /// of the pools has): never free again, gone once given back.
+    retired: bool,
+    /// Retired and given back: nothing runs on it.
+    gone: bool,
 }
 
 /// All instances, and which are free. Instance ids are indices into `instances`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Inventory {
     instances: Vec<Instance>,
     /// Free instance ids per type; the lowest ids go first, so GPU assignment is predictable.
@@ -157,29 +164,129 @@ impl Inventory {
             free: BTreeMap::new(),
         };
         for pool in pools {
-            let free = inventory
-                .free
-                .entry(pool.instance_type.clone())
-                .or_default();
             for _ in 0..pool.count {
-                free.insert(inventory.instances.len());
-                inventory.instances.push(Instance {
-                    instance_type: pool.instance_type.clone(),
-                    gpus: next_gpu
-                        .by_ref()
-                        .take(pool.gpus_per_instance as usize)
-                        .collect(),
-                });
+                let gpus = next_gpu
+                    .by_ref()
+                    .take(pool.gpus_per_instance as usize)
+                    .collect();
+                inventory.push(&pool.instance_type, gpus);
             }
         }
         Ok(inventory)
     }
 
-    /// Instances per type, free or not.
+    fn push(&mut self, instance_type: &str, gpus: Vec<u32>) -> usize {
+        let id = self.instances.len();
+        self.instances.push(Instance {
+            instance_type: instance_type.to_string(),
+            gpus,
+            retired: false,
+            gone: false,
+        });
+        self.free
+            .entry(instance_type.to_string())
+            .or_default()
+            .insert(id);
+        id
+    }
+
+    /// Resizes the pools to `pools` (a reload): per type, instances are added (with the lowest
+    /// GPUs of `gpu_indices`, else of 0.., that no instance uses) or retired (free ones
+    /// first, the highest ids first); a type whose GPUs per instance changed has all its
+    /// instances retired and laid out anew. Nothing changes on error.
+    pub(crate) fn resize(
+        &mut self,
+        pools: &[PoolSpec],
+        gpu_indices: Option<&[u32]>,
+    ) -> Result<(), ExecError> {
+        let mut next = self.clone();
+        let mut want: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+        for p in pools {
+            let e = want
+                .entry(&p.instance_type)
+                .or_insert((0, p.gpus_per_instance));
+            e.0 += p.count;
+        }
+        let types: BTreeSet<String> = next
+            .free
+            .keys()
+            .cloned()
+            .chain(want.keys().map(|t| t.to_string()))
+            .collect();
+        for t in &types {
+            let (count, per) = want.get(t.as_str()).copied().unwrap_or((0, 0));
+            let current = next.in_pool(t);
+            if current
+                .first()
+                .is_some_and(|&id| next.instances[id].gpus.len() != per as usize)
+            {
+                next.retire(t, current.len());
+            }
+            let have = next.in_pool(t).len() as u32;
+            if count < have {
+                next.retire(t, (have - count) as usize);
+            }
+            for _ in have..count {
+                let gpus = next.unused_gpus(per as usize, gpu_indices)?;
+                next.push(t, gpus);
+            }
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The ids of the type's instances in the pools (not retired), in order.
+    fn in_pool(&self, instance_type: &str) -> Vec<usize> {
+        (0..self.instances.len())
+            .filter(|&id| {
+                let i = &self.instances[id];
+                i.instance_type == instance_type && !i.retired
+            })
+            .collect()
+    }
+
+    /// Retires `n` instances of the type: free ones first, the highest ids first.
+    fn retire(&mut self, instance_type: &str, n: usize) {
+        let mut ids = self.in_pool(instance_type);
+        let free = self.free.entry(instance_type.to_string()).or_default();
+        // Held ones last: sorted by (free, id), taken from the end.
+        ids.sort_by_key(|id| (free.contains(id), *id));
+        for id in ids.into_iter().rev().take(n) {
+            let instance = &mut self.instances[id];
+            instance.retired = true;
+            if free.remove(&id) {
+                instance.gone = true;
+            }
+        }
+    }
+
+    /// `n` GPUs no instance uses, the lowest first.
+    fn unused_gpus(&self, n: usize, gpu_indices: Option<&[u32]>) -> Result<Vec<u32>, ExecError> {
+        let used: BTreeSet<u32> = self
+            .instances
+            .iter()
+            .filter(|i| !i.gone)
+            .flat_map(|i| i.gpus.iter().copied())
+            .collect();
+        let candidates: Box<dyn Iterator<Item = u32>> = match gpu_indices {
+            Some(list) => Box::new(list.iter().copied()),
+            None => Box::new(0..),
+        };
+        let gpus: Vec<u32> = candidates.filter(|g| !used.contains(g)).take(n).collect();
+        if gpus.len() < n {
+            return Err(ExecError::NotEnoughGpus {
+                needed: used.len() + n,
+                available: gpu_indices.map_or(usize::MAX, <[u32]>::len),
+            });
+        }
+        Ok(gpus)
+    }
+
+    /// Instances per type in the pools, free or not (retired ones count no more).
     pub(crate) fn capacity(&self) -> BTreeMap<String, u32> {
         let mut capacity: BTreeMap<String, u32> =
             self.free.keys().map(|t| (t.clone(), 0)).collect();
-        for instance in &self.instances {
+        for instance in self.instances.iter().filter(|i| !i.retired) {
             *capacity.entry(instance.instance_type.clone()).or_default() += 1;
         }
         capacity
@@ -192,43 +299,83 @@ impl Inventory {
         instance_type: &str,
         count: u32,
     ) -> Result<Vec<usize>, ExecError> {
+        // GPUs an adopted attempt holds outside the pools are not handed out again.
+        let busy: BTreeSet<u32> = self
+            .instances
+            .iter()
+            .filter(|i| i.retired && !i.gone)
+            .flat_map(|i| i.gpus.iter().copied())
+            .collect();
+        let instances = &self.instances;
         let free = self
             .free
             .get_mut(instance_type)
             .ok_or_else(|| ExecError::UnknownInstanceType(instance_type.to_string()))?;
-        if free.len() < count as usize {
+        let usable: Vec<usize> = free
+            .iter()
+            .copied()
+            .filter(|&id| instances[id].gpus.iter().all(|g| !busy.contains(g)))
+            .collect();
+        if usable.len() < count as usize {
             return Err(ExecError::InsufficientInstances {
                 attempt,
                 instance_type: instance_type.to_string(),
                 requested: count,
-                free: free.len() as u32,
+                free: usable.len() as u32,
             });
         }
-        Ok((0..count).filter_map(|_| free.pop_first()).collect())
-    }
-
-    /// Takes the instances `ids` of `instance_type`, which must all be free (a supervisor
-    /// adopted after a restart holds the instances it was launched on).
-    pub(crate) fn take_ids(&mut self, instance_type: &str, ids: &[usize]) -> Result<(), String> {
-        let free = self
-            .free
-            .get_mut(instance_type)
-            .ok_or_else(|| format!("this server has no instance type {instance_type}"))?;
-        if let Some(id) = ids.iter().find(|id| !free.contains(id)) {
-            return Err(format!(
-                "instance {id} of {instance_type} is not free here (the pools changed, or another attempt holds it)"
-            ));
-        }
-        for id in ids {
+        let taken: Vec<usize> = usable.into_iter().take(count as usize).collect();
+        for id in &taken {
             free.remove(id);
         }
-        Ok(())
+        Ok(taken)
     }
 
-    /// Returns instances taken by [`Inventory::take`].
+    /// Holds the instances an adopted attempt runs on, one per host with its GPUs, and
+    /// returns their ids here: a free instance of the type with those GPUs (the one of the
+    /// recorded id first), else — the pools changed while it ran — a retired instance made
+    /// for it, so that its GPUs are not handed out until it ends.
+    pub(crate) fn hold_placed(
+        &mut self,
+        instance_type: &str,
+        ids: &[usize],
+        hosts: &[Vec<u32>],
+    ) -> Vec<usize> {
+        let mut held = Vec::with_capacity(ids.len());
+        for (k, &recorded) in ids.iter().enumerate() {
+            let gpus = hosts.get(k).cloned().unwrap_or_default();
+            let instances = &self.instances;
+            let free = self.free.entry(instance_type.to_string()).or_default();
+            let fits = |id: &usize| instances[*id].gpus == gpus;
+            let found = std::iter::once(recorded)
+                .filter(|id| free.contains(id))
+                .chain(free.iter().copied())
+                .find(fits);
+            let id = match found {
+                Some(id) => {
+                    free.remove(&id);
+                    id
+                }
+                None => {
+                    let id = self.push(instance_type, gpus);
+                    self.free.get_mut(instance_type).map(|f| f.remove(&id));
+                    self.instances[id].retired = true;
+                    id
+                }
+            };
+            held.push(id);
+        }
+        held
+    }
+
+    /// Returns instances taken by [`Inventory::take`]; retired ones go.
     pub(crate) fn give_back(&mut self, ids: &[usize]) {
         for &id in ids {
-            let instance = &self.instances[id];
+            let instance = &mut self.instances[id];
+            if instance.retired {
+                instance.gone = true;
+                continue;
+            }
             let newly_free = self
                 .free
                 .entry(instance.instance_type.clone())
@@ -273,12 +420,15 @@ impl Inventory {
                 ));
             }
         }
-        if seen.len() != self.instances.len() {
+        let present = self.instances.iter().filter(|i| !i.gone).count();
+        if seen.len() != present {
             return Err(format!(
-                "{} instances but {} free or held",
-                self.instances.len(),
+                "{present} instances but {} free or held",
                 seen.len()
             ));
+        }
+        if let Some(id) = seen.iter().find(|&&id| self.instances[id].gone) {
+            return Err(format!("instance {id} is gone but free or held"));
         }
         Ok(())
     }
@@ -374,14 +524,53 @@ mod tests {
     }
 
     #[test]
-    fn named_instances_are_taken_only_when_free() {
-        let mut inv = Inventory::build(&[pool("a", 3, 0)], None).unwrap();
-        inv.take_ids("a", &[1, 2]).unwrap();
+    fn an_adopted_attempt_holds_the_instance_with_its_gpus_or_one_made_for_it() {
+        let mut inv = Inventory::build(&[pool("a", 3, 1)], None).unwrap();
+        // Recorded as instance 1 with GPU 1: held as it was.
+        assert_eq!(inv.hold_placed("a", &[1], &[vec![1]]), vec![1]);
+        // Recorded as instance 0 but on GPU 2 (the pools were laid out differently then).
+        assert_eq!(inv.hold_placed("a", &[0], &[vec![2]]), vec![2]);
         assert_eq!(inv.free("a"), 1);
-        assert!(inv.take_ids("a", &[0, 2]).is_err());
-        assert_eq!(inv.free("a"), 1, "a refused take changes nothing");
-        assert!(inv.take_ids("b", &[0]).is_err());
+        // On GPU 7, which no instance has: held on a retired instance; GPU 7 never goes out.
+        let odd = inv.hold_placed("a", &[0], &[vec![7]]);
+        assert_eq!(odd, vec![3]);
+        assert_eq!(inv.capacity()["a"], 3, "a retired instance is no capacity");
+        inv.check_invariants(&[1, 2, 3]).unwrap();
+        inv.give_back(&odd);
+        assert_eq!(inv.free("a"), 1, "a retired instance given back goes");
         inv.check_invariants(&[1, 2]).unwrap();
+    }
+
+    #[test]
+    fn a_reload_grows_pools_with_unused_gpus_and_retires_held_instances_when_given_back() {
+        let mut inv = Inventory::build(&[pool("a", 2, 1), pool("b", 1, 1)], None).unwrap();
+        let held = inv.take(1, "a", 2).unwrap();
+        inv.resize(&[pool("a", 1, 1), pool("b", 2, 1), pool("c", 1, 0)], None)
+            .unwrap();
+        assert_eq!(
+            inv.capacity(),
+            BTreeMap::from([("a".into(), 1), ("b".into(), 2), ("c".into(), 1)])
+        );
+        assert_eq!(
+            inv.free("a"),
+            0,
+            "the other instance still runs its attempt"
+        );
+        assert_eq!(inv.free("b"), 2);
+        let b = inv.take(2, "b", 2).unwrap();
+        assert_eq!(inv.gpus(b[1]), &[3], "the lowest GPU no instance uses");
+        inv.check_invariants(&[held.clone(), b.clone()].concat())
+            .unwrap();
+        inv.give_back(&held);
+        assert_eq!(
+            inv.free("a"),
+            1,
+            "the retired instance went; the kept one is free"
+        );
+        // Not enough GPUs in a fixed list: refused, nothing changed.
+        let before = inv.capacity();
+        assert!(inv.resize(&[pool("a", 9, 1)], Some(&[0, 1, 2, 3])).is_err());
+        assert_eq!(inv.capacity(), before);
     }
 
     #[test]

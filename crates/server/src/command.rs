@@ -530,4 +530,19 @@ pub enum Request {
     Command(Command),
     /// Reads state.
     Query(Query),
+    /// A reload (`crate::reload`): the driver's new settings, applied with the reload's
+    /// audit entry in one batch.
+    Reload(Box<Reloaded>),
+}
+
+/// What a reload changes in the driver: its cadence and the bounds on new submits (neither
+/// is logged: replays never depend on them), and the audit entry that records the reload.
+#[derive(Clone, Debug)]
+pub struct Reloaded {
+    /// The driver's periodic work (`since_snapshot` is ignored).
+    pub cadence: crate::driver::Cadence,
+    /// Bounds on queued jobs and `file://` roots for new submits.
+    pub admission: crate::state::Admission,
+    /// Who reloaded, and what changed.
+    pub audit: AuditEntry,
 }

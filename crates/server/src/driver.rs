@@ -374,11 +374,10 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     events: mpsc::UnboundedReceiver<ExecEvent>,
     /// To report launch failures as exits, through the same path as real exits.
     events_tx: mpsc::UnboundedSender<ExecEvent>,
-    tick: Duration,
+    /// Its periodic work (`since_snapshot` aside, which counts here); a reload replaces it.
+    cadence: Cadence,
     /// When share heads began to be blocked for a time-limited reason.
     time_limits: TimeLimits,
-    /// Logged commands between two snapshots (0: only at shutdown).
-    snapshot_every: u64,
     /// Commands logged since the last snapshot began.
     since_snapshot: u64,
     /// Jobs in the last snapshot begun.
@@ -386,12 +385,8 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     snapshots: Snapshotter<L>,
     /// Where retired jobs go.
     archive: Archive,
-    retention: Duration,
     /// When retirement was last looked for (epoch ms).
     retire_checked: i64,
-    delete_job_dirs: bool,
-    max_lost_attempts: u32,
-    audit_entries: usize,
     /// Directories of jobs whose retirement is in the batch being committed.
     retired_dirs: Vec<PathBuf>,
 }
@@ -424,15 +419,6 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             events,
             events_tx,
         } = channels;
-        let Cadence {
-            tick,
-            snapshot_every,
-            since_snapshot,
-            retention,
-            delete_job_dirs,
-            max_lost_attempts,
-            audit_entries,
-        } = cadence;
         Driver {
             state,
             log,
@@ -440,28 +426,31 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             requests,
             events,
             events_tx,
-            tick,
+            cadence,
             time_limits: TimeLimits::default(),
-            snapshot_every,
-            since_snapshot,
+            since_snapshot: cadence.since_snapshot,
             snapshot_jobs: 0,
             snapshots,
             archive: Archive::new(&archive_dir),
-            retention,
             retire_checked: 0,
-            delete_job_dirs,
             retired_dirs: Vec::new(),
-            max_lost_attempts,
-            audit_entries,
         }
+    }
+
+    /// Takes a reload's settings (`crate::reload`); its audit entry is logged in the batch.
+    fn reload(&mut self, r: &crate::command::Reloaded) {
+        self.cadence = r.cadence;
+        // Look for retirements under the new retention at the next tick.
+        self.retire_checked = 0;
+        self.state.admission = Some(r.admission.clone());
     }
 
     /// The jobs and audit entries due for retirement, archived durably, as the commands that
     /// retire them; none while it is not time to look, or when archiving failed (they stay,
     /// and are tried again).
     fn retire_commands(&mut self, now: i64) -> Vec<Command> {
-        let retention = self.retention.as_millis() as i64;
-        let every = (retention / 10).clamp(self.tick.as_millis() as i64, 60_000);
+        let retention = self.cadence.retention.as_millis() as i64;
+        let every = (retention / 10).clamp(self.cadence.tick.as_millis() as i64, 60_000);
         if now - self.retire_checked < every {
             return Vec::new();
         }
@@ -473,7 +462,9 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
 
     /// The audit entries beyond `[retention] audit_entries`, archived.
     fn retire_audit(&mut self) -> Option<Command> {
-        let due = self.state.audit_retirable(self.audit_entries, RETIRE_MAX);
+        let due = self
+            .state
+            .audit_retirable(self.cadence.audit_entries, RETIRE_MAX);
         let upto = due.last()?.seq + 1;
         if let Err(e) = self.archive.append_audit(&due) {
             tracing::error!(error = %e, entries = due.len(), "cannot write the audit archive; the entries stay until it can be written");
@@ -494,7 +485,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             return None;
         }
         let job_ids: Vec<String> = archived.into_iter().map(|a| a.job_id).collect();
-        if self.delete_job_dirs {
+        if self.cadence.delete_job_dirs {
             // Ids are the server's own UUIDs; anything that could leave jobs/ is never deleted.
             self.retired_dirs = job_ids
                 .iter()
@@ -555,7 +546,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             return Ok(0);
         }
         let now = now_ms();
-        stamp_lost_limit(&mut commands, self.max_lost_attempts);
+        stamp_lost_limit(&mut commands, self.cadence.max_lost_attempts);
         let outcome = self.state.apply_batch(now, commands);
         for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
             tracing::warn!(error = %e, "reconciliation step refused");
@@ -581,33 +572,21 @@ fn stamp_lost_limit(commands: &mut [Command], max: u32) {
     }
 }
 
-/// How live attempt `attempt` ended while no server watched it: as the executor recorded it
-/// next to its logs, else lost for `reason` (queued again without using a retry).
-fn recorded_or_lost(
-    state: &State,
-    recorded: impl Fn(&str, u32) -> Option<Outcome>,
-    attempt: u64,
-    reason: &str,
-) -> ExitRecord {
-    state
-        .attempt_identity(attempt)
-        .and_then(|(job, n)| recorded(&job, n))
-        .map_or_else(
-            || ExitRecord::Lost {
-                reason: reason.into(),
-                max_in_a_row: None,
-            },
-            exit_record,
-        )
-}
-
 /// Local attempts outlive their server under their supervisors: each one the log says was live
 /// is adopted (its supervisor answered: it goes on, as the same attempt), recorded as it ended
 /// (while no server watched), or lost (its machine rebooted or its supervisor died).
 pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec<Command> {
+    reconciled_commands(local.reconcile(state.recorded_attempts()).await)
+}
+
+/// What became of the attempts the log holds as live, from either executor, as the commands
+/// that record it: one rule for both. An adopted attempt goes on as it was (the log learns its
+/// processes only if it did not know them); an ended one is recorded as it ended; a lost one
+/// is queued again without using a retry (within `max_lost_attempts`).
+fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
     let mut commands = Vec::new();
     let (mut adopted, mut ended) = (0, 0);
-    for (attempt, what) in local.reconcile(state.recorded_attempts()).await {
+    for (attempt, what) in results {
         match what {
             Reconciled::Adopted { running } => {
                 adopted += 1;
@@ -650,16 +629,15 @@ pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec
 }
 
 /// Slurm jobs outlive their server: those still running are adopted, those that ended are
-/// recorded as they ended, and attempts Slurm does not know are lost (queued again).
+/// recorded as they ended (by Slurm, else by the outcome file the job left), and attempts
+/// Slurm does not know are lost (queued again); [`reconciled_commands`] records them.
 pub(crate) async fn reconcile_slurm(
     state: &State,
     slurm: &qm_executor::slurm::SlurmExecutor,
 ) -> Result<Vec<Command>, ServerError> {
-    let recorded = |job: &str, n: u32| slurm.recorded_outcome(job, n);
-    let live = state.live_attempts();
-    let mut commands = Vec::new();
+    let mut results = Vec::new();
     let mut specs = Vec::new();
-    for (attempt, _) in &live {
+    for (attempt, _) in &state.live_attempts() {
         match state.live_launch(*attempt) {
             Some((launch, running)) => specs.push(AdoptSpec {
                 spec: launch_spec(launch),
@@ -669,40 +647,32 @@ pub(crate) async fn reconcile_slurm(
                 stopping: state.attempt_stopping(*attempt),
             }),
             // Cannot happen for a live attempt; if it did, nothing could follow it.
-            None => commands.push(Command::AttemptExited {
-                attempt: *attempt,
-                outcome: ExitRecord::Lost {
-                    reason: "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
-                    max_in_a_row: None,
-                },
-            }),
+            None => results.push((*attempt, Reconciled::Lost(
+                "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
+            ))),
         }
     }
     let adopted = slurm
         .adopt(specs)
         .await
         .map_err(|e| ServerError::Executor(e.to_string()))?;
-    let mut kept = 0;
     for (attempt, what) in adopted {
-        let outcome = match what {
-            Adopted::Running => {
-                kept += 1;
-                continue;
-            }
-            Adopted::Ended(o) => exit_record(o),
-            Adopted::Unknown => recorded_or_lost(
-                state,
-                recorded,
-                attempt,
-                "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry",
-            ),
+        let reconciled = match what {
+            Adopted::Running => Reconciled::Adopted { running: None },
+            Adopted::Ended(o) => Reconciled::Ended(o),
+            Adopted::Unknown => match state
+                .attempt_identity(attempt)
+                .and_then(|(job, n)| slurm.recorded_outcome(&job, n))
+            {
+                Some(o) => Reconciled::Ended(o),
+                None => Reconciled::Lost(
+                    "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry".into(),
+                ),
+            },
         };
-        commands.push(Command::AttemptExited { attempt, outcome });
+        results.push((attempt, reconciled));
     }
-    if kept > 0 {
-        eprintln!("qm: adopted {kept} Slurm job(s) the previous server started");
-    }
-    Ok(commands)
+    Ok(reconciled_commands(results))
 }
 
 impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
@@ -735,8 +705,8 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         // as many commands as the last one had jobs: its cost per command stays a fraction
         // of a job's encoding however large the state grows (a flood of submits included),
         // and a restart replays at most that many commands.
-        let due = self.snapshot_every.max(4 * self.snapshot_jobs);
-        if self.snapshot_every > 0 && self.since_snapshot >= due {
+        let due = self.cadence.snapshot_every.max(4 * self.snapshot_jobs);
+        if self.cadence.snapshot_every > 0 && self.since_snapshot >= due {
             self.start_snapshot();
         }
         Ok(())
@@ -747,7 +717,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
     /// so that a restart rebuilds the state from what was committed (clients got
     /// ServerException for everything in the failed batch).
     pub async fn run(mut self) -> Result<(), ServerError> {
-        let mut ticker = tokio::time::interval(self.tick);
+        let mut ticker = tokio::time::interval(self.cadence.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let first = tokio::select! {
@@ -788,6 +758,11 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                 }
             }
             self.batch(items)?;
+            if ticker.period() != self.cadence.tick {
+                // A reload changed the period.
+                ticker = tokio::time::interval(self.cadence.tick);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            }
         }
         self.snapshots.reap(true);
         if self.since_snapshot > 0 {
@@ -799,7 +774,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
 
     fn batch(&mut self, items: Vec<Item>) -> Result<(), ServerError> {
         let writes = items.iter().any(|i| match i {
-            Item::Request(e) => matches!(e.request, Request::Command(_)),
+            Item::Request(e) => !matches!(e.request, Request::Query(_)),
             Item::Event(_) | Item::Timed(_) => true,
         });
         if !writes {
@@ -830,6 +805,11 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                         repliers.push(Some(reply));
                     }
                     Request::Query(q) => queries.push((q, reply)),
+                    Request::Reload(r) => {
+                        self.reload(&r);
+                        commands.push(Command::Audit(r.audit));
+                        repliers.push(Some(reply));
+                    }
                 },
                 Item::Event(ev) => {
                     commands.push(event_command(ev));
@@ -842,7 +822,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             }
         }
         let pass = std::time::Instant::now();
-        stamp_lost_limit(&mut commands, self.max_lost_attempts);
+        stamp_lost_limit(&mut commands, self.cadence.max_lost_attempts);
         let exited: Vec<u64> = commands
             .iter()
             .filter_map(|c| match c {

@@ -54,6 +54,8 @@ pub struct App {
     pub auth: Arc<crate::auth::Auth>,
     /// `[limits]`, which the door applies.
     pub limits: crate::limits::Limits,
+    /// `POST /qm/v1/reload` (and SIGHUP) reload the config file through it.
+    pub reloader: Arc<crate::reload::Reloader>,
 }
 
 /// The router.
@@ -87,6 +89,7 @@ pub fn router(app: App) -> Router {
         .route("/qm/v1/jobs/{job}/attempt", get(running_attempt))
         .route("/qm/v1/jobs/{job}/preempt", post(preempt))
         .route("/qm/v1/drain", get(drain_status).post(drain))
+        .route("/qm/v1/reload", post(reload))
         .route("/qm/v1/what-if", post(what_if))
         .route(
             "/qm/v1/queues/{queue}/groups",
@@ -332,6 +335,27 @@ async fn drain(
         audit(&app, &caller, action, &summary).await;
     }
     response
+}
+
+/// `POST /qm/v1/reload` (`qm reload`, admins): reads the config file again and applies what
+/// can change while running ([`crate::reload`]); a failed reload changes nothing and says why.
+async fn reload(AxState(app): AxState<App>, Extension(caller): Extension<Principal>) -> Response {
+    if !caller.admin {
+        return error_response(&ApiError::forbidden(
+            "AccessDeniedException",
+            format!(
+                "{} may not reload the server's configuration: that is for admins",
+                caller.name
+            ),
+        ));
+    }
+    match app.reloader.reload(&caller.name).await {
+        Ok(r) => match serde_json::to_vec(&r) {
+            Ok(body) => ok_response(body),
+            Err(e) => error_response(&ApiError::server(format!("encoding the answer: {e}"))),
+        },
+        Err(e) => error_response(&e),
+    }
 }
 
 /// `GET /qm/v1/drain`: whether the executor is drained ([`qm_api::qm::DrainStatus`]).

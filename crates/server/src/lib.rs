@@ -37,6 +37,7 @@ pub mod index;
 pub mod limits;
 pub mod metrics;
 mod ops;
+pub mod reload;
 mod resume;
 pub mod review;
 pub mod snapshot;
@@ -73,7 +74,7 @@ pub fn writer() -> qm_store::Writer {
 pub const INBOX: usize = 8192;
 
 /// Runs the server until SIGINT or SIGTERM.
-pub async fn serve(config: Config) -> Result<(), ServerError> {
+pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
     let io = |context: String| move |source| ServerError::Io { context, source };
     if !config.auth && !auth::no_auth_allowed(config.listen) {
         return Err(ServerError::Config(format!(
@@ -190,12 +191,19 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
 
     check_executor_switch(&mut log, &config, state.live_attempts().len())?;
     let (events_tx, events_rx) = mpsc::unbounded_channel();
-    let (executor, instances, gpus, jobs_line) = match &config.slurm {
+    let StartedExecutor {
+        executor,
+        instances,
+        gpus,
+        jobs_line,
+        found,
+    } = match &config.slurm {
         None => local_executor(&config, events_tx.clone())?,
         Some(settings) => slurm_executor(&config, settings, &mut log, events_tx.clone())?,
     };
 
     let logs = executor.clone();
+    let reloading = executor.clone();
     let (req_tx, req_rx) = mpsc::channel(INBOX);
     let mut driver = driver::Driver::new(
         state,
@@ -247,7 +255,15 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         history.clone(),
         config.history_sample,
     ));
+    let reloader = std::sync::Arc::new(reload::Reloader::new(
+        flags,
+        config.clone(),
+        reloading,
+        found,
+        req_tx.downgrade(),
+    ));
     let app = http::App {
+        reloader: reloader.clone(),
         auth: std::sync::Arc::new(auth),
         requests: req_tx,
         latency: Default::default(),
@@ -257,7 +273,7 @@ pub async fn serve(config: Config) -> Result<(), ServerError> {
         gpus,
         limits: config.limits,
     };
-    ignore_hangups();
+    reload_on_hangup(reloader);
     let handle = axum_server::Handle::new();
     let stopping = handle.clone();
     tokio::spawn(async move {
@@ -343,13 +359,18 @@ fn upgrade_summary(r: &driver::Recovered) -> String {
     )
 }
 
-/// A started executor, the lines that describe its instances, and GPUs per instance type.
-type StartedExecutor = (
-    exec::Executor,
-    Vec<String>,
-    std::collections::BTreeMap<String, u32>,
-    String,
-);
+/// A started executor and what the banner, the HTTP layer and reloads need from its start.
+struct StartedExecutor {
+    executor: exec::Executor,
+    /// A line per pool or instance type.
+    instances: Vec<String>,
+    /// GPUs per instance type.
+    gpus: std::collections::BTreeMap<String, u32>,
+    /// The banner's `jobs:` line (and more).
+    jobs_line: String,
+    /// What a reload builds the executor's settings from again.
+    found: reload::Found,
+}
 
 /// Makes the files directly in the data dir (database, WAL, lock, keys) its owner's only:
 /// data dirs of earlier releases may have them 0644, and isolated jobs can traverse the dir.
@@ -396,46 +417,21 @@ fn local_executor(
     config: &Config,
     events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
 ) -> Result<StartedExecutor, ServerError> {
-    let mut gpu_indices = None;
-    let pools: Vec<PoolSpec> = if config.pool.is_empty() {
-        let gpus = detect_gpus();
-        let pools = default_pools(&gpus);
-        if !gpus.is_empty() {
-            // Hand out the indices nvidia-smi reported, in its order, so that each pool's
-            // instances get GPUs of the model the pool was named after.
-            gpu_indices = Some(gpus.iter().map(|g| g.index).collect());
-        }
-        if gpus.is_empty() {
-            eprintln!(
-                "qm: no GPU found (nvidia-smi); offering {} simulated instance(s) that run on the CPU",
-                pools.iter().map(|p| p.count).sum::<u32>()
-            );
-        }
-        pools
-    } else {
-        config.pool.clone()
-    };
+    let (pools, gpu_indices) = local_pools(config);
     let (isolation, jobs_line) = job_isolation(config)?;
-    let storage = storage(config);
-    let storage_line = storage.settings().describe();
-    let executor = LocalExecutor::new(
-        LocalConfig {
-            data_dir: config.data_dir.clone(),
-            stop_grace: config.stop_grace,
-            pools: pools.clone(),
-            gpu_indices,
-            checkpoint_poll: config.checkpoint_poll,
-            isolation,
-            log_bytes_per_attempt: Some(config.limits.log_bytes_per_attempt),
-            storage: Some(std::sync::Arc::new(storage)),
-            checkpoint_sync: config.checkpoint_sync,
-            opt_ml: config.opt_ml,
-            runtime: config.runtime.clone(),
-            supervisor: qm_executor::SupervisorCommand::default(),
-        },
-        events_tx,
-    )
-    .map_err(|e| ServerError::Executor(e.to_string()))?;
+    let found = reload::Found {
+        detected: (pools.clone(), gpu_indices.clone()),
+        isolation,
+        slurm_tag: None,
+    };
+    let cfg = local_config(config, pools.clone(), gpu_indices, isolation);
+    let storage_line = cfg
+        .storage
+        .as_ref()
+        .map(|s| s.settings().describe())
+        .unwrap_or_default();
+    let executor =
+        LocalExecutor::new(cfg, events_tx).map_err(|e| ServerError::Executor(e.to_string()))?;
     let opt_ml = if let qm_executor::Runtime::Podman(p) = &config.runtime {
         format!(
             "runs each job's TrainingImage with {} ({} image mapping(s))",
@@ -462,7 +458,62 @@ fn local_executor(
         .iter()
         .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
         .collect();
-    Ok((exec::Executor::Local(executor), described, gpus, jobs_line))
+    Ok(StartedExecutor {
+        executor: exec::Executor::Local(executor),
+        instances: described,
+        gpus,
+        jobs_line,
+        found,
+    })
+}
+
+/// The local executor's settings under `config`, with the pools and GPUs found at start
+/// (`qm reload` builds them again from the reloaded config).
+pub(crate) fn local_config(
+    config: &Config,
+    pools: Vec<PoolSpec>,
+    gpu_indices: Option<Vec<u32>>,
+    isolation: Option<qm_executor::JobUids>,
+) -> LocalConfig {
+    LocalConfig {
+        data_dir: config.data_dir.clone(),
+        stop_grace: config.stop_grace,
+        pools,
+        gpu_indices,
+        checkpoint_poll: config.checkpoint_poll,
+        isolation,
+        log_bytes_per_attempt: Some(config.limits.log_bytes_per_attempt),
+        storage: Some(std::sync::Arc::new(storage(config))),
+        checkpoint_sync: config.checkpoint_sync,
+        opt_ml: config.opt_ml,
+        runtime: config.runtime.clone(),
+        supervisor: qm_executor::SupervisorCommand::default(),
+    }
+}
+
+/// The local pools: configured, else one instance per GPU `nvidia-smi` finds (with the GPUs'
+/// indices, in its order), else four simulated instances.
+pub(crate) fn local_pools(config: &Config) -> (Vec<PoolSpec>, Option<Vec<u32>>) {
+    let mut gpu_indices = None;
+    let pools: Vec<PoolSpec> = if config.pool.is_empty() {
+        let gpus = detect_gpus();
+        let pools = default_pools(&gpus);
+        if !gpus.is_empty() {
+            // Hand out the indices nvidia-smi reported, in its order, so that each pool's
+            // instances get GPUs of the model the pool was named after.
+            gpu_indices = Some(gpus.iter().map(|g| g.index).collect());
+        }
+        if gpus.is_empty() {
+            eprintln!(
+                "qm: no GPU found (nvidia-smi); offering {} simulated instance(s) that run on the CPU",
+                pools.iter().map(|p| p.count).sum::<u32>()
+            );
+        }
+        pools
+    } else {
+        config.pool.clone()
+    };
+    (pools, gpu_indices)
 }
 
 /// Attempts run where the executor that started them put them: local processes are found by
@@ -510,6 +561,21 @@ fn storage(config: &Config) -> qm_executor::Storage {
     qm_executor::Storage::new(qm_executor::StorageSettings::resolve(&config.storage, &env))
 }
 
+/// The Slurm executor's settings under `config`.
+pub(crate) fn slurm_config(config: &Config, settings: &SlurmSettings, tag: &str) -> SlurmConfig {
+    let mut cfg = SlurmConfig::new(
+        settings.shared_dir_or(&config.data_dir),
+        settings.instances.clone(),
+        tag,
+    );
+    cfg.stop_grace = config.stop_grace;
+    cfg.poll = settings.poll;
+    cfg.bin_dir = settings.bin_dir.clone();
+    cfg.account = settings.account.clone();
+    cfg.extra_sbatch_args = settings.extra_sbatch_args.clone();
+    cfg
+}
+
 /// The Slurm executor of `config` and a line per instance type for the banner.
 fn slurm_executor(
     config: &Config,
@@ -518,16 +584,7 @@ fn slurm_executor(
     events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
 ) -> Result<StartedExecutor, ServerError> {
     let tag = slurm_tag(log)?;
-    let mut cfg = SlurmConfig::new(
-        settings.shared_dir_or(&config.data_dir),
-        settings.instances.clone(),
-        &tag,
-    );
-    cfg.stop_grace = config.stop_grace;
-    cfg.poll = settings.poll;
-    cfg.bin_dir = settings.bin_dir.clone();
-    cfg.account = settings.account.clone();
-    cfg.extra_sbatch_args = settings.extra_sbatch_args.clone();
+    let cfg = slurm_config(config, settings, &tag);
     let storage = storage(config);
     let storage_line = storage.settings().describe();
     let slurm = SlurmExecutor::with_storage(cfg, events_tx, Some(std::sync::Arc::new(storage)))
@@ -558,7 +615,17 @@ fn slurm_executor(
         .collect();
     let jobs_line = format!("jobs: run by Slurm as this server's user, in the directories of executor.slurm.shared_dir (docs/slurm.md)\n\
          sagemaker: channels, checkpoints and models transferred by this server into and out of the shared directory (no /opt/ml on the nodes); {storage_line}");
-    Ok((exec::Executor::Slurm(slurm), described, gpus, jobs_line))
+    Ok(StartedExecutor {
+        executor: exec::Executor::Slurm(slurm),
+        instances: described,
+        gpus,
+        jobs_line,
+        found: reload::Found {
+            detected: (Vec::new(), None),
+            isolation: None,
+            slurm_tag: Some(tag),
+        },
+    })
 }
 
 /// Keeps `value` as the setting `key` stored with the data dir. A different stored value is
@@ -649,18 +716,25 @@ fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
     }
 }
 
-/// SIGHUP must not end the server (its default action would): it is logged, and the running
-/// server goes on. Applying a changed config file takes a restart, which running jobs survive.
-fn ignore_hangups() {
+/// SIGHUP reloads the config file (`reload`), as `qm reload` does; it never ends the server
+/// (its default action would). What it applied, or why it changed nothing, goes to the log.
+fn reload_on_hangup(reloader: std::sync::Arc<reload::Reloader>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            eprintln!(
-                "qm: SIGHUP: the config file is not re-read while running; restart the server to apply it (running jobs go on and are adopted)"
-            );
+            match reloader.reload("SIGHUP").await {
+                Ok(r) if r.changed.is_empty() => {
+                    eprintln!("qm: SIGHUP: reloaded the config; nothing changed")
+                }
+                Ok(r) => eprintln!(
+                    "qm: SIGHUP: reloaded the config; applied {}",
+                    r.changed.join(", ")
+                ),
+                Err(e) => eprintln!("qm: SIGHUP: reload refused: {}", e.message()),
+            }
         }
     });
 }

@@ -58,7 +58,7 @@ fn ask(state: &State, operation: &str, request: &Value) -> Value {
         },
         op => match parse_operation(op, request.to_string().as_bytes()).expect("a read") {
             Request::Query(q) => q,
-            Request::Command(c) => panic!("{op} is not a read: {c:?}"),
+            other => panic!("{op} is not a read: {other:?}"),
         },
     };
     let body = state

@@ -572,6 +572,11 @@ impl Client {
         self.post("/qm/v1/drain", request)
     }
 
+    /// Makes the server read its config file again (`POST /qm/v1/reload`, admins).
+    pub fn reload(&self) -> Result<qm_api::qm::ReloadResponse, ClientError> {
+        self.post("/qm/v1/reload", &serde_json::json!({}))
+    }
+
     /// Whether the executor is drained (`GET /qm/v1/drain`).
     pub fn drain_status(&self) -> Result<qm_api::qm::DrainStatus, ClientError> {
         self.get_typed("/qm/v1/drain")

@@ -1,12 +1,13 @@
 //! The server's own life, for admins: `qm drain` (stop starting attempts, and with
-//! `--requeue` stop the running ones and queue them again) and `qm drain --cancel`.
+//! `--requeue` stop the running ones and queue them again), `qm drain --cancel`, and
+//! `qm reload` (read the config file again, as SIGHUP does).
 //!
 //! Exit codes: 0 on success, 1 when the server refuses or cannot be reached.
 
 use std::process::ExitCode;
 
 use clap::Args;
-use qm_api::qm::{DrainRequest, DrainStatus};
+use qm_api::qm::{DrainRequest, DrainStatus, ReloadResponse};
 
 use super::client::{exit_code, print_json, Common, Output};
 
@@ -70,4 +71,41 @@ fn drain_text(s: &DrainStatus) -> String {
         )),
     }
     out
+}
+
+/// `qm reload`.
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Runs `qm reload`.
+pub fn reload(args: ReloadArgs) -> anyhow::Result<ExitCode> {
+    exit_code((|| {
+        let answer = args.common.client()?.reload()?;
+        match args.common.output() {
+            Output::Table => print!("{}", reload_text(&answer)),
+            Output::Json => print_json(&answer)?,
+        }
+        Ok(())
+    })())
+}
+
+fn reload_text(r: &ReloadResponse) -> String {
+    let file = r.config_file.as_deref().unwrap_or("the embedded defaults");
+    let changed = if r.changed.is_empty() {
+        "nothing changed".to_string()
+    } else {
+        format!("applied {}", r.changed.join(", "))
+    };
+    let capacity: Vec<String> = r
+        .capacity
+        .iter()
+        .map(|(t, n)| format!("{n} x {t}"))
+        .collect();
+    format!(
+        "reloaded {file}: {changed}\ninstances: {}\n",
+        capacity.join(", ")
+    )
 }

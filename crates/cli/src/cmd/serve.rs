@@ -61,6 +61,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .thread_name("qm-http")
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(qm_server::serve(config))?;
+    runtime.block_on(qm_server::serve(config, flags))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -73,7 +73,8 @@ pub struct SlurmExecutor {
 
 #[derive(Debug)]
 struct Inner {
-    cfg: SlurmConfig,
+    /// The settings; [`SlurmExecutor::reload`] replaces them.
+    cfg: std::sync::RwLock<Arc<SlurmConfig>>,
     /// Where channels, checkpoints and models are transferred (by the server, into and out
     /// of the shared directory).
     storage: Option<Arc<Storage>>,
@@ -283,7 +284,7 @@ impl SlurmExecutor {
         }
         Ok(SlurmExecutor {
             inner: Arc::new(Inner {
-                cfg,
+                cfg: std::sync::RwLock::new(Arc::new(cfg)),
                 storage,
                 events,
                 state: Mutex::new(State::default()),
@@ -298,14 +299,37 @@ impl SlurmExecutor {
         self.inner.state().capacity.clone()
     }
 
+    /// Applies a reloaded configuration (SIGHUP, `qm reload`): the instance types, poll period,
+    /// account, extra `sbatch` arguments and stop grace apply from the next poll and the next
+    /// submit (a changed capacity is reported by that poll). The shared directory, the tag and
+    /// where the Slurm commands are take a restart and are kept as they are.
+    pub fn reload(&self, mut cfg: SlurmConfig) -> Result<(), ExecError> {
+        if cfg.instances.is_empty() {
+            return Err(ExecError::Slurm(
+                "no instance type is configured: add [[executor.slurm.instance]] entries".into(),
+            ));
+        }
+        let old = self.inner.cfg();
+        cfg.shared_dir = old.shared_dir.clone();
+        cfg.tag = old.tag.clone();
+        cfg.bin_dir = old.bin_dir.clone();
+        *self
+            .inner
+            .cfg
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(cfg);
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
     /// Where attempt `attempt_number` of `job_id` keeps its logs.
     pub fn log_dir(&self, job_id: &str, attempt_number: u32) -> PathBuf {
-        JobLayout::new(&self.inner.cfg.shared_dir, job_id, attempt_number).attempt_dir
+        JobLayout::new(&self.inner.cfg().shared_dir, job_id, attempt_number).attempt_dir
     }
 
     /// The per-job directory (`shared_dir/jobs/<job_id>`).
     pub fn job_dir(&self, job_id: &str) -> PathBuf {
-        crate::layout::job_dir(&self.inner.cfg.shared_dir, job_id)
+        crate::layout::job_dir(&self.inner.cfg().shared_dir, job_id)
     }
 
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event.
@@ -319,8 +343,8 @@ impl SlurmExecutor {
     pub async fn adopt(&self, attempts: Vec<AdoptSpec>) -> Result<Vec<(u64, Adopted)>, ExecError> {
         let jobs = self.inner.squeue().await.map_err(ExecError::Slurm)?;
         let nodes = self.inner.sinfo().await.map_err(ExecError::Slurm)?;
-        check_disjoint(&self.inner.cfg.instances, &nodes)?;
-        let tag = self.inner.cfg.tag.clone();
+        check_disjoint(&self.inner.cfg().instances, &nodes)?;
+        let tag = self.inner.cfg().tag.clone();
         let mut by_attempt: BTreeMap<u64, SlurmJob> = BTreeMap::new();
         for j in &jobs {
             if let Some((_, _, attempt)) = parse_marker(&tag, &j.comment) {
@@ -371,7 +395,7 @@ impl SlurmExecutor {
         }
         let instance = self
             .inner
-            .cfg
+            .cfg()
             .instances
             .iter()
             .find(|i| i.instance_type == spec.instance_type)
@@ -414,13 +438,21 @@ impl SlurmExecutor {
 }
 
 impl Inner {
+    /// The settings in force now.
+    fn cfg(&self) -> Arc<SlurmConfig> {
+        self.cfg
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // Every critical section is a few map operations; a panic elsewhere must not wedge us.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn slot(&self, spec: &LaunchSpec) -> Slot {
-        let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+        let layout = JobLayout::new(&self.cfg().shared_dir, &spec.job_id, spec.attempt_number);
         Slot {
             program: spec.entrypoint.first().cloned().unwrap_or_default(),
             log_dir: layout.attempt_dir.clone(),
@@ -457,13 +489,13 @@ impl Inner {
     ) -> (u64, Adopted, Option<Slot>) {
         let spec = &a.spec;
         let found = by_attempt.get(&spec.attempt).filter(|j| {
-            parse_marker(&self.cfg.tag, &j.comment)
+            parse_marker(&self.cfg().tag, &j.comment)
                 .is_some_and(|(job, n, _)| job == spec.job_id && n == spec.attempt_number)
         });
         let Some(job) = found else {
             return (spec.attempt, Adopted::Unknown, None);
         };
-        let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+        let layout = JobLayout::new(&self.cfg().shared_dir, &spec.job_id, spec.attempt_number);
         let mut slot = self.slot(spec);
         slot.checkpoint_dir =
             layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, None);
@@ -502,12 +534,12 @@ impl Inner {
         jobs: &[SlurmJob],
     ) -> BTreeMap<String, u32> {
         let live: BTreeSet<u64> = state.slots.keys().copied().collect();
-        state.capacity = capacity(&self.cfg.instances, nodes, jobs, &self.cfg.tag, &live);
+        state.capacity = capacity(&self.cfg().instances, nodes, jobs, &self.cfg().tag, &live);
         state.capacity.clone()
     }
 
     fn program(&self, name: &str) -> PathBuf {
-        match &self.cfg.bin_dir {
+        match &self.cfg().bin_dir {
             Some(dir) => dir.join(name),
             None => PathBuf::from(name),
         }
@@ -523,11 +555,11 @@ impl Inner {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .output();
-        let out = match tokio::time::timeout(self.cfg.command_timeout, child).await {
+        let out = match tokio::time::timeout(self.cfg().command_timeout, child).await {
             Err(_) => {
                 return Err(CommandError::Unreachable(format!(
                     "{name} did not answer within {:?}",
-                    self.cfg.command_timeout
+                    self.cfg().command_timeout
                 )))
             }
             Ok(Err(e)) => {
@@ -626,7 +658,7 @@ impl Inner {
         slot: &mut Slot,
         outcome: Outcome,
     ) -> Outcome {
-        let layout = JobLayout::new(&self.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+        let layout = JobLayout::new(&self.cfg().shared_dir, &spec.job_id, spec.attempt_number);
         let mut stage = self.stage(storage, spec, &layout);
         let mut state = slot.restored.take().unwrap_or_default();
         let ckpt = spec
@@ -664,7 +696,7 @@ impl Inner {
     /// Compares one `squeue` snapshot, taken from `polled_at`, with the attempts: reports
     /// starts, plans the signals to send and hands over the attempts that ended.
     fn observe(&self, jobs: &[SlurmJob], polled_at: Instant) -> Plan {
-        let tag = &self.cfg.tag;
+        let tag = &self.cfg().tag;
         let now = Instant::now();
         let by_id: BTreeMap<u64, &SlurmJob> = jobs.iter().map(|j| (j.id, j)).collect();
         let mut plan = Plan::default();
@@ -733,7 +765,7 @@ impl Inner {
                     slot.stop = Some(StopCause::Timeout);
                 }
             }
-            slot.plan_stop(id, started, now, self.cfg.stop_grace, &mut plan);
+            slot.plan_stop(id, started, now, self.cfg().stop_grace, &mut plan);
             if slot.running_since.is_some() {
                 plan.scans.push((attempt, slot.checkpoint_dir.clone()));
                 plan.progress.push(slot.progress.clone());
@@ -775,7 +807,7 @@ impl Inner {
         for slot in self.state().slots.values_mut() {
             if let Some(id) = slot.slurm_id {
                 let started = slot.running_since.is_some();
-                slot.plan_stop(id, started, now, self.cfg.stop_grace, &mut plan);
+                slot.plan_stop(id, started, now, self.cfg().stop_grace, &mut plan);
             }
         }
         plan
@@ -1086,7 +1118,7 @@ async fn submit_inner(
         .await
         .map_err(|e| client_error(e.to_string()))?;
     let mine = marker(
-        &inner.cfg.tag,
+        &inner.cfg().tag,
         &spec.job_id,
         spec.attempt_number,
         spec.attempt,
@@ -1159,7 +1191,7 @@ async fn stage_in(
             retryable: false,
         });
     };
-    let layout = JobLayout::new(&inner.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+    let layout = JobLayout::new(&inner.cfg().shared_dir, &spec.job_id, spec.attempt_number);
     let mut stage = inner.stage(storage, spec, &layout);
     let stopped = async {
         loop {
@@ -1193,7 +1225,7 @@ async fn stage_in(
 /// The job's directories, its checkpoint directory and baseline, the script, and the
 /// `sbatch` arguments. Blocking (file system).
 fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result<Prepared, String> {
-    let layout = JobLayout::new(&inner.cfg.shared_dir, &spec.job_id, spec.attempt_number);
+    let layout = JobLayout::new(&inner.cfg().shared_dir, &spec.job_id, spec.attempt_number);
     layout.prepare(None).map_err(|(path, e)| {
         format!(
             "{CLIENT_ERROR}cannot create '{}': {e}; check executor.slurm.shared_dir",
@@ -1239,13 +1271,13 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
         &script_path,
         &job_name(spec),
         &marker(
-            &inner.cfg.tag,
+            &inner.cfg().tag,
             &spec.job_id,
             spec.attempt_number,
             spec.attempt,
         ),
-        inner.cfg.account.as_deref(),
-        &inner.cfg.extra_sbatch_args,
+        inner.cfg().account.as_deref(),
+        &inner.cfg().extra_sbatch_args,
     );
     Ok(Prepared {
         args,
@@ -1256,9 +1288,9 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
 
 /// Reads Slurm every `poll` (sooner when woken by a start or stop), reports, signals.
 async fn poll_loop(inner: std::sync::Weak<Inner>) {
-    let (poll, mut last_capacity) = match inner.upgrade() {
+    let mut last_capacity = match inner.upgrade() {
         // What adopt() read is what the server already publishes.
-        Some(i) => (i.cfg.poll, Some(i.state().capacity.clone())),
+        Some(i) => Some(i.state().capacity.clone()),
         None => return,
     };
     loop {
@@ -1307,6 +1339,8 @@ async fn poll_loop(inner: std::sync::Weak<Inner>) {
             }
         }
         let wake = inner.clone();
+        // The period in force now: a reload may change it.
+        let poll = inner.cfg().poll;
         drop(inner);
         // Woken early by a start or a stop, but never more often than MIN_POLL_GAP.
         tokio::select! {
@@ -1556,7 +1590,7 @@ mod tests {
         let mut cfg = SlurmConfig::new(dir, vec![], "me");
         cfg.stop_grace = grace;
         let inner = Inner {
-            cfg,
+            cfg: std::sync::RwLock::new(Arc::new(cfg)),
             storage: None,
             events: tx,
             state: Mutex::new(State::default()),

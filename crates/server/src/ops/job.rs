@@ -70,7 +70,7 @@ impl State {
         }
         if !self.capacity.contains_key(instance_type) {
             return Err(ApiError::client(format!(
-                "serviceRequestPayload.ResourceConfig.InstanceType: no pool of this server provides '{instance_type}' (it offers {}): ask for one of those, or add the type to the executor's pools ([[executor.pool]], or [[executor.slurm.instance]] for Slurm) and restart",
+                "serviceRequestPayload.ResourceConfig.InstanceType: no pool of this server provides '{instance_type}' (it offers {}): ask for one of those, or add the type to the executor's pools ([[executor.pool]], or [[executor.slurm.instance]] for Slurm) and reload the config (qm reload, or SIGHUP)",
                 self.capacity.keys().cloned().collect::<Vec<_>>().join(", ")
             )));
         }

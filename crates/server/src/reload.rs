@@ -1,0 +1,279 @@
+//! Reload (SIGHUP, `qm reload`): the config file is read again and what can change while the
+//! server runs is applied — pools and instances (grown at once; a removed instance that runs
+//! an attempt goes when the attempt ends), stop grace, scans, retention, limits on queued jobs
+//! and logs, storage, the Slurm executor's options, the driver's cadence. What takes a restart
+//! (the listen address, the data dir, the executor's kind, isolation, TLS, the scheduler's
+//! pinned settings...) is refused, naming each key; a reload that fails for any reason changes
+//! nothing and says why. A capacity change reaches the log as `SetCapacity` (the executor
+//! reports it), so replays stay deterministic; every reload is audited.
+//!
+//! Settings of a running attempt stay as it was launched with; new attempts take the new ones.
+
+use std::path::PathBuf;
+
+use qm_api::qm::ReloadResponse;
+use qm_api::ApiError;
+use qm_executor::{JobUids, PoolSpec};
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use crate::command::{AuditEntry, Reloaded, Request};
+use crate::config::{Config, Flags};
+use crate::driver::{Cadence, Envelope};
+use crate::exec::Executor;
+use crate::state::Admission;
+
+/// One configuration key: how to read it off a [`Config`] (compared, never shown: values may
+/// hold secrets) and whether a running server can take a change of it.
+struct Key {
+    name: &'static str,
+    live: bool,
+    of: fn(&Config) -> String,
+}
+
+macro_rules! key {
+    ($name:literal, $live:literal, |$c:ident| $e:expr) => {
+        Key {
+            name: $name,
+            live: $live,
+            of: |$c: &Config| format!("{:?}", $e),
+        }
+    };
+}
+
+/// Every key, once: the single list of what a reload may change.
+fn keys() -> Vec<Key> {
+    vec![
+        key!("listen", false, |c| c.listen),
+        key!("data_dir", false, |c| c.data_dir),
+        key!("region", false, |c| c.region),
+        key!("account_id", false, |c| c.account_id),
+        key!("executor.kind", false, |c| c.slurm.is_some()),
+        key!("executor.isolation", false, |c| c.isolation),
+        key!("executor.job_uids", false, |c| c.job_uids),
+        key!("executor.opt_ml", false, |c| c.opt_ml),
+        key!("executor.runtime", false, |c| c.runtime.runs_images()),
+        key!("executor.slurm.shared_dir", false, |c| c
+            .slurm
+            .as_ref()
+            .map(|s| &s.shared_dir)),
+        key!("executor.slurm.bin_dir", false, |c| c
+            .slurm
+            .as_ref()
+            .map(|s| &s.bin_dir)),
+        key!("scheduler.reserve_after_seconds", false, |c| c
+            .reserve_after),
+        key!("scheduler.reclaim_patience_seconds", false, |c| c
+            .reclaim_patience),
+        key!("scheduler.backfill_patience_seconds", false, |c| c
+            .backfill_patience),
+        key!("scheduler.history_sample_seconds", false, |c| c
+            .history_sample),
+        key!("--no-auth", false, |c| c.auth),
+        key!("auth.hosts", false, |c| c.hosts),
+        key!("auth.public_metrics", false, |c| c.public_metrics),
+        key!("tls", false, |c| c.tls),
+        key!("limits.max_connections", false, |c| c
+            .limits
+            .max_connections),
+        key!("limits.header_timeout_seconds", false, |c| c
+            .limits
+            .header_timeout),
+        key!("limits.body_timeout_seconds", false, |c| c
+            .limits
+            .body_timeout),
+        key!("executor.pool", true, |c| c.pool),
+        key!("executor.stop_grace_seconds", true, |c| c.stop_grace),
+        key!("executor.checkpoint_poll_seconds", true, |c| c
+            .checkpoint_poll),
+        key!("executor.checkpoint_sync_seconds", true, |c| c
+            .checkpoint_sync),
+        key!("executor.max_lost_attempts", true, |c| c.max_lost_attempts),
+        key!("executor.podman", true, |c| c.runtime),
+        key!("executor.slurm", true, |c| c.slurm.as_ref().map(|s| (
+            &s.poll,
+            &s.account,
+            &s.extra_sbatch_args,
+            &s.instances
+        ))),
+        key!("scheduler.tick_seconds", true, |c| c.tick),
+        key!("state.snapshot_every_commands", true, |c| c.snapshot_every),
+        key!("retention.finished_jobs_days", true, |c| c.retention),
+        key!("retention.delete_job_dirs", true, |c| c.delete_job_dirs),
+        key!("retention.audit_entries", true, |c| c.audit_entries),
+        key!("limits.queued_jobs_per_share", true, |c| c
+            .limits
+            .queued_per_share),
+        key!("limits.queued_jobs_per_queue", true, |c| c
+            .limits
+            .queued_per_queue),
+        key!("limits.log_bytes_per_attempt", true, |c| c
+            .limits
+            .log_bytes_per_attempt),
+        key!("storage", true, |c| c.storage),
+    ]
+}
+
+/// The keys whose values differ: (those that take a restart, those a reload applies).
+fn differences(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut restart = Vec::new();
+    let mut live = Vec::new();
+    for k in keys() {
+        if (k.of)(old) != (k.of)(new) {
+            // The Slurm executor transfers through the storage it was started with.
+            if k.live && !(k.name == "storage" && new.slurm.is_some()) {
+                live.push(k.name);
+            } else {
+                restart.push(k.name);
+            }
+        }
+    }
+    (restart, live)
+}
+
+/// What start-up found that a reload builds the executor's settings from again.
+pub struct Found {
+    /// The local pools detected at start (used while the config names none) and their GPUs.
+    pub detected: (Vec<PoolSpec>, Option<Vec<u32>>),
+    /// The uids attempts run under, if apart from the server.
+    pub isolation: Option<JobUids>,
+    /// The Slurm executor's tag.
+    pub slurm_tag: Option<String>,
+}
+
+/// Reloads, one at a time.
+pub struct Reloader {
+    current: Mutex<Current>,
+}
+
+struct Current {
+    flags: Flags,
+    config: Config,
+    executor: Executor,
+    found: Found,
+    /// To the driver; weak, so that the driver still ends once the HTTP server is gone.
+    requests: mpsc::WeakSender<Envelope>,
+}
+
+impl Reloader {
+    /// A reloader of the server started with `flags` and `config`.
+    pub fn new(
+        flags: Flags,
+        config: Config,
+        executor: Executor,
+        found: Found,
+        requests: mpsc::WeakSender<Envelope>,
+    ) -> Self {
+        Reloader {
+            current: Mutex::new(Current {
+                flags,
+                config,
+                executor,
+                found,
+                requests,
+            }),
+        }
+    }
+
+    /// Reads the config file again and applies it, or changes nothing and says why.
+    pub async fn reload(&self, actor: &str) -> Result<ReloadResponse, ApiError> {
+        let mut current = self.current.lock().await;
+        let path = current
+            .flags
+            .config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(no --config: embedded defaults)"));
+        let kept = "the configuration in force is kept";
+        let new = Config::load(&current.flags)
+            .map_err(|e| ApiError::client(format!("{}: {e}; {kept}", path.display())))?;
+        let (restart, changed) = differences(&current.config, &new);
+        if !restart.is_empty() {
+            return Err(ApiError::client(format!(
+                "{}: {} cannot change while the server runs (restart it to apply; running jobs go on); {kept}",
+                path.display(),
+                restart.join(", ")
+            )));
+        }
+        current
+            .apply_to_executor(&new)
+            .map_err(|e| ApiError::client(format!("{}: {e}; {kept}", path.display())))?;
+        current.tell_driver(&new, actor, &path, &changed).await?;
+        current.config = new;
+        Ok(ReloadResponse {
+            config_file: current
+                .flags
+                .config
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            changed: changed.iter().map(|k| k.to_string()).collect(),
+            capacity: current.executor.capacity(),
+        })
+    }
+}
+
+impl Current {
+    fn apply_to_executor(&self, new: &Config) -> Result<(), qm_executor::ExecError> {
+        match (&self.executor, &new.slurm) {
+            (Executor::Local(e), _) => {
+                let (pools, gpus) = if new.pool.is_empty() {
+                    self.found.detected.clone()
+                } else {
+                    (new.pool.clone(), None)
+                };
+                e.reload(crate::local_config(new, pools, gpus, self.found.isolation))
+            }
+            (Executor::Slurm(e), Some(settings)) => {
+                let tag = self.found.slurm_tag.clone().unwrap_or_default();
+                e.reload(crate::slurm_config(new, settings, &tag))
+            }
+            (Executor::Slurm(_), None) => Ok(()), // refused above: executor.kind changed
+        }
+    }
+
+    async fn tell_driver(
+        &self,
+        new: &Config,
+        actor: &str,
+        path: &std::path::Path,
+        changed: &[&str],
+    ) -> Result<(), ApiError> {
+        let summary = match changed {
+            [] => format!("{}: nothing changed", path.display()),
+            keys => format!("{}: {}", path.display(), keys.join(", ")),
+        };
+        let reloaded = Reloaded {
+            cadence: Cadence {
+                tick: new.tick,
+                snapshot_every: new.snapshot_every,
+                since_snapshot: 0,
+                retention: new.retention,
+                delete_job_dirs: new.delete_job_dirs,
+                max_lost_attempts: new.max_lost_attempts,
+                audit_entries: new.audit_entries,
+            },
+            admission: Admission {
+                per_share: new.limits.queued_per_share,
+                per_queue: new.limits.queued_per_queue,
+                file_roots: new.storage.file_roots.clone(),
+                runs_images: new.runtime.runs_images(),
+            },
+            audit: AuditEntry {
+                at: 0,
+                actor: actor.to_string(),
+                action: "reload".into(),
+                summary: summary.clone(),
+                details: summary,
+            },
+        };
+        let stopping = || ApiError::server("the server is stopping; the reload was not recorded");
+        let requests = self.requests.upgrade().ok_or_else(stopping)?;
+        let (reply, answer) = oneshot::channel();
+        requests
+            .send(Envelope {
+                request: Request::Reload(Box::new(reloaded)),
+                reply,
+            })
+            .await
+            .map_err(|_| stopping())?;
+        answer.await.map_err(|_| stopping())?.map(|_| ())
+    }
+}
