@@ -504,11 +504,15 @@ impl Supervisor {
     }
 
     /// Sends `signal` to each host's group that still holds the job's processes (a group that
-    /// emptied is forgotten: its number may name someone else's group by now).
+    /// emptied is forgotten: its number may name someone else's group by now). A group whose
+    /// leader this supervisor has not reaped yet is ours without looking: the leader's pid,
+    /// which is the group's id, cannot be reused before it is reaped. Only a group whose
+    /// leader is gone costs a scan of /proc.
     fn signal_groups(&mut self, signal: Signal) {
         let me = std::process::id();
+        let live = &self.live;
         self.groups
-            .retain(|&pgid| crate::group::group_held(pgid, me));
+            .retain(|&pgid| live.contains(&Some(pgid)) || crate::group::group_held(pgid, me));
         for &pgid in &self.groups {
             signal_group(pgid, signal);
         }

@@ -6,7 +6,7 @@
 //! task for all attempts ([`crate::checkpoint`], [`crate::progress`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -23,6 +23,7 @@ use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::progress::{lock, Steps, Tail};
 use crate::supervisor::link::{self, Conn, Role};
 use crate::supervisor::protocol::{Launch, Placement, Running, Settings, Status, ToSupervisor};
+use crate::supervisor::zygote::Zygote;
 use crate::supervisor::{self as sup, Identity};
 use crate::{ExecError, Outcome, PoolSpec};
 use qm_storage::Storage;
@@ -289,7 +290,22 @@ pub(crate) struct Inner {
     /// Exits reported and waiting for the server's log to hold them before the supervisor is
     /// acknowledged.
     commits: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
+    /// What supervisors are forked from.
+    zygote: Mutex<ZygoteState>,
 }
+
+/// The supervisor zygote ([`crate::supervisor::zygote`]).
+#[derive(Debug)]
+enum ZygoteState {
+    /// Not started yet.
+    Idle,
+    Running(Zygote),
+    /// It failed at this instant: supervisors are executed until [`ZYGOTE_RETRY`] later.
+    Off(std::time::Instant),
+}
+
+/// How long after a failure of the zygote supervisors are executed before it is tried again.
+const ZYGOTE_RETRY: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 struct State {
@@ -442,6 +458,7 @@ impl LocalExecutor {
                 boot_id: sup::boot_id(),
                 supervisors,
                 commits: Mutex::new(BTreeMap::new()),
+                zygote: Mutex::new(ZygoteState::Idle),
             }),
         })
     }
@@ -454,6 +471,19 @@ impl LocalExecutor {
     /// Instances per instance type, free or not (what the core gets as physical capacity).
     pub fn capacity(&self) -> BTreeMap<String, u32> {
         self.inner.state().inventory.capacity()
+    }
+
+    /// The pid of the supervisor zygote, while one runs (for diagnostics and tests).
+    pub fn zygote(&self) -> Option<u32> {
+        match &*self
+            .inner
+            .zygote
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            ZygoteState::Running(z) => Some(z.pid()),
+            _ => None,
+        }
     }
 
     /// Applies a reloaded configuration (SIGHUP, `qm reload`): the pools are resized at once
@@ -823,14 +853,65 @@ impl Inner {
         Ok(placement)
     }
 
-    /// Binds the attempt's socket, spawns its supervisor with the listening socket as its
-    /// standard input, and connects. The supervisor is the server's child until the server
-    /// goes (it is reaped by a task of its own), in a session of its own from its first
-    /// instruction on.
+    /// Binds the attempt's socket, starts its supervisor with the listening socket as its
+    /// standard input — forked from the zygote, else executed — and connects.
     fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
         let socket = self.socket(attempt);
         let _ = std::fs::remove_file(&socket);
-        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+        self.start_supervisor(&socket)
+    }
+
+    /// Binds `socket`, starts a supervisor with the listening socket as its standard input,
+    /// and connects.
+    fn start_supervisor(&self, socket: &Path) -> std::io::Result<(Conn, Identity)> {
+        let listener = std::os::unix::net::UnixListener::bind(socket)?;
+        let pid = match self.fork_from_zygote(listener.as_fd()) {
+            Some(pid) => pid,
+            None => self.exec_supervisor(listener)?,
+        };
+        let identity = Identity::of(pid, &self.boot_id).ok_or_else(|| {
+            std::io::Error::other(format!("the supervisor (pid {pid}) has no /proc entry"))
+        })?;
+        Ok((Conn::connect(socket)?, identity))
+    }
+
+    /// A supervisor forked from the zygote (started now if there is none); `None` when the
+    /// zygote failed, or failed lately: the caller executes the supervisor instead.
+    fn fork_from_zygote(&self, listener: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+        let mut zygote = self.zygote.lock().unwrap_or_else(PoisonError::into_inner);
+        if let ZygoteState::Off(since) = *zygote {
+            if since.elapsed() < ZYGOTE_RETRY {
+                return None;
+            }
+            *zygote = ZygoteState::Idle;
+        }
+        if matches!(*zygote, ZygoteState::Idle) {
+            match Zygote::start(&self.cfg().supervisor) {
+                Ok(z) => *zygote = ZygoteState::Running(z),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the supervisor zygote; supervisors are executed");
+                    *zygote = ZygoteState::Off(std::time::Instant::now());
+                    return None;
+                }
+            }
+        }
+        let ZygoteState::Running(z) = &mut *zygote else {
+            return None;
+        };
+        match z.spawn(listener) {
+            Ok(pid) => Some(pid),
+            Err(e) => {
+                tracing::warn!(error = %e, "the supervisor zygote failed; supervisors are executed for a while");
+                *zygote = ZygoteState::Off(std::time::Instant::now());
+                None
+            }
+        }
+    }
+
+    /// A supervisor executed anew (the zygote's fallback). It is the server's child until
+    /// the server goes (reaped by a task of its own), in a session of its own from its first
+    /// instruction on.
+    fn exec_supervisor(&self, listener: std::os::unix::net::UnixListener) -> std::io::Result<u32> {
         // Its messages go where the server's go (standard error).
         let mut child = tokio::process::Command::new(&self.cfg().supervisor.program)
             .args(&self.cfg().supervisor.args)
@@ -844,10 +925,7 @@ impl Inner {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        let identity = Identity::of(pid, &self.boot_id).ok_or_else(|| {
-            std::io::Error::other(format!("the supervisor (pid {pid}) has no /proc entry"))
-        })?;
-        Ok((Conn::connect(&socket)?, identity))
+        Ok(pid)
     }
 
     fn set_supervisor(&self, attempt: u64, identity: Identity) {

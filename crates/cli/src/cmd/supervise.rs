@@ -1,6 +1,7 @@
 //! `qm supervise`: the supervisor of one local attempt. Only `qm serve` starts it, with the
-//! attempt's listening socket as standard input (`qm_executor::supervisor`); it is not meant to
-//! be run by hand, and says so when it is.
+//! attempt's listening socket as standard input (`qm_executor::supervisor`), or `qm supervise
+//! zygote`, which supervisors are forked from; neither is meant to be run by hand, and `qm
+//! supervise` says so when it is.
 
 use std::process::ExitCode;
 
@@ -8,7 +9,12 @@ use std::process::ExitCode;
 /// server's log, each under a `supervisor{attempt=N}` span), filtered by `QM_LOG` as the
 /// server's are.
 pub fn run() -> ExitCode {
-    if std::env::args_os().nth(2).is_some() {
+    let arg = std::env::args_os().nth(2);
+    let zygote = arg.as_deref()
+        == Some(std::ffi::OsStr::new(
+            qm_executor::supervisor::zygote::ZYGOTE_ARG,
+        ));
+    if (arg.is_some() && !zygote) || std::env::args_os().nth(3).is_some() {
         eprintln!("qm supervise takes no arguments: qm serve starts it for each attempt");
         return ExitCode::from(2);
     }
@@ -20,5 +26,11 @@ pub fn run() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    ExitCode::from(qm_executor::supervisor::main().clamp(0, 255) as u8)
+    let code = if zygote {
+        // The supervisors it forks carry this subscriber on.
+        qm_executor::supervisor::zygote::main()
+    } else {
+        qm_executor::supervisor::main()
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
 }

@@ -3,5 +3,13 @@
 //! binary.
 
 fn main() {
-    std::process::exit(qm_executor::supervisor::main());
+    let zygote = std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            qm_executor::supervisor::zygote::ZYGOTE_ARG,
+        ));
+    std::process::exit(if zygote {
+        qm_executor::supervisor::zygote::main()
+    } else {
+        qm_executor::supervisor::main()
+    });
 }

@@ -12,12 +12,17 @@
 //! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
 //! the supervisor exits) and the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably
 //! before the end is reported. The supervisor's own messages go to the server's standard error.
+//!
+//! Supervisors are forked from a [`zygote`] the server starts once (an exec per attempt costs
+//! milliseconds on the path from a reclaim to the owner's job running); without one they are
+//! executed.
 
 pub(crate) mod identity;
 pub(crate) mod link;
 pub mod process;
 pub mod protocol;
 pub(crate) mod reap;
+pub mod zygote;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -238,6 +238,10 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
                 }
             }
             Some(()) = recv_signal(&mut term) => {
+                // Ended and on disk: the outcome file speaks for the attempt from now on.
+                if tracked.durable && matches!(tracked.status, Status::Exited { .. }) {
+                    return 0;
+                }
                 signalled.store(true, Ordering::SeqCst);
                 stop_tx.send_replace(true);
             }

@@ -8,3 +8,4 @@ mod reap;
 mod run;
 mod stop;
 mod world;
+mod zygote;

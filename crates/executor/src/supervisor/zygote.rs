@@ -1,0 +1,229 @@
+//! The supervisor zygote: supervisors are forked from a process that is already running, not
+//! executed anew. An exec of `qm` costs milliseconds of loading and relocating a large binary
+//! for every attempt, on the path from a reclaim to the owner's job running; a fork of a small
+//! idle process costs a fraction of one.
+//!
+//! The server starts `qm supervise zygote` once, with one end of a socket pair as its standard
+//! input. For each attempt it sends one byte carrying the attempt's listening socket
+//! (`SCM_RIGHTS`); the zygote forks twice — the middle process exits at once, so the supervisor
+//! is nobody's child but init's (or a subreaper's), exactly as an exec'd one is once its server
+//! goes — and the supervisor writes its pid back, puts the listening socket on its standard
+//! input and runs [`super::process::main`] as an exec'd one would. The zygote exits when the
+//! server closes its end. If anything about the zygote fails, the server kills it and execs
+//! the supervisor instead; nothing depends on the zygote being there.
+//!
+//! This is the one module that forks without exec: the zygote never starts a thread (no
+//! runtime, no thread pool; `main` checks), so its children get a consistent copy of it.
+
+// The only unsafe code of the workspace: `fork` in a process that is provably single-threaded.
+#![allow(unsafe_code)]
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+use crate::SupervisorCommand;
+
+/// The argument (after the supervisor command's own) that makes it a zygote.
+pub const ZYGOTE_ARG: &str = "zygote";
+
+/// How long the server waits for the zygote's answer before it gives up on it.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running zygote, from the server's side.
+#[derive(Debug)]
+pub(crate) struct Zygote {
+    control: UnixStream,
+    child: Child,
+}
+
+impl Zygote {
+    /// Starts the zygote: the supervisor command with [`ZYGOTE_ARG`].
+    pub(crate) fn start(cmd: &SupervisorCommand) -> std::io::Result<Zygote> {
+        let (ours, theirs) = UnixStream::pair()?;
+        ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+        ours.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+        let child = Command::new(&cmd.program)
+            .args(&cmd.args)
+            .arg(ZYGOTE_ARG)
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .spawn()?;
+        Ok(Zygote {
+            control: ours,
+            child,
+        })
+    }
+
+    /// The zygote's pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Has the zygote fork a supervisor with `listener` as its standard input; its pid.
+    pub(crate) fn spawn(&mut self, listener: BorrowedFd<'_>) -> std::io::Result<u32> {
+        let fds = [listener];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(std::io::Error::other(
+                "no room for the socket in the message",
+            ));
+        }
+        rustix::net::sendmsg(
+            &self.control,
+            &[IoSlice::new(b"s")],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        )?;
+        let mut pid = [0u8; 4];
+        self.control.read_exact(&mut pid)?;
+        match u32::from_le_bytes(pid) {
+            0 => Err(std::io::Error::other("the zygote could not fork")),
+            pid => Ok(pid),
+        }
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        // Closing our end makes it exit; a stuck one is killed. It is our child: reaped here.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `qm supervise zygote`: forks a supervisor for every listening socket the server sends, until
+/// the server closes the control socket. Standard input must be the control socket.
+pub fn main() -> i32 {
+    let _ = rustix::thread::set_name(c"qm-zygote");
+    let mut control = match take_control() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("qm supervise zygote: standard input is not the server's control socket ({e}); only qm serve starts it");
+            return 2;
+        }
+    };
+    while let Some(socket) = &control {
+        let listener = match receive(socket) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => return 0,
+            Err(e) => {
+                eprintln!("qm supervise zygote: reading the control socket: {e}");
+                return 1;
+            }
+        };
+        if let Err(e) = fork_supervisor(&mut control, listener) {
+            eprintln!("qm supervise zygote: cannot fork a supervisor: {e}");
+            if let Some(socket) = &control {
+                let _ = (&*socket).write_all(&0u32.to_le_bytes());
+            }
+        }
+    }
+    0
+}
+
+/// Standard input as the control socket (close-on-exec, above the standard descriptors), and
+/// /dev/null as standard input again.
+fn take_control() -> std::io::Result<UnixStream> {
+    let fd: OwnedFd = rustix::io::fcntl_dupfd_cloexec(std::io::stdin().as_fd(), 3)?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    let control = UnixStream::from(fd);
+    control.peer_addr()?;
+    Ok(control)
+}
+
+/// The next listening socket the server sends; `None` once it closed its end.
+fn receive(control: &UnixStream) -> std::io::Result<Option<OwnedFd>> {
+    loop {
+        let mut byte = [0u8; 1];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            control,
+            &mut [IoSliceMut::new(&mut byte)],
+            &mut ancillary,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        if got.bytes == 0 {
+            return Ok(None);
+        }
+        let fd = ancillary.drain().find_map(|m| match m {
+            RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+            _ => None,
+        });
+        if let Some(fd) = fd {
+            return Ok(Some(fd));
+        }
+        // A byte without a socket: nothing to fork for; answer so the server is not left waiting.
+        (&*control).write_all(&0u32.to_le_bytes())?;
+    }
+}
+
+/// Forks twice: the supervisor (the grandchild) answers with its pid and runs; the middle
+/// process exits at once and is reaped here, so that the zygote has no children. The
+/// supervisor takes the control socket out of `control` (it never returns to the zygote's
+/// loop) to answer, then closes it: the server's end sees the zygote alone.
+fn fork_supervisor(control: &mut Option<UnixStream>, listener: OwnedFd) -> std::io::Result<()> {
+    if threads() != Some(1) {
+        return Err(std::io::Error::other(
+            "the zygote has more than one thread; forking it would not be safe",
+        ));
+    }
+    use nix::unistd::{fork, ForkResult};
+    // SAFETY: this process has exactly one thread (checked above, and nothing in this module
+    // starts one), so the child's copy of every lock and allocator state is consistent.
+    match unsafe { fork() }.map_err(std::io::Error::from)? {
+        ForkResult::Parent { child } => {
+            drop(listener);
+            nix::sys::wait::waitpid(child, None).map_err(std::io::Error::from)?;
+            Ok(())
+        }
+        ForkResult::Child => {
+            // SAFETY: as above; this child is single-threaded too.
+            let code = match (unsafe { fork() }, control.take()) {
+                (Ok(ForkResult::Child), Some(socket)) => supervise(socket, listener),
+                (Ok(ForkResult::Parent { .. }), _) | (_, None) => 0,
+                (Err(_), Some(socket)) => {
+                    let _ = (&socket).write_all(&0u32.to_le_bytes());
+                    1
+                }
+            };
+            std::process::exit(code)
+        }
+    }
+}
+
+/// In the supervisor: tell the server who it is, then become an exec'd supervisor.
+fn supervise(control: UnixStream, listener: OwnedFd) -> i32 {
+    let pid = std::process::id();
+    let told = (&control).write_all(&pid.to_le_bytes());
+    drop(control);
+    if told.is_err() {
+        return 1;
+    }
+    if let Err(e) = nix::unistd::dup2_stdin(&listener) {
+        eprintln!("qm supervise: cannot take the attempt's socket: {e}");
+        return 2;
+    }
+    drop(listener);
+    super::process::main()
+}
+
+/// The number of threads of this process (`/proc/self/status`).
+fn threads() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+}
