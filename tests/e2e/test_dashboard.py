@@ -370,12 +370,14 @@ def test_the_dashboard_shows_the_pool_who_lends_to_whom_filters_and_recent_histo
         borrower = dom.one("share-row", data_share="borrower")
         assert borrower.one("share-borrow-limit").text() == "100%"
         assert borrower.one("share-preemption").text() == "off"
-        # The recent history: the borrower's chart has points and its borrowing.
+        # The recent history: the borrower's chart has points and its borrowing. (The page asks
+        # for the history again: points are aligned to its own `until`, so three samples the
+        # test saw may fall into two points by then.)
         chart = dom.one("recent-share", data_share="borrower").one("recent-chart")
-        assert int(chart.attrs["data-points"]) >= 3 and float(chart.attrs["data-max-borrowed"]) >= 1
+        assert int(chart.attrs["data-points"]) >= 2 and float(chart.attrs["data-max-borrowed"]) >= 1
         assert [n for n in chart.all(None) if n.tag == "rect"], "the chart draws no bar"
         queue_chart = dom.one("recent-queue").one("recent-queue-chart")
-        assert int(queue_chart.attrs["data-points"]) >= 3
+        assert int(queue_chart.attrs["data-points"]) >= 2
         assert float(dom.one("recent-depth").text()) >= 1
 
         def rows(view: str) -> list[str]:
