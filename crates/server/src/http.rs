@@ -46,10 +46,11 @@ pub struct App {
     pub history: Arc<Mutex<crate::history::Ring>>,
     /// The executor, which knows where attempts' logs are.
     pub executor: Executor,
-    /// The archive of retired jobs, read by usage reports.
-    pub archive: crate::archive::Archive,
+    /// The archive of retired jobs, read by usage reports. (Behind an `Arc`, as `gpus`: the
+    /// state is cloned for every request.)
+    pub archive: Arc<crate::archive::Archive>,
     /// GPUs per instance, per instance type (from the executor's pools).
-    pub gpus: BTreeMap<String, u32>,
+    pub gpus: Arc<BTreeMap<String, u32>>,
     /// Principals, sessions and the request guard's settings.
     pub auth: Arc<crate::auth::Auth>,
     /// `[limits]`, which the door applies.
@@ -511,7 +512,7 @@ async fn review(
             since: p.since,
             until: p.until,
             share: q.share.filter(|s| !s.is_empty()),
-            gpus: app.gpus.clone(),
+            gpus: (*app.gpus).clone(),
         })
     })
     .and_then(|p| {
@@ -583,7 +584,7 @@ async fn usage_report(
         Err(e) => return error_response(&e),
     };
     let archive = app.archive.clone();
-    let gpus = app.gpus.clone();
+    let gpus = (*app.gpus).clone();
     let report = tokio::task::spawn_blocking(move || {
         let mut query = query;
         query.now = facts.now;

@@ -269,8 +269,8 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         latency: Default::default(),
         history,
         executor: logs,
-        archive: archive::Archive::new(&config.data_dir),
-        gpus,
+        archive: std::sync::Arc::new(archive::Archive::new(&config.data_dir)),
+        gpus: std::sync::Arc::new(gpus),
         limits: config.limits,
     };
     reload_on_hangup(reloader);
