@@ -22,6 +22,7 @@ use crate::isolation::JobUids;
 use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
+use crate::supervisor::reap::Reaper;
 use crate::supervisor::{Running, Settings};
 use crate::{checkpoint, environment, LaunchSpec, Outcome};
 use crate::{isolation, namespace};
@@ -115,7 +116,7 @@ impl Drop for Supervisor {
         if self.done {
             return;
         }
-        self.signal_groups(Signal::SIGKILL);
+        self.signal_groups(Signal::SIGKILL, None);
         crate::supervisor::reap::kill_children();
     }
 }
@@ -393,7 +394,7 @@ impl Supervisor {
         let mut cause = None;
         if let Some(reason) = spawn_failure {
             cause = Some(StopCause::SpawnFailed(reason));
-            kill_at = Some(self.terminate(grace));
+            kill_at = Some(self.terminate(grace, &reaped));
         } else {
             (self.ctx.report)(Report::Running(Running {
                 pids: children,
@@ -417,7 +418,7 @@ impl Supervisor {
                         first_failure.get_or_insert(failure);
                         if cause.is_none() && self.live.iter().any(Option::is_some) {
                             cause = Some(StopCause::HostFailed);
-                            kill_at = Some(self.terminate(grace));
+                            kill_at = Some(self.terminate(grace, &reaped));
                         }
                     }
                     if kill_at.is_none() && self.live.iter().all(Option::is_none) {
@@ -428,14 +429,14 @@ impl Supervisor {
                 _ = stop.changed(), if cause.is_none() => {
                     // Only `true` is ever sent; a closed channel also means stop.
                     cause = Some(StopCause::Requested);
-                    kill_at = Some(self.terminate(grace));
+                    kill_at = Some(self.terminate(grace, &reaped));
                 }
                 () = sleep_until_opt(deadline), if cause.is_none() => {
                     cause = Some(StopCause::Timeout);
-                    kill_at = Some(self.terminate(grace));
+                    kill_at = Some(self.terminate(grace, &reaped));
                 }
                 () = sleep_until_opt(kill_at) => {
-                    self.signal_groups(Signal::SIGKILL);
+                    self.signal_groups(Signal::SIGKILL, Some(&reaped));
                     killed |= crate::supervisor::reap::kill_children() > 0 || cause.is_some();
                     kill_at = Some(Instant::now() + KILL_AGAIN);
                 }
@@ -497,22 +498,25 @@ impl Supervisor {
 
     /// SIGTERM to every host's group; returns when SIGKILL is due (to the groups and to
     /// whatever the job left outside them).
-    fn terminate(&mut self, grace: Duration) -> Instant {
+    fn terminate(&mut self, grace: Duration, reaper: &Reaper) -> Instant {
         tracing::debug!(attempt = self.attempt, "stopping attempt");
-        self.signal_groups(Signal::SIGTERM);
+        self.signal_groups(Signal::SIGTERM, Some(reaper));
         Instant::now() + grace
     }
 
     /// Sends `signal` to each host's group that still holds the job's processes (a group that
     /// emptied is forgotten: its number may name someone else's group by now). A group whose
-    /// leader this supervisor has not reaped yet is ours without looking: the leader's pid,
-    /// which is the group's id, cannot be reused before it is reaped. Only a group whose
-    /// leader is gone costs a scan of /proc.
-    fn signal_groups(&mut self, signal: Signal) {
+    /// leader is not reaped yet is ours without looking: the leader's pid, which is the
+    /// group's id, cannot be reused before it is reaped — so `reaper` (the exits reaped and not
+    /// handed out yet) is asked too. Only a group whose leader is gone costs a scan of /proc,
+    /// as does every group when there is no reaper to ask (a panic's clean-up).
+    fn signal_groups(&mut self, signal: Signal, reaper: Option<&Reaper>) {
         let me = std::process::id();
         let live = &self.live;
-        self.groups
-            .retain(|&pgid| live.contains(&Some(pgid)) || crate::group::group_held(pgid, me));
+        self.groups.retain(|&pgid| {
+            let unreaped = reaper.is_some_and(|r| live.contains(&Some(pgid)) && !r.holds(pgid));
+            unreaped || crate::group::group_held(pgid, me)
+        });
         for &pgid in &self.groups {
             signal_group(pgid, signal);
         }

@@ -793,16 +793,18 @@ impl Inner {
         ))
     }
 
-    /// The settings a new attempt runs under.
+    /// The settings a new attempt runs under (one reading: a reload meanwhile gives it the
+    /// old settings or the new, never a mix).
     fn settings(&self) -> Settings {
+        let cfg = self.cfg();
         Settings {
-            data_dir: self.cfg().data_dir.clone(),
-            stop_grace_ms: self.cfg().stop_grace.as_millis() as u64,
-            isolation: self.cfg().isolation,
+            data_dir: cfg.data_dir.clone(),
+            stop_grace_ms: cfg.stop_grace.as_millis() as u64,
+            isolation: cfg.isolation,
             opt_ml: self.opt_ml,
-            runtime: self.cfg().runtime.clone(),
-            storage: self.cfg().storage.as_ref().map(|s| s.settings().clone()),
-            checkpoint_sync_ms: self.cfg().checkpoint_sync.as_millis() as u64,
+            runtime: cfg.runtime.clone(),
+            storage: cfg.storage.as_ref().map(|s| s.settings().clone()),
+            checkpoint_sync_ms: cfg.checkpoint_sync.as_millis() as u64,
         }
     }
 
@@ -867,7 +869,14 @@ impl Inner {
         let listener = std::os::unix::net::UnixListener::bind(socket)?;
         let pid = match self.fork_from_zygote(listener.as_fd()) {
             Some(pid) => pid,
-            None => self.exec_supervisor(listener)?,
+            None => {
+                // A zygote that failed after it got the socket may still fork a supervisor
+                // onto it: the executed one gets a socket of its own (the other, unreachable,
+                // gives up after its wait for a connection).
+                drop(listener);
+                let _ = std::fs::remove_file(socket);
+                self.exec_supervisor(std::os::unix::net::UnixListener::bind(socket)?)?
+            }
         };
         let identity = Identity::of(pid, &self.boot_id).ok_or_else(|| {
             std::io::Error::other(format!("the supervisor (pid {pid}) has no /proc entry"))
@@ -878,6 +887,11 @@ impl Inner {
     /// A supervisor forked from the zygote (started now if there is none); `None` when the
     /// zygote failed, or failed lately: the caller executes the supervisor instead.
     fn fork_from_zygote(&self, listener: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+        // A server that is PID 1 (a container without an init) would inherit every
+        // double-forked supervisor and never reap it: executed ones are its children, reaped.
+        if rustix::process::getpid().is_init() {
+            return None;
+        }
         let mut zygote = self.zygote.lock().unwrap_or_else(PoisonError::into_inner);
         if let ZygoteState::Off(since) = *zygote {
             if since.elapsed() < ZYGOTE_RETRY {
@@ -1022,10 +1036,7 @@ impl Inner {
             if let Some(steps) = slot.progress.as_deref().and_then(|t| lock(t).take_change()) {
                 let _ = self.events.send(ExecEvent::Progress { attempt, steps });
             }
-            state.inventory.give_back(&slot.instances);
-            if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
-                pool.give_back(uid);
-            }
+            self.give_back(&mut state, &slot);
         }
         tracing::debug!(attempt, ?outcome, "attempt exited");
         // Under the lock: when the server sees Exited, the capacity is already free.
@@ -1040,9 +1051,23 @@ impl Inner {
     pub(crate) fn stray_gone(&self, attempt: u64) {
         let mut state = self.state();
         if let Some(slot) = state.attempts.remove(&attempt) {
-            state.inventory.give_back(&slot.instances);
-            if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
-                pool.give_back(uid);
+            self.give_back(&mut state, &slot);
+        }
+    }
+
+    /// Returns an ended attempt's instances and uid. Retired instances go; the capacity that
+    /// changes with them (instances whose GPUs they held) is reported.
+    fn give_back(&self, state: &mut State, slot: &Slot) {
+        let retired = state.inventory.any_retired(&slot.instances);
+        let before = retired.then(|| state.inventory.capacity());
+        state.inventory.give_back(&slot.instances);
+        if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
+            pool.give_back(uid);
+        }
+        let after = before.is_some().then(|| state.inventory.capacity());
+        if let (Some(before), Some(capacity)) = (before, after) {
+            if before != capacity {
+                let _ = self.events.send(ExecEvent::Capacity { capacity });
             }
         }
     }

@@ -213,6 +213,7 @@ impl Inventory {
             .cloned()
             .chain(want.keys().map(|t| t.to_string()))
             .collect();
+        // Every retirement first: GPUs a shrunk type gives up go to a grown one.
         for t in &types {
             let (count, per) = want.get(t.as_str()).copied().unwrap_or((0, 0));
             let current = next.in_pool(t);
@@ -226,6 +227,10 @@ impl Inventory {
             if count < have {
                 next.retire(t, (have - count) as usize);
             }
+        }
+        for t in &types {
+            let (count, per) = want.get(t.as_str()).copied().unwrap_or((0, 0));
+            let have = next.in_pool(t).len() as u32;
             for _ in have..count {
                 let gpus = next.unused_gpus(per as usize, gpu_indices)?;
                 next.push(t, gpus);
@@ -282,14 +287,39 @@ impl Inventory {
         Ok(gpus)
     }
 
-    /// Instances per type in the pools, free or not (retired ones count no more).
+    /// Instances per type in the pools, free or not (retired ones count no more, nor do free
+    /// ones whose GPUs a retired instance still holds: they cannot be handed out yet).
     pub(crate) fn capacity(&self) -> BTreeMap<String, u32> {
+        let busy = self.retired_gpus();
         let mut capacity: BTreeMap<String, u32> =
             self.free.keys().map(|t| (t.clone(), 0)).collect();
-        for instance in self.instances.iter().filter(|i| !i.retired) {
-            *capacity.entry(instance.instance_type.clone()).or_default() += 1;
+        for (id, instance) in self.instances.iter().enumerate() {
+            let blocked = self.is_free(id) && instance.gpus.iter().any(|g| busy.contains(g));
+            if !instance.retired && !blocked {
+                *capacity.entry(instance.instance_type.clone()).or_default() += 1;
+            }
         }
         capacity
+    }
+
+    /// GPUs held by retired instances that still run an attempt.
+    fn retired_gpus(&self) -> BTreeSet<u32> {
+        self.instances
+            .iter()
+            .filter(|i| i.retired && !i.gone)
+            .flat_map(|i| i.gpus.iter().copied())
+            .collect()
+    }
+
+    /// Whether any of `ids` is retired: giving them back may change the capacity.
+    pub(crate) fn any_retired(&self, ids: &[usize]) -> bool {
+        ids.iter().any(|&id| self.instances[id].retired)
+    }
+
+    fn is_free(&self, id: usize) -> bool {
+        self.free
+            .get(&self.instances[id].instance_type)
+            .is_some_and(|f| f.contains(&id))
     }
 
     /// Takes `count` free instances of `instance_type`, lowest ids first.
@@ -300,12 +330,7 @@ impl Inventory {
         count: u32,
     ) -> Result<Vec<usize>, ExecError> {
         // GPUs an adopted attempt holds outside the pools are not handed out again.
-        let busy: BTreeSet<u32> = self
-            .instances
-            .iter()
-            .filter(|i| i.retired && !i.gone)
-            .flat_map(|i| i.gpus.iter().copied())
-            .collect();
+        let busy = self.retired_gpus();
         let instances = &self.instances;
         let free = self
             .free
@@ -542,6 +567,20 @@ mod tests {
     }
 
     #[test]
+    fn instances_whose_gpus_an_adopted_attempt_holds_are_not_capacity_until_it_ends() {
+        // 2 instances of 1 GPU each; an adopted attempt runs on GPUs 0 and 1 as one host (the
+        // pools used to be one instance of 2 GPUs).
+        let mut inv = Inventory::build(&[pool("a", 2, 1)], None).unwrap();
+        let held = inv.hold_placed("a", &[0], &[vec![0, 1]]);
+        assert_eq!(inv.capacity()["a"], 0, "both instances' GPUs are in use");
+        assert!(inv.take(9, "a", 1).is_err());
+        assert!(inv.any_retired(&held));
+        inv.give_back(&held);
+        assert_eq!(inv.capacity()["a"], 2);
+        assert_eq!(inv.take(9, "a", 2).unwrap().len(), 2);
+    }
+
+    #[test]
     fn a_reload_grows_pools_with_unused_gpus_and_retires_held_instances_when_given_back() {
         let mut inv = Inventory::build(&[pool("a", 2, 1), pool("b", 1, 1)], None).unwrap();
         let held = inv.take(1, "a", 2).unwrap();
@@ -567,6 +606,13 @@ mod tests {
             1,
             "the retired instance went; the kept one is free"
         );
+        // A type shrinks while another grows: the GPU given up goes to the grown one.
+        let mut swap =
+            Inventory::build(&[pool("a", 2, 1), pool("b", 2, 1)], Some(&[0, 1, 2, 3])).unwrap();
+        swap.resize(&[pool("a", 3, 1), pool("b", 1, 1)], Some(&[0, 1, 2, 3]))
+            .unwrap();
+        let a = swap.take(3, "a", 3).unwrap();
+        assert_eq!(a.iter().map(|&id| swap.gpus(id)[0]).max(), Some(3));
         // Not enough GPUs in a fixed list: refused, nothing changed.
         let before = inv.capacity();
         assert!(inv.resize(&[pool("a", 9, 1)], Some(&[0, 1, 2, 3])).is_err());

@@ -3,8 +3,10 @@
 //! an attempt goes when the attempt ends), stop grace, scans, retention, limits on queued jobs
 //! and logs, storage, the Slurm executor's options, the driver's cadence. What takes a restart
 //! (the listen address, the data dir, the executor's kind, isolation, TLS, the scheduler's
-//! pinned settings...) is refused, naming each key; a reload that fails for any reason changes
-//! nothing and says why. A capacity change reaches the log as `SetCapacity` (the executor
+//! pinned settings...) is refused, naming each key; a refused reload (a key that takes a
+//! restart, a file that does not parse or check, an executor change it cannot make) changes
+//! nothing and says why. (One that fails after the executor took it — the server is stopping —
+//! leaves the executor's part applied and the driver's not.) A capacity change reaches the log as `SetCapacity` (the executor
 //! reports it), so replays stay deterministic; every reload is audited.
 //!
 //! Settings of a running attempt stay as it was launched with; new attempts take the new ones.
@@ -132,7 +134,8 @@ fn differences(old: &Config, new: &Config) -> (Vec<&'static str>, Vec<&'static s
 
 /// What start-up found that a reload builds the executor's settings from again.
 pub struct Found {
-    /// The local pools detected at start (used while the config names none) and their GPUs.
+    /// The local pools start-up laid out and their GPUs: detected ones, when the config named
+    /// none (a reload uses them while it still names none).
     pub detected: (Vec<PoolSpec>, Option<Vec<u32>>),
     /// The uids attempts run under, if apart from the server.
     pub isolation: Option<JobUids>,
@@ -195,6 +198,7 @@ impl Reloader {
         }
         current
             .apply_to_executor(&new)
+            .await
             .map_err(|e| ApiError::client(format!("{}: {e}; {kept}", path.display())))?;
         current.tell_driver(&new, actor, &path, &changed).await?;
         current.config = new;
@@ -211,19 +215,23 @@ impl Reloader {
 }
 
 impl Current {
-    fn apply_to_executor(&self, new: &Config) -> Result<(), qm_executor::ExecError> {
+    async fn apply_to_executor(&self, new: &Config) -> Result<(), qm_executor::ExecError> {
         match (&self.executor, &new.slurm) {
             (Executor::Local(e), _) => {
-                let (pools, gpus) = if new.pool.is_empty() {
+                let (pools, gpus) = if !new.pool.is_empty() {
+                    (new.pool.clone(), None)
+                } else if self.config.pool.is_empty() {
+                    // What start-up detected: the same machine, the same GPUs.
                     self.found.detected.clone()
                 } else {
-                    (new.pool.clone(), None)
+                    // The configured pools are gone: detected, as a start would.
+                    crate::local_pools(new)
                 };
                 e.reload(crate::local_config(new, pools, gpus, self.found.isolation))
             }
             (Executor::Slurm(e), Some(settings)) => {
                 let tag = self.found.slurm_tag.clone().unwrap_or_default();
-                e.reload(crate::slurm_config(new, settings, &tag))
+                e.reload(crate::slurm_config(new, settings, &tag)).await
             }
             (Executor::Slurm(_), None) => Ok(()), // refused above: executor.kind changed
         }

@@ -303,12 +303,16 @@ impl SlurmExecutor {
     /// account, extra `sbatch` arguments and stop grace apply from the next poll and the next
     /// submit (a changed capacity is reported by that poll). The shared directory, the tag and
     /// where the Slurm commands are take a restart and are kept as they are.
-    pub fn reload(&self, mut cfg: SlurmConfig) -> Result<(), ExecError> {
+    /// Refused, nothing changed, when no type is configured or one node would provide two
+    /// types (Slurm is read to check, as at start).
+    pub async fn reload(&self, mut cfg: SlurmConfig) -> Result<(), ExecError> {
         if cfg.instances.is_empty() {
             return Err(ExecError::Slurm(
                 "no instance type is configured: add [[executor.slurm.instance]] entries".into(),
             ));
         }
+        let nodes = self.inner.sinfo().await.map_err(ExecError::Slurm)?;
+        check_disjoint(&cfg.instances, &nodes)?;
         let old = self.inner.cfg();
         cfg.shared_dir = old.shared_dir.clone();
         cfg.tag = old.tag.clone();

@@ -55,6 +55,11 @@ impl Reaper {
         }
     }
 
+    /// Whether `pid` was reaped and its exit not handed out by [`Reaper::next`] yet.
+    pub(crate) fn holds(&self, pid: u32) -> bool {
+        self.ready.iter().any(|(p, _)| *p == pid)
+    }
+
     /// Collects every child that has exited, without waiting.
     fn collect(&mut self) {
         loop {

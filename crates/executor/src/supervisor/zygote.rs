@@ -35,8 +35,9 @@ use crate::SupervisorCommand;
 /// The argument (after the supervisor command's own) that makes it a zygote.
 pub const ZYGOTE_ARG: &str = "zygote";
 
-/// How long the server waits for the zygote's answer before it gives up on it.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the server waits for the zygote's answer (a fork: well under a millisecond)
+/// before it gives up on it and executes supervisors instead.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A running zygote, from the server's side.
 #[derive(Debug)]
