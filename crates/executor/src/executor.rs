@@ -927,8 +927,9 @@ impl Inner {
     /// instruction on.
     fn exec_supervisor(&self, listener: std::os::unix::net::UnixListener) -> std::io::Result<u32> {
         // Its messages go where the server's go (standard error).
-        let mut child = tokio::process::Command::new(&self.cfg().supervisor.program)
-            .args(&self.cfg().supervisor.args)
+        let cfg = self.cfg();
+        let mut child = tokio::process::Command::new(&cfg.supervisor.program)
+            .args(&cfg.supervisor.args)
             .stdin(std::process::Stdio::from(OwnedFd::from(listener)))
             .stdout(std::process::Stdio::null())
             .kill_on_drop(false)
@@ -976,7 +977,8 @@ impl Inner {
             return;
         };
         let news = slot.pgids.is_empty();
-        let layout = JobLayout::new(&self.cfg().data_dir, &slot.job_id, slot.attempt_number);
+        let cfg = self.cfg();
+        let layout = JobLayout::new(&cfg.data_dir, &slot.job_id, slot.attempt_number);
         slot.pgids = running.pids.clone();
         if slot.checkpoints.is_none() {
             slot.checkpoints = Some(Watched {
@@ -986,7 +988,7 @@ impl Inner {
             slot.progress = Some(Arc::new(Mutex::new(Tail::new(
                 layout.progress_file(),
                 layout.attempt_dir.join(log_file_name(LogStream::Stderr, 1)),
-                slot.uid.filter(|_| self.cfg().isolation.is_some()),
+                slot.uid.filter(|_| cfg.isolation.is_some()),
             ))));
         }
         if report && news {

@@ -277,10 +277,7 @@ async fn preempt(
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    let reason = match r.reason.as_deref().filter(|r| !r.trim().is_empty()) {
-        Some(why) => format!("qm preempt by {}: {why}", caller.name),
-        None => format!("qm preempt by {}", caller.name),
-    };
+    let reason = signed_reason("qm preempt", &caller, r.reason.as_deref());
     let command = Command::PreemptServiceJob {
         job_id: job_id.clone(),
         reason: reason.clone(),
@@ -318,10 +315,7 @@ async fn drain(
     let (command, action) = if r.cancel {
         (Command::EndDrain, "drain-cancel")
     } else {
-        let reason = match r.reason.as_deref().filter(|r| !r.trim().is_empty()) {
-            Some(why) => format!("qm drain by {}: {why}", caller.name),
-            None => format!("qm drain by {}", caller.name),
-        };
+        let reason = signed_reason("qm drain", &caller, r.reason.as_deref());
         (
             Command::Drain {
                 reason,
@@ -362,6 +356,15 @@ async fn reload(AxState(app): AxState<App>, Extension(caller): Extension<Princip
 /// `GET /qm/v1/drain`: whether the executor is drained ([`qm_api::qm::DrainStatus`]).
 async fn drain_status(AxState(app): AxState<App>) -> Response {
     dispatch(&app, Request::Query(Query::Drain)).await
+}
+
+/// `what by NAME`, with `: why` when the client gave a reason: what a drill's or a drain's
+/// status reason and audit entry say.
+fn signed_reason(what: &str, caller: &Principal, why: Option<&str>) -> String {
+    match why.filter(|r| !r.trim().is_empty()) {
+        Some(why) => format!("{what} by {}: {why}", caller.name),
+        None => format!("{what} by {}", caller.name),
+    }
 }
 
 /// A client's command as logged: with who sent it, for the permission check (`ops::permit`).

@@ -347,8 +347,9 @@ impl SlurmExecutor {
     pub async fn adopt(&self, attempts: Vec<AdoptSpec>) -> Result<Vec<(u64, Adopted)>, ExecError> {
         let jobs = self.inner.squeue().await.map_err(ExecError::Slurm)?;
         let nodes = self.inner.sinfo().await.map_err(ExecError::Slurm)?;
-        check_disjoint(&self.inner.cfg().instances, &nodes)?;
-        let tag = self.inner.cfg().tag.clone();
+        let cfg = self.inner.cfg();
+        check_disjoint(&cfg.instances, &nodes)?;
+        let tag = cfg.tag.clone();
         let mut by_attempt: BTreeMap<u64, SlurmJob> = BTreeMap::new();
         for j in &jobs {
             if let Some((_, _, attempt)) = parse_marker(&tag, &j.comment) {
@@ -538,7 +539,8 @@ impl Inner {
         jobs: &[SlurmJob],
     ) -> BTreeMap<String, u32> {
         let live: BTreeSet<u64> = state.slots.keys().copied().collect();
-        state.capacity = capacity(&self.cfg().instances, nodes, jobs, &self.cfg().tag, &live);
+        let cfg = self.cfg();
+        state.capacity = capacity(&cfg.instances, nodes, jobs, &cfg.tag, &live);
         state.capacity.clone()
     }
 
@@ -1268,20 +1270,17 @@ fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result
             script_path.display()
         )
     })?;
+    // One reading: a reload meanwhile gives the job the old arguments or the new, not a mix.
+    let cfg = inner.cfg();
     let args = script::sbatch_args(
         spec,
         instance,
         &layout,
         &script_path,
         &job_name(spec),
-        &marker(
-            &inner.cfg().tag,
-            &spec.job_id,
-            spec.attempt_number,
-            spec.attempt,
-        ),
-        inner.cfg().account.as_deref(),
-        &inner.cfg().extra_sbatch_args,
+        &marker(&cfg.tag, &spec.job_id, spec.attempt_number, spec.attempt),
+        cfg.account.as_deref(),
+        &cfg.extra_sbatch_args,
     );
     Ok(Prepared {
         args,
