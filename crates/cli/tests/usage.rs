@@ -86,6 +86,7 @@ fn running(attempt: u64) -> Command {
         pids: vec![],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     }
 }
 

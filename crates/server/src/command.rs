@@ -112,6 +112,11 @@ pub enum Command {
         /// before it believes or signals anything (boot id, pid, start time).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         supervisor: Option<qm_executor::supervisor::Identity>,
+        /// When its processes were spawned (epoch ms, the executor's clock): the job's
+        /// `startedAt`. Absent in logs of builds before it, and for a report that has no
+        /// time: then the batch's time stands for it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ms: Option<i64>,
     },
     /// The cluster accepted an attempt, which waits to start (Slurm executor); sent again when
     /// the reason it waits changes.

@@ -597,6 +597,7 @@ fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
                         pids,
                         gpus,
                         supervisor: Some(identity),
+                        at_ms: None,
                     });
                 }
             }
@@ -899,12 +900,14 @@ fn event_command(ev: ExecEvent) -> Command {
             pids,
             gpus,
             supervisor,
+            at_ms,
             ..
         } => Command::AttemptRunning {
             attempt,
             pids,
             gpus,
             supervisor,
+            at_ms: i64::try_from(at_ms).ok(),
         },
         ExecEvent::Starting { attempt, reason } => Command::AttemptStarting { attempt, reason },
         ExecEvent::Capacity { capacity } => Command::SetCapacity { capacity },

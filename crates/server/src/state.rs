@@ -418,7 +418,8 @@ impl State {
                 pids,
                 gpus: _,
                 supervisor,
-            } => self.attempt_running(*attempt, pids, supervisor.as_ref()),
+                at_ms,
+            } => self.attempt_running(*attempt, pids, supervisor.as_ref(), *at_ms),
             Command::AttemptStarting { attempt, reason } => {
                 self.attempt_starting(*attempt, reason.as_deref())
             }
@@ -700,6 +701,7 @@ impl State {
         attempt: u64,
         pids: &[u32],
         supervisor: Option<&qm_executor::supervisor::Identity>,
+        spawned_at: Option<i64>,
     ) -> Result<Vec<u8>, ApiError> {
         let now = self.now;
         let Some(&core) = self.attempt_job.get(&attempt) else {
@@ -711,10 +713,13 @@ impl State {
             return Ok(Vec::new());
         };
         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
+            // The job started when its processes did, not when the report was logged; a
+            // clock that says otherwise (before the dispatch, after this batch) is not believed.
+            let at = spawned_at.map_or(now, |t| t.clamp(live.started_at.min(now), now));
             live.pids = pids.to_vec();
             live.supervisor = supervisor.cloned();
-            live.running_at = Some(now);
-            rec.started_at = Some(now);
+            live.running_at = Some(at);
+            rec.started_at = Some(at);
             if matches!(
                 rec.status,
                 ServiceJobStatus::Scheduled | ServiceJobStatus::Starting

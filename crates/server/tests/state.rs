@@ -209,6 +209,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
         pids: vec![],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     });
     assert_eq!(w.status("high"), "RUNNING");
     let low = w.describe("low");
@@ -310,6 +311,7 @@ fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
         pids: vec![],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     });
     assert_eq!(stopped(&w.one(drill)), vec![attempt]);
     let exit = w.one(Command::AttemptExited {
@@ -687,6 +689,7 @@ fn a_state_rebuilt_from_its_snapshot_answers_and_decides_as_the_original() {
         pids: vec![42],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     });
     // QS2's job reclaims the instance med borrowed: med is stopping when the snapshot is taken.
     let reclaim = w.submit("qs2", "QS2", 0);
@@ -938,6 +941,7 @@ fn listing_by_queue_and_status_walks_the_index_and_finds_what_a_full_scan_finds(
         pids: vec![],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     });
     w.one(Command::AttemptExited {
         attempt: attempts[1].1,
@@ -1315,6 +1319,7 @@ fn the_steps_of_a_preempted_attempt_classify_the_next_one_and_survive_a_snapshot
         pids: vec![42],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     });
     w.one(Command::AttemptProgress {
         attempt: first,
@@ -1393,6 +1398,7 @@ fn a_class_borrows_once_a_drill_resumed_one_of_its_jobs_until_its_verify_days_pa
         pids: vec![],
         gpus: vec![],
         supervisor: None,
+        at_ms: None,
     });
     w.one(Command::AttemptProgress {
         attempt: first,
@@ -1566,4 +1572,43 @@ fn policy_and_share_tags_and_group_definitions_reach_the_core_and_survive_replay
     let (mode, reclaim, groups) = fair_rules(&copy.state);
     assert_eq!((mode, reclaim), (qm_core::IdleAssignment::Fifo, false));
     assert_eq!(groups, want.2[..1]);
+}
+
+#[test]
+fn started_at_is_when_the_processes_were_spawned_within_the_dispatch_and_the_report() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let a = w.submit("high", "QS1", 3);
+    let dispatched = w.now;
+    let b = w.submit("med", "QS1", 2);
+    let (high, med) = (launched(&a)[0].1, launched(&b)[0].1);
+    let running = |attempt, at_ms| Command::AttemptRunning {
+        attempt,
+        pids: vec![],
+        gpus: vec![],
+        supervisor: None,
+        at_ms,
+    };
+    // Spawned 300 ms after its dispatch, reported (logged) 1.7 s later.
+    w.one(running(high, Some(dispatched + 300)));
+    assert_eq!(w.describe("high")["startedAt"], dispatched + 300);
+    // A clock ahead of the server's is not believed past the report's batch.
+    w.one(running(med, Some(w.now + 60_000)));
+    assert_eq!(w.describe("med")["startedAt"], w.now);
+}
+
+#[test]
+fn a_spawn_time_before_the_dispatch_counts_as_the_dispatch() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let a = w.submit("high", "QS1", 3);
+    let dispatched = w.now;
+    w.one(Command::AttemptRunning {
+        attempt: launched(&a)[0].1,
+        pids: vec![],
+        gpus: vec![],
+        supervisor: None,
+        at_ms: Some(5),
+    });
+    assert_eq!(w.describe("high")["startedAt"], dispatched);
 }

@@ -169,6 +169,15 @@ struct Tracked {
     durable: bool,
 }
 
+impl Tracked {
+    /// Takes the attempt's newest status and tells the connected server.
+    async fn update(&mut self, conn: &mut Option<Conn>, status: Status, durable: bool) {
+        self.status = status.clone();
+        self.durable = durable;
+        send(conn, &FromSupervisor::Status(status)).await;
+    }
+}
+
 async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
     let Ok(listener) = UnixListener::from_std(listener) else {
         return 2;
@@ -213,6 +222,11 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
+                // A server connecting now learns the newest status: an outcome written just
+                // before it connected is told in the hello, not as an adoption.
+                while let Ok((status, durable)) = events.try_recv() {
+                    tracked.update(&mut conn, status, durable).await;
+                }
                 if let Some(c) = handshake(stream, &me, &tracked.status).await {
                     // The newest server wins; an older connection is dropped.
                     conn = Some(c);
@@ -231,8 +245,7 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
             },
             Some((status, durable)) = events.recv() => {
                 let exited = matches!(status, Status::Exited { .. });
-                tracked = Tracked { status: status.clone(), durable };
-                send(&mut conn, &FromSupervisor::Status(status)).await;
+                tracked.update(&mut conn, status, durable).await;
                 if exited && watch.orphaned {
                     return 0;
                 }

@@ -5,10 +5,10 @@
 //!
 //! The server starts `qm supervise zygote` once, with one end of a socket pair as its standard
 //! input. For each attempt it sends one byte carrying the attempt's listening socket
-//! (`SCM_RIGHTS`); the zygote forks twice — the middle process exits at once, so the supervisor
-//! is nobody's child but init's (or a subreaper's), exactly as an exec'd one is once its server
-//! goes — and the supervisor writes its pid back, puts the listening socket on its standard
-//! input and runs [`super::process::main`] as an exec'd one would. The zygote exits when the
+//! (`SCM_RIGHTS`); the zygote forks twice — the middle process writes the supervisor's pid back
+//! and exits at once, so the supervisor is nobody's child but init's (or a subreaper's),
+//! exactly as an exec'd one is once its server goes — and the supervisor puts the listening
+//! socket on its standard input and runs [`super::process::main`] as an exec'd one would. The zygote exits when the
 //! server closes its end. If anything about the zygote fails, the server kills it and execs
 //! the supervisor instead; nothing depends on the zygote being there.
 //!
@@ -170,10 +170,11 @@ fn receive(control: &UnixStream) -> std::io::Result<Option<OwnedFd>> {
     }
 }
 
-/// Forks twice: the supervisor (the grandchild) answers with its pid and runs; the middle
-/// process exits at once and is reaped here, so that the zygote has no children. The
-/// supervisor takes the control socket out of `control` (it never returns to the zygote's
-/// loop) to answer, then closes it: the server's end sees the zygote alone.
+/// Forks twice: the middle process answers with the supervisor's (the grandchild's) pid and
+/// exits at once, reaped here, so that the zygote has no children; the server need not wait
+/// for the supervisor to be scheduled before it connects (its listening socket queues the
+/// connection). Both take the control socket out of `control` (neither returns to the
+/// zygote's loop) and close it: the server's end sees the zygote alone.
 fn fork_supervisor(control: &mut Option<UnixStream>, listener: OwnedFd) -> std::io::Result<()> {
     if threads() != Some(1) {
         return Err(std::io::Error::other(
@@ -192,26 +193,27 @@ fn fork_supervisor(control: &mut Option<UnixStream>, listener: OwnedFd) -> std::
         ForkResult::Child => {
             // SAFETY: as above; this child is single-threaded too.
             let code = match (unsafe { fork() }, control.take()) {
-                (Ok(ForkResult::Child), Some(socket)) => supervise(socket, listener),
-                (Ok(ForkResult::Parent { .. }), _) | (_, None) => 0,
+                (Ok(ForkResult::Child), socket) => {
+                    drop(socket);
+                    supervise(listener)
+                }
+                (Ok(ForkResult::Parent { child }), Some(socket)) => {
+                    let pid = child.as_raw() as u32;
+                    i32::from((&socket).write_all(&pid.to_le_bytes()).is_err())
+                }
                 (Err(_), Some(socket)) => {
                     let _ = (&socket).write_all(&0u32.to_le_bytes());
                     1
                 }
+                (_, None) => 1,
             };
             std::process::exit(code)
         }
     }
 }
 
-/// In the supervisor: tell the server who it is, then become an exec'd supervisor.
-fn supervise(control: UnixStream, listener: OwnedFd) -> i32 {
-    let pid = std::process::id();
-    let told = (&control).write_all(&pid.to_le_bytes());
-    drop(control);
-    if told.is_err() {
-        return 1;
-    }
+/// In the supervisor: become an exec'd supervisor.
+fn supervise(listener: OwnedFd) -> i32 {
     if let Err(e) = nix::unistd::dup2_stdin(&listener) {
         eprintln!("qm supervise: cannot take the attempt's socket: {e}");
         return 2;
