@@ -91,4 +91,8 @@ pub enum CoreError {
     /// The priority of a job that already finished.
     #[error("job {0} has already finished; its priority can no longer change")]
     JobFinished(JobId),
+    /// A logged decision that cannot be applied to the state the log built (replay of a batch
+    /// another build wrote, [`crate::Scheduler::apply_logged`]).
+    #[error("a logged decision does not fit the state the log built: {0}")]
+    Replay(String),
 }

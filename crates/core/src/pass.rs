@@ -1492,7 +1492,13 @@ impl Scheduler {
         unit_full(violation)
     }
 
-    fn start(&mut self, now: Millis, id: JobId, backfill_for: Option<JobId>, fx: &mut Vec<Effect>) {
+    pub(crate) fn start(
+        &mut self,
+        now: Millis,
+        id: JobId,
+        backfill_for: Option<JobId>,
+        fx: &mut Vec<Effect>,
+    ) {
         self.dequeue(id);
         let a = AttemptId(self.next_attempt);
         self.next_attempt += 1;
@@ -1583,6 +1589,12 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) {
         let victim = self.attempts[&a].job;
+        // Replaying another build's batch: whether the job was queued again or is to fail is
+        // what that build logged (a Requeued right after the stop), not this build's rule.
+        let logged_requeue = self
+            .replaying
+            .as_ref()
+            .map(|l| l.requeues_after_stop(victim, a));
         self.stop_attempt(a, cause.clone());
         let reason = cause.describe(|j| format!("{}", j.0));
         let counted = cause.counts_as_preemption();
@@ -1605,11 +1617,16 @@ impl Scheduler {
             attempt: a,
             cause,
         });
-        let exhausted = counted
-            && job
-                .spec
-                .preemption_retries
-                .is_some_and(|n| job.preemptions > n);
+        let exhausted = match logged_requeue {
+            Some(requeued) => !requeued,
+            None => {
+                counted
+                    && job
+                        .spec
+                        .preemption_retries
+                        .is_some_and(|n| job.preemptions > n)
+            }
+        };
         if exhausted {
             // FAILED once the attempt has exited (its instances are held until then).
             job.status_reason = format!("{reason}; preemption retries exhausted");

@@ -669,6 +669,9 @@ pub struct Scheduler {
     pub(crate) clock: Millis,
     /// Why the executor is drained (`Input::Drain`); `None` while it is not.
     pub(crate) drain: Option<String>,
+    /// While a batch another build wrote is replayed: the decisions it logged that are not
+    /// applied yet, which take the place of this build's rules ([`crate::logged`]).
+    pub(crate) replaying: Option<crate::logged::Logged>,
 }
 
 impl Scheduler {
@@ -1167,7 +1170,7 @@ impl Scheduler {
         }
     }
 
-    fn reexamine_all(&mut self) {
+    pub(crate) fn reexamine_all(&mut self) {
         for q in 0..self.queues.len() {
             self.reexamine_queue(QueueIx(q as u32));
         }
@@ -1412,6 +1415,9 @@ impl Scheduler {
         self.mark_released(q, u);
 
         let id = att.job;
+        if self.replaying.is_some() {
+            return self.settle_logged_exit(now, &att, exit, fx);
+        }
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
         if !matches!(exit, Exit::Lost { .. }) {
             job.lost_in_a_row = 0;

@@ -333,6 +333,71 @@ impl From<&qm_core::Effect> for Decision {
     }
 }
 
+impl TryFrom<&Decision> for qm_core::Effect {
+    type Error = String;
+
+    /// A logged decision as the core's effect, to impose it on replay.
+    fn try_from(d: &Decision) -> Result<Self, String> {
+        use qm_core::{AttemptId, Effect, JobId, JobStatus, StopCause};
+        Ok(match d {
+            Decision::Start {
+                job,
+                attempt,
+                unit,
+                count,
+            } => Effect::Start {
+                job: JobId(*job),
+                attempt: AttemptId(*attempt),
+                unit: unit.clone(),
+                count: *count,
+            },
+            Decision::Stop {
+                job,
+                attempt,
+                cause,
+            } => Effect::Stop {
+                job: JobId(*job),
+                attempt: AttemptId(*attempt),
+                cause: match cause {
+                    StopRecord::Reclaim { for_job, by_share } => StopCause::Reclaim {
+                        for_job: JobId(*for_job),
+                        by_share: by_share.clone(),
+                    },
+                    StopRecord::InShare { for_job } => StopCause::InShare {
+                        for_job: JobId(*for_job),
+                    },
+                    StopRecord::Terminated { reason } => StopCause::Terminated {
+                        reason: reason.clone(),
+                    },
+                    StopRecord::Drill { reason } => StopCause::Drill {
+                        reason: reason.clone(),
+                    },
+                    StopRecord::Requeue { reason } => StopCause::Requeue {
+                        reason: reason.clone(),
+                    },
+                },
+            },
+            Decision::Finished {
+                job,
+                status,
+                reason,
+            } => Effect::Finished {
+                job: JobId(*job),
+                status: match status.as_str() {
+                    "SUCCEEDED" => JobStatus::Succeeded,
+                    "FAILED" => JobStatus::Failed,
+                    other => return Err(format!("job {job} finished with status {other}")),
+                },
+                reason: reason.clone(),
+            },
+            Decision::Requeued { job, reason } => Effect::Requeued {
+                job: JobId(*job),
+                reason: reason.clone(),
+            },
+        })
+    }
+}
+
 /// How an attempt ended, as logged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind")]

@@ -3,9 +3,10 @@
 //! log, and only then answers the clients and carries out the decisions. Group commit is what
 //! makes durability cheap: one fsync covers every request that arrived while the last one ran.
 //!
-//! Recovery is the same code: [`recover`] replays the log through [`State`], checks that the
-//! core took the same decisions it logged (exactly for batches of this build; for batches of
-//! another build a difference is an upgrade's changed rule, warned about), and [`Driver::reconcile`] deals with the attempts that were
+//! Recovery is the same code: [`recover`] replays the log through [`State`] — this build's own
+//! batches are decided again and must come out exactly as logged (the determinism check);
+//! another build's are applied as they were decided, its logged decisions imposed in place
+//! of this build's rules — and [`Driver::reconcile`] deals with the attempts that were
 //! running when the previous server died.
 
 use std::collections::HashMap;
@@ -58,9 +59,8 @@ pub struct Recovered {
     /// Batches this very build wrote and now decides differently: the core lost its
     /// determinism, and the server must not run on a state that differs from what it told.
     pub diverged_own: u64,
-    /// Batches another build wrote that this build decides differently (an upgrade changed a
-    /// rule): expected, logged as warnings.
-    pub diverged_other: u64,
+    /// Batches another build wrote, applied as they were decided (never decided again).
+    pub applied_other: u64,
     /// Commands of another build that this build refuses (an upgrade tightened a check):
     /// skipped with a warning.
     pub refused_other: u64,
@@ -71,10 +71,12 @@ pub struct Recovered {
 }
 
 /// Rebuilds the state from the log, as the build `running` (this one). Batches of this build
-/// must replay exactly; batches of another build replay through this build's rules, and where
-/// those rules now decide otherwise, this build's decisions stand (warned, not refused), since
-/// they are the ones the state it goes on from was built with. Ends by checking the core's
-/// invariants.
+/// are decided again and must come out exactly as logged; batches of another build are
+/// applied as logged — their commands, and the decisions that build took imposed where this
+/// build's rules would decide — so the state is what the clients were told, whatever rules
+/// changed since. A logged decision that does not fit the state stops the recovery with an
+/// error naming its batch. Ends by handing every lane to this build's first pass and
+/// checking the core's invariants.
 pub fn recover(
     state: &mut State,
     log: &dyn Log,
@@ -98,7 +100,24 @@ pub fn recover(
             format!("cannot decode the commands qm {} logged: {e}", b.writer.version)
         })?;
         let n = commands.len() as u64;
-        let outcome = state.apply_batch(b.at_ms, commands);
+        let decisions = logged_decisions(&b)?;
+        let outcome = if own {
+            state.apply_batch(b.at_ms, commands)
+        } else {
+            let applied = decisions
+                .iter()
+                .map(Effect::try_from)
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(|effects| state.apply_logged_batch(b.at_ms, commands, effects))
+                .map_err(|e| {
+                    format!(
+                        "batch {} that qm {} logged cannot be applied: {e}; keep the data dir as it is and report it",
+                        b.seq, b.writer.version
+                    )
+                })?;
+            r.applied_other += 1;
+            applied
+        };
         // A logged command was accepted when it was applied, and applying it again to the
         // same state gives the same result: a refusal means another build's rules.
         for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
@@ -111,21 +130,25 @@ pub fn recover(
             tracing::warn!(batch = b.seq, written_by = %b.writer.version, error = %e,
                 "a command another build accepted is refused by this one; skipped");
         }
-        if !same_decisions(&outcome.decisions, &b)? {
-            if own {
-                r.diverged_own += 1;
-                tracing::error!(batch = b.seq, logged = %b.decisions,
-                    "replay decided differently than this very build logged");
-            } else {
-                r.diverged_other += 1;
-                tracing::warn!(batch = b.seq, written_by = %b.writer.version, logged = %b.decisions,
-                    "this build decides differently than the build that wrote the batch; its own decisions stand");
-            }
+        let same = outcome.decisions.len() == decisions.len()
+            && decisions
+                .iter()
+                .zip(&outcome.decisions)
+                .all(|(l, e)| *l == Decision::from(e));
+        if own && !same {
+            r.diverged_own += 1;
+            tracing::error!(batch = b.seq, logged = %b.decisions,
+                "replay decided differently than this very build logged");
         }
         r.batches += 1;
         r.commands += n;
         Ok(())
     })?;
+    // This build's rules take over from here: after another build's batches, its first pass
+    // looks at every lane.
+    if r.applied_other > 0 {
+        state.core.reexamine();
+    }
     // The rules a data dir's records say (its queues' fair sharing and groups), whatever
     // build wrote it: a no-op when this build wrote it all.
     if let Err(e) = state.sync_all_fair_rules() {
@@ -172,22 +195,22 @@ fn load_snapshot(
     }
 }
 
-/// Whether the replayed `effects` are the decisions batch `b` logged, read in its writer's
-/// encoding.
-fn same_decisions(effects: &[Effect], b: &Batch) -> Result<bool, String> {
+/// The decisions batch `b` logged, read in its writer's encoding (format 0 is schema 1's
+/// `Debug` text, [`crate::legacy`]).
+fn logged_decisions(b: &Batch) -> Result<Vec<Decision>, String> {
     match b.writer.format {
-        0 => Ok(effects
-            .iter()
-            .map(|e| format!("{e:?}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-            == b.decisions),
-        DECISIONS_FORMAT => {
-            let logged: Vec<Decision> = serde_json::from_str(&b.decisions)
-                .map_err(|e| format!("cannot decode the logged decisions: {e}"))?;
-            Ok(logged.len() == effects.len()
-                && logged.iter().zip(effects).all(|(l, e)| *l == Decision::from(e)))
-        }
+        0 => crate::legacy::decisions(&b.decisions).map_err(|e| {
+            format!(
+                "batch {}: a decision qm {} logged cannot be read ({e}); keep the data dir as it is and report it",
+                b.seq, b.writer.version
+            )
+        }),
+        DECISIONS_FORMAT => serde_json::from_str(&b.decisions).map_err(|e| {
+            format!(
+                "batch {}: cannot decode the decisions qm {} logged: {e}",
+                b.seq, b.writer.version
+            )
+        }),
         other => Err(format!(
             "qm {} logged its decisions in format {other}, this qm reads formats 0 to {DECISIONS_FORMAT}: run a qm at least as new as the one that wrote the data dir",
             b.writer.version
@@ -732,8 +755,11 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                     let mut timed = self.time_limit_commands(now);
                     timed.extend(self.retire_commands(now));
                     let expiry = self.state.next_verification_expiry();
+                    // A pass is also due after a replay of another build's batches: this
+                    // build's rules decide from its first tick on.
                     if self.state.core.next_wakeup().is_some_and(|w| w <= now as u64)
                         || expiry.is_some_and(|w| w <= now)
+                        || self.state.core.pass_due()
                     {
                         timed.push(Command::Wake);
                     }

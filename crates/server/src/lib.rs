@@ -34,6 +34,7 @@ pub mod exec;
 pub mod history;
 pub mod http;
 pub mod index;
+mod legacy;
 pub mod limits;
 pub mod metrics;
 mod ops;
@@ -350,12 +351,16 @@ async fn load_tls(
 
 /// One line on how batches of other builds replayed under this one.
 fn upgrade_summary(r: &driver::Recovered) -> String {
-    if r.diverged_other == 0 && r.refused_other == 0 {
-        return format!("all {} batch(es) replayed as they were logged", r.batches);
+    let applied = format!(
+        "{} of {} batch(es) written by earlier builds applied as they were decided; this version's rules decide from now on",
+        r.applied_other, r.batches
+    );
+    if r.refused_other == 0 {
+        return applied;
     }
     format!(
-        "{} of {} batch(es) decided differently under this version's rules and {} command(s) were refused (warnings above); this version's decisions stand",
-        r.diverged_other, r.batches, r.refused_other
+        "{applied}; {} command(s) this version refuses were skipped (warnings above)",
+        r.refused_other
     )
 }
 

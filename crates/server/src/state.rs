@@ -261,11 +261,14 @@ pub struct JobRec {
     pub class: Option<String>,
 }
 
+/// One command's answer: the response body, or why it was refused.
+pub type CommandResult = Result<Vec<u8>, ApiError>;
+
 /// What applying a batch did ([`State::apply_batch`]).
 #[derive(Debug)]
 pub struct BatchOutcome {
     /// Each command's answer, in the order given.
-    pub results: Vec<Result<Vec<u8>, ApiError>>,
+    pub results: Vec<CommandResult>,
     /// The commands that were accepted: what the log records.
     pub logged: Vec<Command>,
     /// What to carry out once the batch is durable.
@@ -328,6 +331,9 @@ pub struct State {
     /// log is replayed, so that a submit accepted once is accepted again on replay whatever
     /// the limits are now.
     pub admission: Option<Admission>,
+    /// While a batch another build wrote is replayed: its logged decisions, which the core
+    /// imposes in place of this build's rules, and the first that did not fit.
+    replay: Option<(qm_core::Logged, Option<String>)>,
 }
 
 /// `[limits] queued_jobs_per_share` and `queued_jobs_per_queue`, and `[storage] file_roots`.
@@ -372,6 +378,7 @@ impl State {
             share_history: BTreeMap::new(),
             pass_seconds: crate::metrics::latency_histogram(),
             admission: None,
+            replay: None,
         }
     }
 
@@ -512,6 +519,19 @@ impl State {
     /// A refused command changed nothing and is not in `logged`.
     pub fn apply_batch(&mut self, now: i64, commands: Vec<Command>) -> BatchOutcome {
         self.begin(now);
+        let (results, logged) = self.apply_commands(commands);
+        let actions = self.finish();
+        BatchOutcome {
+            results,
+            logged,
+            actions,
+            decisions: std::mem::take(&mut self.decisions),
+        }
+    }
+
+    /// Applies a batch's commands in order: each one's answer, and the accepted ones (what the
+    /// log records).
+    fn apply_commands(&mut self, commands: Vec<Command>) -> (Vec<CommandResult>, Vec<Command>) {
         let mut results = Vec::with_capacity(commands.len());
         let mut logged = Vec::with_capacity(commands.len());
         for c in commands {
@@ -521,13 +541,7 @@ impl State {
             }
             results.push(r);
         }
-        let actions = self.finish();
-        BatchOutcome {
-            results,
-            logged,
-            actions,
-            decisions: std::mem::take(&mut self.decisions),
-        }
+        (results, logged)
     }
 
     /// Ends a batch: runs the scheduling pass and returns the actions to carry out once the
@@ -538,9 +552,52 @@ impl State {
         std::mem::take(&mut self.actions)
     }
 
-    /// Feeds an input to the core (no pass) and absorbs its effects.
+    /// Applies a batch another build wrote as it was decided: its commands, with the
+    /// decisions it logged imposed wherever this build's rules would decide, and those
+    /// decisions' pass in place of one of this build ([`qm_core::logged`]). An error names
+    /// the decision that does not fit the state the log built: the log cannot be replayed.
+    pub fn apply_logged_batch(
+        &mut self,
+        now: i64,
+        commands: Vec<Command>,
+        decisions: Vec<Effect>,
+    ) -> Result<BatchOutcome, String> {
+        self.begin(now);
+        self.replay = Some((qm_core::Logged::new(decisions), None));
+        let (results, logged) = self.apply_commands(commands);
+        let (mut rest, failed) = self.replay.take().expect("set above");
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let effects = self
+            .core
+            .impose_logged(self.now as u64, &mut rest)
+            .map_err(|e| e.to_string())?;
+        self.absorb(effects);
+        Ok(BatchOutcome {
+            results,
+            logged,
+            actions: std::mem::take(&mut self.actions),
+            decisions: std::mem::take(&mut self.decisions),
+        })
+    }
+
+    /// Feeds an input to the core (no pass) and absorbs its effects; while a logged batch is
+    /// replayed, with its decisions.
     pub(crate) fn core_apply(&mut self, input: Input) -> Result<(), ApiError> {
-        let effects = self.core.apply(self.now as u64, input)?;
+        let now = self.now as u64;
+        let effects = match self.replay.as_mut() {
+            None => self.core.apply(now, input)?,
+            Some((logged, failed)) => match self.core.apply_logged(now, input, logged) {
+                Ok(effects) => effects,
+                Err(e) => {
+                    if matches!(e, qm_core::CoreError::Replay(_)) {
+                        failed.get_or_insert_with(|| e.to_string());
+                    }
+                    return Err(e.into());
+                }
+            },
+        };
         self.absorb(effects);
         Ok(())
     }

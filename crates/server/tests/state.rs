@@ -62,7 +62,7 @@ impl World {
                 Arns::new("us-east-1", "123456789012"),
                 qm_core::Policy::default(),
             ),
-            log: logged_by(&qm_server::writer()),
+            log: logged_by(&this_build()),
             now: 1_000_000,
         }
     }
@@ -275,7 +275,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
         Arns::new("us-east-1", "123456789012"),
         qm_core::Policy::default(),
     );
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(r.batches, w.log.len().unwrap());
     assert_eq!(r.diverged_own, 0, "replay decides exactly as logged");
     for id in ["high", "med", "low", "qs2"] {
@@ -330,7 +330,7 @@ fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
     );
 
     let mut fresh = fresh_state();
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(r.diverged_own, 0, "replay decides exactly as logged");
     let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": "drilled"})).unwrap());
     let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
@@ -532,9 +532,9 @@ fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
     );
 }
 
-/// A log whose second batch records a start the replay will not make (as if an older build's
-/// rule had started the job elsewhere), written by `writer`.
-fn log_with_a_decision_this_build_does_not_take(writer: &Writer) -> MemoryLog {
+/// The log of `j`'s submit, written by `writer`, with the decisions of the batch that started
+/// it changed by `change` (as if that build's rules had decided otherwise).
+fn log_with_the_start_decided(writer: &Writer, change: impl Fn(&str) -> String) -> MemoryLog {
     let mut w = World::new();
     w.log = logged_by(writer);
     demo_setup(&mut w);
@@ -543,7 +543,7 @@ fn log_with_a_decision_this_build_does_not_take(writer: &Writer) -> MemoryLog {
     w.log
         .replay(&mut |b| {
             let decisions = if b.decisions.contains("Start") {
-                b.decisions.replace("\"count\":1", "\"count\":2")
+                change(&b.decisions)
             } else {
                 b.decisions
             };
@@ -554,16 +554,51 @@ fn log_with_a_decision_this_build_does_not_take(writer: &Writer) -> MemoryLog {
     log
 }
 
+/// A log whose submit batch did not start the job (as if an older build's rule had kept it
+/// waiting), written by `writer`.
+fn log_with_a_decision_this_build_does_not_take(writer: &Writer) -> MemoryLog {
+    log_with_the_start_decided(writer, |_| "[]".into())
+}
+
 #[test]
-fn a_decision_another_build_took_differently_is_a_warning_not_a_refusal() {
+fn a_decision_another_build_took_differently_is_applied_as_it_was_taken() {
     let log = log_with_a_decision_this_build_does_not_take(&old_build());
     let mut state = fresh_state();
     let r = recover(&mut state, &log, &qm_server::writer()).expect("recovery goes on");
-    assert_eq!((r.diverged_own, r.diverged_other), (0, 1));
+    assert_eq!(r.diverged_own, 0);
+    assert_eq!(r.applied_other, r.batches);
     assert_eq!(r.other_writers, vec![old_build().version]);
-    // This build's decision stands: the job runs on one instance, as this build decided.
-    let live = state.live_attempts();
-    assert_eq!(live.len(), 1, "{live:?}");
+    // The old build's decision stands: the job waits, as its clients were told; this build's
+    // first pass (the next batch) is free to start it.
+    assert!(state.live_attempts().is_empty());
+    let j = state.query(
+        &qm_server::command::Query::DescribeServiceJob(
+            serde_json::from_value(json!({"jobId": "j"})).unwrap(),
+        ),
+        state.now,
+    );
+    let j: Value = serde_json::from_slice(&j.unwrap()).unwrap();
+    assert_eq!(j["status"], "RUNNABLE", "{j}");
+}
+
+#[test]
+fn a_logged_decision_that_does_not_fit_the_state_stops_the_recovery_naming_its_batch() {
+    // A start on two instances for a job that asks for one: no build decides so.
+    let log = log_with_the_start_decided(&old_build(), |d| d.replace("\"count\":1", "\"count\":2"));
+    let e = recover(&mut fresh_state(), &log, &qm_server::writer()).unwrap_err();
+    let e = e.to_string();
+    assert!(
+        e.contains("batch ") && e.contains("cannot be applied"),
+        "{e}"
+    );
+    assert!(e.contains("starts on 2 x ml.g5.xlarge"), "{e}");
+}
+
+/// The build that writes the tests' logs and recovers them: one that names its commit, so
+/// that its batches are its own (decided again on replay) whether or not the tree the tests
+/// were built from is clean.
+fn this_build() -> Writer {
+    identified_build()
 }
 
 /// A build that names its commit (the tests' own build may be dirty, which is never "own").
@@ -578,20 +613,28 @@ fn identified_build() -> Writer {
 fn a_decision_this_very_build_took_differently_is_counted_for_refusal() {
     let log = log_with_a_decision_this_build_does_not_take(&identified_build());
     let r = recover(&mut fresh_state(), &log, &identified_build()).unwrap();
-    assert_eq!((r.diverged_own, r.diverged_other), (1, 0));
+    assert_eq!((r.diverged_own, r.applied_other), (1, 0));
     assert!(r.other_writers.is_empty());
 }
 
 #[test]
-fn a_build_that_cannot_name_its_source_never_holds_its_batches_to_an_exact_replay() {
+fn a_build_that_cannot_name_its_source_has_its_batches_applied_as_logged() {
+    // It may be another build under the same name: its batches are applied, never held to a
+    // replay of this build's rules.
     for version in ["0.1.0+unknown", "0.1.0+0123456789ab-dirty"] {
         let w = Writer {
             version: version.into(),
             format: qm_server::command::DECISIONS_FORMAT,
         };
         let log = log_with_a_decision_this_build_does_not_take(&w);
-        let r = recover(&mut fresh_state(), &log, &w).unwrap();
-        assert_eq!((r.diverged_own, r.diverged_other), (0, 1), "{version}");
+        let mut state = fresh_state();
+        let r = recover(&mut state, &log, &w).unwrap();
+        assert_eq!(
+            (r.diverged_own, r.applied_other),
+            (0, r.batches),
+            "{version}"
+        );
+        assert!(state.live_attempts().is_empty(), "{version}");
     }
 }
 
@@ -644,8 +687,11 @@ fn decisions_in_the_schema_1_encoding_replay_without_a_difference() {
             Ok(())
         })
         .unwrap();
-    let r = recover(&mut fresh_state(), &legacy, &qm_server::writer()).unwrap();
-    assert_eq!((r.diverged_own, r.diverged_other), (0, 0));
+    let mut recovered = fresh_state();
+    let r = recover(&mut recovered, &legacy, &qm_server::writer()).unwrap();
+    assert_eq!((r.diverged_own, r.applied_other), (0, r.batches));
+    let (got, want) = (recovered.core.image(), replayed.core.image());
+    assert_eq!((got.jobs, got.attempts), (want.jobs, want.attempts));
     assert_eq!(r.other_writers, vec![Writer::legacy().version]);
 }
 
@@ -666,7 +712,7 @@ fn rebuilt_from_snapshot(w: &World) -> World {
     );
     World {
         state,
-        log: logged_by(&qm_server::writer()),
+        log: logged_by(&this_build()),
         now: w.now,
     }
 }
@@ -743,7 +789,7 @@ fn recovery_starts_from_the_latest_snapshot_and_replays_only_the_batches_after_i
     w.submit("qs2", "QS2", 0);
 
     let mut fresh = fresh_state();
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!((r.snapshot, r.batches, r.diverged_own), (Some(seq), 2, 0));
     for id in DEMO_JOBS {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
@@ -807,7 +853,7 @@ fn a_retired_job_leaves_the_state_the_core_and_its_client_token_and_replays_the_
     assert!(w.state.retirable(w.now, 10).is_empty());
 
     let mut fresh = fresh_state();
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(r.diverged_own, 0);
     assert!(fresh.query(&q, w.now).is_err());
     assert_eq!(fresh.core.job_count(), jobs_before - 1);
@@ -876,7 +922,7 @@ fn retired_audit_entries_leave_the_log_keep_their_numbers_and_replay_the_same() 
     assert_eq!(summaries(&page(&w.state, 0, 10)), ["e2", "e3", "e4"]);
 
     let mut fresh = fresh_state();
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(r.diverged_own, 0);
     assert_eq!(page(&fresh, 0, 10), page(&w.state, 0, 10));
     let copy = rebuilt_from_snapshot(&w);
@@ -899,7 +945,7 @@ fn a_latest_snapshot_that_cannot_be_loaded_falls_back_to_the_one_before_it() {
         .unwrap();
     w.submit("low", "QS1", 1);
     let mut fresh = fresh_state();
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).expect("falls back");
+    let r = recover(&mut fresh, &w.log, &this_build()).expect("falls back");
     assert_eq!(
         r.batches, 2,
         "med and low replayed after the older snapshot"
@@ -1554,7 +1600,7 @@ fn policy_and_share_tags_and_group_definitions_reach_the_core_and_survive_replay
 
     // Replayed from the log, and rebuilt from a snapshot: the same rules.
     let mut fresh = fresh_state();
-    let r = recover(&mut fresh, &w.log, &qm_server::writer()).unwrap();
+    let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(r.diverged_own, 0);
     assert_eq!(fair_rules(&fresh), want);
     let mut copy = rebuilt_from_snapshot(&w);
