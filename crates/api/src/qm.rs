@@ -413,6 +413,21 @@ pub struct AuditEntry {
     /// The full plan that was applied.
     #[serde(default)]
     pub details: String,
+    /// For a change of a resource's tags (where permissions, classes, weights, groups and
+    /// thrash settings live): the tags before and after it. Set by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<TagChange>,
+}
+
+/// A resource's tags before and after a change ([`AuditEntry::tags`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TagChange {
+    /// The resource's ARN.
+    pub resource: String,
+    /// Its tags before.
+    pub before: std::collections::BTreeMap<String, String>,
+    /// Its tags after.
+    pub after: std::collections::BTreeMap<String, String>,
 }
 
 /// The body of `GET /qm/v1/audit?maxResults=&nextToken=`: a page of the log.

@@ -164,6 +164,7 @@ fn entry(at: i64, actor: &str, action: &str, details: &str) -> AuditEntry {
         action: action.into(),
         summary: details.chars().take(40).collect(),
         details: details.into(),
+        tags: None,
     }
 }
 

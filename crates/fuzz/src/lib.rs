@@ -51,6 +51,7 @@ pub fn api_request(data: &[u8]) {
                     admin: data.len().is_multiple_of(2),
                 },
                 command: Box::new(command),
+                audit: None,
             };
             let _ = state.apply_batch(100, vec![caller]);
         }

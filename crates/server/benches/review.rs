@@ -153,6 +153,7 @@ fn archive() -> &'static (tempfile::TempDir, Archive) {
                     action: "updateservicejob".into(),
                     summary: String::new(),
                     details: format!(r#"{{"jobId":"job-{seq:08}","schedulingPriority":5}}"#),
+                    tags: None,
                 },
             })
             .collect();

@@ -280,6 +280,7 @@ mod archive_tests {
                 action: "updatequotashare".into(),
                 summary: String::new(),
                 details: String::new(),
+                tags: None,
             },
         };
         let entries = [entry(0, dec - 86_400_000), entry(1, dec), entry(2, dec + 5)];

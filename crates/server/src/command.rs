@@ -162,6 +162,11 @@ pub enum Command {
         caller: Caller,
         /// What it asks.
         command: Box<Command>,
+        /// The audit entry of the change, recorded when the command is applied — in its
+        /// batch, by construction — with the before and after of the tags it changes. Absent
+        /// for a submit, and in logs of builds that logged the entry as a command of its own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audit: Option<AuditEntry>,
     },
     /// A queue's `jobStateTimeLimitActions` fired for a job at the head of its share.
     TimeLimitAction {

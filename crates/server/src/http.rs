@@ -218,24 +218,31 @@ async fn operation(
     let request = parse_operation(&operation, &body)
         .and_then(|r| within_bounds(&r).map(|()| r))
         .map(|r| match r {
-            Request::Command(mut c) => {
-                if let Command::SubmitServiceJob { principal, .. } = &mut c {
-                    *principal = Some(caller.name.clone());
-                }
-                Request::Command(as_caller(&caller, c))
-            }
+            Request::Command(Command::SubmitServiceJob {
+                job_id,
+                request,
+                principal: _,
+            }) => Request::Command(as_caller(
+                &caller,
+                Command::SubmitServiceJob {
+                    job_id,
+                    request,
+                    principal: Some(caller.name.clone()),
+                },
+            )),
+            // Every change but a submit leaves an entry that names who made it: the signer.
+            Request::Command(c) => Request::Command(audited(
+                &caller,
+                c,
+                &operation,
+                &String::from_utf8_lossy(&body),
+            )),
             query => query,
         });
-    let audited = matches!(&request, Ok(Request::Command(Command::As { command, .. }))
-        if !matches!(**command, Command::SubmitServiceJob { .. }));
     let response = match request {
         Ok(r) => dispatch(&app, r).await,
         Err(e) => return error_response(&e),
     };
-    if audited && response.status().is_success() {
-        // Every change but a submit leaves an entry that names who made it: the signer.
-        audit(&app, &caller, &operation, &String::from_utf8_lossy(&body)).await;
-    }
     // The request id the client saw is the exemplar: a slow bucket leads to its request.
     let request_id = response
         .headers()
@@ -246,17 +253,27 @@ async fn operation(
     response
 }
 
-/// Records who made a change, and what they sent.
-async fn audit(app: &App, caller: &Principal, action: &str, body: &str) {
+/// `command` as `caller` sends it, with the audit entry that records who made the change
+/// and what they sent: applied together, so the change and its entry are in one batch.
+fn audited(caller: &Principal, command: Command, action: &str, body: &str) -> Command {
+    let Command::As {
+        caller, command, ..
+    } = as_caller(caller, command)
+    else {
+        unreachable!("as_caller wraps")
+    };
     let entry = AuditEntry {
         at: 0,
         actor: caller.name.clone(),
         action: action.to_string(),
         summary: clip(body, AUDIT_SUMMARY),
         details: clip(body, AUDIT_DETAILS),
+        tags: None,
     };
-    if let Err(e) = send(app, Request::Command(Command::Audit(entry))).await {
-        tracing::warn!(action = %action, error = %e, "the audit entry of a change was not recorded");
+    Command::As {
+        caller,
+        command,
+        audit: Some(entry),
     }
 }
 
@@ -282,12 +299,9 @@ async fn preempt(
         job_id: job_id.clone(),
         reason: reason.clone(),
     };
-    let response = dispatch(&app, Request::Command(as_caller(&caller, command))).await;
-    if response.status().is_success() {
-        let summary = serde_json::json!({"jobId": job_id, "reason": reason}).to_string();
-        audit(&app, &caller, "preempt", &summary).await;
-    }
-    response
+    let summary = serde_json::json!({"jobId": job_id, "reason": reason}).to_string();
+    let command = audited(&caller, command, "preempt", &summary);
+    dispatch(&app, Request::Command(command)).await
 }
 
 /// `POST /qm/v1/drain` (`qm drain`, admins): see [`qm_api::qm::DrainRequest`]. The reason
@@ -324,12 +338,9 @@ async fn drain(
             "drain",
         )
     };
-    let response = dispatch(&app, Request::Command(as_caller(&caller, command))).await;
-    if response.status().is_success() {
-        let summary = serde_json::to_string(&r).unwrap_or_default();
-        audit(&app, &caller, action, &summary).await;
-    }
-    response
+    let summary = serde_json::to_string(&r).unwrap_or_default();
+    let command = audited(&caller, command, action, &summary);
+    dispatch(&app, Request::Command(command)).await
 }
 
 /// `POST /qm/v1/reload` (`qm reload`, admins): reads the config file again and applies what
@@ -376,6 +387,7 @@ fn as_caller(p: &Principal, command: Command) -> Command {
             admin: p.admin,
         },
         command: Box::new(command),
+        audit: None,
     }
 }
 
@@ -753,11 +765,8 @@ async fn put_queue_groups(
     };
     let summary = serde_json::json!({"jobQueue": queue, "groups": groups.groups}).to_string();
     let command = Command::PutQueueGroups { queue, groups };
-    let response = dispatch(&app, Request::Command(as_caller(&caller, command))).await;
-    if response.status().is_success() {
-        audit(&app, &caller, "put-groups", &summary).await;
-    }
-    response
+    let command = audited(&caller, command, "put-groups", &summary);
+    dispatch(&app, Request::Command(command)).await
 }
 
 /// `POST /qm/v1/what-if`: see [`qm_api::qm::WhatIfRequest`].
@@ -996,11 +1005,9 @@ async fn tag(
         resource_arn: arn_of(&arn),
         tags: b.tags,
     };
-    dispatch(
-        &app,
-        Request::Command(as_caller(&caller, Command::TagResource(r))),
-    )
-    .await
+    let summary = String::from_utf8_lossy(&body).into_owned();
+    let command = audited(&caller, Command::TagResource(r), "TagResource", &summary);
+    dispatch(&app, Request::Command(command)).await
 }
 
 async fn untag(
@@ -1020,11 +1027,14 @@ async fn untag(
         resource_arn: arn_of(&arn),
         tag_keys: keys,
     };
-    dispatch(
-        &app,
-        Request::Command(as_caller(&caller, Command::UntagResource(r))),
-    )
-    .await
+    let summary = serde_json::json!({"tagKeys": r.tag_keys}).to_string();
+    let command = audited(
+        &caller,
+        Command::UntagResource(r),
+        "UntagResource",
+        &summary,
+    );
+    dispatch(&app, Request::Command(command)).await
 }
 
 async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {

@@ -270,6 +270,7 @@ impl Current {
                 action: "reload".into(),
                 summary: summary.clone(),
                 details: summary,
+                tags: None,
             },
         };
         let stopping = || ApiError::server("the server is stopping; the reload was not recorded");

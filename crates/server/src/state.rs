@@ -447,9 +447,28 @@ impl State {
                 self.audit.push(e);
                 body(&serde_json::json!({}))
             }
-            Command::As { caller, command } => {
+            Command::As {
+                caller,
+                command,
+                audit,
+            } => {
                 self.permit(caller, command)?;
-                self.apply(command)
+                let Some(entry) = audit else {
+                    return self.apply(command);
+                };
+                let before = self.tags_changed_by(command);
+                let answer = self.apply(command)?;
+                let mut entry = entry.clone();
+                entry.at = self.now;
+                entry.tags = before.zip(self.tags_changed_by(command)).map(
+                    |((resource, before), (_, after))| qm_api::qm::TagChange {
+                        resource,
+                        before,
+                        after,
+                    },
+                );
+                self.audit.push(entry);
+                Ok(answer)
             }
         }
     }

@@ -871,6 +871,7 @@ fn retired_audit_entries_leave_the_log_keep_their_numbers_and_replay_the_same() 
             action: "apply".into(),
             summary: format!("e{i}"),
             details: String::new(),
+            tags: None,
         }));
     }
     let due = w.state.audit_retirable(3, 10);
@@ -1553,6 +1554,7 @@ fn policy_and_share_tags_and_group_definitions_reach_the_core_and_survive_replay
                 queue: "jq".into(),
                 groups: groups.clone(),
             }),
+            audit: None,
         }],
     );
     let err = denied.results[0].as_ref().unwrap_err().to_string();
@@ -1657,4 +1659,70 @@ fn a_spawn_time_before_the_dispatch_counts_as_the_dispatch() {
         at_ms: Some(5),
     });
     assert_eq!(w.describe("high")["startedAt"], dispatched);
+}
+
+#[test]
+fn a_tag_change_and_its_audit_entry_are_one_logged_command_with_the_tags_before_and_after() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let arn = "arn:aws:batch:us-east-1:123456789012:job-queue/jq/quota-share/QS1";
+    let change = |command: Command, action: &str| Command::As {
+        caller: qm_server::command::Caller {
+            name: "admin@ops".into(),
+            groups: vec![],
+            admin: true,
+        },
+        command: Box::new(command),
+        audit: Some(AuditEntry {
+            at: 0,
+            actor: "admin@ops".into(),
+            action: action.into(),
+            summary: "submitters".into(),
+            details: String::new(),
+            tags: None,
+        }),
+    };
+    let tag = change(
+        cmd(
+            "TagResource",
+            json!({"resourceArn": arn, "tags": {"qm:submitters": "team-a"}}),
+        ),
+        "TagResource",
+    );
+    let logged_before = w.log.len().unwrap();
+    w.one(tag);
+    // One batch, one command: the change and its entry cannot be parted by a crash.
+    assert_eq!(w.log.len().unwrap(), logged_before + 1);
+    let mut last = None;
+    w.log
+        .replay(&mut |b| {
+            last = Some(b.commands);
+            Ok(())
+        })
+        .unwrap();
+    let logged: Vec<Value> = serde_json::from_str(&last.unwrap()).unwrap();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(
+        logged[0]["body"]["audit"]["actor"], "admin@ops",
+        "{logged:?}"
+    );
+    w.one(change(
+        cmd(
+            "UntagResource",
+            json!({"resourceArn": arn, "tagKeys": ["qm:submitters"]}),
+        ),
+        "UntagResource",
+    ));
+    let entries: Vec<_> = w.state.audit.iter().rev().take(2).rev().cloned().collect();
+    let tags: Vec<_> = entries.iter().map(|e| e.tags.clone().unwrap()).collect();
+    assert_eq!(tags[0].resource, arn);
+    assert!(tags[0].before.is_empty());
+    assert_eq!(tags[0].after["qm:submitters"], "team-a");
+    assert_eq!(tags[1].before, tags[0].after);
+    assert!(tags[1].after.is_empty());
+    assert!(entries.iter().all(|e| e.actor == "admin@ops" && e.at > 0));
+    // Replay restores the changes and their entries together.
+    let mut fresh = fresh_state();
+    recover(&mut fresh, &w.log, &this_build()).unwrap();
+    assert_eq!(fresh.audit, w.state.audit);
 }

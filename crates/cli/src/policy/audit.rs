@@ -77,6 +77,45 @@ pub fn render(entries: &[Entry]) -> String {
             e.action,
             e.summary
         );
+        if let Some(t) = &e.tags {
+            let _ = writeln!(out, "{:<20}  {}", "", tag_change(t));
+        }
     }
     out
+}
+
+/// A change of tags on one line: each key that changed, `key: before -> after`.
+fn tag_change(t: &qm_api::qm::TagChange) -> String {
+    let keys: std::collections::BTreeSet<&String> = t.before.keys().chain(t.after.keys()).collect();
+    let changed: Vec<String> = keys
+        .into_iter()
+        .filter(|k| t.before.get(*k) != t.after.get(*k))
+        .map(|k| {
+            let side = |v: Option<&String>| v.map_or("(none)".to_string(), |v| format!("{v:?}"));
+            format!("{k}: {} -> {}", side(t.before.get(k)), side(t.after.get(k)))
+        })
+        .collect();
+    format!("tags of {}: {}", t.resource, changed.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_change_shows_each_key_that_changed_with_its_value_before_and_after() {
+        let t = qm_api::qm::TagChange {
+            resource: "arn:share".into(),
+            before: [
+                ("qm:submitters".into(), "a".into()),
+                ("keep".into(), "x".into()),
+            ]
+            .into(),
+            after: [("qm:leads".into(), "b".into()), ("keep".into(), "x".into())].into(),
+        };
+        assert_eq!(
+            tag_change(&t),
+            "tags of arn:share: qm:leads: (none) -> \"b\", qm:submitters: \"a\" -> (none)"
+        );
+    }
 }

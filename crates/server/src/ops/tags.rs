@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use qm_api::*;
 
+use crate::command::Command;
 use crate::state::{body, State};
 
 impl State {
@@ -34,6 +35,21 @@ impl State {
                 .ok_or_else(missing),
             Resource::ServiceJob(id) => self.job_tags_mut(&id).ok_or_else(missing),
         }
+    }
+
+    /// The tags of the resource `command` tags or untags, as they are now (for the audit
+    /// entry's before and after); `None` for any other command.
+    pub(crate) fn tags_changed_by(
+        &mut self,
+        command: &Command,
+    ) -> Option<(String, BTreeMap<String, String>)> {
+        let arn = match command {
+            Command::TagResource(r) => &r.resource_arn,
+            Command::UntagResource(r) => &r.resource_arn,
+            _ => return None,
+        };
+        let tags = self.tags_mut(arn).ok()?.clone();
+        Some((arn.clone(), tags))
     }
 
     pub(crate) fn tag_resource(&mut self, r: &TagResourceRequest) -> Result<Vec<u8>, ApiError> {
