@@ -2,7 +2,7 @@
 what that server answered about every resource and job just before it was killed.
 
     QM_BIN=/path/to/release/qm .venv-e2e/bin/python tests/upgrade/make_fixture.py OUT_DIR \
-        [--snapshot-every N]
+        [--snapshot-every N] [--queued]
 
 OUT_DIR receives `qm.sqlite3` (the data dir's store, its WAL folded in) and `answers.json`
 (each read as `[operation, request, response]`, the bodies exactly as the server sent them).
@@ -13,11 +13,17 @@ changed by an upgrade.
 The server is killed with SIGKILL while attempts run (as in a crash before an upgrade), so the
 fixture holds live attempts, a reclaimed borrower, an in-share preemption, a success, a
 failure, a termination, a waiting job, tags and an audit entry.
+
+`--queued` adds six short jobs q1..q6 above every research job but r4: q1 preempts r3 in the
+share and succeeds at once, q2 runs when the server is killed, q3..q6 wait. q2..q6 wait for
+the file `gate` their payload names (its path is in `answers.json` as `gate`); a test creates
+it to let them end after the upgrade.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -34,16 +40,35 @@ from qm_e2e import ACCOUNT, REGION, Server, config_toml, kill_job_processes, qm_
 UNIT = "ml.g5.xlarge"
 
 
-def call(server: Server, operation: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{server.url}/v1/{operation}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
+class PreAuthServer(Server):
+    """A release from before authentication: no credentials to wait for, requests unsigned."""
+
+    @property
+    def auth(self) -> bool:
+        return False
+
+
+def request(server: Server, method: str, path: str, body: dict | None = None) -> dict:
+    """A request as the admin: signed where the release authenticates, bare where it predates
+    authentication."""
+    if server.auth:
+        status, _, answer = server.signed(method, path, body)
+        if status != 200:
+            raise RuntimeError(f"{method} {path}: HTTP {status}: {answer[:500]!r}")
+        return json.loads(answer or b"{}")
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(server.url + path, data=data,
+                                 headers={"Content-Type": "application/json"}, method=method)
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read() or b"{}")
 
 
+def call(server: Server, operation: str, body: dict) -> dict:
+    return request(server, "POST", f"/v1/{operation}", body)
+
+
 def get(server: Server, path: str) -> dict:
-    with urllib.request.urlopen(server.url + path, timeout=30) as r:
-        return json.loads(r.read())
+    return request(server, "GET", path)
 
 
 def job(name: str, share: str, command: list[str], priority: int = 0) -> dict:
@@ -129,6 +154,18 @@ def setup(server: Server) -> dict[str, str]:
     return ids
 
 
+def queue_short_jobs(server: Server, ids: dict[str, str], gate: Path) -> None:
+    """q1..q6 (see the module docs): q1 preempts r3 and succeeds, q2 runs, q3..q6 wait."""
+    waits = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.2; done"]
+    for n in range(1, 7):
+        name = f"q{n}"
+        ids[name] = call(server, "submitservicejob",
+                         job(name, "research", ["true"] if n == 1 else waits, 8))["jobId"]
+    wait(server, ids["r3"], {"RUNNABLE"}, preempted=1)
+    wait(server, ids["q1"], {"SUCCEEDED"})
+    wait(server, ids["q2"], {"RUNNING"})
+
+
 def answers(server: Server, ids: dict[str, str]) -> list:
     queue_arn = call(server, "describejobqueues", {"jobQueues": ["fx-queue"]})["jobQueues"][0]["jobQueueArn"]
     reads = [("describeserviceenvironments", {}), ("describejobqueues", {}),
@@ -166,13 +203,25 @@ def main() -> None:
     extra = ""
     if len(sys.argv) > 3 and sys.argv[2] == "--snapshot-every":
         extra = f"[state]\nsnapshot_every_commands = {int(sys.argv[3])}\n"
+    queued = "--queued" in sys.argv[2:]
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run([str(qm_bin()), "--version"], capture_output=True, text=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="qm-fixture-"))
-    server = Server(work, config_toml(count=3) + extra)
+    # A release before authentication has no --no-auth and writes no credentials.
+    help_text = subprocess.run([str(qm_bin()), "serve", "--help"], capture_output=True, text=True).stdout
+    config = config_toml(count=3)
+    kind = Server
+    if "--no-auth" not in help_text:
+        # Nor does it know the sections added since ([storage]).
+        kind = PreAuthServer
+        config = re.sub(r"\[storage\]\n(?:[^\[].*\n)*", "", config)
+    server = kind(work, config + extra)
+    gate = Path(tempfile.gettempdir()) / f"qm-fixture-gate-{server.token}"
     try:
         server.start()
         ids = setup(server)
+        if queued:
+            queue_short_jobs(server, ids, gate)
         recorded = settled(server, ids)
         server.kill9()
     finally:
@@ -186,7 +235,7 @@ def main() -> None:
     shutil.copy(db, out / "qm.sqlite3")
     (out / "answers.json").write_text(json.dumps(
         {"written_by": commit, "region": REGION, "account_id": ACCOUNT, "jobs": ids,
-         "answers": recorded}, indent=1, sort_keys=True) + "\n")
+         "answers": recorded} | ({"gate": str(gate)} if queued else {}), indent=1, sort_keys=True) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     print(f"fixture in {out}: {len(recorded)} answers, jobs {sorted(ids)}")
 

@@ -211,3 +211,33 @@ fn a_data_dir_with_snapshots_of_the_first_snapshotting_release_opens_intact() {
     assert_same_answers(&state, &recorded);
     assert_eq!(state.live_attempts().len(), 3);
 }
+
+#[test]
+fn a_data_dir_of_release_7368e83_with_jobs_queued_at_a_kill_keeps_every_job_as_it_was_told() {
+    // The data dir of issue 39's report: under the earlier recovery, an upgrade decided its
+    // batches again and could fail queued jobs with another attempt's exit. Applied as
+    // logged, every job is what its clients were told; the six short jobs wait or run on.
+    let dir = tempfile::tempdir().unwrap();
+    let log = open_copy("release-7368e83-queued", dir.path());
+    let (state, r) = recovered(&log);
+    assert_eq!((r.diverged_own, r.refused_other), (0, 0), "{r:?}");
+    assert_eq!(r.applied_other, r.batches, "{r:?}");
+    let recorded = answers("release-7368e83-queued");
+    assert_same_answers(&state, &recorded);
+    let jobs = &recorded["jobs"];
+    for (name, status) in [
+        ("q1", "SUCCEEDED"),
+        ("q2", "RUNNING"),
+        ("q3", "RUNNABLE"),
+        ("q4", "RUNNABLE"),
+        ("q5", "RUNNABLE"),
+        ("q6", "RUNNABLE"),
+    ] {
+        let job = ask(
+            &state,
+            "describeservicejob",
+            &serde_json::json!({"jobId": jobs[name]}),
+        );
+        assert_eq!(job["status"], status, "{name}: {job}");
+    }
+}
