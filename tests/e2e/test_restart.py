@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from qm_e2e import (REPO, Jobs, Server, ShareSpec, config_toml, demo_setup, events, make_queue,
-                    pid_alive, wait_for, wait_status)
+from qm_e2e import (REPO, Jobs, Server, ShareSpec, config_toml, demo_setup, describe_brief, events,
+                    make_queue, pid_alive, wait_for, wait_status)
 
 
 @pytest.fixture
@@ -268,6 +268,45 @@ def test_a_data_dir_written_by_release_7368e83_starts_with_its_jobs_and_runs_the
                  for j in batch.list_service_jobs(jobQueue="fx-queue", jobStatus=s)["jobSummaryList"]}
         assert names == set(ids), names
     finally:
+        server.close()
+
+
+def test_jobs_queued_when_release_7368e83_was_killed_run_to_success_after_the_upgrade(
+        qm_binary, tmp_path):
+    """Upgrade (issue 39): the data dir of release 7368e83 killed with six short jobs queued
+    or running (crates/server/tests/fixtures/release-7368e83-queued). Its batches are applied
+    as logged, never decided again: every finished job keeps its status and reason, and the
+    six run to SUCCEEDED under this build."""
+    fixture = REPO / "crates/server/tests/fixtures/release-7368e83-queued"
+    recorded = json.loads((fixture / "answers.json").read_text())
+    ids = recorded["jobs"]
+    told = {}
+    for op, request, response in recorded["answers"]:
+        if op == "describeservicejob":
+            told[response["jobName"]] = response
+    server = Server(tmp_path / "upgrade", config_toml(count=3), name="upgrade")
+    server.data_dir.mkdir(parents=True)
+    shutil.copy(fixture / "qm.sqlite3", server.data_dir / "qm.sqlite3")
+    gate = Path(recorded["gate"])
+    try:
+        server.start()
+        log = Path(server.log_path).read_text()
+        assert "applied as they were decided" in log, log
+        batch = server.client()
+        for name in ("done", "fails", "terminated", "q1"):
+            job = batch.describe_service_job(jobId=ids[name])
+            assert (job["status"], job.get("statusReason")) == (
+                told[name]["status"], told[name].get("statusReason")), name
+        gate.touch()
+        for n in range(1, 7):
+            job = wait_status(batch, ids[f"q{n}"], ("SUCCEEDED", "FAILED"), timeout=120)
+            assert job["status"] == "SUCCEEDED", describe_brief(job)
+        # Nothing the release had finished changed meanwhile.
+        for name in ("done", "fails", "terminated"):
+            job = batch.describe_service_job(jobId=ids[name])
+            assert job["status"] == told[name]["status"], name
+    finally:
+        gate.unlink(missing_ok=True)
         server.close()
 
 
