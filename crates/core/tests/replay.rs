@@ -28,6 +28,10 @@ enum Op {
     Checkpoint(usize),
     Priority(usize, u32),
     Drill(usize),
+    /// The attempt's supervisor died: lost, within a limit of one in a row.
+    Lose(usize),
+    /// `qm drain --requeue`, then `qm drain --cancel`.
+    Requeue,
     Advance(u64),
     Release,
 }
@@ -43,6 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Checkpoint),
         1 => (any::<usize>(), 0..6u32).prop_map(|(i, p)| Op::Priority(i, p)),
         1 => any::<usize>().prop_map(Op::Drill),
+        1 => any::<usize>().prop_map(Op::Lose),
+        1 => Just(Op::Requeue),
         2 => (1..900u64).prop_map(Op::Advance),
         3 => Just(Op::Release),
     ]
@@ -165,6 +171,23 @@ fn written(shares: &[ShareSpec], ops: &[Op]) -> (Scheduler, Vec<Batch>) {
                 })
                 .into_iter()
                 .collect(),
+            Op::Lose(i) => running(&s, &jobs, i)
+                .map(|(_, attempt)| Input::AttemptExited {
+                    attempt,
+                    exit: Exit::Lost {
+                        reason: "lost".into(),
+                        max_in_a_row: Some(1),
+                    },
+                })
+                .into_iter()
+                .collect(),
+            Op::Requeue => vec![
+                Input::Drain {
+                    reason: "maintenance".into(),
+                    requeue: true,
+                },
+                Input::EndDrain,
+            ],
             Op::Advance(secs) => {
                 now += secs * 1000;
                 Vec::new()
