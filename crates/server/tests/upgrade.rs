@@ -76,6 +76,14 @@ fn ask(state: &State, operation: &str, request: &Value) -> Value {
             start: 0,
             max: usize::MAX,
         },
+        // `GET /qm/v1/queues/{queue}/groups` and `GET /v1/tags/{arn}`, recorded with what
+        // their paths name.
+        "groups" => qm_server::command::Query::QueueGroups {
+            queue: request["jobQueue"].as_str().expect("jobQueue").into(),
+        },
+        "listtagsforresource" => qm_server::command::Query::ListTagsForResource(
+            serde_json::from_value(request.clone()).expect("resourceArn"),
+        ),
         op => match parse_operation(op, request.to_string().as_bytes()).expect("a read") {
             Request::Query(q) => q,
             other => panic!("{op} is not a read: {other:?}"),
@@ -239,5 +247,311 @@ fn a_data_dir_of_release_7368e83_with_jobs_queued_at_a_kill_keeps_every_job_as_i
             &serde_json::json!({"jobId": jobs[name]}),
         );
         assert_eq!(job["status"], status, "{name}: {job}");
+    }
+}
+
+/// The commands a principal of the fixture sends, as the server logs them: with who sent them
+/// as the store keeps that principal now.
+fn as_principal(record: &qm_store::PrincipalRecord, command: Command) -> Command {
+    Command::As {
+        caller: qm_server::command::Caller {
+            name: record.name.clone(),
+            groups: record.groups.clone(),
+            admin: record.admin,
+        },
+        command: Box::new(command),
+        audit: None,
+    }
+}
+
+#[test]
+fn a_data_dir_of_release_0805b08_keeps_jobs_principals_classes_groups_drills_and_the_audit_log() {
+    // Release 0805b08 with authentication on, four principals, a share's submitters, leads and
+    // maximum priority, job classes, a group of shares under FAIR_SHARE, a reclaim, a drill,
+    // terminations by the admin and by a submitter, jobs retired to the archive, and short jobs
+    // queued and running when it was killed with SIGKILL (tests/upgrade/make_fixture.py --full).
+    let dir = tempfile::tempdir().unwrap();
+    let log = open_copy("release-0805b08", dir.path());
+    let (state, r) = recovered(&log);
+    let recorded = answers("release-0805b08");
+    assert_eq!(recorded["written_by"], "qm 0.1.0+0805b08d46ba");
+    assert_eq!(r.other_writers, vec!["0.1.0+0805b08d46ba".to_string()]);
+    assert_eq!((r.diverged_own, r.refused_other), (0, 0), "{r:?}");
+    // Every batch of the release is applied as it was decided, never decided again.
+    assert_eq!(r.applied_other, r.batches, "{r:?}");
+    assert_same_answers(&state, &recorded);
+    let signed = recorded["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.get(3).is_some())
+        .count();
+    assert!(signed >= 3, "the reads signed by principals are there");
+    // The attempts that ran at the kill are live again: p1, r4 and q2 in fx-queue, n-crit,
+    // a1, v-wait and o-gate in fs-queue.
+    assert_eq!(state.live_attempts().len(), 7);
+    // The snapshot the server writes at once after the upgrade answers the same.
+    let image = state.image();
+    let text = qm_server::snapshot::encode_image(&image).unwrap();
+    let image = qm_server::snapshot::decode_image(
+        qm_server::snapshot::SNAPSHOT_FORMAT,
+        "this build",
+        &text,
+    )
+    .unwrap();
+    let snapshot = State::from_image(state.arns.clone(), state.core.policy(), image).unwrap();
+    assert_same_answers(&snapshot, &recorded);
+
+    // Every job keeps what its clients were told: a finished one its status and reason, an
+    // unfinished one is not failed by the upgrade.
+    let (mut finished, mut unfinished) = (0, 0);
+    for entry in recorded["answers"].as_array().unwrap() {
+        if entry[0] != "describeservicejob" {
+            continue;
+        }
+        let (then, now) = (&entry[2], ask(&state, "describeservicejob", &entry[1]));
+        let name = &then["jobName"];
+        if matches!(then["status"].as_str(), Some("SUCCEEDED" | "FAILED")) {
+            finished += 1;
+            assert_eq!(
+                (&now["status"], &now["statusReason"]),
+                (&then["status"], &then["statusReason"]),
+                "{name}"
+            );
+        } else {
+            unfinished += 1;
+            assert_ne!(now["status"], "FAILED", "{name}: {now}");
+            assert_eq!(now["status"], then["status"], "{name}: {now}");
+        }
+    }
+    assert!(finished >= 4 && unfinished >= 10, "{finished} {unfinished}");
+
+    // The jobs the release had moved to the archive stay retired.
+    let retired = recorded["retired"].as_object().expect("retired jobs");
+    assert!(retired.len() >= 4, "{retired:?}");
+    for (name, id) in retired {
+        let query = match parse_operation(
+            "describeservicejob",
+            serde_json::json!({ "jobId": id }).to_string().as_bytes(),
+        )
+        .unwrap()
+        {
+            Request::Query(q) => q,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            state.query(&query, state.now).is_err(),
+            "{name} was retired before the kill and is back"
+        );
+    }
+
+    // The audit log is whole: what the release answered, in order, then nothing or more.
+    let then = recorded["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e[0] == "audit")
+        .expect("the audit answer");
+    let then = then[2]["entries"].as_array().unwrap();
+    let now = ask(&state, "audit", &Value::Null);
+    let now = now["entries"].as_array().unwrap();
+    assert!(then.len() >= 10 && now.len() >= then.len(), "{now:?}");
+    for (i, (a, b)) in then.iter().zip(now).enumerate() {
+        assert!(says_all_of(a, b), "audit entry {i}: then {a}, now {b}");
+    }
+
+    // The principals are still in the store, with their groups, admin flag and keys: a
+    // request signed with a principal's recorded keys verifies against what the store holds.
+    let stored = qm_store::Principals::open(&dir.path().join("qm.sqlite3"))
+        .unwrap()
+        .list()
+        .unwrap();
+    assert!(stored.iter().any(|p| p.name == "qm-admin" && p.admin));
+    let principals = recorded["principals"].as_object().expect("principals");
+    assert_eq!(principals.len(), 4);
+    for (name, p) in principals {
+        let record = stored
+            .iter()
+            .find(|r| r.name == *name)
+            .unwrap_or_else(|| panic!("{name} is gone from the store"));
+        let groups: Vec<&str> = p["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap())
+            .collect();
+        assert_eq!(record.groups, groups, "{name}");
+        assert_eq!(Some(record.admin), p["admin"].as_bool(), "{name}");
+        assert_eq!(record.access_key_id, p["accessKeyId"].as_str().unwrap());
+        let whoami = &recorded["whoami"][name];
+        assert_eq!(whoami["name"], name.as_str());
+        assert_eq!(whoami["admin"], record.admin, "{name}");
+        let key = qm_api::sigv4::Credentials {
+            access_key_id: p["accessKeyId"].as_str().unwrap().into(),
+            secret_access_key: p["secretAccessKey"].as_str().unwrap().into(),
+        };
+        let body = br#"{"jobId":"x"}"#;
+        let headers = [
+            ("host", "127.0.0.1:7611"),
+            ("content-type", "application/json"),
+        ];
+        let at = std::time::SystemTime::now();
+        let signed = qm_api::sigv4::sign(
+            "POST",
+            "http://127.0.0.1:7611/v1/describeservicejob",
+            &headers,
+            body,
+            &key,
+            "us-east-1",
+            at,
+        )
+        .unwrap();
+        let authorization = signed
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+            .unwrap();
+        let auth = qm_api::sigv4::parse_authorization(&authorization.1).unwrap();
+        assert_eq!(auth.access_key_id, record.access_key_id);
+        let amz_date = &signed
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("x-amz-date"))
+            .unwrap()
+            .1;
+        let time = qm_api::sigv4::parse_amz_date(amz_date).unwrap();
+        let signed_headers: Vec<(&str, &str)> = auth
+            .signed_headers
+            .iter()
+            .filter(|h| *h != "x-amz-date")
+            .map(|h| *headers.iter().find(|(k, _)| k == h).unwrap())
+            .collect();
+        assert!(
+            qm_api::sigv4::verify(
+                &auth,
+                "POST",
+                "/v1/describeservicejob",
+                &signed_headers,
+                body,
+                &record.secret,
+                time
+            )
+            .unwrap(),
+            "{name}'s recorded keys no longer sign"
+        );
+    }
+
+    // The permissions given them are still the shares' tags.
+    let share = |name: &str| {
+        let arn =
+            format!("arn:aws:batch:us-east-1:123456789012:job-queue/fs-queue/quota-share/{name}");
+        ask(
+            &state,
+            "listtagsforresource",
+            &serde_json::json!({ "resourceArn": arn }),
+        )["tags"]
+            .clone()
+    };
+    let (vision, nlp) = (share("vision"), share("nlp"));
+    assert_eq!(vision["qm:submitters"], "alice,group:vision", "{vision}");
+    assert_eq!(vision["qm:leads"], "carol", "{vision}");
+    assert_eq!(vision["qm:max-priority"], "5", "{vision}");
+    assert_eq!(nlp["qm:submitters"], "group:nlp", "{nlp}");
+    assert_eq!(nlp["qm:default-class"], "batch", "{nlp}");
+
+    // ... and sign with their permissions: what the release refused them is still refused,
+    // what it let them do is still allowed (on a copy recovered again, to change it).
+    let (mut copy, _) = recovered(&log);
+    let principal = |name: &str| stored.iter().find(|r| r.name == name).unwrap();
+    let refused = recorded["refused"].as_array().expect("refused requests");
+    assert!(refused.len() >= 4, "{refused:?}");
+    for (i, refusal) in refused.iter().enumerate() {
+        let who = principal(refusal["principal"].as_str().unwrap());
+        let path = refusal["path"].as_str().unwrap();
+        let command = match path.strip_prefix("/v1/") {
+            Some(op) => {
+                match parse_operation(op, refusal["body"].to_string().as_bytes()).unwrap() {
+                    Request::Command(c) => c,
+                    other => panic!("{other:?}"),
+                }
+            }
+            None => Command::PreemptServiceJob {
+                job_id: path.split('/').nth(4).unwrap().to_string(),
+                reason: format!("qm preempt by {}: again", who.name),
+            },
+        };
+        let now = copy.now + 1000;
+        let outcome = copy.apply_batch(now, vec![as_principal(who, command)]);
+        let error = outcome.results[0]
+            .as_ref()
+            .expect_err("refused then, refused now");
+        let then = &refusal["answer"];
+        let code = then["__type"].as_str().unwrap();
+        let (status, code_now) = match error {
+            qm_api::ApiError::Forbidden(code, _) => (403, *code),
+            qm_api::ApiError::Client(_) => (400, "ClientException"),
+            other => panic!("refusal {i}: {other:?}"),
+        };
+        assert_eq!(
+            (status, code_now, error.to_string().as_str()),
+            (
+                refusal["status"].as_u64().unwrap() as i32,
+                code.rsplit('#').next().unwrap(),
+                then["message"].as_str().unwrap()
+            ),
+            "refusal {i}: {refusal}"
+        );
+    }
+    let jobs = &recorded["jobs"];
+    let submit = |name: &str, share: &str, priority: i32| -> Command {
+        let body = serde_json::json!({
+            "jobName": name, "jobQueue": "fs-queue", "serviceJobType": "SAGEMAKER_TRAINING",
+            "quotaShareName": share, "schedulingPriority": priority,
+            "serviceRequestPayload": serde_json::json!({
+                "TrainingJobName": name,
+                "RoleArn": "arn:aws:iam::123456789012:role/fixture",
+                "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]},
+                "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
+                "OutputDataConfig": {"S3OutputPath": "s3://fixture/out"},
+                "StoppingCondition": {"MaxRuntimeInSeconds": 86400},
+            }).to_string(),
+        });
+        match parse_operation("submitservicejob", body.to_string().as_bytes()).unwrap() {
+            Request::Command(c) => c,
+            other => panic!("{other:?}"),
+        }
+    };
+    for (who, command, allowed) in [
+        (
+            "alice",
+            Command::PreemptServiceJob {
+                job_id: jobs["a1"].as_str().unwrap().into(),
+                reason: "qm preempt by alice: again".into(),
+            },
+            false,
+        ),
+        (
+            "carol",
+            Command::PreemptServiceJob {
+                job_id: jobs["a1"].as_str().unwrap().into(),
+                reason: "qm preempt by carol: again".into(),
+            },
+            true,
+        ),
+        ("alice", submit("alice-again", "vision", 5), true),
+        ("alice", submit("alice-too-high", "vision", 6), false),
+        ("bob", submit("bob-vision", "vision", 0), false),
+        ("bob", submit("bob-nlp", "nlp", 0), true),
+        ("carol", submit("carol-lead", "vision", 9), true),
+        ("ops", submit("ops-admin", "vision", 9), true),
+    ] {
+        let now = copy.now + 1000;
+        let outcome = copy.apply_batch(now, vec![as_principal(principal(who), command)]);
+        assert_eq!(
+            outcome.results[0].is_ok(),
+            allowed,
+            "{who}: {:?}",
+            outcome.results[0]
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b))
+        );
     }
 }
