@@ -68,6 +68,18 @@ fn recovered_as(log: &SqliteLog, running: &Writer) -> (State, Recovered) {
     (state, r)
 }
 
+/// `state` as the snapshot the server writes at once after an upgrade brings it back.
+fn snapshot_of(state: &State) -> State {
+    let text = qm_server::snapshot::encode_image(&state.image()).unwrap();
+    let image = qm_server::snapshot::decode_image(
+        qm_server::snapshot::SNAPSHOT_FORMAT,
+        "this build",
+        &text,
+    )
+    .unwrap();
+    State::from_image(state.arns.clone(), state.core.policy(), image).unwrap()
+}
+
 /// What the recovered state answers to one recorded read.
 fn ask(state: &State, operation: &str, request: &Value) -> Value {
     let query = match operation {
@@ -146,15 +158,7 @@ fn a_data_dir_of_release_7368e83_opens_with_every_job_share_and_attempt_intact()
     // executor's reconciliation to stop or adopt.
     assert_eq!(state.live_attempts().len(), 3);
     // The server snapshots the upgraded state at once; that snapshot answers the same.
-    let image = state.image();
-    let text = qm_server::snapshot::encode_image(&image).unwrap();
-    let image = qm_server::snapshot::decode_image(
-        qm_server::snapshot::SNAPSHOT_FORMAT,
-        "this build",
-        &text,
-    )
-    .unwrap();
-    let snapshot = State::from_image(state.arns.clone(), state.core.policy(), image).unwrap();
+    let snapshot = snapshot_of(&state);
     assert_same_answers(&snapshot, &recorded);
     assert_eq!(snapshot.live_attempts(), state.live_attempts());
 }
@@ -291,15 +295,7 @@ fn a_data_dir_of_release_0805b08_keeps_jobs_principals_classes_groups_drills_and
     // a1, v-wait and o-gate in fs-queue.
     assert_eq!(state.live_attempts().len(), 7);
     // The snapshot the server writes at once after the upgrade answers the same.
-    let image = state.image();
-    let text = qm_server::snapshot::encode_image(&image).unwrap();
-    let image = qm_server::snapshot::decode_image(
-        qm_server::snapshot::SNAPSHOT_FORMAT,
-        "this build",
-        &text,
-    )
-    .unwrap();
-    let snapshot = State::from_image(state.arns.clone(), state.core.policy(), image).unwrap();
+    let snapshot = snapshot_of(&state);
     assert_same_answers(&snapshot, &recorded);
 
     // Every job keeps what its clients were told: a finished one its status and reason, an
