@@ -248,15 +248,18 @@ impl Scheduler {
         for a in image.attempts {
             s.import_attempt(a)?;
         }
-        let mut pending: Vec<JobId> = s
+        // Where each waiting job waits is what the image says (parked where its writer found
+        // it can never fit): nothing is worked out again by this build's rules on loading;
+        // they decide from the next pass on.
+        let mut pending: Vec<(JobId, Option<Misconfiguration>)> = s
             .jobs
             .values()
             .filter(|j| j.status == JobStatus::Runnable && j.stopping.is_none())
-            .map(|j| j.spec.id)
+            .map(|j| (j.spec.id, j.misconfigured))
             .collect();
         pending.sort();
-        for id in pending {
-            s.enqueue(id);
+        for (id, misfit) in pending {
+            s.enqueue_as(id, misfit);
         }
         s.next_attempt = image.next_attempt;
         s.next_seq = image.next_seq;

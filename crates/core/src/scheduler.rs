@@ -1009,6 +1009,12 @@ impl Scheduler {
     /// index, or the parked set when it can never fit.
     pub(crate) fn enqueue(&mut self, id: JobId) {
         let misfit = self.misfit(id);
+        self.enqueue_as(id, misfit);
+    }
+
+    /// [`Scheduler::enqueue`] with whether it can never fit given, not worked out: a state
+    /// image keeps what the build that wrote it found.
+    pub(crate) fn enqueue_as(&mut self, id: JobId, misfit: Option<Misconfiguration>) {
         let job = self.jobs.get_mut(&id).expect("enqueue of a known job");
         job.misconfigured = misfit;
         if misfit.is_some() {

@@ -364,3 +364,46 @@ fn a_logged_start_of_a_job_that_does_not_wait_stops_the_replay_naming_it() {
     let e = s.impose_logged(0, &mut logged).unwrap_err();
     assert!(e.to_string().contains("job 9"), "{e}");
 }
+
+#[test]
+fn a_state_image_is_loaded_as_its_writer_left_it_and_this_builds_rules_decide_from_the_next_pass() {
+    // A job its writer parked as never fitting (say, under an older limit rule) is loaded
+    // parked, not judged again by this build's rules on loading; the next pass after a
+    // re-examination decides with today's rules, which start it.
+    let mut share = ShareSpec::new("s0");
+    share.limits.insert(UNITS[0].into(), 2);
+    let mut s = configured(Policy::default(), &[share]);
+    s.step(0, Input::Submit(JobSpec::new(JobId(3), Q, "s0", UNITS[0])))
+        .unwrap();
+    let mut image = s.image();
+    let job = image
+        .jobs
+        .iter_mut()
+        .find(|j| j.spec.id == JobId(3))
+        .unwrap();
+    assert!(job.attempt.is_some(), "it fits and runs under this build");
+    // The writer's image: the job waiting, parked as never fitting, nothing else pending.
+    job.attempt = None;
+    job.status = qm_core::JobStatus::Runnable;
+    job.misconfigured = Some(qm_core::Misconfiguration::ShareLimit);
+    image.attempts.clear();
+    image.next_attempt = 1;
+    image.dirty.clear();
+    let mut loaded = Scheduler::from_image(Policy::default(), image).unwrap();
+    assert_eq!(
+        loaded.job(JobId(3)).unwrap().misconfigured,
+        Some(qm_core::Misconfiguration::ShareLimit),
+        "loaded as its writer left it"
+    );
+    assert!(
+        loaded.schedule(0).is_empty(),
+        "no lane is due: nothing decided on loading"
+    );
+    loaded.reexamine();
+    let fx = loaded.schedule(0);
+    assert!(
+        matches!(fx.as_slice(), [Effect::Start { job: JobId(3), .. }]),
+        "{fx:?}"
+    );
+    loaded.check_invariants().unwrap();
+}

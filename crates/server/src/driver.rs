@@ -84,6 +84,8 @@ pub fn recover(
 ) -> Result<Recovered, ServerError> {
     let mut r = Recovered::default();
     let after = load_snapshot(state, log, running, &mut r)?;
+    // A snapshot another build wrote holds what that build's rules worked out.
+    let foreign_snapshot = !r.other_writers.is_empty();
     // A build that cannot name its source (no git, or uncommitted changes) may differ from a
     // build stamped the same: its batches are never held to an exact replay.
     let identified = !running.version.ends_with("+unknown") && !running.version.ends_with("-dirty");
@@ -144,9 +146,9 @@ pub fn recover(
         r.commands += n;
         Ok(())
     })?;
-    // This build's rules take over from here: after another build's batches, its first pass
-    // looks at every lane.
-    if r.applied_other > 0 {
+    // This build's rules take over from here: after another build's snapshot or batches, its
+    // first pass looks at every lane.
+    if foreign_snapshot || r.applied_other > 0 {
         state.core.reexamine();
     }
     // The rules a data dir's records say (its queues' fair sharing and groups), whatever

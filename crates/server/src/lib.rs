@@ -351,10 +351,14 @@ async fn load_tls(
 
 /// One line on how batches of other builds replayed under this one.
 fn upgrade_summary(r: &driver::Recovered) -> String {
-    let applied = format!(
-        "{} of {} batch(es) written by earlier builds applied as they were decided; this version's rules decide from now on",
-        r.applied_other, r.batches
-    );
+    let applied = if r.batches == 0 {
+        "its state was read from its snapshot (no batch after it); this version's rules decide from now on".to_string()
+    } else {
+        format!(
+            "{} of {} batch(es) written by earlier builds applied as they were decided; this version's rules decide from now on",
+            r.applied_other, r.batches
+        )
+    };
     if r.refused_other == 0 {
         return applied;
     }
