@@ -128,6 +128,31 @@ impl Scheduler {
                     logged.expect(&made)?;
                     fx.extend(made);
                 }
+                // A waiting job ended by a command this build refuses (a termination an
+                // older build accepted): it ended as logged.
+                Effect::Finished {
+                    job,
+                    status,
+                    reason,
+                } if self
+                    .jobs
+                    .get(&job)
+                    .is_some_and(|j| j.status == JobStatus::Runnable && j.stopping.is_none())
+                    && status.is_final() =>
+                {
+                    logged.pending.pop_front();
+                    self.dequeue(job);
+                    let j = self.jobs.get_mut(&job).expect("checked above");
+                    j.status = status;
+                    j.status_reason = reason.clone();
+                    j.reclaiming = false;
+                    self.dirty.insert((j.queue, j.unit));
+                    fx.push(Effect::Finished {
+                        job,
+                        status,
+                        reason,
+                    });
+                }
                 other => {
                     return Err(CoreError::Replay(format!(
                         "{other:?} follows no input or stop that leads to it"

@@ -407,3 +407,25 @@ fn a_state_image_is_loaded_as_its_writer_left_it_and_this_builds_rules_decide_fr
     );
     loaded.check_invariants().unwrap();
 }
+
+#[test]
+fn a_waiting_job_an_older_build_ended_ends_as_logged_even_where_its_command_is_refused_now() {
+    // An older build accepted a termination of a waiting job that this build refuses (the
+    // command is skipped on replay); the decision it logged still stands.
+    let mut share = ShareSpec::new("s0");
+    share.limits.insert(UNITS[0].into(), 0);
+    let mut s = configured(Policy::default(), &[share]);
+    s.step(0, Input::Submit(JobSpec::new(JobId(1), Q, "s0", UNITS[0])))
+        .unwrap();
+    let finished = Effect::Finished {
+        job: JobId(1),
+        status: qm_core::JobStatus::Failed,
+        reason: "terminated by an older rule".into(),
+    };
+    let mut logged = Logged::new(vec![finished.clone()]);
+    assert_eq!(s.impose_logged(1, &mut logged).unwrap(), vec![finished]);
+    let job = s.job(JobId(1)).unwrap();
+    assert_eq!(job.status, qm_core::JobStatus::Failed);
+    assert_eq!(job.status_reason, "terminated by an older rule");
+    s.check_invariants().unwrap();
+}
