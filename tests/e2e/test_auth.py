@@ -269,11 +269,15 @@ def test_a_request_for_a_host_that_is_not_this_server_is_refused(server):
 
 def test_an_audit_entry_records_the_principal_that_signed_not_the_actor_it_claims(server):
     status, _, body = server.signed("POST", "/qm/v1/audit", {
-        "actor": "mallory", "action": "apply", "summary": "claims to be mallory"}, principal="alice")
+        "actor": "mallory", "action": "apply", "summary": "claims to be mallory",
+        "tags": {"resource": "arn:forged", "before": {}, "after": {"qm:submitters": "mallory"}}},
+        principal="alice")
     assert status == 200, body
     status, _, body = server.signed("GET", "/qm/v1/audit")
     entries = [e for e in json.loads(body)["entries"] if e["summary"] == "claims to be mallory"]
     assert [e["actor"] for e in entries] == ["alice"], entries
+    # Nor can it claim a change of tags: only the server records those.
+    assert all("tags" not in e for e in entries), entries
 
 
 def whoami(server, **who) -> dict:

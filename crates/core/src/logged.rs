@@ -211,6 +211,13 @@ impl Scheduler {
             )));
         }
         self.next_attempt = attempt.0;
+        // A job this build parks has no lane on its unit yet.
+        let (q, u, s) = (j.queue, j.unit, j.share);
+        self.queues[q.0 as usize]
+            .units
+            .entry(u)
+            .or_default()
+            .lane(s);
         self.start(now, job, None, fx);
         Ok(())
     }
@@ -278,7 +285,15 @@ impl Scheduler {
         fx: &mut Vec<Effect>,
     ) -> Result<(), CoreError> {
         let id = att.job;
-        let decision = self.replaying.as_ref().and_then(|l| l.exit_decision(id));
+        // A preempted attempt's job was queued again when it was stopped: its exit decides
+        // nothing (unless the job is to fail once it exits), and a decision about the job at
+        // the front belongs to a later input of the batch.
+        let decides = att.stopping.is_none() || self.jobs[&id].fail_on_exit.is_some();
+        let decision = self
+            .replaying
+            .as_ref()
+            .filter(|_| decides)
+            .and_then(|l| l.exit_decision(id));
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
         match &exit {
             Exit::Lost { .. } => {

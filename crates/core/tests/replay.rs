@@ -429,3 +429,82 @@ fn a_waiting_job_an_older_build_ended_ends_as_logged_even_where_its_command_is_r
     assert_eq!(job.status_reason, "terminated by an older rule");
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn a_preempted_attempts_exit_leaves_a_later_inputs_decision_to_that_input() {
+    // Drilled, so queued again at the stop; its exit and a termination in one later batch:
+    // the logged Finished is the termination's, and the job is terminated as its clients
+    // were told.
+    let mut share = ShareSpec::new("s0");
+    share.limits.insert(UNITS[0].into(), 1);
+    let mut writer = configured(Policy::default(), std::slice::from_ref(&share));
+    let mut replay = configured(Policy::default(), &[share]);
+    let batches: Vec<(Millis, Vec<Input>)> = vec![
+        (
+            0,
+            vec![Input::Submit(JobSpec::new(JobId(1), Q, "s0", UNITS[0]))],
+        ),
+        (
+            1,
+            vec![Input::Drill {
+                job: JobId(1),
+                reason: "drill".into(),
+            }],
+        ),
+        (
+            2,
+            vec![
+                Input::AttemptExited {
+                    attempt: AttemptId(0),
+                    exit: Exit::Failed {
+                        reason: "stopped".into(),
+                        retryable: true,
+                    },
+                },
+                Input::Terminate {
+                    job: JobId(1),
+                    reason: "bye".into(),
+                },
+            ],
+        ),
+    ];
+    for (now, inputs) in batches {
+        let mut decisions = Vec::new();
+        for input in &inputs {
+            decisions.extend(writer.apply(now, input.clone()).unwrap());
+        }
+        decisions.extend(writer.schedule(now));
+        let mut logged = Logged::new(decisions.clone());
+        let mut applied = Vec::new();
+        for input in inputs {
+            applied.extend(replay.apply_logged(now, input, &mut logged).unwrap());
+        }
+        applied.extend(replay.impose_logged(now, &mut logged).unwrap());
+        assert_eq!(applied, decisions);
+    }
+    assert_eq!(told(&replay), told(&writer));
+    assert!(replay.job(JobId(1)).unwrap().terminated);
+}
+
+#[test]
+fn a_logged_start_of_a_job_this_build_parks_does_not_panic() {
+    // Four instances where the environment has three: this build parks it (and made no lane
+    // for it); the writer started it. Applied as logged, not a panic.
+    let mut share = ShareSpec::new("s0");
+    share.limits.insert(UNITS[1].into(), 4);
+    share.strategy = Sharing::LendAndBorrow;
+    let mut s = configured(Policy::default(), &[share]);
+    let mut spec = JobSpec::new(JobId(1), Q, "s0", UNITS[1]);
+    spec.count = 4;
+    s.apply(0, Input::Submit(spec)).unwrap();
+    assert!(s.job(JobId(1)).unwrap().misconfigured.is_some());
+    let mut logged = Logged::new(vec![Effect::Start {
+        job: JobId(1),
+        attempt: AttemptId(0),
+        unit: UNITS[1].into(),
+        count: 4,
+    }]);
+    let fx = s.impose_logged(0, &mut logged).unwrap();
+    assert_eq!(fx.len(), 1);
+    assert_eq!(s.job(JobId(1)).unwrap().attempt, Some(AttemptId(0)));
+}

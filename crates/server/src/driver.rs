@@ -86,6 +86,7 @@ pub fn recover(
     let after = load_snapshot(state, log, running, &mut r)?;
     // A snapshot another build wrote holds what that build's rules worked out.
     let foreign_snapshot = !r.other_writers.is_empty();
+    let mut taken_over = false;
     // A build that cannot name its source (no git, or uncommitted changes) may differ from a
     // build stamped the same: its batches are never held to an exact replay.
     let identified = !running.version.ends_with("+unknown") && !running.version.ends_with("-dirty");
@@ -103,6 +104,12 @@ pub fn recover(
         })?;
         let n = commands.len() as u64;
         let decisions = logged_decisions(&b)?;
+        if own && (foreign_snapshot || r.applied_other > 0) && !taken_over {
+            // This build's first batch after another build's: it was decided after the
+            // start handed every lane to this build's rules, and is replayed so.
+            take_over(state);
+            taken_over = true;
+        }
         let outcome = if own {
             state.apply_batch(b.at_ms, commands)
         } else {
@@ -148,8 +155,8 @@ pub fn recover(
     })?;
     // This build's rules take over from here: after another build's snapshot or batches, its
     // first pass looks at every lane.
-    if foreign_snapshot || r.applied_other > 0 {
-        state.core.reexamine();
+    if (foreign_snapshot || r.applied_other > 0) && !taken_over {
+        take_over(state);
     }
     // The rules a data dir's records say (its queues' fair sharing and groups), whatever
     // build wrote it: a no-op when this build wrote it all.
@@ -162,6 +169,15 @@ pub fn recover(
         ))
     })?;
     Ok(r)
+}
+
+/// Hands the state another build left to this build's rules: every lane is looked at by the
+/// next pass, under the fair-sharing rules the records say.
+fn take_over(state: &mut State) {
+    state.core.reexamine();
+    if let Err(e) = state.sync_all_fair_rules() {
+        tracing::warn!(error = %e, "the queues' fair-sharing rules could not be derived from their records");
+    }
 }
 
 /// Loads the latest snapshot that can be loaded into `state` (the store keeps the one before

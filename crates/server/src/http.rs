@@ -829,7 +829,9 @@ async fn audit_add(
         Err(e) => return error_response(&e),
     };
     // Who acted is who signed, whatever the client says: an audit entry cannot be forged.
+    // Nor can a change of tags it did not make: only the server records those.
     entry.actor = caller.name.clone();
+    entry.tags = None;
     if let Err(e) = entry.check() {
         return error_response(&e);
     }

@@ -585,13 +585,27 @@ impl State {
         self.replay = Some((qm_core::Logged::new(decisions), None));
         let (results, logged) = self.apply_commands(commands);
         let (mut rest, failed) = self.replay.take().expect("set above");
+        // A command this build refuses leaves the decisions it led to for the inputs after
+        // it: an error then names it as the likely cause.
+        let refused: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+            .collect();
+        let explain = |e: String| match refused.as_slice() {
+            [] => e,
+            r => format!(
+                "{e} (this build refused {} of the batch's commands: {})",
+                r.len(),
+                r.join("; ")
+            ),
+        };
         if let Some(e) = failed {
-            return Err(e);
+            return Err(explain(e));
         }
         let effects = self
             .core
             .impose_logged(self.now as u64, &mut rest)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| explain(e.to_string()))?;
         self.absorb(effects);
         Ok(BatchOutcome {
             results,
