@@ -6,7 +6,8 @@
 //! `launch`. The supervisor becomes the child subreaper of the job, runs the attempt
 //! (`attempt`) on a thread of its own (so that the socket is answered at once whatever the
 //! attempt's file work blocks on), writes the outcome durably into the attempt's directory,
-//! reports it, and exits once a server acknowledged it. Servers come and go: each new
+//! reports it, and once a server acknowledged it exits — or, forked from the zygote, waits free
+//! for the zygote to hand it the next attempt (`main_with`). Servers come and go: each new
 //! connection is told the status as it is, and stop requests are carried out whether a server
 //! is there or not. SIGTERM to the supervisor stops the attempt, which is then reported lost
 //! (a service manager stopping the server's whole unit, not the job's doing).
@@ -40,8 +41,26 @@ const ORPHAN_CHECK: Duration = Duration::from_secs(60);
 /// gone as its outcome file says).
 const MAX_LINGER: Duration = Duration::from_secs(24 * 3600);
 
+/// How serving one attempt ended.
+enum Served {
+    /// Acknowledged with its outcome on disk: nothing of the attempt is left, and the process
+    /// may serve another.
+    Reusable,
+    /// Gone otherwise (never launched, orphaned, stopped by a signal): the process exits.
+    Done(i32),
+}
+
 /// Runs the supervisor; its exit code. Standard input must be the listening socket.
 pub fn main() -> i32 {
+    main_with(None)
+}
+
+/// [`main`] for a supervisor the zygote forked, with `home`, its line to the zygote: once an
+/// attempt is acknowledged it says so there (its pid) and waits for the next attempt's
+/// listening socket instead of exiting — the fork, the runtime and their teardown are paid
+/// once, not per attempt. It exits when the zygote closes `home` (the server went, or enough
+/// supervisors wait) or on SIGTERM while it waits.
+pub(crate) fn main_with(home: Option<std::os::unix::net::UnixStream>) -> i32 {
     let listener = match take_listener() {
         Ok(l) => l,
         Err(e) => {
@@ -68,7 +87,52 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    runtime.block_on(serve(listener))
+    runtime.block_on(async move {
+        let mut listener = listener;
+        loop {
+            match serve(listener).await {
+                Served::Reusable => {}
+                Served::Done(code) => return code,
+            }
+            let Some(home) = &home else { return 0 };
+            match next_listener(home).await {
+                Some(next) => listener = next,
+                None => return 0,
+            }
+        }
+    })
+}
+
+/// Tells the zygote this supervisor is free (its pid), then waits for the next attempt's
+/// listening socket; `None` when the zygote closes the line, or on SIGTERM.
+async fn next_listener(
+    home: &std::os::unix::net::UnixStream,
+) -> Option<std::os::unix::net::UnixListener> {
+    use std::io::Write;
+    (&*home).write_all(&std::process::id().to_le_bytes()).ok()?;
+    let line = UnixStream::from_std(home.try_clone().ok()?).ok()?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        tokio::select! {
+            ready = line.readable() => {
+                ready.ok()?;
+                let got = line.try_io(tokio::io::Interest::READABLE, || {
+                    super::zygote::receive_fd(&line)
+                });
+                match got {
+                    Ok(Some(listener)) => {
+                        let listener = std::os::unix::net::UnixListener::from(listener);
+                        listener.set_nonblocking(true).ok()?;
+                        return Some(listener);
+                    }
+                    Ok(None) => return None,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(_) => return None,
+                }
+            }
+            Some(()) = recv_signal(&mut term) => return None,
+        }
+    }
 }
 
 /// Standard input as the listening socket, and /dev/null as standard input again (the job
@@ -178,19 +242,19 @@ impl Tracked {
     }
 }
 
-async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
+async fn serve(listener: std::os::unix::net::UnixListener) -> Served {
     let Ok(listener) = UnixListener::from_std(listener) else {
-        return 2;
+        return Served::Done(2);
     };
     let boot = boot_id();
     let Some(identity) = Identity::of(std::process::id(), &boot) else {
         eprintln!("qm supervise: cannot read its own /proc entry");
-        return 2;
+        return Served::Done(2);
     };
     // The server that spawned it connects at once: hello, then launch.
     let Some((conn, attempt, launch)) = first_connection(&listener).await else {
         // Never launched (its server died right after spawning it): nothing ran.
-        return 0;
+        return Served::Done(0);
     };
     let me = Me {
         attempt,
@@ -238,7 +302,7 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
                 }
                 Some(ToSupervisor::Ack) if tracked.durable => {
                     let _ = std::fs::remove_file(&socket);
-                    return 0;
+                    return Served::Reusable;
                 }
                 Some(_) => {}
                 None => conn = None,
@@ -247,13 +311,13 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
                 let exited = matches!(status, Status::Exited { .. });
                 tracked.update(&mut conn, status, durable).await;
                 if exited && watch.orphaned {
-                    return 0;
+                    return Served::Done(0);
                 }
             }
             Some(()) = recv_signal(&mut term) => {
                 // Ended and on disk: the outcome file speaks for the attempt from now on.
                 if tracked.durable && matches!(tracked.status, Status::Exited { .. }) {
-                    return 0;
+                    return Served::Done(0);
                 }
                 signalled.store(true, Ordering::SeqCst);
                 stop_tx.send_replace(true);
@@ -262,7 +326,7 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> i32 {
                 let exited = matches!(tracked.status, Status::Exited { .. });
                 if watch.gone(&socket) || (exited && watch.lingered()) {
                     if exited {
-                        return 0;
+                        return Served::Done(0);
                     }
                     stop_tx.send_replace(true);
                 }

@@ -71,3 +71,44 @@ async fn supervisors_are_forked_from_the_zygote_and_executed_once_it_is_gone() {
         w.exited(a).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one() {
+    // Forked once: after its attempt is acknowledged it tells the zygote it is free, and the
+    // next attempt runs under it (no fork, no new runtime).
+    let mut w = World::new();
+    w.exec.start(sh(1, "job-r1", "true")).unwrap();
+    let first = supervisor_of(&mut w, 1).await;
+    w.exited(1).await;
+    let mut second = 0;
+    for n in 2..40 {
+        w.exec.start(sh(n, &format!("job-r{n}"), "true")).unwrap();
+        second = supervisor_of(&mut w, n).await;
+        w.exited(n).await;
+        if second == first {
+            break;
+        }
+    }
+    assert_eq!(second, first, "the first supervisor ran a later attempt");
+    assert!(
+        std::path::Path::new(&format!("/proc/{first}")).exists(),
+        "it waits for the next"
+    );
+    // The zygote goes (its server stopped): the free supervisors go with it.
+    let zygote = w.exec.zygote().expect("a zygote runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(zygote as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let gone = async {
+        while std::fs::read_to_string(format!("/proc/{first}/stat"))
+            .is_ok_and(|s| !s.contains(") Z "))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), gone)
+        .await
+        .expect("a free supervisor exits when its zygote is gone");
+}
