@@ -89,10 +89,20 @@ impl Scheduler {
         input: Input,
         logged: &mut Logged,
     ) -> Result<Vec<Effect>, CoreError> {
+        self.with_logged(logged, |s| s.apply(now, input))
+    }
+
+    /// Runs `decide` with `logged` as the decisions it consults in place of this build's
+    /// rules; what it decided must be the front of `logged`, which it takes off.
+    fn with_logged(
+        &mut self,
+        logged: &mut Logged,
+        decide: impl FnOnce(&mut Self) -> Result<Vec<Effect>, CoreError>,
+    ) -> Result<Vec<Effect>, CoreError> {
         self.replaying = Some(std::mem::take(logged));
-        let applied = self.apply(now, input);
+        let decided = decide(self);
         *logged = self.replaying.take().unwrap_or_default();
-        let fx = applied?;
+        let fx = decided?;
         logged.expect(&fx)?;
         Ok(fx)
     }
@@ -121,12 +131,9 @@ impl Scheduler {
                     attempt,
                     cause,
                 } => {
-                    self.replaying = Some(std::mem::take(logged));
-                    let stopped = self.impose_stop(now, job, attempt, cause);
-                    *logged = self.replaying.take().unwrap_or_default();
-                    let made = stopped?;
-                    logged.expect(&made)?;
-                    fx.extend(made);
+                    let stopped =
+                        self.with_logged(logged, |s| s.impose_stop(now, job, attempt, cause))?;
+                    fx.extend(stopped);
                 }
                 // A waiting job ended by a command this build refuses (a termination an
                 // older build accepted): it ended as logged.
@@ -141,17 +148,7 @@ impl Scheduler {
                     && status.is_final() =>
                 {
                     logged.pending.pop_front();
-                    self.dequeue(job);
-                    let j = self.jobs.get_mut(&job).expect("checked above");
-                    j.status = status;
-                    j.status_reason = reason.clone();
-                    j.reclaiming = false;
-                    self.dirty.insert((j.queue, j.unit));
-                    fx.push(Effect::Finished {
-                        job,
-                        status,
-                        reason,
-                    });
+                    self.end_waiting(job, status, reason, &mut fx);
                 }
                 other => {
                     return Err(CoreError::Replay(format!(
@@ -167,12 +164,6 @@ impl Scheduler {
     /// batch's pass there are none; after a replay of another build's batches, every lane.
     pub fn pass_due(&self) -> bool {
         self.drain.is_none() && !self.dirty.is_empty()
-    }
-
-    /// After a replay: every lane is looked at again by the first pass of this build's rules,
-    /// which may decide what the logged passes did not.
-    pub fn reexamine(&mut self) {
-        self.reexamine_all();
     }
 
     /// Starts attempt `attempt` of `job` as logged: the job must be waiting, for `count`
@@ -243,18 +234,7 @@ impl Scheduler {
         let mut fx = Vec::new();
         match &cause {
             StopCause::Terminated { reason } => {
-                let j = self.jobs.get_mut(&job).expect("an attempt's job exists");
-                j.terminated = true;
-                if j.fail_on_exit.is_none() {
-                    j.status_reason = reason.clone();
-                    j.fail_on_exit = Some(reason.clone());
-                }
-                self.stop_attempt(attempt, cause.clone());
-                fx.push(Effect::Stop {
-                    job,
-                    attempt,
-                    cause,
-                });
+                self.terminate_attempt(job, attempt, reason.clone(), &mut fx);
             }
             StopCause::Reclaim { for_job, .. } | StopCause::InShare { for_job } => {
                 // The job it stopped for waits for the capacity, as the pass would have it.
@@ -294,21 +274,8 @@ impl Scheduler {
             .as_ref()
             .filter(|_| decides)
             .and_then(|l| l.exit_decision(id));
+        // Counted already ([`Job::count_exit`]), as every exit is.
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
-        match &exit {
-            Exit::Lost { .. } => {
-                if att.stopping.is_none() {
-                    job.lost_in_a_row += 1;
-                }
-            }
-            Exit::Failed { .. } => {
-                job.lost_in_a_row = 0;
-                if att.stopping.is_none() {
-                    job.failures += 1;
-                }
-            }
-            Exit::Succeeded => job.lost_in_a_row = 0,
-        }
         if job.attempt == Some(att.id) {
             job.attempt = None;
         }

@@ -477,6 +477,21 @@ pub struct Job {
 }
 
 impl Job {
+    /// Counts an attempt's exit: a failure or a loss of an attempt that was not being stopped
+    /// counts against the job's retries or its lost attempts in a row; anything but a loss
+    /// ends such a row.
+    fn count_exit(&mut self, stopping: bool, exit: &Exit) {
+        match exit {
+            Exit::Lost { .. } if !stopping => self.lost_in_a_row += 1,
+            Exit::Lost { .. } => {}
+            Exit::Failed { .. } if !stopping => {
+                self.lost_in_a_row = 0;
+                self.failures += 1;
+            }
+            Exit::Failed { .. } | Exit::Succeeded => self.lost_in_a_row = 0,
+        }
+    }
+
     /// FAILED for `reason`, announced.
     fn fail(&mut self, id: JobId, reason: String, fx: &mut Vec<Effect>) {
         self.status = JobStatus::Failed;
@@ -716,7 +731,7 @@ impl Scheduler {
                     Some(n) => self.physical.insert(u, n),
                     None => self.physical.remove(&u),
                 };
-                self.reexamine_all();
+                self.reexamine();
             }
             Input::Submit(spec) => self.submit(now, spec)?,
             Input::UpdatePriority { job, priority } => self.update_priority(job, priority)?,
@@ -730,7 +745,7 @@ impl Scheduler {
             Input::Drain { reason, requeue } => self.drain(now, reason, requeue, &mut fx),
             Input::EndDrain => {
                 if self.drain.take().is_some() {
-                    self.reexamine_all();
+                    self.reexamine();
                 }
             }
         }
@@ -1176,7 +1191,10 @@ impl Scheduler {
         }
     }
 
-    pub(crate) fn reexamine_all(&mut self) {
+    /// Every waiting job is judged again (whether it fits at all) and every lane is due for
+    /// the next pass: after a configuration change, and after a replay of another build's
+    /// batches or snapshot, whose rules decided until then.
+    pub fn reexamine(&mut self) {
         for q in 0..self.queues.len() {
             self.reexamine_queue(QueueIx(q as u32));
         }
@@ -1337,40 +1355,63 @@ impl Scheduler {
                 job.fail_on_exit = Some(reason);
             }
             JobStatus::Runnable => {
-                self.dequeue(id);
-                let job = self.jobs.get_mut(&id).expect("exists");
-                job.reclaiming = false;
-                job.status = JobStatus::Failed;
-                job.terminated = true;
-                job.status_reason = reason.clone();
-                // The lane's head may have changed: a job it held back may start now.
-                self.dirty.insert((job.queue, job.unit));
-                fx.push(Effect::Finished {
-                    job: id,
-                    status: JobStatus::Failed,
-                    reason,
-                });
+                self.jobs.get_mut(&id).expect("exists").terminated = true;
+                self.end_waiting(id, JobStatus::Failed, reason, fx);
             }
             JobStatus::Dispatched => {
                 let a = job.attempt.expect("dispatched job has an attempt");
-                let job = self.jobs.get_mut(&id).expect("exists");
-                job.terminated = true;
-                if job.fail_on_exit.is_none() {
-                    job.status_reason = reason.clone();
-                    job.fail_on_exit = Some(reason.clone());
-                }
-                if self.attempts[&a].stopping.is_none() {
-                    let cause = StopCause::Terminated { reason };
-                    self.stop_attempt(a, cause.clone());
-                    fx.push(Effect::Stop {
-                        job: id,
-                        attempt: a,
-                        cause,
-                    });
-                }
+                self.terminate_attempt(id, a, reason, fx);
             }
         }
         Ok(())
+    }
+
+    /// A waiting job (RUNNABLE, no attempt) reaches final `status` for `reason`.
+    pub(crate) fn end_waiting(
+        &mut self,
+        id: JobId,
+        status: JobStatus,
+        reason: String,
+        fx: &mut Vec<Effect>,
+    ) {
+        self.dequeue(id);
+        let job = self.jobs.get_mut(&id).expect("exists");
+        job.reclaiming = false;
+        job.status = status;
+        job.status_reason = reason.clone();
+        // The lane's head may have changed: a job it held back may start now.
+        self.dirty.insert((job.queue, job.unit));
+        fx.push(Effect::Finished {
+            job: id,
+            status,
+            reason,
+        });
+    }
+
+    /// A termination of job `id`, whose attempt `a` holds capacity: FAILED once `a` has
+    /// exited, and `a` stopped unless it is stopping already.
+    pub(crate) fn terminate_attempt(
+        &mut self,
+        id: JobId,
+        a: AttemptId,
+        reason: String,
+        fx: &mut Vec<Effect>,
+    ) {
+        let job = self.jobs.get_mut(&id).expect("exists");
+        job.terminated = true;
+        if job.fail_on_exit.is_none() {
+            job.status_reason = reason.clone();
+            job.fail_on_exit = Some(reason.clone());
+        }
+        if self.attempts[&a].stopping.is_none() {
+            let cause = StopCause::Terminated { reason };
+            self.stop_attempt(a, cause.clone());
+            fx.push(Effect::Stop {
+                job: id,
+                attempt: a,
+                cause,
+            });
+        }
     }
 
     /// Marks an active attempt as stopping: it leaves the victim index, keeps its capacity.
@@ -1421,13 +1462,14 @@ impl Scheduler {
         self.mark_released(q, u);
 
         let id = att.job;
+        self.jobs
+            .get_mut(&id)
+            .expect("attempt's job exists")
+            .count_exit(att.stopping.is_some(), &exit);
         if self.replaying.is_some() {
             return self.settle_logged_exit(now, &att, exit, fx);
         }
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
-        if !matches!(exit, Exit::Lost { .. }) {
-            job.lost_in_a_row = 0;
-        }
         match (&att.stopping, exit) {
             (Some(_), _) if job.fail_on_exit.is_some() => {
                 // Terminated, or out of preemption retries: FAILED now that the attempt's
@@ -1457,7 +1499,6 @@ impl Scheduler {
             }
             (None, Exit::Failed { reason, retryable }) => {
                 job.attempt = None;
-                job.failures += 1;
                 let rule_retry = job
                     .spec
                     .evaluate_on_exit
@@ -1488,7 +1529,6 @@ impl Scheduler {
                 },
             ) => {
                 job.attempt = None;
-                job.lost_in_a_row += 1;
                 if let Some(max) = max_in_a_row.filter(|&m| job.lost_in_a_row > m) {
                     let reason = format!(
                         "{reason} — lost {} times in a row, more than max_lost_attempts ({max}) allows: \

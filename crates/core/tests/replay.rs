@@ -223,6 +223,23 @@ fn written(shares: &[ShareSpec], ops: &[Op]) -> (Scheduler, Vec<Batch>) {
     (s, log)
 }
 
+/// Replays one logged batch as the server does: its inputs with its decisions, then the rest
+/// of its decisions (its pass); the decisions applied.
+fn replay_batch(
+    s: &mut Scheduler,
+    now: Millis,
+    inputs: Vec<Input>,
+    decisions: &[Effect],
+) -> Result<Vec<Effect>, CoreError> {
+    let mut logged = Logged::new(decisions.to_vec());
+    let mut applied = Vec::new();
+    for input in inputs {
+        applied.extend(s.apply_logged(now, input, &mut logged)?);
+    }
+    applied.extend(s.impose_logged(now, &mut logged)?);
+    Ok(applied)
+}
+
 /// Replays `log` with other rules, as the server replays another build's batches.
 fn replayed(shares: &[ShareSpec], log: &[Batch]) -> Result<Scheduler, String> {
     let mut s = configured(
@@ -235,16 +252,8 @@ fn replayed(shares: &[ShareSpec], log: &[Batch]) -> Result<Scheduler, String> {
         shares,
     );
     for (seq, (now, inputs, decisions)) in log.iter().enumerate() {
-        let mut logged = Logged::new(decisions.clone());
-        let mut applied = Vec::new();
-        let fail = |e: CoreError| format!("batch {seq}: {e}");
-        for input in inputs {
-            applied.extend(
-                s.apply_logged(*now, input.clone(), &mut logged)
-                    .map_err(fail)?,
-            );
-        }
-        applied.extend(s.impose_logged(*now, &mut logged).map_err(fail)?);
+        let applied = replay_batch(&mut s, *now, inputs.clone(), decisions)
+            .map_err(|e| format!("batch {seq}: {e}"))?;
         if &applied != decisions {
             return Err(format!(
                 "batch {seq}: applied {applied:?}, logged {decisions:?}"
@@ -474,12 +483,7 @@ fn a_preempted_attempts_exit_leaves_a_later_inputs_decision_to_that_input() {
             decisions.extend(writer.apply(now, input.clone()).unwrap());
         }
         decisions.extend(writer.schedule(now));
-        let mut logged = Logged::new(decisions.clone());
-        let mut applied = Vec::new();
-        for input in inputs {
-            applied.extend(replay.apply_logged(now, input, &mut logged).unwrap());
-        }
-        applied.extend(replay.impose_logged(now, &mut logged).unwrap());
+        let applied = replay_batch(&mut replay, now, inputs, &decisions).unwrap();
         assert_eq!(applied, decisions);
     }
     assert_eq!(told(&replay), told(&writer));

@@ -155,14 +155,11 @@ pub fn recover(
     })?;
     // This build's rules take over from here: after another build's snapshot or batches, its
     // first pass looks at every lane.
+    // (The fair-sharing rules below are the other half of [`take_over`].)
     if (foreign_snapshot || r.applied_other > 0) && !taken_over {
-        take_over(state);
+        state.core.reexamine();
     }
-    // The rules a data dir's records say (its queues' fair sharing and groups), whatever
-    // build wrote it: a no-op when this build wrote it all.
-    if let Err(e) = state.sync_all_fair_rules() {
-        tracing::warn!(error = %e, "the queues' fair-sharing rules could not be derived from their records");
-    }
+    sync_fair_rules(state);
     state.core.check_invariants().map_err(|e| {
         ServerError::Recovery(format!(
             "the state recovered from the log is inconsistent ({e}); keep the data dir and report it"
@@ -175,6 +172,12 @@ pub fn recover(
 /// next pass, under the fair-sharing rules the records say.
 fn take_over(state: &mut State) {
     state.core.reexamine();
+    sync_fair_rules(state);
+}
+
+/// The rules a data dir's records say (its queues' fair sharing and groups), whatever build
+/// wrote it: a no-op when this build wrote it all.
+fn sync_fair_rules(state: &mut State) {
     if let Err(e) = state.sync_all_fair_rules() {
         tracing::warn!(error = %e, "the queues' fair-sharing rules could not be derived from their records");
     }

@@ -256,12 +256,6 @@ async fn operation(
 /// `command` as `caller` sends it, with the audit entry that records who made the change
 /// and what they sent: applied together, so the change and its entry are in one batch.
 fn audited(caller: &Principal, command: Command, action: &str, body: &str) -> Command {
-    let Command::As {
-        caller, command, ..
-    } = as_caller(caller, command)
-    else {
-        unreachable!("as_caller wraps")
-    };
     let entry = AuditEntry {
         at: 0,
         actor: caller.name.clone(),
@@ -270,11 +264,7 @@ fn audited(caller: &Principal, command: Command, action: &str, body: &str) -> Co
         details: clip(body, AUDIT_DETAILS),
         tags: None,
     };
-    Command::As {
-        caller,
-        command,
-        audit: Some(entry),
-    }
+    as_caller_audited(caller, command, Some(entry))
 }
 
 /// `POST /qm/v1/jobs/{job}/preempt` (`qm preempt`): a drill. The status reason names who
@@ -380,6 +370,11 @@ fn signed_reason(what: &str, caller: &Principal, why: Option<&str>) -> String {
 
 /// A client's command as logged: with who sent it, for the permission check (`ops::permit`).
 fn as_caller(p: &Principal, command: Command) -> Command {
+    as_caller_audited(p, command, None)
+}
+
+/// `command` as `p` sends it, with its audit entry if it has one.
+fn as_caller_audited(p: &Principal, command: Command, audit: Option<AuditEntry>) -> Command {
     Command::As {
         caller: crate::command::Caller {
             name: p.name.clone(),
@@ -387,7 +382,7 @@ fn as_caller(p: &Principal, command: Command) -> Command {
             admin: p.admin,
         },
         command: Box::new(command),
-        audit: None,
+        audit,
     }
 }
 
