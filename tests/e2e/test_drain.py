@@ -33,7 +33,9 @@ def test_drain_requeue_stops_and_requeues_running_jobs_and_cancel_starts_them(st
     assert "drained (qm drain by qm-admin: kernel upgrade)" in out, out
     for name, jid in ids.items():
         wait_for(lambda: not pid_alive(pids[name]), what=f"{name}'s process to stop")
-        job = wait_status(batch, jid, "RUNNABLE")
+        # Its process gone, the exit is logged a moment later (the supervisor writes the
+        # outcome durably first): until then it waits for its previous attempt, not the drain.
+        job = wait_status(batch, jid, "RUNNABLE", reason_prefix="DRAINED")
         assert job["statusReason"].startswith("DRAINED"), job["statusReason"]
     late = jobs.sleeper(q, "team", "late")
     assert wait_status(batch, late, "RUNNABLE")["statusReason"].startswith("DRAINED")
