@@ -23,7 +23,7 @@ use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::progress::{lock, Steps, Tail};
 use crate::supervisor::link::{self, Conn, Role};
 use crate::supervisor::protocol::{Launch, Placement, Running, Settings, Status, ToSupervisor};
-use crate::supervisor::zygote::Zygote;
+use crate::supervisor::zygote::{self, Zygote};
 use crate::supervisor::{self as sup, Identity};
 use crate::{ExecError, Outcome, PoolSpec};
 use qm_storage::Storage;
@@ -553,42 +553,15 @@ impl LocalExecutor {
         let placement = self.inner.place(&spec, tx)?;
         self.inner.start_scanner(&runtime);
         tracing::debug!(attempt = spec.attempt, job_id = %spec.job_id, count = spec.count, "starting attempt");
-        let attempt = spec.attempt;
         let launch = Launch {
             spec,
             placement,
             settings: self.inner.settings(),
         };
-        let _entered = runtime.enter();
-        match self.inner.spawn_supervisor(attempt) {
-            Ok((conn, identity)) => {
-                self.inner.set_supervisor(attempt, identity);
-                let first = vec![
-                    ToSupervisor::Hello {
-                        protocol: sup::PROTOCOL,
-                        attempt,
-                    },
-                    ToSupervisor::Launch(Box::new(launch)),
-                ];
-                runtime.spawn(link::run(
-                    self.inner.clone(),
-                    attempt,
-                    conn,
-                    first,
-                    rx,
-                    Role::Attempt,
-                ));
-            }
-            Err(e) => self.inner.finish(
-                attempt,
-                Outcome::Failed {
-                    reason: format!(
-                        "Received status from SageMaker: InternalServerError: cannot start the attempt's supervisor: {e}"
-                    ),
-                    retryable: true,
-                },
-            ),
-        }
+        // The supervisor is found and connected off the caller's thread (the server's driver
+        // starts a batch's attempts one after the other and must not wait on each one's
+        // zygote round trip); stop requests meanwhile wait in the link's channel.
+        runtime.spawn(self.inner.clone().launch(launch, rx));
         Ok(())
     }
 
@@ -855,43 +828,89 @@ impl Inner {
         Ok(placement)
     }
 
-    /// Binds the attempt's socket, starts its supervisor with the listening socket as its
-    /// standard input — forked from the zygote, else executed — and connects.
-    fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
-        let socket = self.socket(attempt);
-        let _ = std::fs::remove_file(&socket);
-        self.start_supervisor(&socket)
+    /// Starts `launch`'s supervisor, hands it the attempt and serves it until it is done;
+    /// a supervisor that cannot be started ends the attempt as a retryable failure.
+    async fn launch(self: Arc<Self>, launch: Launch, rx: mpsc::UnboundedReceiver<ToSupervisor>) {
+        let attempt = launch.spec.attempt;
+        match self.spawn_supervisor(attempt).await {
+            Ok((conn, identity)) => {
+                self.set_supervisor(attempt, identity);
+                let first = vec![
+                    ToSupervisor::Hello {
+                        protocol: sup::PROTOCOL,
+                        attempt,
+                    },
+                    ToSupervisor::Launch(Box::new(launch)),
+                ];
+                link::run(self, attempt, conn, first, rx, Role::Attempt).await;
+            }
+            Err(e) => self.finish(
+                attempt,
+                Outcome::Failed {
+                    reason: format!(
+                        "Received status from SageMaker: InternalServerError: cannot start the attempt's supervisor: {e}"
+                    ),
+                    retryable: true,
+                },
+            ),
+        }
     }
 
-    /// Binds `socket`, starts a supervisor with the listening socket as its standard input,
-    /// and connects.
-    fn start_supervisor(&self, socket: &Path) -> std::io::Result<(Conn, Identity)> {
-        let listener = std::os::unix::net::UnixListener::bind(socket)?;
-        let pid = match self.fork_from_zygote(listener.as_fd()) {
+    /// Binds the attempt's socket, starts its supervisor with the listening socket as its
+    /// standard input — forked from the zygote, else executed — and connects.
+    async fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
+        let socket = self.socket(attempt);
+        let _ = std::fs::remove_file(&socket);
+        let listener = std::os::unix::net::UnixListener::bind(&socket)?;
+        let pid = match self.fork_from_zygote(listener.as_fd()).await {
             Some(pid) => pid,
             None => {
                 // A zygote that failed after it got the socket may still fork a supervisor
                 // onto it: the executed one gets a socket of its own (the other, unreachable,
                 // gives up after its wait for a connection).
                 drop(listener);
-                let _ = std::fs::remove_file(socket);
-                self.exec_supervisor(std::os::unix::net::UnixListener::bind(socket)?)?
+                let _ = std::fs::remove_file(&socket);
+                self.exec_supervisor(std::os::unix::net::UnixListener::bind(&socket)?)?
             }
         };
         let identity = Identity::of(pid, &self.boot_id).ok_or_else(|| {
             std::io::Error::other(format!("the supervisor (pid {pid}) has no /proc entry"))
         })?;
-        Ok((Conn::connect(socket)?, identity))
+        Ok((Conn::connect(&socket)?, identity))
     }
 
     /// A supervisor forked from the zygote (started now if there is none); `None` when the
     /// zygote failed, or failed lately: the caller executes the supervisor instead.
-    fn fork_from_zygote(&self, listener: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+    async fn fork_from_zygote(&self, listener: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
         // A server that is PID 1 (a container without an init) would inherit every
         // double-forked supervisor and never reap it: executed ones are its children, reaped.
         if rustix::process::getpid().is_init() {
             return None;
         }
+        let (answer, zygote_pid) = self.request_fork(listener)?;
+        match tokio::time::timeout(zygote::ANSWER_TIMEOUT, answer).await {
+            Ok(Ok(pid)) if pid != 0 => Some(pid),
+            Ok(Ok(_)) => {
+                self.zygote_failed(zygote_pid, "it could not fork");
+                None
+            }
+            Ok(Err(_)) => {
+                self.zygote_failed(zygote_pid, "it is gone");
+                None
+            }
+            Err(_) => {
+                self.zygote_failed(zygote_pid, "it did not answer in time");
+                None
+            }
+        }
+    }
+
+    /// Sends `listener` to the zygote (started now if there is none): the answer to wait for
+    /// and the zygote's pid; `None` when there is no zygote to ask.
+    fn request_fork(
+        &self,
+        listener: std::os::fd::BorrowedFd<'_>,
+    ) -> Option<(tokio::sync::oneshot::Receiver<u32>, u32)> {
         let mut zygote = self.zygote.lock().unwrap_or_else(PoisonError::into_inner);
         if let ZygoteState::Off(since) = *zygote {
             if since.elapsed() < ZYGOTE_RETRY {
@@ -909,16 +928,29 @@ impl Inner {
                 }
             }
         }
-        let ZygoteState::Running(z) = &mut *zygote else {
+        let ZygoteState::Running(z) = &*zygote else {
             return None;
         };
-        match z.spawn(listener) {
-            Ok(pid) => Some(pid),
+        match z.request(listener) {
+            Ok(answer) => Some((answer, z.pid())),
             Err(e) => {
                 tracing::warn!(error = %e, "the supervisor zygote failed; supervisors are executed for a while");
                 *zygote = ZygoteState::Off(std::time::Instant::now());
                 None
             }
+        }
+    }
+
+    /// The zygote with pid `pid` failed: if it is still the one in use, it is stopped and
+    /// supervisors are executed for a while.
+    fn zygote_failed(&self, pid: u32, why: &str) {
+        let mut zygote = self.zygote.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(&*zygote, ZygoteState::Running(z) if z.pid() == pid) {
+            tracing::warn!(
+                why,
+                "the supervisor zygote failed; supervisors are executed for a while"
+            );
+            *zygote = ZygoteState::Off(std::time::Instant::now());
         }
     }
 

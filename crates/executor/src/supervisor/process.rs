@@ -4,8 +4,8 @@
 //! The server binds the attempt's socket (`<data-dir>/supervisors/<attempt>.sock`) and hands
 //! the listening socket over as standard input; it connects at once and sends `hello` and
 //! `launch`. The supervisor becomes the child subreaper of the job, runs the attempt
-//! (`attempt`) on a thread of its own (so that the socket is answered at once whatever the
-//! attempt's file work blocks on), writes the outcome durably into the attempt's directory,
+//! (`attempt`) on a worker thread (so that the socket is answered at once whatever the
+//! attempt's file work blocks on; a reused supervisor keeps it), writes the outcome durably into the attempt's directory,
 //! reports it, and once a server acknowledged it exits — or, forked from the zygote, waits free
 //! for the zygote to hand it the next attempt (`main_with`). Servers come and go: each new
 //! connection is told the status as it is, and stop requests are carried out whether a server
@@ -89,8 +89,9 @@ pub(crate) fn main_with(home: Option<std::os::unix::net::UnixStream>) -> i32 {
     };
     runtime.block_on(async move {
         let mut listener = listener;
+        let mut worker = None;
         loop {
-            match serve(listener).await {
+            match serve(listener, &mut worker).await {
                 Served::Reusable => {}
                 Served::Done(code) => return code,
             }
@@ -242,7 +243,7 @@ impl Tracked {
     }
 }
 
-async fn serve(listener: std::os::unix::net::UnixListener) -> Served {
+async fn serve(listener: std::os::unix::net::UnixListener, worker: &mut Option<Worker>) -> Served {
     let Ok(listener) = UnixListener::from_std(listener) else {
         return Served::Done(2);
     };
@@ -269,11 +270,14 @@ async fn serve(listener: std::os::unix::net::UnixListener) -> Served {
     let (stop_tx, stop_rx) = watch::channel(false);
     let signalled = Arc::new(AtomicBool::new(false));
     spawn_attempt(
-        &me.launch,
-        events_tx,
-        stop_rx,
-        signalled.clone(),
-        span.clone(),
+        worker,
+        Job {
+            launch: me.launch.clone(),
+            events: events_tx,
+            stop: stop_rx,
+            signalled: signalled.clone(),
+            span: span.clone(),
+        },
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);
@@ -450,38 +454,77 @@ async fn recv_signal(signal: &mut Option<tokio::signal::unix::Signal>) -> Option
     }
 }
 
-/// Runs the attempt on a thread of its own, with a runtime of its own: its statuses come
-/// through `events`, in order, each with whether the outcome is on disk. A thread that cannot
-/// start, or panics, ends the attempt as a failure the job may retry.
-fn spawn_attempt(
-    launch: &Launch,
+/// What the worker runs: one attempt, with where its statuses go, its stop request and
+/// whether the supervisor itself was signalled.
+struct Job {
+    launch: Launch,
     events: mpsc::UnboundedSender<(Status, bool)>,
     stop: watch::Receiver<bool>,
     signalled: Arc<AtomicBool>,
     span: tracing::Span,
-) {
-    let (run, watcher) = (launch.clone(), launch.clone());
-    let run_events = events.clone();
-    let spawned = std::thread::Builder::new().name("qm-attempt".into()).spawn(
-        move || -> std::io::Result<()> {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let _entered = span.enter();
-            runtime.block_on(run_attempt(run, run_events, stop, signalled));
-            Ok(())
+}
+
+/// The thread attempts run on, with a runtime of its own (so that the socket is answered at
+/// once whatever the attempt's file work blocks on). Made for a supervisor's first attempt
+/// and kept for the next ones of a reused supervisor: a thread and a runtime per attempt
+/// cost as much as a trivial job's own process.
+struct Worker {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+impl Worker {
+    fn start() -> std::io::Result<Worker> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (jobs, next) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("qm-attempt".into())
+            .spawn(move || {
+                while let Ok(job) = next.recv() {
+                    let (launch, events) = (job.launch.clone(), job.events.clone());
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let _entered = job.span.enter();
+                        runtime.block_on(run_attempt(
+                            job.launch,
+                            job.events,
+                            job.stop,
+                            job.signalled,
+                        ));
+                    }));
+                    if ran.is_err() {
+                        // Its processes were killed as the attempt's future was dropped. The
+                        // runtime is not trusted again: the next attempt gets a new worker.
+                        failed(&launch, &events, "it panicked");
+                        return;
+                    }
+                }
+            })?;
+        Ok(Worker { jobs })
+    }
+}
+
+/// Runs the attempt on the worker (made now if there is none, or if the last one ended): its
+/// statuses come through `events`, in order, each with whether the outcome is on disk. A
+/// worker that cannot start, or panics, ends the attempt as a failure the job may retry.
+fn spawn_attempt(worker: &mut Option<Worker>, job: Job) {
+    let job = match worker.as_ref() {
+        Some(w) => match w.jobs.send(job) {
+            Ok(()) => return,
+            Err(std::sync::mpsc::SendError(job)) => job,
         },
-    );
-    let thread = match spawned {
-        Ok(thread) => thread,
-        Err(e) => return failed(&watcher, &events, &e.to_string()),
+        None => job,
     };
-    std::thread::spawn(move || match thread.join() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => failed(&watcher, &events, &e.to_string()),
-        // Its processes were killed as the attempt's future was dropped.
-        Err(_) => failed(&watcher, &events, "it panicked"),
-    });
+    *worker = None;
+    match Worker::start() {
+        Ok(w) => match w.jobs.send(job) {
+            Ok(()) => *worker = Some(w),
+            Err(std::sync::mpsc::SendError(job)) => {
+                failed(&job.launch, &job.events, "its worker thread ended at once")
+            }
+        },
+        Err(e) => failed(&job.launch, &job.events, &e.to_string()),
+    }
 }
 
 /// The attempt could not run to its end: it failed, and the job may retry.

@@ -5,7 +5,7 @@
 //!
 //! The server starts `qm supervise zygote` once, with one end of a socket pair as its standard
 //! input. For each attempt it sends one byte carrying the attempt's listening socket
-//! (`SCM_RIGHTS`); the zygote forks twice — the middle process writes the supervisor's pid back
+//! (`SCM_RIGHTS`), without waiting for the answer to the one before; the zygote forks twice — the middle process writes the supervisor's pid back
 //! and exits at once, so the supervisor is nobody's child but init's (or a subreaper's),
 //! exactly as an exec'd one is once its server goes — and the supervisor puts the listening
 //! socket on its standard input and runs [`super::process::main`] as an exec'd one would.
@@ -24,12 +24,16 @@
 // The only unsafe code of the workspace: `fork` in a process that is provably single-threaded.
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -43,31 +47,46 @@ pub const ZYGOTE_ARG: &str = "zygote";
 
 /// How long the server waits for the zygote's answer (a fork: well under a millisecond)
 /// before it gives up on it and executes supervisors instead.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A running zygote, from the server's side.
+/// A running zygote, from the server's side. Requests are pipelined: a launch sends its
+/// socket and waits for its answer without holding anything, so a batch of launches reaches
+/// the zygote at once instead of one round trip after the other (the zygote serves them in
+/// order, and answers in order).
 #[derive(Debug)]
 pub(crate) struct Zygote {
     control: UnixStream,
     child: Child,
+    /// Where each request's answer goes, oldest first; the reader thread answers them.
+    waiting: Arc<Mutex<VecDeque<oneshot::Sender<u32>>>>,
 }
 
 impl Zygote {
-    /// Starts the zygote: the supervisor command with [`ZYGOTE_ARG`].
+    /// Starts the zygote (the supervisor command with [`ZYGOTE_ARG`]) and the thread that
+    /// reads its answers.
     pub(crate) fn start(cmd: &SupervisorCommand) -> std::io::Result<Zygote> {
         let (ours, theirs) = UnixStream::pair()?;
-        ours.set_read_timeout(Some(ANSWER_TIMEOUT))?;
         ours.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+        let answers = ours.try_clone()?;
         let child = Command::new(&cmd.program)
             .args(&cmd.args)
             .arg(ZYGOTE_ARG)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .spawn()?;
-        Ok(Zygote {
+        let waiting = Arc::new(Mutex::new(VecDeque::new()));
+        let reader = waiting.clone();
+        let read = std::thread::Builder::new()
+            .name("qm-zygote-answers".into())
+            .spawn(move || read_answers(answers, &reader));
+        let zygote = Zygote {
             control: ours,
             child,
-        })
+            waiting,
+        };
+        // Dropped on failure: the zygote is killed and reaped.
+        read?;
+        Ok(zygote)
     }
 
     /// The zygote's pid.
@@ -75,21 +94,50 @@ impl Zygote {
         self.child.id()
     }
 
-    /// Has the zygote fork a supervisor with `listener` as its standard input; its pid.
-    pub(crate) fn spawn(&mut self, listener: BorrowedFd<'_>) -> std::io::Result<u32> {
-        send_fd(&self.control, listener)?;
-        let mut pid = [0u8; 4];
-        self.control.read_exact(&mut pid)?;
-        match u32::from_le_bytes(pid) {
-            0 => Err(std::io::Error::other("the zygote could not fork")),
-            pid => Ok(pid),
+    /// Sends `listener` to the zygote, which hands it to a free supervisor or forks one; the
+    /// answer is that supervisor's pid, 0 if it could not fork, or nothing (the sender
+    /// dropped) if the zygote is gone.
+    pub(crate) fn request(
+        &self,
+        listener: BorrowedFd<'_>,
+    ) -> std::io::Result<oneshot::Receiver<u32>> {
+        let (tx, rx) = oneshot::channel();
+        // Queued before it is sent, under the lock the reader takes: its answer cannot come
+        // before it is waited for, nor be taken for another's.
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting.push_back(tx);
+        if let Err(e) = send_fd(&self.control, listener) {
+            waiting.pop_back();
+            return Err(e);
+        }
+        Ok(rx)
+    }
+}
+
+/// Answers each waiting request with the next pid the zygote writes, until it closes its end
+/// (or the server shut the socket down): then every request left gets no answer.
+fn read_answers(mut answers: UnixStream, waiting: &Mutex<VecDeque<oneshot::Sender<u32>>>) {
+    let mut pid = [0u8; 4];
+    while answers.read_exact(&mut pid).is_ok() {
+        let next = waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front();
+        if let Some(tx) = next {
+            let _ = tx.send(u32::from_le_bytes(pid));
         }
     }
+    waiting
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear();
 }
 
 impl Drop for Zygote {
     fn drop(&mut self) {
         // Closing our end makes it exit; a stuck one is killed. It is our child: reaped here.
+        // The reader thread sees the end of the socket and stops.
+        let _ = self.control.shutdown(std::net::Shutdown::Both);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
