@@ -595,8 +595,9 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
             tracing::warn!(error = %e, "reconciliation step refused");
         }
+        let carry = self.ready(outcome.actions);
         self.commit(now, &outcome.logged, &outcome.decisions)?;
-        self.carry_out(outcome.actions);
+        self.carry_out(carry);
         Ok(lost)
     }
 }
@@ -883,6 +884,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             .pass_seconds
             .observe(pass.elapsed().as_secs_f64());
         let replies = repliers.into_iter().zip(outcome.results);
+        let carry = self.ready(outcome.actions);
         if let Err(e) = self.commit(now, &outcome.logged, &outcome.decisions) {
             for (reply, _) in replies {
                 if let Some(reply) = reply {
@@ -901,12 +903,11 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         if !exited.is_empty() {
             self.executor.acknowledge(&exited);
         }
-        let actions = outcome.actions;
         let answered = now_ms();
         for (q, reply) in queries {
             let _ = reply.send(self.state.answer(&q, answered));
         }
-        self.carry_out(actions);
+        self.carry_out(carry);
         Ok(())
     }
 
@@ -916,28 +917,71 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             .due(self.state.time_limit_candidates(), now)
     }
 
-    fn carry_out(&mut self, actions: Vec<Action>) {
-        for a in actions {
-            match a {
+    /// Readies the batch's launches while it is being made durable ([`Execute::ready`]):
+    /// what the executor can do before an attempt may run is not on the path from the
+    /// decision to the job running.
+    fn ready(&mut self, actions: Vec<Action>) -> Vec<Carry> {
+        actions
+            .into_iter()
+            .map(|a| match a {
                 Action::Launch(l) => {
                     let attempt = l.attempt;
-                    if let Err(e) = self.executor.start(launch_spec(*l)) {
-                        let _ = self.events_tx.send(ExecEvent::Exited {
-                            attempt,
-                            outcome: Outcome::Failed {
-                                reason: format!(
-                                    "Received status from SageMaker: InternalServerError: the executor could not start the attempt: {e}"
-                                ),
-                                retryable: true,
-                            },
-                            at_ms: now_ms() as u64,
-                        });
+                    match self.executor.ready(launch_spec(*l)) {
+                        Ok(Some(spec)) => Carry::Start(Box::new(spec)),
+                        Ok(None) => Carry::Release(attempt),
+                        Err(e) => Carry::Refused(attempt, e),
                     }
                 }
-                Action::Stop { attempt } => self.executor.stop(attempt),
-            }
+                Action::Stop { attempt } => Carry::Stop(attempt),
+            })
+            .collect()
+    }
+
+    /// Carries out a durable batch's decisions.
+    fn carry_out(&mut self, carry: Vec<Carry>) {
+        for c in carry {
+            let (attempt, refused) = match c {
+                Carry::Release(attempt) => {
+                    self.executor.release(attempt);
+                    continue;
+                }
+                Carry::Stop(attempt) => {
+                    self.executor.stop(attempt);
+                    continue;
+                }
+                Carry::Start(spec) => {
+                    let attempt = spec.attempt;
+                    match self.executor.start(*spec) {
+                        Ok(()) => continue,
+                        Err(e) => (attempt, e),
+                    }
+                }
+                Carry::Refused(attempt, e) => (attempt, e),
+            };
+            let _ = self.events_tx.send(ExecEvent::Exited {
+                attempt,
+                outcome: Outcome::Failed {
+                    reason: format!(
+                        "Received status from SageMaker: InternalServerError: the executor could not start the attempt: {refused}"
+                    ),
+                    retryable: true,
+                },
+                at_ms: now_ms() as u64,
+            });
         }
     }
+}
+
+/// A decision of a batch, as the executor carries it out once the batch is durable.
+enum Carry {
+    /// Start an attempt the executor got ready.
+    Release(u64),
+    /// Start an attempt.
+    Start(Box<LaunchSpec>),
+    /// Stop an attempt.
+    Stop(u64),
+    /// The executor refused the launch of an attempt: it is reported failed.
+    Refused(u64, qm_executor::ExecError),
 }
 
 fn event_command(ev: ExecEvent) -> Command {

@@ -22,6 +22,15 @@ pub trait Execute: Send + 'static {
     fn capacity(&self) -> BTreeMap<String, u32>;
     /// Starts an attempt; it reports `Running`, later `Exited`, as events.
     fn start(&self, spec: LaunchSpec) -> Result<(), ExecError>;
+    /// Called while the batch that decided `spec`'s start is being made durable: what can be
+    /// done before the attempt may run (its instances taken, its supervisor made ready) is
+    /// done now, and [`Execute::release`] starts it once the batch is durable. `Ok(Some(spec))`
+    /// hands the launch back for [`Execute::start`] after the commit instead.
+    fn ready(&self, spec: LaunchSpec) -> Result<Option<LaunchSpec>, ExecError> {
+        Ok(Some(spec))
+    }
+    /// Starts an attempt [`Execute::ready`] kept.
+    fn release(&self, _attempt: u64) {}
     /// Stops an attempt; it reports `Exited` once its processes are gone.
     fn stop(&self, attempt: u64);
     /// How an attempt ended, as the executor recorded it before reporting it.
@@ -101,6 +110,22 @@ impl Execute for Executor {
 
     fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
         Executor::start(self, spec)
+    }
+
+    fn ready(&self, spec: LaunchSpec) -> Result<Option<LaunchSpec>, ExecError> {
+        match self {
+            // A forked supervisor costs a round trip to the zygote: made while the log is
+            // written, it is not on the path from the decision to the job running.
+            Executor::Local(local) => local.ready(spec).map(|()| None),
+            // sbatch is the start itself: only once the decision is durable.
+            Executor::Slurm(_) => Ok(Some(spec)),
+        }
+    }
+
+    fn release(&self, attempt: u64) {
+        if let Executor::Local(local) = self {
+            local.release(attempt);
+        }
     }
 
     fn stop(&self, attempt: u64) {

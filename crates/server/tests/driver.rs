@@ -77,7 +77,8 @@ impl Log for JournalLog {
     }
 }
 
-/// An executor that records what it is asked and reports like a real one.
+/// An executor that records what it is asked and reports like a real one. It gets launches
+/// ready as the local executor does (`ready N`), and starts them when released (`start N`).
 struct Fake {
     journal: Journal,
     events: mpsc::UnboundedSender<ExecEvent>,
@@ -87,17 +88,15 @@ impl Execute for Fake {
     fn capacity(&self) -> BTreeMap<String, u32> {
         [(UNIT.to_string(), 2)].into()
     }
+    fn ready(&self, spec: LaunchSpec) -> Result<Option<LaunchSpec>, ExecError> {
+        note(&self.journal, format!("ready {}", spec.attempt));
+        Ok(None)
+    }
+    fn release(&self, attempt: u64) {
+        let _ = self.start_now(attempt);
+    }
     fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
-        note(&self.journal, format!("start {}", spec.attempt));
-        let _ = self.events.send(ExecEvent::Running {
-            attempt: spec.attempt,
-            pids: vec![],
-            gpus: vec![],
-            log_dir: PathBuf::new(),
-            at_ms: 0,
-            supervisor: None,
-        });
-        Ok(())
+        self.start_now(spec.attempt)
     }
     fn stop(&self, attempt: u64) {
         note(&self.journal, format!("stop {attempt}"));
@@ -128,6 +127,21 @@ impl Execute for Fake {
                 },
             })
             .collect())
+    }
+}
+
+impl Fake {
+    fn start_now(&self, attempt: u64) -> Result<(), ExecError> {
+        note(&self.journal, format!("start {attempt}"));
+        let _ = self.events.send(ExecEvent::Running {
+            attempt,
+            pids: vec![],
+            gpus: vec![],
+            log_dir: PathBuf::new(),
+            at_ms: 0,
+            supervisor: None,
+        });
+        Ok(())
     }
 }
 
@@ -337,6 +351,9 @@ async fn a_start_is_carried_out_only_after_the_batch_deciding_it_is_durable() {
             && l.contains(&format!("\"attempt\":{attempt}"))
     });
     assert!(decided < started, "{j:?}");
+    // Got ready while that batch was written: nothing ran before it was durable.
+    let readied = position(&j, |l| l == format!("ready {attempt}"));
+    assert!(readied < decided, "{j:?}");
     // And the client's answer came from a durable batch: the job is in the log.
     let log = open_log(d.dir.path());
     let mut seen = false;

@@ -365,3 +365,19 @@ async fn as_root_each_host_sees_the_job_at_opt_ml_with_its_own_config_and_no_new
         "nothing reached the host's /opt/ml"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_got_ready_takes_its_instance_at_once_and_runs_only_once_released() {
+    let mut w = World::new();
+    let ran = w.dir.path().join("ran");
+    let spec = sh(1, "job-ready", &format!("touch {}", ran.display()));
+    w.exec.ready(spec).unwrap();
+    assert_eq!(w.exec.free("ml.g5.xlarge"), 1);
+    // Time enough for a supervisor to be forked, connected and (were it told) to run it.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!ran.exists(), "it ran before it was released");
+    w.exec.release(1);
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert!(ran.exists());
+    assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
+}
