@@ -4,8 +4,11 @@ file that does not parse, is refused with the reason and the config in force is 
 
 import json
 import signal
+import subprocess
+import time
+from datetime import datetime, timezone
 
-from qm_e2e import ShareSpec, config_toml, make_queue, pid_alive, wait_for, wait_status
+from qm_e2e import ShareSpec, config_toml, make_queue, pid_alive, qm_bin, wait_for, wait_status
 from qm_e2e import run_qm as qm
 
 
@@ -72,4 +75,31 @@ def test_a_reload_grows_and_shrinks_the_pool_without_touching_running_jobs(start
     # Only admins reload.
     status, _, body = server.signed("POST", "/qm/v1/reload", {}, principal="alice")
     assert status == 403 and b"admins" in body, body
+    server.close()
+
+
+def test_an_instance_type_a_reload_adds_has_its_gpus_counted_in_usage_reports(start_server, jobs):
+    server = start_server(config=config_toml(count=1), name="reload-gpus")
+    batch = jobs.batch = server.client()
+    added = "ml.g5.2xlarge"
+    server.config_path.write_text(config_toml(count=1) + f"""[[executor.pool]]
+instance_type = "{added}"
+count = 1
+gpus_per_instance = 0
+""")
+    assert "applied executor.pool" in qm(server, "reload").stdout
+    q = make_queue(batch, "reload-gpus", [ShareSpec("team", limit=1, unit=added)], env_max=1, unit=added)
+    since = int(time.time()) * 1000
+    done = jobs.submit(q, "team", "short", "exit_code.py", args=[0], unit=added)
+    wait_status(batch, done, "SUCCEEDED")
+    until = (int(time.time()) + 2) * 1000
+    utc = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    r = subprocess.run([str(qm_bin()), "report", "usage", "--endpoint", server.url, "--since", utc(since),
+                        "--until", utc(until), "--output", "json"],
+                       capture_output=True, text=True, timeout=60, env=server.cli_env())
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    # The type is known since the reload: no note that its GPU-hours count 0 for want of it.
+    assert not [n for n in report["notes"] if added in n], report["notes"]
+    assert report["rows"], report
     server.close()

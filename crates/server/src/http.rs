@@ -49,14 +49,25 @@ pub struct App {
     /// The archive of retired jobs, read by usage reports. (Behind an `Arc`, as `gpus`: the
     /// state is cloned for every request.)
     pub archive: Arc<crate::archive::Archive>,
-    /// GPUs per instance, per instance type (from the executor's pools).
-    pub gpus: Arc<BTreeMap<String, u32>>,
+    /// GPUs per instance, per instance type (from the executor's pools; a reload adds the
+    /// types it brings).
+    pub gpus: Arc<std::sync::RwLock<BTreeMap<String, u32>>>,
     /// Principals, sessions and the request guard's settings.
     pub auth: Arc<crate::auth::Auth>,
     /// `[limits]`, which the door applies.
     pub limits: crate::limits::Limits,
     /// `POST /qm/v1/reload` (and SIGHUP) reload the config file through it.
     pub reloader: Arc<crate::reload::Reloader>,
+}
+
+impl App {
+    /// GPUs per instance type, as of now.
+    fn gpus(&self) -> BTreeMap<String, u32> {
+        self.gpus
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The router.
@@ -522,7 +533,7 @@ async fn review(
             since: p.since,
             until: p.until,
             share: q.share.filter(|s| !s.is_empty()),
-            gpus: (*app.gpus).clone(),
+            gpus: app.gpus(),
         })
     })
     .and_then(|p| {
@@ -594,7 +605,7 @@ async fn usage_report(
         Err(e) => return error_response(&e),
     };
     let archive = app.archive.clone();
-    let gpus = (*app.gpus).clone();
+    let gpus = app.gpus();
     let report = tokio::task::spawn_blocking(move || {
         let mut query = query;
         query.now = facts.now;

@@ -256,11 +256,15 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         history.clone(),
         config.history_sample,
     ));
+    // GPUs per instance type, for the GPU-hours of the usage report and the review; a
+    // reload adds the types it brings.
+    let gpus = std::sync::Arc::new(std::sync::RwLock::new(gpus));
     let reloader = std::sync::Arc::new(reload::Reloader::new(
         flags,
         config.clone(),
         reloading,
         found,
+        gpus.clone(),
         req_tx.downgrade(),
     ));
     let app = http::App {
@@ -271,7 +275,7 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         history,
         executor: logs,
         archive: std::sync::Arc::new(archive::Archive::new(&config.data_dir)),
-        gpus: std::sync::Arc::new(gpus),
+        gpus,
         limits: config.limits,
     };
     reload_on_hangup(reloader);

@@ -10,8 +10,11 @@
 //! reports it), so replays stay deterministic; every reload is audited.
 //!
 //! Settings of a running attempt stay as it was launched with; new attempts take the new ones.
+//! The GPUs per instance type that usage reports count are added to (never taken from).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use qm_api::qm::ReloadResponse;
 use qm_api::ApiError;
@@ -153,6 +156,8 @@ struct Current {
     config: Config,
     executor: Executor,
     found: Found,
+    /// GPUs per instance type, which the usage report and the review read.
+    gpus: Arc<RwLock<BTreeMap<String, u32>>>,
     /// To the driver; weak, so that the driver still ends once the HTTP server is gone.
     requests: mpsc::WeakSender<Envelope>,
 }
@@ -164,6 +169,7 @@ impl Reloader {
         config: Config,
         executor: Executor,
         found: Found,
+        gpus: Arc<RwLock<BTreeMap<String, u32>>>,
         requests: mpsc::WeakSender<Envelope>,
     ) -> Self {
         Reloader {
@@ -172,6 +178,7 @@ impl Reloader {
                 config,
                 executor,
                 found,
+                gpus,
                 requests,
             }),
         }
@@ -196,12 +203,19 @@ impl Reloader {
                 restart.join(", ")
             )));
         }
-        current
+        let gpus = current
             .apply_to_executor(&new)
             .await
             .map_err(|e| ApiError::client(format!("{}: {e}; {kept}", path.display())))?;
         current.tell_driver(&new, actor, &path, &changed).await?;
         current.config = new;
+        // Added to, never taken from: the attempts of a type the reload removed keep their
+        // GPU-hours in reports.
+        current
+            .gpus
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(gpus);
         Ok(ReloadResponse {
             config_file: current
                 .flags
@@ -215,7 +229,11 @@ impl Reloader {
 }
 
 impl Current {
-    async fn apply_to_executor(&self, new: &Config) -> Result<(), qm_executor::ExecError> {
+    /// Applies `new` to the executor; the GPUs per instance type of what it now offers.
+    async fn apply_to_executor(
+        &self,
+        new: &Config,
+    ) -> Result<BTreeMap<String, u32>, qm_executor::ExecError> {
         match (&self.executor, &new.slurm) {
             (Executor::Local(e), _) => {
                 let (pools, gpus) = if !new.pool.is_empty() {
@@ -227,13 +245,24 @@ impl Current {
                     // The configured pools are gone: detected, as a start would.
                     crate::local_pools(new)
                 };
-                e.reload(crate::local_config(new, pools, gpus, self.found.isolation))
+                let per_type = pools
+                    .iter()
+                    .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
+                    .collect();
+                e.reload(crate::local_config(new, pools, gpus, self.found.isolation))?;
+                Ok(per_type)
             }
             (Executor::Slurm(e), Some(settings)) => {
                 let tag = self.found.slurm_tag.clone().unwrap_or_default();
-                e.reload(crate::slurm_config(new, settings, &tag)).await
+                e.reload(crate::slurm_config(new, settings, &tag)).await?;
+                Ok(settings
+                    .instances
+                    .iter()
+                    .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
+                    .collect())
             }
-            (Executor::Slurm(_), None) => Ok(()), // refused above: executor.kind changed
+            // Refused above: executor.kind changed.
+            (Executor::Slurm(_), None) => Ok(BTreeMap::new()),
         }
     }
 
