@@ -357,6 +357,14 @@ pub struct Config {
 
 impl Config {
     /// Reads the config file (if any) and applies the flags over it.
+    /// The configuration a file with `text` gives, without flags (tests).
+    #[cfg(test)]
+    pub(crate) fn from_text(text: &str) -> Result<Config, ServerError> {
+        let file: FileConfig =
+            toml::from_str(text).map_err(|e| ServerError::Config(e.to_string()))?;
+        Config::resolve(file, &Flags::default())
+    }
+
     pub fn load(flags: &Flags) -> Result<Config, ServerError> {
         let file = match &flags.config {
             Some(path) => read_file(path)?,
@@ -803,9 +811,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Config, ServerError> {
-        let file: FileConfig =
-            toml::from_str(text).map_err(|e| ServerError::Config(e.to_string()))?;
-        Config::resolve(file, &Flags::default())
+        Config::from_text(text)
     }
 
     #[test]

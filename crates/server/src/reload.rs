@@ -18,7 +18,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use qm_api::qm::ReloadResponse;
 use qm_api::ApiError;
-use qm_executor::{JobUids, PoolSpec};
+use qm_executor::{JobUids, PoolSpec, Runtime};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::command::{AuditEntry, Reloaded, Request};
@@ -93,7 +93,14 @@ fn keys() -> Vec<Key> {
         key!("executor.checkpoint_sync_seconds", true, |c| c
             .checkpoint_sync),
         key!("executor.max_lost_attempts", true, |c| c.max_lost_attempts),
-        key!("executor.podman", true, |c| c.runtime),
+        key!("executor.podman", true, |c| match &c.runtime {
+            Runtime::Podman(p) => Some((&p.program, &p.global_args, &p.run_args)),
+            Runtime::Host => None,
+        }),
+        key!("executor.images", true, |c| match &c.runtime {
+            Runtime::Podman(p) => Some(&p.images),
+            Runtime::Host => None,
+        }),
         key!("executor.slurm", true, |c| c.slurm.as_ref().map(|s| (
             &s.poll,
             &s.account,
@@ -313,5 +320,31 @@ impl Current {
             .await
             .map_err(|_| stopping())?;
         answer.await.map_err(|_| stopping())?.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PODMAN: &str =
+        "[executor]\nruntime = \"podman\"\n[executor.podman]\nrun_args = [\"--net=host\"]\n\
+                          [executor.images]\n\"*/pytorch:*\" = \"localhost/pytorch:2.5\"\n";
+
+    #[test]
+    fn a_changed_image_mapping_and_changed_podman_options_are_named_apart() {
+        let old = Config::from_text(PODMAN).unwrap();
+        let images = Config::from_text(&PODMAN.replace("2.5", "2.6")).unwrap();
+        assert_eq!(
+            differences(&old, &images),
+            (vec![], vec!["executor.images"])
+        );
+        let options = Config::from_text(&PODMAN.replace("--net=host", "--net=none")).unwrap();
+        assert_eq!(
+            differences(&old, &options),
+            (vec![], vec!["executor.podman"])
+        );
+        let host = Config::from_text("").unwrap();
+        assert_eq!(differences(&old, &host).0, vec!["executor.runtime"]);
     }
 }
