@@ -356,7 +356,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads the config file (if any) and applies the flags over it.
     /// The configuration a file with `text` gives, without flags (tests).
     #[cfg(test)]
     pub(crate) fn from_text(text: &str) -> Result<Config, ServerError> {
@@ -365,6 +364,7 @@ impl Config {
         Config::resolve(file, &Flags::default())
     }
 
+    /// Reads the config file (if any) and applies the flags over it.
     pub fn load(flags: &Flags) -> Result<Config, ServerError> {
         let file = match &flags.config {
             Some(path) => read_file(path)?,
