@@ -74,15 +74,17 @@ enum StopCause {
 }
 
 /// Runs attempt `spec` on `hosts` (the GPUs of each host, in host order) until every process
-/// is gone, and says how it ended. Only inside a supervisor process: it reaps every child of
-/// the process.
+/// is gone, and says how it ended and whether it started (it is prepared at once, and started
+/// once `go` is true; a stop first ends it unstarted). Only inside a supervisor process: it
+/// reaps every child of the process.
 pub(crate) async fn supervise(
     ctx: Arc<Ctx>,
     spec: LaunchSpec,
     hosts: Vec<Vec<u32>>,
     uid: Option<u32>,
     stop: watch::Receiver<bool>,
-) -> Outcome {
+    go: watch::Receiver<bool>,
+) -> (Outcome, bool) {
     let mut supervisor = Supervisor {
         ctx,
         attempt: spec.attempt,
@@ -90,10 +92,27 @@ pub(crate) async fn supervise(
         groups: Vec::new(),
         live: Vec::new(),
         done: false,
+        started: false,
     };
-    let outcome = supervisor.run(spec, hosts, stop).await;
+    let outcome = supervisor.run(spec, hosts, stop, go).await;
     supervisor.done = true;
-    outcome
+    (outcome, supervisor.started)
+}
+
+/// Waits for `go`; false if a stop (or the end of either channel) comes first.
+async fn wait_for_go(go: &mut watch::Receiver<bool>, stop: &mut watch::Receiver<bool>) -> bool {
+    loop {
+        if *go.borrow_and_update() {
+            return true;
+        }
+        if *stop.borrow() {
+            return false;
+        }
+        tokio::select! {
+            changed = go.changed() => if changed.is_err() { return false },
+            _ = stop.changed() => {}
+        }
+    }
 }
 
 struct Supervisor {
@@ -108,6 +127,8 @@ struct Supervisor {
     /// The leader of each spawned host while it is unreaped.
     live: Vec<Option<u32>>,
     done: bool,
+    /// Whether it was told to go (anything after its preparation may have run).
+    started: bool,
 }
 
 impl Drop for Supervisor {
@@ -253,14 +274,24 @@ impl Supervisor {
         spec: LaunchSpec,
         hosts: Vec<Vec<u32>>,
         mut stop: watch::Receiver<bool>,
+        mut go: watch::Receiver<bool>,
     ) -> Outcome {
         let owner = self.uid.zip(self.ctx.settings.isolation);
-        let prepared = match prepare(
+        let prepared = prepare(
             &spec,
             &self.ctx.settings.data_dir,
             owner,
             &self.ctx.settings.runtime,
-        ) {
+        );
+        // Prepared while the server makes the start durable; nothing else before it is.
+        if !wait_for_go(&mut go, &mut stop).await {
+            return Outcome::Failed {
+                reason: format!("{CLIENT_ERROR}stopped before it was started"),
+                retryable: true,
+            };
+        }
+        self.started = true;
+        let prepared = match prepared {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };

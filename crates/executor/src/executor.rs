@@ -292,8 +292,6 @@ pub(crate) struct Inner {
     commits: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
     /// What supervisors are forked from.
     zygote: Mutex<ZygoteState>,
-    /// Attempts got ready and waiting for their release ([`LocalExecutor::ready`]).
-    held: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
 }
 
 /// The supervisor zygote ([`crate::supervisor::zygote`]).
@@ -461,7 +459,6 @@ impl LocalExecutor {
                 supervisors,
                 commits: Mutex::new(BTreeMap::new()),
                 zygote: Mutex::new(ZygoteState::Idle),
-                held: Mutex::new(BTreeMap::new()),
             }),
         })
     }
@@ -545,15 +542,11 @@ impl LocalExecutor {
     /// free, an unknown type, `count` 0, a duplicate attempt id, a job id that cannot name a
     /// directory, no runtime.
     pub fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
-        self.begin(spec, None)
+        self.begin(spec, false)
     }
 
-    /// Takes the attempt's instances and starts its launch, at once or (`go`) once released.
-    fn begin(
-        &self,
-        spec: LaunchSpec,
-        go: Option<tokio::sync::oneshot::Receiver<()>>,
-    ) -> Result<(), ExecError> {
+    /// Takes the attempt's instances and launches it, held until released if `hold`.
+    fn begin(&self, spec: LaunchSpec, hold: bool) -> Result<(), ExecError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ExecError::NoRuntime)?;
         if spec.count == 0 {
             return Err(ExecError::NoInstances(spec.attempt));
@@ -569,32 +562,30 @@ impl LocalExecutor {
             spec,
             placement,
             settings: self.inner.settings(),
+            hold,
         };
         // The supervisor is found and connected off the caller's thread (the server's driver
         // starts a batch's attempts one after the other and must not wait on each one's
         // zygote round trip); stop requests meanwhile wait in the link's channel.
-        runtime.spawn(self.inner.clone().launch(launch, rx, go));
+        runtime.spawn(self.inner.clone().launch(launch, rx));
         Ok(())
     }
 
     /// [`LocalExecutor::start`] in two steps, for a caller that may start an attempt only
-    /// once its decision is durable: the attempt's instances are taken and its supervisor
-    /// forked (or found free) and connected now, while the caller makes the decision
-    /// durable; nothing runs, and the supervisor hears of the attempt, until
-    /// [`LocalExecutor::release`]. A caller that never releases it (its commit failed, and it
-    /// exits) leaves nothing behind: the supervisor, never launched, exits with the server.
+    /// once its decision is durable: the attempt's instances are taken, its supervisor forked
+    /// (or found free) and told of the launch with `hold` now, while the caller makes the
+    /// decision durable, and the supervisor prepares the job's directories and config files
+    /// meanwhile; nothing of the job runs until [`LocalExecutor::release`]. A supervisor
+    /// never released (its server could not make the start durable, and exits) is stopped by
+    /// the next server as one its log does not know, and writes no outcome.
     pub fn ready(&self, spec: LaunchSpec) -> Result<(), ExecError> {
-        let (tx, go) = tokio::sync::oneshot::channel();
-        let attempt = spec.attempt;
-        self.begin(spec, Some(go))?;
-        self.inner.held().insert(attempt, tx);
-        Ok(())
+        self.begin(spec, true)
     }
 
-    /// Launches an attempt [`LocalExecutor::ready`] got ready; a no-op for any other.
+    /// Starts an attempt [`LocalExecutor::ready`] got ready; a no-op for any other.
     pub fn release(&self, attempt: u64) {
-        if let Some(go) = self.inner.held().remove(&attempt) {
-            let _ = go.send(());
+        if let Some(slot) = self.inner.state().attempts.get(&attempt) {
+            let _ = slot.link.send(ToSupervisor::Go);
         }
     }
 
@@ -861,25 +852,11 @@ impl Inner {
         Ok(placement)
     }
 
-    /// Starts `launch`'s supervisor, hands it the attempt (once `go` says so, if given) and
-    /// serves it until it is done; a supervisor that cannot be started ends the attempt as a
-    /// retryable failure.
-    async fn launch(
-        self: Arc<Self>,
-        launch: Launch,
-        rx: mpsc::UnboundedReceiver<ToSupervisor>,
-        go: Option<tokio::sync::oneshot::Receiver<()>>,
-    ) {
+    /// Starts `launch`'s supervisor, hands it the attempt and serves it until it is done; a
+    /// supervisor that cannot be started ends the attempt as a retryable failure.
+    async fn launch(self: Arc<Self>, launch: Launch, rx: mpsc::UnboundedReceiver<ToSupervisor>) {
         let attempt = launch.spec.attempt;
-        let spawned = self.spawn_supervisor(attempt).await;
-        if let Some(go) = go {
-            if go.await.is_err() {
-                // The executor is going away (its server could not make the start durable,
-                // and exits): the supervisor, never told of the attempt, exits too.
-                return;
-            }
-        }
-        match spawned {
+        match self.spawn_supervisor(attempt).await {
             Ok((conn, identity)) => {
                 self.set_supervisor(attempt, identity);
                 let first = vec![
@@ -901,11 +878,6 @@ impl Inner {
                 },
             ),
         }
-    }
-
-    /// The attempts [`LocalExecutor::ready`] got ready and not released yet.
-    fn held(&self) -> MutexGuard<'_, BTreeMap<u64, tokio::sync::oneshot::Sender<()>>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Binds the attempt's socket, starts its supervisor with the listening socket as its
@@ -1347,6 +1319,10 @@ impl Inner {
             if r.pids.is_empty() || r.supervisor.is_none() {
                 running = Some((run.pids.clone(), run.gpus.clone(), hello.identity.clone()));
             }
+        }
+        if hello.held {
+            // Launched while the previous server wrote the start, which its log holds.
+            let _ = tx.send(ToSupervisor::Go);
         }
         if r.stopping {
             let _ = tx.send(ToSupervisor::Stop);

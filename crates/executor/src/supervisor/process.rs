@@ -211,6 +211,8 @@ struct Me {
     attempt: u64,
     identity: Identity,
     launch: Launch,
+    /// Whether the attempt may start: false while a launch with `hold` waits for `go`.
+    go: watch::Sender<bool>,
 }
 
 impl Me {
@@ -221,6 +223,7 @@ impl Me {
             identity: self.identity.clone(),
             placement: Some(self.launch.placement.clone()),
             status: status.clone(),
+            held: !*self.go.borrow(),
         }))
     }
 }
@@ -260,6 +263,7 @@ async fn serve(listener: std::os::unix::net::UnixListener, worker: &mut Option<W
     let me = Me {
         attempt,
         identity,
+        go: watch::channel(!launch.hold).0,
         launch,
     };
     let span = tracing::info_span!("supervisor", attempt);
@@ -275,6 +279,7 @@ async fn serve(listener: std::os::unix::net::UnixListener, worker: &mut Option<W
             launch: me.launch.clone(),
             events: events_tx,
             stop: stop_rx,
+            go: me.go.subscribe(),
             signalled: signalled.clone(),
             span: span.clone(),
         },
@@ -303,6 +308,9 @@ async fn serve(listener: std::os::unix::net::UnixListener, worker: &mut Option<W
             msg = next(&mut conn) => match msg {
                 Some(ToSupervisor::Stop) => {
                     stop_tx.send_replace(true);
+                }
+                Some(ToSupervisor::Go) => {
+                    me.go.send_replace(true);
                 }
                 Some(ToSupervisor::Ack) if tracked.durable => {
                     let _ = std::fs::remove_file(&socket);
@@ -460,6 +468,7 @@ struct Job {
     launch: Launch,
     events: mpsc::UnboundedSender<(Status, bool)>,
     stop: watch::Receiver<bool>,
+    go: watch::Receiver<bool>,
     signalled: Arc<AtomicBool>,
     span: tracing::Span,
 }
@@ -489,6 +498,7 @@ impl Worker {
                             job.launch,
                             job.events,
                             job.stop,
+                            job.go,
                             job.signalled,
                         ));
                     }));
@@ -567,12 +577,14 @@ async fn run_attempt(
     launch: Launch,
     events: mpsc::UnboundedSender<(Status, bool)>,
     stop: watch::Receiver<bool>,
+    go: watch::Receiver<bool>,
     signalled: Arc<AtomicBool>,
 ) {
     let Launch {
         spec,
         placement,
         settings,
+        ..
     } = launch.clone();
     // Only for an attempt that transfers something: a client costs a trivial job its start.
     let transfers =
@@ -595,14 +607,18 @@ async fn run_attempt(
         storage,
         report,
     });
-    let mut outcome = attempt::supervise(ctx, spec, placement.hosts, placement.uid, stop).await;
+    let (mut outcome, started) =
+        attempt::supervise(ctx, spec, placement.hosts, placement.uid, stop, go).await;
     if signalled.load(Ordering::SeqCst) {
         // Stopped because its supervisor was: not the job's doing, and no retry used.
         outcome = Outcome::Lost {
             reason: "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry".into(),
         };
     }
-    let durable = record(&launch, &outcome);
+    // Held and never told to go: nothing ran, and no server's log holds the start, so no
+    // outcome file may speak for the attempt (a later attempt of the same number would find
+    // it).
+    let durable = !started || record(&launch, &outcome);
     let _ = events.send((
         Status::Exited {
             outcome,

@@ -7,7 +7,10 @@
 //! supervisor then sends `launch`. From then on the supervisor reports each change of status
 //! (`starting`, `running`, `exited`) and the server may send `stop` (carry out SIGTERM, grace,
 //! SIGKILL) and, once it holds an `exited`, `ack`, after which the supervisor removes its socket
-//! and exits. A connection that breaks is no loss: the next server connects again and is told
+//! and exits. A launch may come with `hold`, sent while the server's log is being written:
+//! the supervisor prepares and starts the job only at `go` (and says `held` in its hello
+//! meanwhile, so that a server adopting it after a crash sends `go`, or `stop` if its log
+//! never held the start). A connection that breaks is no loss: the next server connects again and is told
 //! the status as it is then.
 //!
 //! Compatibility: a server adopts supervisors of every protocol version from
@@ -51,6 +54,8 @@ pub enum ToSupervisor {
     Stop,
     /// The server holds the `exited` report: the supervisor may go.
     Ack,
+    /// Start a launch that came with `hold`: the server's log now holds its start.
+    Go,
 }
 
 /// What a supervisor says.
@@ -76,6 +81,9 @@ pub struct Hello {
     pub placement: Option<Placement>,
     /// Its attempt's status now.
     pub status: Status,
+    /// Its launch came with `hold` and no `go` yet: nothing of it has run.
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// Where an attempt runs: what the server's inventory must hold for it when it adopts it.
@@ -144,6 +152,11 @@ pub struct Launch {
     pub placement: Placement,
     /// How.
     pub settings: Settings,
+    /// Prepare it (directories, config files) but start nothing before `go`: the server
+    /// sends the launch while it makes the decision to start it durable. A supervisor held
+    /// and never told to go writes no outcome (nothing ran).
+    #[serde(default)]
+    pub hold: bool,
 }
 
 /// The executor's settings an attempt runs under, as they were when it was launched.

@@ -218,3 +218,67 @@ async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Gets `script` ready as attempt `attempt` (launched with `hold`, never released) under an
+/// executor on a runtime of its own, waits until its supervisor prepared it, then drops that
+/// runtime: the server died while it wrote the start. Returns the supervisor.
+fn ready_and_abandon(w: &World, attempt: u64, job: &str, script: &str) -> Identity {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let (old, _events) = w.executor_alike();
+            let config = old.job_dir(job).join("input/config/resourceconfig.json");
+            let identity = runtime.block_on(async {
+                old.ready(sh(attempt, job, script)).unwrap();
+                wait_for_text(&config, "algo-1").await;
+                old.supervisor(attempt)
+                    .expect("its supervisor is connected")
+            });
+            runtime.shutdown_timeout(Duration::from_secs(5));
+            identity
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_launch_the_log_holds_is_started_by_the_server_that_adopts_it() {
+    let mut w = World::new();
+    let ran = w.dir.path().join("ran");
+    let identity = ready_and_abandon(&w, 1, "job-held", &format!("touch {}", ran.display()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!ran.exists(), "a held launch ran before it was released");
+    let logged = Recorded {
+        pids: vec![],
+        supervisor: None,
+        ..recorded(1, "job-held", None)
+    };
+    let out = w.exec.reconcile(vec![logged]).await;
+    assert_eq!(out, vec![(1, Reconciled::Adopted { running: None })]);
+    assert_eq!(w.exec.supervisor(1), Some(identity));
+    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert!(ran.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_launch_the_log_does_not_hold_is_stopped_unstarted_and_leaves_no_outcome() {
+    let w = World::new();
+    let ran = w.dir.path().join("ran");
+    let identity = ready_and_abandon(&w, 1, "job-stray", &format!("touch {}", ran.display()));
+    let out = w.exec.reconcile(vec![]).await;
+    assert!(out.is_empty());
+    gone(&identity, "the stray held supervisor did not go").await;
+    assert!(!ran.exists(), "a launch no log holds ran");
+    let attempt_dir = w.exec.log_dir("job-stray", 1);
+    assert!(attempt_dir.is_dir(), "it was prepared");
+    assert!(
+        !attempt_dir.join("outcome.json").exists(),
+        "an attempt that never started wrote an outcome a later attempt 1 would be taken for"
+    );
+    assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
+}
