@@ -78,6 +78,13 @@ fn shares() -> impl Strategy<Value = Vec<ShareSpec>> {
 /// One logged batch: its time, its inputs and the decisions it took.
 type Batch = (Millis, Vec<Input>, Vec<Effect>);
 
+/// Share `s0` of queue `Q`, limited to `limit` instances of `unit`.
+fn share_s0(unit: &str, limit: u32) -> ShareSpec {
+    let mut share = ShareSpec::new("s0");
+    share.limits.insert(unit.into(), limit);
+    share
+}
+
 fn configured(policy: Policy, shares: &[ShareSpec]) -> Scheduler {
     let mut s = Scheduler::new(policy);
     let environment = UNITS.iter().map(|u| (u.to_string(), 3)).collect();
@@ -316,8 +323,7 @@ proptest! {
 fn a_logged_requeue_stands_where_this_build_would_fail_the_job() {
     // The writer requeued a preempted job; the log is then read by a build that (say) counts
     // its preemption retries as exhausted. The logged requeue stands.
-    let mut share = ShareSpec::new("s0");
-    share.limits.insert(UNITS[0].into(), 1);
+    let mut share = share_s0(UNITS[0], 1);
     share.in_share_preemption = true;
     let mut s = configured(Policy::default(), std::slice::from_ref(&share));
     let mut low = JobSpec::new(JobId(1), Q, "s0", UNITS[0]);
@@ -361,8 +367,7 @@ fn a_logged_requeue_stands_where_this_build_would_fail_the_job() {
 
 #[test]
 fn a_logged_start_of_a_job_that_does_not_wait_stops_the_replay_naming_it() {
-    let mut share = ShareSpec::new("s0");
-    share.limits.insert(UNITS[0].into(), 1);
+    let share = share_s0(UNITS[0], 1);
     let mut s = configured(Policy::default(), &[share]);
     let mut logged = Logged::new(vec![Effect::Start {
         job: JobId(9),
@@ -379,8 +384,7 @@ fn a_state_image_is_loaded_as_its_writer_left_it_and_this_builds_rules_decide_fr
     // A job its writer parked as never fitting (say, under an older limit rule) is loaded
     // parked, not judged again by this build's rules on loading; the next pass after a
     // re-examination decides with today's rules, which start it.
-    let mut share = ShareSpec::new("s0");
-    share.limits.insert(UNITS[0].into(), 2);
+    let share = share_s0(UNITS[0], 2);
     let mut s = configured(Policy::default(), &[share]);
     s.step(0, Input::Submit(JobSpec::new(JobId(3), Q, "s0", UNITS[0])))
         .unwrap();
@@ -421,8 +425,7 @@ fn a_state_image_is_loaded_as_its_writer_left_it_and_this_builds_rules_decide_fr
 fn a_waiting_job_an_older_build_ended_ends_as_logged_even_where_its_command_is_refused_now() {
     // An older build accepted a termination of a waiting job that this build refuses (the
     // command is skipped on replay); the decision it logged still stands.
-    let mut share = ShareSpec::new("s0");
-    share.limits.insert(UNITS[0].into(), 0);
+    let share = share_s0(UNITS[0], 0);
     let mut s = configured(Policy::default(), &[share]);
     s.step(0, Input::Submit(JobSpec::new(JobId(1), Q, "s0", UNITS[0])))
         .unwrap();
@@ -444,8 +447,7 @@ fn a_preempted_attempts_exit_leaves_a_later_inputs_decision_to_that_input() {
     // Drilled, so queued again at the stop; its exit and a termination in one later batch:
     // the logged Finished is the termination's, and the job is terminated as its clients
     // were told.
-    let mut share = ShareSpec::new("s0");
-    share.limits.insert(UNITS[0].into(), 1);
+    let share = share_s0(UNITS[0], 1);
     let mut writer = configured(Policy::default(), std::slice::from_ref(&share));
     let mut replay = configured(Policy::default(), &[share]);
     let batches: Vec<(Millis, Vec<Input>)> = vec![
@@ -494,8 +496,7 @@ fn a_preempted_attempts_exit_leaves_a_later_inputs_decision_to_that_input() {
 fn a_logged_start_of_a_job_this_build_parks_does_not_panic() {
     // Four instances where the environment has three: this build parks it (and made no lane
     // for it); the writer started it. Applied as logged, not a panic.
-    let mut share = ShareSpec::new("s0");
-    share.limits.insert(UNITS[1].into(), 4);
+    let mut share = share_s0(UNITS[1], 4);
     share.strategy = Sharing::LendAndBorrow;
     let mut s = configured(Policy::default(), &[share]);
     let mut spec = JobSpec::new(JobId(1), Q, "s0", UNITS[1]);

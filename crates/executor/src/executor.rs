@@ -304,6 +304,15 @@ enum ZygoteState {
     Off(std::time::Instant),
 }
 
+impl ZygoteState {
+    /// The zygote failed (`why`): it is stopped (dropped: killed and reaped) and supervisors
+    /// are executed until [`ZYGOTE_RETRY`] later.
+    fn fail(&mut self, why: &dyn std::fmt::Display) {
+        tracing::warn!(%why, "the supervisor zygote failed; supervisors are executed for a while");
+        *self = ZygoteState::Off(std::time::Instant::now());
+    }
+}
+
 /// How long after a failure of the zygote supervisors are executed before it is tried again.
 const ZYGOTE_RETRY: Duration = Duration::from_secs(60);
 
@@ -912,21 +921,18 @@ impl Inner {
             return None;
         }
         let (answer, zygote_pid) = self.request_fork(listener)?;
-        match tokio::time::timeout(zygote::ANSWER_TIMEOUT, answer).await {
-            Ok(Ok(pid)) if pid != 0 => Some(pid),
-            Ok(Ok(_)) => {
-                self.zygote_failed(zygote_pid, "it could not fork");
-                None
-            }
-            Ok(Err(_)) => {
-                self.zygote_failed(zygote_pid, "it is gone");
-                None
-            }
-            Err(_) => {
-                self.zygote_failed(zygote_pid, "it did not answer in time");
-                None
-            }
+        let why = match tokio::time::timeout(zygote::ANSWER_TIMEOUT, answer).await {
+            Ok(Ok(0)) => "it could not fork",
+            Ok(Ok(pid)) => return Some(pid),
+            Ok(Err(_)) => "it is gone",
+            Err(_) => "it did not answer in time",
+        };
+        // Still the one in use (not one that failed before and was replaced): set aside.
+        let mut zygote = self.zygote.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(&*zygote, ZygoteState::Running(z) if z.pid() == zygote_pid) {
+            zygote.fail(&why);
         }
+        None
     }
 
     /// Sends `listener` to the zygote (started now if there is none): the answer to wait for
@@ -958,23 +964,9 @@ impl Inner {
         match z.request(listener) {
             Ok(answer) => Some((answer, z.pid())),
             Err(e) => {
-                tracing::warn!(error = %e, "the supervisor zygote failed; supervisors are executed for a while");
-                *zygote = ZygoteState::Off(std::time::Instant::now());
+                zygote.fail(&e);
                 None
             }
-        }
-    }
-
-    /// The zygote with pid `pid` failed: if it is still the one in use, it is stopped and
-    /// supervisors are executed for a while.
-    fn zygote_failed(&self, pid: u32, why: &str) {
-        let mut zygote = self.zygote.lock().unwrap_or_else(PoisonError::into_inner);
-        if matches!(&*zygote, ZygoteState::Running(z) if z.pid() == pid) {
-            tracing::warn!(
-                why,
-                "the supervisor zygote failed; supervisors are executed for a while"
-            );
-            *zygote = ZygoteState::Off(std::time::Instant::now());
         }
     }
 

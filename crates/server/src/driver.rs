@@ -920,7 +920,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
     /// Readies the batch's launches while it is being made durable ([`Execute::ready`]):
     /// what the executor can do before an attempt may run is not on the path from the
     /// decision to the job running.
-    fn ready(&mut self, actions: Vec<Action>) -> Vec<Carry> {
+    fn ready(&self, actions: Vec<Action>) -> Vec<Carry> {
         actions
             .into_iter()
             .map(|a| match a {

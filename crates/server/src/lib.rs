@@ -467,10 +467,7 @@ fn local_executor(
             )
         })
         .collect();
-    let gpus = pools
-        .iter()
-        .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
-        .collect();
+    let gpus = pool_gpus(&pools);
     Ok(StartedExecutor {
         executor: exec::Executor::Local(executor),
         instances: described,
@@ -575,6 +572,23 @@ fn storage(config: &Config) -> qm_executor::Storage {
 }
 
 /// The Slurm executor's settings under `config`.
+/// GPUs per instance of each local pool's type (what usage reports count).
+pub(crate) fn pool_gpus(pools: &[PoolSpec]) -> std::collections::BTreeMap<String, u32> {
+    pools
+        .iter()
+        .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
+        .collect()
+}
+
+/// GPUs per instance of each Slurm instance type (what usage reports count).
+pub(crate) fn slurm_gpus(settings: &SlurmSettings) -> std::collections::BTreeMap<String, u32> {
+    settings
+        .instances
+        .iter()
+        .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
+        .collect()
+}
+
 pub(crate) fn slurm_config(config: &Config, settings: &SlurmSettings, tag: &str) -> SlurmConfig {
     let mut cfg = SlurmConfig::new(
         settings.shared_dir_or(&config.data_dir),
@@ -621,11 +635,7 @@ fn slurm_executor(
             )
         })
         .collect();
-    let gpus = settings
-        .instances
-        .iter()
-        .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
-        .collect();
+    let gpus = slurm_gpus(settings);
     let jobs_line = format!("jobs: run by Slurm as this server's user, in the directories of executor.slurm.shared_dir (docs/slurm.md)\n\
          sagemaker: channels, checkpoints and models transferred by this server into and out of the shared directory (no /opt/ml on the nodes); {storage_line}");
     Ok(StartedExecutor {

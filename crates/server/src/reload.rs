@@ -252,21 +252,14 @@ impl Current {
                     // The configured pools are gone: detected, as a start would.
                     crate::local_pools(new)
                 };
-                let per_type = pools
-                    .iter()
-                    .map(|p| (p.instance_type.clone(), p.gpus_per_instance))
-                    .collect();
+                let per_type = crate::pool_gpus(&pools);
                 e.reload(crate::local_config(new, pools, gpus, self.found.isolation))?;
                 Ok(per_type)
             }
             (Executor::Slurm(e), Some(settings)) => {
                 let tag = self.found.slurm_tag.clone().unwrap_or_default();
                 e.reload(crate::slurm_config(new, settings, &tag)).await?;
-                Ok(settings
-                    .instances
-                    .iter()
-                    .map(|i| (i.instance_type.clone(), i.gpus_per_instance))
-                    .collect())
+                Ok(crate::slurm_gpus(settings))
             }
             // Refused above: executor.kind changed.
             (Executor::Slurm(_), None) => Ok(BTreeMap::new()),

@@ -5,15 +5,16 @@
 //! the listening socket over as standard input; it connects at once and sends `hello` and
 //! `launch`. The supervisor becomes the child subreaper of the job, runs the attempt
 //! (`attempt`) on a worker thread (so that the socket is answered at once whatever the
-//! attempt's file work blocks on; a reused supervisor keeps it), writes the outcome durably into the attempt's directory,
-//! reports it, and once a server acknowledged it exits — or, forked from the zygote, waits free
-//! for the zygote to hand it the next attempt (`main_with`). Servers come and go: each new
+//! attempt's file work blocks on; a reused supervisor keeps it), writes the outcome durably
+//! into the attempt's directory, reports it, and once a server acknowledged it exits — or,
+//! forked from the zygote, waits free for the zygote to hand it the next attempt
+//! (`main_with`). A launch sent with `hold` is prepared at once and started at `go`. Servers come and go: each new
 //! connection is told the status as it is, and stop requests are carried out whether a server
 //! is there or not. SIGTERM to the supervisor stops the attempt, which is then reported lost
 //! (a service manager stopping the server's whole unit, not the job's doing).
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -491,7 +492,7 @@ impl Worker {
             .name("qm-attempt".into())
             .spawn(move || {
                 while let Ok(job) = next.recv() {
-                    let (launch, events) = (job.launch.clone(), job.events.clone());
+                    let (path, events) = (outcome_path(&job.launch), job.events.clone());
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let _entered = job.span.enter();
                         runtime.block_on(run_attempt(
@@ -505,7 +506,7 @@ impl Worker {
                     if ran.is_err() {
                         // Its processes were killed as the attempt's future was dropped. The
                         // runtime is not trusted again: the next attempt gets a new worker.
-                        failed(&launch, &events, "it panicked");
+                        failed(&path, &events, "it panicked");
                         return;
                     }
                 }
@@ -529,16 +530,18 @@ fn spawn_attempt(worker: &mut Option<Worker>, job: Job) {
     match Worker::start() {
         Ok(w) => match w.jobs.send(job) {
             Ok(()) => *worker = Some(w),
-            Err(std::sync::mpsc::SendError(job)) => {
-                failed(&job.launch, &job.events, "its worker thread ended at once")
-            }
+            Err(std::sync::mpsc::SendError(job)) => failed(
+                &outcome_path(&job.launch),
+                &job.events,
+                "its worker thread ended at once",
+            ),
         },
-        Err(e) => failed(&job.launch, &job.events, &e.to_string()),
+        Err(e) => failed(&outcome_path(&job.launch), &job.events, &e.to_string()),
     }
 }
 
 /// The attempt could not run to its end: it failed, and the job may retry.
-fn failed(launch: &Launch, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str) {
+fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str) {
     let outcome = Outcome::Failed {
         reason: format!(
             "{}the attempt's supervisor failed ({why}); its processes were killed",
@@ -546,7 +549,7 @@ fn failed(launch: &Launch, events: &mpsc::UnboundedSender<(Status, bool)>, why: 
         ),
         retryable: true,
     };
-    let durable = record(launch, &outcome);
+    let durable = record(path, &outcome);
     let _ = events.send((
         Status::Exited {
             outcome,
@@ -556,14 +559,18 @@ fn failed(launch: &Launch, events: &mpsc::UnboundedSender<(Status, bool)>, why: 
     ));
 }
 
-/// Writes the attempt's outcome durably; whether it could.
-fn record(launch: &Launch, outcome: &Outcome) -> bool {
-    let path = outcome_file(
+/// Where `launch`'s outcome is written.
+fn outcome_path(launch: &Launch) -> PathBuf {
+    outcome_file(
         &launch.settings.data_dir,
         &launch.spec.job_id,
         launch.spec.attempt_number,
-    );
-    match write_outcome(&path, outcome) {
+    )
+}
+
+/// Writes the attempt's outcome (to `path`) durably; whether it could.
+fn record(path: &Path, outcome: &Outcome) -> bool {
+    match write_outcome(path, outcome) {
         Ok(()) => true,
         Err(e) => {
             tracing::error!(path = %path.display(), error = %e, "cannot write the attempt's outcome; reporting it anyway");
@@ -580,12 +587,13 @@ async fn run_attempt(
     go: watch::Receiver<bool>,
     signalled: Arc<AtomicBool>,
 ) {
+    let path = outcome_path(&launch);
     let Launch {
         spec,
         placement,
         settings,
         ..
-    } = launch.clone();
+    } = launch;
     // Only for an attempt that transfers something: a client costs a trivial job its start.
     let transfers =
         !spec.channels.is_empty() || spec.checkpoint_uri.is_some() || spec.output_path.is_some();
@@ -618,7 +626,7 @@ async fn run_attempt(
     // Held and never told to go: nothing ran, and no server's log holds the start, so no
     // outcome file may speak for the attempt (a later attempt of the same number would find
     // it).
-    let durable = !started || record(&launch, &outcome);
+    let durable = !started || record(&path, &outcome);
     let _ = events.send((
         Status::Exited {
             outcome,

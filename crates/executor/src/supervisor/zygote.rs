@@ -5,8 +5,8 @@
 //!
 //! The server starts `qm supervise zygote` once, with one end of a socket pair as its standard
 //! input. For each attempt it sends one byte carrying the attempt's listening socket
-//! (`SCM_RIGHTS`), without waiting for the answer to the one before; the zygote forks twice — the middle process writes the supervisor's pid back
-//! and exits at once, so the supervisor is nobody's child but init's (or a subreaper's),
+//! (`SCM_RIGHTS`), without waiting for the answer to the one before; the zygote forks twice —
+//! the middle process writes the supervisor's pid back and exits at once, so the supervisor is nobody's child but init's (or a subreaper's),
 //! exactly as an exec'd one is once its server goes — and the supervisor puts the listening
 //! socket on its standard input and runs [`super::process::main`] as an exec'd one would.
 //!
