@@ -292,7 +292,28 @@ pub(crate) struct Inner {
     commits: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
     /// What supervisors are forked from.
     zygote: Mutex<ZygoteState>,
+    /// Supervisors whose attempts are acknowledged, free on their connections for the next
+    /// attempt (most recently freed last).
+    spares: Mutex<Vec<Spare>>,
 }
+
+/// A free supervisor ([`crate::supervisor::process`]): its connection, and who it is.
+struct Spare {
+    conn: Conn,
+    identity: Identity,
+}
+
+impl std::fmt::Debug for Spare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spare")
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most free supervisors the executor keeps; one more is let go (it exits). Each costs a
+/// few hundred KiB and no CPU.
+const MAX_SPARE: usize = 64;
 
 /// The supervisor zygote ([`crate::supervisor::zygote`]).
 #[derive(Debug)]
@@ -468,6 +489,7 @@ impl LocalExecutor {
                 supervisors,
                 commits: Mutex::new(BTreeMap::new()),
                 zygote: Mutex::new(ZygoteState::Idle),
+                spares: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -721,14 +743,18 @@ impl LocalExecutor {
         }
     }
 
+    /// How many supervisors wait free for the next attempt.
+    pub fn free_supervisors(&self) -> usize {
+        self.inner
+            .spares
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// The supervisor of a running attempt, once known.
     pub fn supervisor(&self, attempt: u64) -> Option<Identity> {
-        self.inner
-            .state()
-            .attempts
-            .get(&attempt)?
-            .supervisor
-            .clone()
+        self.inner.identity(attempt)
     }
 
     /// Checks that every instance is free or held by exactly one running attempt.
@@ -889,9 +915,13 @@ impl Inner {
         }
     }
 
-    /// Binds the attempt's socket, starts its supervisor with the listening socket as its
-    /// standard input — forked from the zygote, else executed — and connects.
+    /// A free supervisor with its socket renamed to the attempt's; else binds the attempt's
+    /// socket, starts its supervisor with the listening socket as its standard input —
+    /// forked from the zygote, else executed — and connects.
     async fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
+        if let Some(spare) = self.take_spare(attempt) {
+            return Ok(spare);
+        }
         let socket = self.socket(attempt);
         let _ = std::fs::remove_file(&socket);
         let listener = std::os::unix::net::UnixListener::bind(&socket)?;
@@ -989,6 +1019,43 @@ impl Inner {
             let _ = child.wait().await;
         });
         Ok(pid)
+    }
+
+    /// Keeps a supervisor that said it is free ([`MAX_SPARE`] at most).
+    pub(crate) fn keep_spare(&self, conn: Conn, identity: Identity) {
+        let mut spares = self.spares.lock().unwrap_or_else(PoisonError::into_inner);
+        if spares.len() < MAX_SPARE {
+            spares.push(Spare { conn, identity });
+        }
+    }
+
+    /// The most recently freed supervisor that is still there, its socket renamed to
+    /// `attempt`'s; `None` when there is none. One that is gone, or whose socket is, is let
+    /// go.
+    fn take_spare(&self, attempt: u64) -> Option<(Conn, Identity)> {
+        loop {
+            let mut spare = self
+                .spares
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop()?;
+            if !spare.conn.idle() {
+                continue;
+            }
+            let from = format!("{}{}.sock", sup::FREE_PREFIX, spare.identity.pid);
+            let to = format!("{attempt}.sock");
+            match rustix::fs::renameat(&self.supervisors, &from, &self.supervisors, &to) {
+                Ok(()) => return Some((spare.conn, spare.identity)),
+                Err(e) => {
+                    tracing::warn!(pid = spare.identity.pid, error = %e, "a free supervisor's socket cannot be renamed; letting it go");
+                }
+            }
+        }
+    }
+
+    /// The supervisor of a started (or adopted) attempt, once known.
+    pub(crate) fn identity(&self, attempt: u64) -> Option<Identity> {
+        self.state().attempts.get(&attempt)?.supervisor.clone()
     }
 
     fn set_supervisor(&self, attempt: u64, identity: Identity) {
@@ -1378,6 +1445,11 @@ impl Inner {
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
+            // A previous server's free supervisors exit with their connections.
+            if name.to_string_lossy().starts_with(sup::FREE_PREFIX) {
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
             let Some(attempt) = name
                 .to_str()
                 .and_then(|n| n.strip_suffix(".sock"))

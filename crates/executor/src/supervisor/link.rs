@@ -37,6 +37,19 @@ impl Conn {
         })
     }
 
+    /// Whether the supervisor may still read what is sent: its end is not closed, and it
+    /// said nothing since (a free one says nothing until it is handed an attempt).
+    pub(crate) fn idle(&mut self) -> bool {
+        if !self.lines.get_ref().buffer().is_empty() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        matches!(
+            self.lines.get_ref().get_ref().try_read(&mut byte),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        )
+    }
+
     pub(crate) async fn send(&mut self, msg: &ToSupervisor) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
         line.push(b'\n');
@@ -107,6 +120,8 @@ pub(crate) async fn run(
             break;
         }
     }
+    // Known from the spawn or the adoption before the link runs.
+    let identity = inner.identity(attempt);
     loop {
         tokio::select! {
             msg = conn.recv() => match msg {
@@ -124,14 +139,16 @@ pub(crate) async fn run(
                             }
                         }
                         // Harmless if it is gone already; it exits once told.
-                        let _ = conn.send(&ToSupervisor::Ack).await;
+                        if conn.send(&ToSupervisor::Ack).await.is_ok() && role == Role::Attempt {
+                            keep_if_free(&inner, conn, identity).await;
+                        }
                         return;
                     }
                     if role == Role::Attempt {
                         inner.report(attempt, status);
                     }
                 }
-                Some(FromSupervisor::Hello(_)) => {}
+                Some(FromSupervisor::Hello(_) | FromSupervisor::Free) => {}
                 None => {
                     inner.supervisor_gone(attempt, role).await;
                     return;
@@ -144,5 +161,15 @@ pub(crate) async fn run(
                 }
             }
         }
+    }
+}
+
+/// After the ack of `identity`'s attempt: a supervisor of this build says `free` at once and
+/// waits on the connection, which the executor keeps for its next attempt; any other answer
+/// (an earlier release's supervisor closes the connection) ends the link.
+async fn keep_if_free(inner: &Inner, mut conn: Conn, identity: Option<super::Identity>) {
+    let Some(identity) = identity else { return };
+    if let Ok(Some(FromSupervisor::Free)) = tokio::time::timeout(HELLO_TIMEOUT, conn.recv()).await {
+        inner.keep_spare(conn, identity);
     }
 }

@@ -10,12 +10,14 @@
 //! died is lost.
 //!
 //! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
-//! the supervisor exits) and the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably
-//! before the end is reported. The supervisor's own messages go to the server's standard error.
+//! the supervisor exits; `free-<pid>.sock` while a supervisor waits for its next attempt) and
+//! the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably before the end is
+//! reported. The supervisor's own messages go to the server's standard error.
 //!
 //! Supervisors are forked from a [`zygote`] the server starts once (an exec per attempt costs
 //! milliseconds on the path from a reclaim to the owner's job running); without one they are
-//! executed.
+//! executed. A supervisor whose attempt is acknowledged waits free on its server's connection
+//! and runs the next attempt the server starts ([`process`]): most starts fork nothing.
 
 pub(crate) mod identity;
 pub(crate) mod link;
@@ -52,6 +54,17 @@ pub fn socket_path(data_dir: &Path, attempt: u64) -> PathBuf {
         .join(SUPERVISORS_DIR)
         .join(format!("{attempt}.sock"))
 }
+
+/// The socket of a free supervisor (its attempt acknowledged, waiting for the next one).
+pub fn free_socket_path(data_dir: &Path, pid: u32) -> PathBuf {
+    data_dir
+        .join(SUPERVISORS_DIR)
+        .join(format!("{FREE_PREFIX}{pid}.sock"))
+}
+
+/// How the sockets of free supervisors are named (`free-<pid>.sock`); a server that starts
+/// removes the ones a previous server's free supervisors left.
+pub const FREE_PREFIX: &str = "free-";
 
 /// The outcome file of attempt number `attempt_number` of job `job_id`.
 pub fn outcome_file(data_dir: &Path, job_id: &str, attempt_number: u32) -> PathBuf {

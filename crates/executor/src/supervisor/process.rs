@@ -6,11 +6,11 @@
 //! `launch`. The supervisor becomes the child subreaper of the job, runs the attempt
 //! (`attempt`) on a worker thread (so that the socket is answered at once whatever the
 //! attempt's file work blocks on; a reused supervisor keeps it), writes the outcome durably
-//! into the attempt's directory, reports it, and once a server acknowledged it exits — or,
-//! forked from the zygote, waits free for the zygote to hand it the next attempt
-//! (`main_with`). A launch sent with `hold` is prepared at once and started at `go`. Servers come and go: each new
-//! connection is told the status as it is, and stop requests are carried out whether a server
-//! is there or not. SIGTERM to the supervisor stops the attempt, which is then reported lost
+//! into the attempt's directory and reports it. Once a server acknowledged it, it waits free
+//! on that server's connection for the next attempt (`free`), and exits when the server
+//! closes it. A launch sent with `hold` is prepared at once and started at `go`. Servers come
+//! and go: each new connection is told the status as it is, and stop requests are carried out
+//! whether a server is there or not. SIGTERM to the supervisor stops the attempt, which is then reported lost
 //! (a service manager stopping the server's whole unit, not the job's doing).
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -44,24 +44,25 @@ const MAX_LINGER: Duration = Duration::from_secs(24 * 3600);
 
 /// How serving one attempt ended.
 enum Served {
-    /// Acknowledged with its outcome on disk: nothing of the attempt is left, and the process
-    /// may serve another.
-    Reusable,
+    /// Acknowledged with its outcome on disk, the server still connected: nothing of the
+    /// attempt is left, and the process may serve the server's next one.
+    Acknowledged {
+        conn: Conn,
+        /// The attempt's socket (to be renamed while free).
+        socket: PathBuf,
+    },
     /// Gone otherwise (never launched, orphaned, stopped by a signal): the process exits.
     Done(i32),
 }
 
 /// Runs the supervisor; its exit code. Standard input must be the listening socket.
+///
+/// Once an attempt is acknowledged the supervisor stays on its server's connection, free:
+/// the server hands it its next attempt there, so the fork, the runtime, the worker thread,
+/// the socket file and the connection are paid once, not per attempt. It exits when the
+/// server closes the connection (it went, or keeps enough free supervisors) or on SIGTERM
+/// while it is free.
 pub fn main() -> i32 {
-    main_with(None)
-}
-
-/// [`main`] for a supervisor the zygote forked, with `home`, its line to the zygote: once an
-/// attempt is acknowledged it says so there (its pid) and waits for the next attempt's
-/// listening socket instead of exiting — the fork, the runtime and their teardown are paid
-/// once, not per attempt. It exits when the zygote closes `home` (the server went, or enough
-/// supervisors wait) or on SIGTERM while it waits.
-pub(crate) fn main_with(home: Option<std::os::unix::net::UnixStream>) -> i32 {
     let listener = match take_listener() {
         Ok(l) => l,
         Err(e) => {
@@ -89,50 +90,62 @@ pub(crate) fn main_with(home: Option<std::os::unix::net::UnixStream>) -> i32 {
         }
     };
     runtime.block_on(async move {
-        let mut listener = listener;
+        let Ok(listener) = UnixListener::from_std(listener) else {
+            return 2;
+        };
+        // Read once: a process's boot and start time do not change.
+        let Some(identity) = Identity::of(std::process::id(), &boot_id()) else {
+            eprintln!("qm supervise: cannot read its own /proc entry");
+            return 2;
+        };
         let mut worker = None;
+        let mut next = None;
         loop {
-            match serve(listener, &mut worker).await {
-                Served::Reusable => {}
+            match serve(&listener, &mut worker, &identity, next.take()).await {
+                Served::Acknowledged { conn, socket } => match free(conn, &socket).await {
+                    Some(launch) => next = Some(launch),
+                    None => return 0,
+                },
                 Served::Done(code) => return code,
-            }
-            let Some(home) = &home else { return 0 };
-            match next_listener(home).await {
-                Some(next) => listener = next,
-                None => return 0,
             }
         }
     })
 }
 
-/// Tells the zygote this supervisor is free (its pid), then waits for the next attempt's
-/// listening socket; `None` when the zygote closes the line, or on SIGTERM.
-async fn next_listener(
-    home: &std::os::unix::net::UnixStream,
-) -> Option<std::os::unix::net::UnixListener> {
-    use std::io::Write;
-    (&*home).write_all(&std::process::id().to_le_bytes()).ok()?;
-    let line = UnixStream::from_std(home.try_clone().ok()?).ok()?;
+/// Waits, free, on the connection of the server that acknowledged the last attempt: its
+/// socket renamed to `free-<pid>.sock` (no scan takes it for an attempt's), `free` said, and
+/// the next attempt's hello and launch read (the server renamed the socket to the attempt's
+/// before it sent them). `None` (the socket removed) when the server closes the connection
+/// or sends anything else, or on SIGTERM.
+async fn free(mut conn: Conn, socket: &Path) -> Option<(Conn, u64, Launch)> {
+    let dir = socket.parent()?;
+    let data_dir = dir.parent()?;
+    let spare = super::free_socket_path(data_dir, std::process::id());
+    if std::fs::rename(socket, &spare).is_err() {
+        let _ = std::fs::remove_file(socket);
+        return None;
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    loop {
-        tokio::select! {
-            ready = line.readable() => {
-                ready.ok()?;
-                let got = line.try_io(tokio::io::Interest::READABLE, || {
-                    super::zygote::receive_fd(&line)
-                });
-                match got {
-                    Ok(Some(listener)) => {
-                        let listener = std::os::unix::net::UnixListener::from(listener);
-                        listener.set_nonblocking(true).ok()?;
-                        return Some(listener);
-                    }
-                    Ok(None) => return None,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                    Err(_) => return None,
-                }
-            }
-            Some(()) = recv_signal(&mut term) => return None,
+    let next = async {
+        conn.send(&FromSupervisor::Free).await.ok()?;
+        let Some(ToSupervisor::Hello { attempt, .. }) = conn.incoming.recv().await else {
+            return None;
+        };
+        launch_of(&mut conn, attempt)
+            .await
+            .map(|launch| (attempt, launch))
+    };
+    let got = tokio::select! {
+        got = next => got,
+        Some(()) = recv_signal(&mut term) => None,
+    };
+    match got {
+        Some((attempt, launch)) => Some((conn, attempt, launch)),
+        None => {
+            // Renamed to an attempt's socket by a server that then went: that one is
+            // removed by the next server, which finds nothing listening on it.
+            let _ = std::fs::remove_file(&spare);
+            None
         }
     }
 }
@@ -247,23 +260,26 @@ impl Tracked {
     }
 }
 
-async fn serve(listener: std::os::unix::net::UnixListener, worker: &mut Option<Worker>) -> Served {
-    let Ok(listener) = UnixListener::from_std(listener) else {
-        return Served::Done(2);
-    };
-    let boot = boot_id();
-    let Some(identity) = Identity::of(std::process::id(), &boot) else {
-        eprintln!("qm supervise: cannot read its own /proc entry");
-        return Served::Done(2);
-    };
+/// Runs one attempt: `handed`'s (handed over on a free supervisor's connection), else the one
+/// the spawning server sends on the first connection.
+async fn serve(
+    listener: &UnixListener,
+    worker: &mut Option<Worker>,
+    identity: &Identity,
+    handed: Option<(Conn, u64, Launch)>,
+) -> Served {
     // The server that spawned it connects at once: hello, then launch.
-    let Some((conn, attempt, launch)) = first_connection(&listener).await else {
+    let first = match handed {
+        Some(handed) => Some(handed),
+        None => first_connection(listener).await,
+    };
+    let Some((conn, attempt, launch)) = first else {
         // Never launched (its server died right after spawning it): nothing ran.
         return Served::Done(0);
     };
     let me = Me {
         attempt,
-        identity,
+        identity: identity.clone(),
         go: watch::channel(!launch.hold).0,
         launch,
     };
@@ -314,8 +330,9 @@ async fn serve(listener: std::os::unix::net::UnixListener, worker: &mut Option<W
                     me.go.send_replace(true);
                 }
                 Some(ToSupervisor::Ack) if tracked.durable => {
-                    let _ = std::fs::remove_file(&socket);
-                    return Served::Reusable;
+                    if let Some(conn) = conn.take() {
+                        return Served::Acknowledged { conn, socket };
+                    }
                 }
                 Some(_) => {}
                 None => conn = None,
@@ -422,6 +439,12 @@ async fn first_connection(listener: &UnixListener) -> Option<(Conn, u64, Launch)
     let Some(ToSupervisor::Hello { attempt, .. }) = conn.incoming.recv().await else {
         return None;
     };
+    let launch = launch_of(&mut conn, attempt).await?;
+    Some((conn, attempt, launch))
+}
+
+/// The launch that follows a spawning server's hello for `attempt`.
+async fn launch_of(conn: &mut Conn, attempt: u64) -> Option<Launch> {
     let Some(ToSupervisor::Launch(launch)) = conn.first().await else {
         eprintln!("qm supervise: the server sent no launch");
         return None;
@@ -430,7 +453,7 @@ async fn first_connection(listener: &UnixListener) -> Option<(Conn, u64, Launch)
         eprintln!("qm supervise: the launch is for another attempt");
         return None;
     }
-    Some((conn, attempt, *launch))
+    Some(*launch)
 }
 
 /// A later server's connection: its hello, and ours with the status now.

@@ -6,8 +6,12 @@
 //! [`Identity`], where the attempt is placed and its [`Status`] now. A server that spawned the
 //! supervisor then sends `launch`. From then on the supervisor reports each change of status
 //! (`starting`, `running`, `exited`) and the server may send `stop` (carry out SIGTERM, grace,
-//! SIGKILL) and, once it holds an `exited`, `ack`, after which the supervisor removes its socket
-//! and exits. A launch may come with `hold`, sent while the server's log is being written:
+//! SIGKILL) and, once it holds an `exited`, `ack`. Then the supervisor renames its socket to
+//! `free-<pid>.sock` and says `free`: it waits on that connection for the next attempt, which
+//! the server hands it as a spawned one's (`hello`, `launch`) once it renamed the socket to the
+//! attempt's; a server that closes the connection instead (or one that never reads `free`)
+//! makes it remove its socket and exit. A reused supervisor costs no fork, no new socket file
+//! and no connection. A launch may come with `hold`, sent while the server's log is being written:
 //! the supervisor prepares and starts the job only at `go` (and says `held` in its hello
 //! meanwhile, so that a server adopting it after a crash sends `go`, or `stop` if its log
 //! never held the start). A connection that breaks is no loss: the next server connects again and is told
@@ -66,6 +70,9 @@ pub enum FromSupervisor {
     Hello(Box<Hello>),
     /// A change of status.
     Status(Status),
+    /// After `ack`: its socket is `free-<pid>.sock` now, and it waits on this connection for
+    /// the next attempt's `hello` and `launch`.
+    Free,
 }
 
 /// A supervisor introducing itself.

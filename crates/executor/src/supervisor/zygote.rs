@@ -10,13 +10,11 @@
 //! exactly as an exec'd one is once its server goes — and the supervisor puts the listening
 //! socket on its standard input and runs [`super::process::main`] as an exec'd one would.
 //!
-//! Each forked supervisor keeps a line (a socket pair) to the zygote. Once its attempt is
-//! acknowledged it writes its pid there and waits: the zygote hands the next listening socket
-//! to a free supervisor, answering the server with its pid, and forks only when none is free.
-//! A busy server thus pays a fork, a runtime and an exit per supervisor, not per attempt. The
-//! zygote exits when the server closes its end, and its free supervisors with it. If anything
-//! about the zygote fails, the server kills it and execs the supervisor instead; nothing
-//! depends on the zygote being there.
+//! A supervisor whose attempt is acknowledged stays free on its server's connection for the
+//! next attempt ([`super::process`]): the zygote forks only when the server has no free one.
+//! The zygote exits when the server closes its end. If anything about the zygote fails, the
+//! server kills it and execs the supervisor instead; nothing depends on the zygote being
+//! there.
 //!
 //! This is the one module that forks without exec: the zygote never starts a thread (no
 //! runtime, no thread pool; `main` checks), so its children get a consistent copy of it.
@@ -162,20 +160,8 @@ fn send_fd(socket: &UnixStream, fd: BorrowedFd<'_>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The most free supervisors the zygote keeps; one more is told to exit.
-const MAX_SPARE: usize = 64;
-
-/// The supervisors the zygote forked, by their line to it (`home`): those running an attempt,
-/// and those free for the next one (with their pids).
-#[derive(Default)]
-struct Supervisors {
-    busy: Vec<UnixStream>,
-    free: Vec<(u32, UnixStream)>,
-}
-
-/// `qm supervise zygote`: hands every listening socket the server sends to a free supervisor,
-/// or forks one, until the server closes the control socket. Standard input must be the
-/// control socket.
+/// `qm supervise zygote`: forks a supervisor for every listening socket the server sends,
+/// until the server closes the control socket. Standard input must be the control socket.
 pub fn main() -> i32 {
     let _ = rustix::thread::set_name(c"qm-zygote");
     let mut control = match take_control() {
@@ -185,18 +171,7 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let mut sups = Supervisors::default();
     while let Some(socket) = &control {
-        let server = match wait(socket, &mut sups) {
-            Ok(server) => server,
-            Err(e) => {
-                eprintln!("qm supervise zygote: waiting: {e}");
-                return 1;
-            }
-        };
-        if !server {
-            continue;
-        }
         let listener = match receive(socket) {
             Ok(Some(fd)) => fd,
             Ok(None) => return 0,
@@ -205,10 +180,7 @@ pub fn main() -> i32 {
                 return 1;
             }
         };
-        if hand_to_free(socket, &mut sups, &listener) {
-            continue;
-        }
-        if let Err(e) = fork_supervisor(&mut control, &mut sups, listener) {
+        if let Err(e) = fork_supervisor(&mut control, listener) {
             eprintln!("qm supervise zygote: cannot fork a supervisor: {e}");
             if let Some(socket) = &control {
                 let _ = (&*socket).write_all(&0u32.to_le_bytes());
@@ -216,42 +188,6 @@ pub fn main() -> i32 {
         }
     }
     0
-}
-
-/// Waits until the server sends something (true) or a busy supervisor says it is free (its
-/// pid: moved to the free ones, or told to exit when there are enough) or exits (false).
-fn wait(control: &UnixStream, sups: &mut Supervisors) -> std::io::Result<bool> {
-    use rustix::event::{poll, PollFd, PollFlags};
-    let mut fds: Vec<PollFd<'_>> = std::iter::once(control)
-        .chain(&sups.busy)
-        .map(|s| PollFd::new(s, PollFlags::IN))
-        .collect();
-    poll(&mut fds, None)?;
-    let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
-    drop(fds);
-    for i in (0..sups.busy.len()).rev() {
-        if !ready[i + 1] {
-            continue;
-        }
-        let home = sups.busy.swap_remove(i);
-        let mut pid = [0u8; 4];
-        if (&home).read_exact(&mut pid).is_ok() && sups.free.len() < MAX_SPARE {
-            sups.free.push((u32::from_le_bytes(pid), home));
-        }
-    }
-    Ok(ready[0])
-}
-
-/// Hands `listener` to a free supervisor, answering the server with its pid; false when none
-/// took it.
-fn hand_to_free(control: &UnixStream, sups: &mut Supervisors, listener: &OwnedFd) -> bool {
-    while let Some((pid, home)) = sups.free.pop() {
-        if send_fd(&home, listener.as_fd()).is_ok() {
-            sups.busy.push(home);
-            return (&*control).write_all(&pid.to_le_bytes()).is_ok();
-        }
-    }
-    false
 }
 
 /// Standard input as the control socket (close-on-exec, above the standard descriptors), and
@@ -311,35 +247,27 @@ fn receive_one(socket: impl AsFd) -> std::io::Result<Message> {
 /// for the supervisor to be scheduled before it connects (its listening socket queues the
 /// connection). Both take the control socket out of `control` (neither returns to the
 /// zygote's loop) and close it: the server's end sees the zygote alone.
-fn fork_supervisor(
-    control: &mut Option<UnixStream>,
-    sups: &mut Supervisors,
-    listener: OwnedFd,
-) -> std::io::Result<()> {
+fn fork_supervisor(control: &mut Option<UnixStream>, listener: OwnedFd) -> std::io::Result<()> {
     if threads() != Some(1) {
         return Err(std::io::Error::other(
             "the zygote has more than one thread; forking it would not be safe",
         ));
     }
     use nix::unistd::{fork, ForkResult};
-    let (ours, theirs) = UnixStream::pair()?;
     // SAFETY: this process has exactly one thread (checked above, and nothing in this module
     // starts one), so the child's copy of every lock and allocator state is consistent.
     match unsafe { fork() }.map_err(std::io::Error::from)? {
         ForkResult::Parent { child } => {
-            drop((listener, theirs));
-            sups.busy.push(ours);
+            drop(listener);
             nix::sys::wait::waitpid(child, None).map_err(std::io::Error::from)?;
             Ok(())
         }
         ForkResult::Child => {
-            // The other supervisors' lines stay the zygote's alone.
-            drop((ours, std::mem::take(sups)));
             // SAFETY: as above; this child is single-threaded too.
             let code = match (unsafe { fork() }, control.take()) {
                 (Ok(ForkResult::Child), socket) => {
                     drop(socket);
-                    supervise(listener, theirs)
+                    supervise(listener)
                 }
                 (Ok(ForkResult::Parent { child }), Some(socket)) => {
                     let pid = child.as_raw() as u32;
@@ -356,27 +284,14 @@ fn fork_supervisor(
     }
 }
 
-/// In the supervisor: become an exec'd supervisor, with its line to the zygote.
-fn supervise(listener: OwnedFd, home: UnixStream) -> i32 {
+/// In the supervisor: become an exec'd supervisor.
+fn supervise(listener: OwnedFd) -> i32 {
     if let Err(e) = nix::unistd::dup2_stdin(&listener) {
         eprintln!("qm supervise: cannot take the attempt's socket: {e}");
         return 2;
     }
     drop(listener);
-    if home.set_nonblocking(true).is_err() {
-        return 2;
-    }
-    super::process::main_with(Some(home))
-}
-
-/// One socket received on `socket` (the supervisor's line to the zygote); `None` once the
-/// other end is closed. A byte without a socket is an error.
-pub(crate) fn receive_fd(socket: impl AsFd) -> std::io::Result<Option<OwnedFd>> {
-    match receive_one(socket)? {
-        Message::Socket(fd) => Ok(Some(fd)),
-        Message::Closed => Ok(None),
-        Message::Empty => Err(std::io::Error::other("a message without a socket")),
-    }
+    super::process::main()
 }
 
 /// The number of threads of this process (`/proc/self/status`).

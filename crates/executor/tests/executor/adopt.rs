@@ -206,8 +206,8 @@ async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
         "it waits for the acknowledgement"
     );
     w.exec.acknowledge(&[5]);
-    // Acknowledged, it lets the attempt go: its socket is removed, and the process exits or,
-    // forked from a zygote that still runs, waits free for the next attempt.
+    // Acknowledged, it lets the attempt go: its socket is gone (renamed while it waits free
+    // for the next attempt, removed if it exits).
     let socket = qm_executor::supervisor::socket_path(&w.dir.path().canonicalize().unwrap(), 5);
     let deadline = std::time::Instant::now() + crate::world::WAIT;
     while socket.exists() {

@@ -2,9 +2,11 @@
 //! nobody's child but init's (or a subreaper's); when the zygote is gone, they are executed as
 //! the server's children instead, and attempts run all the same.
 
+use qm_executor::supervisor::{free_socket_path, socket_path};
 use qm_executor::ExecEvent;
+use tokio::sync::mpsc;
 
-use crate::world::{sh, World};
+use crate::world::{sh, World, WAIT};
 
 fn parent_of(pid: u32) -> u32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -72,43 +74,111 @@ async fn supervisors_are_forked_from_the_zygote_and_executed_once_it_is_gone() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one() {
-    // Forked once: after its attempt is acknowledged it tells the zygote it is free, and the
-    // next attempt runs under it (no fork, no new runtime).
-    let mut w = World::new();
-    w.exec.start(sh(1, "job-r1", "true")).unwrap();
-    let first = supervisor_of(&mut w, 1).await;
-    w.exited(1).await;
-    let mut second = 0;
-    for n in 2..40 {
-        w.exec.start(sh(n, &format!("job-r{n}"), "true")).unwrap();
-        second = supervisor_of(&mut w, n).await;
-        w.exited(n).await;
-        if second == first {
-            break;
+/// The first `Running` event of `attempt` among `events`: its supervisor's pid.
+async fn supervisor_in(events: &mut mpsc::UnboundedReceiver<ExecEvent>, attempt: u64) -> u32 {
+    loop {
+        let event = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let ExecEvent::Running {
+            attempt: a,
+            supervisor: Some(identity),
+            ..
+        } = event
+        {
+            if a == attempt {
+                return identity.pid;
+            }
         }
     }
-    assert_eq!(second, first, "the first supervisor ran a later attempt");
-    assert!(
-        std::path::Path::new(&format!("/proc/{first}")).exists(),
-        "it waits for the next"
-    );
-    // The zygote goes (its server stopped): the free supervisors go with it.
-    let zygote = w.exec.zygote().expect("a zygote runs");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(zygote as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let gone = async {
-        while std::fs::read_to_string(format!("/proc/{first}/stat"))
-            .is_ok_and(|s| !s.contains(") Z "))
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+}
+
+/// Waits for the `Exited` event of `attempt` and acknowledges it, as the server does.
+async fn ended(
+    exec: &qm_executor::LocalExecutor,
+    events: &mut mpsc::UnboundedReceiver<ExecEvent>,
+    attempt: u64,
+) {
+    loop {
+        let event = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if matches!(event, ExecEvent::Exited { attempt: a, .. } if a == attempt) {
+            exec.acknowledge(&[attempt]);
+            return;
         }
+    }
+}
+
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one_and_goes_with_its_server() {
+    // Forked once: after its attempt is acknowledged it waits free on its server's
+    // connection (its socket renamed to free-<pid>.sock), and the next attempt runs under it
+    // (no fork, no new socket file). The server goes: the free supervisor goes with it.
+    let w = World::new();
+    let data_dir = w.dir.path().canonicalize().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exec, mut events) = w.executor_alike();
+    let first = runtime.block_on(async {
+        exec.start(sh(1, "job-r1", "true")).unwrap();
+        let first = supervisor_in(&mut events, 1).await;
+        ended(&exec, &mut events, 1).await;
+        let spare = free_socket_path(&data_dir, first);
+        until("acknowledged, it waits free", || {
+            exec.free_supervisors() == 1
+        })
+        .await;
+        assert!(spare.exists());
+        assert!(
+            !socket_path(&data_dir, 1).exists(),
+            "its attempt's socket is gone"
+        );
+        exec.start(sh(2, "job-r2", "sleep 30")).unwrap();
+        assert_eq!(
+            supervisor_in(&mut events, 2).await,
+            first,
+            "the free supervisor runs the next attempt"
+        );
+        assert!(
+            socket_path(&data_dir, 2).exists(),
+            "at the attempt's socket"
+        );
+        assert!(!spare.exists());
+        exec.stop(2);
+        ended(&exec, &mut events, 2).await;
+        until("it is free again", || exec.free_supervisors() == 1).await;
+        assert!(spare.exists());
+        first
+    });
+    drop(exec);
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{first}/stat")).map_or(true, |s| s.contains(") Z "))
     };
-    tokio::time::timeout(std::time::Duration::from_secs(10), gone)
-        .await
-        .expect("a free supervisor exits when its zygote is gone");
+    let deadline = std::time::Instant::now() + WAIT;
+    while !gone() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a free supervisor exits when its server is gone"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !free_socket_path(&data_dir, first).exists(),
+        "and removes its socket"
+    );
 }
