@@ -298,17 +298,10 @@ pub(crate) struct Inner {
 }
 
 /// A free supervisor ([`crate::supervisor::process`]): its connection, and who it is.
+#[derive(Debug)]
 struct Spare {
     conn: Conn,
     identity: Identity,
-}
-
-impl std::fmt::Debug for Spare {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Spare")
-            .field("identity", &self.identity)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The most free supervisors the executor keeps; one more is let go (it exits). Each costs a
@@ -615,9 +608,7 @@ impl LocalExecutor {
 
     /// Starts an attempt [`LocalExecutor::ready`] got ready; a no-op for any other.
     pub fn release(&self, attempt: u64) {
-        if let Some(slot) = self.inner.state().attempts.get(&attempt) {
-            let _ = slot.link.send(ToSupervisor::Go);
-        }
+        self.inner.tell(attempt, ToSupervisor::Go);
     }
 
     /// Stops an attempt: its supervisor sends SIGTERM to each process group and SIGKILL to
@@ -625,9 +616,7 @@ impl LocalExecutor {
     /// event comes once every process is gone and reports the real outcome. Idempotent; an
     /// unknown attempt is a no-op.
     pub fn stop(&self, attempt: u64) {
-        if let Some(slot) = self.inner.state().attempts.get(&attempt) {
-            let _ = slot.link.send(ToSupervisor::Stop);
-        }
+        self.inner.tell(attempt, ToSupervisor::Stop);
     }
 
     /// The per-job directory (`data_dir/jobs/<job_id>`).
@@ -1042,8 +1031,8 @@ impl Inner {
             if !spare.conn.idle() {
                 continue;
             }
-            let from = format!("{}{}.sock", sup::FREE_PREFIX, spare.identity.pid);
-            let to = format!("{attempt}.sock");
+            let from = sup::free_socket_name(spare.identity.pid);
+            let to = sup::socket_name(attempt);
             match rustix::fs::renameat(&self.supervisors, &from, &self.supervisors, &to) {
                 Ok(()) => return Some((spare.conn, spare.identity)),
                 Err(e) => {
@@ -1056,6 +1045,13 @@ impl Inner {
     /// The supervisor of a started (or adopted) attempt, once known.
     pub(crate) fn identity(&self, attempt: u64) -> Option<Identity> {
         self.state().attempts.get(&attempt)?.supervisor.clone()
+    }
+
+    /// Sends `msg` to a started (or adopted) attempt's supervisor; nothing for another.
+    fn tell(&self, attempt: u64, msg: ToSupervisor) {
+        if let Some(slot) = self.state().attempts.get(&attempt) {
+            let _ = slot.link.send(msg);
+        }
     }
 
     fn set_supervisor(&self, attempt: u64, identity: Identity) {

@@ -114,8 +114,9 @@ impl Execute for Executor {
 
     fn ready(&self, spec: LaunchSpec) -> Result<Option<LaunchSpec>, ExecError> {
         match self {
-            // A forked supervisor costs a round trip to the zygote: made while the log is
-            // written, it is not on the path from the decision to the job running.
+            // Finding (or forking) and connecting the supervisor, and its preparing the job,
+            // happen while the log is written: not on the path from the decision to the job
+            // running.
             Executor::Local(local) => local.ready(spec).map(|()| None),
             // sbatch is the start itself: only once the decision is durable.
             Executor::Slurm(_) => Ok(Some(spec)),

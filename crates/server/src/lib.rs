@@ -571,7 +571,6 @@ fn storage(config: &Config) -> qm_executor::Storage {
     qm_executor::Storage::new(qm_executor::StorageSettings::resolve(&config.storage, &env))
 }
 
-/// The Slurm executor's settings under `config`.
 /// GPUs per instance of each local pool's type (what usage reports count).
 pub(crate) fn pool_gpus(pools: &[PoolSpec]) -> std::collections::BTreeMap<String, u32> {
     pools
@@ -589,6 +588,7 @@ pub(crate) fn slurm_gpus(settings: &SlurmSettings) -> std::collections::BTreeMap
         .collect()
 }
 
+/// The Slurm executor's settings under `config`.
 pub(crate) fn slurm_config(config: &Config, settings: &SlurmSettings, tag: &str) -> SlurmConfig {
     let mut cfg = SlurmConfig::new(
         settings.shared_dir_or(&config.data_dir),

@@ -18,6 +18,7 @@ use crate::executor::Inner;
 pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to a supervisor.
+#[derive(Debug)]
 pub(crate) struct Conn {
     lines: Lines<BufReader<OwnedReadHalf>>,
     write: OwnedWriteHalf,

@@ -50,16 +50,22 @@ pub const OUTCOME_VERSION: u32 = 1;
 
 /// The socket of attempt `attempt`'s supervisor.
 pub fn socket_path(data_dir: &Path, attempt: u64) -> PathBuf {
-    data_dir
-        .join(SUPERVISORS_DIR)
-        .join(format!("{attempt}.sock"))
+    data_dir.join(SUPERVISORS_DIR).join(socket_name(attempt))
 }
 
 /// The socket of a free supervisor (its attempt acknowledged, waiting for the next one).
 pub fn free_socket_path(data_dir: &Path, pid: u32) -> PathBuf {
-    data_dir
-        .join(SUPERVISORS_DIR)
-        .join(format!("{FREE_PREFIX}{pid}.sock"))
+    data_dir.join(SUPERVISORS_DIR).join(free_socket_name(pid))
+}
+
+/// The name of attempt `attempt`'s socket in [`SUPERVISORS_DIR`].
+pub(crate) fn socket_name(attempt: u64) -> String {
+    format!("{attempt}.sock")
+}
+
+/// The name of free supervisor `pid`'s socket in [`SUPERVISORS_DIR`].
+pub(crate) fn free_socket_name(pid: u32) -> String {
+    format!("{FREE_PREFIX}{pid}.sock")
 }
 
 /// How the sockets of free supervisors are named (`free-<pid>.sock`); a server that starts

@@ -10,8 +10,9 @@
 //! on that server's connection for the next attempt (`free`), and exits when the server
 //! closes it. A launch sent with `hold` is prepared at once and started at `go`. Servers come
 //! and go: each new connection is told the status as it is, and stop requests are carried out
-//! whether a server is there or not. SIGTERM to the supervisor stops the attempt, which is then reported lost
-//! (a service manager stopping the server's whole unit, not the job's doing).
+//! whether a server is there or not. SIGTERM to the supervisor stops the attempt, which is
+//! then reported lost (a service manager stopping the server's whole unit, not the job's
+//! doing).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -118,9 +119,7 @@ pub fn main() -> i32 {
 /// before it sent them). `None` (the socket removed) when the server closes the connection
 /// or sends anything else, or on SIGTERM.
 async fn free(mut conn: Conn, socket: &Path) -> Option<(Conn, u64, Launch)> {
-    let dir = socket.parent()?;
-    let data_dir = dir.parent()?;
-    let spare = super::free_socket_path(data_dir, std::process::id());
+    let spare = socket.with_file_name(super::free_socket_name(std::process::id()));
     if std::fs::rename(socket, &spare).is_err() {
         let _ = std::fs::remove_file(socket);
         return None;
@@ -516,15 +515,10 @@ impl Worker {
             .spawn(move || {
                 while let Ok(job) = next.recv() {
                     let (path, events) = (outcome_path(&job.launch), job.events.clone());
+                    let span = job.span.clone();
                     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let _entered = job.span.enter();
-                        runtime.block_on(run_attempt(
-                            job.launch,
-                            job.events,
-                            job.stop,
-                            job.go,
-                            job.signalled,
-                        ));
+                        let _entered = span.enter();
+                        runtime.block_on(run_attempt(job, &path));
                     }));
                     if ran.is_err() {
                         // Its processes were killed as the attempt's future was dropped. The
@@ -602,15 +596,16 @@ fn record(path: &Path, outcome: &Outcome) -> bool {
     }
 }
 
-/// Runs the attempt, writes its outcome durably, then says it exited.
-async fn run_attempt(
-    launch: Launch,
-    events: mpsc::UnboundedSender<(Status, bool)>,
-    stop: watch::Receiver<bool>,
-    go: watch::Receiver<bool>,
-    signalled: Arc<AtomicBool>,
-) {
-    let path = outcome_path(&launch);
+/// Runs the attempt, writes its outcome durably (to `path`), then says it exited.
+async fn run_attempt(job: Job, path: &Path) {
+    let Job {
+        launch,
+        events,
+        stop,
+        go,
+        signalled,
+        ..
+    } = job;
     let Launch {
         spec,
         placement,
@@ -649,7 +644,7 @@ async fn run_attempt(
     // Held and never told to go: nothing ran, and no server's log holds the start, so no
     // outcome file may speak for the attempt (a later attempt of the same number would find
     // it).
-    let durable = !started || record(&path, &outcome);
+    let durable = !started || record(path, &outcome);
     let _ = events.send((
         Status::Exited {
             outcome,

@@ -11,11 +11,11 @@
 //! the server hands it as a spawned one's (`hello`, `launch`) once it renamed the socket to the
 //! attempt's; a server that closes the connection instead (or one that never reads `free`)
 //! makes it remove its socket and exit. A reused supervisor costs no fork, no new socket file
-//! and no connection. A launch may come with `hold`, sent while the server's log is being written:
-//! the supervisor prepares and starts the job only at `go` (and says `held` in its hello
-//! meanwhile, so that a server adopting it after a crash sends `go`, or `stop` if its log
-//! never held the start). A connection that breaks is no loss: the next server connects again and is told
-//! the status as it is then.
+//! and no connection. A launch may come with `hold`, sent while the server's log is being
+//! written: the supervisor prepares and starts the job only at `go` (and says `held` in its
+//! hello meanwhile, so that a server adopting it after a crash sends `go`, or `stop` if its
+//! log never held the start). A connection that breaks is no loss: the next server connects
+//! again and is told the status as it is then.
 //!
 //! Compatibility: a server adopts supervisors of every protocol version from
 //! [`OLDEST_ADOPTED`] to [`PROTOCOL`]; a later version may add fields (with defaults) and

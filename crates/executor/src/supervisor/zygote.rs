@@ -6,9 +6,10 @@
 //! The server starts `qm supervise zygote` once, with one end of a socket pair as its standard
 //! input. For each attempt it sends one byte carrying the attempt's listening socket
 //! (`SCM_RIGHTS`), without waiting for the answer to the one before; the zygote forks twice —
-//! the middle process writes the supervisor's pid back and exits at once, so the supervisor is nobody's child but init's (or a subreaper's),
-//! exactly as an exec'd one is once its server goes — and the supervisor puts the listening
-//! socket on its standard input and runs [`super::process::main`] as an exec'd one would.
+//! the middle process writes the supervisor's pid back and exits at once, so the supervisor
+//! is nobody's child but init's (or a subreaper's), exactly as an exec'd one is once its
+//! server goes — and the supervisor puts the listening socket on its standard input and runs
+//! [`super::process::main`] as an exec'd one would.
 //!
 //! A supervisor whose attempt is acknowledged stays free on its server's connection for the
 //! next attempt ([`super::process`]): the zygote forks only when the server has no free one.
@@ -92,9 +93,9 @@ impl Zygote {
         self.child.id()
     }
 
-    /// Sends `listener` to the zygote, which hands it to a free supervisor or forks one; the
-    /// answer is that supervisor's pid, 0 if it could not fork, or nothing (the sender
-    /// dropped) if the zygote is gone.
+    /// Sends `listener` to the zygote, which forks a supervisor onto it; the answer is that
+    /// supervisor's pid, 0 if it could not fork, or nothing (the sender dropped) if the
+    /// zygote is gone.
     pub(crate) fn request(
         &self,
         listener: BorrowedFd<'_>,

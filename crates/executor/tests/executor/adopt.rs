@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use qm_executor::supervisor::{boot_id, Identity};
 use qm_executor::{ExecEvent, Outcome, Reconciled, Recorded};
 
-use crate::world::{sh, wait_for_text, World};
+use crate::world::{running_in, server_runtime, sh, wait_for_text, World};
 
 fn alive(pid: u32) -> bool {
     kill(Pid::from_raw(pid as i32), None).is_ok()
@@ -49,31 +49,14 @@ fn start_and_abandon(w: &World, attempt: u64, job: &str, script: &str) -> (Ident
 }
 
 fn abandon_on_own_runtime(w: &World, attempt: u64, job: &str, script: &str) -> (Identity, u32) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = server_runtime();
     let (old, mut events) = w.executor_alike();
-    let (identity, pid) = runtime.block_on(async {
+    let (identity, pids) = runtime.block_on(async {
         old.start(sh(attempt, job, script)).unwrap();
-        loop {
-            match tokio::time::timeout(crate::world::WAIT, events.recv()).await {
-                Ok(Some(ExecEvent::Running {
-                    pids, supervisor, ..
-                })) => {
-                    break (
-                        supervisor.expect("a local attempt has a supervisor"),
-                        pids[0],
-                    )
-                }
-                Ok(Some(_)) => {}
-                other => panic!("no Running: {other:?}"),
-            }
-        }
+        running_in(&mut events, attempt).await
     });
     runtime.shutdown_timeout(Duration::from_secs(5));
-    (identity, pid)
+    (identity, pids[0])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,11 +208,7 @@ async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
 fn ready_and_abandon(w: &World, attempt: u64, job: &str, script: &str) -> Identity {
     std::thread::scope(|s| {
         s.spawn(|| {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
+            let runtime = server_runtime();
             let (old, _events) = w.executor_alike();
             let config = old.job_dir(job).join("input/config/resourceconfig.json");
             let identity = runtime.block_on(async {
@@ -281,4 +260,18 @@ async fn a_held_launch_the_log_does_not_hold_is_stopped_unstarted_and_leaves_no_
         "an attempt that never started wrote an outcome a later attempt 1 would be taken for"
     );
     assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_server_removes_the_sockets_a_previous_servers_free_supervisors_left() {
+    let w = World::new();
+    let data_dir = w.dir.path().canonicalize().unwrap();
+    let stale = qm_executor::supervisor::free_socket_path(&data_dir, 999_999);
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    w.exec.reconcile(vec![]).await;
+    assert!(
+        !stale.exists(),
+        "a free supervisor's socket outlived its server"
+    );
 }

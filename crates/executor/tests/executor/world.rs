@@ -125,6 +125,37 @@ impl World {
     }
 }
 
+/// A runtime for an executor of its own (one from [`World::executor_alike`]): a test drops it
+/// to make that executor's server die, while the test's own runtime goes on.
+pub fn server_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The first `Running` event of `attempt` among `events`: its supervisor and pids.
+pub async fn running_in(
+    events: &mut mpsc::UnboundedReceiver<ExecEvent>,
+    attempt: u64,
+) -> (qm_executor::supervisor::Identity, Vec<u32>) {
+    loop {
+        match tokio::time::timeout(WAIT, events.recv()).await {
+            Ok(Some(ExecEvent::Running {
+                attempt: a,
+                pids,
+                supervisor,
+                ..
+            })) if a == attempt => {
+                return (supervisor.expect("a local attempt has a supervisor"), pids)
+            }
+            Ok(Some(_)) => {}
+            other => panic!("no Running of attempt {attempt}: {other:?}"),
+        }
+    }
+}
+
 /// Two CPU instances of ml.g5.xlarge, a 300 ms stop grace, checkpoints scanned every 50 ms.
 fn config(dir: &Path) -> LocalConfig {
     let mut cfg = LocalConfig::new(dir, vec![pool("ml.g5.xlarge", 2, 0)]);

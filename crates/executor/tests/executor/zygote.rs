@@ -6,7 +6,7 @@ use qm_executor::supervisor::{free_socket_path, socket_path};
 use qm_executor::ExecEvent;
 use tokio::sync::mpsc;
 
-use crate::world::{sh, World, WAIT};
+use crate::world::{running_in, server_runtime, sh, World, WAIT};
 
 fn parent_of(pid: u32) -> u32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -74,26 +74,6 @@ async fn supervisors_are_forked_from_the_zygote_and_executed_once_it_is_gone() {
     }
 }
 
-/// The first `Running` event of `attempt` among `events`: its supervisor's pid.
-async fn supervisor_in(events: &mut mpsc::UnboundedReceiver<ExecEvent>, attempt: u64) -> u32 {
-    loop {
-        let event = tokio::time::timeout(WAIT, events.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        if let ExecEvent::Running {
-            attempt: a,
-            supervisor: Some(identity),
-            ..
-        } = event
-        {
-            if a == attempt {
-                return identity.pid;
-            }
-        }
-    }
-}
-
 /// Waits for the `Exited` event of `attempt` and acknowledges it, as the server does.
 async fn ended(
     exec: &qm_executor::LocalExecutor,
@@ -127,15 +107,11 @@ fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one_and_goes_with_i
     // (no fork, no new socket file). The server goes: the free supervisor goes with it.
     let w = World::new();
     let data_dir = w.dir.path().canonicalize().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = server_runtime();
     let (exec, mut events) = w.executor_alike();
     let first = runtime.block_on(async {
         exec.start(sh(1, "job-r1", "true")).unwrap();
-        let first = supervisor_in(&mut events, 1).await;
+        let first = running_in(&mut events, 1).await.0.pid;
         ended(&exec, &mut events, 1).await;
         let spare = free_socket_path(&data_dir, first);
         until("acknowledged, it waits free", || {
@@ -149,7 +125,7 @@ fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one_and_goes_with_i
         );
         exec.start(sh(2, "job-r2", "sleep 30")).unwrap();
         assert_eq!(
-            supervisor_in(&mut events, 2).await,
+            running_in(&mut events, 2).await.0.pid,
             first,
             "the free supervisor runs the next attempt"
         );
