@@ -7,7 +7,8 @@
 //! ran out and every attempt without one held them for ever, while everything the head could
 //! preempt — the jobs backfilled onto it, what other shares borrow when the head is within
 //! its share's entitlement, its share's lower-priority jobs under in-share preemption — were
-//! gone at once, and ignoring the other waiting jobs (the reservation holds them). Each
+//! gone at once, and ignoring the other waiting jobs (the reservation holds them) but for
+//! reclaiming jobs, which hold what they claimed as if they had just started. Each
 //! simplification can only make the shadow earlier, so fewer jobs qualify: an EASY start
 //! never delays the head past its shadow. A head whose start depends on an attempt without a
 //! bound has no shadow, and nothing is EASY-backfilled onto it.
@@ -31,7 +32,7 @@ impl Scheduler {
         let ul = queue.units.get(&u)?;
         let job = self.jobs.get(&head)?;
         let (s, c) = (usize::from(job.share.0), job.spec.count);
-        let mut accounts: Vec<Account> = view.projected.clone();
+        let mut accounts: Vec<Account> = view.held_projected().to_vec();
         let owner_sized = accounts[s].usage + c <= accounts[s].entitlement;
         for (x, lane) in ul.lanes.iter().enumerate() {
             let mut gone = lane.backfill.get(&head).copied().unwrap_or(0);
@@ -47,23 +48,37 @@ impl Scheduler {
             }
             accounts[x].usage = accounts[x].usage.saturating_sub(gone);
         }
+        // A reclaiming job holds what it claimed as if it had started now: to the end of its
+        // bound, or for ever. So the shadow is the same in the pass where a job preempts
+        // EASY-backfilled and in the pass where it starts once its victims have exited (were
+        // it held then, its claim would lapse, its victims restart, and it preempt again).
+        let mut ends: Vec<(Millis, usize, u32)> = Vec::new();
+        for (x, lane) in ul.lanes.iter().enumerate() {
+            for k in lane.reclaimers.iter().filter(|k| k.job != head) {
+                let claimant = &self.jobs[&k.job].spec;
+                accounts[x].usage += claimant.count;
+                if let Some(bound) = claimant.runtime_limit_ms {
+                    ends.push((now.saturating_add(bound), x, claimant.count));
+                }
+            }
+        }
         let fits = |a: &[Account]| {
             ledger::allowed_add(&ledger::pressure(&view.ceiling, a), &a[s], s, c).is_ok()
         };
         if fits(&accounts) {
             return Some(now);
         }
-        let mut ends: Vec<(Millis, usize, u32)> = ul
-            .lanes
-            .iter()
-            .flat_map(|lane| lane.running.iter())
-            .filter_map(|k| {
-                let att = self.attempts.get(&k.attempt.0)?;
-                let bound = self.jobs.get(&att.job)?.spec.runtime_limit_ms?;
-                let end = att.started_at.saturating_add(bound).max(now);
-                Some((end, usize::from(att.share.0), att.count))
-            })
-            .collect();
+        ends.extend(
+            ul.lanes
+                .iter()
+                .flat_map(|lane| lane.running.iter())
+                .filter_map(|k| {
+                    let att = self.attempts.get(&k.attempt.0)?;
+                    let bound = self.jobs.get(&att.job)?.spec.runtime_limit_ms?;
+                    let end = att.started_at.saturating_add(bound).max(now);
+                    Some((end, usize::from(att.share.0), att.count))
+                }),
+        );
         ends.sort_unstable();
         for (end, x, count) in ends {
             accounts[x].usage = accounts[x].usage.saturating_sub(count);

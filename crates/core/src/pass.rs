@@ -179,6 +179,12 @@ impl View {
         &self.held
     }
 
+    /// Every share's account once the stopping attempts have exited, as attempts hold it
+    /// (without the claims of reclaiming jobs).
+    pub(crate) fn held_projected(&self) -> &[Account] {
+        &self.held_projected
+    }
+
     /// Share `s` started a job of `c` instances.
     fn add(&mut self, s: usize, c: u32) {
         self.held[s].usage += c;
@@ -664,11 +670,15 @@ impl Scheduler {
                             None
                         } else if self.policy.preemptible_backfill
                             && self.jobs[&id].spec.interruptible
+                            && !(self.jobs[&id].spec.own_only() && self.jobs[&head].spec.own_only())
                         {
                             Some((head, decided))
                         } else {
                             // (A job that may not be interrupted is never backfilled: the
-                            // head could not take its capacity back.)
+                            // head could not take its capacity back. Nor is one that runs only
+                            // within its share's quota onto a head that does too: it would
+                            // count against the quota before the head, which then could not
+                            // start, nor take it back, and its claimants would churn.)
                             // Held; the jobs after it may still end in time.
                             b.easy_after = b.easy_after.max(Some(n.key));
                             b.easy_held += 1;
@@ -723,6 +733,18 @@ impl Scheduler {
                             gave_up = true;
                         }
                         view.add(s, n.count);
+                        if n.head {
+                            // Its share has a new head, which holds capacity from now on if it
+                            // is aged: the pass's later decisions must see that reservation,
+                            // or a claimant would preempt for capacity the head then keeps.
+                            let ul = &self.queues[q.0 as usize].units[&u];
+                            let new = self.reservation(now, ul, s, &view, &patient_before);
+                            if let Some(r) =
+                                new.filter(|r| reservations.iter().all(|x| x.job != r.job))
+                            {
+                                reservations.push(r);
+                            }
+                        }
                     }
                     Decision::Preempt(victims) => {
                         b.close();
@@ -734,6 +756,12 @@ impl Scheduler {
                         self.preempt(now, id, &victims, fx);
                         if !reclaimer {
                             view.claim(n.share, i64::from(n.count));
+                            // Its claim now protects what it waits for: the share keeps for
+                            // its other waiting owners only what fits beside the claims
+                            // (`Scheduler::lane_reserve`), or the claim and the reservation
+                            // would keep the same instances from borrowers twice.
+                            view.reserve[n.share] =
+                                view.group_headroom(n.share, self.reserve_of(q, u, n.share));
                         }
                         self.hold(q, u, n.share, id, Hold::Release);
                     }
@@ -997,35 +1025,42 @@ impl Scheduler {
         let Some(ul) = self.queues[q.0 as usize].units.get(&u) else {
             return Vec::new();
         };
-        ul.lanes
-            .iter()
-            .enumerate()
-            .filter_map(|(s, lane)| {
-                if lane.pending.len() == 0 {
-                    return None;
-                }
-                let (c, k) = lane.pending.first(u32::MAX)?;
-                if !self.aged(now, k) {
-                    return None;
-                }
-                // A head that runs only within its share's own quota and does not fit what
-                // the share's other such jobs leave waits for them alone: holding capacity
-                // for it would idle what no one else may use meanwhile.
-                if k.own_only && lane.own_only + c > view.held(s).entitlement {
-                    return None;
-                }
-                let owner_sized = c <= view.held(s).entitlement;
-                Some(Reservation {
-                    seq: k.seq,
-                    job: k.job,
-                    share: s,
-                    cross: owner_sized && view.contested_for(s) && view.others_could_free(s, c),
-                    draining: ul.patient.contains_key(&k.job),
-                    decided: false,
-                    shadow: None,
-                })
-            })
+        (0..ul.lanes.len())
+            .filter_map(|s| self.reservation(now, ul, s, view, &ul.patient))
             .collect()
+    }
+
+    /// The reservation of share `s`'s head on the lane group `ul`, if it is aged; `patient`:
+    /// the jobs patient with their victims after the last pass (its head then drains).
+    fn reservation(
+        &self,
+        now: Millis,
+        ul: &crate::scheduler::UnitLanes,
+        s: usize,
+        view: &View,
+        patient: &BTreeMap<JobId, Patience>,
+    ) -> Option<Reservation> {
+        let lane = &ul.lanes[s];
+        let (c, k) = lane.pending.first(u32::MAX)?;
+        if !self.aged(now, k) {
+            return None;
+        }
+        // A head that runs only within its share's own quota and does not fit what the
+        // share's other such jobs leave waits for them alone: holding capacity for it would
+        // idle what no one else may use meanwhile.
+        if k.own_only && lane.own_only + c > view.held(s).entitlement {
+            return None;
+        }
+        let owner_sized = c <= view.held(s).entitlement;
+        Some(Reservation {
+            seq: k.seq,
+            job: k.job,
+            share: s,
+            cross: owner_sized && view.contested_for(s) && view.others_could_free(s, c),
+            draining: patient.contains_key(&k.job),
+            decided: false,
+            shadow: None,
+        })
     }
 
     /// Aged head `head` starts: its reservation ends, and the jobs backfilled onto it, in any
@@ -1112,8 +1147,22 @@ impl Scheduler {
             // Its idle capacity is about to be its head's: lending it now would only mean
             // preempting the borrower in a moment.
             entitlement.saturating_sub(lane.usage)
-        } else {
+        } else if lane.reclaimers.is_empty() {
             pending_own_demand(lane, entitlement, share.in_share_preemption())
+        } else {
+            // The reclaimers' claims protect what they wait for already (a claim counts as
+            // usage, `View::with_claim`); the share's other waiting owners keep what fits the
+            // idle entitlement left beside the claims.
+            let claims: Vec<u32> = lane
+                .reclaimers
+                .iter()
+                .map(|k| self.jobs[&k.job].spec.count)
+                .collect();
+            let room = entitlement
+                .saturating_sub(lane.usage - lane.stopping)
+                .saturating_sub(claims.iter().sum());
+            let fitting: u32 = claims.iter().filter(|&&c| c <= room).sum();
+            lane.pending.demand_within_besides(room, fitting)
         }
     }
 
@@ -1217,11 +1266,13 @@ impl Scheduler {
             };
             if let Some(&r) = next_reclaimer.filter(|r| self.jobs[&r.job].spec.count <= b.any) {
                 // The capacity its victims release is the share's: the reclaimer is decided
-                // before other shares can take it (after the jobs ahead of it, in a share
-                // where those could preempt it).
+                // before other shares can take it — after the jobs of higher priority, in a
+                // share where those could preempt it. (A job ahead of it by submission only
+                // could not: taking the room would leave the reclaimer waiting and its
+                // victims to restart on what is left, a preemption for nothing.)
                 if strict {
                     let first = lane.pending.first_after(b.any, b.own_only, None);
-                    if let Some((c, k)) = first.filter(|(_, k)| *k < r) {
+                    if let Some((c, k)) = first.filter(|(_, k)| k.priority < r.priority) {
                         out.push(nominee(c, k, kind_of(c, k), false));
                         continue;
                     }
@@ -1368,10 +1419,7 @@ impl Scheduler {
         // A job that may not be interrupted (or may not borrow) runs within its share's own
         // quota, counted before the share's other jobs (which then hold what the share
         // borrows): nothing it could preempt changes that.
-        if job.spec.own_only() && self.own_only_usage(job) + c > view.held(s).entitlement {
-            return Decision::Wait(Violation::Firm);
-        }
-        let admit = |accounts: &[Account], pressure: &Pressure| {
+        let admit = |view: &View, accounts: &[Account], pressure: &Pressure| {
             ledger::allowed_add(pressure, &accounts[s], s, c)?;
             if view.borrow_gate(accounts, s, c) {
                 Ok(())
@@ -1379,6 +1427,20 @@ impl Scheduler {
                 Err(Violation::Reserved)
             }
         };
+        if job.spec.own_only() && self.own_only_usage(job) + c > view.held(s).entitlement {
+            // Only taking such jobs of its share back changes that: when the ones it may take
+            // are enough for it to start once they exit, it preempts them (were it to wait, a
+            // job behind it could take them, and it would start on their room instead).
+            let firm = self.firm_victims(id, view).filter(|victims| {
+                let mut freed = view.clone();
+                for a in victims {
+                    freed.stopping(s, self.attempts[a].count);
+                }
+                admit(&freed, &freed.projected, &freed.projected_pressure).is_ok()
+            });
+            return firm.map_or(Decision::Wait(Violation::Firm), Decision::Preempt);
+        }
+        let admit = |accounts: &[Account], pressure: &Pressure| admit(view, accounts, pressure);
         let violation = match admit(&view.real, &view.real_pressure) {
             Ok(()) => return Decision::Start,
             Err(v) => v,
@@ -1398,6 +1460,41 @@ impl Scheduler {
             Some(victims) => Decision::Preempt(victims),
             None => Decision::Wait(violation),
         }
+    }
+
+    /// For a job that the own-only usage of its share keeps out (`Violation::Firm`): the first
+    /// jobs in victim order that it may take and that run only within the share's quota, as
+    /// many as bring it within the quota, or `None` when those it may take are not enough.
+    /// It may take the share's lower-priority jobs under in-share preemption, unless
+    /// thrash protection keeps them.
+    fn firm_victims(&self, id: JobId, view: &View) -> Option<Vec<AttemptId>> {
+        let job = &self.jobs[&id];
+        let s = usize::from(job.share.0);
+        let queue = &self.queues[job.queue.0 as usize];
+        let share = &queue.shares[s];
+        if !share.in_share_preemption() {
+            return None;
+        }
+        let lane = queue.units.get(&job.unit)?.lanes.get(s)?;
+        let mut need =
+            (self.own_only_usage(job) + job.spec.count).saturating_sub(view.held(s).entitlement);
+        let mut victims = Vec::new();
+        for k in lane
+            .running
+            .iter()
+            .take_while(|k| k.priority < job.spec.priority)
+        {
+            let att = &self.attempts[&k.attempt.0];
+            let protected = share.protects() && self.protected_until(att, view.now).is_some();
+            if att.own_only() && att.interruptible && !protected {
+                victims.push(k.attempt.0);
+                need = need.saturating_sub(att.count);
+                if need == 0 {
+                    return Some(victims);
+                }
+            }
+        }
+        None
     }
 
     /// The first valid victim set for the job in the documented order (`crate::victims`), or
@@ -1652,11 +1749,10 @@ impl Scheduler {
 /// (nor, when the shares' limits add up to more than the environment, taken by a borrower),
 /// since the owner would reclaim it at once.
 fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
-    if !lane.reclaimers.is_empty() {
-        // A share with reclaiming jobs protects its capacity by their claims already.
-        return 0;
-    }
-    let own_room = entitlement.saturating_sub(lane.usage);
+    // Once the stopping attempts have exited: what they hold comes back to the share's
+    // owners, so lending it would only mean reclaiming it from the borrower in a moment.
+    let usage = lane.usage - lane.stopping;
+    let own_room = entitlement.saturating_sub(usage);
     if let Some((c, head)) = lane.pending.first(u32::MAX) {
         // The head may take its share's lower-priority jobs (in-share preemption) and the
         // jobs backfilled onto its reservation: what they hold counts as room it has.
@@ -1669,8 +1765,8 @@ fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
             0
         };
         let backfilled = lane.backfill.get(&head.job).copied().unwrap_or(0);
-        let freeable = (lower + backfilled).min(lane.usage);
-        if (in_share || backfilled > 0) && lane.usage - freeable + c <= entitlement {
+        let freeable = (lower + backfilled).min(usage);
+        if (in_share || backfilled > 0) && usage - freeable + c <= entitlement {
             return c.min(own_room);
         }
     }

@@ -132,14 +132,21 @@ impl PendingIndex {
     /// The instances that the jobs needing at most `room` instances ask for together, capped
     /// at `room`: O(distinct counts), stopping once the room is spoken for.
     pub(crate) fn demand_within(&self, room: u32) -> u32 {
+        self.demand_within_besides(room, 0)
+    }
+
+    /// [`PendingIndex::demand_within`] without `besides` instances of jobs that fit `room`
+    /// and are counted elsewhere (a share's reclaimers, whose claims protect their room).
+    pub(crate) fn demand_within_besides(&self, room: u32, besides: u32) -> u32 {
         let mut demand = 0u64;
+        let cap = u64::from(room) + u64::from(besides);
         for (c, set) in self.by_count.iter().flat_map(|m| m.range(..=room)) {
             demand += u64::from(*c) * set.len() as u64;
-            if demand >= u64::from(room) {
+            if demand >= cap {
                 return room;
             }
         }
-        demand as u32
+        (demand.saturating_sub(u64::from(besides)) as u32).min(room)
     }
 
     /// [`PendingIndex::first`] among the jobs after `after` in share order, of which those
@@ -1221,8 +1228,52 @@ impl Scheduler {
         if pending {
             self.enqueue(id);
         }
+        let s = self.jobs[&id].share;
+        self.untag_passed(q, u, s);
         self.dirty.insert((q, u));
         Ok(())
+    }
+
+    /// After a priority change in share `s`: a running job backfilled onto the reservation of
+    /// a head of its own share that it now ranks ahead of is no longer backfill. It may pass
+    /// that head (a job ahead of a share's head could start before it anyway), and taking it
+    /// back for the head would only requeue it ahead of the head, to restart on the room it
+    /// left (issue 42: a preemption for nothing).
+    fn untag_passed(&mut self, q: QueueIx, u: UnitIx, s: ShareIx) {
+        let Some(lane) = self.queues[q.0 as usize]
+            .units
+            .get(&u)
+            .and_then(|ul| ul.lanes.get(usize::from(s.0)))
+        else {
+            return;
+        };
+        if lane.backfill.is_empty() {
+            return;
+        }
+        let rank = |j: &Job| (j.spec.priority, std::cmp::Reverse(j.seq));
+        let passed: Vec<(AttemptId, JobId, u32)> = lane
+            .running
+            .iter()
+            .filter_map(|k| {
+                let att = &self.attempts[&k.attempt.0];
+                let h = att.backfill_for?;
+                let head = self.jobs.get(&h)?;
+                let ahead = head.share == s && rank(&self.jobs[&att.job]) > rank(head);
+                ahead.then_some((k.attempt.0, h, att.count))
+            })
+            .collect();
+        for (a, head, count) in passed {
+            self.attempts
+                .get_mut(&a)
+                .expect("running attempt")
+                .backfill_for = None;
+            let lane = self.queues[q.0 as usize]
+                .units
+                .get_mut(&u)
+                .expect("lane group")
+                .lane(s);
+            sub_priority(&mut lane.backfill, head, count);
+        }
     }
 
     fn set_borrows(&mut self, id: JobId, borrows: bool) -> Result<(), CoreError> {
