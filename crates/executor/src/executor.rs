@@ -290,6 +290,9 @@ pub(crate) struct Inner {
     /// Exits reported and waiting for the server's log to hold them before the supervisor is
     /// acknowledged.
     commits: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
+    /// Acknowledgements decided and not yet written to their supervisors (a stopping server
+    /// waits for them: [`LocalExecutor::settle`]).
+    acks: tokio::sync::watch::Sender<u32>,
     /// What supervisors are forked from.
     zygote: Mutex<ZygoteState>,
     /// Supervisors whose attempts are acknowledged, free on their connections for the next
@@ -481,6 +484,7 @@ impl LocalExecutor {
                 boot_id: sup::boot_id(),
                 supervisors,
                 commits: Mutex::new(BTreeMap::new()),
+                acks: tokio::sync::watch::Sender::new(0),
                 zygote: Mutex::new(ZygoteState::Idle),
                 spares: Mutex::new(Vec::new()),
             }),
@@ -727,9 +731,21 @@ impl LocalExecutor {
             .unwrap_or_else(PoisonError::into_inner);
         for attempt in attempts {
             if let Some(tx) = commits.remove(attempt) {
-                let _ = tx.send(());
+                self.inner.acks.send_modify(|n| *n += 1);
+                if tx.send(()).is_err() {
+                    self.inner.ack_written();
+                }
             }
         }
+    }
+
+    /// For a stopping server, after its last commit: waits (at most `within`) until every
+    /// acknowledgement it decided is written to its supervisor. Otherwise the supervisor of
+    /// an attempt that ended just before the stop would wait for the next server to learn
+    /// what the log already holds.
+    pub async fn settle(&self, within: Duration) {
+        let mut acks = self.inner.acks.subscribe();
+        let _ = tokio::time::timeout(within, acks.wait_for(|n| *n == 0)).await;
     }
 
     /// How many supervisors wait free for the next attempt.
@@ -1058,6 +1074,12 @@ impl Inner {
         if let Some(slot) = self.state().attempts.get_mut(&attempt) {
             slot.supervisor = Some(identity);
         }
+    }
+
+    /// An acknowledgement [`LocalExecutor::acknowledge`] decided is written (or its
+    /// supervisor is gone).
+    pub(crate) fn ack_written(&self) {
+        self.acks.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Waits for [`LocalExecutor::acknowledge`] of `attempt`'s exit.

@@ -54,6 +54,15 @@ pub enum Executor {
 }
 
 impl Executor {
+    /// For a stopping server, after its last commit: lets the acknowledgements it decided
+    /// reach their supervisors (at most `within`), so that those of attempts that ended just
+    /// before the stop exit rather than wait for the next server. Slurm keeps no such line.
+    pub async fn settle(&self, within: std::time::Duration) {
+        if let Executor::Local(e) = self {
+            e.settle(within).await;
+        }
+    }
+
     /// Instances per type the executor offers.
     pub fn capacity(&self) -> BTreeMap<String, u32> {
         match self {

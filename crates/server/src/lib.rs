@@ -205,6 +205,7 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
 
     let logs = executor.clone();
     let reloading = executor.clone();
+    let settling = executor.clone();
     let (req_tx, req_rx) = mpsc::channel(INBOX);
     let mut driver = driver::Driver::new(
         state,
@@ -324,6 +325,7 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
     }
     // The router (and its inbox sender) is gone: the driver drains what is queued and ends.
     let _ = tokio::task::spawn_blocking(move || driver_thread.join()).await;
+    settling.settle(std::time::Duration::from_secs(2)).await;
     eprintln!("qm: stopped");
     Ok(())
 }

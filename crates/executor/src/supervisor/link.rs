@@ -140,8 +140,12 @@ pub(crate) async fn run(
                             }
                         }
                         // Harmless if it is gone already; it exits once told.
-                        if conn.send(&ToSupervisor::Ack).await.is_ok() && role == Role::Attempt {
-                            keep_if_free(&inner, conn, identity).await;
+                        let told = conn.send(&ToSupervisor::Ack).await.is_ok();
+                        if role == Role::Attempt {
+                            inner.ack_written();
+                            if told {
+                                keep_if_free(&inner, conn, identity).await;
+                            }
                         }
                         return;
                     }

@@ -142,19 +142,49 @@ fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one_and_goes_with_i
     });
     drop(exec);
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-    let gone = || {
-        std::fs::read_to_string(format!("/proc/{first}/stat")).map_or(true, |s| s.contains(") Z "))
-    };
-    let deadline = std::time::Instant::now() + WAIT;
-    while !gone() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a free supervisor exits when its server is gone"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_gone(first, "a free supervisor exits when its server is gone");
     assert!(
         !free_socket_path(&data_dir, first).exists(),
         "and removes its socket"
     );
+}
+
+#[test]
+fn a_stopping_server_writes_its_last_acknowledgement_before_it_goes() {
+    // The server's last commit holds an attempt's exit and it stops right after: the ack it
+    // decided must still reach the supervisor, which then goes with the server instead of
+    // waiting for the next one to learn what the log already holds. One thread, so that
+    // nothing writes the ack behind the test's back.
+    let w = World::new();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exec, mut events) = w.executor_alike();
+    let pid = runtime.block_on(async {
+        exec.start(sh(1, "job-s1", "true")).unwrap();
+        let pid = running_in(&mut events, 1).await.0.pid;
+        // Acknowledged as the driver does after its last commit; nothing has run since.
+        ended(&exec, &mut events, 1).await;
+        pid
+    });
+    runtime.block_on(exec.settle(WAIT));
+    drop(exec);
+    drop(runtime);
+    wait_gone(
+        pid,
+        "the supervisor of an attempt acknowledged before the server stopped goes with it",
+    );
+}
+
+/// Waits (at most `WAIT`) until process `pid` is gone or a zombie; else fails saying `what`.
+fn wait_gone(pid: u32, what: &str) {
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while !gone() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
