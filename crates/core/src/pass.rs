@@ -1147,22 +1147,14 @@ impl Scheduler {
             // Its idle capacity is about to be its head's: lending it now would only mean
             // preempting the borrower in a moment.
             entitlement.saturating_sub(lane.usage)
-        } else if lane.reclaimers.is_empty() {
-            pending_own_demand(lane, entitlement, share.in_share_preemption())
         } else {
-            // The reclaimers' claims protect what they wait for already (a claim counts as
-            // usage, `View::with_claim`); the share's other waiting owners keep what fits the
-            // idle entitlement left beside the claims.
+            // Allocates only for a share with reclaimers (rare: while victims exit).
             let claims: Vec<u32> = lane
                 .reclaimers
                 .iter()
                 .map(|k| self.jobs[&k.job].spec.count)
                 .collect();
-            let room = entitlement
-                .saturating_sub(lane.usage - lane.stopping)
-                .saturating_sub(claims.iter().sum());
-            let fitting: u32 = claims.iter().filter(|&&c| c <= room).sum();
-            lane.pending.demand_within_besides(room, fitting)
+            pending_own_demand(lane, entitlement, share.in_share_preemption(), &claims)
         }
     }
 
@@ -1416,10 +1408,7 @@ impl Scheduler {
     fn decide_in(&self, id: JobId, view: &View) -> Decision {
         let job = &self.jobs[&id];
         let (s, c) = (usize::from(job.share.0), job.spec.count);
-        // A job that may not be interrupted (or may not borrow) runs within its share's own
-        // quota, counted before the share's other jobs (which then hold what the share
-        // borrows): nothing it could preempt changes that.
-        let admit = |view: &View, accounts: &[Account], pressure: &Pressure| {
+        let admits = |view: &View, accounts: &[Account], pressure: &Pressure| {
             ledger::allowed_add(pressure, &accounts[s], s, c)?;
             if view.borrow_gate(accounts, s, c) {
                 Ok(())
@@ -1427,20 +1416,23 @@ impl Scheduler {
                 Err(Violation::Reserved)
             }
         };
+        // A job that may not be interrupted (or may not borrow) runs within its share's own
+        // quota, counted before the share's other jobs (which then hold what the share
+        // borrows). When the share's own-only jobs leave it no room, only taking some of
+        // them back changes that: when the ones it may take are enough for it to start once
+        // they exit, it preempts them (were it to wait, a job behind it could take them, and
+        // it would start on their room instead).
         if job.spec.own_only() && self.own_only_usage(job) + c > view.held(s).entitlement {
-            // Only taking such jobs of its share back changes that: when the ones it may take
-            // are enough for it to start once they exit, it preempts them (were it to wait, a
-            // job behind it could take them, and it would start on their room instead).
             let firm = self.firm_victims(id, view).filter(|victims| {
                 let mut freed = view.clone();
                 for a in victims {
                     freed.stopping(s, self.attempts[a].count);
                 }
-                admit(&freed, &freed.projected, &freed.projected_pressure).is_ok()
+                admits(&freed, &freed.projected, &freed.projected_pressure).is_ok()
             });
             return firm.map_or(Decision::Wait(Violation::Firm), Decision::Preempt);
         }
-        let admit = |accounts: &[Account], pressure: &Pressure| admit(view, accounts, pressure);
+        let admit = |accounts: &[Account], pressure: &Pressure| admits(view, accounts, pressure);
         let violation = match admit(&view.real, &view.real_pressure) {
             Ok(()) => return Decision::Start,
             Err(v) => v,
@@ -1745,14 +1737,23 @@ impl Scheduler {
 /// Instances of a share's idle entitlement that its waiting owners need: what the jobs that
 /// fit the idle entitlement ask for together (up to it), or its head's count when taking the
 /// share's lower-priority jobs (with in-share preemption) and the jobs backfilled onto its
-/// reservation would make it fit (an optimistic count: a job may be both, or protected). Capacity an owner waits for is not lent
-/// (nor, when the shares' limits add up to more than the environment, taken by a borrower),
-/// since the owner would reclaim it at once.
-fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool) -> u32 {
+/// reservation would make it fit (an optimistic count: a job may be both, or protected).
+/// Capacity an owner waits for is not lent (nor, when the shares' limits add up to more than
+/// the environment, taken by a borrower), since the owner would reclaim it at once.
+///
+/// `claims`: the counts of the share's reclaimers. Their claims protect what they wait for
+/// already (a claim counts as usage, `View::with_claim`), so the other waiting owners keep
+/// only what fits the idle entitlement left beside them.
+fn pending_own_demand(lane: &Lane, entitlement: u32, in_share: bool, claims: &[u32]) -> u32 {
     // Once the stopping attempts have exited: what they hold comes back to the share's
     // owners, so lending it would only mean reclaiming it from the borrower in a moment.
     let usage = lane.usage - lane.stopping;
     let own_room = entitlement.saturating_sub(usage);
+    if !claims.is_empty() {
+        let room = own_room.saturating_sub(claims.iter().sum());
+        let fitting: u32 = claims.iter().filter(|&&c| c <= room).sum();
+        return lane.pending.demand_within_besides(room, fitting);
+    }
     if let Some((c, head)) = lane.pending.first(u32::MAX) {
         // The head may take its share's lower-priority jobs (in-share preemption) and the
         // jobs backfilled onto its reservation: what they hold counts as room it has.

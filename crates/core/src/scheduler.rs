@@ -1250,7 +1250,6 @@ impl Scheduler {
         if lane.backfill.is_empty() {
             return;
         }
-        let rank = |j: &Job| (j.spec.priority, std::cmp::Reverse(j.seq));
         let passed: Vec<(AttemptId, JobId, u32)> = lane
             .running
             .iter()
@@ -1258,7 +1257,8 @@ impl Scheduler {
                 let att = &self.attempts[&k.attempt.0];
                 let h = att.backfill_for?;
                 let head = self.jobs.get(&h)?;
-                let ahead = head.share == s && rank(&self.jobs[&att.job]) > rank(head);
+                // Ahead in share order: its pending key sorts before the head's.
+                let ahead = head.share == s && self.jobs[&att.job].pend_key() < head.pend_key();
                 ahead.then_some((k.attempt.0, h, att.count))
             })
             .collect();
