@@ -99,8 +99,12 @@ pub(crate) async fn supervise(
     (outcome, supervisor.started)
 }
 
-/// Waits for `go`; false if a stop (or the end of either channel) comes first.
-async fn wait_for_go(go: &mut watch::Receiver<bool>, stop: &mut watch::Receiver<bool>) -> bool {
+/// Waits for `go`; false if a stop (or the end of either channel) comes first. It watches a
+/// copy of `stop`, so that a stop sent with the go (both queued while the supervisor was still
+/// connecting) is still news to `stop` for whoever looks next: waiting for it here must not
+/// consume it, or the attempt would run on with its stop lost.
+async fn wait_for_go(go: &mut watch::Receiver<bool>, stop: &watch::Receiver<bool>) -> bool {
+    let mut stop = stop.clone();
     loop {
         if *go.borrow_and_update() {
             return true;
@@ -284,13 +288,18 @@ impl Supervisor {
             &self.ctx.settings.runtime,
         );
         // Prepared while the server makes the start durable; nothing else before it is.
-        if !wait_for_go(&mut go, &mut stop).await {
-            return Outcome::Failed {
-                reason: format!("{CLIENT_ERROR}stopped before it was started"),
-                retryable: true,
-            };
+        let stopped_unstarted = || Outcome::Failed {
+            reason: format!("{CLIENT_ERROR}stopped before it was started"),
+            retryable: true,
+        };
+        if !wait_for_go(&mut go, &stop).await {
+            return stopped_unstarted();
         }
         self.started = true;
+        if *stop.borrow_and_update() {
+            // Told to go and to stop before it looked: nothing is spawned.
+            return stopped_unstarted();
+        }
         let prepared = match prepared {
             Ok(p) => p,
             Err(outcome) => return outcome,
