@@ -11,8 +11,9 @@
 //!
 //! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
 //! the supervisor exits; `free-<pid>.sock` while a supervisor waits for its next attempt) and
-//! the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably before the end is
-//! reported. The supervisor's own messages go to the server's standard error.
+//! the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably while the end is reported;
+//! the supervisor lets the attempt go only once the file is on disk and a server's log holds
+//! the end. The supervisor's own messages go to the server's standard error.
 //!
 //! Supervisors are forked from a [`zygote`] the server starts once (an exec per attempt costs
 //! milliseconds on the path from a reclaim to the owner's job running); without one they are

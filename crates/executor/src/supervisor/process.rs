@@ -248,14 +248,26 @@ struct Tracked {
     /// Whether the outcome is on disk (an acknowledged attempt whose file could not be
     /// written keeps its supervisor until a server has it in its log, or the socket goes).
     durable: bool,
+    /// Whether a server acknowledged the end before its outcome was on disk: the supervisor
+    /// goes once it is.
+    acked: bool,
 }
 
 impl Tracked {
-    /// Takes the attempt's newest status and tells the connected server.
+    /// Takes the attempt's newest status and tells the connected server what is new (an
+    /// outcome that only became durable is no news to it).
     async fn update(&mut self, conn: &mut Option<Conn>, status: Status, durable: bool) {
+        let news = self.status != status;
         self.status = status.clone();
         self.durable = durable;
-        send(conn, &FromSupervisor::Status(status)).await;
+        if news {
+            send(conn, &FromSupervisor::Status(status)).await;
+        }
+    }
+
+    /// Whether the attempt ended and its outcome is on disk.
+    fn settled(&self) -> bool {
+        self.durable && matches!(self.status, Status::Exited { .. })
     }
 }
 
@@ -306,6 +318,7 @@ async fn serve(
     let mut tracked = Tracked {
         status: Status::Preparing,
         durable: false,
+        acked: false,
     };
     loop {
         tokio::select! {
@@ -333,19 +346,27 @@ async fn serve(
                         return Served::Acknowledged { conn, socket };
                     }
                 }
+                Some(ToSupervisor::Ack) => tracked.acked = true,
                 Some(_) => {}
                 None => conn = None,
             },
             Some((status, durable)) = events.recv() => {
-                let exited = matches!(status, Status::Exited { .. });
                 tracked.update(&mut conn, status, durable).await;
-                if exited && watch.orphaned {
+                if tracked.settled() && watch.orphaned {
                     return Served::Done(0);
+                }
+                if tracked.settled() && tracked.acked {
+                    // Acknowledged before its file was on disk; a server that has gone since
+                    // leaves no connection to wait free on.
+                    return match conn.take() {
+                        Some(conn) => Served::Acknowledged { conn, socket },
+                        None => Served::Done(0),
+                    };
                 }
             }
             Some(()) = recv_signal(&mut term) => {
                 // Ended and on disk: the outcome file speaks for the attempt from now on.
-                if tracked.durable && matches!(tracked.status, Status::Exited { .. }) {
+                if tracked.settled() {
                     return Served::Done(0);
                 }
                 signalled.store(true, Ordering::SeqCst);
@@ -641,15 +662,22 @@ async fn run_attempt(job: Job, path: &Path) {
             reason: "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry".into(),
         };
     }
+    let exited = Status::Exited {
+        outcome: outcome.clone(),
+        at_ms: crate::executor::now_ms(),
+    };
     // Held and never told to go: nothing ran, and no server's log holds the start, so no
     // outcome file may speak for the attempt (a later attempt of the same number would find
     // it).
-    let durable = !started || record(path, &outcome);
-    let _ = events.send((
-        Status::Exited {
-            outcome,
-            at_ms: crate::executor::now_ms(),
-        },
-        durable,
-    ));
+    if !started {
+        let _ = events.send((exited, true));
+        return;
+    }
+    // Told at once, written meanwhile: the server acts on an exit only once its own log holds
+    // it, and lets the supervisor go only once the file does too, so the outcome is on disk
+    // in one place or the other before anything depends on it. Writing first would put two
+    // fsyncs on the path from a reclaim's victim exiting to its owner running.
+    let _ = events.send((exited.clone(), false));
+    let durable = record(path, &outcome);
+    let _ = events.send((exited, durable));
 }

@@ -316,13 +316,22 @@ fn start_outside_a_runtime_is_an_error() {
     assert_eq!(w.exec.running(), 0);
 }
 
+/// The end is reported at once and the outcome written meanwhile (the supervisor goes only
+/// once it is on disk): it is there soon after the exit, as the job ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_outcome_is_recorded_next_to_the_logs_before_exited_is_sent() {
+async fn the_outcome_is_recorded_next_to_the_logs_as_the_end_is_reported() {
     let mut w = World::new();
     w.exec.start(sh(1, "job-ok", "exit 0")).unwrap();
     w.exec.start(sh(2, "job-bad", "exit 4")).unwrap();
     assert_eq!(w.exited(1).await, Outcome::Succeeded);
     let bad = w.exited(2).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while w.exec.recorded_outcome("job-bad", 1).is_none()
+        || w.exec.recorded_outcome("job-ok", 1).is_none()
+    {
+        assert!(std::time::Instant::now() < deadline, "no outcome file");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     assert_eq!(
         w.exec.recorded_outcome("job-ok", 1),
         Some(Outcome::Succeeded)
