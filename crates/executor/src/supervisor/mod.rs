@@ -11,9 +11,10 @@
 //!
 //! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
 //! the supervisor exits; `free-<pid>.sock` while a supervisor waits for its next attempt) and
-//! the attempt's `outcome.json` ([`OUTCOME_FILE`]), written durably while the end is reported;
-//! the supervisor lets the attempt go only once the file is on disk and a server's log holds
-//! the end. The supervisor's own messages go to the server's standard error.
+//! the attempt's `outcome.json` ([`OUTCOME_FILE`]), written while the end is reported —
+//! durably unless a server's log holds the end by then — and the supervisor lets the attempt
+//! go only once the file is written and a server's log holds the end. The supervisor's own
+//! messages go to the server's standard error.
 //!
 //! Supervisors are forked from a [`zygote`] the server starts once (an exec per attempt costs
 //! milliseconds on the path from a reclaim to the owner's job running); without one they are
@@ -90,6 +91,25 @@ struct OutcomeFile {
 /// a temporary file (created anew, never through a link), fsynced, renamed over the outcome
 /// file, and the directory fsynced.
 pub(crate) fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
+    write_outcome_as(path, outcome, Durability::Durable)
+}
+
+/// Whether an outcome file must survive the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// It is the attempt's only record: fsynced, file and directory.
+    Durable,
+    /// A server's log already holds the end durably: the file is a copy for people, and
+    /// costs no fsync (two per attempt were most of a drain's time on a slow disk).
+    Plain,
+}
+
+/// [`write_outcome`], fsynced only when `sync` says it must be.
+pub(crate) fn write_outcome_as(
+    path: &Path,
+    outcome: &Outcome,
+    sync: Durability,
+) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
@@ -108,6 +128,9 @@ pub(crate) fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<(
     })
     .map_err(std::io::Error::other)?;
     f.write_all(&body)?;
+    if sync == Durability::Plain {
+        return std::fs::rename(&tmp, path);
+    }
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()

@@ -26,7 +26,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
 use super::protocol::{FromSupervisor, Hello, Launch, Status, ToSupervisor, MAX_LINE, PROTOCOL};
-use super::{boot_id, outcome_file, socket_path, write_outcome, Identity};
+use super::{boot_id, outcome_file, socket_path, write_outcome_as, Durability, Identity};
 use crate::attempt::{self, Ctx, Report, Reporter};
 use crate::Outcome;
 use qm_storage::Storage;
@@ -245,8 +245,9 @@ impl Me {
 struct Tracked {
     /// The status as of the last event.
     status: Status,
-    /// Whether the outcome is on disk (an acknowledged attempt whose file could not be
-    /// written keeps its supervisor until a server has it in its log, or the socket goes).
+    /// Whether the outcome is recorded: on disk, or copied there once a server's log held it
+    /// (an acknowledged attempt whose file could not be written keeps its supervisor until a
+    /// server has it in its log, or the socket goes).
     durable: bool,
     /// Whether a server acknowledged the end before its outcome was on disk: the supervisor
     /// goes once it is.
@@ -298,6 +299,10 @@ async fn serve(
     let _entered = span.enter();
     let mut conn = Some(conn);
     send(&mut conn, &me.hello(&Status::Preparing)).await;
+    let (heard_tx, heard) = watch::channel(match conn {
+        Some(_) => Heard::Waiting,
+        None => Heard::Alone,
+    });
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
     let signalled = Arc::new(AtomicBool::new(false));
@@ -309,6 +314,7 @@ async fn serve(
             stop: stop_rx,
             go: me.go.subscribe(),
             signalled: signalled.clone(),
+            heard,
             span: span.clone(),
         },
     );
@@ -341,14 +347,25 @@ async fn serve(
                 Some(ToSupervisor::Go) => {
                     me.go.send_replace(true);
                 }
-                Some(ToSupervisor::Ack) if tracked.durable => {
-                    if let Some(conn) = conn.take() {
+                Some(ToSupervisor::Ack) => {
+                    heard_tx.send_replace(Heard::Logged);
+                    if !tracked.durable {
+                        tracked.acked = true;
+                    } else if let Some(conn) = conn.take() {
                         return Served::Acknowledged { conn, socket };
                     }
                 }
-                Some(ToSupervisor::Ack) => tracked.acked = true,
                 Some(_) => {}
-                None => conn = None,
+                None => {
+                    conn = None;
+                    heard_tx.send_if_modified(|h| {
+                        let alone = *h == Heard::Waiting;
+                        if alone {
+                            *h = Heard::Alone;
+                        }
+                        alone
+                    });
+                }
             },
             Some((status, durable)) = events.recv() => {
                 tracked.update(&mut conn, status, durable).await;
@@ -506,15 +523,41 @@ async fn recv_signal(signal: &mut Option<tokio::signal::unix::Signal>) -> Option
     }
 }
 
-/// What the worker runs: one attempt, with where its statuses go, its stop request and
-/// whether the supervisor itself was signalled.
+/// What the worker runs: one attempt, with where its statuses go, its stop request, whether
+/// the supervisor itself was signalled and what it heard of the servers.
 struct Job {
     launch: Launch,
     events: mpsc::UnboundedSender<(Status, bool)>,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
     signalled: Arc<AtomicBool>,
+    heard: watch::Receiver<Heard>,
     span: tracing::Span,
+}
+
+/// What the supervisor heard of the servers since it reported its attempt's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// A connected server has the report and has not acknowledged it yet.
+    Waiting,
+    /// A server acknowledged the end: its log holds it.
+    Logged,
+    /// No server is connected: the outcome file is the end's only record.
+    Alone,
+}
+
+/// How long a supervisor waits for a connected server to log its attempt's end before it
+/// writes the outcome durably anyway. A server acknowledges within milliseconds (one batch);
+/// the end is in the supervisor's memory only meanwhile.
+const LOG_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How the outcome file must be written: as a copy once a server's log holds the end, durably
+/// when no server is there or none answered within [`LOG_WAIT`].
+async fn sync_needed(mut heard: watch::Receiver<Heard>) -> Durability {
+    match tokio::time::timeout(LOG_WAIT, heard.wait_for(|h| *h != Heard::Waiting)).await {
+        Ok(Ok(h)) if *h == Heard::Logged => Durability::Plain,
+        _ => Durability::Durable,
+    }
 }
 
 /// The thread attempts run on, with a runtime of its own (so that the socket is answered at
@@ -587,7 +630,7 @@ fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str
         ),
         retryable: true,
     };
-    let durable = record(path, &outcome);
+    let durable = record(path, &outcome, Durability::Durable);
     let _ = events.send((
         Status::Exited {
             outcome,
@@ -606,9 +649,9 @@ fn outcome_path(launch: &Launch) -> PathBuf {
     )
 }
 
-/// Writes the attempt's outcome (to `path`) durably; whether it could.
-fn record(path: &Path, outcome: &Outcome) -> bool {
-    match write_outcome(path, outcome) {
+/// Writes the attempt's outcome (to `path`) as `sync` says; whether it could.
+fn record(path: &Path, outcome: &Outcome, sync: Durability) -> bool {
+    match write_outcome_as(path, outcome, sync) {
         Ok(()) => true,
         Err(e) => {
             tracing::error!(path = %path.display(), error = %e, "cannot write the attempt's outcome; reporting it anyway");
@@ -617,7 +660,7 @@ fn record(path: &Path, outcome: &Outcome) -> bool {
     }
 }
 
-/// Runs the attempt, writes its outcome durably (to `path`), then says it exited.
+/// Runs the attempt, says it exited, then writes its outcome (to `path`) and says so.
 async fn run_attempt(job: Job, path: &Path) {
     let Job {
         launch,
@@ -625,6 +668,7 @@ async fn run_attempt(job: Job, path: &Path) {
         stop,
         go,
         signalled,
+        heard,
         ..
     } = job;
     let Launch {
@@ -674,10 +718,47 @@ async fn run_attempt(job: Job, path: &Path) {
         return;
     }
     // Told at once, written meanwhile: the server acts on an exit only once its own log holds
-    // it, and lets the supervisor go only once the file does too, so the outcome is on disk
-    // in one place or the other before anything depends on it. Writing first would put two
-    // fsyncs on the path from a reclaim's victim exiting to its owner running.
+    // it, and the supervisor goes only once the file is written too, so the outcome is on
+    // disk in one place or the other before anything depends on it. Writing first would put
+    // two fsyncs on the path from a reclaim's victim exiting to its owner running; and once a
+    // server's log holds the end, the file needs none.
     let _ = events.send((exited.clone(), false));
-    let durable = record(path, &outcome);
+    let sync = sync_needed(heard).await;
+    let durable = record(path, &outcome, sync);
     let _ = events.send((exited, durable));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The outcome file is fsynced unless a server's log holds the end: it is the end's only
+    /// record with no server connected, or none acknowledging in time.
+    #[tokio::test(start_paused = true)]
+    async fn the_outcome_is_fsynced_unless_a_server_logged_the_end_in_time() {
+        let (tx, rx) = watch::channel(Heard::Waiting);
+        tx.send_replace(Heard::Logged);
+        assert_eq!(sync_needed(rx).await, Durability::Plain);
+
+        let (_tx, rx) = watch::channel(Heard::Alone);
+        assert_eq!(sync_needed(rx).await, Durability::Durable);
+
+        // Connected, and the server goes before it acknowledges.
+        let (tx, rx) = watch::channel(Heard::Waiting);
+        let waiting = tokio::spawn(sync_needed(rx));
+        tokio::time::sleep(LOG_WAIT / 2).await;
+        tx.send_replace(Heard::Alone);
+        assert_eq!(waiting.await.unwrap(), Durability::Durable);
+
+        // Connected, and no acknowledgement within the wait.
+        let (_tx, rx) = watch::channel(Heard::Waiting);
+        assert_eq!(sync_needed(rx).await, Durability::Durable);
+
+        // Acknowledged late but within it.
+        let (tx, rx) = watch::channel(Heard::Waiting);
+        let waiting = tokio::spawn(sync_needed(rx));
+        tokio::time::sleep(LOG_WAIT / 2).await;
+        tx.send_replace(Heard::Logged);
+        assert_eq!(waiting.await.unwrap(), Durability::Plain);
+    }
 }
