@@ -143,6 +143,16 @@ pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
     }
 }
 
+/// Makes an outcome file [`write_outcome_as`] wrote as [`Durability::Plain`] durable: the
+/// file's data, then the directory that holds its name.
+pub(crate) fn sync_outcome(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path)?.sync_all()?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| std::io::Error::other("an outcome file needs a directory"))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// The outcome written in `attempt_dir`, if any (this build's files and earlier releases').
 pub(crate) fn read_outcome(attempt_dir: &Path) -> Option<Outcome> {
     let bytes = std::fs::read(attempt_dir.join(OUTCOME_FILE)).ok()?;

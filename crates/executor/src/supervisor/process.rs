@@ -26,7 +26,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 
 use super::protocol::{FromSupervisor, Hello, Launch, Status, ToSupervisor, MAX_LINE, PROTOCOL};
-use super::{boot_id, outcome_file, socket_path, write_outcome_as, Durability, Identity};
+use super::{
+    boot_id, outcome_file, socket_path, sync_outcome, write_outcome_as, Durability, Identity,
+};
 use crate::attempt::{self, Ctx, Report, Reporter};
 use crate::Outcome;
 use qm_storage::Storage;
@@ -649,6 +651,19 @@ fn outcome_path(launch: &Launch) -> PathBuf {
     )
 }
 
+/// Makes the outcome written at `path` durable (the file, then its directory); whether it
+/// could. Until then a crash of the machine may leave the file empty or torn, which reads as
+/// no outcome: the attempt is then lost, as it would be had nothing been written.
+fn sync_recorded(path: &Path) -> bool {
+    match sync_outcome(path) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot make the attempt's outcome durable");
+            false
+        }
+    }
+}
+
 /// Writes the attempt's outcome (to `path`) as `sync` says; whether it could.
 fn record(path: &Path, outcome: &Outcome, sync: Durability) -> bool {
     match write_outcome_as(path, outcome, sync) {
@@ -723,8 +738,13 @@ async fn run_attempt(job: Job, path: &Path) {
     // two fsyncs on the path from a reclaim's victim exiting to its owner running; and once a
     // server's log holds the end, the file needs none.
     let _ = events.send((exited.clone(), false));
-    let sync = sync_needed(heard).await;
-    let durable = record(path, &outcome, sync);
+    // Written at once, while the server writes its log, so that the acknowledgement finds
+    // nothing left to do: it comes as the freed capacity's next attempt starts.
+    let written = record(path, &outcome, Durability::Plain);
+    let durable = match sync_needed(heard).await {
+        Durability::Plain => written,
+        Durability::Durable => written && sync_recorded(path),
+    };
     let _ = events.send((exited, durable));
 }
 
