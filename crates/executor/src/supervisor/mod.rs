@@ -111,9 +111,7 @@ pub(crate) fn write_outcome_as(
     sync: Durability,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("an outcome file needs a directory"))?;
+    let dir = outcome_dir(path)?;
     std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension("json.tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -147,10 +145,13 @@ pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
 /// file's data, then the directory that holds its name.
 pub(crate) fn sync_outcome(path: &Path) -> std::io::Result<()> {
     std::fs::File::open(path)?.sync_all()?;
-    let dir = path
-        .parent()
-        .ok_or_else(|| std::io::Error::other("an outcome file needs a directory"))?;
-    std::fs::File::open(dir)?.sync_all()
+    std::fs::File::open(outcome_dir(path)?)?.sync_all()
+}
+
+/// The directory that holds the outcome file `path` (its attempt's).
+fn outcome_dir(path: &Path) -> std::io::Result<&Path> {
+    path.parent()
+        .ok_or_else(|| std::io::Error::other("an outcome file needs a directory"))
 }
 
 /// The outcome written in `attempt_dir`, if any (this build's files and earlier releases').

@@ -655,21 +655,29 @@ fn outcome_path(launch: &Launch) -> PathBuf {
 /// could. Until then a crash of the machine may leave the file empty or torn, which reads as
 /// no outcome: the attempt is then lost, as it would be had nothing been written.
 fn sync_recorded(path: &Path) -> bool {
-    match sync_outcome(path) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot make the attempt's outcome durable");
-            false
-        }
-    }
+    succeeded(
+        path,
+        sync_outcome(path),
+        "cannot make the attempt's outcome durable",
+    )
 }
 
 /// Writes the attempt's outcome (to `path`) as `sync` says; whether it could.
 fn record(path: &Path, outcome: &Outcome, sync: Durability) -> bool {
-    match write_outcome_as(path, outcome, sync) {
+    let written = write_outcome_as(path, outcome, sync);
+    succeeded(
+        path,
+        written,
+        "cannot write the attempt's outcome; reporting it anyway",
+    )
+}
+
+/// Whether the outcome file work on `path` went through; a failure is logged, saying `what`.
+fn succeeded(path: &Path, done: std::io::Result<()>, what: &str) -> bool {
+    match done {
         Ok(()) => true,
         Err(e) => {
-            tracing::error!(path = %path.display(), error = %e, "cannot write the attempt's outcome; reporting it anyway");
+            tracing::error!(path = %path.display(), error = %e, "{what}");
             false
         }
     }
@@ -764,21 +772,23 @@ mod tests {
         assert_eq!(sync_needed(rx).await, Durability::Durable);
 
         // Connected, and the server goes before it acknowledges.
-        let (tx, rx) = watch::channel(Heard::Waiting);
-        let waiting = tokio::spawn(sync_needed(rx));
-        tokio::time::sleep(LOG_WAIT / 2).await;
-        tx.send_replace(Heard::Alone);
-        assert_eq!(waiting.await.unwrap(), Durability::Durable);
+        assert_eq!(heard_midway(Heard::Alone).await, Durability::Durable);
 
         // Connected, and no acknowledgement within the wait.
         let (_tx, rx) = watch::channel(Heard::Waiting);
         assert_eq!(sync_needed(rx).await, Durability::Durable);
 
         // Acknowledged late but within it.
+        assert_eq!(heard_midway(Heard::Logged).await, Durability::Plain);
+    }
+
+    /// What [`sync_needed`] decides when a connected server is heard to be `then` halfway
+    /// through the wait.
+    async fn heard_midway(then: Heard) -> Durability {
         let (tx, rx) = watch::channel(Heard::Waiting);
         let waiting = tokio::spawn(sync_needed(rx));
         tokio::time::sleep(LOG_WAIT / 2).await;
-        tx.send_replace(Heard::Logged);
-        assert_eq!(waiting.await.unwrap(), Durability::Plain);
+        tx.send_replace(then);
+        waiting.await.unwrap()
     }
 }
