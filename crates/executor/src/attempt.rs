@@ -163,10 +163,11 @@ struct Spawned {
 }
 
 /// Creates the job's directories and config files and builds the environment. This blocking
-/// file-system work (a handful of mkdirs and opens) runs on the runtime worker: measured no
-/// slower than the blocking pool, and it keeps every spawn inside the supervisor's poll, so a
-/// runtime shutdown cannot leave a process spawned after the supervisor that would kill it is
-/// gone (a launch on the blocking pool can).
+/// file-system work (a handful of mkdirs and opens, a millisecond) runs on the supervisor's
+/// one thread: a hand-over to the blocking pool would cost two wakeups for it, and it keeps
+/// every spawn inside the supervisor's poll, so a runtime shutdown cannot leave a process
+/// spawned after the supervisor that would kill it is gone (a launch on the blocking pool
+/// can).
 fn prepare(
     spec: &LaunchSpec,
     data_dir: &Path,
@@ -295,6 +296,10 @@ impl Supervisor {
         if !wait_for_go(&mut go, &stop).await {
             return stopped_unstarted();
         }
+        // Once round the supervisor's loop (its socket polled, what came read) before the job
+        // is spawned: a stop sent right after the go (a job terminated as it was scheduled)
+        // is then carried out unstarted rather than after a spawn.
+        tokio::task::yield_now().await;
         self.started = true;
         if *stop.borrow_and_update() {
             // Told to go and to stop before it looked: nothing is spawned.

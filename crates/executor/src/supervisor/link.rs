@@ -6,12 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use super::protocol::{FromSupervisor, Hello, Status, ToSupervisor, OLDEST_ADOPTED, PROTOCOL};
+use super::wire;
 use crate::executor::Inner;
 
 /// How long a supervisor has to answer hello.
@@ -20,8 +18,8 @@ pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection to a supervisor.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    lines: Lines<BufReader<OwnedReadHalf>>,
-    write: OwnedWriteHalf,
+    rx: wire::Receiver,
+    tx: wire::Sender,
 }
 
 impl Conn {
@@ -30,40 +28,39 @@ impl Conn {
         // A listening Unix socket accepts into its backlog at once: this never waits on the
         // supervisor.
         let stream = std::os::unix::net::UnixStream::connect(path)?;
-        stream.set_nonblocking(true)?;
-        let (read, write) = UnixStream::from_std(stream)?.into_split();
-        Ok(Conn {
-            lines: BufReader::new(read).lines(),
-            write,
-        })
+        let (tx, rx) = wire::split(stream)?;
+        Ok(Conn { rx, tx })
     }
 
     /// Whether the supervisor may still read what is sent: its end is not closed, and it
     /// said nothing since (a free one says nothing until it is handed an attempt).
     pub(crate) fn idle(&mut self) -> bool {
-        if !self.lines.get_ref().buffer().is_empty() {
-            return false;
-        }
-        let mut byte = [0u8; 1];
-        matches!(
-            self.lines.get_ref().get_ref().try_read(&mut byte),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
-        )
+        self.rx.idle()
     }
 
     pub(crate) async fn send(&mut self, msg: &ToSupervisor) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        self.write.write_all(&line).await
+        self.tx.send(&line).await
     }
 
-    /// The next message; `None` when the supervisor closed the connection. A line this build
-    /// cannot read (a later supervisor's new message) is logged and skipped: it is no reason
-    /// to give up on the attempt.
+    /// Sends `msgs` in one write.
+    pub(crate) async fn send_all(&mut self, msgs: &[ToSupervisor]) -> std::io::Result<()> {
+        let mut lines = Vec::new();
+        for msg in msgs {
+            serde_json::to_writer(&mut lines, msg).map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+        }
+        self.tx.send(&lines).await
+    }
+
+    /// The next message; `None` when the supervisor closed the connection (or sent a line
+    /// longer than any message). A line this build cannot read (a later supervisor's new
+    /// message) is logged and skipped: it is no reason to give up on the attempt.
     pub(crate) async fn recv(&mut self) -> Option<FromSupervisor> {
         loop {
-            let line = self.lines.next_line().await.ok()??;
-            match serde_json::from_str(&line) {
+            let line = self.rx.recv().await.ok()??;
+            match serde_json::from_slice(&line) {
                 Ok(msg) => return Some(msg),
                 Err(e) => {
                     tracing::warn!(error = %e, "skipping a message of a supervisor this server cannot read")
@@ -116,11 +113,8 @@ pub(crate) async fn run(
     mut commands: mpsc::UnboundedReceiver<ToSupervisor>,
     role: Role,
 ) {
-    for msg in &first {
-        if conn.send(msg).await.is_err() {
-            break;
-        }
-    }
+    // In one write: the supervisor reads the hello and the launch in one wakeup.
+    let _ = conn.send_all(&first).await;
     // Known from the spawn or the adoption before the link runs.
     let identity = inner.identity(attempt);
     loop {
@@ -160,7 +154,13 @@ pub(crate) async fn run(
                 }
             },
             Some(cmd) = commands.recv() => {
-                if conn.send(&cmd).await.is_err() {
+                // With whatever else is queued, in one write: a stop sent right after a go
+                // reaches the supervisor with it, and is carried out before a spawn.
+                let mut batch = vec![cmd];
+                while let Ok(more) = commands.try_recv() {
+                    batch.push(more);
+                }
+                if conn.send_all(&batch).await.is_err() {
                     // Its end of the connection is gone: the read side says so next.
                     continue;
                 }

@@ -26,6 +26,7 @@ pub(crate) mod link;
 pub mod process;
 pub mod protocol;
 pub(crate) mod reap;
+pub(crate) mod wire;
 pub mod zygote;
 
 use std::io::Write;
