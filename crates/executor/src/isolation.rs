@@ -266,19 +266,25 @@ pub(crate) fn real_dirs(
             )));
         };
         path.push(part);
-        match fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => continue,
-            Ok(_) if replace => fs::remove_file(&path)?,
-            Ok(_) => {
-                return Err(io::Error::other(format!(
-                    "'{}' is a link or a file, not a directory",
-                    path.display()
-                )))
+        // Made first and looked at only if something is there: most are new.
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let m = fs::symlink_metadata(&path)?;
+                if m.is_dir() {
+                    continue;
+                }
+                if !replace {
+                    return Err(io::Error::other(format!(
+                        "'{}' is a link or a file, not a directory",
+                        path.display()
+                    )));
+                }
+                fs::remove_file(&path)?;
+                fs::create_dir(&path)?;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        fs::create_dir(&path)?;
         if let Some(uid) = owner {
             // Through the directory itself: a path-based chmod would follow a link put there
             // since the mkdir.

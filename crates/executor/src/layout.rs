@@ -135,7 +135,15 @@ impl JobLayout {
         &self,
         owner: Option<(u32, JobUids)>,
     ) -> Result<(), (PathBuf, io::Error)> {
-        fs::create_dir_all(&self.job).map_err(|e| (self.job.clone(), e))?;
+        // A job directory made now holds only what is made below, already the job's.
+        let fresh = match fs::create_dir(&self.job) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(_) => {
+                fs::create_dir_all(&self.job).map_err(|e| (self.job.clone(), e))?;
+                false
+            }
+        };
         let uid = owner.map(|(uid, _)| uid);
         for dir in [
             &self.attempt_dir,
@@ -154,6 +162,12 @@ impl JobLayout {
         }
         if let Some((uid, range)) = owner {
             isolation::set_mode(&self.job, 0o711).map_err(|e| (self.job.clone(), e))?;
+            if fresh {
+                // Every directory of it was made just now by `real_dirs`, the job's and 0700:
+                // there is nothing to hand over (a walk of them all is a third of a trivial
+                // job's set-up calls).
+                return self.remove_stale();
+            }
             let dirs = [
                 &self.checkpoints,
                 &self.model,
@@ -165,6 +179,11 @@ impl JobLayout {
             let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
             isolation::hand_over(&dirs, uid, range).map_err(|e| (self.job.clone(), e))?;
         }
+        self.remove_stale()
+    }
+
+    /// Removes the previous attempt's failure and progress files.
+    fn remove_stale(&self) -> Result<(), (PathBuf, io::Error)> {
         for stale in [self.failure_file(), self.progress_file()] {
             match fs::remove_file(&stale) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err((stale, e)),
