@@ -162,12 +162,10 @@ struct Spawned {
     spawn_failure: Option<String>,
 }
 
-/// Creates the job's directories and config files and builds the environment. This blocking
-/// file-system work (a handful of mkdirs and opens, a millisecond) runs on the supervisor's
-/// one thread: a hand-over to the blocking pool would cost two wakeups for it, and it keeps
-/// every spawn inside the supervisor's poll, so a runtime shutdown cannot leave a process
-/// spawned after the supervisor that would kill it is gone (a launch on the blocking pool
-/// can).
+/// Creates the job's directories and config files and builds the environment (blocking file
+/// work: see [`Supervisor::prepare`] for where it runs). It spawns nothing: every spawn stays
+/// inside the supervisor's poll, so a runtime shutdown cannot leave a process spawned after
+/// the supervisor that would kill it is gone.
 fn prepare(
     spec: &LaunchSpec,
     data_dir: &Path,
@@ -281,13 +279,7 @@ impl Supervisor {
         mut stop: watch::Receiver<bool>,
         mut go: watch::Receiver<bool>,
     ) -> Outcome {
-        let owner = self.uid.zip(self.ctx.settings.isolation);
-        let prepared = prepare(
-            &spec,
-            &self.ctx.settings.data_dir,
-            owner,
-            &self.ctx.settings.runtime,
-        );
+        let prepared = self.prepare(&spec).await;
         // Prepared while the server makes the start durable; nothing else before it is.
         let stopped_unstarted = || Outcome::Failed {
             reason: format!("{CLIENT_ERROR}stopped before it was started"),
@@ -296,10 +288,6 @@ impl Supervisor {
         if !wait_for_go(&mut go, &stop).await {
             return stopped_unstarted();
         }
-        // Once round the supervisor's loop (its socket polled, what came read) before the job
-        // is spawned: a stop sent right after the go (a job terminated as it was scheduled)
-        // is then carried out unstarted rather than after a spawn.
-        tokio::task::yield_now().await;
         self.started = true;
         if *stop.borrow_and_update() {
             // Told to go and to stop before it looked: nothing is spawned.
@@ -352,6 +340,34 @@ impl Supervisor {
             },
             _ => outcome,
         }
+    }
+
+    /// [`prepare`]s the attempt. A new job's directories take a millisecond and are made on
+    /// the supervisor's thread; an earlier attempt's tree is walked (handed over to this
+    /// attempt's uid) on the blocking pool, since it may hold any number of files and the
+    /// supervisor's socket must be answered meanwhile.
+    async fn prepare(&self, spec: &LaunchSpec) -> Result<Prepared, Outcome> {
+        let owner = self.uid.zip(self.ctx.settings.isolation);
+        let settings = &self.ctx.settings;
+        let job_dir = crate::layout::job_dir(&settings.data_dir, &spec.job_id);
+        if std::fs::symlink_metadata(&job_dir).is_err() {
+            return prepare(spec, &settings.data_dir, owner, &settings.runtime);
+        }
+        let (spec, data_dir, runtime) = (
+            spec.clone(),
+            settings.data_dir.clone(),
+            settings.runtime.clone(),
+        );
+        tokio::task::spawn_blocking(move || prepare(&spec, &data_dir, owner, &runtime))
+            .await
+            .unwrap_or_else(|e| {
+                Err(Outcome::Failed {
+                    reason: format!(
+                        "{CLIENT_ERROR}preparing the attempt's directories failed: {e}"
+                    ),
+                    retryable: true,
+                })
+            })
     }
 
     /// The attempt's transfers, if it has any: `Err` when it needs storage and none is

@@ -136,7 +136,10 @@ impl JobLayout {
         owner: Option<(u32, JobUids)>,
     ) -> Result<(), (PathBuf, io::Error)> {
         // A job directory made now holds only what is made below, already the job's.
-        let fresh = match fs::create_dir(&self.job) {
+        // 0700 until its mode is set below: nobody else may put anything in it meanwhile,
+        // whatever the process's umask.
+        use std::os::unix::fs::DirBuilderExt;
+        let fresh = match fs::DirBuilder::new().mode(0o700).create(&self.job) {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(_) => {

@@ -130,7 +130,11 @@ impl Stage {
                 reason,
                 retryable: true,
             })?;
-        SyncState::of(checkpoint_dir)
+        let dir = checkpoint_dir.to_path_buf();
+        // Off the supervisor's thread: a walk of every checkpoint file.
+        tokio::task::spawn_blocking(move || SyncState::of(&dir).map_err(|e| e.to_string()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
             .map(Some)
             .map_err(|e| Outcome::Failed {
                 reason: format!("{CLIENT_ERROR}reading the restored checkpoints: {e}"),
@@ -151,20 +155,22 @@ impl Stage {
             .map_err(|e| fail("cannot make the checkpoint restore directory", &e))?;
         let got = self.download("checkpoints", uri, &temp, false).await;
         let swapped = match got {
-            Ok(()) => std::fs::remove_dir_all(dir)
-                .or_else(|e| {
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
-                .and_then(|()| std::fs::rename(&temp, dir))
-                .map_err(|e| fail("replacing the local checkpoints with the restored ones", &e)),
+            Ok(()) => {
+                let (old, new) = (dir.to_path_buf(), temp.clone());
+                // Off the supervisor's thread: the old checkpoints may be many files.
+                tokio::task::spawn_blocking(move || replace_dir(&old, &new))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                    .map_err(|e| fail("replacing the local checkpoints with the restored ones", &e))
+            }
             Err(StorageError::Empty(_)) => Ok(()),
             Err(e) => Err(fail(&format!("restoring checkpoints from {uri}"), &e)),
         };
-        let _ = std::fs::remove_dir_all(&temp);
+        tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(&temp);
+        })
+        .await
+        .ok();
         swapped
     }
 
@@ -454,6 +460,15 @@ impl CheckpointSync {
         }
         self.state.unwrap_or_default()
     }
+}
+
+/// Removes `old` (if it is there) and renames `new` in its place.
+fn replace_dir(old: &Path, new: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(old) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::rename(new, old)
 }
 
 #[cfg(test)]

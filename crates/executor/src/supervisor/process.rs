@@ -566,11 +566,12 @@ async fn sync_needed(mut heard: watch::Receiver<Heard>) -> Durability {
 
 /// Runs the attempt as a task of the supervisor's runtime: its statuses come through
 /// `events`, in order, each with whether the outcome is on disk. The main loop goes on between
-/// the attempt's steps; only the attempt's short file work (its directories, its outcome
-/// file) holds it, for a millisecond or so. An attempt on a thread of its own answered the
-/// socket even then, but each status crossed between threads: twice the wakeups of a trivial
-/// job's whole start (a drain of 1,500 trivial jobs: 23 context switches per job on a worker
-/// thread, 15 here, 19 for the release before supervisors). A task that panics ends the
+/// the attempt's steps; only its short file work holds it (a new job's directories, the
+/// outcome file: a millisecond or so), and what may take long (walking an earlier attempt's
+/// files, an fsync) goes to the blocking pool. On a thread of its own the attempt needed no
+/// such care, but each status crossed between threads (a drain of 1,500 trivial jobs: 27
+/// context switches per job with a worker thread, 15 here, 19 for the release before
+/// supervisors). A task that panics ends the
 /// attempt as a failure the job may retry (its processes were killed as its future was
 /// dropped).
 fn spawn_attempt(job: Job) {

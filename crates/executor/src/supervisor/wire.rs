@@ -24,8 +24,8 @@ use super::protocol::MAX_LINE;
 /// How much is read from the socket at a time.
 const READ_CHUNK: usize = 8192;
 
-/// The sending half: cheap to clone, one writer at a time (each side has one).
-#[derive(Debug, Clone)]
+/// The sending half (one per connection: two writers could interleave partial writes).
+#[derive(Debug)]
 pub(crate) struct Sender {
     fd: Arc<AsyncFd<UnixStream>>,
 }

@@ -376,10 +376,11 @@ async fn as_root_each_host_sees_the_job_at_opt_ml_with_its_own_config_and_no_new
 }
 
 /// The server released the attempt and, in its next batch, stopped it (a job terminated just
-/// as it was scheduled): both reach the supervisor together, or nearly. The stop must not be
-/// lost while it waits for the go (it once was, about one time in two, and the job ran on,
-/// terminated): the attempt ends unstarted, or, when the stop came a moment after the go and
-/// the job was spawned in between, stopped by SIGTERM — never left running.
+/// as it was scheduled): both reach the supervisor together (one write when the server's link
+/// finds both queued), or nearly. The stop must not be lost while it waits for the go (it
+/// once was, about one time in two, and the job ran on, terminated: `exited` then times out):
+/// the attempt ends unstarted, or, when the stop came in a later write and the job was
+/// spawned in between, stopped by SIGTERM — never left running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_released_and_stopped_at_once_never_runs() {
     let mut w = World::new();
