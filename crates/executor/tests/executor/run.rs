@@ -419,3 +419,97 @@ async fn an_attempt_got_ready_takes_its_instance_at_once_and_runs_only_once_rele
     assert!(ran.exists());
     assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
 }
+
+/// A go and a stop in one write, as the server's link sends what it finds queued: the
+/// supervisor reads both before its attempt runs again, and carries out the stop before any
+/// spawn, every time. Driven over the socket, as a server would.
+#[test]
+fn a_go_and_a_stop_in_one_write_never_start_the_job() {
+    use qm_executor::supervisor::protocol::{Launch, ToSupervisor};
+    use qm_executor::supervisor::{socket_path, Placement, Settings, PROTOCOL};
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    for attempt in 1..=5 {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().canonicalize().unwrap();
+        let socket = socket_path(&data, attempt);
+        fs::create_dir_all(socket.parent().unwrap()).unwrap();
+        let listener = UnixListener::bind(&socket).unwrap();
+        let mut supervisor =
+            std::process::Command::new(env!("CARGO_BIN_EXE_qm-executor-supervise"))
+                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                    listener,
+                )))
+                .spawn()
+                .unwrap();
+        let ran = data.join("ran");
+        let spec = sh(
+            attempt,
+            "job-gs",
+            &format!("touch {}; sleep 600", ran.display()),
+        );
+        let launch = Launch {
+            placement: Placement {
+                job_id: spec.job_id.clone(),
+                attempt_number: spec.attempt_number,
+                instance_type: spec.instance_type.clone(),
+                instances: vec![0],
+                hosts: vec![vec![]],
+                uid: None,
+            },
+            spec,
+            settings: Settings {
+                data_dir: data.clone(),
+                stop_grace_ms: 300,
+                isolation: None,
+                opt_ml: false,
+                runtime: Default::default(),
+                storage: None,
+                checkpoint_sync_ms: 1000,
+            },
+            hold: true,
+        };
+        let line = |msg: &ToSupervisor| format!("{}\n", serde_json::to_string(msg).unwrap());
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let hello = ToSupervisor::Hello {
+            protocol: PROTOCOL,
+            attempt,
+        };
+        let first = line(&hello) + &line(&ToSupervisor::Launch(Box::new(launch)));
+        stream.write_all(first.as_bytes()).unwrap();
+        let mut lines = BufReader::new(stream.try_clone().unwrap()).lines();
+        let answer = lines.next().unwrap().unwrap();
+        assert!(answer.contains("\"type\":\"hello\""), "{answer}");
+        let both = line(&ToSupervisor::Go) + &line(&ToSupervisor::Stop);
+        stream.write_all(both.as_bytes()).unwrap();
+        let exited = lines
+            .map(Result::unwrap)
+            .find(|l| l.contains("\"status\":\"exited\""))
+            .expect("the supervisor reports the end");
+        assert!(
+            exited.contains("stopped before it was started"),
+            "attempt {attempt}: {exited}"
+        );
+        assert!(!ran.exists(), "attempt {attempt} ran after its stop");
+        // Acknowledged, then its server goes: the supervisor exits.
+        stream
+            .write_all(line(&ToSupervisor::Ack).as_bytes())
+            .unwrap();
+        drop(stream);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = supervisor.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = supervisor.kill();
+                panic!("attempt {attempt}: the supervisor did not exit once its server went");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "attempt {attempt}: {status}");
+    }
+}
