@@ -154,24 +154,29 @@ impl Stage {
         crate::input::empty_dir(layout, &temp, self.uid)
             .map_err(|e| fail("cannot make the checkpoint restore directory", &e))?;
         let got = self.download("checkpoints", uri, &temp, false).await;
-        let swapped = match got {
-            Ok(()) => {
-                let (old, new) = (dir.to_path_buf(), temp.clone());
-                // Off the supervisor's thread: the old checkpoints may be many files.
-                tokio::task::spawn_blocking(move || replace_dir(&old, &new))
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-                    .map_err(|e| fail("replacing the local checkpoints with the restored ones", &e))
+        let swap = match got {
+            Ok(()) => true,
+            Err(StorageError::Empty(_)) => false,
+            Err(e) => {
+                remove_off_thread(temp).await;
+                return Err(fail(&format!("restoring checkpoints from {uri}"), &e));
             }
-            Err(StorageError::Empty(_)) => Ok(()),
-            Err(e) => Err(fail(&format!("restoring checkpoints from {uri}"), &e)),
         };
-        tokio::task::spawn_blocking(move || {
+        let old = dir.to_path_buf();
+        // Off the supervisor's thread, in one hand-over: the old checkpoints may be many
+        // files, and what is left of the download goes too.
+        let swapped = tokio::task::spawn_blocking(move || {
+            let swapped = if swap {
+                replace_dir(&old, &temp)
+            } else {
+                Ok(())
+            };
             let _ = std::fs::remove_dir_all(&temp);
+            swapped
         })
         .await
-        .ok();
-        swapped
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        swapped.map_err(|e| fail("replacing the local checkpoints with the restored ones", &e))
     }
 
     async fn download(
@@ -460,6 +465,11 @@ impl CheckpointSync {
         }
         self.state.unwrap_or_default()
     }
+}
+
+/// Removes the tree at `path`, if any, on the blocking pool.
+async fn remove_off_thread(path: PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
 }
 
 /// Removes `old` (if it is there) and renames `new` in its place.

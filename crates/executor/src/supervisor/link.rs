@@ -39,19 +39,12 @@ impl Conn {
     }
 
     pub(crate) async fn send(&mut self, msg: &ToSupervisor) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        self.tx.send(&line).await
+        self.send_all(std::slice::from_ref(msg)).await
     }
 
     /// Sends `msgs` in one write.
     pub(crate) async fn send_all(&mut self, msgs: &[ToSupervisor]) -> std::io::Result<()> {
-        let mut lines = Vec::new();
-        for msg in msgs {
-            serde_json::to_writer(&mut lines, msg).map_err(std::io::Error::other)?;
-            lines.push(b'\n');
-        }
-        self.tx.send(&lines).await
+        self.tx.send_lines(msgs).await
     }
 
     /// The next message; `None` when the supervisor closed the connection (or sent a line

@@ -197,9 +197,7 @@ impl Conn {
     }
 
     async fn send(&mut self, msg: &FromSupervisor) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        self.write.send(&line).await
+        self.write.send_lines(std::slice::from_ref(msg)).await
     }
 
     /// The next message, within `HELLO_TIMEOUT`.

@@ -65,6 +65,16 @@ fn register(stream: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixSt
 }
 
 impl Sender {
+    /// Sends `msgs` as JSON lines, in one write (the peer reads them in one wakeup).
+    pub(crate) async fn send_lines<T: serde::Serialize>(&self, msgs: &[T]) -> io::Result<()> {
+        let mut lines = Vec::new();
+        for msg in msgs {
+            serde_json::to_writer(&mut lines, msg).map_err(io::Error::other)?;
+            lines.push(b'\n');
+        }
+        self.send(&lines).await
+    }
+
     /// Writes all of `bytes`, waiting for room only when the socket's buffer is full.
     pub(crate) async fn send(&self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
