@@ -504,7 +504,12 @@ fn the_file_s_classes_become_queue_and_share_tags_and_decide_what_a_job_may_do()
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(reason.starts_with("NOT_INTERRUPTIBLE"), "{reason}");
-    assert_eq!(server.status(&ids[0]), "RUNNING");
+    // Started, and kept: SCHEDULED until its supervisor reports it running.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.status(&ids[0]) != "RUNNING" {
+        assert!(Instant::now() < deadline, "{}", server.status(&ids[0]));
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// RETAGGED under fair sharing: research weighs 3 and is grouped with ops under a ceiling.

@@ -27,11 +27,7 @@ async fn main() {
     .expect("temporary directory");
     let mut cfg = LocalConfig::new(
         dir.path(),
-        vec![PoolSpec {
-            instance_type: "ml.g5.xlarge".into(),
-            count: instances,
-            gpus_per_instance: 0,
-        }],
+        vec![PoolSpec::new("ml.g5.xlarge", instances, 0)],
     );
     cfg.stop_grace = Duration::from_secs(5);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::sync::watch;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep, sleep_until, Instant};
 
+use crate::cgroup::Group;
 use crate::container::Runtime;
 use crate::group::signal_group;
 use crate::isolation::JobUids;
@@ -35,6 +36,10 @@ const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
 /// After a SIGKILL, how soon the supervisor looks again for processes that were reparented to
 /// it meanwhile (grandchildren of what it killed), and kills those too.
 const KILL_AGAIN: Duration = Duration::from_millis(100);
+
+/// How many times an attempt's control group is killed and its removal tried again, a
+/// `KILL_AGAIN` apart, before it is left behind with a warning.
+const RELEASE_TRIES: u32 = 50;
 
 /// What an attempt reports while it runs.
 pub(crate) enum Report {
@@ -91,10 +96,12 @@ pub(crate) async fn supervise(
         uid,
         groups: Vec::new(),
         live: Vec::new(),
+        cgroups: Vec::new(),
         done: false,
         started: false,
     };
     let outcome = supervisor.run(spec, hosts, stop, go).await;
+    supervisor.release_cgroups().await;
     supervisor.done = true;
     (outcome, supervisor.started)
 }
@@ -130,6 +137,8 @@ struct Supervisor {
     groups: Vec<u32>,
     /// The leader of each spawned host while it is unreaped.
     live: Vec<Option<u32>>,
+    /// Each host's control group, when the attempt is confined ([`crate::cgroup`]).
+    cgroups: Vec<Group>,
     done: bool,
     /// Whether it was told to go (anything after its preparation may have run).
     started: bool,
@@ -142,6 +151,7 @@ impl Drop for Supervisor {
             return;
         }
         self.signal_groups(Signal::SIGKILL, None);
+        self.kill_cgroups();
         crate::supervisor::reap::kill_children();
     }
 }
@@ -244,18 +254,25 @@ fn prepare(
     })
 }
 
-/// Spawns one process per host.
+/// Spawns one process per host, each in its control group if it has one.
 fn spawn_all(
     spec: &LaunchSpec,
     prepared: &Prepared,
     hosts: &[Vec<u32>],
     uid: Option<u32>,
     settings: &Settings,
+    cgroups: &[Group],
 ) -> Spawned {
     let mut children = Vec::with_capacity(hosts.len());
     let mut spawn_failure = None;
     for (host, gpus) in hosts.iter().enumerate() {
-        let r = spawn_host(spec, prepared, host, gpus, uid, settings);
+        let placed = Placed {
+            host,
+            gpus,
+            uid,
+            cgroup: cgroups.get(host),
+        };
+        let r = spawn_host(spec, prepared, &placed, settings);
         match r {
             // Reaped by the supervisor's waitpid(-1), never through the handle.
             Ok(child) => children.push(child.id()),
@@ -279,7 +296,10 @@ impl Supervisor {
         mut stop: watch::Receiver<bool>,
         mut go: watch::Receiver<bool>,
     ) -> Outcome {
-        let prepared = self.prepare(&spec).await;
+        let prepared = match self.prepare(&spec).await {
+            Ok(prepared) => self.confine(&spec, &hosts).map(|()| prepared),
+            Err(outcome) => Err(outcome),
+        };
         // Prepared while the server makes the start durable; nothing else before it is.
         let stopped_unstarted = || Outcome::Failed {
             reason: format!("{CLIENT_ERROR}stopped before it was started"),
@@ -444,7 +464,14 @@ impl Supervisor {
         let Spawned {
             children,
             spawn_failure,
-        } = spawn_all(spec, prepared, hosts, self.uid, &self.ctx.settings);
+        } = spawn_all(
+            spec,
+            prepared,
+            hosts,
+            self.uid,
+            &self.ctx.settings,
+            &self.cgroups,
+        );
         // Every process is its group's leader.
         self.groups.clone_from(&children);
         self.live = children.iter().map(|&pid| Some(pid)).collect();
@@ -498,6 +525,7 @@ impl Supervisor {
                 }
                 () = sleep_until_opt(kill_at) => {
                     self.signal_groups(Signal::SIGKILL, Some(&reaped));
+                    self.kill_cgroups();
                     killed |= crate::supervisor::reap::kill_children() > 0 || cause.is_some();
                     kill_at = Some(Instant::now() + KILL_AGAIN);
                 }
@@ -514,7 +542,8 @@ impl Supervisor {
                 .await;
             }
         }
-        (self.outcome(cause, first_failure, &prepared.layout), sync)
+        let outcome = self.outcome(cause, first_failure, &prepared.layout);
+        (self.out_of_memory(outcome), sync)
     }
 
     /// A reaped process: a host's leader (its failure, if it failed) or something the job left
@@ -557,6 +586,89 @@ impl Supervisor {
         }
     }
 
+    /// Makes each host's control group, when the attempt is confined.
+    fn confine(&mut self, spec: &LaunchSpec, hosts: &[Vec<u32>]) -> Result<(), Outcome> {
+        let Some(confinement) = &self.ctx.settings.confinement else {
+            return Ok(());
+        };
+        for (index, gpus) in hosts.iter().enumerate() {
+            let host = index as u32 + 1;
+            let name = crate::container::name(&spec.job_id, spec.attempt, host);
+            let limits = confinement.limits(gpus);
+            match Group::create(&confinement.hierarchy, &name, &limits) {
+                Ok(group) => self.cgroups.push(group),
+                Err(e) => {
+                    // Whatever was made of it goes with the others at the end.
+                    self.cgroups
+                        .push(Group::named(&confinement.hierarchy, &name));
+                    return Err(Outcome::Failed {
+                        reason: format!(
+                            "{CLIENT_ERROR}cannot set up the control group of algo-{host}: {e}"
+                        ),
+                        retryable: true,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs whatever is in the hosts' control groups.
+    fn kill_cgroups(&self) {
+        for group in &self.cgroups {
+            if let Err(e) = group.kill() {
+                tracing::warn!(attempt = self.attempt, "cannot kill a control group: {e}");
+            }
+        }
+    }
+
+    /// Removes the hosts' control groups once they are empty. Every process of the attempt
+    /// has been reaped by now, so they are, unless something left the supervisor's tree:
+    /// that is killed, and the removal tried again for a few seconds.
+    async fn release_cgroups(&mut self) {
+        for group in std::mem::take(&mut self.cgroups) {
+            let mut tries = 0;
+            while let Err(e) = group.remove() {
+                tries += 1;
+                if tries == RELEASE_TRIES {
+                    tracing::warn!(
+                        attempt = self.attempt,
+                        "a control group is left behind: {e}"
+                    );
+                    break;
+                }
+                let _ = group.kill();
+                sleep(KILL_AGAIN).await;
+            }
+        }
+    }
+
+    /// `outcome`, or `OutOfMemory` when a host failed after the kernel killed one of its
+    /// processes for going over the host's memory limit.
+    fn out_of_memory(&self, outcome: Outcome) -> Outcome {
+        let (
+            Outcome::Failed {
+                retryable: true, ..
+            },
+            Some(confinement),
+        ) = (&outcome, &self.ctx.settings.confinement)
+        else {
+            return outcome;
+        };
+        let Some(index) = self.cgroups.iter().position(|g| g.oom_kills() > 0) else {
+            return outcome;
+        };
+        Outcome::Failed {
+            reason: format!(
+                "{}algo-{} went over its memory limit of {} (one instance's memory: [[executor.pool]] memory_gib) and the kernel killed it",
+                outcome::OUT_OF_MEMORY,
+                index + 1,
+                outcome::bytes(confinement.share.memory_bytes)
+            ),
+            retryable: true,
+        }
+    }
+
     /// SIGTERM to every host's group; returns when SIGKILL is due (to the groups and to
     /// whatever the job left outside them).
     fn terminate(&mut self, grace: Duration, reaper: &Reaper) -> Instant {
@@ -592,18 +704,28 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-/// Spawns the process of host `host` (0-based) in its own process group, logging to its
+/// Where one host's process goes.
+struct Placed<'a> {
+    /// 0-based.
+    host: usize,
+    gpus: &'a [u32],
+    uid: Option<u32>,
+    cgroup: Option<&'a Group>,
+}
+
+/// Spawns the process of a host in its own process group (and control group), logging to its
 /// files in the attempt directory (made by [`prepare`], appended to).
 fn spawn_host(
     spec: &LaunchSpec,
     prepared: &Prepared,
-    host: usize,
-    gpus: &[u32],
-    uid: Option<u32>,
+    placed: &Placed<'_>,
     settings: &Settings,
 ) -> std::io::Result<std::process::Child> {
     let layout = &prepared.layout;
-    let host = host as u32 + 1;
+    let Placed {
+        gpus, uid, cgroup, ..
+    } = *placed;
+    let host = placed.host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
         let path = layout.attempt_dir.join(log_file_name(stream, host));
         std::fs::OpenOptions::new()
@@ -631,6 +753,7 @@ fn spawn_host(
                 gpus,
                 uid,
                 data_dir: &settings.data_dir,
+                share: settings.confinement.as_ref().map(|c| c.share),
             };
             container_command(spec, layout, &run, &mut env)?
         }
@@ -645,9 +768,14 @@ fn spawn_host(
         job: layout.job.clone(),
         config: (host > 1).then(|| crate::input::config_dir(layout, host)),
     });
-    match (&settings.runtime, uid, binds) {
-        (Runtime::Host, None, None) | (Runtime::Podman(_), _, _) => command.spawn(),
-        (Runtime::Host, uid, binds) => spawn_apart(&mut command, uid, binds.as_ref()),
+    match (&settings.runtime, uid, binds, cgroup) {
+        (Runtime::Host, None, None, None) | (Runtime::Podman(_), _, _, None) => command.spawn(),
+        // podman runs as the server; the container's processes run in podman's own group,
+        // limited by `podman run`'s flags.
+        (Runtime::Podman(_), _, _, cgroup) => spawn_apart(&mut command, None, None, cgroup),
+        (Runtime::Host, uid, binds, cgroup) => {
+            spawn_apart(&mut command, uid, binds.as_ref(), cgroup)
+        }
     }
 }
 
@@ -677,6 +805,7 @@ struct Container<'a> {
     gpus: &'a [u32],
     uid: Option<u32>,
     data_dir: &'a Path,
+    share: Option<crate::cgroup::Share>,
 }
 
 /// What of the server's environment podman (root) gets: where to find itself and its
@@ -705,6 +834,7 @@ fn container_command(
         gpus,
         uid,
         data_dir,
+        share: _,
     } = *c;
     let job = layout.job.to_string_lossy().into_owned();
     for (k, v) in env.iter_mut() {
@@ -732,6 +862,7 @@ fn container_command(
         uid,
         env_file: crate::container::write_env_file(&layout.attempt_dir, host, env)?,
         label: crate::container::label(data_dir),
+        share: c.share,
     };
     let mut command = run.command();
     command.current_dir(&layout.work).env_clear();
@@ -743,8 +874,8 @@ fn container_command(
     Ok(command)
 }
 
-/// Spawns `command` in a mount namespace with `binds` and/or as `uid` (its group `uid`, no
-/// supplementary groups).
+/// Spawns `command` in its control group, in a mount namespace with `binds` and/or as `uid`
+/// (its group `uid`, no supplementary groups).
 ///
 /// `Command::uid` (or a pre_exec hook) would make std fork rather than posix_spawn. Instead a
 /// short-lived thread enters the namespace (per thread, while still root), takes the job's
@@ -755,9 +886,14 @@ fn spawn_apart(
     command: &mut Command,
     uid: Option<u32>,
     binds: Option<&namespace::Binds>,
+    cgroup: Option<&Group>,
 ) -> std::io::Result<std::process::Child> {
     std::thread::scope(|scope| {
         let spawner = scope.spawn(|| {
+            if let Some(cgroup) = cgroup {
+                // First, while the thread is still root: v1 moves this thread into the group.
+                cgroup.enrol(command)?;
+            }
             if let Some(binds) = binds {
                 namespace::enter(binds)?;
             }

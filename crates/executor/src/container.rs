@@ -113,6 +113,9 @@ pub(crate) struct Run<'a> {
     pub(crate) env_file: PathBuf,
     /// Marks the container as this executor's.
     pub(crate) label: String,
+    /// What the container may use (`--memory`, no swap beyond it, `--cpus`, `--pids-limit`),
+    /// when attempts are confined.
+    pub(crate) share: Option<crate::cgroup::Share>,
 }
 
 impl Run<'_> {
@@ -132,6 +135,12 @@ impl Run<'_> {
         ]);
         c.args(["--label", &self.label]);
         c.args(limits());
+        if let Some(share) = self.share {
+            let memory = format!("{}b", share.memory_bytes);
+            c.args(["--memory", &memory, "--memory-swap", &memory]);
+            let cpus = format!("{}.{:03}", share.cpu_millis / 1000, share.cpu_millis % 1000);
+            c.args(["--cpus", &cpus, "--pids-limit", &share.pids.to_string()]);
+        }
         c.arg("--volume")
             .arg(format!("{}:/opt/ml", self.job_dir.display()));
         if let Some(config) = self.config_dir {
@@ -338,6 +347,11 @@ mod tests {
             uid: Some(1000),
             env_file: "/data/jobs/j/attempts/1/env-algo-2".into(),
             label: "qm.data_dir=/data".into(),
+            share: Some(crate::cgroup::Share {
+                memory_bytes: 1 << 30,
+                cpu_millis: 1500,
+                pids: 64,
+            }),
         };
         let c = run.command();
         let args: Vec<String> = c
@@ -356,5 +370,11 @@ mod tests {
         );
         assert!(line.ends_with("-- localhost/img train"), "{line}");
         assert!(line.contains("--name qm-j-7-algo-2"), "{line}");
+        assert!(
+            line.contains(
+                "--memory 1073741824b --memory-swap 1073741824b --cpus 1.500 --pids-limit 64"
+            ),
+            "{line}"
+        );
     }
 }

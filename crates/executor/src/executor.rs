@@ -58,6 +58,9 @@ pub struct LocalConfig {
     pub runtime: Runtime,
     /// What runs each attempt's supervisor.
     pub supervisor: SupervisorCommand,
+    /// Where each host's control group goes ([`crate::cgroup`]); `None`: attempts are not
+    /// confined.
+    pub confinement: Option<crate::cgroup::Hierarchy>,
 }
 
 /// The program that runs a supervisor, and its arguments: `qm supervise` in the server (the
@@ -107,6 +110,7 @@ impl LocalConfig {
             opt_ml: OptMl::Off,
             runtime: Runtime::Host,
             supervisor: SupervisorCommand::default(),
+            confinement: None,
         }
     }
 }
@@ -587,9 +591,9 @@ impl LocalExecutor {
         self.inner.start_scanner(&runtime);
         tracing::debug!(attempt = spec.attempt, job_id = %spec.job_id, count = spec.count, "starting attempt");
         let launch = Launch {
+            settings: self.inner.settings(&spec.instance_type),
             spec,
             placement,
-            settings: self.inner.settings(),
             hold,
         };
         // The supervisor is found and connected off the caller's thread (the server's driver
@@ -659,6 +663,12 @@ impl LocalExecutor {
     /// left): SIGTERM, up to `stop_grace`, SIGKILL, and returns once they are gone (or 10 s
     /// after SIGKILL, with a warning).
     pub async fn reap_orphans(&self) {
+        self.reap_orphans_but(None).await;
+    }
+
+    /// [`Self::reap_orphans`], where the attempt `gone` (its supervisor died) has no say in
+    /// what is kept any more.
+    async fn reap_orphans_but(&self, gone: Option<u64>) {
         // A scan of /proc reads every process's environment: off the runtime's workers.
         let exec = self.clone();
         let orphans = tokio::task::spawn_blocking(move || exec.orphans())
@@ -671,15 +681,19 @@ impl LocalExecutor {
             );
             crate::group::reap(orphans, self.inner.cfg().stop_grace).await;
         }
+        if let Some(hierarchy) = self.inner.cfg().confinement.clone() {
+            // The groups of attempts no supervisor holds any more; live ones keep theirs.
+            let keep = self.live_prefixes(gone);
+            let left = tokio::task::spawn_blocking(move || crate::cgroup::sweep(&hierarchy, &keep))
+                .await
+                .unwrap_or_default();
+            for group in left {
+                tracing::warn!("a control group is left behind: {group}");
+            }
+        }
         if let Runtime::Podman(podman) = &self.inner.cfg().runtime {
             // A container outlives a SIGKILLed `podman run`; adopted attempts keep theirs.
-            let keep: Vec<String> = self
-                .inner
-                .state()
-                .attempts
-                .iter()
-                .map(|(a, s)| format!("qm-{}-{a}-algo-", s.job_id))
-                .collect();
+            let keep = self.live_prefixes(gone);
             crate::container::remove_labelled(
                 podman,
                 &crate::container::label(&self.inner.cfg().data_dir),
@@ -687,6 +701,18 @@ impl LocalExecutor {
             )
             .await;
         }
+    }
+
+    /// The name prefix of each live attempt's containers and control groups but `gone`'s,
+    /// `qm-<job>-<attempt>-algo-`.
+    fn live_prefixes(&self, gone: Option<u64>) -> Vec<String> {
+        self.inner
+            .state()
+            .attempts
+            .iter()
+            .filter(|(a, _)| Some(**a) != gone)
+            .map(|(a, s)| format!("qm-{}-{a}-algo-", s.job_id))
+            .collect()
     }
 
     /// Process groups of live processes marked with this executor's data directory that no
@@ -832,9 +858,22 @@ impl Inner {
 
     /// The settings a new attempt runs under (one reading: a reload meanwhile gives it the
     /// old settings or the new, never a mix).
-    fn settings(&self) -> Settings {
+    /// What an attempt on `instance_type` runs with.
+    fn settings(&self, instance_type: &str) -> Settings {
         let cfg = self.cfg();
+        let confinement = cfg.confinement.as_ref().map(|hierarchy| {
+            let shares = crate::cgroup::shares(&cfg.pools, crate::cgroup::Machine::this());
+            crate::cgroup::Confinement {
+                hierarchy: hierarchy.clone(),
+                // A type no pool has any more (a reload removed it) is sized as one instance.
+                share: shares.get(instance_type).copied().unwrap_or_else(|| {
+                    let alone = [PoolSpec::new(instance_type, 1, 0)];
+                    crate::cgroup::shares(&alone, crate::cgroup::Machine::this())[instance_type]
+                }),
+            }
+        });
         Settings {
+            confinement,
             data_dir: cfg.data_dir.clone(),
             stop_grace_ms: cfg.stop_grace.as_millis() as u64,
             isolation: cfg.isolation,
@@ -1239,7 +1278,7 @@ impl Inner {
         let executor = LocalExecutor {
             inner: self.clone(),
         };
-        executor.reap_orphans().await;
+        executor.reap_orphans_but(Some(attempt)).await;
         if role == Role::Stray {
             return self.stray_gone(attempt);
         }

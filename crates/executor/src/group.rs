@@ -32,6 +32,16 @@ pub(crate) fn signal_group(pgid: u32, signal: Signal) -> bool {
     killpg(Pid::from_raw(raw), signal).is_ok()
 }
 
+/// Sends `signal` to process `pid`; false when it is gone or cannot be signalled. Pids 0 and 1
+/// are refused. Only for a pid that cannot have been reused: a frozen group's member, a
+/// child not reaped yet.
+pub(crate) fn signal_pid(pid: u32, signal: Signal) -> bool {
+    match i32::try_from(pid) {
+        Ok(raw) if raw > 1 => kill(Pid::from_raw(raw), signal).is_ok(),
+        _ => false,
+    }
+}
+
 /// Whether any process of group `pgid` exists and can be signalled by us.
 /// A group whose processes are all zombies is gone: they hold nothing, and where their new
 /// parent (PID 1 of a container, say) never reaps them they would otherwise hold start-up for

@@ -12,7 +12,7 @@ use crate::ExecError;
 
 /// A group of identical local instances; also the server's `[[executor.pool]]` table, read
 /// as it is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolSpec {
     /// The capacity unit, e.g. `ml.g5.xlarge`.
@@ -22,6 +22,31 @@ pub struct PoolSpec {
     /// GPUs each instance gets (0: the process runs on the CPU).
     #[serde(default)]
     pub gpus_per_instance: u32,
+    /// Memory each instance gets, in GiB (default: the machine's memory, less a reserve for
+    /// the server, divided among the instances that do not say; [`crate::cgroup::shares`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
+    /// CPUs each instance gets (default: the machine's CPUs divided likewise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<f64>,
+    /// Processes and threads each instance may have at once (default 16384).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u64>,
+}
+
+impl PoolSpec {
+    /// `count` instances of `instance_type` with `gpus_per_instance` GPUs each, sized by
+    /// default.
+    pub fn new(instance_type: impl Into<String>, count: u32, gpus_per_instance: u32) -> Self {
+        Self {
+            instance_type: instance_type.into(),
+            count,
+            gpus_per_instance,
+            memory_gib: None,
+            vcpus: None,
+            max_pids: None,
+        }
+    }
 }
 
 /// One GPU as `nvidia-smi` reports it.
@@ -90,22 +115,14 @@ pub fn instance_type_for_gpu(gpu_name: &str) -> &'static str {
 /// `nvidia-smi` numbers its GPUs 0..n. Pass `gpu_indices` explicitly when it does not.
 pub fn default_pools(gpus: &[GpuInfo]) -> Vec<PoolSpec> {
     if gpus.is_empty() {
-        return vec![PoolSpec {
-            instance_type: "ml.g5.xlarge".into(),
-            count: 4,
-            gpus_per_instance: 0,
-        }];
+        return vec![PoolSpec::new("ml.g5.xlarge", 4, 0)];
     }
     let mut pools: Vec<PoolSpec> = Vec::new();
     for gpu in gpus {
         let instance_type = instance_type_for_gpu(&gpu.name);
         match pools.last_mut() {
             Some(last) if last.instance_type == instance_type => last.count += 1,
-            _ => pools.push(PoolSpec {
-                instance_type: instance_type.into(),
-                count: 1,
-                gpus_per_instance: 1,
-            }),
+            _ => pools.push(PoolSpec::new(instance_type, 1, 1)),
         }
     }
     pools
@@ -464,11 +481,7 @@ mod tests {
     use super::*;
 
     fn pool(instance_type: &str, count: u32, gpus_per_instance: u32) -> PoolSpec {
-        PoolSpec {
-            instance_type: instance_type.into(),
-            count,
-            gpus_per_instance,
-        }
+        PoolSpec::new(instance_type, count, gpus_per_instance)
     }
 
     #[test]

@@ -22,9 +22,11 @@
 //! Modules: `inventory` (instances and GPUs), [`layout`] (directories and log names),
 //! `environment`, `attempt` (an attempt inside its supervisor: spawn, wait, stop, timeout), `checkpoint`
 //! (one scanner task for all attempts, which also reads [`progress`]), `group` (process-group signals and stale reaping),
+//! [`cgroup`] (each host's control group: memory, CPU, processes, GPU nodes),
 //! `outcome` (exit reasons), `executor` (the public handle and its shared state).
 
 mod attempt;
+pub mod cgroup;
 mod checkpoint;
 pub mod container;
 mod environment;
@@ -53,7 +55,7 @@ pub use executor::{
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
-pub use outcome::{Outcome, TIMEOUT_REASON};
+pub use outcome::{Outcome, OUT_OF_MEMORY, TIMEOUT_REASON};
 pub use progress::Steps;
 pub use qm_storage::{
     Location as StorageLocation, Settings as StorageSettings, Storage, StorageConfig, StorageUri,

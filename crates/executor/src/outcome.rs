@@ -17,6 +17,21 @@ pub(crate) const ALGORITHM_ERROR: &str = "Received status from SageMaker: Algori
 /// The prefix of failures to start the job.
 pub(crate) const CLIENT_ERROR: &str = "Received status from SageMaker: ClientError: ";
 
+/// The prefix of an attempt whose host the kernel killed for going over its memory limit
+/// (`evaluateOnExit` `onReason: "OutOfMemory*"`).
+pub const OUT_OF_MEMORY: &str = "OutOfMemory: ";
+
+/// `bytes` for people: `512 MiB`, `2 GiB`, `1.5 GiB`.
+pub(crate) fn bytes(bytes: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    if bytes < 1 << 30 {
+        return format!("{} MiB", bytes >> 20);
+    }
+    let gib = bytes as f64 / GIB;
+    let text = format!("{gib:.2}");
+    format!("{} GiB", text.trim_end_matches('0').trim_end_matches('.'))
+}
+
 /// The longest failure-file message kept, in characters (SageMaker truncates too).
 const FAILURE_MESSAGE_MAX_CHARS: usize = 512;
 

@@ -168,6 +168,11 @@ pub struct ExecutorSection {
     /// The uids attempts run as under isolation, `FIRST-LAST` (default
     /// 1879048192-1879113727).
     pub job_uids: Option<String>,
+    /// `auto` (default): each host of a local attempt runs in a control group of its own,
+    /// holding it to its instance's GPUs, memory, CPUs and processes; a root server refuses to
+    /// start where that cannot be done, another runs jobs unconfined and says so. `cgroup`:
+    /// confined, or refuse to start. `none`: never.
+    pub confinement: Option<String>,
     /// `auto` (default): each process sees its job directory at `/opt/ml` when the server is
     /// root; `required`: or refuse to start; `off`: never.
     pub opt_ml: Option<String>,
@@ -201,6 +206,17 @@ pub struct PodmanSection {
     /// Extra arguments of `podman run`, before the image.
     #[serde(default)]
     pub run_args: Vec<String>,
+}
+
+/// `[executor] confinement`: whether attempts run in control groups of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confinement {
+    /// Control groups where they can be used; a root server refuses to start without them.
+    Auto,
+    /// Control groups, or the server refuses to start.
+    Cgroup,
+    /// No control groups.
+    None,
 }
 
 /// `[executor] isolation`: whether attempts run under uids of their own.
@@ -325,6 +341,8 @@ pub struct Config {
     pub isolation: Isolation,
     /// `[executor] job_uids`.
     pub job_uids: qm_executor::JobUids,
+    /// `[executor] confinement`.
+    pub confinement: Confinement,
     /// Logged commands between two snapshots (0: only at start and shutdown).
     pub snapshot_every: u64,
     /// How long a finished job stays before it is archived.
@@ -508,6 +526,17 @@ impl Config {
                     return Err(bad(
                         "executor.isolation",
                         format!("'{other}' is not a mode; use \"auto\" (own uids when root), \"uid\" (own uids, or refuse to start) or \"none\" (jobs run as the server's user)"),
+                    ))
+                }
+            },
+            confinement: match file.executor.confinement.as_deref().unwrap_or("auto") {
+                "auto" => Confinement::Auto,
+                "cgroup" => Confinement::Cgroup,
+                "none" => Confinement::None,
+                other => {
+                    return Err(bad(
+                        "executor.confinement",
+                        format!("'{other}' is not a mode; use \"auto\" (control groups where they can be used; required when root), \"cgroup\" (or refuse to start) or \"none\" (jobs may use the whole machine)"),
                     ))
                 }
             },

@@ -426,6 +426,43 @@ fn job_isolation(config: &Config) -> Result<(Option<qm_executor::JobUids>, Strin
     }
 }
 
+/// Where attempts' control groups go, if they are confined, and the banner's line saying
+/// what a job may use. Refuses where `config` requires confinement and it cannot be set up.
+fn job_confinement(
+    config: &Config,
+) -> Result<(Option<qm_executor::cgroup::Hierarchy>, String), ServerError> {
+    use qm_executor::cgroup::{self, Found};
+    let unconfined = |why: &str| {
+        format!("confinement: none ({why}): a job can use every GPU, all the memory and every CPU of this machine (docs/security.md)")
+    };
+    if config.confinement == config::Confinement::None {
+        return Ok((None, unconfined("[executor] confinement = \"none\"")));
+    }
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let key = cgroup::key_for(&config.data_dir);
+    let found = cgroup::detect(
+        &read("/proc/self/mountinfo"),
+        &read("/proc/self/cgroup"),
+        &key,
+    );
+    let prepared = match found {
+        Found::Usable(h) => h.prepare().map(|()| h).map_err(|e| e.to_string()),
+        Found::Unusable(why) => Err(why),
+    };
+    let required =
+        config.confinement == config::Confinement::Cgroup || nix::unistd::geteuid().is_root();
+    match prepared {
+        Ok(h) => {
+            let line = format!("confinement: each host of an attempt runs in a control group of its own ({}): its instance's GPUs, memory, CPUs and processes, no more", h.describe());
+            Ok((Some(h), line))
+        }
+        Err(why) if required => Err(ServerError::Config(format!(
+            "executor.confinement: attempts cannot run in control groups of their own: {why}. Mount cgroup v2 (or the v1 memory, pids, cpu, devices and freezer hierarchies) and run the server where it may make groups (as root, or in a delegated group: systemd Delegate=yes), or set [executor] confinement = \"none\" to run jobs unconfined"
+        ))),
+        Err(why) => Ok((None, unconfined(&format!("not root, and {why}")))),
+    }
+}
+
 /// The local executor of `config`: its pools (configured, else detected GPUs, else four
 /// simulated instances) and a line per pool for the banner.
 fn local_executor(
@@ -434,12 +471,15 @@ fn local_executor(
 ) -> Result<StartedExecutor, ServerError> {
     let (pools, gpu_indices) = local_pools(config);
     let (isolation, jobs_line) = job_isolation(config)?;
+    let (confinement, confined_line) = job_confinement(config)?;
     let found = reload::Found {
         detected: (pools.clone(), gpu_indices.clone()),
         isolation,
+        confinement,
         slurm_tag: None,
     };
-    let cfg = local_config(config, pools.clone(), gpu_indices, isolation);
+    let jobs_line = format!("{jobs_line}\n{confined_line}");
+    let cfg = local_config(config, pools.clone(), gpu_indices, &found);
     let storage_line = cfg
         .storage
         .as_ref()
@@ -485,15 +525,16 @@ pub(crate) fn local_config(
     config: &Config,
     pools: Vec<PoolSpec>,
     gpu_indices: Option<Vec<u32>>,
-    isolation: Option<qm_executor::JobUids>,
+    found: &reload::Found,
 ) -> LocalConfig {
     LocalConfig {
+        isolation: found.isolation,
+        confinement: found.confinement.clone(),
         data_dir: config.data_dir.clone(),
         stop_grace: config.stop_grace,
         pools,
         gpu_indices,
         checkpoint_poll: config.checkpoint_poll,
-        isolation,
         log_bytes_per_attempt: Some(config.limits.log_bytes_per_attempt),
         storage: Some(std::sync::Arc::new(storage(config))),
         checkpoint_sync: config.checkpoint_sync,
@@ -648,6 +689,7 @@ fn slurm_executor(
         found: reload::Found {
             detected: (Vec::new(), None),
             isolation: None,
+            confinement: None,
             slurm_tag: Some(tag),
         },
     })

@@ -55,6 +55,7 @@ fn keys() -> Vec<Key> {
         key!("executor.kind", false, |c| c.slurm.is_some()),
         key!("executor.isolation", false, |c| c.isolation),
         key!("executor.job_uids", false, |c| c.job_uids),
+        key!("executor.confinement", false, |c| c.confinement),
         key!("executor.opt_ml", false, |c| c.opt_ml),
         key!("executor.runtime", false, |c| c.runtime.runs_images()),
         key!("executor.slurm.shared_dir", false, |c| c
@@ -149,6 +150,8 @@ pub struct Found {
     pub detected: (Vec<PoolSpec>, Option<Vec<u32>>),
     /// The uids attempts run under, if apart from the server.
     pub isolation: Option<JobUids>,
+    /// Where attempts' control groups go, if they are confined.
+    pub confinement: Option<qm_executor::cgroup::Hierarchy>,
     /// The Slurm executor's tag.
     pub slurm_tag: Option<String>,
 }
@@ -253,7 +256,7 @@ impl Current {
                     crate::local_pools(new)
                 };
                 let per_type = crate::pool_gpus(&pools);
-                e.reload(crate::local_config(new, pools, gpus, self.found.isolation))?;
+                e.reload(crate::local_config(new, pools, gpus, &self.found))?;
                 Ok(per_type)
             }
             (Executor::Slurm(e), Some(settings)) => {

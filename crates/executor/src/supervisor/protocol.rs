@@ -183,4 +183,7 @@ pub struct Settings {
     pub storage: Option<qm_storage::Settings>,
     /// How often changed checkpoints are uploaded, in milliseconds.
     pub checkpoint_sync_ms: u64,
+    /// The control groups its hosts run in, and what each may use (`None`: unconfined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<crate::cgroup::Confinement>,
 }

@@ -54,9 +54,9 @@ pub(crate) fn split(stream: UnixStream) -> io::Result<(Sender, Receiver)> {
 }
 
 /// Registers `stream` with the current runtime for `interest` alone.
-// The second of the workspace's two unsafe sites (the other: the zygote's fork). Tokio's
-// safe constructors register readability and writability both, which is what this module
-// exists to avoid.
+// One of the workspace's three unsafe sites (the others: the zygote's fork, `cgroup::enter`).
+// Tokio's safe constructors register readability and writability both, which is what this
+// module exists to avoid.
 #[allow(unsafe_code)]
 fn register(stream: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixStream>> {
     // SAFETY: the `AsyncFd` owns the stream, so its descriptor stays open and names the same

@@ -466,6 +466,7 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
                 runtime: Default::default(),
                 storage: None,
                 checkpoint_sync_ms: 1000,
+                confinement: None,
             },
             hold: true,
         };

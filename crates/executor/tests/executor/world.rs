@@ -24,11 +24,7 @@ pub struct World {
 }
 
 pub fn pool(instance_type: &str, count: u32, gpus_per_instance: u32) -> PoolSpec {
-    PoolSpec {
-        instance_type: instance_type.into(),
-        count,
-        gpus_per_instance,
-    }
+    PoolSpec::new(instance_type, count, gpus_per_instance)
 }
 
 impl World {

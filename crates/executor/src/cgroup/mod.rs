@@ -1,0 +1,568 @@
+//! Control groups: each host of an attempt runs in a control group of its own, made by its
+//! supervisor before the host's first process starts and removed after its last one ended.
+//! The group holds the host to its instance: a memory limit (no swap beyond it), a CPU quota,
+//! a pids limit and, for the GPUs, only the instance's own device nodes. A stop that reaches
+//! SIGKILL kills the whole group, so nothing the job started escapes by `setsid` or a double
+//! fork; the group also says whether the kernel's OOM killer struck and how much memory and
+//! CPU the host used.
+//!
+//! Both interfaces are supported: cgroup v2 (one unified tree, what current distributions
+//! mount) and cgroup v1 (one tree per controller: memory, pids, cpu, devices, freezer, and
+//! cpuacct where mounted). [`detect`] finds which one this machine offers, from
+//! `/proc/self/mountinfo` and `/proc/self/cgroup`. Every file is written through a directory
+//! path, so the tests run the module over a fake tree of plain files.
+//!
+//! Attempts' groups live under `<the server's own group>/qm-<key>`, where the key is a hash
+//! of the data dir: two servers on one machine never touch each other's groups, and a
+//! delegated subtree (systemd's `Delegate=yes`) is all the server needs.
+
+pub(crate) mod detect;
+mod devices;
+mod enter;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+pub use detect::{detect, key_for, Found};
+
+/// The CFS period a CPU quota is expressed in, in microseconds (the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// Where attempts' groups are made: the server's `qm-<key>` directory in each tree it uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "version", rename_all = "snake_case")]
+pub enum Hierarchy {
+    /// The unified hierarchy: one directory, with memory, cpu and pids enabled for its children.
+    V2 {
+        /// `<mount>/<server's group>/qm-<key>`.
+        dir: PathBuf,
+    },
+    /// One tree per controller.
+    V1 {
+        /// `<mount of the controller>/<server's group there>/qm-<key>`, per controller.
+        dirs: V1Dirs,
+    },
+}
+
+impl Hierarchy {
+    /// Makes the server's `qm-<key>` directories, once at start, before any supervisor is
+    /// forked. Under v2 a group hands controllers to its children only while it holds no
+    /// process itself, so the server moves into a leaf beside them (`qm-<key>-server`) and
+    /// enables memory, cpu and pids for `qm-<key>` and for the attempts' groups below it.
+    pub fn prepare(&self) -> io::Result<()> {
+        match self {
+            Hierarchy::V1 { dirs } => dirs.all().into_iter().try_for_each(make_dir),
+            Hierarchy::V2 { dir } => {
+                let parent = dir.parent().unwrap_or(dir);
+                let enable = "+memory +cpu +pids";
+                if write(&parent.join("cgroup.subtree_control"), enable).is_err() {
+                    let mut leaf = dir.clone().into_os_string();
+                    leaf.push("-server");
+                    let leaf = PathBuf::from(leaf);
+                    make_dir(&leaf)?;
+                    write(&leaf.join("cgroup.procs"), &std::process::id().to_string())?;
+                    write(&parent.join("cgroup.subtree_control"), enable).map_err(|e| {
+                        io::Error::new(e.kind(), format!("{e}: another process shares the server's control group; run the server in a group of its own (systemd: a service with Delegate=yes)"))
+                    })?;
+                }
+                make_dir(dir)?;
+                write(&dir.join("cgroup.subtree_control"), enable)
+            }
+        }
+    }
+
+    /// The interface, for the banner.
+    pub fn describe(&self) -> String {
+        match self {
+            Hierarchy::V2 { dir } => format!(
+                "cgroup v2 under {}{}",
+                dir.display(),
+                if devices::V2_FENCES_DEVICES {
+                    ""
+                } else {
+                    " (GPU device nodes are not fenced under v2 yet)"
+                }
+            ),
+            Hierarchy::V1 { dirs } => format!("cgroup v1 under {}", dirs.memory.display()),
+        }
+    }
+}
+
+/// Kills and removes every group of the server's whose name does not start with one of
+/// `keep` (the live attempts' `qm-<job>-<attempt>-algo-`): what a supervisor that died left.
+/// Returns the groups left behind (not empty after a second of kills), with why.
+pub fn sweep(hierarchy: &Hierarchy, keep: &[String]) -> Vec<String> {
+    let dirs: Vec<PathBuf> = match hierarchy {
+        Hierarchy::V2 { dir } => vec![dir.clone()],
+        Hierarchy::V1 { dirs } => dirs.all().into_iter().map(Path::to_path_buf).collect(),
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = name.starts_with("qm-") && entry.file_type().is_ok_and(|t| t.is_dir());
+            if ours && !keep.iter().any(|k| name.starts_with(k.as_str())) {
+                names.insert(name);
+            }
+        }
+    }
+    let mut left = Vec::new();
+    for name in names {
+        let group = Group::named(hierarchy, &name);
+        let mut result = group.remove();
+        for _ in 0..10 {
+            if result.is_ok() {
+                break;
+            }
+            let _ = group.kill();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            result = group.remove();
+        }
+        if let Err(e) = result {
+            left.push(format!("{name}: {e}"));
+        }
+    }
+    left
+}
+
+/// Makes `dir` unless it exists.
+fn make_dir(dir: &Path) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(at(dir, e)),
+        _ => Ok(()),
+    }
+}
+
+/// The v1 controllers' directories for attempts' groups. Controllers mounted together (say
+/// `cpu,cpuacct`) share one directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct V1Dirs {
+    /// `memory`: the limit, the OOM count, the peak.
+    pub memory: PathBuf,
+    /// `pids`: the process limit.
+    pub pids: PathBuf,
+    /// `cpu`: the CFS quota.
+    pub cpu: PathBuf,
+    /// `devices`: which device nodes may be opened.
+    pub devices: PathBuf,
+    /// `freezer`: a group is frozen before it is killed, so that nothing forks meanwhile.
+    pub freezer: PathBuf,
+    /// `cpuacct`: CPU time used, where mounted.
+    pub cpuacct: Option<PathBuf>,
+}
+
+impl V1Dirs {
+    /// Every directory, each once, in a fixed order.
+    fn all(&self) -> Vec<&Path> {
+        let mut dirs: Vec<&Path> = vec![&self.memory, &self.pids, &self.cpu, &self.devices];
+        dirs.extend(self.cpuacct.as_deref());
+        dirs.push(&self.freezer);
+        let mut unique: Vec<&Path> = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            if !unique.contains(&dir) {
+                unique.push(dir);
+            }
+        }
+        unique
+    }
+}
+
+/// What one host of an attempt may use: one instance's share of the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Memory, in bytes; swap is not allowed beyond it.
+    pub memory_bytes: u64,
+    /// CPU, in thousandths of a CPU (1500: one and a half CPUs); 0: no quota.
+    pub cpu_millis: u64,
+    /// Processes and threads.
+    pub pids: u64,
+    /// The GPUs (device minors of `/dev/nvidia<N>`) this host may open; every other NVIDIA
+    /// GPU node is denied.
+    pub gpus: Vec<u32>,
+}
+
+/// One instance's share of the machine: what each host of an attempt on it may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    /// Memory, in bytes.
+    pub memory_bytes: u64,
+    /// CPU, in thousandths of a CPU.
+    pub cpu_millis: u64,
+    /// Processes and threads.
+    pub pids: u64,
+}
+
+/// How an attempt is confined: where its hosts' groups go and what each may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confinement {
+    /// Where the groups go.
+    pub hierarchy: Hierarchy,
+    /// One instance's share.
+    pub share: Share,
+}
+
+impl Confinement {
+    /// The limits of a host with `gpus`.
+    pub fn limits(&self, gpus: &[u32]) -> Limits {
+        Limits {
+            memory_bytes: self.share.memory_bytes,
+            cpu_millis: self.share.cpu_millis,
+            pids: self.share.pids,
+            gpus: gpus.to_vec(),
+        }
+    }
+}
+
+/// What the machine has to share out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Machine {
+    /// Memory, in bytes.
+    pub memory_bytes: u64,
+    /// CPUs, in thousandths.
+    pub cpu_millis: u64,
+}
+
+impl Machine {
+    /// This machine: `MemTotal` of `/proc/meminfo` and the CPUs the server may run on, read
+    /// once.
+    pub fn this() -> Self {
+        static MACHINE: std::sync::OnceLock<Machine> = std::sync::OnceLock::new();
+        *MACHINE.get_or_init(Self::read)
+    }
+
+    fn read() -> Self {
+        let memory_kib = fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| {
+                let line = t.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .unwrap_or(0);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        Self {
+            memory_bytes: memory_kib * 1024,
+            cpu_millis: cpus * 1000,
+        }
+    }
+}
+
+/// Memory kept for the server (and the system) when instances are sized by default: 1 GiB,
+/// or a quarter of a machine under 4 GiB. No CPU is kept: a quota is a ceiling, and the
+/// kernel's scheduler gives the server its turn however busy the jobs are.
+fn server_reserve(memory_bytes: u64) -> u64 {
+    (1u64 << 30).min(memory_bytes / 4)
+}
+
+/// A host's processes and threads at once, unless its pool says (`max_pids`).
+pub const DEFAULT_MAX_PIDS: u64 = 16_384;
+
+/// The smallest default memory share, so that a machine cut into many instances still starts
+/// an interpreter in each.
+const MIN_MEMORY_BYTES: u64 = 256 << 20;
+
+/// The smallest CPU share: the kernel takes no quota under a millisecond per 100 ms period.
+const MIN_CPU_MILLIS: u64 = 10;
+
+/// One instance's share per instance type. A pool that sets `memory_gib` or `vcpus` gets that;
+/// what the machine has left, less the server's reserve of memory, is divided evenly among
+/// the instances of the pools that do not.
+pub fn shares(pools: &[crate::PoolSpec], machine: Machine) -> BTreeMap<String, Share> {
+    let gib = |g: f64| (g * f64::from(1u32 << 30)) as u64;
+    let millis = |c: f64| (c * 1000.0) as u64;
+    let split = |total: u64, given: &dyn Fn(&crate::PoolSpec) -> Option<u64>, floor: u64| {
+        let (mut taken, mut undecided) = (0u64, 0u64);
+        for p in pools {
+            match given(p) {
+                Some(v) => taken += v * u64::from(p.count),
+                None => undecided += u64::from(p.count),
+            }
+        }
+        (total.saturating_sub(taken) / undecided.max(1)).max(floor)
+    };
+    let memory = machine.memory_bytes - server_reserve(machine.memory_bytes);
+    let memory_each = split(memory, &|p| p.memory_gib.map(gib), MIN_MEMORY_BYTES);
+    let cpu_each = split(machine.cpu_millis, &|p| p.vcpus.map(millis), MIN_CPU_MILLIS);
+    let mut out = BTreeMap::new();
+    for p in pools {
+        out.entry(p.instance_type.clone()).or_insert(Share {
+            memory_bytes: p.memory_gib.map_or(memory_each, gib),
+            cpu_millis: p.vcpus.map_or(cpu_each, millis).max(MIN_CPU_MILLIS),
+            pids: p.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
+        });
+    }
+    out
+}
+
+/// What a host used, read from its group after its last process ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// The most memory its processes held at once, in bytes (0: the kernel does not say).
+    pub peak_memory_bytes: u64,
+    /// CPU time, user and system, in microseconds.
+    pub cpu_us: u64,
+}
+
+/// One host's control group.
+#[derive(Debug)]
+pub struct Group {
+    hierarchy: Hierarchy,
+    name: String,
+}
+
+impl Group {
+    /// The group `name` under `hierarchy`, made or not.
+    pub fn named(hierarchy: &Hierarchy, name: &str) -> Self {
+        Self {
+            hierarchy: hierarchy.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// Makes the group and sets `limits`. A group left by an earlier try of the same host (a
+    /// supervisor killed before it removed it) is emptied and reused.
+    pub fn create(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> io::Result<Self> {
+        let group = Self::named(hierarchy, name);
+        group.dirs().iter().try_for_each(|dir| make_dir(dir))?;
+        group.limit(limits)?;
+        Ok(group)
+    }
+
+    /// The group's directories: one (v2), one per mounted v1 tree.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        match &self.hierarchy {
+            Hierarchy::V2 { dir } => vec![dir.join(&self.name)],
+            Hierarchy::V1 { dirs } => dirs.all().iter().map(|d| d.join(&self.name)).collect(),
+        }
+    }
+
+    /// Writes every limit.
+    fn limit(&self, limits: &Limits) -> io::Result<()> {
+        let memory = limits.memory_bytes.to_string();
+        let quota = (limits.cpu_millis > 0).then(|| limits.cpu_millis * CPU_PERIOD_US / 1000);
+        match &self.hierarchy {
+            Hierarchy::V2 { dir } => {
+                let dir = dir.join(&self.name);
+                write(&dir.join("memory.max"), &memory)?;
+                write(&dir.join("memory.swap.max"), "0")?;
+                let cpu = match quota {
+                    Some(q) => format!("{q} {CPU_PERIOD_US}"),
+                    None => format!("max {CPU_PERIOD_US}"),
+                };
+                write(&dir.join("cpu.max"), &cpu)?;
+                write(&dir.join("pids.max"), &limits.pids.to_string())?;
+                devices::attach_v2(&dir, &limits.gpus)
+            }
+            Hierarchy::V1 { dirs } => {
+                let memory_dir = dirs.memory.join(&self.name);
+                // The swap limit (memsw) may never be below the memory limit: memory first.
+                write(&memory_dir.join("memory.limit_in_bytes"), &memory)?;
+                let memsw = memory_dir.join("memory.memsw.limit_in_bytes");
+                if memsw.exists() {
+                    write(&memsw, &memory)?;
+                }
+                let cpu = dirs.cpu.join(&self.name);
+                write(&cpu.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                let quota = quota.map_or_else(|| "-1".to_string(), |q| q.to_string());
+                write(&cpu.join("cpu.cfs_quota_us"), &quota)?;
+                write(
+                    &dirs.pids.join(&self.name).join("pids.max"),
+                    &limits.pids.to_string(),
+                )?;
+                devices::deny_v1(&dirs.devices.join(&self.name), &limits.gpus)
+            }
+        }
+    }
+
+    /// Makes what `command` spawns start in the group. Under v1 the calling thread joins the
+    /// group (its `tasks` file), so call it on a thread that only spawns: a child starts in its
+    /// parent thread's groups. Under v2, where only whole processes move, the child moves
+    /// itself between fork and exec.
+    pub fn enrol(&self, command: &mut Command) -> io::Result<()> {
+        match &self.hierarchy {
+            Hierarchy::V1 { .. } => {
+                let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
+                for dir in self.dirs() {
+                    write(&dir.join("tasks"), &tid)?;
+                }
+                Ok(())
+            }
+            Hierarchy::V2 { dir } => {
+                let procs = fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join(&self.name).join("cgroup.procs"))
+                    .map_err(|e| at(&dir.join(&self.name), e))?;
+                enter::move_child_v2(command, procs);
+                Ok(())
+            }
+        }
+    }
+
+    /// The pids in the group and in any group below it (podman's).
+    pub fn procs(&self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        let first = self.dirs().into_iter().next();
+        if let Some(dir) = first {
+            collect_procs(&dir, &mut pids);
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Whether no process is left in the group.
+    pub fn is_empty(&self) -> bool {
+        self.procs().is_empty()
+    }
+
+    /// SIGKILLs every process of the group at once. v2 has `cgroup.kill`; under v1 the group
+    /// is frozen first, so that nothing forks or exits (and frees its pid for reuse) between
+    /// reading its pids and killing them, then thawed, and the kills land.
+    pub fn kill(&self) -> io::Result<()> {
+        match &self.hierarchy {
+            Hierarchy::V2 { dir } => write(&dir.join(&self.name).join("cgroup.kill"), "1"),
+            Hierarchy::V1 { dirs } => {
+                let freezer = dirs.freezer.join(&self.name);
+                let state = freezer.join("freezer.state");
+                write(&state, "FROZEN")?;
+                // FREEZING until every task stopped; a task in an uninterruptible sleep can
+                // hold it there, so the kill goes on after a bounded wait.
+                for _ in 0..100 {
+                    if fs::read_to_string(&state).is_ok_and(|s| s.trim() == "FROZEN") {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                for pid in self.procs() {
+                    // Frozen, so still the group's: its pid cannot have been reused.
+                    crate::group::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+                write(&state, "THAWED")
+            }
+        }
+    }
+
+    /// How many times the kernel's OOM killer killed a process of the group for its limit.
+    pub fn oom_kills(&self) -> u64 {
+        let (file, key) = match &self.hierarchy {
+            Hierarchy::V2 { dir } => (dir.join(&self.name).join("memory.events"), "oom_kill"),
+            Hierarchy::V1 { dirs } => (
+                dirs.memory.join(&self.name).join("memory.oom_control"),
+                "oom_kill",
+            ),
+        };
+        read_key(&file, key).unwrap_or(0)
+    }
+
+    /// What the group used so far.
+    pub fn usage(&self) -> Usage {
+        match &self.hierarchy {
+            Hierarchy::V2 { dir } => {
+                let dir = dir.join(&self.name);
+                Usage {
+                    peak_memory_bytes: read_u64(&dir.join("memory.peak")).unwrap_or(0),
+                    cpu_us: read_key(&dir.join("cpu.stat"), "usage_usec").unwrap_or(0),
+                }
+            }
+            Hierarchy::V1 { dirs } => Usage {
+                peak_memory_bytes: read_u64(
+                    &dirs
+                        .memory
+                        .join(&self.name)
+                        .join("memory.max_usage_in_bytes"),
+                )
+                .unwrap_or(0),
+                cpu_us: dirs
+                    .cpuacct
+                    .as_ref()
+                    .and_then(|d| read_u64(&d.join(&self.name).join("cpuacct.usage")))
+                    .map_or(0, |ns| ns / 1000),
+            },
+        }
+    }
+
+    /// Removes the group (and any group below it); an error when a process is still in it.
+    /// A group already gone is removed.
+    pub fn remove(&self) -> io::Result<()> {
+        for dir in self.dirs() {
+            remove_tree(&dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `value` to the control file `path`, as `echo value > path` would: in one write,
+/// with a newline (which every control file strips). Opened for appending: the kernel ignores
+/// it, and a fake tree's plain file keeps every value written, for the tests to read.
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| at(path, e))?;
+    file.write_all(format!("{value}\n").as_bytes())
+        .map_err(|e| at(path, e))
+}
+
+/// An error that names the file it is about.
+fn at(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// A file holding one number (`max` reads as `None`).
+fn read_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The value of `key` in a flat-keyed file (`key value` lines).
+fn read_key(path: &Path, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// The pids of `dir`'s `cgroup.procs` and of every group below it.
+fn collect_procs(dir: &Path, pids: &mut Vec<u32>) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_procs(&entry.path(), pids);
+        }
+    }
+}
+
+/// Removes the group `dir` and the groups below it, deepest first (a group's control files
+/// go with its directory: `rmdir`, never a recursive delete).
+fn remove_tree(dir: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(at(dir, e)),
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&entry.path())?;
+        }
+    }
+    match fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(at(dir, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

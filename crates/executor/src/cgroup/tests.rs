@@ -1,0 +1,464 @@
+//! The module over fake trees of plain files (every value written is appended, so a test
+//! reads the whole sequence), and detection over mount tables of real machines.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// The files the kernel makes in a new v2 group, empty.
+const V2_FILES: [&str; 10] = [
+    "cgroup.procs",
+    "cgroup.kill",
+    "cgroup.subtree_control",
+    "memory.max",
+    "memory.swap.max",
+    "memory.events",
+    "memory.peak",
+    "cpu.max",
+    "cpu.stat",
+    "pids.max",
+];
+
+/// A fake group directory with `files`, empty.
+fn fake_group(dir: &Path, files: &[&str]) {
+    fs::create_dir_all(dir).unwrap();
+    for f in files {
+        fs::write(dir.join(f), "").unwrap();
+    }
+}
+
+fn read(path: PathBuf) -> String {
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The v2 hierarchy of a fake tree at `root`.
+fn v2(root: &Path) -> Hierarchy {
+    Hierarchy::V2 {
+        dir: root.join("qm-k"),
+    }
+}
+
+fn limits(gpus: Vec<u32>) -> Limits {
+    Limits {
+        memory_bytes: 2 << 30,
+        cpu_millis: 1500,
+        pids: 4096,
+        gpus,
+    }
+}
+
+/// A v1 tree with a directory per controller (cpuacct apart), and the group `name` in each.
+fn fake_v1(root: &Path, name: &str) -> Hierarchy {
+    let dir = |c: &str| root.join(c).join("qm-k");
+    let files: [(&str, &[&str]); 6] = [
+        (
+            "memory",
+            &[
+                "cgroup.procs",
+                "tasks",
+                "memory.limit_in_bytes",
+                "memory.memsw.limit_in_bytes",
+                "memory.oom_control",
+                "memory.max_usage_in_bytes",
+            ],
+        ),
+        ("pids", &["cgroup.procs", "tasks", "pids.max"]),
+        (
+            "cpu",
+            &[
+                "cgroup.procs",
+                "tasks",
+                "cpu.cfs_period_us",
+                "cpu.cfs_quota_us",
+            ],
+        ),
+        ("devices", &["cgroup.procs", "tasks", "devices.deny"]),
+        ("freezer", &["cgroup.procs", "tasks", "freezer.state"]),
+        ("cpuacct", &["cgroup.procs", "tasks", "cpuacct.usage"]),
+    ];
+    for (controller, files) in files {
+        fake_group(&dir(controller).join(name), files);
+    }
+    Hierarchy::V1 {
+        dirs: V1Dirs {
+            memory: dir("memory"),
+            pids: dir("pids"),
+            cpu: dir("cpu"),
+            devices: dir("devices"),
+            freezer: dir("freezer"),
+            cpuacct: Some(dir("cpuacct")),
+        },
+    }
+}
+
+#[test]
+fn a_v2_group_gets_its_memory_without_swap_its_cpu_quota_and_its_pids_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/a-1-algo-1");
+    fake_group(&g, &V2_FILES);
+    Group::create(&h, "a-1-algo-1", &limits(vec![0])).unwrap();
+    assert_eq!(read(g.join("memory.max")), "2147483648\n");
+    assert_eq!(read(g.join("memory.swap.max")), "0\n");
+    assert_eq!(read(g.join("cpu.max")), "150000 100000\n");
+    assert_eq!(read(g.join("pids.max")), "4096\n");
+}
+
+#[test]
+fn a_v2_group_without_a_cpu_quota_says_max() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/g");
+    fake_group(&g, &V2_FILES);
+    let mut l = limits(vec![]);
+    l.cpu_millis = 0;
+    Group::create(&h, "g", &l).unwrap();
+    assert_eq!(read(g.join("cpu.max")), "max 100000\n");
+}
+
+#[test]
+fn a_v1_group_gets_memory_then_memsw_the_cfs_quota_and_the_pids_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    Group::create(&h, "g", &limits(vec![1])).unwrap();
+    let d = |c: &str| root.path().join(c).join("qm-k/g");
+    assert_eq!(
+        read(d("memory").join("memory.limit_in_bytes")),
+        "2147483648\n"
+    );
+    assert_eq!(
+        read(d("memory").join("memory.memsw.limit_in_bytes")),
+        "2147483648\n"
+    );
+    assert_eq!(read(d("cpu").join("cpu.cfs_period_us")), "100000\n");
+    assert_eq!(read(d("cpu").join("cpu.cfs_quota_us")), "150000\n");
+    assert_eq!(read(d("pids").join("pids.max")), "4096\n");
+}
+
+#[test]
+fn a_v1_group_without_swap_accounting_still_gets_its_memory_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    let memsw = root
+        .path()
+        .join("memory/qm-k/g/memory.memsw.limit_in_bytes");
+    fs::remove_file(&memsw).unwrap();
+    Group::create(&h, "g", &limits(vec![])).unwrap();
+    assert!(!memsw.exists());
+    let limit = root.path().join("memory/qm-k/g/memory.limit_in_bytes");
+    assert_eq!(read(limit), "2147483648\n");
+}
+
+#[test]
+fn a_v1_host_may_open_only_its_own_gpus_and_the_shared_nodes() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    Group::create(&h, "g", &limits(vec![1, 3])).unwrap();
+    let denied: Vec<String> = read(root.path().join("devices/qm-k/g/devices.deny"))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    // Every GPU minor below the shared nodes (254, 255) but the host's own.
+    assert_eq!(denied.len(), 254 - 2);
+    assert_eq!(denied[0], "c 195:0 rwm");
+    assert_eq!(denied[1], "c 195:2 rwm");
+    assert_eq!(denied.last().unwrap(), "c 195:253 rwm");
+    for own in [
+        "c 195:1 rwm",
+        "c 195:3 rwm",
+        "c 195:254 rwm",
+        "c 195:255 rwm",
+    ] {
+        assert!(!denied.iter().any(|d| d == own), "{own} denied");
+    }
+}
+
+#[test]
+fn a_v1_host_without_gpus_may_open_no_gpu_node() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    Group::create(&h, "g", &limits(vec![])).unwrap();
+    let deny = root.path().join("devices/qm-k/g/devices.deny");
+    assert_eq!(read(deny), "c 195:* rwm\n");
+}
+
+#[test]
+fn a_v1_thread_enrols_in_every_tree_once_even_where_two_controllers_share_one() {
+    let root = tempfile::tempdir().unwrap();
+    let Hierarchy::V1 { mut dirs } = fake_v1(root.path(), "g") else {
+        unreachable!()
+    };
+    // `cpu,cpuacct` mounted together.
+    dirs.cpuacct = Some(dirs.cpu.clone());
+    let h = Hierarchy::V1 { dirs };
+    let g = Group::named(&h, "g");
+    assert_eq!(g.dirs().len(), 5);
+    g.enrol(&mut std::process::Command::new("true")).unwrap();
+    let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
+    for c in ["memory", "pids", "cpu", "devices", "freezer"] {
+        let tasks = root.path().join(c).join("qm-k/g/tasks");
+        assert_eq!(read(tasks), format!("{tid}\n"), "{c}");
+    }
+}
+
+#[test]
+fn a_v2_kill_writes_cgroup_kill_and_a_v1_kill_freezes_then_thaws() {
+    let root = tempfile::tempdir().unwrap();
+    let h2 = v2(&root.path().join("v2"));
+    fake_group(&root.path().join("v2/qm-k/g"), &V2_FILES);
+    Group::named(&h2, "g").kill().unwrap();
+    assert_eq!(read(root.path().join("v2/qm-k/g/cgroup.kill")), "1\n");
+    let h1 = fake_v1(&root.path().join("v1"), "g");
+    Group::named(&h1, "g").kill().unwrap();
+    let state = root.path().join("v1/freezer/qm-k/g/freezer.state");
+    assert_eq!(read(state), "FROZEN\nTHAWED\n");
+}
+
+#[test]
+fn oom_kills_and_usage_are_read_from_either_interface() {
+    let root = tempfile::tempdir().unwrap();
+    let h2 = v2(&root.path().join("v2"));
+    let g2 = root.path().join("v2/qm-k/g");
+    fake_group(&g2, &V2_FILES);
+    fs::write(
+        g2.join("memory.events"),
+        "low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n",
+    )
+    .unwrap();
+    fs::write(g2.join("memory.peak"), "1048576\n").unwrap();
+    fs::write(
+        g2.join("cpu.stat"),
+        "usage_usec 2500000\nuser_usec 2000000\n",
+    )
+    .unwrap();
+    let g = Group::named(&h2, "g");
+    assert_eq!(g.oom_kills(), 1);
+    let expected = Usage {
+        peak_memory_bytes: 1 << 20,
+        cpu_us: 2_500_000,
+    };
+    assert_eq!(g.usage(), expected);
+
+    let h1 = fake_v1(&root.path().join("v1"), "g");
+    let m = root.path().join("v1/memory/qm-k/g");
+    fs::write(
+        m.join("memory.oom_control"),
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+    )
+    .unwrap();
+    fs::write(m.join("memory.max_usage_in_bytes"), "1048576\n").unwrap();
+    let acct = root.path().join("v1/cpuacct/qm-k/g/cpuacct.usage");
+    fs::write(acct, "2500000000\n").unwrap();
+    let g = Group::named(&h1, "g");
+    assert_eq!(g.oom_kills(), 2);
+    assert_eq!(g.usage(), expected);
+}
+
+#[test]
+fn a_group_without_oom_or_usage_files_reads_as_nothing_used() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = Group::named(&h, "gone");
+    assert_eq!(g.oom_kills(), 0);
+    assert_eq!(g.usage(), Usage::default());
+    assert!(g.is_empty());
+    g.remove().unwrap();
+}
+
+#[test]
+fn procs_include_the_groups_below_a_hosts_group() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/g");
+    fake_group(&g, &V2_FILES);
+    fake_group(&g.join("libpod-abc"), &["cgroup.procs"]);
+    fs::write(g.join("cgroup.procs"), "12\n40\n").unwrap();
+    fs::write(g.join("libpod-abc/cgroup.procs"), "13\n12\n").unwrap();
+    assert_eq!(Group::named(&h, "g").procs(), vec![12, 13, 40]);
+}
+
+#[test]
+fn prepare_enables_the_v2_controllers_for_the_servers_groups() {
+    let root = tempfile::tempdir().unwrap();
+    fake_group(root.path(), &["cgroup.subtree_control", "cgroup.procs"]);
+    fake_group(&root.path().join("qm-k"), &["cgroup.subtree_control"]);
+    let h = v2(root.path());
+    h.prepare().unwrap();
+    for dir in [root.path().to_path_buf(), root.path().join("qm-k")] {
+        let control = dir.join("cgroup.subtree_control");
+        assert_eq!(read(control), "+memory +cpu +pids\n");
+    }
+    // The server could enable them where it is: it stayed.
+    assert!(!root.path().join("qm-k-server").exists());
+}
+
+#[test]
+fn prepare_makes_every_v1_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = |c: &str| root.path().join(c).join("qm-k");
+    for c in ["memory", "pids", "cpu", "devices", "freezer"] {
+        fs::create_dir(root.path().join(c)).unwrap();
+    }
+    let h = Hierarchy::V1 {
+        dirs: V1Dirs {
+            memory: dir("memory"),
+            pids: dir("pids"),
+            cpu: dir("cpu"),
+            devices: dir("devices"),
+            freezer: dir("freezer"),
+            cpuacct: None,
+        },
+    };
+    h.prepare().unwrap();
+    h.prepare().unwrap();
+    for c in ["memory", "pids", "cpu", "devices", "freezer"] {
+        assert!(dir(c).is_dir(), "{c}");
+    }
+}
+
+/// This test machine's table: v1 controllers, and a unified tree with no controller of use.
+const HYBRID_MOUNTINFO: &str = "\
+30 25 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw
+33 30 0:29 / /sys/fs/cgroup/memory rw,relatime shared:13 - cgroup cgroup rw,memory
+34 30 0:30 / /sys/fs/cgroup/pids rw,relatime shared:14 - cgroup cgroup rw,pids
+35 30 0:31 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
+36 30 0:32 / /sys/fs/cgroup/devices rw,relatime shared:16 - cgroup cgroup rw,devices
+37 30 0:33 / /sys/fs/cgroup/freezer rw,relatime shared:17 - cgroup cgroup rw,freezer
+38 30 0:34 / /sys/fs/cgroup/systemd rw,relatime shared:18 - cgroup cgroup rw,name=systemd
+";
+
+const HYBRID_CGROUP: &str = "\
+9:name=systemd:/
+8:pids:/
+6:freezer:/
+5:devices:/
+4:memory:/process_api/a669
+2:cpu,cpuacct:/
+0::/
+";
+
+#[test]
+fn a_hybrid_machine_without_v2_controllers_uses_v1_with_the_servers_own_groups() {
+    let found = detect::detect(HYBRID_MOUNTINFO, HYBRID_CGROUP, "k");
+    let p = |s: &str| PathBuf::from(s);
+    assert_eq!(
+        found,
+        Found::Usable(Hierarchy::V1 {
+            dirs: V1Dirs {
+                memory: p("/sys/fs/cgroup/memory/process_api/a669/qm-k"),
+                pids: p("/sys/fs/cgroup/pids/qm-k"),
+                cpu: p("/sys/fs/cgroup/cpu,cpuacct/qm-k"),
+                devices: p("/sys/fs/cgroup/devices/qm-k"),
+                freezer: p("/sys/fs/cgroup/freezer/qm-k"),
+                cpuacct: Some(p("/sys/fs/cgroup/cpu,cpuacct/qm-k")),
+            }
+        })
+    );
+}
+
+#[test]
+fn a_unified_tree_with_memory_cpu_and_pids_is_used() {
+    let root = tempfile::tempdir().unwrap();
+    let own = root.path().join("system.slice/qm.service");
+    fake_group(&own, &[]);
+    fs::write(
+        own.join("cgroup.controllers"),
+        "cpuset cpu io memory pids\n",
+    )
+    .unwrap();
+    let mountinfo = format!(
+        "25 1 0:22 / {} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+        root.path().display()
+    );
+    let found = detect::detect(&mountinfo, "0::/system.slice/qm.service\n", "k");
+    assert_eq!(
+        found,
+        Found::Usable(Hierarchy::V2 {
+            dir: own.join("qm-k")
+        })
+    );
+}
+
+#[test]
+fn a_unified_tree_without_the_memory_controller_is_named_in_the_refusal() {
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("cgroup.controllers"), "cpu pids\n").unwrap();
+    let mountinfo = format!(
+        "25 1 0:22 / {} rw - cgroup2 cgroup2 rw\n",
+        root.path().display()
+    );
+    let Found::Unusable(why) = detect::detect(&mountinfo, "0::/\n", "k") else {
+        panic!("usable")
+    };
+    assert!(why.contains("does not offer memory"), "{why}");
+    assert!(why.contains("no 'memory' hierarchy"), "{why}");
+}
+
+#[test]
+fn mount_points_with_escaped_spaces_are_read_back() {
+    let mountinfo = "33 30 0:29 / /mnt/cg\\040v1/memory rw - cgroup cgroup rw,memory\n";
+    let mounts = detect::parse_mounts(mountinfo);
+    assert_eq!(mounts[0].point, PathBuf::from("/mnt/cg v1/memory"));
+}
+
+#[test]
+fn the_server_key_is_stable_and_differs_by_data_dir() {
+    let a = key_for(Path::new("/var/lib/qm"));
+    assert_eq!(a, key_for(Path::new("/var/lib/qm")));
+    assert_ne!(a, key_for(Path::new("/var/lib/qm2")));
+    assert_eq!(a.len(), 16);
+    // FNV-1a 64 of the bytes: a fixed value, so a new build finds an old build's groups.
+    assert_eq!(key_for(Path::new("")), "cbf29ce484222325");
+}
+
+#[test]
+fn instances_that_do_not_say_share_what_the_machine_has_left_after_the_server_reserve() {
+    let machine = Machine {
+        memory_bytes: 17 << 30,
+        cpu_millis: 8000,
+    };
+    let mut big = crate::PoolSpec::new("ml.p4d.24xlarge", 1, 8);
+    big.memory_gib = Some(8.0);
+    big.vcpus = Some(4.0);
+    big.max_pids = Some(100);
+    let small = crate::PoolSpec::new("ml.g5.xlarge", 4, 0);
+    let s = shares(&[big, small], machine);
+    let p4 = s["ml.p4d.24xlarge"];
+    assert_eq!(
+        (p4.memory_bytes, p4.cpu_millis, p4.pids),
+        (8 << 30, 4000, 100)
+    );
+    // 17 GiB less 1 GiB for the server, less the 8 GiB given: 8 GiB among four instances.
+    let g5 = s["ml.g5.xlarge"];
+    assert_eq!(
+        (g5.memory_bytes, g5.cpu_millis, g5.pids),
+        (2 << 30, 1000, DEFAULT_MAX_PIDS)
+    );
+}
+
+#[test]
+fn a_machine_cut_into_many_instances_still_gives_each_a_usable_floor() {
+    let machine = Machine {
+        memory_bytes: 2 << 30,
+        cpu_millis: 2000,
+    };
+    let s = shares(&[crate::PoolSpec::new("ml.g5.xlarge", 1000, 0)], machine);
+    let share = s["ml.g5.xlarge"];
+    assert_eq!(share.memory_bytes, MIN_MEMORY_BYTES);
+    assert_eq!(share.cpu_millis, MIN_CPU_MILLIS);
+}
+
+#[test]
+fn a_v2_child_writes_itself_into_its_group_before_it_runs_anything() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/g");
+    fake_group(&g, &V2_FILES);
+    let mut command = std::process::Command::new("true");
+    Group::named(&h, "g").enrol(&mut command).unwrap();
+    assert!(command.status().unwrap().success());
+    // `0`: the writer itself, the child, between fork and exec.
+    assert_eq!(read(g.join("cgroup.procs")), "0");
+}

@@ -1,0 +1,118 @@
+"""Probes what its control group lets it do, by $MODE, and writes what it found as JSON to
+$RESULT_FILE (written once the probe is done; `daemon` writes before it exits):
+
+- `oom`: allocates $ALLOC_MIB MiB, touching every page (the kernel should kill it first).
+- `fork`: forks children that sleep until 200 are running or a fork fails; the count.
+- `devices`: opens each path of $DEVICES (comma separated); each one's errno name or "ok".
+- `quota`: its CPU quota and period, from its own group's files.
+- `daemon`: starts a `setsid` daemon (a double fork) that sleeps, records its pid, exits 0
+  (or, with $HOLD set, sleeps until stopped).
+- `orphan`: kills its supervisor (its parent), then sleeps until stopped.
+- `sleep`: sleeps until stopped, having written its pid (a neighbour)."""
+
+import errno
+import json
+import os
+import sys
+import time
+
+mode = os.environ["MODE"]
+result_file = os.environ["RESULT_FILE"]
+
+
+def write(result):
+    tmp = result_file + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.rename(tmp, result_file)
+
+
+def own_group(controller):
+    """This process's group path for `controller` (v1), or its v2 path."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if controller in controllers.split(",") or (controllers == "" and controller == ""):
+                return path
+    return None
+
+
+if mode == "oom":
+    write({"pid": os.getpid(), "allocating": True})
+    chunks = []
+    for _ in range(int(os.environ["ALLOC_MIB"])):
+        chunks.append(b"\x01" * (1 << 20))
+    write({"survived": True})
+elif mode == "fork":
+    children, error = [], None
+    while len(children) < 200:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            error = errno.errorcode.get(e.errno, str(e.errno))
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+    write({"forked": len(children), "error": error})
+    for pid in children:
+        os.kill(pid, 9)
+elif mode == "devices":
+    found = {}
+    for path in os.environ["DEVICES"].split(","):
+        try:
+            os.close(os.open(path, os.O_RDWR))
+            found[path] = "ok"
+        except OSError as e:
+            found[path] = errno.errorcode.get(e.errno, str(e.errno))
+    write({"opened": found, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")})
+elif mode == "quota":
+    result = {}
+    v1 = own_group("cpu")
+    if v1 is not None:
+        for root in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+            base = root + v1
+            if os.path.exists(base + "/cpu.cfs_quota_us"):
+                with open(base + "/cpu.cfs_quota_us") as f:
+                    result["quota_us"] = int(f.read())
+                with open(base + "/cpu.cfs_period_us") as f:
+                    result["period_us"] = int(f.read())
+                break
+    if "quota_us" not in result:
+        with open("/sys/fs/cgroup" + own_group("") + "/cpu.max") as f:
+            quota, period = f.read().split()
+            result = {"quota_us": int(quota), "period_us": int(period)}
+    write(result)
+elif mode == "daemon":
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    # The grandchild: the other process with this job's $RESULT_FILE in its environment.
+    time.sleep(0.2)
+    daemons = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"RESULT_FILE={result_file}".encode() in f.read().split(b"\0"):
+                    daemons.append(int(entry))
+        except OSError:
+            continue
+    write({"daemons": daemons, "me": os.getpid()})
+    if os.environ.get("HOLD"):
+        time.sleep(600)
+elif mode == "orphan":
+    write({"pid": os.getpid()})
+    os.kill(os.getppid(), 9)
+    time.sleep(600)
+elif mode == "sleep":
+    write({"pid": os.getpid()})
+    time.sleep(600)
+else:
+    sys.exit(f"unknown MODE {mode}")

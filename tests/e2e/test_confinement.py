@@ -1,0 +1,175 @@
+"""Each attempt gets only what it was granted (issue 40): every host of a local attempt runs in
+a control group of its own, made by its supervisor, holding it to its instance's memory, CPUs,
+processes and GPUs, and removed when its last process ended.
+
+These tests need a root server on a machine whose control groups it may write (cgroup v1 with
+memory, pids, cpu, devices and freezer, or v2 with memory, cpu and pids); elsewhere they skip,
+saying why. The pool is small on purpose: 256 MiB, half a CPU and 64 processes per instance."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from qm_e2e import (UNIT, ShareSpec, config_toml, make_queue, pid_alive, wait_for,
+                    wait_status)
+
+MEMORY_GIB = 0.25
+MAX_PIDS = 64
+
+
+def usable() -> str | None:
+    """Why control groups cannot be tested here, or None."""
+    if os.geteuid() != 0:
+        return "not root: the server cannot make control groups"
+    v1 = all(Path(f"/sys/fs/cgroup/{c}").is_dir()
+             for c in ("memory", "pids", "devices", "freezer"))
+    unified = Path("/sys/fs/cgroup/cgroup.controllers")
+    v2 = unified.exists() and {"memory", "cpu", "pids"} <= set(unified.read_text().split())
+    if not (v1 or v2):
+        return "neither cgroup v1 (memory, pids, devices, freezer) nor v2 (memory, cpu, pids)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(usable() is not None, reason=f"control groups: {usable()}")
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    config = config_toml(count=3, gpus=1).replace(
+        'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
+    config += f"memory_gib = {MEMORY_GIB}\nvcpus = 0.5\nmax_pids = {MAX_PIDS}\n"
+    s = start_server(config=config, name="confinement")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def queue(batch):
+    return make_queue(batch, "confined", [ShareSpec("A", "RESERVE", 3)], env_max=3)
+
+
+def result(path: Path, key: str | None = None) -> dict:
+    """The job's result file once written (and holding `key`, if given)."""
+    def read():
+        try:
+            r = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return r if key is None or key in r else None
+    return wait_for(read, what=f"{path.name} to hold {key or 'a result'}")
+
+
+def probe(jobs, queue, name: str, mode: str, **env) -> tuple[str, Path]:
+    out = jobs.file(f"{name}.json")
+    env = {"MODE": mode, "RESULT_FILE": str(out), **{k: str(v) for k, v in env.items()}}
+    return jobs.submit(queue, "A", name, "confined.py", env=env), out
+
+
+def groups_of(job_id: str) -> list[Path]:
+    """The control groups of the job's attempts, wherever the server's trees are."""
+    found = []
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, _ in os.walk(root):
+            found += [Path(dirpath) / d for d in dirnames if d.startswith(f"qm-{job_id}-")]
+            if len(Path(dirpath).relative_to(root).parts) > 6:
+                dirnames.clear()
+        break
+    return found
+
+
+def test_the_banner_says_which_control_groups_attempts_run_in(server):
+    log = server.log_path.read_text()
+    assert "confinement: each host of an attempt runs in a control group of its own (cgroup v" in log, log
+    if "cgroup v2" not in log:
+        print("[e2e] cgroup v2 is not offered with memory, cpu and pids here: its paths are "
+              "covered by the unit tests over a fake tree (crates/executor/src/cgroup/tests.rs)")
+
+
+def test_a_job_over_its_memory_fails_out_of_memory_and_its_neighbour_runs_on(jobs, queue):
+    neighbour, n_out = probe(jobs, queue, "neighbour", "sleep")
+    n_pid = result(n_out, "pid")["pid"]
+    hog, _ = probe(jobs, queue, "hog", "oom", ALLOC_MIB=int(MEMORY_GIB * 1024 * 2))
+    job = wait_status(jobs.batch, hog, "FAILED")
+    reason = job["statusReason"]
+    assert reason.startswith("OutOfMemory: algo-1 went over its memory limit of 256 MiB"), reason
+    assert pid_alive(n_pid)
+    assert jobs.batch.describe_service_job(jobId=neighbour)["status"] == "RUNNING"
+    wait_for(lambda: not groups_of(hog), what="the hog's control group to be removed")
+
+
+def test_a_job_sees_its_cpu_quota(jobs, queue):
+    job, out = probe(jobs, queue, "quota", "quota")
+    wait_status(jobs.batch, job, "SUCCEEDED")
+    assert result(out) == {"quota_us": 50_000, "period_us": 100_000}
+
+
+def test_a_fork_bomb_stops_at_the_pids_limit(jobs, queue):
+    job, out = probe(jobs, queue, "bomb", "fork")
+    wait_status(jobs.batch, job, "SUCCEEDED")
+    r = result(out)
+    assert r["error"] == "EAGAIN", r
+    assert 0 < r["forked"] < MAX_PIDS, r
+
+
+def test_a_setsid_daemon_ends_with_its_job(jobs, queue):
+    job, out = probe(jobs, queue, "daemon", "daemon")
+    wait_status(jobs.batch, job, "SUCCEEDED")
+    daemons = result(out)["daemons"]
+    assert daemons, "the job started no daemon"
+    for pid in daemons:
+        wait_for(lambda p=pid: not pid_alive(p), what=f"the daemon {pid} to be gone")
+    wait_for(lambda: not groups_of(job), what="the job's control group to be removed")
+
+
+def test_a_setsid_daemon_ends_with_its_terminated_job(jobs, queue):
+    job, out = probe(jobs, queue, "held", "daemon", HOLD=1)
+    daemons = result(out)["daemons"]
+    assert daemons, "the job started no daemon"
+    assert groups_of(job), "the running job has no control group"
+    jobs.batch.terminate_service_job(jobId=job, reason="test")
+    wait_status(jobs.batch, job, "FAILED")
+    for pid in daemons:
+        assert not pid_alive(pid), f"the daemon {pid} outlived its job"
+    assert not groups_of(job)
+
+
+def test_a_host_opens_only_its_own_gpu_nodes(jobs, queue, tmp_path):
+    nodes = tmp_path / "dev"
+    nodes.mkdir()
+    paths = []
+    for minor in (0, 1, 2, 255):
+        path = nodes / ("nvidiactl" if minor == 255 else f"nvidia{minor}")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+        paths.append(str(path))
+    job, out = probe(jobs, queue, "gpus", "devices", DEVICES=",".join(paths))
+    wait_status(jobs.batch, job, "SUCCEEDED")
+    r = result(out)
+    own = int(r["cuda"])
+    for minor, path in zip((0, 1, 2, 255), paths):
+        # No driver here: a node the group allows fails with "no such device or address",
+        # one it denies with "operation not permitted".
+        want = "ENXIO" if minor in (own, 255) else "EPERM"
+        assert r["opened"][path] == want, (minor, own, r)
+
+
+def test_a_queued_job_does_not_wait_for_a_group_left_behind(jobs, queue):
+    """Three jobs in a row on the same instances: each group is removed before the next."""
+    for i in range(3):
+        job, _ = probe(jobs, queue, f"row{i}", "quota")
+        wait_status(jobs.batch, job, "SUCCEEDED")
+        assert not groups_of(job)
+
+
+def test_the_group_of_a_job_whose_supervisor_died_is_killed_and_removed(jobs, queue):
+    job, out = probe(jobs, queue, "orphan", "orphan")
+    pid = result(out, "pid")["pid"]
+    # Every attempt kills its supervisor: lost, queued again, until max_lost_attempts FAILS it.
+    failed = wait_status(jobs.batch, job, "FAILED")
+    assert "lost" in failed["statusReason"], failed["statusReason"]
+    assert not pid_alive(pid)
+    wait_for(lambda: not groups_of(job), what="the dead supervisors' groups to be removed")
