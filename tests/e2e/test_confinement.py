@@ -68,18 +68,34 @@ def probe(jobs, queue, name: str, mode: str, **env) -> tuple[str, Path]:
     return jobs.submit(queue, "A", name, "confined.py", env=env), out
 
 
-def groups_of(job_id: str) -> list[Path]:
-    """The control groups of the job's attempts, wherever the server's trees are."""
+def instance_groups() -> list[Path]:
+    """The instances' control groups of every server here (a host runs in its instance's
+    group, which outlives the attempt, empty, for the instance's next attempt)."""
     found = []
-    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-        if not root.is_dir():
-            continue
-        for dirpath, dirnames, _ in os.walk(root):
-            found += [Path(dirpath) / d for d in dirnames if d.startswith(f"qm-{job_id}-")]
-            if len(Path(dirpath).relative_to(root).parts) > 6:
-                dirnames.clear()
-        break
+    root = Path("/sys/fs/cgroup/pids")
+    root = root if root.is_dir() else Path("/sys/fs/cgroup")
+    for dirpath, dirnames, _ in os.walk(root):
+        found += [Path(dirpath) / d for d in dirnames if d.startswith("qm-instance-")]
+        if len(Path(dirpath).relative_to(root).parts) > 6:
+            dirnames.clear()
     return found
+
+
+def group_of(pid: int) -> str | None:
+    """The instance group process `pid` runs in."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if "qm-instance-" in line:
+            return line.rsplit("/", 1)[1]
+    return None
+
+
+def occupied(pids: list[int]) -> list[str]:
+    """The instance groups that hold one of `pids`."""
+    held = []
+    for group in instance_groups():
+        procs = (group / "cgroup.procs").read_text().split()
+        held += [f"{group.name}: {p}" for p in procs if int(p) in pids]
+    return held
 
 
 def test_the_banner_says_which_control_groups_attempts_run_in(server):
@@ -98,8 +114,8 @@ def test_a_job_over_its_memory_fails_out_of_memory_and_its_neighbour_runs_on(job
     reason = job["statusReason"]
     assert reason.startswith("OutOfMemory: algo-1 went over its memory limit of 256 MiB"), reason
     assert pid_alive(n_pid)
+    assert group_of(n_pid) is not None
     assert jobs.batch.describe_service_job(jobId=neighbour)["status"] == "RUNNING"
-    wait_for(lambda: not groups_of(hog), what="the hog's control group to be removed")
 
 
 def test_a_job_sees_its_cpu_quota(jobs, queue):
@@ -123,19 +139,18 @@ def test_a_setsid_daemon_ends_with_its_job(jobs, queue):
     assert daemons, "the job started no daemon"
     for pid in daemons:
         wait_for(lambda p=pid: not pid_alive(p), what=f"the daemon {pid} to be gone")
-    wait_for(lambda: not groups_of(job), what="the job's control group to be removed")
+    assert not occupied(daemons)
 
 
 def test_a_setsid_daemon_ends_with_its_terminated_job(jobs, queue):
     job, out = probe(jobs, queue, "held", "daemon", HOLD=1)
     daemons = result(out)["daemons"]
     assert daemons, "the job started no daemon"
-    assert groups_of(job), "the running job has no control group"
+    assert all(group_of(pid) for pid in daemons), "the daemon left its control group"
     jobs.batch.terminate_service_job(jobId=job, reason="test")
     wait_status(jobs.batch, job, "FAILED")
     for pid in daemons:
         assert not pid_alive(pid), f"the daemon {pid} outlived its job"
-    assert not groups_of(job)
 
 
 def test_a_host_opens_only_its_own_gpu_nodes(jobs, queue, tmp_path):
@@ -157,19 +172,21 @@ def test_a_host_opens_only_its_own_gpu_nodes(jobs, queue, tmp_path):
         assert r["opened"][path] == want, (minor, own, r)
 
 
-def test_a_queued_job_does_not_wait_for_a_group_left_behind(jobs, queue):
-    """Three jobs in a row on the same instances: each group is removed before the next."""
+def test_jobs_in_a_row_take_over_their_instances_groups_empty(jobs, queue):
+    """Three jobs in a row: each finds its instance's group empty and leaves it empty."""
+    pids = []
     for i in range(3):
-        job, _ = probe(jobs, queue, f"row{i}", "quota")
+        job, out = probe(jobs, queue, f"row{i}", "daemon")
         wait_status(jobs.batch, job, "SUCCEEDED")
-        assert not groups_of(job)
+        pids += result(out)["daemons"] + [result(out)["me"]]
+        assert not occupied(pids)
 
 
-def test_the_group_of_a_job_whose_supervisor_died_is_killed_and_removed(jobs, queue):
+def test_the_group_of_a_job_whose_supervisor_died_is_emptied(jobs, queue):
     job, out = probe(jobs, queue, "orphan", "orphan")
     pid = result(out, "pid")["pid"]
     # Every attempt kills its supervisor: lost, queued again, until max_lost_attempts FAILS it.
     failed = wait_status(jobs.batch, job, "FAILED")
     assert "lost" in failed["statusReason"], failed["statusReason"]
     assert not pid_alive(pid)
-    wait_for(lambda: not groups_of(job), what="the dead supervisors' groups to be removed")
+    assert not occupied([pid])

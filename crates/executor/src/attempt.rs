@@ -24,7 +24,7 @@ use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::Reaper;
-use crate::supervisor::{Running, Settings};
+use crate::supervisor::{Placement, Running, Settings};
 use crate::{checkpoint, environment, LaunchSpec, Outcome};
 use crate::{isolation, namespace};
 use qm_storage::Storage;
@@ -37,9 +37,9 @@ const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
 /// it meanwhile (grandchildren of what it killed), and kills those too.
 const KILL_AGAIN: Duration = Duration::from_millis(100);
 
-/// How many times an attempt's control group is killed and its removal tried again, a
-/// `KILL_AGAIN` apart, before it is left behind with a warning.
-const RELEASE_TRIES: u32 = 50;
+/// How many times an attempt's control group is killed while it still holds a process, a
+/// `KILL_AGAIN` apart, before the attempt ends with a warning.
+const VACATE_TRIES: u32 = 50;
 
 /// What an attempt reports while it runs.
 pub(crate) enum Report {
@@ -78,22 +78,28 @@ enum StopCause {
     SpawnFailed(String),
 }
 
-/// Runs attempt `spec` on `hosts` (the GPUs of each host, in host order) until every process
-/// is gone, and says how it ended and whether it started (it is prepared at once, and started
-/// once `go` is true; a stop first ends it unstarted). Only inside a supervisor process: it
-/// reaps every child of the process.
+/// Runs attempt `spec` where `placement` says (its instances, the GPUs of each host in host
+/// order, its uid) until every process is gone, and says how it ended and whether it started
+/// (it is prepared at once, and started once `go` is true; a stop first ends it unstarted).
+/// Only inside a supervisor process: it reaps every child of the process.
 pub(crate) async fn supervise(
     ctx: Arc<Ctx>,
     spec: LaunchSpec,
-    hosts: Vec<Vec<u32>>,
-    uid: Option<u32>,
+    placement: Placement,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
 ) -> (Outcome, bool) {
+    let Placement {
+        hosts,
+        uid,
+        instances,
+        ..
+    } = placement;
     let mut supervisor = Supervisor {
         ctx,
         attempt: spec.attempt,
         uid,
+        instances,
         groups: Vec::new(),
         live: Vec::new(),
         cgroups: Vec::new(),
@@ -101,7 +107,7 @@ pub(crate) async fn supervise(
         started: false,
     };
     let outcome = supervisor.run(spec, hosts, stop, go).await;
-    supervisor.release_cgroups().await;
+    supervisor.vacate_cgroups().await;
     supervisor.done = true;
     (outcome, supervisor.started)
 }
@@ -131,6 +137,8 @@ struct Supervisor {
     attempt: u64,
     /// The attempt's own uid, when it runs apart from the server.
     uid: Option<u32>,
+    /// The server's instance of each host, in host order.
+    instances: Vec<usize>,
     /// The process group of each spawned host, whether its leader lives or not: the rest of a
     /// group keeps the grace period after its leader exits (a shell leader dies at SIGTERM at
     /// once, while the training script it started is still saving its checkpoint).
@@ -297,7 +305,7 @@ impl Supervisor {
         mut go: watch::Receiver<bool>,
     ) -> Outcome {
         let prepared = match self.prepare(&spec).await {
-            Ok(prepared) => self.confine(&spec, &hosts).map(|()| prepared),
+            Ok(prepared) => self.confine(&hosts).map(|()| prepared),
             Err(outcome) => Err(outcome),
         };
         // Prepared while the server makes the start durable; nothing else before it is.
@@ -586,19 +594,19 @@ impl Supervisor {
         }
     }
 
-    /// Makes each host's control group, when the attempt is confined.
-    fn confine(&mut self, spec: &LaunchSpec, hosts: &[Vec<u32>]) -> Result<(), Outcome> {
+    /// Takes each host's control group (its instance's), when the attempt is confined.
+    fn confine(&mut self, hosts: &[Vec<u32>]) -> Result<(), Outcome> {
         let Some(confinement) = &self.ctx.settings.confinement else {
             return Ok(());
         };
-        for (index, gpus) in hosts.iter().enumerate() {
+        for (index, (gpus, &instance)) in hosts.iter().zip(&self.instances).enumerate() {
             let host = index as u32 + 1;
-            let name = crate::container::name(&spec.job_id, spec.attempt, host);
+            let name = crate::cgroup::instance_group(instance);
             let limits = confinement.limits(gpus);
-            match Group::create(&confinement.hierarchy, &name, &limits) {
+            match Group::take(&confinement.hierarchy, &name, &limits) {
                 Ok(group) => self.cgroups.push(group),
                 Err(e) => {
-                    // Whatever was made of it goes with the others at the end.
+                    // Emptied with the others at the end, should anything have entered it.
                     self.cgroups
                         .push(Group::named(&confinement.hierarchy, &name));
                     return Err(Outcome::Failed {
@@ -622,18 +630,18 @@ impl Supervisor {
         }
     }
 
-    /// Removes the hosts' control groups once they are empty. Every process of the attempt
-    /// has been reaped by now, so they are, unless something left the supervisor's tree:
-    /// that is killed, and the removal tried again for a few seconds.
-    async fn release_cgroups(&mut self) {
+    /// Returns once the hosts' control groups are empty, for the instances' next attempts.
+    /// Every process of the attempt has been reaped by now, so they are, unless something
+    /// left the supervisor's tree: that is killed, for a few seconds.
+    async fn vacate_cgroups(&mut self) {
         for group in std::mem::take(&mut self.cgroups) {
             let mut tries = 0;
-            while let Err(e) = group.remove() {
+            while !group.is_vacant() {
                 tries += 1;
-                if tries == RELEASE_TRIES {
+                if tries == VACATE_TRIES {
                     tracing::warn!(
                         attempt = self.attempt,
-                        "a control group is left behind: {e}"
+                        "a process outlives its attempt in its control group; the group's next attempt kills it at its stop"
                     );
                     break;
                 }

@@ -682,11 +682,12 @@ impl LocalExecutor {
             crate::group::reap(orphans, self.inner.cfg().stop_grace).await;
         }
         if let Some(hierarchy) = self.inner.cfg().confinement.clone() {
-            // The groups of attempts no supervisor holds any more; live ones keep theirs.
-            let keep = self.live_prefixes(gone);
-            let left = tokio::task::spawn_blocking(move || crate::cgroup::sweep(&hierarchy, &keep))
-                .await
-                .unwrap_or_default();
+            // The groups of instances no live attempt holds; removed at start (`gone` is None
+            // only there), emptied otherwise.
+            let keep = self.held_groups(gone);
+            let remove = gone.is_none();
+            let sweep = move || crate::cgroup::sweep(&hierarchy, &keep, remove);
+            let left = tokio::task::spawn_blocking(sweep).await.unwrap_or_default();
             for group in left {
                 tracing::warn!("a control group is left behind: {group}");
             }
@@ -703,7 +704,22 @@ impl LocalExecutor {
         }
     }
 
-    /// The name prefix of each live attempt's containers and control groups but `gone`'s,
+    /// The control groups of the instances live attempts hold, but `gone`'s.
+    fn held_groups(&self, gone: Option<u64>) -> Vec<String> {
+        self.inner
+            .state()
+            .attempts
+            .iter()
+            .filter(|(a, _)| Some(**a) != gone)
+            .flat_map(|(_, s)| {
+                s.instances
+                    .iter()
+                    .map(|&i| crate::cgroup::instance_group(i))
+            })
+            .collect()
+    }
+
+    /// The name prefix of each live attempt's containers but `gone`'s,
     /// `qm-<job>-<attempt>-algo-`.
     fn live_prefixes(&self, gone: Option<u64>) -> Vec<String> {
         self.inner

@@ -93,10 +93,12 @@ impl Hierarchy {
     }
 }
 
-/// Kills and removes every group of the server's whose name does not start with one of
-/// `keep` (the live attempts' `qm-<job>-<attempt>-algo-`): what a supervisor that died left.
-/// Returns the groups left behind (not empty after a second of kills), with why.
-pub fn sweep(hierarchy: &Hierarchy, keep: &[String]) -> Vec<String> {
+/// Kills what is in every group of the server's but `keep` (the groups of the instances live
+/// attempts hold): what a supervisor that died left. With `remove` (at start, before any
+/// attempt is launched) the groups are removed too, so that an instance whose GPUs changed
+/// with the config gets new device rules. Returns the groups that could not be emptied (or
+/// removed) within a second, with why.
+pub fn sweep(hierarchy: &Hierarchy, keep: &[String], remove: bool) -> Vec<String> {
     let dirs: Vec<PathBuf> = match hierarchy {
         Hierarchy::V2 { dir } => vec![dir.clone()],
         Hierarchy::V1 { dirs } => dirs.all().into_iter().map(Path::to_path_buf).collect(),
@@ -109,7 +111,7 @@ pub fn sweep(hierarchy: &Hierarchy, keep: &[String]) -> Vec<String> {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let ours = name.starts_with("qm-") && entry.file_type().is_ok_and(|t| t.is_dir());
-            if ours && !keep.iter().any(|k| name.starts_with(k.as_str())) {
+            if ours && !keep.contains(&name) {
                 names.insert(name);
             }
         }
@@ -117,14 +119,23 @@ pub fn sweep(hierarchy: &Hierarchy, keep: &[String]) -> Vec<String> {
     let mut left = Vec::new();
     for name in names {
         let group = Group::named(hierarchy, &name);
-        let mut result = group.remove();
+        let done = |g: &Group| -> io::Result<()> {
+            if remove {
+                g.remove()
+            } else if g.is_empty() {
+                Ok(())
+            } else {
+                Err(io::Error::other("processes are left in it"))
+            }
+        };
+        let mut result = done(&group);
         for _ in 0..10 {
             if result.is_ok() {
                 break;
             }
             let _ = group.kill();
             std::thread::sleep(std::time::Duration::from_millis(100));
-            result = group.remove();
+            result = done(&group);
         }
         if let Err(e) = result {
             left.push(format!("{name}: {e}"));
@@ -310,11 +321,21 @@ pub struct Usage {
     pub cpu_us: u64,
 }
 
+/// The control group of the server's instance `id`. A host runs in its instance's group; the
+/// group outlives the attempt, empty, and the next attempt on the instance takes it over: a
+/// cgroup v1 group costs a directory with dozens of files in each of six trees to make and to
+/// remove, which tripled the CPU the executor spent on a short attempt.
+pub fn instance_group(id: usize) -> String {
+    format!("qm-instance-{id}")
+}
+
 /// One host's control group.
 #[derive(Debug)]
 pub struct Group {
     hierarchy: Hierarchy,
     name: String,
+    /// The group's OOM kills when it was taken: the kernel's count never goes back.
+    oom_baseline: u64,
 }
 
 impl Group {
@@ -323,15 +344,25 @@ impl Group {
         Self {
             hierarchy: hierarchy.clone(),
             name: name.to_string(),
+            oom_baseline: 0,
         }
     }
 
-    /// Makes the group and sets `limits`. A group left by an earlier try of the same host (a
-    /// supervisor killed before it removed it) is emptied and reused.
-    pub fn create(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> io::Result<Self> {
-        let group = Self::named(hierarchy, name);
-        group.dirs().iter().try_for_each(|dir| make_dir(dir))?;
-        group.limit(limits)?;
+    /// Takes the group `name` for a host: makes it if it is new, sets `limits` and notes its
+    /// OOM count. The device rules go with a new group only: they follow the instance, whose
+    /// GPUs never change while the group exists (a start removes every group no attempt holds).
+    pub fn take(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> io::Result<Self> {
+        let mut group = Self::named(hierarchy, name);
+        let mut new = false;
+        for dir in group.dirs() {
+            match fs::create_dir(&dir) {
+                Ok(()) => new = true,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(at(&dir, e)),
+            }
+        }
+        group.limit(limits, new)?;
+        group.oom_baseline = group.oom_count();
         Ok(group)
     }
 
@@ -343,8 +374,8 @@ impl Group {
         }
     }
 
-    /// Writes every limit.
-    fn limit(&self, limits: &Limits) -> io::Result<()> {
+    /// Writes every limit, and the device rules if `devices`.
+    fn limit(&self, limits: &Limits, devices: bool) -> io::Result<()> {
         let memory = limits.memory_bytes.to_string();
         let quota = (limits.cpu_millis > 0).then(|| limits.cpu_millis * CPU_PERIOD_US / 1000);
         match &self.hierarchy {
@@ -358,7 +389,10 @@ impl Group {
                 };
                 write(&dir.join("cpu.max"), &cpu)?;
                 write(&dir.join("pids.max"), &limits.pids.to_string())?;
-                devices::attach_v2(&dir, &limits.gpus)
+                if devices {
+                    devices::attach_v2(&dir, &limits.gpus)?;
+                }
+                Ok(())
             }
             Hierarchy::V1 { dirs } => {
                 let memory_dir = dirs.memory.join(&self.name);
@@ -376,7 +410,10 @@ impl Group {
                     &dirs.pids.join(&self.name).join("pids.max"),
                     &limits.pids.to_string(),
                 )?;
-                devices::deny_v1(&dirs.devices.join(&self.name), &limits.gpus)
+                if devices {
+                    devices::deny_v1(&dirs.devices.join(&self.name), &limits.gpus)?;
+                }
+                Ok(())
             }
         }
     }
@@ -422,6 +459,15 @@ impl Group {
         self.procs().is_empty()
     }
 
+    /// Whether no process is in the group itself (one read: what a host leaves behind is in its
+    /// group, not below it, but for podman's containers, which podman removes).
+    pub fn is_vacant(&self) -> bool {
+        let dir = self.dirs().into_iter().next();
+        dir.is_none_or(|d| {
+            fs::read_to_string(d.join("cgroup.procs")).map_or(true, |t| t.trim().is_empty())
+        })
+    }
+
     /// SIGKILLs every process of the group at once. v2 has `cgroup.kill`; under v1 the group
     /// is frozen first, so that nothing forks or exits (and frees its pid for reuse) between
     /// reading its pids and killing them, then thawed, and the kills land.
@@ -449,8 +495,14 @@ impl Group {
         }
     }
 
-    /// How many times the kernel's OOM killer killed a process of the group for its limit.
+    /// How many times the kernel's OOM killer killed a process of the group for its limit
+    /// since the group was taken.
     pub fn oom_kills(&self) -> u64 {
+        self.oom_count().saturating_sub(self.oom_baseline)
+    }
+
+    /// The kernel's count of the group's OOM kills.
+    fn oom_count(&self) -> u64 {
         let (file, key) = match &self.hierarchy {
             Hierarchy::V2 { dir } => (dir.join(&self.name).join("memory.events"), "oom_kill"),
             Hierarchy::V1 { dirs } => (

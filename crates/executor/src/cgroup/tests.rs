@@ -98,7 +98,7 @@ fn a_v2_group_gets_its_memory_without_swap_its_cpu_quota_and_its_pids_limit() {
     let h = v2(root.path());
     let g = root.path().join("qm-k/a-1-algo-1");
     fake_group(&g, &V2_FILES);
-    Group::create(&h, "a-1-algo-1", &limits(vec![0])).unwrap();
+    Group::take(&h, "a-1-algo-1", &limits(vec![0])).unwrap();
     assert_eq!(read(g.join("memory.max")), "2147483648\n");
     assert_eq!(read(g.join("memory.swap.max")), "0\n");
     assert_eq!(read(g.join("cpu.max")), "150000 100000\n");
@@ -113,7 +113,7 @@ fn a_v2_group_without_a_cpu_quota_says_max() {
     fake_group(&g, &V2_FILES);
     let mut l = limits(vec![]);
     l.cpu_millis = 0;
-    Group::create(&h, "g", &l).unwrap();
+    Group::take(&h, "g", &l).unwrap();
     assert_eq!(read(g.join("cpu.max")), "max 100000\n");
 }
 
@@ -121,7 +121,7 @@ fn a_v2_group_without_a_cpu_quota_says_max() {
 fn a_v1_group_gets_memory_then_memsw_the_cfs_quota_and_the_pids_limit() {
     let root = tempfile::tempdir().unwrap();
     let h = fake_v1(root.path(), "g");
-    Group::create(&h, "g", &limits(vec![1])).unwrap();
+    Group::take(&h, "g", &limits(vec![1])).unwrap();
     let d = |c: &str| root.path().join(c).join("qm-k/g");
     assert_eq!(
         read(d("memory").join("memory.limit_in_bytes")),
@@ -144,7 +144,7 @@ fn a_v1_group_without_swap_accounting_still_gets_its_memory_limit() {
         .path()
         .join("memory/qm-k/g/memory.memsw.limit_in_bytes");
     fs::remove_file(&memsw).unwrap();
-    Group::create(&h, "g", &limits(vec![])).unwrap();
+    Group::take(&h, "g", &limits(vec![])).unwrap();
     assert!(!memsw.exists());
     let limit = root.path().join("memory/qm-k/g/memory.limit_in_bytes");
     assert_eq!(read(limit), "2147483648\n");
@@ -153,8 +153,9 @@ fn a_v1_group_without_swap_accounting_still_gets_its_memory_limit() {
 #[test]
 fn a_v1_host_may_open_only_its_own_gpus_and_the_shared_nodes() {
     let root = tempfile::tempdir().unwrap();
-    let h = fake_v1(root.path(), "g");
-    Group::create(&h, "g", &limits(vec![1, 3])).unwrap();
+    fake_v1(root.path(), "g");
+    let dir = root.path().join("devices/qm-k/g");
+    devices::deny_v1(&dir, &[1, 3]).unwrap();
     let denied: Vec<String> = read(root.path().join("devices/qm-k/g/devices.deny"))
         .lines()
         .map(str::to_string)
@@ -177,8 +178,8 @@ fn a_v1_host_may_open_only_its_own_gpus_and_the_shared_nodes() {
 #[test]
 fn a_v1_host_without_gpus_may_open_no_gpu_node() {
     let root = tempfile::tempdir().unwrap();
-    let h = fake_v1(root.path(), "g");
-    Group::create(&h, "g", &limits(vec![])).unwrap();
+    fake_v1(root.path(), "g");
+    devices::deny_v1(&root.path().join("devices/qm-k/g"), &[]).unwrap();
     let deny = root.path().join("devices/qm-k/g/devices.deny");
     assert_eq!(read(deny), "c 195:* rwm\n");
 }
@@ -461,4 +462,42 @@ fn a_v2_child_writes_itself_into_its_group_before_it_runs_anything() {
     assert!(command.status().unwrap().success());
     // `0`: the writer itself, the child, between fork and exec.
     assert_eq!(read(g.join("cgroup.procs")), "0");
+}
+
+#[test]
+fn a_group_taken_again_keeps_its_device_rules_and_counts_oom_kills_from_then() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    // The group exists (made by the kernel's files here): taken as not new, no device rules.
+    Group::take(&h, "g", &limits(vec![1])).unwrap();
+    let deny = root.path().join("devices/qm-k/g/devices.deny");
+    assert_eq!(read(deny), "");
+    let oom = root.path().join("memory/qm-k/g/memory.oom_control");
+    fs::write(&oom, "oom_kill_disable 0\noom_kill 3\n").unwrap();
+    let g = Group::take(&h, "g", &limits(vec![1])).unwrap();
+    assert_eq!(g.oom_kills(), 0);
+    fs::write(&oom, "oom_kill_disable 0\noom_kill 4\n").unwrap();
+    assert_eq!(g.oom_kills(), 1);
+}
+
+#[test]
+fn a_new_group_gets_its_device_rules_once() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "old");
+    // A new group's directories are made by `take`; the fake kernel's files are not there,
+    // so its first write fails, naming the file: the rules follow the directories.
+    let err = Group::take(&h, "new", &limits(vec![])).unwrap_err();
+    assert!(err.to_string().contains("memory.limit_in_bytes"), "{err}");
+    assert!(root.path().join("devices/qm-k/new").is_dir());
+}
+
+#[test]
+fn a_vacant_group_has_no_process_of_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/g");
+    fake_group(&g, &V2_FILES);
+    assert!(Group::named(&h, "g").is_vacant());
+    fs::write(g.join("cgroup.procs"), "77\n").unwrap();
+    assert!(!Group::named(&h, "g").is_vacant());
 }

@@ -682,8 +682,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
         storage,
         report,
     });
-    let (mut outcome, started) =
-        attempt::supervise(ctx, spec, placement.hosts, placement.uid, stop, go).await;
+    let (mut outcome, started) = attempt::supervise(ctx, spec, placement, stop, go).await;
     if signalled.load(Ordering::SeqCst) {
         // Stopped because its supervisor was: not the job's doing, and no retry used.
         outcome = Outcome::Lost {
