@@ -1,6 +1,6 @@
 """Each attempt gets only what it was granted (issue 40): every host of a local attempt runs in
-a control group of its own, made by its supervisor, holding it to its instance's memory, CPUs,
-processes and GPUs, and removed when its last process ended.
+its instance's control group, taken by its supervisor, holding it to the instance's memory,
+CPUs, processes and GPUs, and left empty when its last process ended.
 
 These tests need a root server on a machine whose control groups it may write (cgroup v1 with
 memory, pids, cpu, devices and freezer, or v2 with memory, cpu and pids); elsewhere they skip,

@@ -842,7 +842,7 @@ fn container_command(
         gpus,
         uid,
         data_dir,
-        share: _,
+        share,
     } = *c;
     let job = layout.job.to_string_lossy().into_owned();
     for (k, v) in env.iter_mut() {
@@ -870,7 +870,7 @@ fn container_command(
         uid,
         env_file: crate::container::write_env_file(&layout.attempt_dir, host, env)?,
         label: crate::container::label(data_dir),
-        share: c.share,
+        share,
     };
     let mut command = run.command();
     command.current_dir(&layout.work).env_clear();

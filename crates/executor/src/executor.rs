@@ -684,7 +684,12 @@ impl LocalExecutor {
         if let Some(hierarchy) = self.inner.cfg().confinement.clone() {
             // The groups of instances no live attempt holds; removed at start (`gone` is None
             // only there), emptied otherwise.
-            let keep = self.held_groups(gone);
+            let keep = self.live_names(gone, |_, slot| {
+                slot.instances
+                    .iter()
+                    .map(|&i| crate::cgroup::instance_group(i))
+                    .collect::<Vec<_>>()
+            });
             let remove = gone.is_none();
             let sweep = move || crate::cgroup::sweep(&hierarchy, &keep, remove);
             let left = tokio::task::spawn_blocking(sweep).await.unwrap_or_default();
@@ -694,7 +699,7 @@ impl LocalExecutor {
         }
         if let Runtime::Podman(podman) = &self.inner.cfg().runtime {
             // A container outlives a SIGKILLed `podman run`; adopted attempts keep theirs.
-            let keep = self.live_prefixes(gone);
+            let keep = self.live_names(gone, |a, slot| [format!("qm-{}-{a}-algo-", slot.job_id)]);
             crate::container::remove_labelled(
                 podman,
                 &crate::container::label(&self.inner.cfg().data_dir),
@@ -704,31 +709,16 @@ impl LocalExecutor {
         }
     }
 
-    /// The control groups of the instances live attempts hold, but `gone`'s.
-    fn held_groups(&self, gone: Option<u64>) -> Vec<String> {
-        self.inner
-            .state()
-            .attempts
-            .iter()
-            .filter(|(a, _)| Some(**a) != gone)
-            .flat_map(|(_, s)| {
-                s.instances
-                    .iter()
-                    .map(|&i| crate::cgroup::instance_group(i))
-            })
-            .collect()
-    }
-
-    /// The name prefix of each live attempt's containers but `gone`'s,
-    /// `qm-<job>-<attempt>-algo-`.
-    fn live_prefixes(&self, gone: Option<u64>) -> Vec<String> {
-        self.inner
-            .state()
-            .attempts
-            .iter()
-            .filter(|(a, _)| Some(**a) != gone)
-            .map(|(a, s)| format!("qm-{}-{a}-algo-", s.job_id))
-            .collect()
+    /// What `names` says of each live attempt but `gone`, in one list: the control groups of
+    /// the instances they hold, or their containers' name prefixes.
+    fn live_names<I: IntoIterator<Item = String>>(
+        &self,
+        gone: Option<u64>,
+        names: impl Fn(u64, &Slot) -> I,
+    ) -> Vec<String> {
+        let state = self.inner.state();
+        let live = state.attempts.iter().filter(|(a, _)| Some(**a) != gone);
+        live.flat_map(|(&a, slot)| names(a, slot)).collect()
     }
 
     /// Process groups of live processes marked with this executor's data directory that no
@@ -878,14 +868,10 @@ impl Inner {
     fn settings(&self, instance_type: &str) -> Settings {
         let cfg = self.cfg();
         let confinement = cfg.confinement.as_ref().map(|hierarchy| {
-            let shares = crate::cgroup::shares(&cfg.pools, crate::cgroup::Machine::this());
+            let machine = crate::cgroup::Machine::this();
             crate::cgroup::Confinement {
                 hierarchy: hierarchy.clone(),
-                // A type no pool has any more (a reload removed it) is sized as one instance.
-                share: shares.get(instance_type).copied().unwrap_or_else(|| {
-                    let alone = [PoolSpec::new(instance_type, 1, 0)];
-                    crate::cgroup::shares(&alone, crate::cgroup::Machine::this())[instance_type]
-                }),
+                share: crate::cgroup::share(&cfg.pools, machine, instance_type),
             }
         });
         Settings {

@@ -18,7 +18,7 @@ pub(crate) const ALGORITHM_ERROR: &str = "Received status from SageMaker: Algori
 pub(crate) const CLIENT_ERROR: &str = "Received status from SageMaker: ClientError: ";
 
 /// The prefix of an attempt whose host the kernel killed for going over its memory limit
-/// (`evaluateOnExit` `onReason: "OutOfMemory*"`).
+/// (`evaluateOnExit` `onStatusReason: "*OutOfMemory*"`, which matches Slurm's too).
 pub const OUT_OF_MEMORY: &str = "OutOfMemory: ";
 
 /// `bytes` for people: `512 MiB`, `2 GiB`, `1.5 GiB`.

@@ -1,4 +1,6 @@
-//! Which device nodes a host's processes may open.
+//! Which device nodes a host's processes may open, under cgroup v1. (cgroup v2 controls devices
+//! with an eBPF program attached to the group, which this build does not load yet: under v2 the
+//! GPUs are handed out but their nodes are not fenced, and the banner says so.)
 //!
 //! NVIDIA GPUs are character devices of major 195: `/dev/nvidia<N>` is minor N, `nvidiactl`
 //! is 255 and `nvidia-modeset` 254 (both shared by every GPU process); `nvidia-uvm` and
@@ -29,13 +31,3 @@ pub(crate) fn deny_v1(dir: &Path, gpus: &[u32]) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// cgroup v2 controls devices with an eBPF program attached to the group, which this build
-/// does not load yet: under v2 the GPUs are handed out (`CUDA_VISIBLE_DEVICES`, podman's
-/// `--device`) but their nodes are not fenced. The server says so in its banner.
-pub(crate) fn attach_v2(_dir: &Path, _gpus: &[u32]) -> io::Result<()> {
-    Ok(())
-}
-
-/// Whether this build fences GPU device nodes under cgroup v2 (see [`attach_v2`]).
-pub const V2_FENCES_DEVICES: bool = false;

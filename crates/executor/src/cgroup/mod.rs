@@ -1,10 +1,11 @@
-//! Control groups: each host of an attempt runs in a control group of its own, made by its
-//! supervisor before the host's first process starts and removed after its last one ended.
-//! The group holds the host to its instance: a memory limit (no swap beyond it), a CPU quota,
-//! a pids limit and, for the GPUs, only the instance's own device nodes. A stop that reaches
-//! SIGKILL kills the whole group, so nothing the job started escapes by `setsid` or a double
-//! fork; the group also says whether the kernel's OOM killer struck and how much memory and
-//! CPU the host used.
+//! Control groups: each host of an attempt runs in its instance's control group
+//! ([`instance_group`]), which its supervisor takes (makes, the first time) and limits before
+//! the host's first process starts, and leaves empty after its last one ended, for the
+//! instance's next attempt. The group holds the host to its instance: a memory limit (no swap
+//! beyond it), a CPU quota, a pids limit and, for the GPUs, only the instance's own device
+//! nodes. A stop that reaches SIGKILL kills the whole group, so nothing the job started
+//! escapes by `setsid` or a double fork; the group also says whether the kernel's OOM killer
+//! struck.
 //!
 //! Both interfaces are supported: cgroup v2 (one unified tree, what current distributions
 //! mount) and cgroup v1 (one tree per controller: memory, pids, cpu, devices, freezer, and
@@ -12,7 +13,7 @@
 //! `/proc/self/mountinfo` and `/proc/self/cgroup`. Every file is written through a directory
 //! path, so the tests run the module over a fake tree of plain files.
 //!
-//! Attempts' groups live under `<the server's own group>/qm-<key>`, where the key is a hash
+//! Instances' groups live under `<the server's own group>/qm-<key>`, where the key is a hash
 //! of the data dir: two servers on one machine never touch each other's groups, and a
 //! delegated subtree (systemd's `Delegate=yes`) is all the server needs.
 
@@ -20,7 +21,6 @@ pub(crate) mod detect;
 mod devices;
 mod enter;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ pub use detect::{detect, key_for, Found};
 /// The CFS period a CPU quota is expressed in, in microseconds (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
 
-/// Where attempts' groups are made: the server's `qm-<key>` directory in each tree it uses.
+/// Where instances' groups are made: the server's `qm-<key>` directory in each tree it uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "version", rename_all = "snake_case")]
 pub enum Hierarchy {
@@ -53,10 +53,13 @@ impl Hierarchy {
     /// Makes the server's `qm-<key>` directories, once at start, before any supervisor is
     /// forked. Under v2 a group hands controllers to its children only while it holds no
     /// process itself, so the server moves into a leaf beside them (`qm-<key>-server`) and
-    /// enables memory, cpu and pids for `qm-<key>` and for the attempts' groups below it.
+    /// enables memory, cpu and pids for `qm-<key>` and for the instances' groups below it.
     pub fn prepare(&self) -> io::Result<()> {
         match self {
-            Hierarchy::V1 { dirs } => dirs.all().into_iter().try_for_each(make_dir),
+            Hierarchy::V1 { dirs } => dirs
+                .all()
+                .into_iter()
+                .try_for_each(|d| make_dir(d).map(drop)),
             Hierarchy::V2 { dir } => {
                 let parent = dir.parent().unwrap_or(dir);
                 let enable = "+memory +cpu +pids";
@@ -80,13 +83,8 @@ impl Hierarchy {
     pub fn describe(&self) -> String {
         match self {
             Hierarchy::V2 { dir } => format!(
-                "cgroup v2 under {}{}",
-                dir.display(),
-                if devices::V2_FENCES_DEVICES {
-                    ""
-                } else {
-                    " (GPU device nodes are not fenced under v2 yet)"
-                }
+                "cgroup v2 under {} (GPU device nodes are not fenced under v2 yet)",
+                dir.display()
             ),
             Hierarchy::V1 { dirs } => format!("cgroup v1 under {}", dirs.memory.display()),
         }
@@ -98,7 +96,7 @@ impl Hierarchy {
 /// attempt is launched) the groups are removed too, so that an instance whose GPUs changed
 /// with the config gets new device rules. Returns the groups that could not be emptied (or
 /// removed) within a second, with why.
-pub fn sweep(hierarchy: &Hierarchy, keep: &[String], remove: bool) -> Vec<String> {
+pub(crate) fn sweep(hierarchy: &Hierarchy, keep: &[String], remove: bool) -> Vec<String> {
     let dirs: Vec<PathBuf> = match hierarchy {
         Hierarchy::V2 { dir } => vec![dir.clone()],
         Hierarchy::V1 { dirs } => dirs.all().into_iter().map(Path::to_path_buf).collect(),
@@ -144,15 +142,16 @@ pub fn sweep(hierarchy: &Hierarchy, keep: &[String], remove: bool) -> Vec<String
     left
 }
 
-/// Makes `dir` unless it exists.
-fn make_dir(dir: &Path) -> io::Result<()> {
+/// Makes `dir` unless it exists; whether it made it.
+fn make_dir(dir: &Path) -> io::Result<bool> {
     match fs::create_dir(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(at(dir, e)),
-        _ => Ok(()),
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(at(dir, e)),
     }
 }
 
-/// The v1 controllers' directories for attempts' groups. Controllers mounted together (say
+/// The v1 controllers' directories for instances' groups. Controllers mounted together (say
 /// `cpu,cpuacct`) share one directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct V1Dirs {
@@ -166,7 +165,8 @@ pub struct V1Dirs {
     pub devices: PathBuf,
     /// `freezer`: a group is frozen before it is killed, so that nothing forks meanwhile.
     pub freezer: PathBuf,
-    /// `cpuacct`: CPU time used, where mounted.
+    /// `cpuacct`, where mounted: joined, so that the host's CPU time can be read from it
+    /// (not recorded yet).
     pub cpuacct: Option<PathBuf>,
 }
 
@@ -188,7 +188,7 @@ impl V1Dirs {
 
 /// What one host of an attempt may use: one instance's share of the machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Memory, in bytes; swap is not allowed beyond it.
     pub memory_bytes: u64,
     /// CPU, in thousandths of a CPU (1500: one and a half CPUs); 0: no quota.
@@ -222,7 +222,7 @@ pub struct Confinement {
 
 impl Confinement {
     /// The limits of a host with `gpus`.
-    pub fn limits(&self, gpus: &[u32]) -> Limits {
+    pub(crate) fn limits(&self, gpus: &[u32]) -> Limits {
         Limits {
             memory_bytes: self.share.memory_bytes,
             cpu_millis: self.share.cpu_millis,
@@ -234,7 +234,7 @@ impl Confinement {
 
 /// What the machine has to share out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// Memory, in bytes.
     pub memory_bytes: u64,
     /// CPUs, in thousandths.
@@ -273,7 +273,7 @@ fn server_reserve(memory_bytes: u64) -> u64 {
 }
 
 /// A host's processes and threads at once, unless its pool says (`max_pids`).
-pub const DEFAULT_MAX_PIDS: u64 = 16_384;
+pub(crate) const DEFAULT_MAX_PIDS: u64 = 16_384;
 
 /// The smallest default memory share, so that a machine cut into many instances still starts
 /// an interpreter in each.
@@ -282,10 +282,11 @@ const MIN_MEMORY_BYTES: u64 = 256 << 20;
 /// The smallest CPU share: the kernel takes no quota under a millisecond per 100 ms period.
 const MIN_CPU_MILLIS: u64 = 10;
 
-/// One instance's share per instance type. A pool that sets `memory_gib` or `vcpus` gets that;
-/// what the machine has left, less the server's reserve of memory, is divided evenly among
-/// the instances of the pools that do not.
-pub fn shares(pools: &[crate::PoolSpec], machine: Machine) -> BTreeMap<String, Share> {
+/// One instance of `instance_type`'s share. A pool that sets `memory_gib` or `vcpus` gets
+/// that; what the machine has left, less the server's reserve of memory, is divided evenly
+/// among the instances of the pools that do not. A type no pool has (a reload removed it) gets
+/// the default share.
+pub(crate) fn share(pools: &[crate::PoolSpec], machine: Machine, instance_type: &str) -> Share {
     let gib = |g: f64| (g * f64::from(1u32 << 30)) as u64;
     let millis = |c: f64| (c * 1000.0) as u64;
     let split = |total: u64, given: &dyn Fn(&crate::PoolSpec) -> Option<u64>, floor: u64| {
@@ -298,40 +299,37 @@ pub fn shares(pools: &[crate::PoolSpec], machine: Machine) -> BTreeMap<String, S
         }
         (total.saturating_sub(taken) / undecided.max(1)).max(floor)
     };
+    let pool = pools.iter().find(|p| p.instance_type == instance_type);
+    let (memory_gib, vcpus, max_pids) =
+        pool.map_or((None, None, None), |p| (p.memory_gib, p.vcpus, p.max_pids));
     let memory = machine.memory_bytes - server_reserve(machine.memory_bytes);
-    let memory_each = split(memory, &|p| p.memory_gib.map(gib), MIN_MEMORY_BYTES);
-    let cpu_each = split(machine.cpu_millis, &|p| p.vcpus.map(millis), MIN_CPU_MILLIS);
-    let mut out = BTreeMap::new();
-    for p in pools {
-        out.entry(p.instance_type.clone()).or_insert(Share {
-            memory_bytes: p.memory_gib.map_or(memory_each, gib),
-            cpu_millis: p.vcpus.map_or(cpu_each, millis).max(MIN_CPU_MILLIS),
-            pids: p.max_pids.unwrap_or(DEFAULT_MAX_PIDS),
-        });
+    Share {
+        memory_bytes: memory_gib.map_or_else(
+            || split(memory, &|p| p.memory_gib.map(gib), MIN_MEMORY_BYTES),
+            gib,
+        ),
+        cpu_millis: vcpus
+            .map_or_else(
+                || split(machine.cpu_millis, &|p| p.vcpus.map(millis), MIN_CPU_MILLIS),
+                millis,
+            )
+            .max(MIN_CPU_MILLIS),
+        pids: max_pids.unwrap_or(DEFAULT_MAX_PIDS),
     }
-    out
-}
-
-/// What a host used, read from its group after its last process ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// The most memory its processes held at once, in bytes (0: the kernel does not say).
-    pub peak_memory_bytes: u64,
-    /// CPU time, user and system, in microseconds.
-    pub cpu_us: u64,
 }
 
 /// The control group of the server's instance `id`. A host runs in its instance's group; the
 /// group outlives the attempt, empty, and the next attempt on the instance takes it over: a
-/// cgroup v1 group costs a directory with dozens of files in each of six trees to make and to
-/// remove, which tripled the CPU the executor spent on a short attempt.
-pub fn instance_group(id: usize) -> String {
+/// cgroup v1 group is a directory of dozens of files in each of six trees, and making and
+/// removing one per attempt cost the supervisor about 0.7 ms of CPU (perf, in a drain of
+/// trivial jobs).
+pub(crate) fn instance_group(id: usize) -> String {
     format!("qm-instance-{id}")
 }
 
 /// One host's control group.
 #[derive(Debug)]
-pub struct Group {
+pub(crate) struct Group {
     hierarchy: Hierarchy,
     name: String,
     /// The group's OOM kills when it was taken: the kernel's count never goes back.
@@ -355,11 +353,7 @@ impl Group {
         let mut group = Self::named(hierarchy, name);
         let mut new = false;
         for dir in group.dirs() {
-            match fs::create_dir(&dir) {
-                Ok(()) => new = true,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(at(&dir, e)),
-            }
+            new |= make_dir(&dir)?;
         }
         group.limit(limits, new)?;
         group.oom_baseline = group.oom_count();
@@ -374,7 +368,7 @@ impl Group {
         }
     }
 
-    /// Writes every limit, and the device rules if `devices`.
+    /// Writes every limit, and the device rules (v1) if `devices`.
     fn limit(&self, limits: &Limits, devices: bool) -> io::Result<()> {
         let memory = limits.memory_bytes.to_string();
         let quota = (limits.cpu_millis > 0).then(|| limits.cpu_millis * CPU_PERIOD_US / 1000);
@@ -388,11 +382,8 @@ impl Group {
                     None => format!("max {CPU_PERIOD_US}"),
                 };
                 write(&dir.join("cpu.max"), &cpu)?;
-                write(&dir.join("pids.max"), &limits.pids.to_string())?;
-                if devices {
-                    devices::attach_v2(&dir, &limits.gpus)?;
-                }
-                Ok(())
+                // No device rules: see `devices`.
+                write(&dir.join("pids.max"), &limits.pids.to_string())
             }
             Hierarchy::V1 { dirs } => {
                 let memory_dir = dirs.memory.join(&self.name);
@@ -513,33 +504,6 @@ impl Group {
         read_key(&file, key).unwrap_or(0)
     }
 
-    /// What the group used so far.
-    pub fn usage(&self) -> Usage {
-        match &self.hierarchy {
-            Hierarchy::V2 { dir } => {
-                let dir = dir.join(&self.name);
-                Usage {
-                    peak_memory_bytes: read_u64(&dir.join("memory.peak")).unwrap_or(0),
-                    cpu_us: read_key(&dir.join("cpu.stat"), "usage_usec").unwrap_or(0),
-                }
-            }
-            Hierarchy::V1 { dirs } => Usage {
-                peak_memory_bytes: read_u64(
-                    &dirs
-                        .memory
-                        .join(&self.name)
-                        .join("memory.max_usage_in_bytes"),
-                )
-                .unwrap_or(0),
-                cpu_us: dirs
-                    .cpuacct
-                    .as_ref()
-                    .and_then(|d| read_u64(&d.join(&self.name).join("cpuacct.usage")))
-                    .map_or(0, |ns| ns / 1000),
-            },
-        }
-    }
-
     /// Removes the group (and any group below it); an error when a process is still in it.
     /// A group already gone is removed.
     pub fn remove(&self) -> io::Result<()> {
@@ -565,11 +529,6 @@ fn write(path: &Path, value: &str) -> io::Result<()> {
 /// An error that names the file it is about.
 fn at(path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-}
-
-/// A file holding one number (`max` reads as `None`).
-fn read_u64(path: &Path) -> Option<u64> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// The value of `key` in a flat-keyed file (`key value` lines).

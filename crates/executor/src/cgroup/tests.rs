@@ -96,9 +96,9 @@ fn fake_v1(root: &Path, name: &str) -> Hierarchy {
 fn a_v2_group_gets_its_memory_without_swap_its_cpu_quota_and_its_pids_limit() {
     let root = tempfile::tempdir().unwrap();
     let h = v2(root.path());
-    let g = root.path().join("qm-k/a-1-algo-1");
+    let g = root.path().join("qm-k/qm-instance-0");
     fake_group(&g, &V2_FILES);
-    Group::take(&h, "a-1-algo-1", &limits(vec![0])).unwrap();
+    Group::take(&h, "qm-instance-0", &limits(vec![0])).unwrap();
     assert_eq!(read(g.join("memory.max")), "2147483648\n");
     assert_eq!(read(g.join("memory.swap.max")), "0\n");
     assert_eq!(read(g.join("cpu.max")), "150000 100000\n");
@@ -217,7 +217,7 @@ fn a_v2_kill_writes_cgroup_kill_and_a_v1_kill_freezes_then_thaws() {
 }
 
 #[test]
-fn oom_kills_and_usage_are_read_from_either_interface() {
+fn oom_kills_are_read_from_either_interface() {
     let root = tempfile::tempdir().unwrap();
     let h2 = v2(&root.path().join("v2"));
     let g2 = root.path().join("v2/qm-k/g");
@@ -227,19 +227,8 @@ fn oom_kills_and_usage_are_read_from_either_interface() {
         "low 0\nhigh 0\nmax 7\noom 1\noom_kill 1\n",
     )
     .unwrap();
-    fs::write(g2.join("memory.peak"), "1048576\n").unwrap();
-    fs::write(
-        g2.join("cpu.stat"),
-        "usage_usec 2500000\nuser_usec 2000000\n",
-    )
-    .unwrap();
     let g = Group::named(&h2, "g");
     assert_eq!(g.oom_kills(), 1);
-    let expected = Usage {
-        peak_memory_bytes: 1 << 20,
-        cpu_us: 2_500_000,
-    };
-    assert_eq!(g.usage(), expected);
 
     let h1 = fake_v1(&root.path().join("v1"), "g");
     let m = root.path().join("v1/memory/qm-k/g");
@@ -248,21 +237,16 @@ fn oom_kills_and_usage_are_read_from_either_interface() {
         "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
     )
     .unwrap();
-    fs::write(m.join("memory.max_usage_in_bytes"), "1048576\n").unwrap();
-    let acct = root.path().join("v1/cpuacct/qm-k/g/cpuacct.usage");
-    fs::write(acct, "2500000000\n").unwrap();
     let g = Group::named(&h1, "g");
     assert_eq!(g.oom_kills(), 2);
-    assert_eq!(g.usage(), expected);
 }
 
 #[test]
-fn a_group_without_oom_or_usage_files_reads_as_nothing_used() {
+fn a_group_without_an_oom_file_reads_as_no_oom_kill() {
     let root = tempfile::tempdir().unwrap();
     let h = v2(root.path());
     let g = Group::named(&h, "gone");
     assert_eq!(g.oom_kills(), 0);
-    assert_eq!(g.usage(), Usage::default());
     assert!(g.is_empty());
     g.remove().unwrap();
 }
@@ -425,14 +409,14 @@ fn instances_that_do_not_say_share_what_the_machine_has_left_after_the_server_re
     big.vcpus = Some(4.0);
     big.max_pids = Some(100);
     let small = crate::PoolSpec::new("ml.g5.xlarge", 4, 0);
-    let s = shares(&[big, small], machine);
-    let p4 = s["ml.p4d.24xlarge"];
+    let pools = [big, small];
+    let p4 = share(&pools, machine, "ml.p4d.24xlarge");
     assert_eq!(
         (p4.memory_bytes, p4.cpu_millis, p4.pids),
         (8 << 30, 4000, 100)
     );
     // 17 GiB less 1 GiB for the server, less the 8 GiB given: 8 GiB among four instances.
-    let g5 = s["ml.g5.xlarge"];
+    let g5 = share(&pools, machine, "ml.g5.xlarge");
     assert_eq!(
         (g5.memory_bytes, g5.cpu_millis, g5.pids),
         (2 << 30, 1000, DEFAULT_MAX_PIDS)
@@ -445,10 +429,10 @@ fn a_machine_cut_into_many_instances_still_gives_each_a_usable_floor() {
         memory_bytes: 2 << 30,
         cpu_millis: 2000,
     };
-    let s = shares(&[crate::PoolSpec::new("ml.g5.xlarge", 1000, 0)], machine);
-    let share = s["ml.g5.xlarge"];
-    assert_eq!(share.memory_bytes, MIN_MEMORY_BYTES);
-    assert_eq!(share.cpu_millis, MIN_CPU_MILLIS);
+    let pools = [crate::PoolSpec::new("ml.g5.xlarge", 1000, 0)];
+    let each = share(&pools, machine, "ml.g5.xlarge");
+    assert_eq!(each.memory_bytes, MIN_MEMORY_BYTES);
+    assert_eq!(each.cpu_millis, MIN_CPU_MILLIS);
 }
 
 #[test]
@@ -481,7 +465,7 @@ fn a_group_taken_again_keeps_its_device_rules_and_counts_oom_kills_from_then() {
 }
 
 #[test]
-fn a_new_group_gets_its_device_rules_once() {
+fn a_new_group_is_made_in_every_tree_before_its_limits_are_written() {
     let root = tempfile::tempdir().unwrap();
     let h = fake_v1(root.path(), "old");
     // A new group's directories are made by `take`; the fake kernel's files are not there,
