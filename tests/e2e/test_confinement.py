@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qm_e2e import (UNIT, ShareSpec, config_toml, make_queue, pid_alive, wait_for,
+from qm_e2e import (UNIT, Jobs, ShareSpec, config_toml, make_queue, pid_alive, wait_for,
                     wait_status)
 
 MEMORY_GIB = 0.25
@@ -89,6 +89,16 @@ def group_of(pid: int) -> str | None:
     return None
 
 
+def group_dir(pid: int) -> Path:
+    """The directory of the instance group process `pid` runs in (its pids group under v1)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        v1 = "pids" in controllers.split(",") and Path("/sys/fs/cgroup/pids").is_dir()
+        if "qm-instance-" in path and (v1 or controllers == ""):
+            return Path("/sys/fs/cgroup/pids" if v1 else "/sys/fs/cgroup") / path.lstrip("/")
+    raise AssertionError(f"{pid} runs in no instance group")
+
+
 def occupied(pids: list[int]) -> list[str]:
     """The instance groups that hold one of `pids`."""
     held = []
@@ -121,7 +131,8 @@ def test_a_job_over_its_memory_fails_out_of_memory_and_its_neighbour_runs_on(job
 def test_a_job_sees_its_cpu_quota(jobs, queue):
     job, out = probe(jobs, queue, "quota", "quota")
     wait_status(jobs.batch, job, "SUCCEEDED")
-    assert result(out) == {"quota_us": 50_000, "period_us": 100_000}
+    r = result(out)
+    assert (r["quota_us"], r["period_us"]) == (50_000, 100_000), r
 
 
 def test_a_fork_bomb_stops_at_the_pids_limit(jobs, queue):
@@ -173,13 +184,18 @@ def test_a_host_opens_only_its_own_gpu_nodes(jobs, queue, tmp_path):
 
 
 def test_jobs_in_a_row_take_over_their_instances_groups_empty(jobs, queue):
-    """Three jobs in a row: each finds its instance's group empty and leaves it empty."""
-    pids = []
-    for i in range(3):
+    """Four jobs in a row on three instances: each runs in an instance's group, a group a later
+    job lands in again is the same group (not made anew), and each job leaves it empty."""
+    pids, seen = [], {}
+    for i in range(4):
         job, out = probe(jobs, queue, f"row{i}", "daemon")
         wait_status(jobs.batch, job, "SUCCEEDED")
-        pids += result(out)["daemons"] + [result(out)["me"]]
+        r = result(out)
+        assert r["group"].startswith("qm-instance-"), r
+        assert seen.setdefault(r["group"], r["group_ino"]) == r["group_ino"], (r, seen)
+        pids += r["daemons"] + [r["me"]]
         assert not occupied(pids)
+    assert len(seen) < 4, seen
 
 
 def test_the_group_of_a_job_whose_supervisor_died_is_emptied(jobs, queue):
@@ -190,3 +206,40 @@ def test_the_group_of_a_job_whose_supervisor_died_is_emptied(jobs, queue):
     assert "lost" in failed["statusReason"], failed["statusReason"]
     assert not pid_alive(pid)
     assert not occupied([pid])
+
+
+def test_an_adopted_job_keeps_its_group_when_the_pools_changed_across_a_restart(
+        start_server, tmp_path):
+    """Instance ids are positions in the pools: a pool added in front renumbers them. The
+    adopted job goes on in the group it was launched in (a restart removes only the groups no
+    live attempt runs in), a new job gets a group of its own, and the old group goes with the
+    adopted job."""
+    def config(front: str) -> str:
+        base = config_toml(count=3, gpus=1).replace(
+            'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
+        pool = base.index("[[executor.pool]]")
+        return base[:pool] + front + base[pool:] + f"memory_gib = {MEMORY_GIB}\n"
+    s = start_server(config=config(""), name="renumbered")
+    try:
+        batch = s.client()
+        jobs = Jobs(batch, s, tmp_path)
+        q = make_queue(batch, "renumbered", [ShareSpec("A", "RESERVE", 3)], env_max=3)
+        old, out = probe(jobs, q, "old", "sleep")
+        first = result(out, "pid")
+        s.stop()
+        s.config_path.write_text(config(
+            '[[executor.pool]]\ninstance_type = "ml.m5.large"\ncount = 2\ngpus_per_instance = 0\n'))
+        s.start()
+        assert pid_alive(first["pid"])
+        assert group_of(first["pid"]) == first["group"]
+        old_group = group_dir(first["pid"])
+        new, new_out = probe(jobs, q, "new", "sleep")
+        second = result(new_out, "pid")
+        assert second["group"] != first["group"], (first, second)
+        assert batch.describe_service_job(jobId=old)["status"] == "RUNNING"
+        batch.terminate_service_job(jobId=old, reason="test")
+        wait_status(batch, old, "FAILED")
+        assert not old_group.exists(), old_group
+        jobs.cleanup()
+    finally:
+        s.close()

@@ -93,13 +93,21 @@ pub(crate) async fn supervise(
         hosts,
         uid,
         instances,
+        mut groups,
         ..
     } = placement;
+    if groups.is_empty() {
+        // From a server that named none.
+        groups = instances
+            .iter()
+            .map(|&i| crate::cgroup::instance_group(i))
+            .collect();
+    }
     let mut supervisor = Supervisor {
         ctx,
         attempt: spec.attempt,
         uid,
-        instances,
+        cgroup_names: groups,
         groups: Vec::new(),
         live: Vec::new(),
         cgroups: Vec::new(),
@@ -137,8 +145,8 @@ struct Supervisor {
     attempt: u64,
     /// The attempt's own uid, when it runs apart from the server.
     uid: Option<u32>,
-    /// The server's instance of each host, in host order.
-    instances: Vec<usize>,
+    /// The control group of each host, in host order, when confined.
+    cgroup_names: Vec<String>,
     /// The process group of each spawned host, whether its leader lives or not: the rest of a
     /// group keeps the grace period after its leader exits (a shell leader dies at SIGTERM at
     /// once, while the training script it started is still saving its checkpoint).
@@ -599,16 +607,15 @@ impl Supervisor {
         let Some(confinement) = &self.ctx.settings.confinement else {
             return Ok(());
         };
-        for (index, (gpus, &instance)) in hosts.iter().zip(&self.instances).enumerate() {
+        for (index, (gpus, name)) in hosts.iter().zip(&self.cgroup_names).enumerate() {
             let host = index as u32 + 1;
-            let name = crate::cgroup::instance_group(instance);
             let limits = confinement.limits(gpus);
-            match Group::take(&confinement.hierarchy, &name, &limits) {
+            match Group::take(&confinement.hierarchy, name, &limits) {
                 Ok(group) => self.cgroups.push(group),
                 Err(e) => {
                     // Emptied with the others at the end, should anything have entered it.
                     self.cgroups
-                        .push(Group::named(&confinement.hierarchy, &name));
+                        .push(Group::named(&confinement.hierarchy, name));
                     return Err(Outcome::Failed {
                         reason: format!(
                             "{CLIENT_ERROR}cannot set up the control group of algo-{host}: {e}"
@@ -641,7 +648,7 @@ impl Supervisor {
                 if tries == VACATE_TRIES {
                     tracing::warn!(
                         attempt = self.attempt,
-                        "a process outlives its attempt in its control group; the group's next attempt kills it at its stop"
+                        "a process outlives its attempt in its control group; the instance's next attempt kills it before it starts, or fails"
                     );
                     break;
                 }

@@ -349,6 +349,11 @@ struct State {
 #[derive(Debug)]
 struct Slot {
     instances: Vec<usize>,
+    /// The control groups its hosts run in ([`Placement::groups`]).
+    groups: Vec<String>,
+    /// Whether its groups go when it ends: an adopted attempt whose instances are not the
+    /// ones its groups were named (and their device rules written) after.
+    retire_groups: bool,
     job_id: String,
     attempt_number: u32,
     /// Its log directory, where the outcome is written before `Exited` is sent.
@@ -381,6 +386,8 @@ impl Slot {
     ) -> Slot {
         Slot {
             instances: p.instances.clone(),
+            groups: p.groups.clone(),
+            retire_groups: false,
             job_id: p.job_id.clone(),
             attempt_number: p.attempt_number,
             attempt_dir: JobLayout::new(data_dir, &p.job_id, p.attempt_number).attempt_dir,
@@ -682,16 +689,22 @@ impl LocalExecutor {
             crate::group::reap(orphans, self.inner.cfg().stop_grace).await;
         }
         if let Some(hierarchy) = self.inner.cfg().confinement.clone() {
-            // The groups of instances no live attempt holds; removed at start (`gone` is None
-            // only there), emptied otherwise.
-            let keep = self.live_names(gone, |_, slot| {
-                slot.instances
-                    .iter()
-                    .map(|&i| crate::cgroup::instance_group(i))
-                    .collect::<Vec<_>>()
-            });
-            let remove = gone.is_none();
-            let sweep = move || crate::cgroup::sweep(&hierarchy, &keep, remove);
+            // At start (`gone` is None only there), every group no live attempt runs in goes;
+            // later, only those of the attempt whose supervisor died: other instances' groups
+            // may be taken by attempts being launched meanwhile.
+            let groups = match gone {
+                None => Err(self.live_names(None, |_, slot| slot.groups.clone())),
+                Some(a) => Ok(self
+                    .inner
+                    .state()
+                    .attempts
+                    .get(&a)
+                    .map(|s| s.groups.clone())),
+            };
+            let sweep = move || match groups {
+                Err(keep) => crate::cgroup::sweep(&hierarchy, &keep),
+                Ok(gone) => crate::cgroup::discard(&hierarchy, gone.unwrap_or_default()),
+            };
             let left = tokio::task::spawn_blocking(sweep).await.unwrap_or_default();
             for group in left {
                 tracing::warn!("a control group is left behind: {group}");
@@ -920,6 +933,13 @@ impl Inner {
             .iter()
             .map(|&id| state.inventory.gpus(id).to_vec())
             .collect();
+        let groups = match self.cfg().confinement {
+            Some(_) => {
+                let taken = state.attempts.values().flat_map(|s| &s.groups);
+                crate::cgroup::names_for(&instances, taken, spec.attempt)
+            }
+            None => Vec::new(),
+        };
         let placement = Placement {
             job_id: spec.job_id.clone(),
             attempt_number: spec.attempt_number,
@@ -927,6 +947,7 @@ impl Inner {
             instances,
             hosts,
             uid,
+            groups,
         };
         let slot = Slot::new(&self.cfg().data_dir, &placement, link, None, false);
         state.attempts.insert(spec.attempt, slot);
@@ -1237,6 +1258,13 @@ impl Inner {
         let retired = state.inventory.any_retired(&slot.instances);
         let before = retired.then(|| state.inventory.capacity());
         state.inventory.give_back(&slot.instances);
+        if let (true, Some(hierarchy)) = (slot.retire_groups, &self.cfg().confinement) {
+            // Empty by now (its supervisor vacated them), so removing them is an rmdir each;
+            // done before the instances can be placed again.
+            for group in crate::cgroup::discard(hierarchy, slot.groups.clone()) {
+                tracing::warn!("a control group is left behind: {group}");
+            }
+        }
         if let (Some(pool), Some(uid)) = (state.uids.as_mut(), slot.uid) {
             pool.give_back(uid);
         }
@@ -1485,11 +1513,23 @@ impl Inner {
         if let (Some(pool), Some(uid)) = (state.uids.as_mut(), p.uid) {
             pool.hold(uid);
         }
+        let mut groups = p.groups.clone();
+        if groups.is_empty() && self.cfg().confinement.is_some() {
+            // Named after the instances it was launched on, as its supervisor did.
+            groups = p
+                .instances
+                .iter()
+                .map(|&i| crate::cgroup::instance_group(i))
+                .collect();
+        }
+        let retire_groups = held != p.instances;
         let placed = Placement {
             instances: held,
+            groups,
             ..p.clone()
         };
-        let slot = Slot::new(&self.cfg().data_dir, &placed, link, Some(identity), stray);
+        let mut slot = Slot::new(&self.cfg().data_dir, &placed, link, Some(identity), stray);
+        slot.retire_groups = retire_groups;
         state.attempts.insert(attempt, slot);
         Ok(())
     }

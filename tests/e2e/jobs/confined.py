@@ -20,13 +20,6 @@ mode = os.environ["MODE"]
 result_file = os.environ["RESULT_FILE"]
 
 
-def write(result):
-    tmp = result_file + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.rename(tmp, result_file)
-
-
 def own_group(controller):
     """This process's group path for `controller` (v1), or its v2 path."""
     with open("/proc/self/cgroup") as f:
@@ -35,6 +28,20 @@ def own_group(controller):
             if controller in controllers.split(",") or (controllers == "" and controller == ""):
                 return path
     return None
+
+
+def write(result):
+    """Writes `result`, with the control group the job runs in (its pids group under v1) and
+    that group directory's inode (the same inode: the same group, taken over)."""
+    for root, controller in (("/sys/fs/cgroup/pids", "pids"), ("/sys/fs/cgroup", "")):
+        path = own_group(controller)
+        if path is not None and os.path.isdir(root + path):
+            result.update(group=os.path.basename(path), group_ino=os.stat(root + path).st_ino)
+            break
+    tmp = result_file + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.rename(tmp, result_file)
 
 
 if mode == "oom":

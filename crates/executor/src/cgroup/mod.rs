@@ -30,6 +30,9 @@ use serde::{Deserialize, Serialize};
 
 pub use detect::{detect, key_for, Found};
 
+/// How many times, 10 ms apart, `take` looks whether a group it killed emptied.
+const TAKE_WAITS: u32 = 20;
+
 /// The CFS period a CPU quota is expressed in, in microseconds (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -91,12 +94,12 @@ impl Hierarchy {
     }
 }
 
-/// Kills what is in every group of the server's but `keep` (the groups of the instances live
-/// attempts hold): what a supervisor that died left. With `remove` (at start, before any
-/// attempt is launched) the groups are removed too, so that an instance whose GPUs changed
-/// with the config gets new device rules. Returns the groups that could not be emptied (or
-/// removed) within a second, with why.
-pub(crate) fn sweep(hierarchy: &Hierarchy, keep: &[String], remove: bool) -> Vec<String> {
+/// Kills and removes every group of the server's but `keep` (the groups live attempts run
+/// in), at start, before any attempt is launched: what a server or supervisor that died left,
+/// and groups of instances the config may have changed (a group is made again, with its
+/// device rules, when an attempt next takes it). Returns the groups that could not be emptied
+/// and removed within a second, with why.
+pub(crate) fn sweep(hierarchy: &Hierarchy, keep: &[String]) -> Vec<String> {
     let dirs: Vec<PathBuf> = match hierarchy {
         Hierarchy::V2 { dir } => vec![dir.clone()],
         Hierarchy::V1 { dirs } => dirs.all().into_iter().map(Path::to_path_buf).collect(),
@@ -114,26 +117,28 @@ pub(crate) fn sweep(hierarchy: &Hierarchy, keep: &[String], remove: bool) -> Vec
             }
         }
     }
+    discard(hierarchy, names)
+}
+
+/// Kills what is in each group of `names` and removes it; returns those that could not be
+/// within a second, with why. The groups of an attempt whose supervisor died go this way, so
+/// that the next attempt makes them again whole (the supervisor may have died half-way
+/// through taking them, before their device rules were written).
+pub(crate) fn discard(
+    hierarchy: &Hierarchy,
+    names: impl IntoIterator<Item = String>,
+) -> Vec<String> {
     let mut left = Vec::new();
     for name in names {
         let group = Group::named(hierarchy, &name);
-        let done = |g: &Group| -> io::Result<()> {
-            if remove {
-                g.remove()
-            } else if g.is_empty() {
-                Ok(())
-            } else {
-                Err(io::Error::other("processes are left in it"))
-            }
-        };
-        let mut result = done(&group);
+        let mut result = group.remove();
         for _ in 0..10 {
             if result.is_ok() {
                 break;
             }
             let _ = group.kill();
             std::thread::sleep(std::time::Duration::from_millis(100));
-            result = done(&group);
+            result = group.remove();
         }
         if let Err(e) = result {
             left.push(format!("{name}: {e}"));
@@ -327,6 +332,29 @@ pub(crate) fn instance_group(id: usize) -> String {
     format!("qm-instance-{id}")
 }
 
+/// The control groups of an attempt placed on `instances`: each instance's own group, unless
+/// a live attempt runs in it (one adopted after the pools changed, whose groups are named after
+/// the instances it was launched on): then one of this attempt's own, removed at the next
+/// start. `taken`: the groups live attempts run in.
+pub(crate) fn names_for<'a>(
+    instances: &[usize],
+    taken: impl IntoIterator<Item = &'a String>,
+    attempt: u64,
+) -> Vec<String> {
+    let taken: std::collections::BTreeSet<&String> = taken.into_iter().collect();
+    instances
+        .iter()
+        .map(|&i| {
+            let name = instance_group(i);
+            if taken.contains(&name) {
+                format!("{name}-attempt-{attempt}")
+            } else {
+                name
+            }
+        })
+        .collect()
+}
+
 /// One host's control group.
 #[derive(Debug)]
 pub(crate) struct Group {
@@ -348,14 +376,34 @@ impl Group {
 
     /// Takes the group `name` for a host: makes it if it is new, sets `limits` and notes its
     /// OOM count. The device rules go with a new group only: they follow the instance, whose
-    /// GPUs never change while the group exists (a start removes every group no attempt holds).
+    /// GPUs never change while the group exists (a start removes every group no attempt holds,
+    /// and a group taken half-way is removed). A group that still holds a process (something
+    /// an earlier attempt left, that outlived its kills) is killed first, and refused if it
+    /// does not empty: the host would share its limits with it.
     pub fn take(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> io::Result<Self> {
         let mut group = Self::named(hierarchy, name);
         let mut new = false;
         for dir in group.dirs() {
             new |= make_dir(&dir)?;
         }
-        group.limit(limits, new)?;
+        if let Err(e) = group.limit(limits, new) {
+            if new {
+                let _ = group.remove();
+            }
+            return Err(e);
+        }
+        if !new && !group.is_vacant() {
+            let _ = group.kill();
+            let vacated = (0..TAKE_WAITS).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                group.is_vacant()
+            });
+            if !vacated {
+                return Err(io::Error::other(format!(
+                    "{name} still holds a process of an earlier attempt after a SIGKILL"
+                )));
+            }
+        }
         group.oom_baseline = group.oom_count();
         Ok(group)
     }
@@ -387,11 +435,18 @@ impl Group {
             }
             Hierarchy::V1 { dirs } => {
                 let memory_dir = dirs.memory.join(&self.name);
-                // The swap limit (memsw) may never be below the memory limit: memory first.
-                write(&memory_dir.join("memory.limit_in_bytes"), &memory)?;
+                let limit = memory_dir.join("memory.limit_in_bytes");
                 let memsw = memory_dir.join("memory.memsw.limit_in_bytes");
-                if memsw.exists() {
+                // The swap limit (memsw) may never be below the memory limit: lowered, memory
+                // goes first; raised (a reload gave the instance more), the kernel refuses
+                // memory above memsw, so memsw goes first.
+                if !memsw.exists() {
+                    write(&limit, &memory)?;
+                } else if write(&limit, &memory).is_ok() {
                     write(&memsw, &memory)?;
+                } else {
+                    write(&memsw, &memory)?;
+                    write(&limit, &memory)?;
                 }
                 let cpu = dirs.cpu.join(&self.name);
                 write(&cpu.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
@@ -443,11 +498,6 @@ impl Group {
         pids.sort_unstable();
         pids.dedup();
         pids
-    }
-
-    /// Whether no process is left in the group.
-    pub fn is_empty(&self) -> bool {
-        self.procs().is_empty()
     }
 
     /// Whether no process is in the group itself (one read: what a host leaves behind is in its

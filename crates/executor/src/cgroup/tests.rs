@@ -247,7 +247,7 @@ fn a_group_without_an_oom_file_reads_as_no_oom_kill() {
     let h = v2(root.path());
     let g = Group::named(&h, "gone");
     assert_eq!(g.oom_kills(), 0);
-    assert!(g.is_empty());
+    assert!(g.is_vacant());
     g.remove().unwrap();
 }
 
@@ -465,14 +465,16 @@ fn a_group_taken_again_keeps_its_device_rules_and_counts_oom_kills_from_then() {
 }
 
 #[test]
-fn a_new_group_is_made_in_every_tree_before_its_limits_are_written() {
+fn a_new_group_that_cannot_be_limited_is_removed_so_the_next_take_makes_it_whole() {
     let root = tempfile::tempdir().unwrap();
     let h = fake_v1(root.path(), "old");
-    // A new group's directories are made by `take`; the fake kernel's files are not there,
-    // so its first write fails, naming the file: the rules follow the directories.
+    // The fake kernel makes no files in a new directory: the first limit cannot be written.
     let err = Group::take(&h, "new", &limits(vec![])).unwrap_err();
     assert!(err.to_string().contains("memory.limit_in_bytes"), "{err}");
-    assert!(root.path().join("devices/qm-k/new").is_dir());
+    // Not left half-made (its device rules unwritten) for the next take to reuse.
+    for c in ["memory", "pids", "cpu", "devices", "freezer", "cpuacct"] {
+        assert!(!root.path().join(c).join("qm-k/new").exists(), "{c}");
+    }
 }
 
 #[test]
@@ -484,4 +486,50 @@ fn a_vacant_group_has_no_process_of_its_own() {
     assert!(Group::named(&h, "g").is_vacant());
     fs::write(g.join("cgroup.procs"), "77\n").unwrap();
     assert!(!Group::named(&h, "g").is_vacant());
+}
+
+#[test]
+fn an_instance_s_group_is_its_own_unless_an_adopted_attempt_runs_in_it() {
+    let adopted = vec![instance_group(2)];
+    assert_eq!(
+        names_for(&[1, 2], &adopted, 9),
+        vec!["qm-instance-1", "qm-instance-2-attempt-9"]
+    );
+    assert_eq!(names_for(&[2], &[], 9), vec!["qm-instance-2"]);
+}
+
+#[test]
+fn a_start_removes_every_group_no_live_attempt_runs_in_and_nothing_else() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    // Empty directories stand for groups here: rmdir removes them as the kernel would.
+    for name in [
+        "qm-instance-0",
+        "qm-instance-1",
+        "qm-instance-1-attempt-4",
+        "other",
+    ] {
+        fs::create_dir_all(root.path().join("qm-k").join(name)).unwrap();
+    }
+    let left = sweep(&h, &[instance_group(1)]);
+    assert!(left.is_empty(), "{left:?}");
+    let mut kept: Vec<String> = fs::read_dir(root.path().join("qm-k"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, vec!["other", "qm-instance-1"]);
+}
+
+#[test]
+fn a_reused_group_that_still_holds_a_process_after_a_kill_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/g");
+    fake_group(&g, &V2_FILES);
+    // A process the fake kernel never kills.
+    fs::write(g.join("cgroup.procs"), "77\n").unwrap();
+    let err = Group::take(&h, "g", &limits(vec![])).unwrap_err();
+    assert!(err.to_string().contains("still holds a process"), "{err}");
+    assert_eq!(read(g.join("cgroup.kill")), "1\n");
 }

@@ -108,6 +108,10 @@ pub struct Placement {
     pub hosts: Vec<Vec<u32>>,
     /// The uid it runs as, when attempts run apart from the server.
     pub uid: Option<u32>,
+    /// The control group of each host, in host order, when attempts are confined: named by
+    /// the server, which knows which groups live attempts run in ([`crate::cgroup`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// An attempt's status as its supervisor knows it.

@@ -456,6 +456,7 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
                 instances: vec![0],
                 hosts: vec![vec![]],
                 uid: None,
+                groups: Vec::new(),
             },
             spec,
             settings: Settings {
