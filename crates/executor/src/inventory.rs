@@ -23,7 +23,7 @@ pub struct PoolSpec {
     #[serde(default)]
     pub gpus_per_instance: u32,
     /// Memory each instance gets, in GiB (default: the machine's memory, less a reserve for
-    /// the server, divided among the instances that do not say; [`crate::cgroup::share`]).
+    /// the server, divided among the instances that do not say; `cgroup::share`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_gib: Option<f64>,
     /// CPUs each instance gets (default: the machine's CPUs divided likewise).

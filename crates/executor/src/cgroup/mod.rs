@@ -1,5 +1,5 @@
 //! Control groups: each host of an attempt runs in its instance's control group
-//! ([`instance_group`]), which its supervisor takes (makes, the first time) and limits before
+//! (`instance_group`), which its supervisor takes (makes, the first time) and limits before
 //! the host's first process starts, and leaves empty after its last one ended, for the
 //! instance's next attempt. The group holds the host to its instance: a memory limit (no swap
 //! beyond it), a CPU quota, a pids limit and, for the GPUs, only the instance's own device
