@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -77,13 +78,19 @@ def storage_uri(*parts: str) -> str:
     return "file://" + str(STORAGE_ROOT.joinpath(*parts))
 
 
-def config_toml(count: int = 3, unit: str = UNIT, grace: int = 2, gpus: int = 0) -> str:
+def config_toml(count: int = 3, unit: str = UNIT, grace: int = 2, gpus: int = 0,
+                isolation: str = "none") -> str:
+    """A local server's configuration. Jobs run as the server's user unless `isolation` says
+    otherwise: most job programs are this checkout's scripts run by its venv's Python, which
+    a job uid may not read, and a root server refuses to start rather than run jobs as root
+    unasked (issue 40)."""
     return f"""region = "{REGION}"
 account_id = "{ACCOUNT}"
 [storage]
 file_roots = ["{STORAGE_ROOT}"]
 [executor]
 kind = "local"
+isolation = "{isolation}"
 stop_grace_seconds = {grace}
 [[executor.pool]]
 instance_type = "{unit}"
@@ -220,6 +227,14 @@ class Server:
     @property
     def auth(self) -> bool:
         return "--no-auth" not in self.args
+
+    @property
+    def jobs_dir(self) -> Path:
+        """Where the server keeps job directories: `<data dir>/jobs`, unless its banner says
+        they went elsewhere (isolated jobs that could not reach the data dir, issue 40)."""
+        text = Path(self.log_path).read_text(errors="replace")
+        m = re.search(r"its directory under (\S+):", text)
+        return Path(m.group(1)) if m else self.data_dir / "jobs"
 
     # -- process control ------------------------------------------------------------------
 

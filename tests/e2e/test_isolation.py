@@ -6,10 +6,16 @@
   server itself is never the job's parent).
 - Where the server is root, each attempt runs under a uid of its own: it cannot kill the
   server, signal another job, or read the database or another job's directory.
-- A checkpoint path that climbs out of the job is refused at submit."""
+- A checkpoint path that climbs out of the job is refused at submit.
+- Isolation fails closed (issue 40): a root server whose data dir lies under a directory closed
+  to other users keeps job directories where job uids can reach them (`/var/lib/qm-jobs/<key>`)
+  instead of running jobs as root; one told to put them where they cannot be reached refuses
+  to start and says how to fix it. Isolated attempts outlive a kill -9 of the server."""
 
 import json
 import os
+import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,8 +23,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from qm_e2e import (ACCOUNT, UNIT, Server, ShareSpec, config_toml, make_queue, pid_alive,
-                    storage_uri, wait_for, wait_status)
+from qm_e2e import (ACCOUNT, TOKEN_VAR, UNIT, Server, ShareSpec, config_toml, free_port,
+                    make_queue, pid_alive, qm_bin, storage_uri, wait_for, wait_status)
 
 MAX_LOST = 2
 
@@ -27,7 +33,7 @@ MAX_LOST = 2
 def server(start_server):
     """A server of its own: the hostile job kills it."""
     config = config_toml().replace(
-        'kind = "local"\n', f'kind = "local"\nmax_lost_attempts = {MAX_LOST}\nisolation = "none"\n')
+        'kind = "local"\n', f'kind = "local"\nmax_lost_attempts = {MAX_LOST}\n')
     s = start_server(config=config, name="isolation")
     yield s
     s.close()
@@ -86,7 +92,7 @@ def isolated():
         pytest.skip("isolation runs jobs under their own uids only when the server is root")
     workdir = Path(tempfile.mkdtemp(prefix="qm-isolation-", dir="/tmp"))
     workdir.chmod(0o711)
-    config = config_toml().replace('kind = "local"\n', 'kind = "local"\nisolation = "uid"\n')
+    config = config_toml(isolation="uid")
     server = Server(workdir, config, name="isolated").start()
     yield server
     server.close()
@@ -149,3 +155,82 @@ def test_a_checkpoint_path_that_leaves_the_job_is_refused_at_submit(server, path
     err = e.value.response["Error"]
     assert err["Code"] == "ClientException", err
     assert "CheckpointConfig.LocalPath" in err["Message"] and "'..'" in err["Message"], err
+
+
+def need_root():
+    if os.geteuid() != 0:
+        pytest.skip("isolation runs jobs under their own uids only when the server is root")
+
+
+def test_a_data_dir_under_a_closed_directory_keeps_jobs_apart_not_run_as_root():
+    """Before issue 40 this setup (a root server's data dir under /root, say) ran every job as
+    root, and a job could read the database."""
+    need_root()
+    closed = Path(tempfile.mkdtemp(prefix="qm-closed-", dir="/tmp"))
+    closed.chmod(0o700)
+    server = Server(closed / "srv", config_toml(isolation="auto"), name="closed").start()
+    try:
+        jobs_dir = server.jobs_dir
+        assert not jobs_dir.is_relative_to(closed), server.log_tail()
+        assert str(jobs_dir).startswith("/var/lib/qm-jobs/"), jobs_dir
+        assert "each attempt runs under a uid of its own" in server.log_path.read_text()
+        batch = server.client()
+        q = make_queue(batch, "closed", [ShareSpec("A", "RESERVE", 1)], env_max=1)
+        data = server.data_dir
+        probe = ('id -u; cat "$DB" >/dev/null && echo READ-DB; ls "$DATA" >/dev/null && echo LISTED-DATA; '
+                 'echo mine > "$SM_OUTPUT_DIR/mine" && echo WROTE-OWN')
+        job = submit_sh(batch, q, "A", "probe", probe, {"DB": str(data / "qm.sqlite3"), "DATA": str(data)})
+        wait_status(batch, job, "SUCCEEDED")
+        out = (jobs_dir / job / "attempts" / "1" / "stdout.log").read_text()
+        assert int(out.splitlines()[0]) >= 1000, out
+        assert "READ-DB" not in out and "LISTED-DATA" not in out, out
+        assert "WROTE-OWN" in out, out
+        assert (closed.stat().st_mode & 0o777) == 0o700, "the server opened the closed directory"
+    finally:
+        server.close()
+        if "jobs_dir" in locals():
+            shutil.rmtree(jobs_dir.parent, ignore_errors=True)
+        shutil.rmtree(closed, ignore_errors=True)
+
+
+def test_isolation_uid_with_a_work_dir_job_uids_cannot_reach_refuses_to_start():
+    need_root()
+    closed = Path(tempfile.mkdtemp(prefix="qm-closed-", dir="/tmp"))
+    closed.chmod(0o700)
+    try:
+        config = config_toml(isolation="uid").replace(
+            'kind = "local"\n', f'kind = "local"\nwork_dir = "{closed}/work"\n')
+        (closed / "config.toml").write_text(config)
+        cmd = [str(qm_bin()), "serve", "--listen", f"127.0.0.1:{free_port()}",
+               "--data-dir", str(closed / "data"), "--config", str(closed / "config.toml")]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=60, env=dict(os.environ, **{TOKEN_VAR: "closed-work-dir"}))
+        out = proc.stdout
+        assert proc.returncode != 0, out
+        assert "executor.isolation" in out and str(closed) in out, out
+        assert "[executor] work_dir" in out and "isolation = " in out and "none" in out, out
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)
+
+
+def test_an_isolated_attempt_outlives_a_kill_9_of_the_server_and_keeps_its_uid(isolated):
+    batch = isolated.client()
+    q = make_queue(batch, "iso-adopt", [ShareSpec("A", "RESERVE", 1)], env_max=1)
+    script = ('id -u > "$SM_OUTPUT_DIR/uid"; i=0; '
+              'while :; do i=$((i+1)); echo $i > "$SM_OUTPUT_DIR/step"; sleep 0.2; done')
+    job = submit_sh(batch, q, "A", "adopted", script)
+    wait_status(batch, job, "RUNNING")
+    out = isolated.jobs_dir / job / "output"
+    wait_for(lambda: (out / "step").exists(), what="the job to step")
+    started = batch.describe_service_job(jobId=job)["startedAt"]
+    isolated.kill9()
+    isolated.start()
+    batch = isolated.client()
+    seen = int((out / "step").read_text() or 0)
+    wait_for(lambda: int((out / "step").read_text() or 0) > seen + 2, what="the adopted job to go on")
+    d = batch.describe_service_job(jobId=job)
+    assert d["status"] == "RUNNING" and d["startedAt"] == started, d
+    assert "adopted 1 running attempt(s)" in isolated.log_path.read_text()
+    batch.terminate_service_job(jobId=job, reason="done")
+    wait_status(batch, job, "FAILED")
+    assert int((out / "uid").read_text()) >= 1000

@@ -99,8 +99,8 @@ def server(podman_args):
     those uids may traverse to it: pytest's temporary directories are closed to them)."""
     images = f'[executor.images]\n"123456789012.dkr.ecr.*.amazonaws.com/qm-e2e-train:*" = "{IMAGE}"\n'
     podman_section = f"[executor.podman]\nglobal_args = {json.dumps(podman_args)}\n"
-    config = config_toml(count=3).replace(
-        'kind = "local"\n', 'kind = "local"\nruntime = "podman"\nisolation = "uid"\n')
+    config = config_toml(count=3, isolation="uid").replace(
+        'kind = "local"\n', 'kind = "local"\nruntime = "podman"\n')
     workdir = Path(tempfile.mkdtemp(prefix="qm-podman-", dir="/tmp"))
     workdir.chmod(0o711)
     s = Server(workdir, config + images + podman_section, name="podman").start()

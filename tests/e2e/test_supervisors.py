@@ -13,15 +13,17 @@ import pytest
 
 from qm_e2e import (ShareSpec, config_toml, events, make_queue, pid_alive, wait_for, wait_status)
 
-ISOLATION = ["auto", "none"]
+# Jobs run as the server's user here: these job programs are this checkout's Python scripts,
+# which per-attempt uids may not read (the venv's interpreter may live under /root). Isolated
+# attempts outliving the server are tested with /bin/sh jobs in test_isolation.py.
+ISOLATION = ["none"]
 
 
 def config(isolation: str, count: int = 3, grace: int = 2) -> str:
-    return config_toml(count=count, grace=grace).replace(
-        "[executor]\n", f'[executor]\nisolation = "{isolation}"\n')
+    return config_toml(count=count, grace=grace, isolation=isolation)
 
 
-@pytest.fixture(params=ISOLATION, ids=["per-attempt-uids", "server-uid"])
+@pytest.fixture(params=ISOLATION, ids=["server-uid"])
 def server(request, start_server):
     if request.param == "auto" and os.geteuid() != 0:
         pytest.skip("per-attempt uids need root")
@@ -64,7 +66,7 @@ def snapshot(batch, jobs, ids):
 
 def checkpoint_step(server, jid) -> int:
     try:
-        return int((server.data_dir / "jobs" / jid / "checkpoints" / "step").read_text())
+        return int((server.jobs_dir / jid / "checkpoints" / "step").read_text())
     except (OSError, ValueError):
         return -1
 

@@ -167,7 +167,7 @@ pub fn why_not(data_dir: &Path) -> Option<String> {
         match fs::metadata(dir) {
             Ok(m) if m.mode() & 0o001 == 0 => {
                 return Some(format!(
-                    "'{}' (mode {:o}) is closed to other users, so jobs running under their own uids cannot reach their directories in the data dir {}: chmod o+x '{}' or use a data dir outside it",
+                    "'{}' (mode {:o}) is closed to other users, so jobs running under their own uids cannot reach their directories in {}: chmod o+x '{}', or put them elsewhere ([executor] work_dir)",
                     dir.display(),
                     m.mode() & 0o777,
                     data_dir.display(),
@@ -181,8 +181,71 @@ pub fn why_not(data_dir: &Path) -> Option<String> {
     None
 }
 
+/// Where the job directories of a data dir go by default when isolated jobs could not reach
+/// them in it (a data dir under `/root`, or under any other directory closed to other
+/// users): the server owns and opens this root, and names it after the data dir so that a
+/// restart finds its attempts again.
+pub const FALLBACK_WORK_ROOT: &str = "/var/lib/qm-jobs";
+
+/// Where attempts' job directories go when they run under their own uids: `configured`, else
+/// the data dir, else [`FALLBACK_WORK_ROOT`]`/<key of the data dir>`. Makes the directory
+/// chosen (0711, owned by this user) and refuses one that job uids still could not reach or
+/// that another user could change, saying how to fix it. Jobs never fall back to running as
+/// the server's user.
+pub fn reachable_work_dir(data_dir: &Path, configured: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(dir) = configured {
+        make_own_dir(dir, true)?;
+        return match why_not(dir) {
+            None => Ok(dir.to_path_buf()),
+            Some(why) => Err(why),
+        };
+    }
+    let Some(closed) = why_not(data_dir) else {
+        return Ok(data_dir.to_path_buf());
+    };
+    let canonical = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let fallback = Path::new(FALLBACK_WORK_ROOT).join(crate::cgroup::key_for(&canonical));
+    let made = make_own_dir(Path::new(FALLBACK_WORK_ROOT), false)
+        .and_then(|()| make_own_dir(&fallback, false));
+    match made.map(|()| why_not(&fallback)) {
+        Ok(None) => Ok(fallback),
+        Ok(Some(why)) | Err(why) => Err(format!(
+            "{closed}; and the job directories cannot go to '{}' instead: {why}",
+            fallback.display()
+        )),
+    }
+}
+
+/// Makes `dir` (its parents too when `parents`) if it is missing, and checks that it is a
+/// real directory of this user that no one else may write to, then opens it to traversal.
+fn make_own_dir(dir: &Path, parents: bool) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let made = fs::DirBuilder::new()
+        .recursive(parents)
+        .mode(0o711)
+        .create(dir);
+    if let Err(e) = made {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            return Err(format!("cannot make '{}': {e}", dir.display()));
+        }
+    }
+    let meta =
+        fs::symlink_metadata(dir).map_err(|e| format!("cannot read '{}': {e}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "'{}' is not a directory of uid {me} that only it may write to (owner {}, mode {:o}): remove it or choose another",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    set_mode(dir, 0o711).map_err(|e| format!("cannot set the mode of '{}': {e}", dir.display()))
+}
+
 /// Checks that attempts can run under `range` (see [`why_not`]; one uid per instance at
-/// least) and opens the data dir and its `jobs/` to traversal (0711: not to listing).
+/// least) and opens the work dir (the data dir, or `[executor] work_dir`) and its `jobs/` to
+/// traversal (0711: not to listing).
 pub(crate) fn check_usable(
     range: JobUids,
     data_dir: &Path,
@@ -377,6 +440,50 @@ pub(crate) fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_work_dir_is_made_opened_to_traversal_and_used() {
+        let top = tempfile::tempdir().unwrap();
+        set_mode(top.path(), 0o711).unwrap();
+        let dir = top.path().join("a/work");
+        let got = reachable_work_dir(Path::new("/nonexistent/data"), Some(&dir));
+        if !nix::unistd::geteuid().is_root() {
+            // Only a root server isolates jobs (and asks).
+            assert!(got.unwrap_err().contains("not run as root"));
+            return;
+        }
+        assert_eq!(got.unwrap(), dir);
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o711);
+    }
+
+    #[test]
+    fn a_configured_work_dir_under_a_closed_directory_is_refused_saying_which() {
+        let top = tempfile::tempdir().unwrap();
+        set_mode(top.path(), 0o700).unwrap();
+        let err = reachable_work_dir(Path::new("/x"), Some(&top.path().join("work"))).unwrap_err();
+        if nix::unistd::geteuid().is_root() {
+            assert!(err.contains(&top.path().display().to_string()), "{err}");
+            assert!(err.contains("work_dir"), "{err}");
+        } else {
+            assert!(err.contains("not run as root"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_work_dir_others_may_write_to_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        set_mode(top.path(), 0o711).unwrap();
+        let dir = top.path().join("shared");
+        fs::create_dir(&dir).unwrap();
+        set_mode(&dir, 0o777).unwrap();
+        let err = reachable_work_dir(Path::new("/x"), Some(&dir)).unwrap_err();
+        assert!(err.contains("only it may write"), "{err}");
+        assert_eq!(
+            fs::metadata(&dir).unwrap().mode() & 0o777,
+            0o777,
+            "left as it was"
+        );
+    }
 
     #[test]
     fn paths_that_leave_their_base_are_refused_and_the_others_resolved() {

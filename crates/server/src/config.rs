@@ -168,6 +168,10 @@ pub struct ExecutorSection {
     /// The uids attempts run as under isolation, `FIRST-LAST` (default
     /// 1879048192-1879113727).
     pub job_uids: Option<String>,
+    /// Where the local executor keeps job directories (`<work_dir>/jobs/<job id>`) and its
+    /// supervisors' sockets. Default: the data dir, or, when isolated jobs could not reach
+    /// it, `/var/lib/qm-jobs/<key>`.
+    pub work_dir: Option<PathBuf>,
     /// `auto` (default): each host of a local attempt runs in a control group of its own,
     /// holding it to its instance's GPUs, memory, CPUs and processes; a root server refuses to
     /// start where that cannot be done, another runs jobs unconfined and says so. `cgroup`:
@@ -341,6 +345,8 @@ pub struct Config {
     pub isolation: Isolation,
     /// `[executor] job_uids`.
     pub job_uids: qm_executor::JobUids,
+    /// `[executor] work_dir`, if set.
+    pub work_dir: Option<PathBuf>,
     /// `[executor] confinement`.
     pub confinement: Confinement,
     /// Logged commands between two snapshots (0: only at start and shutdown).
@@ -544,6 +550,7 @@ impl Config {
                 None => qm_executor::JobUids::DEFAULT,
                 Some(text) => qm_executor::JobUids::parse(text).map_err(|m| bad("executor.job_uids", m))?,
             },
+            work_dir: file.executor.work_dir.clone(),
             retention: {
                 let days = file
                     .retention

@@ -402,27 +402,44 @@ fn private_files(data_dir: &std::path::Path) {
     }
 }
 
-/// The uids attempts run under, if they run apart from the server, and the banner's line
-/// saying what a job can reach.
-fn job_isolation(config: &Config) -> Result<(Option<qm_executor::JobUids>, String), ServerError> {
+/// The uids attempts run under, if they run apart from the server, where their job
+/// directories go, and the banner's line saying what a job can reach. Where the isolation the
+/// config asks for cannot be set up, the server refuses to start: jobs run as the server's
+/// user only when the config says so (or the server is not root and `isolation = "auto"`).
+fn job_isolation(
+    config: &Config,
+) -> Result<(Option<qm_executor::JobUids>, std::path::PathBuf, String), ServerError> {
     let range = config.job_uids;
-    let own = format!(
-        "jobs: each attempt runs under a uid of its own ({}-{}): it cannot read the data dir's database and keys or other jobs' directories, nor signal the server or other jobs",
-        range.first, range.last
-    );
     let shared = |why: &str| {
         format!(
             "jobs: run as this server's user (uid {}): {why}; a job can then read and write everything this user can, the data dir's database and keys included, and signal the server (docs/security.md)",
             nix::unistd::geteuid()
         )
     };
+    let unisolated_dir = || config.work_dir.clone().unwrap_or(config.data_dir.clone());
+    let root = nix::unistd::geteuid().is_root();
     match config.isolation {
-        config::Isolation::None => Ok((None, shared("[executor] isolation = \"none\""))),
-        config::Isolation::Uid => Ok((Some(range), own)),
-        config::Isolation::Auto => match qm_executor::isolation::why_not(&config.data_dir) {
-            None => Ok((Some(range), own)),
-            Some(why) => Ok((None, shared(&why))),
-        },
+        config::Isolation::None => Ok((
+            None,
+            unisolated_dir(),
+            shared("[executor] isolation = \"none\""),
+        )),
+        config::Isolation::Auto if !root => Ok((
+            None,
+            unisolated_dir(),
+            shared("the server does not run as root, so it cannot start jobs under other uids"),
+        )),
+        _ => {
+            let dir = qm_executor::isolation::reachable_work_dir(&config.data_dir, config.work_dir.as_deref())
+                .map_err(|why| ServerError::Config(format!(
+                    "executor.isolation: attempts cannot run under uids of their own: {why}. Set [executor] work_dir to a directory that other users can traverse to (e.g. /var/lib/qm-jobs/<name>), or set [executor] isolation = \"none\" to run jobs as this server's user"
+                )))?;
+            let line = format!(
+                "jobs: each attempt runs under a uid of its own ({}-{}), its directory under {}: it cannot read the data dir's database and keys or other jobs' directories, nor signal the server or other jobs",
+                range.first, range.last, dir.join("jobs").display()
+            );
+            Ok((Some(range), dir, line))
+        }
     }
 }
 
@@ -470,11 +487,12 @@ fn local_executor(
     events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
 ) -> Result<StartedExecutor, ServerError> {
     let (pools, gpu_indices) = local_pools(config);
-    let (isolation, jobs_line) = job_isolation(config)?;
+    let (isolation, work_dir, jobs_line) = job_isolation(config)?;
     let (confinement, confined_line) = job_confinement(config)?;
     let found = reload::Found {
         detected: (pools.clone(), gpu_indices.clone()),
         isolation,
+        work_dir,
         confinement,
         slurm_tag: None,
     };
@@ -530,7 +548,7 @@ pub(crate) fn local_config(
     LocalConfig {
         isolation: found.isolation,
         confinement: found.confinement.clone(),
-        data_dir: config.data_dir.clone(),
+        data_dir: found.work_dir.clone(),
         stop_grace: config.stop_grace,
         pools,
         gpu_indices,
@@ -689,6 +707,7 @@ fn slurm_executor(
         found: reload::Found {
             detected: (Vec::new(), None),
             isolation: None,
+            work_dir: config.data_dir.clone(),
             confinement: None,
             slurm_tag: Some(tag),
         },

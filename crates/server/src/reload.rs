@@ -54,6 +54,7 @@ fn keys() -> Vec<Key> {
         key!("account_id", false, |c| c.account_id),
         key!("executor.kind", false, |c| c.slurm.is_some()),
         key!("executor.isolation", false, |c| c.isolation),
+        key!("executor.work_dir", false, |c| c.work_dir),
         key!("executor.job_uids", false, |c| c.job_uids),
         key!("executor.confinement", false, |c| c.confinement),
         key!("executor.opt_ml", false, |c| c.opt_ml),
@@ -150,6 +151,9 @@ pub struct Found {
     pub detected: (Vec<PoolSpec>, Option<Vec<u32>>),
     /// The uids attempts run under, if apart from the server.
     pub isolation: Option<JobUids>,
+    /// Where the local executor keeps job directories (`[executor] work_dir`, the data dir, or
+    /// the fallback for isolated jobs).
+    pub work_dir: std::path::PathBuf,
     /// Where attempts' control groups go, if they are confined.
     pub confinement: Option<qm_executor::cgroup::Hierarchy>,
     /// The Slurm executor's tag.
