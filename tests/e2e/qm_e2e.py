@@ -54,6 +54,13 @@ TERMINAL = ("SUCCEEDED", "FAILED")
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
 
 
+def attempt_usage(server, job_id: str) -> list[dict]:
+    """What each ended attempt of `job_id` used (`GET /qm/v1/jobs/{job}/attempt`, `usage`)."""
+    status, _, body = server.signed("GET", f"/qm/v1/jobs/{job_id}/attempt")
+    assert status == 200, body
+    return json.loads(body).get("usage", [])
+
+
 def qm_bin() -> Path:
     return Path(os.environ.get("QM_BIN", REPO / "target" / "debug" / "qm"))
 

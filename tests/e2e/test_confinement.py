@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qm_e2e import (UNIT, Jobs, ShareSpec, config_toml, make_queue, pid_alive, wait_for,
+from qm_e2e import (UNIT, Jobs, attempt_usage, run_qm, ShareSpec, config_toml, make_queue, pid_alive, wait_for,
                     wait_status)
 
 MEMORY_GIB = 0.25
@@ -243,3 +243,24 @@ def test_an_adopted_job_keeps_its_group_when_the_pools_changed_across_a_restart(
         jobs.cleanup()
     finally:
         s.close()
+
+
+def test_what_an_attempt_used_is_counted_by_its_group_and_shown(server, jobs, queue):
+    """Issue 40, item 5: CPU time and the host's peak memory, from the instance's group as
+    the attempt left it (counted from its take: the group outlives attempts)."""
+    job, out = probe(jobs, queue, "burn", "burn", ALLOC_MIB=120, SPIN_SECONDS=1.0)
+    wait_status(jobs.batch, job, "SUCCEEDED")
+    assert result(out)["held_mib"] == 120
+    [used] = attempt_usage(server, job)
+    assert used["attempt"] == 1
+    # The spin, plus the interpreter's start; the quota (half a CPU) does not shrink CPU time.
+    assert 1.0 <= used["cpuSeconds"] < 20, used
+    assert 120 << 20 <= used["peakMemoryBytes"] <= int(MEMORY_GIB * (1 << 30)), used
+    shown = run_qm(server, "job", job).stdout
+    assert "usage per attempt" in shown and "peak memory" in shown.lower(), shown
+    # A second attempt on the same instance group counts from its own take, not the first's.
+    again, _ = probe(jobs, queue, "idle", "quota")
+    wait_status(jobs.batch, again, "SUCCEEDED")
+    [small] = attempt_usage(server, again)
+    assert small["cpuSeconds"] < used["cpuSeconds"], (small, used)
+    assert small["peakMemoryBytes"] < 120 << 20, small

@@ -260,6 +260,10 @@ def test_the_dashboard_shows_shares_the_waiting_reason_and_a_preempted_jobs_time
     # How the attempt after the preemption resumed: a sleeper reports no steps, so unknown.
     resumes = dom.one("resumes-table").all("resume-row")
     assert [r.attrs["data-outcome"] for r in resumes] == ["unknown"], [r.text() for r in resumes]
+    # What the preempted attempt used (its processes, as the kernel counted them).
+    [used] = dom.one("usage-table").all("usage-row")
+    assert used.one("usage-cpu").text().endswith(" s"), used.text()
+    assert used.one("usage-memory").text().endswith(("KiB", "MiB")), used.text()
 
 
 def test_the_dashboard_without_keys_shows_the_sign_in_form_and_no_data(server, batch, tmp_path):

@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from qm_e2e import Jobs, archived, ShareSpec, config_toml, make_queue, qm_bin, wait_for, wait_status
+from qm_e2e import (Jobs, archived, ShareSpec, attempt_usage, config_toml, make_queue, qm_bin,
+                    wait_for, wait_status)
 
 
 @pytest.fixture
@@ -97,3 +98,32 @@ def test_usage_reports_real_runs_and_survives_retirement_and_restart(server, tmp
     server.kill9()
     server.start()
     assert report(server, since, until) == by_share
+
+
+def test_an_unconfined_attempt_s_usage_comes_from_its_reaped_processes_and_reaches_the_report(
+        start_server, tmp_path):
+    """Without control groups (`confinement = "none"`) the supervisor's
+    getrusage(RUSAGE_CHILDREN) counts what the job's processes used; the usage report adds it
+    up per share."""
+    config = config_toml().replace('kind = "local"\n', 'kind = "local"\nconfinement = "none"\n')
+    server = start_server(config=config, name="usage-rusage")
+    try:
+        batch = server.client()
+        q = make_queue(batch, "rusage", [ShareSpec("A", limit=1)], env_max=1)
+        since = int(time.time()) * 1000
+        jobs = Jobs(batch, server, tmp_path)
+        out = jobs.file("burn.json")
+        job = jobs.submit(q, "A", "burn", "confined.py",
+                          env={"MODE": "burn", "RESULT_FILE": str(out), "ALLOC_MIB": "64",
+                               "SPIN_SECONDS": "1.0"})
+        wait_status(batch, job, "SUCCEEDED")
+        [used] = attempt_usage(server, job)
+        assert 1.0 <= used["cpuSeconds"] < 20, used
+        assert used["peakMemoryBytes"] >= 64 << 20, used
+        until = (int(time.time()) + 2) * 1000
+        rows = [r for r in report(server, since, until)["rows"] if r.get("quotaShareName") == "A"]
+        assert sum(r["cpuHours"] for r in rows) >= 1.0 / 3600 - 1e-6, rows
+        assert max(r.get("peakMemoryBytes", 0) for r in rows) == used["peakMemoryBytes"], rows
+        assert "CPU-H" in report(server, since, until, output="table")
+    finally:
+        server.close()

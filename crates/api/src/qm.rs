@@ -654,6 +654,23 @@ pub struct JobAttemptNow {
     /// was never preempted (or from a server older than the field).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumes: Vec<ResumeRecord>,
+    /// What each ended attempt used, oldest first, where the executor counted it (the local
+    /// executor's: from the attempt's control groups, else its reaped processes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<AttemptUsage>,
+}
+
+/// What one ended attempt used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptUsage {
+    /// The attempt's 1-based number.
+    pub attempt: u32,
+    /// CPU time of its processes, user and system, summed over its hosts (seconds).
+    pub cpu_seconds: f64,
+    /// The most memory one of its hosts held at once (bytes), where the kernel says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
 }
 
 /// Whether the attempt after a preemption went on from the checkpoint it was told of.
@@ -884,6 +901,13 @@ pub struct UsageRow {
     pub starts: u64,
     /// Seconds from RUNNABLE to capacity granted, over the starts in the period.
     pub queue_delay_seconds: Option<Percentiles>,
+    /// CPU-hours the attempts that ended in the period used (their processes' user and system
+    /// time), where the executor counted it; absent from servers older than the field.
+    #[serde(default)]
+    pub cpu_hours: f64,
+    /// The most memory one host of those attempts held at once (bytes), where counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
 }
 
 /// Hours split by whose capacity they were.

@@ -101,6 +101,7 @@ fn exited(attempt: u64, ok: bool) -> Command {
                 retryable: true,
             }
         },
+        usage: None,
     }
 }
 

@@ -25,7 +25,7 @@ use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::Reaper;
 use crate::supervisor::{Placement, Running, Settings};
-use crate::{checkpoint, environment, LaunchSpec, Outcome};
+use crate::{checkpoint, environment, LaunchSpec, Outcome, Usage};
 use crate::{isolation, namespace};
 use qm_storage::Storage;
 
@@ -88,7 +88,7 @@ pub(crate) async fn supervise(
     placement: Placement,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
-) -> (Outcome, bool) {
+) -> (Outcome, bool, Usage) {
     let Placement {
         hosts,
         uid,
@@ -115,9 +115,31 @@ pub(crate) async fn supervise(
         started: false,
     };
     let outcome = supervisor.run(spec, hosts, stop, go).await;
+    let usage = supervisor.usage();
     supervisor.vacate_cgroups().await;
     supervisor.done = true;
-    (outcome, supervisor.started)
+    (outcome, supervisor.started, usage)
+}
+
+/// What the processes this supervisor reaped used (its only children are the attempt's, and
+/// it reaps every orphan of theirs): user and system time, and the largest resident set.
+fn reaped_usage() -> Usage {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(r) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
+        return Usage::default();
+    };
+    let millis = |t: nix::sys::time::TimeVal| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
+            + u64::try_from(t.tv_usec()).unwrap_or(0) / 1000
+    };
+    Usage {
+        cpu_millis: millis(r.user_time()) + millis(r.system_time()),
+        // Linux counts it in KiB; 0 means nothing ran.
+        peak_memory_bytes: u64::try_from(r.max_rss())
+            .ok()
+            .filter(|&k| k > 0)
+            .map(|k| k * 1024),
+    }
 }
 
 /// Waits for `go`; false if a stop (or the end of either channel) comes first. It watches a
@@ -655,6 +677,19 @@ impl Supervisor {
                 let _ = group.kill();
                 sleep(KILL_AGAIN).await;
             }
+        }
+    }
+
+    /// What the attempt used: its hosts' control groups summed (CPU) and the largest host's
+    /// peak (memory), where it was confined; else what its reaped processes used.
+    fn usage(&self) -> Usage {
+        if self.cgroups.is_empty() {
+            return reaped_usage();
+        }
+        let hosts: Vec<_> = self.cgroups.iter().map(|g| g.usage()).collect();
+        Usage {
+            cpu_millis: hosts.iter().map(|u| u.cpu_ns / 1_000_000).sum(),
+            peak_memory_bytes: hosts.iter().filter_map(|u| u.peak_memory_bytes).max(),
         }
     }
 

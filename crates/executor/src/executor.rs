@@ -25,7 +25,7 @@ use crate::supervisor::link::{self, Conn, Role};
 use crate::supervisor::protocol::{Launch, Placement, Running, Settings, Status, ToSupervisor};
 use crate::supervisor::zygote::{self, Zygote};
 use crate::supervisor::{self as sup, Identity};
-use crate::{ExecError, Outcome, PoolSpec};
+use crate::{ExecError, Outcome, PoolSpec, Usage};
 use qm_storage::Storage;
 
 /// How the local executor runs attempts.
@@ -266,6 +266,9 @@ pub enum ExecEvent {
         outcome: Outcome,
         /// Epoch milliseconds.
         at_ms: u64,
+        /// What it used, where the executor counts it (the local executor's attempts that
+        /// started).
+        usage: Option<Usage>,
     },
 }
 
@@ -440,7 +443,7 @@ pub enum Reconciled {
         running: Option<(Vec<u32>, Vec<u32>, Identity)>,
     },
     /// It ended: as its outcome file says.
-    Ended(Outcome),
+    Ended(Outcome, Option<Usage>),
     /// Its supervisor is gone (it died, or the machine rebooted): lost, for this reason.
     Lost(String),
 }
@@ -978,6 +981,7 @@ impl Inner {
                     ),
                     retryable: true,
                 },
+                None,
             ),
         }
     }
@@ -1219,7 +1223,7 @@ impl Inner {
     /// (its supervisor said so, after writing the outcome). The progress file is read a last
     /// time first (a bounded read: the lines the job wrote while it was stopping say where it
     /// stopped).
-    pub(crate) fn finish(&self, attempt: u64, outcome: Outcome) {
+    pub(crate) fn finish(&self, attempt: u64, outcome: Outcome, usage: Option<Usage>) {
         let tail = self
             .state()
             .attempts
@@ -1241,6 +1245,7 @@ impl Inner {
             attempt,
             outcome,
             at_ms: now_ms(),
+            usage,
         });
     }
 
@@ -1298,11 +1303,11 @@ impl Inner {
         if let Some(id) = &identity {
             id.signal(&self.boot_id, rustix::process::Signal::KILL);
         }
-        let outcome = sup::read_outcome(&dir);
+        let ended = sup::read_ended(&dir);
         tracing::warn!(
             attempt,
             ?pid,
-            ended = outcome.is_some(),
+            ended = ended.is_some(),
             "an attempt's supervisor went away"
         );
         let executor = LocalExecutor {
@@ -1312,13 +1317,13 @@ impl Inner {
         if role == Role::Stray {
             return self.stray_gone(attempt);
         }
-        let outcome = outcome.unwrap_or_else(|| Outcome::Lost {
+        let (outcome, usage) = ended.unwrap_or_else(|| (Outcome::Lost {
             reason: format!(
                 "Attempt lost: its supervisor{} died while it ran; the job was queued again without using a retry",
                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
             ),
-        });
-        self.finish(attempt, outcome);
+        }, None));
+        self.finish(attempt, outcome, usage);
     }
 
     /// What became of one recorded attempt ([`LocalExecutor::reconcile`]).
@@ -1350,10 +1355,10 @@ impl Inner {
         // An unrecorded supervisor that did not answer notices its socket is gone and stops
         // its attempt; the processes it ran are stopped with the orphans meanwhile.
         let _ = std::fs::remove_file(self.socket(r.attempt));
-        if let Some(outcome) = sup::read_outcome(
+        if let Some((outcome, usage)) = sup::read_ended(
             &JobLayout::new(&self.cfg().data_dir, &r.job_id, r.attempt_number).attempt_dir,
         ) {
-            return Reconciled::Ended(outcome);
+            return Reconciled::Ended(outcome, usage);
         }
         Reconciled::Lost(self.lost_reason(r))
     }
@@ -1438,11 +1443,11 @@ impl Inner {
         mut conn: Conn,
         hello: sup::protocol::Hello,
     ) -> Reconciled {
-        if let Status::Exited { outcome, .. } = hello.status {
+        if let Status::Exited { outcome, usage, .. } = hello.status {
             tokio::spawn(async move {
                 let _ = conn.send(&ToSupervisor::Ack).await;
             });
-            return Reconciled::Ended(outcome);
+            return Reconciled::Ended(outcome, usage);
         }
         let placement = hello
             .placement

@@ -55,7 +55,7 @@ pub use executor::{
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
-pub use outcome::{Outcome, OUT_OF_MEMORY, TIMEOUT_REASON};
+pub use outcome::{Outcome, Usage, OUT_OF_MEMORY, TIMEOUT_REASON};
 pub use progress::Steps;
 pub use qm_storage::{
     Location as StorageLocation, Settings as StorageSettings, Storage, StorageConfig, StorageUri,

@@ -32,6 +32,19 @@ pub(crate) fn bytes(bytes: u64) -> String {
     format!("{} GiB", text.trim_end_matches('0').trim_end_matches('.'))
 }
 
+/// What an attempt used, as the kernel counted it: from its hosts' control groups where it
+/// was confined (every process, however it left the supervisor's tree), else from the
+/// processes its supervisor reaped (`getrusage(RUSAGE_CHILDREN)`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time of its processes, user and system, summed over its hosts (ms).
+    pub cpu_millis: u64,
+    /// The most memory one host held at once (bytes): a control group's peak, else the
+    /// largest resident set of one process. `None` where the kernel does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+}
+
 /// The longest failure-file message kept, in characters (SageMaker truncates too).
 const FAILURE_MESSAGE_MAX_CHARS: usize = 512;
 

@@ -934,6 +934,27 @@
         rows, { "data-testid": "resumes-table" }));
   }
 
+  // What each ended attempt used (GET /qm/v1/jobs/{job}/attempt, `usage`): CPU time and the
+  // largest host's peak memory, as the kernel counted them. Nothing where none was counted.
+  function fmtBytes(b) {
+    if (b === undefined || b === null) return "—";
+    const k = 1024;
+    if (b < k * k) return `${(b / k).toFixed(0)} KiB`;
+    if (b < k * k * k) return `${(b / (k * k)).toFixed(0)} MiB`;
+    return `${(b / (k * k * k)).toFixed(1)} GiB`;
+  }
+
+  function renderUsage(usage) {
+    if (!usage || usage.length === 0) { replace("usage"); return; }
+    const rows = usage.map((u) => h("tr", { "data-testid": "usage-row" },
+      h("td", { class: "num" }, String(u.attempt)),
+      h("td", { class: "num", "data-testid": "usage-cpu" }, `${u.cpuSeconds.toFixed(1)} s`),
+      h("td", { class: "num", "data-testid": "usage-memory" }, fmtBytes(u.peakMemoryBytes))));
+    replace("usage", h("h3", null, "Usage per attempt"),
+      table("Usage per attempt", ["Attempt", "CPU time", "Peak memory (largest host)"],
+        rows, { "data-testid": "usage-table" }));
+  }
+
   async function refreshJob(jobId) {
     let job;
     try {
@@ -942,7 +963,7 @@
       if (e.reachable && e.status !== 403) {
         replace("job-title", `Job ${jobId}`);
         replace("job-body", h("p", { class: "muted", "data-testid": "job-missing" }, e.message));
-        replace("timeline"); replace("attempts"); replace("resumes");
+        replace("timeline"); replace("attempts"); replace("resumes"); replace("usage");
         return;
       }
       throw e;
@@ -981,6 +1002,7 @@
     const now = await call("GET", `/qm/v1/jobs/${encodeURIComponent(jobId)}/attempt`).catch(() => null);
     if (route().job !== jobId || state.signedOut) return;
     renderResumes(now && now.resumes);
+    renderUsage(now && now.usage);
   }
 
   // -- signing in ---------------------------------------------------------------------------

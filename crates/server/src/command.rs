@@ -147,6 +147,9 @@ pub enum Command {
         attempt: u64,
         /// How it ended.
         outcome: ExitRecord,
+        /// What it used, where the executor counted it (absent in logs of earlier releases).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<qm_executor::Usage>,
     },
     /// The executor's instances per type (logged at start when they changed).
     SetCapacity {

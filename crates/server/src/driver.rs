@@ -646,11 +646,12 @@ fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
                     });
                 }
             }
-            Reconciled::Ended(outcome) => {
+            Reconciled::Ended(outcome, usage) => {
                 ended += 1;
                 commands.push(Command::AttemptExited {
                     attempt,
                     outcome: exit_record(outcome),
+                    usage,
                 });
             }
             Reconciled::Lost(reason) => commands.push(Command::AttemptExited {
@@ -659,6 +660,7 @@ fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
                     reason,
                     max_in_a_row: None,
                 },
+                usage: None,
             }),
         }
     }
@@ -705,12 +707,12 @@ pub(crate) async fn reconcile_slurm(
     for (attempt, what) in adopted {
         let reconciled = match what {
             Adopted::Running => Reconciled::Adopted { running: None },
-            Adopted::Ended(o) => Reconciled::Ended(o),
+            Adopted::Ended(o) => Reconciled::Ended(o, None),
             Adopted::Unknown => match state
                 .attempt_identity(attempt)
                 .and_then(|(job, n)| slurm.recorded_outcome(&job, n))
             {
-                Some(o) => Reconciled::Ended(o),
+                Some(o) => Reconciled::Ended(o, None),
                 None => Reconciled::Lost(
                     "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry".into(),
                 ),
@@ -967,6 +969,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                     retryable: true,
                 },
                 at_ms: now_ms() as u64,
+                usage: None,
             });
         }
     }
@@ -1005,10 +1008,14 @@ fn event_command(ev: ExecEvent) -> Command {
         ExecEvent::Checkpoint { attempt, .. } => Command::AttemptCheckpoint { attempt },
         ExecEvent::Progress { attempt, steps } => Command::AttemptProgress { attempt, steps },
         ExecEvent::Exited {
-            attempt, outcome, ..
+            attempt,
+            outcome,
+            usage,
+            ..
         } => Command::AttemptExited {
             attempt,
             outcome: exit_record(outcome),
+            usage,
         },
     }
 }

@@ -149,6 +149,7 @@ mod tests {
             preempted_for: None,
             steps,
             checkpoints: 1,
+            usage: None,
         }
     }
 

@@ -967,6 +967,7 @@ mod tests {
             preempted_for: None,
             steps: qm_executor::Steps::default(),
             checkpoints: 0,
+            usage: None,
         }
     }
 

@@ -170,6 +170,9 @@ pub struct AttemptRec {
     /// For a preemption: the share and the job it was preempted for.
     #[serde(default)]
     pub preempted_for: Option<(String, String)>,
+    /// What it used, once it ended (where the executor counts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<qm_executor::Usage>,
     /// The steps it reported in its progress file (first, last, last checkpoint), which tell
     /// whether the attempt after a preemption resumed (`resume.rs`).
     #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
@@ -432,7 +435,11 @@ impl State {
             }
             Command::AttemptCheckpoint { attempt } => self.attempt_checkpoint(*attempt),
             Command::AttemptProgress { attempt, steps } => self.attempt_progress(*attempt, steps),
-            Command::AttemptExited { attempt, outcome } => self.attempt_exited(*attempt, outcome),
+            Command::AttemptExited {
+                attempt,
+                outcome,
+                usage,
+            } => self.attempt_exited(*attempt, outcome, *usage),
             Command::SetCapacity { capacity } => self.set_capacity(capacity),
             Command::TimeLimitAction { job_id, reason } => self.time_limit_action(job_id, reason),
             Command::RetireJobs { job_ids } => self.retire_jobs(job_ids),
@@ -679,6 +686,7 @@ impl State {
                         stop_at: None,
                         preempted_for: None,
                         steps: qm_executor::Steps::default(),
+                        usage: None,
                         checkpoints: 0,
                     });
                     rec.scheduled_at = Some(now);
@@ -887,7 +895,12 @@ impl State {
         Ok(Vec::new())
     }
 
-    fn attempt_exited(&mut self, attempt: u64, outcome: &ExitRecord) -> Result<Vec<u8>, ApiError> {
+    fn attempt_exited(
+        &mut self,
+        attempt: u64,
+        outcome: &ExitRecord,
+        usage: Option<qm_executor::Usage>,
+    ) -> Result<Vec<u8>, ApiError> {
         let now = self.now;
         let Some(core) = self.attempt_job.remove(&attempt) else {
             return Ok(Vec::new());
@@ -899,6 +912,7 @@ impl State {
         if let Some(rec) = self.jobs.get_mut(&core).map(Arc::make_mut) {
             if let Some(mut live) = rec.live.take().filter(|l| l.attempt == attempt) {
                 live.stopped_at = Some(now);
+                live.usage = usage;
                 let outcome_reason = match outcome {
                     ExitRecord::Succeeded => "Training job completed".to_string(),
                     ExitRecord::Failed { reason, .. } | ExitRecord::Lost { reason, .. } => {
@@ -910,6 +924,7 @@ impl State {
                         entry.stopped_at = Some(now);
                         entry.checkpoint_at = live.checkpoint_at;
                         entry.steps = live.steps;
+                        entry.usage = usage;
                     }
                 } else {
                     live.status_reason = Some(match &live.stop_reason {

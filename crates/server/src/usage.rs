@@ -77,6 +77,9 @@ pub struct UsageAttempt {
     pub preempted: bool,
     /// The (share, job id) it was preempted for, when known.
     pub preempted_for: Option<(String, String)>,
+    /// What it used, once it ended, where the executor counted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<qm_executor::Usage>,
 }
 
 /// What a report is asked for.
@@ -180,6 +183,8 @@ struct Cell {
     lost_gpu: f64,
     starts: u64,
     delays: Vec<f64>,
+    cpu_ms: u64,
+    peak_memory: Option<u64>,
 }
 
 /// The report of `jobs` under `history`. Jobs must be unique by id.
@@ -227,6 +232,11 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
                     .push((a.started_at - runnable_since).max(0) as f64 / 1000.0);
             }
             runnable_since = a.stop_at.or(a.stopped_at).unwrap_or(a.started_at);
+            if let Some((used, i)) = a.usage.zip(a.stopped_at.and_then(period_of)) {
+                let cell = cells.entry((i, key.clone())).or_default();
+                cell.cpu_ms += used.cpu_millis;
+                cell.peak_memory = cell.peak_memory.max(used.peak_memory_bytes);
+            }
             if !a.preempted {
                 continue;
             }
@@ -305,6 +315,8 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
                 lost_gpu_hours: round(c.lost_gpu),
                 starts: c.starts,
                 queue_delay_seconds: Percentiles::of(&mut c.delays),
+                cpu_hours: round(c.cpu_ms as f64 / HOUR_MS),
+                peak_memory_bytes: c.peak_memory,
             },
         )
         .collect();
@@ -605,6 +617,7 @@ mod tests {
                     checkpoint_at: None,
                     preempted: false,
                     preempted_for: None,
+                    usage: None,
                 })
                 .collect(),
         }
@@ -647,6 +660,39 @@ mod tests {
         let [row] = &r.rows[..] else { panic!("{r:?}") };
         assert_eq!(row.instance_hours.idle_entitlement, 8.0);
         assert_eq!(row.gpu_hours.idle_entitlement, 64.0);
+    }
+
+    #[test]
+    fn cpu_hours_and_peak_memory_count_in_the_period_an_attempt_ended() {
+        let mut j = job("j", "A", &[(0, H, 1), (H, 3 * H, 1)]);
+        j.attempts[0].usage = Some(qm_executor::Usage {
+            cpu_millis: 1_800_000,
+            peak_memory_bytes: Some(1 << 30),
+        });
+        j.attempts[1].usage = Some(qm_executor::Usage {
+            cpu_millis: 7_200_000,
+            peak_memory_bytes: Some(3 << 30),
+        });
+        let r = report(
+            &[j],
+            &history(&[("A", 1, true)]),
+            &params(0, 4 * H, 4 * H, Some(UsageEvery::Hour)),
+        );
+        let cpu: Vec<(f64, Option<u64>)> = r
+            .rows
+            .iter()
+            .map(|row| (row.cpu_hours, row.peak_memory_bytes))
+            .collect();
+        // Ended in hour 1 and hour 3 (its stop is the period's start, which it belongs to).
+        assert_eq!(
+            cpu,
+            vec![
+                (0.0, None),
+                (0.5, Some(1 << 30)),
+                (0.0, None),
+                (2.0, Some(3 << 30))
+            ]
+        );
     }
 
     #[test]

@@ -493,6 +493,7 @@ mod tests {
             preempted_for: None,
             steps: Steps::default(),
             checkpoints: 0,
+            usage: None,
         }
     }
 

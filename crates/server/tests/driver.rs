@@ -107,6 +107,7 @@ impl Execute for Fake {
                 retryable: true,
             },
             at_ms: 0,
+            usage: None,
         });
     }
     fn recorded_outcome(&self, _: &str, _: u32) -> Option<Outcome> {
@@ -125,6 +126,7 @@ impl Execute for Fake {
                     reason: "lost with the server".into(),
                     max_in_a_row: None,
                 },
+                usage: None,
             })
             .collect())
     }

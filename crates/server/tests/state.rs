@@ -232,6 +232,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
             reason: "killed".into(),
             retryable: true,
         },
+        usage: None,
     });
     assert_eq!(
         launched(&exit)[0].0,
@@ -259,6 +260,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
     let f = w.one(Command::AttemptExited {
         attempt: high[0].1,
         outcome: ExitRecord::Succeeded,
+        usage: None,
     });
     assert_eq!(launched(&f)[0].0, "low");
     let high_rec = w.describe("high");
@@ -320,6 +322,7 @@ fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
             reason: "killed".into(),
             retryable: true,
         },
+        usage: None,
     });
     assert_eq!(launched(&exit)[0].0, "drilled", "it runs again at once");
     let rec = w.describe("drilled");
@@ -391,6 +394,7 @@ fn a_lost_attempt_requeues_its_job_without_using_a_retry() {
             reason: "Attempt lost: the server restarted".into(),
             max_in_a_row: Some(3),
         },
+        usage: None,
     });
     assert_eq!(launched(&b).len(), 1, "the job starts again: {b:?}");
     let rec = w.describe("j");
@@ -403,6 +407,7 @@ fn a_lost_attempt_requeues_its_job_without_using_a_retry() {
     w.one(Command::AttemptExited {
         attempt: second,
         outcome: ExitRecord::Succeeded,
+        usage: None,
     });
     assert_eq!(w.status("j"), "SUCCEEDED", "one retry attempt was enough");
 }
@@ -464,6 +469,7 @@ fn jobs_of_a_deleted_queue_are_not_listed_under_a_new_queue_of_the_same_name() {
             reason: "SIGTERM".into(),
             retryable: true,
         },
+        usage: None,
     });
     let old = w.describe("old");
     assert_eq!(old["status"], "FAILED");
@@ -752,6 +758,7 @@ fn a_state_rebuilt_from_its_snapshot_answers_and_decides_as_the_original() {
         Command::AttemptExited {
             attempt: med_attempt,
             outcome: ExitRecord::Succeeded,
+            usage: None,
         },
         cmd(
             "UpdateServiceJob",
@@ -760,6 +767,7 @@ fn a_state_rebuilt_from_its_snapshot_answers_and_decides_as_the_original() {
         Command::AttemptExited {
             attempt: high[0].1,
             outcome: ExitRecord::Succeeded,
+            usage: None,
         },
     ];
     for c in rest {
@@ -821,6 +829,7 @@ fn a_retired_job_leaves_the_state_the_core_and_its_client_token_and_replays_the_
     w.one(Command::AttemptExited {
         attempt: started[0].1,
         outcome: ExitRecord::Succeeded,
+        usage: None,
     });
     assert_eq!(w.status("done"), "SUCCEEDED");
     let jobs_before = w.state.core.job_count();
@@ -993,6 +1002,7 @@ fn listing_by_queue_and_status_walks_the_index_and_finds_what_a_full_scan_finds(
     w.one(Command::AttemptExited {
         attempt: attempts[1].1,
         outcome: ExitRecord::Succeeded,
+        usage: None,
     });
     w.one(cmd(
         "TerminateServiceJob",
@@ -1346,6 +1356,7 @@ fn killed_and_started_again(w: &mut World, attempt: u64) -> u64 {
             reason: "AlgorithmError: killed by SIGTERM".into(),
             retryable: true,
         },
+        usage: None,
     });
     launched(&again)[0].1
 }

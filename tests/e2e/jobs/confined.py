@@ -8,7 +8,9 @@ $RESULT_FILE (written once the probe is done; `daemon` writes before it exits):
 - `daemon`: starts a `setsid` daemon (a double fork) that sleeps, records its pid, exits 0
   (or, with $HOLD set, sleeps until stopped).
 - `orphan`: kills its supervisor (its parent), then sleeps until stopped.
-- `sleep`: sleeps until stopped, having written its pid (a neighbour)."""
+- `sleep`: sleeps until stopped, having written its pid (a neighbour).
+- `burn`: holds $ALLOC_MIB MiB (every page touched) and spins for $SPIN_SECONDS of CPU time,
+  then exits 0: what its attempt used is known."""
 
 import errno
 import json
@@ -118,6 +120,12 @@ elif mode == "orphan":
     write({"pid": os.getpid()})
     os.kill(os.getppid(), 9)
     time.sleep(600)
+elif mode == "burn":
+    held = [b"\x01" * (1 << 20) for _ in range(int(os.environ["ALLOC_MIB"]))]
+    spin = float(os.environ["SPIN_SECONDS"])
+    while time.process_time() < spin:
+        pass
+    write({"cpu": time.process_time(), "held_mib": len(held)})
 elif mode == "sleep":
     write({"pid": os.getpid()})
     time.sleep(600)

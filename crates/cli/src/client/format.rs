@@ -332,7 +332,43 @@ pub fn job_details(
     if !attempt_now.resumes.is_empty() {
         out.push_str(&resumes(&attempt_now.resumes));
     }
+    if !attempt_now.usage.is_empty() {
+        out.push_str(&usage(&attempt_now.usage));
+    }
     out
+}
+
+/// What each ended attempt used.
+fn usage(records: &[qm_api::qm::AttemptUsage]) -> String {
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|u| {
+            vec![
+                u.attempt.to_string(),
+                format!("{:.1} s", u.cpu_seconds),
+                u.peak_memory_bytes.map_or("-".to_string(), memory),
+            ]
+        })
+        .collect();
+    let mut out = "\nusage per attempt\n".to_string();
+    out.push_str(&indent(&table(
+        &["attempt", "CPU time", "peak memory (largest host)"],
+        &rows,
+    )));
+    out
+}
+
+/// `bytes` for people: `900.0 KiB`, `512.0 MiB`, `1.50 GiB` (memory, backups).
+pub fn memory(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else if b < KIB * KIB * KIB {
+        format!("{:.1} MiB", b / (KIB * KIB))
+    } else {
+        format!("{:.2} GiB", b / (KIB * KIB * KIB))
+    }
 }
 
 /// How each attempt after a preemption resumed, from the steps the job reported.

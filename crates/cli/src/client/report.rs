@@ -56,6 +56,8 @@ pub fn usage_table(report: &UsageReport) -> String {
         "WAIT P50",
         "P90",
         "P99",
+        "CPU-H",
+        "PEAK MEM",
     ]);
     let rows: Vec<Vec<String>> = report
         .rows
@@ -79,12 +81,15 @@ pub fn usage_table(report: &UsageReport) -> String {
                 seconds(q.map(|q| q.p50)),
                 seconds(q.map(|q| q.p90)),
                 seconds(q.map(|q| q.p99)),
+                hours(r.cpu_hours),
+                r.peak_memory_bytes
+                    .map_or("-".to_string(), crate::client::format::memory),
             ]);
             cells
         })
         .collect();
     let mut out = format!(
-        "Usage from {} to {}, by {}{} (instance-hours; LOST: work since the last checkpoint; WAIT: seconds RUNNABLE before capacity)\n",
+        "Usage from {} to {}, by {}{} (instance-hours; LOST: work since the last checkpoint; WAIT: seconds RUNNABLE before capacity; CPU-H and PEAK MEM: what ended attempts used, the largest host)\n",
         utc(report.since),
         utc(report.until),
         report.by.as_str(),
@@ -147,6 +152,8 @@ pub fn usage_csv(report: &UsageReport) -> Result<String, csv::Error> {
             "queue_delay_p90_s",
             "queue_delay_p99_s",
             "queue_delay_max_s",
+            "cpu_hours",
+            "peak_memory_bytes",
         ]
         .map(String::from),
     );
@@ -181,6 +188,12 @@ pub fn usage_csv(report: &UsageReport) -> Result<String, csv::Error> {
         ] {
             rec.push(v.map(|v| v.to_string()).unwrap_or_default());
         }
+        rec.push(r.cpu_hours.to_string());
+        rec.push(
+            r.peak_memory_bytes
+                .map(|b| b.to_string())
+                .unwrap_or_default(),
+        );
         w.write_record(&rec)?;
     }
     let bytes = w.into_inner().map_err(|e| e.into_error())?;

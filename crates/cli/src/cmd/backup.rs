@@ -51,22 +51,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!(
         "qm backup: wrote {} ({}, {} batches, schema {}) in {:.2} s",
         args.to.display(),
-        size(summary.bytes),
+        qm_cli::client::format::memory(summary.bytes),
         summary.batches,
         summary.schema_version,
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn size(bytes: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let b = bytes as f64;
-    if b < KIB * KIB {
-        format!("{:.1} KiB", b / KIB)
-    } else if b < KIB * KIB * KIB {
-        format!("{:.1} MiB", b / (KIB * KIB))
-    } else {
-        format!("{:.2} GiB", b / (KIB * KIB * KIB))
-    }
 }

@@ -170,8 +170,8 @@ pub struct V1Dirs {
     pub devices: PathBuf,
     /// `freezer`: a group is frozen before it is killed, so that nothing forks meanwhile.
     pub freezer: PathBuf,
-    /// `cpuacct`, where mounted: joined, so that the host's CPU time can be read from it
-    /// (not recorded yet).
+    /// `cpuacct`, where mounted apart from `cpu`: joined, so that the host's CPU time can be
+    /// read from it (`cpuacct.usage`; in `cpu`'s directory where the two share one).
     pub cpuacct: Option<PathBuf>,
 }
 
@@ -362,6 +362,31 @@ pub(crate) struct Group {
     name: String,
     /// The group's OOM kills when it was taken: the kernel's count never goes back.
     oom_baseline: u64,
+    /// The group's CPU time (ns) when it was taken: the kernel's count never goes back.
+    cpu_baseline: u64,
+    /// Where the attempt's peak memory is read: the group's peak since it was taken.
+    peak: Peak,
+}
+
+/// How a group's peak memory since it was taken can be read.
+#[derive(Debug)]
+enum Peak {
+    /// From its peak file: v1 resets it on a write of 0, and a new v2 group's starts at 0.
+    File,
+    /// Through this descriptor of v2's `memory.peak`, reset through it (kernel 6.12 and
+    /// later keep a peak per open file).
+    Reset(fs::File),
+    /// Not at all: a v2 group taken again on an older kernel.
+    Unknown,
+}
+
+/// What a group's processes used since it was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GroupUsage {
+    /// CPU time, user and system (ns).
+    pub cpu_ns: u64,
+    /// The most memory it held at once (bytes), where the kernel says.
+    pub peak_memory_bytes: Option<u64>,
 }
 
 impl Group {
@@ -371,6 +396,8 @@ impl Group {
             hierarchy: hierarchy.clone(),
             name: name.to_string(),
             oom_baseline: 0,
+            cpu_baseline: 0,
+            peak: Peak::Unknown,
         }
     }
 
@@ -405,7 +432,82 @@ impl Group {
             }
         }
         group.oom_baseline = group.oom_count();
+        group.cpu_baseline = group.cpu_ns();
+        group.peak = group.reset_peak(new);
         Ok(group)
+    }
+
+    /// Starts the group's peak memory again, for the attempt taking it.
+    fn reset_peak(&self, new: bool) -> Peak {
+        match &self.hierarchy {
+            Hierarchy::V1 { dirs } => {
+                let file = dirs
+                    .memory
+                    .join(&self.name)
+                    .join("memory.max_usage_in_bytes");
+                match write(&file, "0") {
+                    Ok(()) => Peak::File,
+                    Err(_) => Peak::Unknown,
+                }
+            }
+            Hierarchy::V2 { dir } => {
+                let file = dir.join(&self.name).join("memory.peak");
+                let reset = fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(file)
+                    .and_then(|mut f| io::Write::write_all(&mut f, b"reset\n").map(|()| f));
+                match reset {
+                    Ok(f) => Peak::Reset(f),
+                    Err(_) if new => Peak::File,
+                    Err(_) => Peak::Unknown,
+                }
+            }
+        }
+    }
+
+    /// The kernel's count of the group's CPU time (ns), 0 where it cannot be read.
+    fn cpu_ns(&self) -> u64 {
+        let read_u64 = |p: &Path| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+        match &self.hierarchy {
+            Hierarchy::V2 { dir } => read_key(&dir.join(&self.name).join("cpu.stat"), "usage_usec")
+                .map_or(0, |us| us * 1000),
+            Hierarchy::V1 { dirs } => {
+                let acct = dirs.cpuacct.as_ref().unwrap_or(&dirs.cpu);
+                read_u64(&acct.join(&self.name).join("cpuacct.usage")).unwrap_or(0)
+            }
+        }
+    }
+
+    /// What the group's processes used since it was taken.
+    pub fn usage(&self) -> GroupUsage {
+        let last_line = |text: String| text.lines().last()?.trim().parse::<u64>().ok();
+        let peak_memory_bytes = match (&self.peak, &self.hierarchy) {
+            (Peak::Unknown, _) => None,
+            (Peak::Reset(f), _) => {
+                let mut buf = [0u8; 32];
+                let n = rustix::io::pread(f, &mut buf, 0).unwrap_or(0);
+                std::str::from_utf8(&buf[..n])
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+            }
+            (Peak::File, Hierarchy::V1 { dirs }) => {
+                let file = dirs
+                    .memory
+                    .join(&self.name)
+                    .join("memory.max_usage_in_bytes");
+                fs::read_to_string(file).ok().and_then(last_line)
+            }
+            (Peak::File, Hierarchy::V2 { dir }) => {
+                fs::read_to_string(dir.join(&self.name).join("memory.peak"))
+                    .ok()
+                    .and_then(last_line)
+            }
+        };
+        GroupUsage {
+            cpu_ns: self.cpu_ns().saturating_sub(self.cpu_baseline),
+            peak_memory_bytes,
+        }
     }
 
     /// The group's directories: one (v2), one per mounted v1 tree.

@@ -533,3 +533,66 @@ fn a_reused_group_that_still_holds_a_process_after_a_kill_is_refused() {
     assert!(err.to_string().contains("still holds a process"), "{err}");
     assert_eq!(read(g.join("cgroup.kill")), "1\n");
 }
+
+#[test]
+fn a_v1_attempt_s_usage_counts_from_its_take_and_its_peak_is_reset_then() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    let acct = root.path().join("cpuacct/qm-k/g/cpuacct.usage");
+    let peak = root.path().join("memory/qm-k/g/memory.max_usage_in_bytes");
+    fs::write(&acct, "5000000000\n").unwrap();
+    fs::write(&peak, "999999999\n").unwrap();
+    let g = Group::take(&h, "g", &limits(vec![])).unwrap();
+    // The earlier attempt's peak was reset by a write of 0.
+    assert_eq!(read(peak.clone()), "999999999\n0\n");
+    fs::write(&acct, "7500000000\n").unwrap();
+    fs::write(&peak, "123456789\n").unwrap();
+    assert_eq!(
+        g.usage(),
+        GroupUsage {
+            cpu_ns: 2_500_000_000,
+            peak_memory_bytes: Some(123_456_789)
+        }
+    );
+}
+
+#[test]
+fn a_v2_attempt_s_usage_counts_from_its_take_through_a_reset_peak() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/qm-instance-0");
+    fake_group(&g, &V2_FILES);
+    fs::write(g.join("cpu.stat"), "usage_usec 1000\nuser_usec 600\n").unwrap();
+    fs::write(g.join("memory.peak"), "888888\n").unwrap();
+    let group = Group::take(&h, "qm-instance-0", &limits(vec![])).unwrap();
+    assert!(read(g.join("memory.peak")).starts_with("reset"));
+    fs::write(
+        g.join("cpu.stat"),
+        "usage_usec 3001000\nuser_usec 2000000\n",
+    )
+    .unwrap();
+    fs::write(g.join("memory.peak"), "4096\n").unwrap();
+    assert_eq!(
+        group.usage(),
+        GroupUsage {
+            cpu_ns: 3_000_000_000,
+            peak_memory_bytes: Some(4096)
+        }
+    );
+}
+
+#[test]
+fn a_v2_group_taken_again_whose_peak_cannot_be_reset_reports_no_peak() {
+    let root = tempfile::tempdir().unwrap();
+    let h = v2(root.path());
+    let g = root.path().join("qm-k/qm-instance-0");
+    let files: Vec<&str> = V2_FILES
+        .into_iter()
+        .filter(|f| *f != "memory.peak")
+        .collect();
+    fake_group(&g, &files);
+    let group = Group::take(&h, "qm-instance-0", &limits(vec![])).unwrap();
+    // An older kernel's peak is the group's since it was made: another attempt's, maybe.
+    fs::write(g.join("memory.peak"), "4096\n").unwrap();
+    assert_eq!(group.usage().peak_memory_bytes, None);
+}

@@ -617,6 +617,7 @@ impl Inner {
             attempt,
             outcome,
             at_ms: now_ms(),
+            usage: None,
         });
     }
 

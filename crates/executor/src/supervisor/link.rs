@@ -114,14 +114,14 @@ pub(crate) async fn run(
         tokio::select! {
             msg = conn.recv() => match msg {
                 Some(FromSupervisor::Status(status)) => {
-                    if let Status::Exited { outcome, .. } = status {
+                    if let Status::Exited { outcome, usage, .. } = status {
                         if role == Role::Stray {
                             inner.stray_gone(attempt);
                         } else {
                             // Acknowledged once the server's log holds the exit: a server
                             // that dies before has the supervisor report it again.
                             let committed = inner.await_commit(attempt);
-                            inner.finish(attempt, outcome);
+                            inner.finish(attempt, outcome, usage);
                             if committed.await.is_err() {
                                 return;
                             }

@@ -39,7 +39,7 @@ pub use process::main;
 pub use protocol::{Placement, Running, Settings, Status, OLDEST_ADOPTED, PROTOCOL};
 
 use crate::layout::JobLayout;
-use crate::Outcome;
+use crate::{Outcome, Usage};
 
 /// The directory of the supervisors' sockets and logs, under the data directory.
 pub const SUPERVISORS_DIR: &str = "supervisors";
@@ -86,13 +86,16 @@ pub fn outcome_file(data_dir: &Path, job_id: &str, attempt_number: u32) -> PathB
 struct OutcomeFile {
     version: u32,
     outcome: Outcome,
+    /// What the attempt used (absent in files of earlier releases, and of Slurm attempts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
 }
 
 /// Writes how an attempt ended so that it survives the server, the supervisor and the machine:
 /// a temporary file (created anew, never through a link), fsynced, renamed over the outcome
 /// file, and the directory fsynced.
 pub(crate) fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
-    write_outcome_as(path, outcome, Durability::Durable)
+    write_outcome_as(path, outcome, None, Durability::Durable)
 }
 
 /// Whether an outcome file must survive the machine.
@@ -109,6 +112,7 @@ pub(crate) enum Durability {
 pub(crate) fn write_outcome_as(
     path: &Path,
     outcome: &Outcome,
+    usage: Option<Usage>,
     sync: Durability,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -124,6 +128,7 @@ pub(crate) fn write_outcome_as(
     let body = serde_json::to_vec(&OutcomeFile {
         version: OUTCOME_VERSION,
         outcome: outcome.clone(),
+        usage,
     })
     .map_err(std::io::Error::other)?;
     f.write_all(&body)?;
@@ -157,11 +162,17 @@ fn outcome_dir(path: &Path) -> std::io::Result<&Path> {
 
 /// The outcome written in `attempt_dir`, if any (this build's files and earlier releases').
 pub(crate) fn read_outcome(attempt_dir: &Path) -> Option<Outcome> {
+    read_ended(attempt_dir).map(|(outcome, _)| outcome)
+}
+
+/// The outcome written in `attempt_dir`, if any, with what the attempt used where the file
+/// says.
+pub(crate) fn read_ended(attempt_dir: &Path) -> Option<(Outcome, Option<Usage>)> {
     let bytes = std::fs::read(attempt_dir.join(OUTCOME_FILE)).ok()?;
     if let Ok(file) = serde_json::from_slice::<OutcomeFile>(&bytes) {
-        return Some(file.outcome);
+        return Some((file.outcome, file.usage));
     }
-    serde_json::from_slice(&bytes).ok()
+    serde_json::from_slice(&bytes).ok().map(|o| (o, None))
 }
 
 #[cfg(test)]

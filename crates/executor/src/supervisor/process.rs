@@ -28,7 +28,7 @@ use super::{
     boot_id, outcome_file, socket_path, sync_outcome, wire, write_outcome_as, Durability, Identity,
 };
 use crate::attempt::{self, Ctx, Report, Reporter};
-use crate::Outcome;
+use crate::{Outcome, Usage};
 use qm_storage::Storage;
 
 /// How long a connecting server has to say hello.
@@ -593,11 +593,12 @@ fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str
         ),
         retryable: true,
     };
-    let durable = record(path, &outcome, Durability::Durable);
+    let durable = record(path, &outcome, None, Durability::Durable);
     let _ = events.send((
         Status::Exited {
             outcome,
             at_ms: crate::executor::now_ms(),
+            usage: None,
         },
         durable,
     ));
@@ -624,8 +625,8 @@ fn sync_recorded(path: &Path) -> bool {
 }
 
 /// Writes the attempt's outcome (to `path`) as `sync` says; whether it could.
-fn record(path: &Path, outcome: &Outcome, sync: Durability) -> bool {
-    let written = write_outcome_as(path, outcome, sync);
+fn record(path: &Path, outcome: &Outcome, usage: Option<Usage>, sync: Durability) -> bool {
+    let written = write_outcome_as(path, outcome, usage, sync);
     succeeded(
         path,
         written,
@@ -682,16 +683,18 @@ async fn run_attempt(job: Job, path: PathBuf) {
         storage,
         report,
     });
-    let (mut outcome, started) = attempt::supervise(ctx, spec, placement, stop, go).await;
+    let (mut outcome, started, usage) = attempt::supervise(ctx, spec, placement, stop, go).await;
     if signalled.load(Ordering::SeqCst) {
         // Stopped because its supervisor was: not the job's doing, and no retry used.
         outcome = Outcome::Lost {
             reason: "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry".into(),
         };
     }
+    let usage = started.then_some(usage);
     let exited = Status::Exited {
         outcome: outcome.clone(),
         at_ms: crate::executor::now_ms(),
+        usage,
     };
     // Held and never told to go: nothing ran, and no server's log holds the start, so no
     // outcome file may speak for the attempt (a later attempt of the same number would find
@@ -708,7 +711,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
     let _ = events.send((exited.clone(), false));
     // Written at once, while the server writes its log, so that the acknowledgement finds
     // nothing left to do: it comes as the freed capacity's next attempt starts.
-    let written = record(&path, &outcome, Durability::Plain);
+    let written = record(&path, &outcome, usage, Durability::Plain);
     let durable = match sync_needed(heard).await {
         Durability::Plain => written,
         // Off the runtime: an fsync may take long on a busy disk, and the socket must be

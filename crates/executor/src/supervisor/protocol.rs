@@ -133,6 +133,10 @@ pub enum Status {
         outcome: Outcome,
         /// When (epoch ms).
         at_ms: u64,
+        /// What it used (absent from supervisors of earlier releases, and where it never
+        /// started).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::Usage>,
     },
 }
 

@@ -117,7 +117,7 @@ async fn an_attempt_that_ended_without_an_executor_is_recorded_as_it_ended() {
     // Its outcome is on disk, so it is told in the hello; a server that connects between the
     // write and the supervisor taking note of it adopts the attempt and hears the exit next.
     let outcome = match &out[0].1 {
-        Reconciled::Ended(outcome) => outcome.clone(),
+        Reconciled::Ended(outcome, _) => outcome.clone(),
         Reconciled::Adopted { .. } => w.exited(2).await,
         other => panic!("{other:?}"),
     };

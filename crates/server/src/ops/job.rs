@@ -489,7 +489,28 @@ impl State {
         body(&qm_api::qm::JobAttemptNow {
             running,
             resumes: Self::resumes(rec),
+            usage: Self::usage(rec),
         })
+    }
+
+    /// What each ended attempt used, oldest first.
+    fn usage(rec: &JobRec) -> Vec<qm_api::qm::AttemptUsage> {
+        let mut ended: Vec<qm_api::qm::AttemptUsage> = rec
+            .attempts
+            .iter()
+            .chain(&rec.preempted)
+            .filter_map(|a| {
+                let u = a.usage?;
+                Some(qm_api::qm::AttemptUsage {
+                    attempt: a.number,
+                    cpu_seconds: u.cpu_millis as f64 / 1000.0,
+                    peak_memory_bytes: u.peak_memory_bytes,
+                })
+            })
+            .collect();
+        ended.sort_by_key(|u| u.attempt);
+        ended.dedup_by_key(|u| u.attempt);
+        ended
     }
 
     /// How each attempt after a preemption resumed ([`crate::resume`]); nothing to compare

@@ -80,6 +80,9 @@ pub struct ArchivedAttempt {
     /// Checkpoints it reported (absent in older archives, and when none).
     #[serde(default, skip_serializing_if = "crate::workload::is_zero")]
     pub checkpoints: u32,
+    /// What it used (absent in older archives, and where the executor did not count it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<qm_executor::Usage>,
 }
 
 impl ArchivedAttempt {
@@ -99,6 +102,7 @@ impl ArchivedAttempt {
             preempted_for: a.preempted_for.clone(),
             steps: a.steps,
             checkpoints: a.checkpoints,
+            usage: a.usage,
         }
     }
 }
@@ -152,6 +156,7 @@ impl ArchivedJob {
                     checkpoint_at: a.checkpoint_at,
                     preempted: a.preempted,
                     preempted_for: a.preempted_for.clone(),
+                    usage: a.usage,
                 })
                 .collect(),
         }
