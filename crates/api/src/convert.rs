@@ -255,6 +255,7 @@ mod tests {
             input_mode: "File".into(),
             channels: vec![],
             output_path: None,
+            role_arn: None,
         };
         let spec = job_spec(JobId(7), "jq", &req, &payload);
         assert_eq!(spec.share, "QS1");

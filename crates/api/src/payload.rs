@@ -43,6 +43,9 @@ pub struct TrainingPayload {
     pub channels: Vec<crate::Channel>,
     /// `OutputDataConfig.S3OutputPath`.
     pub output_path: Option<String>,
+    /// `RoleArn`: whose credentials the attempt gets where the server hands out roles
+    /// (recorded as sent: STS judges it).
+    pub role_arn: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +60,7 @@ struct CreateTrainingJob {
     checkpoint_config: Option<CheckpointConfig>,
     input_data_config: Option<Vec<crate::channel::RawChannel>>,
     output_data_config: Option<crate::channel::OutputDataConfig>,
+    role_arn: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -196,6 +200,7 @@ impl TrainingPayload {
             input_mode,
             channels,
             output_path,
+            role_arn: request.role_arn,
         })
     }
 

@@ -154,15 +154,24 @@ fn params<'a>(
         .map_err(|e| format!("signing parameters: {e}"))
 }
 
-fn identity(creds: &Credentials) -> Identity {
+fn identity(creds: &Credentials, session_token: Option<&str>) -> Identity {
     AwsCredentials::new(
         &creds.access_key_id,
         &creds.secret_access_key,
-        None,
+        session_token.map(str::to_string),
         None,
         "qm",
     )
     .into()
+}
+
+/// Which AWS service a request is signed for, and where.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    /// The service's signing name (`sts`, `s3`...).
+    pub service: &'a str,
+    /// The signing region.
+    pub region: &'a str,
 }
 
 /// The headers (`authorization`, `x-amz-date`) to add to a request so that it is signed for
@@ -177,8 +186,39 @@ pub fn sign(
     region: &str,
     time: SystemTime,
 ) -> Result<Vec<(String, String)>, String> {
-    let id = identity(creds);
-    let params = params(&id, region, SERVICE, time)?;
+    let target = Target {
+        service: SERVICE,
+        region,
+    };
+    let caller = Caller {
+        creds,
+        session_token: None,
+    };
+    sign_for(target, caller, method, url, headers, body, time)
+}
+
+/// Who signs: a key pair, and the session token of temporary credentials.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    /// The key pair.
+    pub creds: &'a Credentials,
+    /// Sent as `x-amz-security-token` when set.
+    pub session_token: Option<&'a str>,
+}
+
+/// [`sign`] for any AWS service (the server calls STS with it), with the session token of
+/// temporary credentials (sent as `x-amz-security-token`).
+pub fn sign_for(
+    target: Target<'_>,
+    caller: Caller<'_>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    time: SystemTime,
+) -> Result<Vec<(String, String)>, String> {
+    let id = identity(caller.creds, caller.session_token);
+    let params = params(&id, target.region, target.service, time)?;
     let request = SignableRequest::new(
         method,
         url,
@@ -212,7 +252,7 @@ pub fn verify(
         access_key_id: auth.access_key_id.clone(),
         secret_access_key: secret.to_string(),
     };
-    let id = identity(&creds);
+    let id = identity(&creds, None);
     let params = params(&id, &auth.region, &auth.service, time)?;
     // The signer wants an absolute URL; only its path and query enter the signature (the
     // host is a header like any other).

@@ -185,8 +185,6 @@ pub(crate) fn write_env_file(
     host: u32,
     env: &[(String, String)],
 ) -> std::io::Result<PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = attempt_dir.join(format!("env-algo-{host}"));
     let mut text = String::new();
     for (k, v) in env {
@@ -200,14 +198,7 @@ pub(crate) fn write_env_file(
         text.push_str(v);
         text.push('\n');
     }
-    let _ = std::fs::remove_file(&path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&path)?;
-    f.write_all(text.as_bytes())?;
+    crate::layout::write_private(&path, text.as_bytes())?;
     Ok(path)
 }
 

@@ -80,6 +80,10 @@ pub(crate) fn common(
         ("QM_PROGRESS_FILE".into(), path(&layout.progress_file())),
     ]);
     vars.extend(crate::input::variables(spec, layout));
+    // After the payload's: a job cannot point its SDK elsewhere by its Environment.
+    if let Some(c) = &spec.credentials {
+        vars.extend(c.variables());
+    }
     vars
 }
 

@@ -153,6 +153,56 @@ pub struct LaunchSpec {
     /// The payload's `InputDataConfig`: a directory each under `input/data/`, described in
     /// `input/config/inputdataconfig.json`.
     pub channels: Vec<InputChannel>,
+    /// Where the attempt gets the credentials of the job's role (its processes through the
+    /// AWS SDKs' container credentials variables, its transfers likewise); `None`: the
+    /// processes get none, and transfers use the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<RoleCredentials>,
+}
+
+/// The server's container credentials endpoint for one attempt.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleCredentials {
+    /// `AWS_CONTAINER_CREDENTIALS_FULL_URI`.
+    pub url: String,
+    /// `AWS_CONTAINER_AUTHORIZATION_TOKEN`: the attempt's alone.
+    pub token: String,
+    /// `AWS_REGION`: the region of the server's storage.
+    pub region: String,
+    /// `AWS_ENDPOINT_URL_S3`, where the server's storage names one (MinIO, moto).
+    pub s3_endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for RoleCredentials {
+    /// Never prints the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoleCredentials")
+            .field("url", &self.url)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RoleCredentials {
+    /// The variables the AWS SDKs read them from.
+    pub fn variables(&self) -> Vec<(String, String)> {
+        let mut vars = vec![
+            (
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI".to_string(),
+                self.url.clone(),
+            ),
+            (
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN".to_string(),
+                self.token.clone(),
+            ),
+            ("AWS_REGION".to_string(), self.region.clone()),
+            ("AWS_DEFAULT_REGION".to_string(), self.region.clone()),
+        ];
+        if let Some(e) = &self.s3_endpoint {
+            vars.push(("AWS_ENDPOINT_URL_S3".to_string(), e.clone()));
+        }
+        vars
+    }
 }
 
 /// One input channel of an attempt (the server has checked the name: it is a plain directory
@@ -204,6 +254,7 @@ impl LaunchSpec {
             checkpoint_uri: None,
             output_path: None,
             channels: Vec::new(),
+            credentials: None,
         }
     }
 }

@@ -60,6 +60,21 @@ pub(crate) fn prepare_root(root: &Path) -> Result<PathBuf, crate::ExecError> {
     })
 }
 
+/// Writes `bytes` to a new file at `path`, readable by its owner only (0600), never through a
+/// link: whatever was at `path` is removed first, and the file is created anew.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = fs::remove_file(path);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
 /// The per-job directory.
 pub(crate) fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("jobs").join(job_id)

@@ -50,7 +50,7 @@ pub use environment::host_name;
 pub use error::ExecError;
 pub use executor::{
     ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, Reconciled, Recorded,
-    SupervisorCommand, OUTCOME_FILE,
+    RoleCredentials, SupervisorCommand, OUTCOME_FILE,
 };
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;

@@ -371,7 +371,7 @@ fn printable(s: &str) -> String {
 }
 
 /// Random bytes from the OS (uuid's v4 draws them from getrandom).
-fn random_bytes(n: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n + 16);
     while out.len() < n {
         out.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
@@ -380,7 +380,7 @@ fn random_bytes(n: usize) -> Vec<u8> {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -465,8 +465,11 @@ fn reads_only(method: &Method, uri: &str) -> bool {
 
 /// Routes any client may reach without signing.
 fn open_route(method: &Method, path: &str) -> bool {
-    (method == Method::GET && (path == "/healthz" || path == "/" || path.starts_with("/assets/")))
+    let get = method == Method::GET;
+    (get && (path == "/healthz" || path == "/" || path.starts_with("/assets/")))
         || path == "/qm/v1/session"
+        // An attempt's own token is its key (`credentials.rs`): its SDK cannot sign.
+        || (get && path.starts_with(crate::credentials::PATH))
 }
 
 /// The guard of every request (see the module docs).

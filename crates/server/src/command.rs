@@ -505,6 +505,12 @@ pub enum Query {
         /// Job id.
         job_id: String,
     },
+    /// Whose role attempt `attempt` acts as, while it holds capacity (the credentials
+    /// endpoint, `credentials.rs`).
+    AttemptRole {
+        /// Core attempt id.
+        attempt: u64,
+    },
     /// `GET /metrics`, the parts the state knows.
     Metrics,
     /// One sample of the dashboard's history (`history.rs`).
@@ -548,6 +554,8 @@ pub enum Answer {
     ReviewFacts(Box<crate::review::ReviewFacts>),
     /// See [`Query::Sample`].
     Sample(Box<crate::history::Sample>),
+    /// See [`Query::AttemptRole`]: `None` when the attempt holds no capacity.
+    AttemptRole(Option<AttemptRole>),
     /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
     /// own families before encoding it.
     Metrics(Box<prometheus_client::registry::Registry>),
@@ -574,9 +582,21 @@ impl Answer {
             Answer::WorkloadFacts(_) => "workload facts",
             Answer::ReviewFacts(_) => "review facts",
             Answer::Sample(_) => "history sample",
+            Answer::AttemptRole(_) => "attempt role",
             Answer::Metrics(_) => "metrics registry",
         }
     }
+}
+
+/// Whose role a live attempt acts as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptRole {
+    /// The payload's `RoleArn`, if it named one.
+    pub role_arn: Option<String>,
+    /// The job's id.
+    pub job_id: String,
+    /// The job's SageMaker name (the STS session is named after it).
+    pub job_name: String,
 }
 
 /// Where an attempt's logs are.

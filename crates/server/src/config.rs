@@ -53,6 +53,33 @@ pub struct FileConfig {
     /// Where jobs' channels, checkpoints and models are stored.
     #[serde(default)]
     pub storage: StorageSection,
+    /// Whose credentials attempts get.
+    #[serde(default)]
+    pub credentials: CredentialsSection,
+}
+
+/// `[credentials]`: each attempt gets the credentials of its job's `RoleArn` (docs/security.md).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsSection {
+    /// `assume_role` (STS AssumeRole of the job's role) or `profiles` (a profile per role
+    /// ARN); unset: attempts get no credentials and transfers use the server's.
+    pub source: Option<String>,
+    /// STS's endpoint (default `AWS_ENDPOINT_URL_STS`, `AWS_ENDPOINT_URL`, else AWS's
+    /// regional one).
+    pub sts_endpoint: Option<String>,
+    /// How long assumed credentials last (900 to 43,200 seconds, default 3,600); they are
+    /// assumed again 15 minutes before they expire.
+    pub duration_seconds: Option<u32>,
+    /// The shared credentials file of `profiles` (default the server's:
+    /// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`).
+    pub profiles_file: Option<PathBuf>,
+    /// Role ARN to profile name, for `profiles`.
+    #[serde(default)]
+    pub roles: std::collections::BTreeMap<String, String>,
+    /// `block` (default): attempts under their own uids cannot reach the instance metadata
+    /// service (169.254.169.254), which would answer with the machine's role; `allow`.
+    pub metadata: Option<String>,
 }
 
 /// `[storage]`: S3 (and local roots) for SageMaker channels, checkpoints and models
@@ -349,6 +376,10 @@ pub struct Config {
     pub work_dir: Option<PathBuf>,
     /// `[executor] confinement`.
     pub confinement: Confinement,
+    /// `[credentials]`: where attempts' credentials come from; `None`: they get none.
+    pub credentials: Option<crate::credentials::Source>,
+    /// `[credentials] metadata = "allow"`: attempts may reach the instance metadata service.
+    pub metadata_allowed: bool,
     /// Logged commands between two snapshots (0: only at start and shutdown).
     pub snapshot_every: u64,
     /// How long a finished job stays before it is archived.
@@ -578,6 +609,17 @@ impl Config {
                 .state
                 .snapshot_every_commands
                 .unwrap_or(DEFAULT_SNAPSHOT_EVERY),
+            credentials: resolve_credentials(&file.credentials, &file.storage)?,
+            metadata_allowed: match file.credentials.metadata.as_deref().unwrap_or("block") {
+                "block" => false,
+                "allow" => true,
+                other => {
+                    return Err(bad(
+                        "credentials.metadata",
+                        format!("'{other}' is not a choice; use \"block\" (attempts under their own uids cannot reach 169.254.169.254) or \"allow\""),
+                    ))
+                }
+            },
             slurm,
             auth: !flags.no_auth,
             hosts: resolve_hosts(&file.auth.hosts)?,
@@ -658,6 +700,64 @@ fn resolve_runtime(e: &ExecutorSection, kind: &str) -> Result<qm_executor::Runti
 
 /// `[storage]`: an endpoint is a URL, file roots are absolute directories (taken as they
 /// resolve now, so that a link in the operator's own path is followed once, here).
+/// `[credentials]`, its defaults from the server's environment.
+fn resolve_credentials(
+    c: &CredentialsSection,
+    storage: &StorageSection,
+) -> Result<Option<crate::credentials::Source>, ServerError> {
+    use crate::credentials::Source;
+    let bad = |key: &str, msg: String| ServerError::Config(format!("credentials.{key}: {msg}"));
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match c.source.as_deref() {
+        None => Ok(None),
+        Some("assume_role") => {
+            let region = storage
+                .region
+                .clone()
+                .or_else(|| env("AWS_REGION"))
+                .or_else(|| env("AWS_DEFAULT_REGION"))
+                .unwrap_or_else(|| "us-east-1".into());
+            let endpoint = c
+                .sts_endpoint
+                .clone()
+                .or_else(|| env("AWS_ENDPOINT_URL_STS"))
+                .or_else(|| env("AWS_ENDPOINT_URL"))
+                .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(bad("sts_endpoint", format!("'{endpoint}' is not a URL; write it as http(s)://HOST[:PORT]")));
+            }
+            let duration_seconds = c.duration_seconds.unwrap_or(3_600);
+            if !(900..=43_200).contains(&duration_seconds) {
+                return Err(bad("duration_seconds", format!("is {duration_seconds}; STS takes 900 to 43200")));
+            }
+            Ok(Some(Source::AssumeRole {
+                endpoint,
+                region,
+                duration_seconds,
+            }))
+        }
+        Some("profiles") => {
+            if c.roles.is_empty() {
+                return Err(bad("roles", "is empty; map each role ARN jobs may name to a profile, e.g. \"arn:aws:iam::123456789012:role/team-a\" = \"team-a\"".into()));
+            }
+            let file = c
+                .profiles_file
+                .clone()
+                .or_else(|| env("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from))
+                .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".aws/credentials")))
+                .ok_or_else(|| bad("profiles_file", "is not set and there is no HOME to find ~/.aws/credentials in".into()))?;
+            Ok(Some(Source::Profiles {
+                file,
+                roles: c.roles.clone(),
+            }))
+        }
+        Some(other) => Err(bad(
+            "source",
+            format!("'{other}' is not a source; use \"assume_role\" (STS AssumeRole of the job's RoleArn) or \"profiles\" (a profile per role ARN)"),
+        )),
+    }
+}
+
 fn resolve_storage(
     s: &StorageSection,
     seconds: impl Fn(&str, Option<f64>, f64) -> Result<Duration, ServerError>,

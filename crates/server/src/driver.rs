@@ -433,6 +433,8 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     retire_checked: i64,
     /// Directories of jobs whose retirement is in the batch being committed.
     retired_dirs: Vec<PathBuf>,
+    /// Where attempts get their job's role, if they do.
+    credentials: Option<std::sync::Arc<crate::credentials::Broker>>,
 }
 
 /// Most jobs (and most audit entries) retired in one batch: retirement catches up over
@@ -478,7 +480,17 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             archive: Archive::new(&archive_dir),
             retire_checked: 0,
             retired_dirs: Vec::new(),
+            credentials: None,
         }
+    }
+
+    /// Gives every attempt launched from now on its job's role, from `broker`.
+    pub fn with_credentials(
+        mut self,
+        broker: Option<std::sync::Arc<crate::credentials::Broker>>,
+    ) -> Self {
+        self.credentials = broker;
+        self
     }
 
     /// Takes a reload's settings (`crate::reload`); its audit entry is logged in the batch.
@@ -688,7 +700,7 @@ pub(crate) async fn reconcile_slurm(
     for (attempt, _) in &state.live_attempts() {
         match state.live_launch(*attempt) {
             Some((launch, running)) => specs.push(AdoptSpec {
-                spec: launch_spec(launch),
+                spec: launch_spec(launch, None),
                 running_since_ms: running.map(|ms| ms.max(0) as u64),
                 // A stop the previous server had begun (a preemption, a termination) is
                 // carried on: the core still waits for this attempt to go.
@@ -928,7 +940,10 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             .map(|a| match a {
                 Action::Launch(l) => {
                     let attempt = l.attempt;
-                    match self.executor.ready(launch_spec(*l)) {
+                    match self
+                        .executor
+                        .ready(launch_spec(*l, self.credentials.as_deref()))
+                    {
                         Ok(Some(spec)) => Carry::Start(Box::new(spec)),
                         Ok(None) => Carry::Release(attempt),
                         Err(e) => Carry::Refused(attempt, e),
@@ -1031,7 +1046,10 @@ fn exit_record(outcome: Outcome) -> ExitRecord {
     }
 }
 
-fn launch_spec(l: Launch) -> LaunchSpec {
+/// The executor's spec of launch `l`; with `credentials`, the attempt gets its job's role
+/// from the server's endpoint.
+fn launch_spec(l: Launch, credentials: Option<&crate::credentials::Broker>) -> LaunchSpec {
+    let credentials = credentials.map(|b| b.for_attempt(l.attempt));
     let runtime = match (l.payload.max_runtime_seconds, l.attempt_duration_seconds) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -1068,5 +1086,6 @@ fn launch_spec(l: Launch) -> LaunchSpec {
                 record_wrapper: c.record_wrapper,
             })
             .collect(),
+        credentials,
     }
 }

@@ -19,6 +19,10 @@ pub enum ServerError {
     /// Replaying the log gave a different state than when it was written.
     #[error("recovery: {0}")]
     Recovery(String),
+    /// An attempt's credentials could not be issued (`credentials.rs`); the message names the
+    /// role and what to change.
+    #[error("credentials: {0}")]
+    Credentials(String),
     /// Files, sockets.
     #[error("{context}: {source}")]
     Io {

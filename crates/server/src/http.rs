@@ -58,6 +58,8 @@ pub struct App {
     pub limits: crate::limits::Limits,
     /// `POST /qm/v1/reload` (and SIGHUP) reload the config file through it.
     pub reloader: Arc<crate::reload::Reloader>,
+    /// Attempts' credentials of their job's role, where the server hands them out.
+    pub credentials: Option<Arc<crate::credentials::Broker>>,
 }
 
 impl App {
@@ -106,6 +108,10 @@ pub fn router(app: App) -> Router {
         .route(
             "/qm/v1/queues/{queue}/groups",
             get(queue_groups).put(put_queue_groups),
+        )
+        .route(
+            "/qm/v1/attempt-credentials/{attempt}",
+            get(attempt_credentials),
         )
         .merge(crate::auth::routes())
         .fallback(unknown_route)
@@ -484,6 +490,66 @@ async fn usage(AxState(app): AxState<App>) -> Response {
 }
 
 /// `GET /qm/v1/jobs/{job}/attempt`: see [`qm_api::qm::JobAttemptNow`].
+/// `GET /qm/v1/attempt-credentials/{attempt}`: the AWS SDKs' container credentials endpoint
+/// of one attempt (`credentials.rs`). Not signed: the attempt's token, in `Authorization`, is
+/// its key, and it opens this attempt's credentials only, while it holds capacity.
+async fn attempt_credentials(
+    AxState(app): AxState<App>,
+    Path(attempt): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    match role_credentials(&app, &attempt, &headers).await {
+        Ok(body) => ok_response(body),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn role_credentials(
+    app: &App,
+    attempt: &str,
+    headers: &axum::http::HeaderMap,
+) -> Result<Vec<u8>, ApiError> {
+    let denied = |why: &str| ApiError::forbidden("AccessDeniedException", why.to_string());
+    let broker = app.credentials.as_ref().ok_or_else(|| {
+        ApiError::Http(404, "this server hands out no credentials: [credentials] is not configured (docs/security.md)".into())
+    })?;
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let attempt: u64 = attempt
+        .parse()
+        .map_err(|_| denied("not an attempt's credentials endpoint"))?;
+    if !broker.verify(attempt, token) {
+        return Err(denied("the Authorization header is not this attempt's token (AWS_CONTAINER_AUTHORIZATION_TOKEN)"));
+    }
+    let role = match send(app, Request::Query(Query::AttemptRole { attempt })).await? {
+        Answer::AttemptRole(Some(role)) => role,
+        Answer::AttemptRole(None) => {
+            return Err(denied(
+                "the attempt holds no capacity any more: its credentials are gone with it",
+            ))
+        }
+        other => return Err(unexpected(&other)),
+    };
+    let arn = role
+        .role_arn
+        .ok_or_else(|| denied("the job names no RoleArn, so it has no role to act as"))?;
+    let issued = broker
+        .issue(
+            &arn,
+            &role.job_id,
+            &role.job_name,
+            crate::credentials::now_ms(),
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(attempt, error = %e, "cannot issue an attempt's credentials");
+            ApiError::server(e.to_string())
+        })?;
+    Ok(crate::credentials::Broker::answer(&issued, &arn))
+}
+
 async fn running_attempt(AxState(app): AxState<App>, Path(job_id): Path<String>) -> Response {
     dispatch(&app, Request::Query(Query::RunningAttempt { job_id })).await
 }

@@ -28,6 +28,7 @@ pub mod archive;
 pub mod auth;
 pub mod command;
 pub mod config;
+pub mod credentials;
 pub mod driver;
 pub mod error;
 pub mod exec;
@@ -203,11 +204,19 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         Some(settings) => slurm_executor(&config, settings, &mut log, events_tx.clone())?,
     };
 
+    let addr = listener
+        .local_addr()
+        .map_err(io("reading the listen address".into()))?;
+    let credentials = role_broker(&config, addr)?;
+    let jobs_line = match &credentials {
+        Some(b) => format!("{jobs_line}\n{}", b.describe()),
+        None => jobs_line,
+    };
     let logs = executor.clone();
     let reloading = executor.clone();
     let settling = executor.clone();
     let (req_tx, req_rx) = mpsc::channel(INBOX);
-    let mut driver = driver::Driver::new(
+    let driver = driver::Driver::new(
         state,
         log,
         executor,
@@ -228,14 +237,11 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
             audit_entries: config.audit_entries,
         },
     );
+    let mut driver = driver.with_credentials(credentials.clone());
     let lost = driver.reconcile().await?;
     if lost > 0 {
         eprintln!("qm: {lost} attempt(s) were running when the server last stopped; their jobs are queued again");
     }
-
-    let addr = listener
-        .local_addr()
-        .map_err(io("reading the listen address".into()))?;
 
     let handle = tokio::runtime::Handle::current();
     let driver_thread = std::thread::Builder::new()
@@ -278,6 +284,7 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         archive: std::sync::Arc::new(archive::Archive::new(&config.data_dir)),
         gpus,
         limits: config.limits,
+        credentials,
     };
     reload_on_hangup(reloader);
     let handle = axum_server::Handle::new();
@@ -443,6 +450,53 @@ fn job_isolation(
     }
 }
 
+/// The broker of attempts' credentials, where `[credentials]` asks for one (`credentials.rs`).
+fn role_broker(
+    config: &Config,
+    addr: std::net::SocketAddr,
+) -> Result<Option<std::sync::Arc<credentials::Broker>>, ServerError> {
+    let Some(source) = &config.credentials else {
+        return Ok(None);
+    };
+    let refuse = |why: String| ServerError::Config(format!("credentials: {why}"));
+    if config.slurm.is_some() {
+        return Err(refuse("the Slurm executor's jobs run on other nodes, which cannot reach this server's loopback endpoint; remove [credentials] (its jobs use the nodes' own credentials)".into()));
+    }
+    if config.tls.is_some() {
+        return Err(refuse("jobs fetch their credentials over plain HTTP on loopback, and this server speaks TLS only; remove [credentials] or [tls]".into()));
+    }
+    let secret = credentials_key(&config.data_dir)?;
+    let settings = storage(config).settings().clone();
+    credentials::Broker::new(source.clone(), &secret, addr, &settings)
+        .map(|b| Some(std::sync::Arc::new(b)))
+        .map_err(refuse)
+}
+
+/// The data dir's key of attempts' credential tokens: made once (0600), so that tokens stay
+/// valid across restarts and upgrades.
+fn credentials_key(data_dir: &std::path::Path) -> Result<Vec<u8>, ServerError> {
+    let path = data_dir.join("attempt-credentials.key");
+    match std::fs::read(&path) {
+        Ok(key) if key.len() == 32 => Ok(key),
+        Ok(_) => Err(ServerError::Config(format!(
+            "{} is not a 32-byte key: remove it, and a new one is made (running attempts' credential tokens change)",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = auth::random_bytes(32);
+            std::fs::write(&path, &key).map_err(|source| ServerError::Io {
+                context: format!("writing {}", path.display()),
+                source,
+            })?;
+            Ok(key)
+        }
+        Err(e) => Err(ServerError::Io {
+            context: format!("reading {}", path.display()),
+            source: e,
+        }),
+    }
+}
+
 /// Where attempts' control groups go, if they are confined, and the banner's line saying
 /// what a job may use. Refuses where `config` requires confinement and it cannot be set up.
 fn job_confinement(
@@ -487,7 +541,12 @@ fn local_executor(
     events_tx: mpsc::UnboundedSender<qm_executor::ExecEvent>,
 ) -> Result<StartedExecutor, ServerError> {
     let (pools, gpu_indices) = local_pools(config);
-    let (isolation, work_dir, jobs_line) = job_isolation(config)?;
+    let (isolation, work_dir, mut jobs_line) = job_isolation(config)?;
+    if let Some(uids) = isolation.filter(|_| !config.metadata_allowed) {
+        let line = credentials::fence_metadata(uids)
+            .map_err(|e| ServerError::Config(format!("credentials.metadata: {e}")))?;
+        jobs_line = format!("{jobs_line}\n{line}");
+    }
     let (confinement, confined_line) = job_confinement(config)?;
     let found = reload::Found {
         detected: (pools.clone(), gpu_indices.clone()),

@@ -57,6 +57,8 @@ fn keys() -> Vec<Key> {
         key!("executor.work_dir", false, |c| c.work_dir),
         key!("executor.job_uids", false, |c| c.job_uids),
         key!("executor.confinement", false, |c| c.confinement),
+        key!("credentials", false, |c| c.credentials),
+        key!("credentials.metadata", false, |c| c.metadata_allowed),
         key!("executor.opt_ml", false, |c| c.opt_ml),
         key!("executor.runtime", false, |c| c.runtime.runs_images()),
         key!("executor.slurm.shared_dir", false, |c| c

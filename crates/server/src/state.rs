@@ -505,6 +505,7 @@ impl State {
             ))),
             Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(self)))),
             Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
+            Query::AttemptRole { attempt } => Ok(Answer::AttemptRole(self.attempt_role(*attempt))),
             q => self.query(q, now).map(Answer::Body),
         }
     }
@@ -534,6 +535,7 @@ impl State {
             | Query::WorkloadFacts { .. }
             | Query::ReviewFacts { .. }
             | Query::Sample
+            | Query::AttemptRole { .. }
             | Query::Metrics => Err(ApiError::server(
                 "internal: this read has a typed answer (State::answer)",
             )),
@@ -1021,6 +1023,16 @@ impl State {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         let live = rec.live.as_ref().filter(|l| l.attempt == attempt)?;
         Some((rec.id.clone(), live.number))
+    }
+
+    /// Whose role attempt `attempt` acts as, while it holds capacity.
+    pub fn attempt_role(&self, attempt: u64) -> Option<crate::command::AttemptRole> {
+        let (launch, _) = self.live_launch(attempt)?;
+        Some(crate::command::AttemptRole {
+            role_arn: launch.payload.role_arn,
+            job_id: launch.job_id,
+            job_name: launch.payload.training_job_name.unwrap_or(launch.job_name),
+        })
     }
 
     /// Whether the core has asked attempt `attempt` to stop and waits for it to go.

@@ -23,7 +23,7 @@ mod transfer;
 mod uri;
 
 pub use error::StorageError;
-pub use settings::{Settings, StorageConfig};
+pub use settings::{ContainerCredentials, Keys, Settings, StorageConfig};
 pub use transfer::{
     Opener, Progress, Storage, SyncState, Transfer, MAX_MANIFEST_BYTES, MAX_OBJECTS,
 };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
@@ -15,8 +15,18 @@ pub(crate) fn client(
     bucket: &str,
 ) -> Result<Arc<dyn ObjectStore>, StorageError> {
     // Start from the environment so that web identity, container and instance credentials
-    // work as object_store finds them; what Settings resolved then overrides it.
-    let mut b = AmazonS3Builder::from_env()
+    // work as object_store finds them; what Settings resolved then overrides it. A role's
+    // endpoint is all there is: nothing of the server's own identity may mix in.
+    let start = match &settings.container {
+        Some(c) => AmazonS3Builder::new()
+            .with_config(AmazonS3ConfigKey::ContainerCredentialsFullUri, &c.url)
+            .with_config(
+                AmazonS3ConfigKey::ContainerAuthorizationTokenFile,
+                c.token_file.to_string_lossy(),
+            ),
+        None => AmazonS3Builder::from_env(),
+    };
+    let mut b = start
         .with_bucket_name(bucket)
         .with_region(&settings.region)
         .with_retry(RetryConfig {
@@ -39,7 +49,11 @@ pub(crate) fn client(
             .with_endpoint(endpoint)
             .with_virtual_hosted_style_request(false);
     }
-    if let Some(keys) = &settings.keys {
+    if let Some(keys) = settings
+        .keys
+        .as_ref()
+        .filter(|_| settings.container.is_none())
+    {
         b = b
             .with_access_key_id(&keys.access_key_id)
             .with_secret_access_key(&keys.secret_access_key);

@@ -59,6 +59,20 @@ pub struct Settings {
     pub file_roots: Vec<PathBuf>,
     /// How long one request is retried.
     pub retry_timeout: Duration,
+    /// A role's credentials served at an endpoint (an attempt's transfers with its job's
+    /// role): used instead of `keys` and of the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerCredentials>,
+}
+
+/// A container credentials endpoint, as the AWS SDKs read it from
+/// `AWS_CONTAINER_CREDENTIALS_FULL_URI` and `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContainerCredentials {
+    /// The endpoint.
+    pub url: String,
+    /// The file that holds the `Authorization` header's value.
+    pub token_file: PathBuf,
 }
 
 impl Settings {
@@ -120,6 +134,7 @@ impl Settings {
             keys_from,
             file_roots: cfg.file_roots.clone(),
             retry_timeout: cfg.retry_timeout.unwrap_or(Duration::from_secs(30)),
+            container: None,
         }
     }
 
@@ -145,7 +160,7 @@ impl Settings {
 }
 
 /// The keys of `profile` in a shared credentials file, if it has both.
-fn profile_keys(file: &std::path::Path, profile: &str) -> Option<Keys> {
+pub fn profile_keys(file: &std::path::Path, profile: &str) -> Option<Keys> {
     let ini = ini::Ini::load_from_file(file).ok()?;
     let section = ini.section(Some(profile))?;
     Some(Keys {

@@ -155,7 +155,7 @@ pub(crate) fn sync_outcome(path: &Path) -> std::io::Result<()> {
 }
 
 /// The directory that holds the outcome file `path` (its attempt's).
-fn outcome_dir(path: &Path) -> std::io::Result<&Path> {
+pub(crate) fn outcome_dir(path: &Path) -> std::io::Result<&Path> {
     path.parent()
         .ok_or_else(|| std::io::Error::other("an outcome file needs a directory"))
 }

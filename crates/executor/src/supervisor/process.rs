@@ -25,7 +25,8 @@ use tracing::Instrument;
 
 use super::protocol::{FromSupervisor, Hello, Launch, Status, ToSupervisor, PROTOCOL};
 use super::{
-    boot_id, outcome_file, socket_path, sync_outcome, wire, write_outcome_as, Durability, Identity,
+    boot_id, outcome_dir, outcome_file, socket_path, sync_outcome, wire, write_outcome_as,
+    Durability, Identity,
 };
 use crate::attempt::{self, Ctx, Report, Reporter};
 use crate::{Outcome, Usage};
@@ -604,6 +605,30 @@ fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str
     ));
 }
 
+/// `settings` acting as the job's role: the server's endpoint, the attempt's token in a file
+/// beside its outcome (root's, 0600: object_store reads the token from a file). Where the file
+/// cannot be written, transfers fail on the missing token: never as the server.
+fn as_role(
+    mut settings: qm_storage::Settings,
+    role: &crate::RoleCredentials,
+    outcome: &Path,
+) -> qm_storage::Settings {
+    let token_file = outcome.with_file_name("credentials-token");
+    let written = outcome_dir(outcome).and_then(|dir| {
+        std::fs::create_dir_all(dir)?;
+        crate::layout::write_private(&token_file, role.token.as_bytes())
+    });
+    if let Err(e) = written {
+        tracing::error!(path = %token_file.display(), error = %e, "cannot write the attempt's credentials token");
+    }
+    settings.keys = None;
+    settings.container = Some(qm_storage::ContainerCredentials {
+        url: role.url.clone(),
+        token_file,
+    });
+    settings
+}
+
 /// Where `launch`'s outcome is written.
 fn outcome_path(launch: &Launch) -> PathBuf {
     outcome_file(
@@ -669,6 +694,10 @@ async fn run_attempt(job: Job, path: PathBuf) {
         .storage
         .clone()
         .filter(|_| transfers)
+        .map(|s| match &spec.credentials {
+            Some(role) => as_role(s, role, &path),
+            None => s,
+        })
         .map(|s| Arc::new(Storage::new(s)));
     let reports = events.clone();
     let report: Reporter = Arc::new(move |r| {
