@@ -518,22 +518,25 @@ impl Group {
         }
     }
 
-    /// Writes every limit, and the device rules (v1) if `devices`.
+    /// Writes every limit that differs from what the group holds (a group taken again mostly
+    /// holds them already, and a CFS quota write costs the kernel a pass over every CPU), and
+    /// the device rules (v1) if `devices`.
     fn limit(&self, limits: &Limits, devices: bool) -> io::Result<()> {
-        let memory = limits.memory_bytes.to_string();
+        // The kernel keeps memory limits in whole pages, and reads them back so.
+        let memory = (limits.memory_bytes & !(PAGE - 1)).to_string();
         let quota = (limits.cpu_millis > 0).then(|| limits.cpu_millis * CPU_PERIOD_US / 1000);
         match &self.hierarchy {
             Hierarchy::V2 { dir } => {
                 let dir = dir.join(&self.name);
-                write(&dir.join("memory.max"), &memory)?;
-                write(&dir.join("memory.swap.max"), "0")?;
+                update(&dir.join("memory.max"), &memory)?;
+                update(&dir.join("memory.swap.max"), "0")?;
                 let cpu = match quota {
                     Some(q) => format!("{q} {CPU_PERIOD_US}"),
                     None => format!("max {CPU_PERIOD_US}"),
                 };
-                write(&dir.join("cpu.max"), &cpu)?;
+                update(&dir.join("cpu.max"), &cpu)?;
                 // No device rules: see `devices`.
-                write(&dir.join("pids.max"), &limits.pids.to_string())
+                update(&dir.join("pids.max"), &limits.pids.to_string())
             }
             Hierarchy::V1 { dirs } => {
                 let memory_dir = dirs.memory.join(&self.name);
@@ -543,18 +546,18 @@ impl Group {
                 // goes first; raised (a reload gave the instance more), the kernel refuses
                 // memory above memsw, so memsw goes first.
                 if !memsw.exists() {
-                    write(&limit, &memory)?;
-                } else if write(&limit, &memory).is_ok() {
-                    write(&memsw, &memory)?;
+                    update(&limit, &memory)?;
+                } else if update(&limit, &memory).is_ok() {
+                    update(&memsw, &memory)?;
                 } else {
-                    write(&memsw, &memory)?;
-                    write(&limit, &memory)?;
+                    update(&memsw, &memory)?;
+                    update(&limit, &memory)?;
                 }
                 let cpu = dirs.cpu.join(&self.name);
-                write(&cpu.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                update(&cpu.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
                 let quota = quota.map_or_else(|| "-1".to_string(), |q| q.to_string());
-                write(&cpu.join("cpu.cfs_quota_us"), &quota)?;
-                write(
+                update(&cpu.join("cpu.cfs_quota_us"), &quota)?;
+                update(
                     &dirs.pids.join(&self.name).join("pids.max"),
                     &limits.pids.to_string(),
                 )?;
@@ -590,24 +593,31 @@ impl Group {
         }
     }
 
-    /// The pids in the group and in any group below it (podman's).
+    /// The pids in the group and in any group below it (podman's), this process aside (see
+    /// [`not_ours`]).
     pub fn procs(&self) -> Vec<u32> {
         let mut pids = Vec::new();
         let first = self.dirs().into_iter().next();
         if let Some(dir) = first {
             collect_procs(&dir, &mut pids);
         }
+        pids.retain(|&p| not_ours(p));
         pids.sort_unstable();
         pids.dedup();
         pids
     }
 
-    /// Whether no process is in the group itself (one read: what a host leaves behind is in its
-    /// group, not below it, but for podman's containers, which podman removes).
+    /// Whether no process but this one is in the group itself (one read: what a host leaves
+    /// behind is in its group, not below it, but for podman's containers, which podman
+    /// removes).
     pub fn is_vacant(&self) -> bool {
         let dir = self.dirs().into_iter().next();
         dir.is_none_or(|d| {
-            fs::read_to_string(d.join("cgroup.procs")).map_or(true, |t| t.trim().is_empty())
+            fs::read_to_string(d.join("cgroup.procs")).map_or(true, |t| {
+                !t.lines()
+                    .filter_map(|l| l.trim().parse::<u32>().ok())
+                    .any(not_ours)
+            })
         })
     }
 
@@ -617,6 +627,7 @@ impl Group {
     pub fn kill(&self) -> io::Result<()> {
         match &self.hierarchy {
             Hierarchy::V2 { dir } => write(&dir.join(&self.name).join("cgroup.kill"), "1"),
+            Hierarchy::V1 { .. } if self.procs().is_empty() => Ok(()),
             Hierarchy::V1 { dirs } => {
                 let freezer = dirs.freezer.join(&self.name);
                 let state = freezer.join("freezer.state");
@@ -678,6 +689,24 @@ fn write(path: &Path, value: &str) -> io::Result<()> {
         .map_err(|e| at(path, e))
 }
 
+/// [`write`]s `value` unless `path` holds it already (its last line: a fake tree's file keeps
+/// every value written).
+fn update(path: &Path, value: &str) -> io::Result<()> {
+    let held = fs::read_to_string(path).ok();
+    if held
+        .as_deref()
+        .and_then(|t| t.lines().last())
+        .map(str::trim)
+        == Some(value)
+    {
+        return Ok(());
+    }
+    write(path, value)
+}
+
+/// The kernel's page size for memory limits (4 KiB on every architecture GPUs come with).
+const PAGE: u64 = 4096;
+
 /// An error that names the file it is about.
 fn at(path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
@@ -690,6 +719,14 @@ fn read_key(path: &Path, key: &str) -> Option<u64> {
         let (k, v) = line.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
     })
+}
+
+/// Whether `pid` is not this process. Under v1 a supervisor's spawning thread joins the
+/// host's group to start the job there and exits at once, but the kernel lists a thread by its
+/// process's id until the thread is gone: the supervisor would otherwise find its own pid in
+/// the group it is vacating, and SIGKILL itself (losing the attempt it was about to report).
+fn not_ours(pid: u32) -> bool {
+    pid != std::process::id()
 }
 
 /// The pids of `dir`'s `cgroup.procs` and of every group below it.

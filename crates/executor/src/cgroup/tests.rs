@@ -211,9 +211,34 @@ fn a_v2_kill_writes_cgroup_kill_and_a_v1_kill_freezes_then_thaws() {
     Group::named(&h2, "g").kill().unwrap();
     assert_eq!(read(root.path().join("v2/qm-k/g/cgroup.kill")), "1\n");
     let h1 = fake_v1(&root.path().join("v1"), "g");
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let procs = root.path().join("v1/memory/qm-k/g/cgroup.procs");
+    fs::write(&procs, format!("{}\n", sleeper.id())).unwrap();
     Group::named(&h1, "g").kill().unwrap();
     let state = root.path().join("v1/freezer/qm-k/g/freezer.state");
     assert_eq!(read(state), "FROZEN\nTHAWED\n");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(sleeper.wait().unwrap().signal(), Some(9));
+}
+
+#[test]
+fn a_v1_group_that_lists_only_its_supervisor_is_vacant_and_never_killed() {
+    // The supervisor's spawning thread, on its way out, still shows as the process's id.
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    let procs = root.path().join("memory/qm-k/g/cgroup.procs");
+    fs::write(&procs, format!("{}\n", std::process::id())).unwrap();
+    let g = Group::named(&h, "g");
+    assert!(g.is_vacant());
+    assert!(g.procs().is_empty());
+    g.kill().unwrap();
+    // Nothing to freeze: this test process lives on.
+    assert_eq!(read(root.path().join("freezer/qm-k/g/freezer.state")), "");
+    fs::write(&procs, format!("{}\n1234567\n", std::process::id())).unwrap();
+    assert!(!g.is_vacant());
 }
 
 #[test]
@@ -595,4 +620,24 @@ fn a_v2_group_taken_again_whose_peak_cannot_be_reset_reports_no_peak() {
     // An older kernel's peak is the group's since it was made: another attempt's, maybe.
     fs::write(g.join("memory.peak"), "4096\n").unwrap();
     assert_eq!(group.usage().peak_memory_bytes, None);
+}
+
+#[test]
+fn a_group_taken_again_with_the_same_limits_is_not_written_again() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    Group::take(&h, "g", &limits(vec![])).unwrap();
+    Group::take(&h, "g", &limits(vec![])).unwrap();
+    let quota = root.path().join("cpu/qm-k/g/cpu.cfs_quota_us");
+    assert_eq!(read(quota.clone()), "150000\n");
+    let memory = root.path().join("memory/qm-k/g/memory.limit_in_bytes");
+    assert_eq!(read(memory.clone()), "2147483648\n");
+    // A reload that changed the instance's share: written.
+    let mut more = limits(vec![]);
+    more.cpu_millis = 2000;
+    more.memory_bytes = (3 << 30) + 100;
+    Group::take(&h, "g", &more).unwrap();
+    assert_eq!(read(quota), "150000\n200000\n");
+    // In whole pages, as the kernel keeps it.
+    assert_eq!(read(memory), "2147483648\n3221225472\n");
 }
