@@ -42,17 +42,19 @@ def moto(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(start_server, moto):
-    config = config_toml() + f'[credentials]\nsource = "assume_role"\nsts_endpoint = "{moto.url}"\n'
+    config = config_toml() + (f'[credentials]\nsource = "assume_role"\nsts_endpoint = "{moto.url}"\n'
+                              '[credentials.shares]\n"A" = ["arn:aws:iam::*:role/team-a"]\n')
     s = start_server(config=config, name="credentials", env=moto.server_env())
     yield s
     s.close()
 
 
-def submit(batch, q, name: str, script: str, env: dict, channels: dict | None = None) -> str:
+def submit(batch, q, name: str, script: str, env: dict, channels: dict | None = None,
+           share: str = "A") -> str:
     p = payload(script, env=env, name=name, channels=channels)
     p["RoleArn"] = ROLE
     return batch.submit_service_job(
-        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING", quotaShareName="A",
+        jobName=name, jobQueue=q.name, serviceJobType="SAGEMAKER_TRAINING", quotaShareName=share,
         serviceRequestPayload=json.dumps(p))["jobId"]
 
 
@@ -82,7 +84,8 @@ def test_a_job_s_sdk_finds_its_own_role_s_credentials_and_reads_s3_with_them(ser
 
 def test_the_endpoint_answers_an_attempt_s_own_token_only_while_it_runs(server, moto, tmp_path):
     batch = server.client()
-    q = make_queue(batch, "role-token", [ShareSpec("A", "RESERVE", 1)], env_max=1)
+    q = make_queue(batch, "role-token", [ShareSpec("A", "RESERVE", 1), ShareSpec("B", "RESERVE", 1)],
+                   env_max=2)
     job = submit(batch, q, "role-holder", "sleep_forever.py", {})
     wait_status(batch, job, "RUNNING")
     environ = job_environment(server, job)
@@ -104,8 +107,15 @@ def test_the_endpoint_answers_an_attempt_s_own_token_only_while_it_runs(server, 
     for u, t in [(url, None), (url, token[:-1] + "0"), (other, token)]:
         status, body = get(u, t)
         assert status == 403, (u, status, body)
-    batch.terminate_service_job(jobId=job, reason="done")
-    wait_status(batch, job, "FAILED")
+    # Share B may not act as team-a: anyone who may submit could otherwise name any role.
+    other_job = submit(batch, q, "role-thief", "sleep_forever.py", {}, share="B")
+    wait_status(batch, other_job, "RUNNING")
+    theirs = job_environment(server, other_job)
+    status, body = get(theirs["AWS_CONTAINER_CREDENTIALS_FULL_URI"], theirs["AWS_CONTAINER_AUTHORIZATION_TOKEN"])
+    assert status == 403 and "may not act as" in body.get("message", ""), body
+    for j in (job, other_job):
+        batch.terminate_service_job(jobId=j, reason="done")
+        wait_status(batch, j, "FAILED")
     status, body = get(url, token)
     assert status == 403 and "holds no capacity" in body.get("message", ""), body
 

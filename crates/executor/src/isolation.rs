@@ -219,12 +219,10 @@ pub fn reachable_work_dir(data_dir: &Path, configured: Option<&Path>) -> Result<
 /// Makes `dir` (its parents too when `parents`) if it is missing, and checks that it is a
 /// real directory of this user that no one else may write to, then opens it to traversal.
 fn make_own_dir(dir: &Path, parents: bool) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    let made = fs::DirBuilder::new()
-        .recursive(parents)
-        .mode(0o711)
-        .create(dir);
-    if let Err(e) = made {
+    if parents {
+        make_parents(dir)?;
+    }
+    if let Err(e) = fs::create_dir(dir) {
         if e.kind() != io::ErrorKind::AlreadyExists {
             return Err(format!("cannot make '{}': {e}", dir.display()));
         }
@@ -241,6 +239,35 @@ fn make_own_dir(dir: &Path, parents: bool) -> Result<(), String> {
         ));
     }
     set_mode(dir, 0o711).map_err(|e| format!("cannot set the mode of '{}': {e}", dir.display()))
+}
+
+/// Makes the missing directories above `dir` (0711: the server's umask would close them to
+/// the job uids) and checks every one above it: another user who owns one, or may write to
+/// one that is not sticky (`/tmp` is), could swap what lies below for links of their own.
+fn make_parents(dir: &Path) -> Result<(), String> {
+    let me = nix::unistd::geteuid().as_raw();
+    let mut above: Vec<&Path> = dir.ancestors().skip(1).collect();
+    above.reverse();
+    for parent in above {
+        if fs::symlink_metadata(parent).is_err() {
+            fs::create_dir(parent)
+                .and_then(|()| set_mode(parent, 0o711))
+                .map_err(|e| format!("cannot make '{}': {e}", parent.display()))?;
+        }
+        let meta = fs::symlink_metadata(parent)
+            .map_err(|e| format!("cannot read '{}': {e}", parent.display()))?;
+        let sticky = meta.mode() & 0o1000 != 0;
+        let owner_ok = meta.uid() == 0 || meta.uid() == me;
+        if !meta.is_dir() || !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!(
+                "'{}' (owner {}, mode {:o}) is not a directory that only root or this server's user may change: choose a work_dir below directories they own",
+                parent.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that attempts can run under `range` (see [`why_not`]; one uid per instance at
@@ -467,6 +494,27 @@ mod tests {
         } else {
             assert!(err.contains("not run as root"), "{err}");
         }
+    }
+
+    #[test]
+    fn missing_parents_of_a_work_dir_are_made_open_to_traversal_whatever_the_umask() {
+        // Made 0711 explicitly: the server's umask (077) would close them, the tests' (022)
+        // open them to listing; neither may decide.
+        let top = tempfile::tempdir().unwrap();
+        set_mode(top.path(), 0o711).unwrap();
+        make_own_dir(&top.path().join("a/b/work"), true).unwrap();
+        for d in ["a", "a/b", "a/b/work"] {
+            let mode = fs::metadata(top.path().join(d)).unwrap().mode() & 0o777;
+            assert_eq!(mode, 0o711, "{d}");
+        }
+    }
+
+    #[test]
+    fn a_work_dir_below_a_directory_others_may_write_to_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        set_mode(top.path(), 0o777).unwrap();
+        let err = make_own_dir(&top.path().join("work"), true).unwrap_err();
+        assert!(err.contains("only root or this server's user"), "{err}");
     }
 
     #[test]

@@ -597,6 +597,8 @@ pub struct AttemptRole {
     pub job_id: String,
     /// The job's SageMaker name (the STS session is named after it).
     pub job_name: String,
+    /// The job's quota share, whose allowed roles bound the job's.
+    pub share: String,
 }
 
 /// Where an attempt's logs are.

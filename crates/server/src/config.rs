@@ -77,6 +77,11 @@ pub struct CredentialsSection {
     /// Role ARN to profile name, for `profiles`.
     #[serde(default)]
     pub roles: std::collections::BTreeMap<String, String>,
+    /// Quota share to the role ARNs (`*` matches any run of characters) its jobs may act as;
+    /// `"*"` as a share name applies to every share. A role no entry allows gets nothing:
+    /// anyone who may submit could otherwise name any role the server can assume.
+    #[serde(default)]
+    pub shares: std::collections::BTreeMap<String, Vec<String>>,
     /// `block` (default): attempts under their own uids cannot reach the instance metadata
     /// service (169.254.169.254), which would answer with the machine's role; `allow`.
     pub metadata: Option<String>,
@@ -727,13 +732,14 @@ fn resolve_credentials(
                 return Err(bad("sts_endpoint", format!("'{endpoint}' is not a URL; write it as http(s)://HOST[:PORT]")));
             }
             let duration_seconds = c.duration_seconds.unwrap_or(3_600);
-            if !(900..=43_200).contains(&duration_seconds) {
-                return Err(bad("duration_seconds", format!("is {duration_seconds}; STS takes 900 to 43200")));
+            if !(1_800..=43_200).contains(&duration_seconds) {
+                return Err(bad("duration_seconds", format!("is {duration_seconds}; give 1800 to 43200 (credentials are assumed again 15 minutes before they expire)")));
             }
             Ok(Some(Source::AssumeRole {
                 endpoint,
                 region,
                 duration_seconds,
+                shares: shares(c)?,
             }))
         }
         Some("profiles") => {
@@ -749,6 +755,7 @@ fn resolve_credentials(
             Ok(Some(Source::Profiles {
                 file,
                 roles: c.roles.clone(),
+                shares: shares(c)?,
             }))
         }
         Some(other) => Err(bad(
@@ -756,6 +763,18 @@ fn resolve_credentials(
             format!("'{other}' is not a source; use \"assume_role\" (STS AssumeRole of the job's RoleArn) or \"profiles\" (a profile per role ARN)"),
         )),
     }
+}
+
+/// `[credentials.shares]`, which must allow something.
+fn shares(
+    c: &CredentialsSection,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, ServerError> {
+    if c.shares.values().all(Vec::is_empty) {
+        return Err(ServerError::Config(
+            "credentials.shares: is empty; say which roles each quota share's jobs may act as, e.g. \"team-a\" = [\"arn:aws:iam::123456789012:role/team-a\"] (\"*\" as a share name: every share)".into(),
+        ));
+    }
+    Ok(c.shares.clone())
 }
 
 fn resolve_storage(

@@ -42,6 +42,8 @@ pub enum Source {
         region: String,
         /// `DurationSeconds` (900 to 43,200).
         duration_seconds: u32,
+        /// Which roles each share's jobs may act as.
+        shares: BTreeMap<String, Vec<String>>,
     },
     /// Role ARN to a profile of `file`.
     Profiles {
@@ -49,6 +51,8 @@ pub enum Source {
         file: PathBuf,
         /// Role ARN to profile name.
         roles: BTreeMap<String, String>,
+        /// Which roles each share's jobs may act as.
+        shares: BTreeMap<String, Vec<String>>,
     },
 }
 
@@ -98,7 +102,8 @@ impl Broker {
     ) -> Result<Broker, String> {
         let ip = listen.ip();
         let host = match ip {
-            std::net::IpAddr::V4(v4) if v4.is_unspecified() || v4.is_loopback() => "127.0.0.1".to_string(),
+            std::net::IpAddr::V4(v4) if v4.is_unspecified() => "127.0.0.1".to_string(),
+            std::net::IpAddr::V4(v4) if v4.is_loopback() => v4.to_string(),
             std::net::IpAddr::V6(v6) if v6.is_unspecified() || v6.is_loopback() => "[::1]".to_string(),
             other => return Err(format!(
                 "jobs fetch their credentials from this server over plain HTTP on loopback, as the AWS SDKs allow, but it listens on {other} only: listen on 0.0.0.0 or 127.0.0.1 as well"
@@ -128,7 +133,7 @@ impl Broker {
                 "credentials: each attempt gets its job's RoleArn, assumed with STS at {endpoint}, through {}<attempt> (AWS_CONTAINER_CREDENTIALS_FULL_URI); its transfers use it too",
                 self.base
             ),
-            Source::Profiles { file, roles } => format!(
+            Source::Profiles { file, roles, .. } => format!(
                 "credentials: each attempt gets the profile of {} its job's RoleArn maps to ({} role(s)), through {}<attempt>; its transfers use it too",
                 file.display(),
                 roles.len(),
@@ -153,6 +158,18 @@ impl Broker {
             .is_some_and(|tag| ring::hmac::verify(&self.key, &attempt.to_be_bytes(), &tag).is_ok())
     }
 
+    /// Whether jobs of `share` may act as `role` (`[credentials.shares]`).
+    pub fn allows(&self, share: &str, role: &str) -> bool {
+        let shares = match &self.source {
+            Source::AssumeRole { shares, .. } | Source::Profiles { shares, .. } => shares,
+        };
+        [share, "*"]
+            .iter()
+            .filter_map(|s| shares.get(*s))
+            .flatten()
+            .any(|pattern| qm_core::glob::matches(pattern, role))
+    }
+
     /// Credentials of `role` for the job `job_id` (named `job_name`), cached while more than
     /// [`REFRESH_BEFORE`] is left of them.
     pub async fn issue(
@@ -164,11 +181,17 @@ impl Broker {
     ) -> Result<Issued, ServerError> {
         let key = (role.to_string(), job_id.to_string());
         let fresh = |i: &Issued| i.expiration_ms - now_ms > REFRESH_BEFORE.as_millis() as i64;
-        if let Some(i) = self.cache.lock().await.get(&key).filter(|i| fresh(i)) {
-            return Ok(i.clone());
+        {
+            let mut cache = self.cache.lock().await;
+            if let Some(i) = cache.get(&key).filter(|i| fresh(i)) {
+                return Ok(i.clone());
+            }
+            // What ended jobs were issued goes as it expires: the cache holds at most one
+            // lifetime of credentials per role and job, however long the server runs.
+            cache.retain(|_, i| i.expiration_ms > now_ms);
         }
         let issued = match &self.source {
-            Source::Profiles { file, roles } => {
+            Source::Profiles { file, roles, .. } => {
                 let profile = roles
                     .get(role)
                     .ok_or_else(|| ServerError::Credentials(format!(
@@ -190,6 +213,7 @@ impl Broker {
                 endpoint,
                 region,
                 duration_seconds,
+                ..
             } => {
                 self.assume_role(
                     endpoint,
@@ -215,14 +239,6 @@ impl Broker {
             role_arn: role,
         })
         .unwrap_or_default()
-    }
-
-    /// Forgets what was issued for jobs no longer in `live` (job ids).
-    pub async fn retain(&self, live: &std::collections::BTreeSet<String>) {
-        self.cache
-            .lock()
-            .await
-            .retain(|(_, job), _| live.contains(job));
     }
 
     /// STS `AssumeRole`, signed with the server's keys.
@@ -336,9 +352,15 @@ pub fn fence_metadata(uids: qm_executor::JobUids) -> Result<String, String> {
     let v4 = ensure_rule("iptables", &rule("169.254.169.254/32"));
     match v4 {
         Ok(()) => {
-            // IPv6 may be off on the machine: then no job reaches the v6 address either.
+            // IPv6 may be off on the machine (then no job reaches the v6 address either): a
+            // failed rule matters only where a metadata service answers there.
             if let Err(e) = ensure_rule("ip6tables", &rule("fd00:ec2::254/128")) {
-                tracing::warn!("ip6tables: {e}; jobs may reach {METADATA_V6} if IPv6 works here");
+                if answers(&format!("[{METADATA_V6}]:80")) {
+                    return Err(format!(
+                        "a metadata service answers at {METADATA_V6} and jobs cannot be kept from it (ip6tables: {e}): make ip6tables work here, or set [credentials] metadata = \"allow\""
+                    ));
+                }
+                tracing::warn!("ip6tables: {e}; no metadata service answers at {METADATA_V6} here");
             }
             Ok(format!("metadata: attempts under uids {owner} cannot reach {METADATA_V4} (an iptables REJECT rule by uid owner); [credentials] metadata = \"allow\" lets them"))
         }
@@ -348,17 +370,21 @@ pub fn fence_metadata(uids: qm_executor::JobUids) -> Result<String, String> {
                 std::io::ErrorKind::NotFound => "iptables is not installed".to_string(),
                 _ => format!("iptables: {e}"),
             };
-            let addr: SocketAddr = format!("{METADATA_V4}:80")
-                .parse()
-                .expect("a literal address");
-            match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
-                Ok(_) => Err(format!(
+            if answers(&format!("{METADATA_V4}:80")) {
+                Err(format!(
                     "a metadata service answers at {METADATA_V4}, which would hand jobs this machine's role, and jobs cannot be kept from it ({why}): install iptables and run the server where it may add firewall rules (CAP_NET_ADMIN), or set [credentials] metadata = \"allow\""
-                )),
-                Err(_) => Ok(format!("metadata: no service answers at {METADATA_V4} here; none is fenced should one appear ({why})")),
+                ))
+            } else {
+                Ok(format!("metadata: no service answers at {METADATA_V4} here; none is fenced should one appear ({why})"))
             }
         }
     }
+}
+
+/// Whether something accepts a TCP connection at `addr` (`host:port`) within 300 ms.
+fn answers(addr: &str) -> bool {
+    addr.parse::<SocketAddr>()
+        .is_ok_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
 }
 
 /// Adds `rule` with `program` (`iptables`, `ip6tables`) unless it is there.
@@ -471,6 +497,7 @@ mod tests {
             Source::Profiles {
                 file: PathBuf::from("/nonexistent"),
                 roles: BTreeMap::new(),
+                shares: BTreeMap::new(),
             },
             b"0123456789abcdef0123456789abcdef",
             listen.parse().unwrap(),
@@ -492,6 +519,7 @@ mod tests {
             Source::Profiles {
                 file: PathBuf::new(),
                 roles: BTreeMap::new(),
+                shares: BTreeMap::new(),
             },
             b"another key, another data dir!!!",
             "127.0.0.1:7611".parse().unwrap(),
@@ -555,7 +583,20 @@ mod tests {
         let roles = BTreeMap::from([("arn:aws:iam::1:role/a".to_string(), "team-a".to_string())]);
         let storage = qm_storage::Settings::resolve(&Default::default(), &BTreeMap::new());
         let b = Broker::new(
-            Source::Profiles { file, roles },
+            Source::Profiles {
+                file,
+                roles,
+                shares: BTreeMap::from([
+                    (
+                        "team-a".to_string(),
+                        vec!["arn:aws:iam::1:role/a".to_string()],
+                    ),
+                    (
+                        "*".to_string(),
+                        vec!["arn:aws:iam::1:role/shared-*".to_string()],
+                    ),
+                ]),
+            },
             b"k",
             "127.0.0.1:1".parse().unwrap(),
             &storage,
@@ -563,6 +604,18 @@ mod tests {
         .unwrap();
         let i = b.issue("arn:aws:iam::1:role/a", "j", "n", 0).await.unwrap();
         assert_eq!(i.keys.access_key_id, "AKIATEAMA");
+        // A share acts only as the roles it is allowed, exactly or by pattern.
+        assert!(b.allows("team-a", "arn:aws:iam::1:role/a"));
+        assert!(!b.allows("team-b", "arn:aws:iam::1:role/a"));
+        assert!(b.allows("team-b", "arn:aws:iam::1:role/shared-data"));
+        assert!(!b.allows("team-a", "arn:aws:iam::1:role/admin"));
+        // Cached per role and job; an expired entry goes with the next issue.
+        b.issue("arn:aws:iam::1:role/a", "k", "n", 0).await.unwrap();
+        assert_eq!(b.cache.lock().await.len(), 2);
+        b.issue("arn:aws:iam::1:role/a", "k", "n", 7_200_000)
+            .await
+            .unwrap();
+        assert_eq!(b.cache.lock().await.len(), 1);
         let err = b
             .issue("arn:aws:iam::1:role/b", "j", "n", 0)
             .await

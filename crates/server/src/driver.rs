@@ -1049,7 +1049,10 @@ fn exit_record(outcome: Outcome) -> ExitRecord {
 /// The executor's spec of launch `l`; with `credentials`, the attempt gets its job's role
 /// from the server's endpoint.
 fn launch_spec(l: Launch, credentials: Option<&crate::credentials::Broker>) -> LaunchSpec {
-    let credentials = credentials.map(|b| b.for_attempt(l.attempt));
+    // A job that names no role keeps the server's storage for its transfers, as before.
+    let credentials = credentials
+        .filter(|_| l.payload.role_arn.is_some())
+        .map(|b| b.for_attempt(l.attempt));
     let runtime = match (l.payload.max_runtime_seconds, l.attempt_duration_seconds) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

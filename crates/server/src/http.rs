@@ -535,6 +535,12 @@ async fn role_credentials(
     let arn = role
         .role_arn
         .ok_or_else(|| denied("the job names no RoleArn, so it has no role to act as"))?;
+    if !broker.allows(&role.share, &arn) {
+        return Err(denied(&format!(
+            "jobs of quota share '{}' may not act as {arn}: an admin allows it in [credentials.shares]",
+            role.share
+        )));
+    }
     let issued = broker
         .issue(
             &arn,

@@ -203,6 +203,14 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         None => local_executor(&config, events_tx.clone())?,
         Some(settings) => slurm_executor(&config, settings, &mut log, events_tx.clone())?,
     };
+    if config.slurm.is_none() {
+        pin_work_dir(
+            &mut log,
+            &config,
+            &found.work_dir,
+            state.live_attempts().len(),
+        )?;
+    }
 
     let addr = listener
         .local_addr()
@@ -450,6 +458,35 @@ fn job_isolation(
     }
 }
 
+/// Keeps where job directories are while attempts run there: a moved work dir (a new
+/// `[executor] work_dir`, or an upgrade that moves a closed data dir's jobs to
+/// `/var/lib/qm-jobs`) would leave their supervisors unfound and run their jobs twice. Earlier
+/// releases kept job directories in the data dir.
+fn pin_work_dir(
+    log: &mut SqliteLog,
+    config: &Config,
+    work_dir: &std::path::Path,
+    live: usize,
+) -> Result<(), ServerError> {
+    const KEY: &str = "executor.work_dir";
+    let canonical = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let new = canonical(work_dir);
+    let old = log
+        .meta(KEY)?
+        .unwrap_or_else(|| canonical(&config.data_dir));
+    if old != new && live > 0 {
+        return Err(ServerError::Config(format!(
+            "executor.work_dir: job directories would move from {old} to {new} while {live} attempt(s) run there, whose supervisors would then not be found and whose jobs would run twice. Until they end, set [executor] work_dir = \"{old}\" (with isolation = \"none\" if job uids cannot reach it), or stop them first (`qm drain --requeue`, then restart)"
+        )));
+    }
+    Ok(log.set_meta(KEY, &new)?)
+}
+
 /// The broker of attempts' credentials, where `[credentials]` asks for one (`credentials.rs`).
 fn role_broker(
     config: &Config,
@@ -467,6 +504,12 @@ fn role_broker(
     }
     let secret = credentials_key(&config.data_dir)?;
     let settings = storage(config).settings().clone();
+    if matches!(source, credentials::Source::AssumeRole { .. }) && settings.keys.is_none() {
+        return Err(refuse(format!(
+            "source = \"assume_role\" signs STS AssumeRole with the server's own keys, and it has none ({}): give it a profile ([storage] profile) or AWS_ACCESS_KEY_ID",
+            settings.keys_from
+        )));
+    }
     credentials::Broker::new(source.clone(), &secret, addr, &settings)
         .map(|b| Some(std::sync::Arc::new(b)))
         .map_err(refuse)
@@ -483,8 +526,13 @@ fn credentials_key(data_dir: &std::path::Path) -> Result<Vec<u8>, ServerError> {
             path.display()
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Written whole or not at all: a crash midway must not leave a short key.
             let key = auth::random_bytes(32);
-            std::fs::write(&path, &key).map_err(|source| ServerError::Io {
+            let tmp = path.with_extension("key.tmp");
+            let written = std::fs::write(&tmp, &key)
+                .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            written.map_err(|source| ServerError::Io {
                 context: format!("writing {}", path.display()),
                 source,
             })?;

@@ -1028,7 +1028,13 @@ impl State {
     /// Whose role attempt `attempt` acts as, while it holds capacity.
     pub fn attempt_role(&self, attempt: u64) -> Option<crate::command::AttemptRole> {
         let (launch, _) = self.live_launch(attempt)?;
+        let share = self
+            .jobs
+            .get(self.attempt_job.get(&attempt)?)?
+            .share
+            .clone();
         Some(crate::command::AttemptRole {
+            share,
             role_arn: launch.payload.role_arn,
             job_id: launch.job_id,
             job_name: launch.payload.training_job_name.unwrap_or(launch.job_name),
