@@ -16,18 +16,13 @@ from qm_e2e import (ShareSpec, config_toml, events, make_queue, pid_alive, wait_
 # Jobs run as the server's user here: these job programs are this checkout's Python scripts,
 # which per-attempt uids may not read (the venv's interpreter may live under /root). Isolated
 # attempts outliving the server are tested with /bin/sh jobs in test_isolation.py.
-ISOLATION = ["none"]
+def config(count: int = 3, grace: int = 2) -> str:
+    return config_toml(count=count, grace=grace, isolation="none")
 
 
-def config(isolation: str, count: int = 3, grace: int = 2) -> str:
-    return config_toml(count=count, grace=grace, isolation=isolation)
-
-
-@pytest.fixture(params=ISOLATION, ids=["server-uid"])
-def server(request, start_server):
-    if request.param == "auto" and os.geteuid() != 0:
-        pytest.skip("per-attempt uids need root")
-    s = start_server(config=config(request.param), name="supervise")
+@pytest.fixture
+def server(start_server):
+    s = start_server(config=config(), name="supervise")
     yield s
     s.close()
 

@@ -43,9 +43,43 @@ pub fn utc(ms: i64) -> String {
     )
 }
 
+/// What [`utc`] writes, back to epoch milliseconds; fractions of a second are kept to the
+/// millisecond (`2026-12-07T06:42:01.500Z`, as STS writes its expirations).
+pub fn parse_utc(text: &str) -> Option<i64> {
+    let (date, time) = text.trim().strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.splitn(3, '-');
+    let y: i64 = d.next()?.parse().ok()?;
+    let m: u32 = d.next()?.parse().ok()?;
+    let day: u32 = d.next()?.parse().ok()?;
+    let mut t = time.splitn(3, ':');
+    let h: i64 = t.next()?.parse().ok()?;
+    let min: i64 = t.next()?.parse().ok()?;
+    let seconds = t.next()?;
+    let (sec, frac) = seconds.split_once('.').unwrap_or((seconds, ""));
+    let sec: i64 = sec.parse().ok()?;
+    let ms: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
+    let days = days_from_civil(y, m, day);
+    Some((days * 86_400 + h * 3_600 + min * 60 + sec) * 1000 + ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_utc_reads_back_what_utc_writes_and_fractions_to_the_millisecond() {
+        let ms = 1_796_625_589_000;
+        assert_eq!(parse_utc(&utc(ms)), Some(ms));
+        assert_eq!(
+            parse_utc("2026-12-07T06:42:01.500Z").map(|t| t % 1000),
+            Some(500)
+        );
+        assert_eq!(
+            parse_utc("2026-12-07T06:42:01.5Z").map(|t| t % 1000),
+            Some(500)
+        );
+        assert_eq!(parse_utc("2026-12-07 06:42:01"), None);
+    }
 
     #[test]
     fn days_map_to_calendar_dates() {

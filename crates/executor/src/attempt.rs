@@ -98,10 +98,7 @@ pub(crate) async fn supervise(
     } = placement;
     if groups.is_empty() {
         // From a server that named none.
-        groups = instances
-            .iter()
-            .map(|&i| crate::cgroup::instance_group(i))
-            .collect();
+        groups = crate::cgroup::instance_groups(&instances);
     }
     let mut supervisor = Supervisor {
         ctx,

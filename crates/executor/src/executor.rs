@@ -746,18 +746,17 @@ impl LocalExecutor {
             // At start (`gone` is None only there), every group no live attempt runs in goes;
             // later, only those of the attempt whose supervisor died: other instances' groups
             // may be taken by attempts being launched meanwhile.
-            let groups = match gone {
-                None => Err(self.live_names(None, |_, slot| slot.groups.clone())),
-                Some(a) => Ok(self
-                    .inner
-                    .state()
-                    .attempts
-                    .get(&a)
-                    .map(|s| s.groups.clone())),
-            };
-            let sweep = move || match groups {
-                Err(keep) => crate::cgroup::sweep(&hierarchy, &keep),
-                Ok(gone) => crate::cgroup::discard(&hierarchy, gone.unwrap_or_default()),
+            let sweep: Box<dyn FnOnce() -> Vec<String> + Send> = match gone {
+                None => {
+                    let keep = self.live_names(None, |_, slot| slot.groups.clone());
+                    Box::new(move || crate::cgroup::sweep(&hierarchy, &keep))
+                }
+                Some(a) => {
+                    let state = self.inner.state();
+                    let dead = state.attempts.get(&a).map(|s| s.groups.clone());
+                    drop(state);
+                    Box::new(move || crate::cgroup::discard(&hierarchy, dead.unwrap_or_default()))
+                }
             };
             let left = tokio::task::spawn_blocking(sweep).await.unwrap_or_default();
             for group in left {
@@ -929,9 +928,8 @@ impl Inner {
         ))
     }
 
-    /// The settings a new attempt runs under (one reading: a reload meanwhile gives it the
-    /// old settings or the new, never a mix).
-    /// What an attempt on `instance_type` runs with.
+    /// What an attempt on `instance_type` runs with (one reading: a reload meanwhile gives it
+    /// the old settings or the new, never a mix).
     fn settings(&self, instance_type: &str) -> Settings {
         let cfg = self.cfg();
         let confinement = cfg.confinement.as_ref().map(|hierarchy| {
@@ -1572,11 +1570,7 @@ impl Inner {
         let mut groups = p.groups.clone();
         if groups.is_empty() && self.cfg().confinement.is_some() {
             // Named after the instances it was launched on, as its supervisor did.
-            groups = p
-                .instances
-                .iter()
-                .map(|&i| crate::cgroup::instance_group(i))
-                .collect();
+            groups = crate::cgroup::instance_groups(&p.instances);
         }
         let retire_groups = held != p.instances;
         let placed = Placement {

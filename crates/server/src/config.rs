@@ -68,7 +68,7 @@ pub struct CredentialsSection {
     /// STS's endpoint (default `AWS_ENDPOINT_URL_STS`, `AWS_ENDPOINT_URL`, else AWS's
     /// regional one).
     pub sts_endpoint: Option<String>,
-    /// How long assumed credentials last (900 to 43,200 seconds, default 3,600); they are
+    /// How long assumed credentials last (1,800 to 43,200 seconds, default 3,600); they are
     /// assumed again 15 minutes before they expire.
     pub duration_seconds: Option<u32>,
     /// The shared credentials file of `profiles` (default the server's:
@@ -382,7 +382,7 @@ pub struct Config {
     /// `[executor] confinement`.
     pub confinement: Confinement,
     /// `[credentials]`: where attempts' credentials come from; `None`: they get none.
-    pub credentials: Option<crate::credentials::Source>,
+    pub credentials: Option<crate::credentials::Settings>,
     /// `[credentials] metadata = "allow"`: attempts may reach the instance metadata service.
     pub metadata_allowed: bool,
     /// Logged commands between two snapshots (0: only at start and shutdown).
@@ -614,7 +614,7 @@ impl Config {
                 .state
                 .snapshot_every_commands
                 .unwrap_or(DEFAULT_SNAPSHOT_EVERY),
-            credentials: resolve_credentials(&file.credentials, &file.storage)?,
+            credentials: resolve_credentials(&file.credentials)?,
             metadata_allowed: match file.credentials.metadata.as_deref().unwrap_or("block") {
                 "block" => false,
                 "allow" => true,
@@ -703,44 +703,33 @@ fn resolve_runtime(e: &ExecutorSection, kind: &str) -> Result<qm_executor::Runti
     }
 }
 
-/// `[storage]`: an endpoint is a URL, file roots are absolute directories (taken as they
-/// resolve now, so that a link in the operator's own path is followed once, here).
-/// `[credentials]`, its defaults from the server's environment.
+/// `[credentials]`, its defaults from the server's environment (the region is the storage's,
+/// resolved with it).
 fn resolve_credentials(
     c: &CredentialsSection,
-    storage: &StorageSection,
-) -> Result<Option<crate::credentials::Source>, ServerError> {
+) -> Result<Option<crate::credentials::Settings>, ServerError> {
     use crate::credentials::Source;
     let bad = |key: &str, msg: String| ServerError::Config(format!("credentials.{key}: {msg}"));
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    match c.source.as_deref() {
-        None => Ok(None),
+    let source = match c.source.as_deref() {
+        None => return Ok(None),
         Some("assume_role") => {
-            let region = storage
-                .region
-                .clone()
-                .or_else(|| env("AWS_REGION"))
-                .or_else(|| env("AWS_DEFAULT_REGION"))
-                .unwrap_or_else(|| "us-east-1".into());
             let endpoint = c
                 .sts_endpoint
                 .clone()
                 .or_else(|| env("AWS_ENDPOINT_URL_STS"))
-                .or_else(|| env("AWS_ENDPOINT_URL"))
-                .unwrap_or_else(|| format!("https://sts.{region}.amazonaws.com"));
-            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-                return Err(bad("sts_endpoint", format!("'{endpoint}' is not a URL; write it as http(s)://HOST[:PORT]")));
+                .or_else(|| env("AWS_ENDPOINT_URL"));
+            if let Some(e) = endpoint.as_ref().filter(|e| !(e.starts_with("http://") || e.starts_with("https://"))) {
+                return Err(bad("sts_endpoint", format!("'{e}' is not a URL; write it as http(s)://HOST[:PORT]")));
             }
             let duration_seconds = c.duration_seconds.unwrap_or(3_600);
             if !(1_800..=43_200).contains(&duration_seconds) {
                 return Err(bad("duration_seconds", format!("is {duration_seconds}; give 1800 to 43200 (credentials are assumed again 15 minutes before they expire)")));
             }
-            Ok(Some(Source::AssumeRole {
+            Source::AssumeRole {
                 endpoint,
-                region,
                 duration_seconds,
-                shares: shares(c)?,
-            }))
+            }
         }
         Some("profiles") => {
             if c.roles.is_empty() {
@@ -749,20 +738,24 @@ fn resolve_credentials(
             let file = c
                 .profiles_file
                 .clone()
-                .or_else(|| env("AWS_SHARED_CREDENTIALS_FILE").map(PathBuf::from))
-                .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".aws/credentials")))
+                .or_else(|| qm_storage::settings::shared_credentials_file(env))
                 .ok_or_else(|| bad("profiles_file", "is not set and there is no HOME to find ~/.aws/credentials in".into()))?;
-            Ok(Some(Source::Profiles {
+            Source::Profiles {
                 file,
                 roles: c.roles.clone(),
-                shares: shares(c)?,
-            }))
+            }
         }
-        Some(other) => Err(bad(
-            "source",
-            format!("'{other}' is not a source; use \"assume_role\" (STS AssumeRole of the job's RoleArn) or \"profiles\" (a profile per role ARN)"),
-        )),
-    }
+        Some(other) => {
+            return Err(bad(
+                "source",
+                format!("'{other}' is not a source; use \"assume_role\" (STS AssumeRole of the job's RoleArn) or \"profiles\" (a profile per role ARN)"),
+            ))
+        }
+    };
+    Ok(Some(crate::credentials::Settings {
+        source,
+        shares: shares(c)?,
+    }))
 }
 
 /// `[credentials.shares]`, which must allow something.
@@ -777,6 +770,8 @@ fn shares(
     Ok(c.shares.clone())
 }
 
+/// `[storage]`: an endpoint is a URL, file roots are absolute directories (taken as they
+/// resolve now, so that a link in the operator's own path is followed once, here).
 fn resolve_storage(
     s: &StorageSection,
     seconds: impl Fn(&str, Option<f64>, f64) -> Result<Duration, ServerError>,

@@ -10,14 +10,14 @@
 //!
 //! - `assume_role`: STS `AssumeRole` of the job's `RoleArn`, signed with the server's own
 //!   keys, session name `qm-<job name>`; cached per (role, job) and assumed again when less
-//!   than [`REFRESH_BEFORE`] is left, so a job that runs for days keeps valid credentials.
+//!   than `REFRESH_BEFORE` (15 minutes) is left, so a job that runs for days keeps valid credentials.
 //! - `profiles`: a profile of the server's shared credentials file per role ARN (an
 //!   on-premises S3 without STS). A role no entry names is refused.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use qm_storage::Keys;
 
@@ -26,24 +26,29 @@ use serde::Serialize;
 
 /// Credentials are assumed again when less than this is left of them: the SDKs refresh a
 /// few minutes before expiry, and must then get new ones.
-pub const REFRESH_BEFORE: Duration = Duration::from_secs(15 * 60);
+const REFRESH_BEFORE: Duration = Duration::from_secs(15 * 60);
 
 /// The path of the endpoint, the attempt id follows.
 pub const PATH: &str = "/qm/v1/attempt-credentials/";
 
+/// `[credentials]`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Where the credentials come from.
+    pub source: Source,
+    /// Quota share (or `*`) to the role ARN patterns its jobs may act as.
+    pub shares: BTreeMap<String, Vec<String>>,
+}
+
 /// Where the credentials come from (`[credentials] source`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// STS `AssumeRole` of the job's role.
+    /// STS `AssumeRole` of the job's role, signed for the region of the server's storage.
     AssumeRole {
-        /// STS's endpoint.
-        endpoint: String,
-        /// The region requests to it are signed for.
-        region: String,
-        /// `DurationSeconds` (900 to 43,200).
+        /// STS's endpoint; `None`: AWS's in that region.
+        endpoint: Option<String>,
+        /// `DurationSeconds` (1,800 to 43,200).
         duration_seconds: u32,
-        /// Which roles each share's jobs may act as.
-        shares: BTreeMap<String, Vec<String>>,
     },
     /// Role ARN to a profile of `file`.
     Profiles {
@@ -51,8 +56,6 @@ pub enum Source {
         file: PathBuf,
         /// Role ARN to profile name.
         roles: BTreeMap<String, String>,
-        /// Which roles each share's jobs may act as.
-        shares: BTreeMap<String, Vec<String>>,
     },
 }
 
@@ -79,7 +82,9 @@ struct Answer<'a> {
 
 /// Issues and serves attempts' credentials.
 pub struct Broker {
-    source: Source,
+    settings: Settings,
+    /// STS's endpoint (`source = "assume_role"`).
+    sts: String,
     key: ring::hmac::Key,
     server_keys: Option<Keys>,
     http: reqwest::Client,
@@ -95,7 +100,7 @@ impl Broker {
     /// the attempts'). Refuses an address the SDKs would not fetch credentials from over
     /// plain HTTP (they allow loopback only).
     pub fn new(
-        source: Source,
+        settings: Settings,
         secret: &[u8],
         listen: SocketAddr,
         storage: &qm_storage::Settings,
@@ -111,8 +116,15 @@ impl Broker {
         };
         // reqwest is built without a default TLS provider: the server's is ring.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let sts = match &settings.source {
+            Source::AssumeRole {
+                endpoint: Some(e), ..
+            } => e.clone(),
+            _ => format!("https://sts.{}.amazonaws.com", storage.region),
+        };
         Ok(Broker {
-            source,
+            settings,
+            sts,
             key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
             server_keys: storage.keys.clone(),
             http: reqwest::Client::builder()
@@ -128,10 +140,10 @@ impl Broker {
 
     /// One line for the banner.
     pub fn describe(&self) -> String {
-        match &self.source {
-            Source::AssumeRole { endpoint, .. } => format!(
-                "credentials: each attempt gets its job's RoleArn, assumed with STS at {endpoint}, through {}<attempt> (AWS_CONTAINER_CREDENTIALS_FULL_URI); its transfers use it too",
-                self.base
+        match &self.settings.source {
+            Source::AssumeRole { .. } => format!(
+                "credentials: each attempt gets its job's RoleArn, assumed with STS at {}, through {}<attempt> (AWS_CONTAINER_CREDENTIALS_FULL_URI); its transfers use it too",
+                self.sts, self.base
             ),
             Source::Profiles { file, roles, .. } => format!(
                 "credentials: each attempt gets the profile of {} its job's RoleArn maps to ({} role(s)), through {}<attempt>; its transfers use it too",
@@ -154,24 +166,21 @@ impl Broker {
 
     /// Whether `token` is attempt `attempt`'s (in constant time).
     pub fn verify(&self, attempt: u64, token: &str) -> bool {
-        unhex(token.trim())
+        crate::auth::unhex(token.trim())
             .is_some_and(|tag| ring::hmac::verify(&self.key, &attempt.to_be_bytes(), &tag).is_ok())
     }
 
     /// Whether jobs of `share` may act as `role` (`[credentials.shares]`).
     pub fn allows(&self, share: &str, role: &str) -> bool {
-        let shares = match &self.source {
-            Source::AssumeRole { shares, .. } | Source::Profiles { shares, .. } => shares,
-        };
         [share, "*"]
             .iter()
-            .filter_map(|s| shares.get(*s))
+            .filter_map(|s| self.settings.shares.get(*s))
             .flatten()
             .any(|pattern| qm_core::glob::matches(pattern, role))
     }
 
     /// Credentials of `role` for the job `job_id` (named `job_name`), cached while more than
-    /// [`REFRESH_BEFORE`] is left of them.
+    /// `REFRESH_BEFORE` (15 minutes) is left of them.
     pub async fn issue(
         &self,
         role: &str,
@@ -190,7 +199,7 @@ impl Broker {
             // lifetime of credentials per role and job, however long the server runs.
             cache.retain(|_, i| i.expiration_ms > now_ms);
         }
-        let issued = match &self.source {
+        let issued = match &self.settings.source {
             Source::Profiles { file, roles, .. } => {
                 let profile = roles
                     .get(role)
@@ -210,19 +219,10 @@ impl Broker {
                 }
             }
             Source::AssumeRole {
-                endpoint,
-                region,
-                duration_seconds,
-                ..
+                duration_seconds, ..
             } => {
-                self.assume_role(
-                    endpoint,
-                    region,
-                    *duration_seconds,
-                    role,
-                    &session_name(job_name),
-                )
-                .await?
+                self.assume_role(*duration_seconds, role, &session_name(job_name))
+                    .await?
             }
         };
         self.cache.lock().await.insert(key, issued.clone());
@@ -244,8 +244,6 @@ impl Broker {
     /// STS `AssumeRole`, signed with the server's keys.
     async fn assume_role(
         &self,
-        endpoint: &str,
-        region: &str,
         duration_seconds: u32,
         role: &str,
         session: &str,
@@ -264,8 +262,8 @@ impl Broker {
             ("RoleSessionName", session),
             ("DurationSeconds", &duration_seconds.to_string()),
         ]);
-        let url = endpoint.trim_end_matches('/').to_string() + "/";
-        let headers = sts_headers(&url, region, keys, &body).map_err(sts)?;
+        let url = self.sts.trim_end_matches('/').to_string() + "/";
+        let headers = sts_headers(&url, &self.region, keys, &body).map_err(sts)?;
         let mut request = self.http.post(&url).body(body);
         for (name, value) in headers {
             request = request.header(name, value);
@@ -323,9 +321,9 @@ fn sts_headers(
 }
 
 /// The instance metadata service, which answers with the machine's role.
-pub const METADATA_V4: &str = "169.254.169.254";
+const METADATA_V4: &str = "169.254.169.254";
 /// Its IPv6 address (EC2's Nitro instances).
-pub const METADATA_V6: &str = "fd00:ec2::254";
+const METADATA_V6: &str = "fd00:ec2::254";
 
 /// Keeps processes of `uids` from the instance metadata service: a REJECT rule per address
 /// family by uid owner (`iptables -m owner --uid-owner FIRST-LAST`), added once (checked
@@ -349,12 +347,12 @@ pub fn fence_metadata(uids: qm_executor::JobUids) -> Result<String, String> {
         .map(String::from)
         .to_vec()
     };
-    let v4 = ensure_rule("iptables", &rule("169.254.169.254/32"));
+    let v4 = ensure_rule("iptables", &rule(&format!("{METADATA_V4}/32")));
     match v4 {
         Ok(()) => {
             // IPv6 may be off on the machine (then no job reaches the v6 address either): a
             // failed rule matters only where a metadata service answers there.
-            if let Err(e) = ensure_rule("ip6tables", &rule("fd00:ec2::254/128")) {
+            if let Err(e) = ensure_rule("ip6tables", &rule(&format!("{METADATA_V6}/128"))) {
                 if answers(&format!("[{METADATA_V6}]:80")) {
                     return Err(format!(
                         "a metadata service answers at {METADATA_V6} and jobs cannot be kept from it (ip6tables: {e}): make ip6tables work here, or set [credentials] metadata = \"allow\""
@@ -417,7 +415,7 @@ fn parse_assumed(xml: &str) -> Option<Issued> {
             secret_access_key: tag(xml, "SecretAccessKey")?,
             session_token: tag(xml, "SessionToken"),
         },
-        expiration_ms: parse_utc(&tag(xml, "Expiration")?)?,
+        expiration_ms: qm_core::time::parse_utc(&tag(xml, "Expiration")?)?,
     })
 }
 
@@ -427,20 +425,6 @@ fn tag(xml: &str, name: &str) -> Option<String> {
     let start = xml.find(&open)? + open.len();
     let end = start + xml[start..].find(&format!("</{name}>"))?;
     Some(xml[start..end].trim().to_string())
-}
-
-/// `2026-12-07T06:42:00Z` (fractions of a second allowed) to epoch ms.
-fn parse_utc(text: &str) -> Option<i64> {
-    let text = text.trim().strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.splitn(3, ':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let min: i64 = t.next()?.parse().ok()?;
-    let sec: f64 = t.next()?.parse().ok()?;
-    let days = qm_core::time::days_from_civil(y, u32::try_from(m).ok()?, u32::try_from(day).ok()?);
-    Some((days * 86_400 + h * 3_600 + min * 60) * 1000 + (sec * 1000.0) as i64)
 }
 
 /// A session name STS accepts (`[\w+=,.@-]{2,64}`): `qm-` and the job's name.
@@ -470,23 +454,6 @@ fn form(pairs: &[(&str, &str)]) -> String {
         .join("&")
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// Now, in epoch ms.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,9 +461,11 @@ mod tests {
     fn broker(listen: &str) -> Result<Broker, String> {
         let storage = qm_storage::Settings::resolve(&Default::default(), &BTreeMap::new());
         Broker::new(
-            Source::Profiles {
-                file: PathBuf::from("/nonexistent"),
-                roles: BTreeMap::new(),
+            Settings {
+                source: Source::Profiles {
+                    file: PathBuf::from("/nonexistent"),
+                    roles: BTreeMap::new(),
+                },
                 shares: BTreeMap::new(),
             },
             b"0123456789abcdef0123456789abcdef",
@@ -516,9 +485,11 @@ mod tests {
         assert!(!b.verify(42, "zz"));
         // Another server's key (another data dir) makes other tokens.
         let other = Broker::new(
-            Source::Profiles {
-                file: PathBuf::new(),
-                roles: BTreeMap::new(),
+            Settings {
+                source: Source::Profiles {
+                    file: PathBuf::new(),
+                    roles: BTreeMap::new(),
+                },
                 shares: BTreeMap::new(),
             },
             b"another key, another data dir!!!",
@@ -583,9 +554,8 @@ mod tests {
         let roles = BTreeMap::from([("arn:aws:iam::1:role/a".to_string(), "team-a".to_string())]);
         let storage = qm_storage::Settings::resolve(&Default::default(), &BTreeMap::new());
         let b = Broker::new(
-            Source::Profiles {
-                file,
-                roles,
+            Settings {
+                source: Source::Profiles { file, roles },
                 shares: BTreeMap::from([
                     (
                         "team-a".to_string(),

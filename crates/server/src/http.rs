@@ -489,7 +489,6 @@ async fn usage(AxState(app): AxState<App>) -> Response {
     dispatch(&app, Request::Query(Query::Usage)).await
 }
 
-/// `GET /qm/v1/jobs/{job}/attempt`: see [`qm_api::qm::JobAttemptNow`].
 /// `GET /qm/v1/attempt-credentials/{attempt}`: the AWS SDKs' container credentials endpoint
 /// of one attempt (`credentials.rs`). Not signed: the attempt's token, in `Authorization`, is
 /// its key, and it opens this attempt's credentials only, while it holds capacity.
@@ -542,12 +541,7 @@ async fn role_credentials(
         )));
     }
     let issued = broker
-        .issue(
-            &arn,
-            &role.job_id,
-            &role.job_name,
-            crate::credentials::now_ms(),
-        )
+        .issue(&arn, &role.job_id, &role.job_name, crate::driver::now_ms())
         .await
         .map_err(|e| {
             tracing::warn!(attempt, error = %e, "cannot issue an attempt's credentials");
@@ -556,6 +550,7 @@ async fn role_credentials(
     Ok(crate::credentials::Broker::answer(&issued, &arn))
 }
 
+/// `GET /qm/v1/jobs/{job}/attempt`: see [`qm_api::qm::JobAttemptNow`].
 async fn running_attempt(AxState(app): AxState<App>, Path(job_id): Path<String>) -> Response {
     dispatch(&app, Request::Query(Query::RunningAttempt { job_id })).await
 }

@@ -492,7 +492,7 @@ fn role_broker(
     config: &Config,
     addr: std::net::SocketAddr,
 ) -> Result<Option<std::sync::Arc<credentials::Broker>>, ServerError> {
-    let Some(source) = &config.credentials else {
+    let Some(wanted) = &config.credentials else {
         return Ok(None);
     };
     let refuse = |why: String| ServerError::Config(format!("credentials: {why}"));
@@ -503,14 +503,14 @@ fn role_broker(
         return Err(refuse("jobs fetch their credentials over plain HTTP on loopback, and this server speaks TLS only; remove [credentials] or [tls]".into()));
     }
     let secret = credentials_key(&config.data_dir)?;
-    let settings = storage(config).settings().clone();
-    if matches!(source, credentials::Source::AssumeRole { .. }) && settings.keys.is_none() {
+    let settings = storage_settings(config);
+    if matches!(wanted.source, credentials::Source::AssumeRole { .. }) && settings.keys.is_none() {
         return Err(refuse(format!(
             "source = \"assume_role\" signs STS AssumeRole with the server's own keys, and it has none ({}): give it a profile ([storage] profile) or AWS_ACCESS_KEY_ID",
             settings.keys_from
         )));
     }
-    credentials::Broker::new(source.clone(), &secret, addr, &settings)
+    credentials::Broker::new(wanted.clone(), &secret, addr, &settings)
         .map(|b| Some(std::sync::Arc::new(b)))
         .map_err(refuse)
 }
@@ -735,8 +735,13 @@ fn check_executor_switch(
 
 /// The storage of `[storage]` and the server's AWS environment.
 fn storage(config: &Config) -> qm_executor::Storage {
+    qm_executor::Storage::new(storage_settings(config))
+}
+
+/// `[storage]` resolved against the server's environment.
+fn storage_settings(config: &Config) -> qm_executor::StorageSettings {
     let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    qm_executor::Storage::new(qm_executor::StorageSettings::resolve(&config.storage, &env))
+    qm_executor::StorageSettings::resolve(&config.storage, &env)
 }
 
 /// GPUs per instance of each local pool's type (what usage reports count).

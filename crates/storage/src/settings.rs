@@ -107,9 +107,7 @@ impl Settings {
                     .clone()
                     .or_else(|| var("AWS_PROFILE"))
                     .unwrap_or_else(|| "default".to_string());
-                let file = var("AWS_SHARED_CREDENTIALS_FILE")
-                    .map(PathBuf::from)
-                    .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".aws/credentials")));
+                let file = shared_credentials_file(var);
                 match file.as_ref().and_then(|f| profile_keys(f, &profile)) {
                     Some(k) => (
                         Some(k),
@@ -157,6 +155,14 @@ impl Settings {
             self.keys_from
         )
     }
+}
+
+/// Where the AWS tools look for the shared credentials file, by the variables `var` gives:
+/// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`.
+pub fn shared_credentials_file(var: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    var("AWS_SHARED_CREDENTIALS_FILE")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".aws/credentials")))
 }
 
 /// The keys of `profile` in a shared credentials file, if it has both.

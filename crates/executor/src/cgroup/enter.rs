@@ -6,32 +6,21 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::process::Command;
 
 /// Makes `command`'s child write `0` (itself) to `procs` (its group's `cgroup.procs`, opened
 /// by the caller) before it executes the program, so that it runs nothing outside the group.
 pub(crate) fn move_child_v2(command: &mut Command, procs: std::fs::File) {
     use std::os::unix::process::CommandExt;
-    let fd = procs.as_raw_fd();
-    // SAFETY: the hook runs in the child between fork and exec and only calls write(2), which
-    // is async-signal-safe, on a descriptor the parent keeps open (`procs` is moved into the
-    // closure, which lives as long as `command`); it allocates nothing and takes no lock.
+    // SAFETY: the hook runs in the child between fork and exec and only calls write(2)
+    // (rustix's raw system call: async-signal-safe, no allocation, no lock) on a descriptor
+    // the parent keeps open (`procs` is moved into the closure, which lives as long as
+    // `command`).
     unsafe {
-        command.pre_exec(move || {
-            let _keep = &procs;
-            let written = libc_write(fd, b"0");
-            if written == 1 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
+        command.pre_exec(move || match rustix::io::write(&procs, b"0") {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Err(e) => Err(io::Error::from(e)),
         });
     }
-}
-
-/// write(2), without a crate that allocates on error paths.
-fn libc_write(fd: i32, bytes: &[u8]) -> isize {
-    // SAFETY: `bytes` is a valid buffer of its length for the duration of the call.
-    unsafe { nix::libc::write(fd, bytes.as_ptr().cast(), bytes.len()) }
 }

@@ -192,7 +192,7 @@ impl V1Dirs {
 }
 
 /// What one host of an attempt may use: one instance's share of the machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Limits {
     /// Memory, in bytes; swap is not allowed beyond it.
     pub memory_bytes: u64,
@@ -332,6 +332,11 @@ pub(crate) fn instance_group(id: usize) -> String {
     format!("qm-instance-{id}")
 }
 
+/// The groups of `instances`, in their order.
+pub(crate) fn instance_groups(instances: &[usize]) -> Vec<String> {
+    instances.iter().map(|&i| instance_group(i)).collect()
+}
+
 /// The control groups of an attempt placed on `instances`: each instance's own group, unless
 /// a live attempt runs in it (one adopted after the pools changed, whose groups are named after
 /// the instances it was launched on): then one of this attempt's own, removed at the next
@@ -468,20 +473,18 @@ impl Group {
 
     /// The kernel's count of the group's CPU time (ns), 0 where it cannot be read.
     fn cpu_ns(&self) -> u64 {
-        let read_u64 = |p: &Path| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
         match &self.hierarchy {
             Hierarchy::V2 { dir } => read_key(&dir.join(&self.name).join("cpu.stat"), "usage_usec")
                 .map_or(0, |us| us * 1000),
             Hierarchy::V1 { dirs } => {
                 let acct = dirs.cpuacct.as_ref().unwrap_or(&dirs.cpu);
-                read_u64(&acct.join(&self.name).join("cpuacct.usage")).unwrap_or(0)
+                read_last_u64(&acct.join(&self.name).join("cpuacct.usage")).unwrap_or(0)
             }
         }
     }
 
     /// What the group's processes used since it was taken.
     pub fn usage(&self) -> GroupUsage {
-        let last_line = |text: String| text.lines().last()?.trim().parse::<u64>().ok();
         let peak_memory_bytes = match (&self.peak, &self.hierarchy) {
             (Peak::Unknown, _) => None,
             (Peak::Reset(f), _) => {
@@ -491,17 +494,14 @@ impl Group {
                     .ok()
                     .and_then(|t| t.trim().parse().ok())
             }
-            (Peak::File, Hierarchy::V1 { dirs }) => {
-                let file = dirs
+            (Peak::File, Hierarchy::V1 { dirs }) => read_last_u64(
+                &dirs
                     .memory
                     .join(&self.name)
-                    .join("memory.max_usage_in_bytes");
-                fs::read_to_string(file).ok().and_then(last_line)
-            }
+                    .join("memory.max_usage_in_bytes"),
+            ),
             (Peak::File, Hierarchy::V2 { dir }) => {
-                fs::read_to_string(dir.join(&self.name).join("memory.peak"))
-                    .ok()
-                    .and_then(last_line)
+                read_last_u64(&dir.join(&self.name).join("memory.peak"))
             }
         };
         GroupUsage {
@@ -597,10 +597,7 @@ impl Group {
     /// [`not_ours`]).
     pub fn procs(&self) -> Vec<u32> {
         let mut pids = Vec::new();
-        let first = self.dirs().into_iter().next();
-        if let Some(dir) = first {
-            collect_procs(&dir, &mut pids);
-        }
+        collect_procs(&self.main_dir(), &mut pids);
         pids.retain(|&p| not_ours(p));
         pids.sort_unstable();
         pids.dedup();
@@ -611,14 +608,20 @@ impl Group {
     /// behind is in its group, not below it, but for podman's containers, which podman
     /// removes).
     pub fn is_vacant(&self) -> bool {
-        let dir = self.dirs().into_iter().next();
-        dir.is_none_or(|d| {
-            fs::read_to_string(d.join("cgroup.procs")).map_or(true, |t| {
-                !t.lines()
-                    .filter_map(|l| l.trim().parse::<u32>().ok())
-                    .any(not_ours)
-            })
+        fs::read_to_string(self.main_dir().join("cgroup.procs")).map_or(true, |t| {
+            !t.lines()
+                .filter_map(|l| l.trim().parse::<u32>().ok())
+                .any(not_ours)
         })
+    }
+
+    /// The directory whose `cgroup.procs` lists the group's processes: the group's own
+    /// (v2), its memory tree's (v1; every v1 tree lists the same).
+    fn main_dir(&self) -> PathBuf {
+        match &self.hierarchy {
+            Hierarchy::V2 { dir } => dir.join(&self.name),
+            Hierarchy::V1 { dirs } => dirs.memory.join(&self.name),
+        }
     }
 
     /// SIGKILLs every process of the group at once. v2 has `cgroup.kill`; under v1 the group
@@ -687,6 +690,18 @@ fn write(path: &Path, value: &str) -> io::Result<()> {
         .map_err(|e| at(path, e))?;
     file.write_all(format!("{value}\n").as_bytes())
         .map_err(|e| at(path, e))
+}
+
+/// The number on the last line of `path` (a control file holds one; a fake tree's keeps every
+/// value written).
+fn read_last_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .last()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// [`write`]s `value` unless `path` holds it already (its last line: a fake tree's file keeps

@@ -621,7 +621,7 @@ fn as_role(
     if let Err(e) = written {
         tracing::error!(path = %token_file.display(), error = %e, "cannot write the attempt's credentials token");
     }
-    settings.keys = None;
+    // The storage ignores its keys while `container` is set (`qm_storage::s3`).
     settings.container = Some(qm_storage::ContainerCredentials {
         url: role.url.clone(),
         token_file,

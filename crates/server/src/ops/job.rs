@@ -508,8 +508,8 @@ impl State {
                 })
             })
             .collect();
+        // An ended attempt is filed once: under `attempts`, or under `preempted`.
         ended.sort_by_key(|u| u.attempt);
-        ended.dedup_by_key(|u| u.attempt);
         ended
     }
 
