@@ -26,7 +26,7 @@ pub fn detect(mountinfo: &str, self_cgroup: &str, key: &str) -> Found {
     let groups = parse_groups(self_cgroup);
     let leaf = format!("qm-{key}");
     let mut why = Vec::new();
-    if let Some(mount) = mounts.iter().find(|m| m.fstype == "cgroup2") {
+    if let Some(mount) = mounts.iter().find(|m| m.is_v2()) {
         match v2_dir(mount, &groups) {
             Ok(dir) => {
                 return Found::Usable(Hierarchy::V2 {
@@ -127,6 +127,13 @@ pub(super) struct Mount {
     fstype: String,
     /// The v1 controllers of the tree (its super options).
     controllers: Vec<String>,
+}
+
+impl Mount {
+    /// Whether it is the unified (v2) tree.
+    pub(super) fn is_v2(&self) -> bool {
+        self.fstype == "cgroup2"
+    }
 }
 
 /// The cgroup mounts of a mountinfo text (proc(5): `id parent dev root point options

@@ -1,8 +1,8 @@
 //! How a child enters its group under cgroup v2, where only whole processes move: between
 //! fork and exec, the child writes itself into the group's `cgroup.procs`.
 
-// One of the workspace's three unsafe sites (the others: `zygote`, `wire`): a `pre_exec`
-// hook, the child's move into its v2 group between fork and exec.
+// One of the workspace's four unsafe sites (the others: `zygote`, `wire`, `cgroup::bpf`): a
+// `pre_exec` hook, the child's move into its v2 group between fork and exec.
 #![allow(unsafe_code)]
 
 use std::io;

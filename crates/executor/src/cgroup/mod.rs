@@ -17,6 +17,7 @@
 //! of the data dir: two servers on one machine never touch each other's groups, and a
 //! delegated subtree (systemd's `Delegate=yes`) is all the server needs.
 
+mod bpf;
 pub(crate) mod detect;
 mod devices;
 mod enter;
@@ -77,6 +78,7 @@ impl Hierarchy {
                     })?;
                 }
                 make_dir(dir)?;
+                devices::can_fence_v2(dir)?;
                 write(&dir.join("cgroup.subtree_control"), enable)
             }
         }
@@ -85,10 +87,7 @@ impl Hierarchy {
     /// The interface, for the banner.
     pub fn describe(&self) -> String {
         match self {
-            Hierarchy::V2 { dir } => format!(
-                "cgroup v2 under {} (GPU device nodes are not fenced under v2 yet)",
-                dir.display()
-            ),
+            Hierarchy::V2 { dir } => format!("cgroup v2 under {}", dir.display()),
             Hierarchy::V1 { dirs } => format!("cgroup v1 under {}", dirs.memory.display()),
         }
     }
@@ -520,7 +519,7 @@ impl Group {
 
     /// Writes every limit that differs from what the group holds (a group taken again mostly
     /// holds them already, and a CFS quota write costs the kernel a pass over every CPU), and
-    /// the device rules (v1) if `devices`.
+    /// the device rules: v1's if `devices` (a new group), v2's program unless one is attached.
     fn limit(&self, limits: &Limits, devices: bool) -> io::Result<()> {
         // The kernel keeps memory limits in whole pages, and reads them back so.
         let memory = (limits.memory_bytes & !(PAGE - 1)).to_string();
@@ -535,8 +534,10 @@ impl Group {
                     None => format!("max {CPU_PERIOD_US}"),
                 };
                 update(&dir.join("cpu.max"), &cpu)?;
-                // No device rules: see `devices`.
-                update(&dir.join("pids.max"), &limits.pids.to_string())
+                update(&dir.join("pids.max"), &limits.pids.to_string())?;
+                // Looked at every time (one system call): a group made by a build that
+                // attached no program may be taken again after an upgrade.
+                devices::fence_v2(&dir, &limits.gpus)
             }
             Hierarchy::V1 { dirs } => {
                 let memory_dir = dirs.memory.join(&self.name);

@@ -175,6 +175,128 @@ fn a_v1_host_may_open_only_its_own_gpus_and_the_shared_nodes() {
     }
 }
 
+/// What the device program answers for a character device `major:minor` (or a block device),
+/// run by an interpreter of the few instructions it uses.
+fn device_program_allows(insns: &[bpf::Insn], char_device: bool, major: u32, minor: u32) -> bool {
+    let ctx = [
+        if char_device {
+            2 | (3 << 16)
+        } else {
+            1 | (3 << 16)
+        },
+        major,
+        minor,
+    ];
+    let mut r = [0u64; 11];
+    let mut pc = 0usize;
+    loop {
+        let i = insns[pc];
+        let (dst, imm) = (usize::from(i.regs & 0xf), i64::from(i.imm) as u64);
+        let jump = |taken: bool| if taken { i.off as usize } else { 0 };
+        pc += 1 + match i.code {
+            0x61 => {
+                assert_eq!(i.regs >> 4, 1, "loads read the context");
+                r[dst] = u64::from(ctx[i.off as usize / 4]);
+                0
+            }
+            0x57 => {
+                r[dst] &= imm;
+                0
+            }
+            0xb7 => {
+                r[dst] = imm;
+                0
+            }
+            0x15 => jump(r[dst] == imm),
+            0x35 => jump(r[dst] >= imm),
+            0x55 => jump(r[dst] != imm),
+            0x95 => return r[0] == 1,
+            code => panic!("unexpected opcode {code:#x}"),
+        };
+    }
+}
+
+#[test]
+fn a_v2_host_s_device_program_allows_its_own_gpus_the_shared_nodes_and_other_devices() {
+    let program = devices::program(&[3, 1, 3, 300]);
+    for minor in 0..256 {
+        let allowed = device_program_allows(&program, true, 195, minor);
+        assert_eq!(allowed, [1, 3, 254, 255].contains(&minor), "195:{minor}");
+    }
+    // Another major (nvidia-uvm's, /dev/null's), a block device of major 195: not GPUs.
+    assert!(device_program_allows(&program, true, 1, 3));
+    assert!(device_program_allows(&program, true, 510, 0));
+    assert!(device_program_allows(&program, false, 195, 0));
+    let none = devices::program(&[]);
+    assert!(!(0..254).any(|m| device_program_allows(&none, true, 195, m)));
+    assert!(device_program_allows(&none, true, 195, 255));
+}
+
+/// The kernel's own answer, where this test may ask it: as root, with a cgroup v2 tree
+/// mounted (a hybrid machine's `unified` will do; device programs need no controller).
+#[test]
+fn a_v2_host_opens_its_own_gpu_node_and_is_refused_another() {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some(mount) = detect::parse_mounts(&mountinfo)
+        .into_iter()
+        .find(|m| m.is_v2())
+    else {
+        eprintln!("skipped: no cgroup v2 tree is mounted here");
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: loading a device program needs root");
+        return;
+    }
+    let group = mount
+        .point
+        .join(format!("qm-test-devices-{}", std::process::id()));
+    fs::create_dir(&group).unwrap();
+    let nodes = tempfile::tempdir().unwrap();
+    for minor in [0, 1, 255] {
+        let dev = nix::sys::stat::makedev(195, minor);
+        let path = nodes.path().join(format!("nvidia{minor}"));
+        nix::sys::stat::mknod(
+            &path,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            dev,
+        )
+        .unwrap();
+    }
+    devices::fence_v2(&group, &[1]).unwrap();
+    // Taken again: the program is there, none is added.
+    devices::fence_v2(&group, &[1]).unwrap();
+    let mut command = std::process::Command::new("sh");
+    command.current_dir(nodes.path()).args([
+        "-c",
+        "for n in nvidia0 nvidia1 nvidia255; do (exec 3<$n) 2>&1 | sed \"s/.*$n: /$n: /\"; done",
+    ]);
+    let procs = fs::OpenOptions::new()
+        .write(true)
+        .open(group.join("cgroup.procs"))
+        .unwrap();
+    enter::move_child_v2(&mut command, procs);
+    let out = command.output().unwrap();
+    let _ = fs::remove_dir(&group);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    // No driver behind the node: the open gets past the program, then finds no device.
+    assert!(
+        lines[0].starts_with("nvidia0: ") && lines[0].contains("not permitted"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("nvidia1: ") && lines[1].contains("No such device"),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("nvidia255: ") && lines[2].contains("No such device"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_v1_host_without_gpus_may_open_no_gpu_node() {
     let root = tempfile::tempdir().unwrap();

@@ -54,7 +54,8 @@ pub(crate) fn split(stream: UnixStream) -> io::Result<(Sender, Receiver)> {
 }
 
 /// Registers `stream` with the current runtime for `interest` alone.
-// One of the workspace's three unsafe sites (the others: the zygote's fork, `cgroup::enter`).
+// One of the workspace's four unsafe sites (the others: the zygote's fork, `cgroup::enter`,
+// `cgroup::bpf`).
 // Tokio's safe constructors register readability and writability both, which is what this
 // module exists to avoid.
 #[allow(unsafe_code)]
