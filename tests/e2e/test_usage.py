@@ -4,6 +4,7 @@ boto3 clients signing as two principals (created through the admin API), jobs re
 checked against the attempts' own start and stop times in the archive."""
 
 import json
+import os
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -11,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 
 from qm_e2e import (Jobs, archived, ShareSpec, attempt_usage, config_toml, make_queue, qm_bin,
-                    wait_for, wait_status)
+                    run_qm, wait_for, wait_status)
 
 
 @pytest.fixture
@@ -125,5 +126,80 @@ def test_an_unconfined_attempt_s_usage_comes_from_its_reaped_processes_and_reach
         assert sum(r["cpuHours"] for r in rows) >= 1.0 / 3600 - 1e-6, rows
         assert max(r.get("peakMemoryBytes", 0) for r in rows) == used["peakMemoryBytes"], rows
         assert "CPU-H" in report(server, since, until, output="table")
+    finally:
+        server.close()
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Answers the server's GPU samples as nvidia-smi would: GPU 0 busy at 90 % with 1000 MiB, GPU 1
+# at 30 % with 2000 MiB. Each call's arguments go to $CALLS, one line each.
+echo "$*" >> {calls}
+for arg in "$@"; do
+  case "$prev" in -i) list="$arg" ;; esac
+  prev="$arg"
+done
+for i in $(echo "$list" | tr ',' ' '); do
+  case "$i" in
+    0) echo "0, 90, 1000" ;;
+    1) echo "1, 30, 2000" ;;
+  esac
+done
+"""
+
+
+def test_an_attempt_s_gpus_are_sampled_once_per_round_and_their_mean_reaches_job_and_report(
+        start_server, tmp_path):
+    """Where nvidia-smi answers (a stand-in on the server's PATH here: this machine has no
+    GPU), the server samples the GPUs of running attempts every gpu_sample_seconds, in one call
+    for all of them, and an attempt's usage gets the mean utilisation of its GPUs and the most
+    memory they held together."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI.format(calls=calls))
+    fake.chmod(0o755)
+    config = config_toml(count=2, gpus=1).replace(
+        'kind = "local"\n', 'kind = "local"\nconfinement = "none"\ngpu_sample_seconds = 1\n')
+    server = start_server(config=config, name="usage-gpu",
+                          env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    try:
+        batch = server.client()
+        q = make_queue(batch, "gpus", [ShareSpec("A", limit=2)], env_max=2)
+        since = int(time.time()) * 1000
+        jobs = Jobs(batch, server, tmp_path)
+        both = jobs.sleeper(q, "A", "both", count=2)
+        wait_status(batch, both, "RUNNING")
+        wait_for(lambda: calls.exists() and len(calls.read_text().splitlines()) >= 3,
+                 what="three GPU samples")
+        batch.terminate_service_job(jobId=both, reason="measured")
+        wait_status(batch, both, "FAILED")
+        [used] = attempt_usage(server, both)
+        # (90 + 30) / 2, and both GPUs' memory held at once.
+        assert used["gpuUtilizationPercent"] == 60, used
+        assert used["peakGpuMemoryBytes"] == 3000 << 20, used
+        # One call per round, for every GPU in use.
+        sampled = [line for line in calls.read_text().splitlines() if "utilization.gpu" in line]
+        assert sampled and all(line.endswith("-i 0,1") for line in sampled), sampled
+
+        one = jobs.sleeper(q, "A", "one")
+        wait_status(batch, one, "RUNNING")
+        seen = len(calls.read_text().splitlines())
+        wait_for(lambda: len(calls.read_text().splitlines()) >= seen + 2, what="two more samples")
+        batch.terminate_service_job(jobId=one, reason="measured")
+        wait_status(batch, one, "FAILED")
+        [used] = attempt_usage(server, one)
+        # Its own GPU's figures, whichever it was given.
+        assert (used["gpuUtilizationPercent"], used["peakGpuMemoryBytes"]) in [
+            (90, 1000 << 20), (30, 2000 << 20)], used
+
+        shown = run_qm(server, "job", one).stdout
+        assert "GPU UTILISATION (MEAN)" in shown and f"{used['gpuUtilizationPercent']} %" in shown, shown
+        until = (int(time.time()) + 2) * 1000
+        rows = [r for r in report(server, since, until)["rows"] if r.get("quotaShareName") == "A"]
+        utilisation = [r["gpuUtilizationPercent"] for r in rows if "gpuUtilizationPercent" in r]
+        # Weighted by GPU-hours: between the single GPU's figure and the pair's.
+        assert len(utilisation) == 1 and min(60, used["gpuUtilizationPercent"]) <= utilisation[0] \
+            <= max(60, used["gpuUtilizationPercent"]), rows
+        assert "GPU UTIL" in report(server, since, until, output="table")
     finally:
         server.close()

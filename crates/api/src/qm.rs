@@ -671,6 +671,13 @@ pub struct AttemptUsage {
     /// The most memory one of its hosts held at once (bytes), where the kernel says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// The mean utilisation of its GPUs (percent) over the samples the server took
+    /// (`nvidia-smi`, every `[executor] gpu_sample_seconds`); absent where none was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<u32>,
+    /// The most memory its GPUs held together in one sample (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_gpu_memory_bytes: Option<u64>,
 }
 
 /// Whether the attempt after a preemption went on from the checkpoint it was told of.
@@ -908,6 +915,10 @@ pub struct UsageRow {
     /// The most memory one host of those attempts held at once (bytes), where counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// The mean sampled utilisation of those attempts' GPUs (percent), each attempt weighted
+    /// by its GPU-hours; absent where none was sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<f64>,
 }
 
 /// Hours split by whose capacity they were.

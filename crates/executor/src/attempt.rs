@@ -136,6 +136,7 @@ fn reaped_usage() -> Usage {
             .ok()
             .filter(|&k| k > 0)
             .map(|k| k * 1024),
+        ..Usage::default()
     }
 }
 
@@ -687,6 +688,7 @@ impl Supervisor {
         Usage {
             cpu_millis: hosts.iter().map(|u| u.cpu_ns / 1_000_000).sum(),
             peak_memory_bytes: hosts.iter().filter_map(|u| u.peak_memory_bytes).max(),
+            ..Usage::default()
         }
     }
 

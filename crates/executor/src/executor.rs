@@ -61,6 +61,9 @@ pub struct LocalConfig {
     /// Where each host's control group goes ([`crate::cgroup`]); `None`: attempts are not
     /// confined.
     pub confinement: Option<crate::cgroup::Hierarchy>,
+    /// How often the GPUs of running attempts are sampled with `nvidia-smi` for their usage
+    /// (zero: never).
+    pub gpu_sample: Duration,
 }
 
 /// The program that runs a supervisor, and its arguments: `qm supervise` in the server (the
@@ -94,6 +97,10 @@ pub enum OptMl {
     Off,
 }
 
+/// How often the GPUs of running attempts are sampled unless configured: often enough for a
+/// mean over a job of minutes, seldom enough that `nvidia-smi` costs nothing to speak of.
+pub const DEFAULT_GPU_SAMPLE: Duration = Duration::from_secs(10);
+
 impl LocalConfig {
     /// SageMaker's defaults: a 120 s stop grace, checkpoints scanned every second, GPUs 0..n.
     pub fn new(data_dir: impl Into<PathBuf>, pools: Vec<PoolSpec>) -> Self {
@@ -111,6 +118,7 @@ impl LocalConfig {
             runtime: Runtime::Host,
             supervisor: SupervisorCommand::default(),
             confinement: None,
+            gpu_sample: DEFAULT_GPU_SAMPLE,
         }
     }
 }
@@ -427,6 +435,8 @@ struct Slot {
     /// The reader of its progress file, set with `checkpoints`; shared with the scanner,
     /// which reads outside the state lock.
     progress: Option<Arc<Mutex<Tail>>>,
+    /// Its GPUs, as samples of them saw them ([`crate::gpu_usage`]).
+    gpu: crate::gpu_usage::Tally,
 }
 
 impl Slot {
@@ -452,6 +462,7 @@ impl Slot {
             uid: p.uid,
             checkpoints: None,
             progress: None,
+            gpu: crate::gpu_usage::Tally::default(),
         }
     }
 }
@@ -954,6 +965,7 @@ impl Inner {
     fn start_scanner(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
         if !self.scanner_started.swap(true, Ordering::Relaxed) {
             runtime.spawn(checkpoint::scan_loop(Arc::downgrade(self)));
+            runtime.spawn(crate::gpu_usage::sample_loop(Arc::downgrade(self)));
         }
     }
 
@@ -1282,10 +1294,12 @@ impl Inner {
             lock(tail).poll_final();
         }
         let mut state = self.state();
+        let mut usage = usage;
         if let Some(slot) = state.attempts.remove(&attempt) {
             if let Some(steps) = slot.progress.as_deref().and_then(|t| lock(t).take_change()) {
                 let _ = self.events.send(ExecEvent::Progress { attempt, steps });
             }
+            usage = usage.map(|u| slot.gpu.apply(u));
             self.give_back(&mut state, &slot);
         }
         tracing::debug!(attempt, ?outcome, "attempt exited");
@@ -1657,6 +1671,37 @@ impl Inner {
     }
 
     /// The checkpoint directories to scan: running attempts only.
+    /// The GPUs that running attempts (every process spawned) hold, each once.
+    pub(crate) fn gpus_in_use(&self) -> Vec<u32> {
+        let state = self.state();
+        let gpus: std::collections::BTreeSet<u32> = state
+            .attempts
+            .values()
+            .filter(|slot| !slot.pgids.is_empty())
+            .flat_map(|slot| &slot.instances)
+            .flat_map(|&id| state.inventory.gpus(id).iter().copied())
+            .collect();
+        gpus.into_iter().collect()
+    }
+
+    /// Adds a sample of the GPUs to the tally of each running attempt.
+    pub(crate) fn record_gpu_sample(&self, readings: &BTreeMap<u32, crate::gpu_usage::Reading>) {
+        let mut state = self.state();
+        let State {
+            attempts,
+            inventory,
+            ..
+        } = &mut *state;
+        for slot in attempts.values_mut().filter(|s| !s.pgids.is_empty()) {
+            let gpus: Vec<u32> = slot
+                .instances
+                .iter()
+                .flat_map(|&id| inventory.gpus(id).iter().copied())
+                .collect();
+            slot.gpu.add(&gpus, readings);
+        }
+    }
+
     pub(crate) fn checkpoint_targets(&self) -> Vec<(u64, PathBuf)> {
         self.state()
             .attempts

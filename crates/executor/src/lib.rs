@@ -32,6 +32,7 @@ pub mod container;
 mod environment;
 mod error;
 mod executor;
+mod gpu_usage;
 mod group;
 mod input;
 mod inventory;
@@ -50,7 +51,7 @@ pub use environment::host_name;
 pub use error::ExecError;
 pub use executor::{
     ExecEvent, InputChannel, LaunchSpec, LocalConfig, LocalExecutor, OptMl, Reconciled, Recorded,
-    RoleCredentials, SupervisorCommand, OUTCOME_FILE,
+    RoleCredentials, SupervisorCommand, DEFAULT_GPU_SAMPLE, OUTCOME_FILE,
 };
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;

@@ -43,6 +43,14 @@ pub struct Usage {
     /// largest resident set of one process. `None` where the kernel does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// The mean utilisation of its GPUs (percent), over its GPUs and the samples the server
+    /// took of them while it ran (`nvidia-smi`, [`crate::gpu_usage`]); `None` where none was
+    /// taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<u32>,
+    /// The most memory its GPUs held together in one sample (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_gpu_memory_bytes: Option<u64>,
 }
 
 /// The longest failure-file message kept, in characters (SageMaker truncates too).

@@ -944,15 +944,22 @@
     return `${(b / (k * k * k)).toFixed(1)} GiB`;
   }
 
+  // The GPU columns only where some attempt's GPUs were sampled (nvidia-smi).
   function renderUsage(usage) {
     if (!usage || usage.length === 0) { replace("usage"); return; }
+    const gpus = usage.some((u) => u.gpuUtilizationPercent !== undefined);
     const rows = usage.map((u) => h("tr", { "data-testid": "usage-row" },
       h("td", { class: "num" }, String(u.attempt)),
       h("td", { class: "num", "data-testid": "usage-cpu" }, `${u.cpuSeconds.toFixed(1)} s`),
-      h("td", { class: "num", "data-testid": "usage-memory" }, fmtBytes(u.peakMemoryBytes))));
+      h("td", { class: "num", "data-testid": "usage-memory" }, fmtBytes(u.peakMemoryBytes)),
+      gpus ? h("td", { class: "num", "data-testid": "usage-gpu" },
+        u.gpuUtilizationPercent === undefined ? "—" : `${u.gpuUtilizationPercent} %`) : null,
+      gpus ? h("td", { class: "num", "data-testid": "usage-gpu-memory" },
+        fmtBytes(u.peakGpuMemoryBytes)) : null));
+    const headers = ["Attempt", "CPU time", "Peak memory (largest host)"];
+    if (gpus) headers.push("GPU utilisation (mean)", "Peak GPU memory");
     replace("usage", h("h3", null, "Usage per attempt"),
-      table("Usage per attempt", ["Attempt", "CPU time", "Peak memory (largest host)"],
-        rows, { "data-testid": "usage-table" }));
+      table("Usage per attempt", headers, rows, { "data-testid": "usage-table" }));
   }
 
   async function refreshJob(jobId) {

@@ -215,6 +215,9 @@ pub struct ExecutorSection {
     /// How often a running attempt's changed checkpoints are uploaded to
     /// `CheckpointConfig.S3Uri` (default 30).
     pub checkpoint_sync_seconds: Option<f64>,
+    /// How often the GPUs of running attempts are sampled with `nvidia-smi` for their usage
+    /// (default 10; 0: never).
+    pub gpu_sample_seconds: Option<f64>,
     /// `host` (default): `ContainerEntrypoint` runs on the host; `podman`: the job's image runs.
     pub runtime: Option<String>,
     /// `[executor.podman]`: how podman is run (runtime = "podman").
@@ -411,6 +414,8 @@ pub struct Config {
     pub opt_ml: qm_executor::OptMl,
     /// `[executor] checkpoint_sync_seconds`.
     pub checkpoint_sync: Duration,
+    /// `[executor] gpu_sample_seconds` (zero: never).
+    pub gpu_sample: Duration,
     /// `[executor] runtime`, with `[executor.podman]` and `[executor.images]`.
     pub runtime: qm_executor::Runtime,
 }
@@ -669,7 +674,22 @@ impl Config {
                 30.0,
             )?
             .max(Duration::from_secs(1)),
+            gpu_sample: gpu_sample(seconds(
+                "executor.gpu_sample_seconds",
+                file.executor.gpu_sample_seconds,
+                qm_executor::DEFAULT_GPU_SAMPLE.as_secs_f64(),
+            )?),
         })
+    }
+}
+
+/// `[executor] gpu_sample_seconds`: zero turns sampling off; otherwise at least a second
+/// (each `nvidia-smi` call costs tens of milliseconds of CPU).
+fn gpu_sample(every: Duration) -> Duration {
+    if every.is_zero() {
+        every
+    } else {
+        every.max(Duration::from_secs(1))
     }
 }
 

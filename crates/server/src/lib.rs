@@ -666,6 +666,7 @@ pub(crate) fn local_config(
         opt_ml: config.opt_ml,
         runtime: config.runtime.clone(),
         supervisor: qm_executor::SupervisorCommand::default(),
+        gpu_sample: config.gpu_sample,
     }
 }
 

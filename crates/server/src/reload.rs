@@ -96,6 +96,7 @@ fn keys() -> Vec<Key> {
             .checkpoint_poll),
         key!("executor.checkpoint_sync_seconds", true, |c| c
             .checkpoint_sync),
+        key!("executor.gpu_sample_seconds", true, |c| c.gpu_sample),
         key!("executor.max_lost_attempts", true, |c| c.max_lost_attempts),
         key!("executor.podman", true, |c| match &c.runtime {
             Runtime::Podman(p) => Some((&p.program, &p.global_args, &p.run_args)),

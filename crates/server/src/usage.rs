@@ -185,6 +185,9 @@ struct Cell {
     delays: Vec<f64>,
     cpu_ms: u64,
     peak_memory: Option<u64>,
+    /// Sampled GPU utilisation (percent) times the GPU-hours it was seen over, and those hours.
+    gpu_busy: f64,
+    gpu_sampled_hours: f64,
 }
 
 /// The report of `jobs` under `history`. Jobs must be unique by id.
@@ -236,6 +239,12 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
                 let cell = cells.entry((i, key.clone())).or_default();
                 cell.cpu_ms += used.cpu_millis;
                 cell.peak_memory = cell.peak_memory.max(used.peak_memory_bytes);
+                if let Some(percent) = used.gpu_utilization_percent {
+                    let ended = a.stopped_at.unwrap_or(p.now);
+                    let hours = lost_instance_hours(a.running_at, ended, a.count) * g;
+                    cell.gpu_busy += f64::from(percent) * hours;
+                    cell.gpu_sampled_hours += hours;
+                }
             }
             if !a.preempted {
                 continue;
@@ -317,6 +326,8 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
                 queue_delay_seconds: Percentiles::of(&mut c.delays),
                 cpu_hours: round(c.cpu_ms as f64 / HOUR_MS),
                 peak_memory_bytes: c.peak_memory,
+                gpu_utilization_percent: (c.gpu_sampled_hours > 0.0)
+                    .then(|| (c.gpu_busy / c.gpu_sampled_hours * 10.0).round() / 10.0),
             },
         )
         .collect();
@@ -668,10 +679,12 @@ mod tests {
         j.attempts[0].usage = Some(qm_executor::Usage {
             cpu_millis: 1_800_000,
             peak_memory_bytes: Some(1 << 30),
+            ..Default::default()
         });
         j.attempts[1].usage = Some(qm_executor::Usage {
             cpu_millis: 7_200_000,
             peak_memory_bytes: Some(3 << 30),
+            ..Default::default()
         });
         let r = report(
             &[j],

@@ -339,22 +339,33 @@ pub fn job_details(
 }
 
 /// What each ended attempt used.
+/// The GPU columns only where some attempt's GPUs were sampled.
 fn usage(records: &[qm_api::qm::AttemptUsage]) -> String {
+    let gpus = records.iter().any(|u| u.gpu_utilization_percent.is_some());
     let rows: Vec<Vec<String>> = records
         .iter()
         .map(|u| {
-            vec![
+            let mut row = vec![
                 u.attempt.to_string(),
                 format!("{:.1} s", u.cpu_seconds),
                 u.peak_memory_bytes.map_or("-".to_string(), memory),
-            ]
+            ];
+            if gpus {
+                row.push(
+                    u.gpu_utilization_percent
+                        .map_or("-".into(), |p| format!("{p} %")),
+                );
+                row.push(u.peak_gpu_memory_bytes.map_or("-".to_string(), memory));
+            }
+            row
         })
         .collect();
+    let mut headers = vec!["attempt", "CPU time", "peak memory (largest host)"];
+    if gpus {
+        headers.extend(["GPU utilisation (mean)", "peak GPU memory"]);
+    }
     let mut out = "\nusage per attempt\n".to_string();
-    out.push_str(&indent(&table(
-        &["attempt", "CPU time", "peak memory (largest host)"],
-        &rows,
-    )));
+    out.push_str(&indent(&table(&headers, &rows)));
     out
 }
 

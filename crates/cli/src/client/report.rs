@@ -58,6 +58,7 @@ pub fn usage_table(report: &UsageReport) -> String {
         "P99",
         "CPU-H",
         "PEAK MEM",
+        "GPU UTIL",
     ]);
     let rows: Vec<Vec<String>> = report
         .rows
@@ -84,12 +85,14 @@ pub fn usage_table(report: &UsageReport) -> String {
                 hours(r.cpu_hours),
                 r.peak_memory_bytes
                     .map_or("-".to_string(), crate::client::format::memory),
+                r.gpu_utilization_percent
+                    .map_or("-".to_string(), |p| format!("{p:.1} %")),
             ]);
             cells
         })
         .collect();
     let mut out = format!(
-        "Usage from {} to {}, by {}{} (instance-hours; LOST: work since the last checkpoint; WAIT: seconds RUNNABLE before capacity; CPU-H and PEAK MEM: what ended attempts used, the largest host)\n",
+        "Usage from {} to {}, by {}{} (instance-hours; LOST: work since the last checkpoint; WAIT: seconds RUNNABLE before capacity; CPU-H and PEAK MEM: what ended attempts used, the largest host; GPU UTIL: their GPUs' sampled mean)\n",
         utc(report.since),
         utc(report.until),
         report.by.as_str(),
@@ -154,6 +157,7 @@ pub fn usage_csv(report: &UsageReport) -> Result<String, csv::Error> {
             "queue_delay_max_s",
             "cpu_hours",
             "peak_memory_bytes",
+            "gpu_utilization_percent",
         ]
         .map(String::from),
     );
@@ -192,6 +196,11 @@ pub fn usage_csv(report: &UsageReport) -> Result<String, csv::Error> {
         rec.push(
             r.peak_memory_bytes
                 .map(|b| b.to_string())
+                .unwrap_or_default(),
+        );
+        rec.push(
+            r.gpu_utilization_percent
+                .map(|p| p.to_string())
                 .unwrap_or_default(),
         );
         w.write_record(&rec)?;

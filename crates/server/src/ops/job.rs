@@ -505,6 +505,8 @@ impl State {
                     attempt: a.number,
                     cpu_seconds: u.cpu_millis as f64 / 1000.0,
                     peak_memory_bytes: u.peak_memory_bytes,
+                    gpu_utilization_percent: u.gpu_utilization_percent,
+                    peak_gpu_memory_bytes: u.peak_gpu_memory_bytes,
                 })
             })
             .collect();

@@ -1,0 +1,206 @@
+//! How busy each running attempt keeps its GPUs: every `gpu_sample` the server asks
+//! `nvidia-smi` once for every GPU that running attempts hold (one call for the machine, not
+//! one per attempt: each call initialises NVML, tens of milliseconds of CPU), and adds each
+//! attempt's reading to its tally. The tally goes with the attempt's usage when it ends: the
+//! mean utilisation of its GPUs over the samples and the most GPU memory they held at once.
+//!
+//! The server samples rather than the supervisor: the supervisor reaps every child it has
+//! (`waitpid(-1)`) and knows its attempt ended when none is left, which a sampling child
+//! would blur. Samples are not taken while the server is down; the tally counts what it saw.
+
+use std::collections::BTreeMap;
+use std::sync::Weak;
+use std::time::Duration;
+
+use crate::executor::Inner;
+use crate::Usage;
+
+/// The longest a `nvidia-smi` call may take before the sample is skipped (a GPU in a bad state
+/// can hang it).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One GPU's reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reading {
+    /// `utilization.gpu`: the percent of the last sample period a kernel ran on it.
+    pub utilization_percent: u32,
+    /// `memory.used`, in bytes.
+    pub memory_bytes: u64,
+}
+
+/// What was seen of one attempt's GPUs while it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    samples: u32,
+    /// The sum, over samples, of the mean utilisation of the attempt's GPUs (percent).
+    utilization_sum: u64,
+    /// The most memory its GPUs held together in one sample.
+    peak_memory_bytes: u64,
+}
+
+impl Tally {
+    /// Adds a sample of the attempt's `gpus`; GPUs missing from `readings` (nvidia-smi did not
+    /// list them) leave the sample out.
+    pub fn add(&mut self, gpus: &[u32], readings: &BTreeMap<u32, Reading>) {
+        let Some(seen) = gpus
+            .iter()
+            .map(|g| readings.get(g))
+            .collect::<Option<Vec<&Reading>>>()
+            .filter(|seen| !seen.is_empty())
+        else {
+            return;
+        };
+        let n = seen.len() as u64;
+        let utilization: u64 = seen.iter().map(|r| u64::from(r.utilization_percent)).sum();
+        self.samples += 1;
+        self.utilization_sum += utilization / n;
+        self.peak_memory_bytes = self
+            .peak_memory_bytes
+            .max(seen.iter().map(|r| r.memory_bytes).sum());
+    }
+
+    /// `usage` with the tally's figures, where it has a sample.
+    pub fn apply(&self, usage: Usage) -> Usage {
+        if self.samples == 0 {
+            return usage;
+        }
+        let mean = self.utilization_sum / u64::from(self.samples);
+        Usage {
+            gpu_utilization_percent: Some(u32::try_from(mean).unwrap_or(100).min(100)),
+            peak_gpu_memory_bytes: Some(self.peak_memory_bytes),
+            ..usage
+        }
+    }
+}
+
+/// The readings of `nvidia-smi --query-gpu=index,utilization.gpu,memory.used
+/// --format=csv,noheader,nounits` (memory in MiB), by GPU index. Lines it cannot read (a GPU
+/// that says `[N/A]` or `[Not Supported]`) are left out.
+pub(crate) fn parse(text: &str) -> BTreeMap<u32, Reading> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(',').map(str::trim);
+            let index = fields.next()?.parse().ok()?;
+            let utilization_percent = fields.next()?.parse().ok()?;
+            let memory_mib: u64 = fields.next()?.parse().ok()?;
+            Some((
+                index,
+                Reading {
+                    utilization_percent,
+                    memory_bytes: memory_mib << 20,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Asks `nvidia-smi` about `gpus`; `None` when it is absent, fails or hangs.
+async fn query(gpus: &[u32]) -> Option<BTreeMap<u32, Reading>> {
+    let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    let run = tokio::process::Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=index,utilization.gpu,memory.used",
+            "--format=csv,noheader,nounits",
+            "-i",
+            &list.join(","),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(QUERY_TIMEOUT, run).await {
+        Ok(Ok(out)) if out.status.success() => Some(parse(&String::from_utf8_lossy(&out.stdout))),
+        Ok(Ok(out)) => {
+            tracing::debug!(status = %out.status, "nvidia-smi failed; no GPU sample");
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "nvidia-smi cannot run; no GPU sample");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("nvidia-smi did not answer within 10 s; no GPU sample");
+            None
+        }
+    }
+}
+
+/// Samples the GPUs of running attempts every `gpu_sample` (read again each round: a reload
+/// may change it; zero: no sampling) until the executor is gone.
+pub(crate) async fn sample_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(every) = inner.upgrade().map(|i| i.cfg().gpu_sample) else {
+            return;
+        };
+        tokio::time::sleep(if every.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            every
+        })
+        .await;
+        if every.is_zero() {
+            continue;
+        }
+        let Some(gpus) = inner.upgrade().map(|i| i.gpus_in_use()) else {
+            return;
+        };
+        if gpus.is_empty() {
+            continue;
+        }
+        if let Some(readings) = query(&gpus).await {
+            let Some(inner) = inner.upgrade() else { return };
+            inner.record_gpu_sample(&readings);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readings(text: &str) -> BTreeMap<u32, Reading> {
+        parse(text)
+    }
+
+    #[test]
+    fn nvidia_smi_lines_are_read_and_unreadable_ones_left_out() {
+        let r = readings("0, 87, 40536\n1, [N/A], 12\n 2 ,0,0\ngarbage\n");
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[&0],
+            Reading {
+                utilization_percent: 87,
+                memory_bytes: 40536 << 20
+            }
+        );
+        assert_eq!(r[&2].utilization_percent, 0);
+    }
+
+    #[test]
+    fn an_attempt_s_utilisation_is_the_mean_over_its_gpus_and_samples_and_its_memory_the_peak() {
+        let mut tally = Tally::default();
+        tally.add(
+            &[0, 1],
+            &readings("0, 100, 1000\n1, 50, 3000\n2, 0, 9000\n"),
+        );
+        tally.add(&[0, 1], &readings("0, 20, 2000\n1, 30, 1000\n"));
+        // A sample that misses one of its GPUs does not count.
+        tally.add(&[0, 1], &readings("0, 0, 0\n"));
+        let usage = tally.apply(Usage::default());
+        // (75 + 25) / 2.
+        assert_eq!(usage.gpu_utilization_percent, Some(50));
+        assert_eq!(usage.peak_gpu_memory_bytes, Some(4000 << 20));
+    }
+
+    #[test]
+    fn an_attempt_never_sampled_keeps_its_usage_as_it_was() {
+        let usage = Usage {
+            cpu_millis: 5,
+            ..Usage::default()
+        };
+        assert_eq!(Tally::default().apply(usage), usage);
+        let mut tally = Tally::default();
+        tally.add(&[], &readings("0, 10, 10\n"));
+        assert_eq!(tally.apply(usage), usage);
+    }
+}
