@@ -66,8 +66,11 @@ class MotoServer:
     """moto's server (S3, IAM, STS and the rest of its mocks) on a free loopback port, as a
     process of its own; `stop()` ends that process by its pid."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, env: dict | None = None):
         self.workdir = Path(workdir)
+        # Added to its environment (INITIAL_NO_AUTH_ACTION_COUNT: moto enforces IAM policies
+        # after that many requests).
+        self.extra_env = dict(env or {})
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -81,6 +84,7 @@ class MotoServer:
         print(f"[e2e] starting {' '.join(cmd)}", flush=True)
         # Its own credentials, so that nothing of the caller's AWS environment reaches it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(self.extra_env)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         end = time.monotonic() + deadline

@@ -7,8 +7,8 @@
   the attempt's own token, and only while the attempt holds capacity.
 - Attempts under their own uids cannot reach the instance metadata service (169.254.169.254,
   played here by a listener on the loopback device): a REJECT rule by uid owner.
-
-moto enforces no IAM policy by default, so a bucket the role may not read is not shown."""
+- Where moto enforces IAM policies (INITIAL_NO_AUTH_ACTION_COUNT, a moto of its own), the
+  role's policy holds: a bucket it may not read is refused to the job."""
 
 import http.server
 import json
@@ -80,6 +80,65 @@ def test_a_job_s_sdk_finds_its_own_role_s_credentials_and_reads_s3_with_them(ser
     assert r["data"] == "the team's data", r
     assert "each attempt gets its job's RoleArn" in server.log_path.read_text()
     assert d["status"] == "SUCCEEDED"
+
+
+# The requests moto lets through before it enforces IAM policies: the setup in `policed`.
+POLICED_SETUP_REQUESTS = 9
+
+
+def test_a_job_is_refused_a_bucket_its_role_may_not_read(start_server, tmp_path_factory, tmp_path):
+    """moto enforcing IAM policies: the server's keys (an IAM user allowed sts:AssumeRole, no
+    S3) assume team-a, whose policy reads one bucket; the job reads that one and is refused
+    the other, which the server's own keys could not have read either."""
+    import boto3
+    missing = sdk_missing()
+    if missing and os.environ.get("CI") != "true":
+        pytest.skip(missing)
+    moto = MotoServer(tmp_path_factory.mktemp("moto-policed"),
+                      env={"INITIAL_NO_AUTH_ACTION_COUNT": str(POLICED_SETUP_REQUESTS)}).start()
+    try:
+        kw = dict(endpoint_url=moto.url, region_name="us-east-1",
+                  aws_access_key_id="AKIAQMSETUP000000000", aws_secret_access_key="setup")
+        iam, s3 = boto3.client("iam", **kw), boto3.client("s3", **kw)
+        allow = lambda actions, resources: json.dumps({"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": actions, "Resource": resources}]})
+        iam.create_user(UserName="qm-server")
+        iam.put_user_policy(UserName="qm-server", PolicyName="assume",
+                            PolicyDocument=allow("sts:AssumeRole", "*"))
+        key = iam.create_access_key(UserName="qm-server")["AccessKey"]
+        iam.create_role(RoleName="team-a", AssumeRolePolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
+                                                     "Action": "sts:AssumeRole"}]}))
+        iam.put_role_policy(RoleName="team-a", PolicyName="data", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": "s3:GetObject",
+                 "Resource": "arn:aws:s3:::qm-e2e-ours/*"},
+                {"Effect": "Allow", "Action": "sts:GetCallerIdentity", "Resource": "*"}]}))
+        for bucket in ("qm-e2e-ours", "qm-e2e-theirs"):
+            s3.create_bucket(Bucket=bucket)
+            s3.put_object(Bucket=bucket, Key="data.txt", Body=f"{bucket} data".encode())
+        env = dict(moto.server_env(), AWS_ACCESS_KEY_ID=key["AccessKeyId"],
+                   AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
+        config = config_toml() + (
+            f'[credentials]\nsource = "assume_role"\nsts_endpoint = "{moto.url}"\n'
+            '[credentials.shares]\n"A" = ["arn:aws:iam::*:role/team-a"]\n')
+        server = start_server(config=config, name="credentials-policed", env=env)
+        try:
+            batch = server.client()
+            q = make_queue(batch, "policed", [ShareSpec("A", "RESERVE", 1)], env_max=1)
+            out = tmp_path / "probe.json"
+            job = submit(batch, q, "policed-probe", "role_probe.py",
+                         {"RESULT_FILE": str(out), "BUCKET": "qm-e2e-ours", "KEY": "data.txt",
+                          "REFUSED_BUCKET": "qm-e2e-theirs", "AWS_ENDPOINT_URL_STS": moto.url})
+            wait_status(batch, job, "SUCCEEDED")
+            r = json.loads(out.read_text())
+            assert r["method"] == "container-role", r
+            assert r["data"] == "qm-e2e-ours data", r
+            assert r["refused"] == "AccessDenied", r
+        finally:
+            server.close()
+    finally:
+        moto.stop()
 
 
 def test_the_endpoint_answers_an_attempt_s_own_token_only_while_it_runs(server, moto, tmp_path):

@@ -444,12 +444,19 @@ fn session_name(job_name: &str) -> String {
     name
 }
 
-/// `application/x-www-form-urlencoded` of `pairs`.
+/// `application/x-www-form-urlencoded` of `pairs`, every byte but RFC 3986's unreserved ones
+/// percent-encoded, as the AWS SDKs write it: a service that checks the signature over the
+/// form it parsed and encoded again (moto does) gets the bytes that were signed.
 fn form(pairs: &[(&str, &str)]) -> String {
-    use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    const ENCODED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
     pairs
         .iter()
-        .map(|(k, v)| format!("{k}={}", utf8_percent_encode(v, NON_ALPHANUMERIC)))
+        .map(|(k, v)| format!("{k}={}", utf8_percent_encode(v, ENCODED)))
         .collect::<Vec<_>>()
         .join("&")
 }
@@ -457,6 +464,17 @@ fn form(pairs: &[(&str, &str)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_form_encodes_every_byte_but_the_unreserved_ones_as_the_sdks_do() {
+        assert_eq!(
+            form(&[
+                ("RoleArn", "arn:aws:iam::1:role/team-a"),
+                ("RoleSessionName", "qm-x_y.z~ é"),
+            ]),
+            "RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2Fteam-a&RoleSessionName=qm-x_y.z~%20%C3%A9"
+        );
+    }
 
     fn broker(listen: &str) -> Result<Broker, String> {
         let storage = qm_storage::Settings::resolve(&Default::default(), &BTreeMap::new());
