@@ -43,6 +43,7 @@ pub mod namespace;
 mod outcome;
 pub mod progress;
 pub mod slurm;
+mod spawn;
 mod staging;
 pub mod supervisor;
 
