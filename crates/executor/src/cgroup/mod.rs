@@ -794,4 +794,4 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
