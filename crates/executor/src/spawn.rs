@@ -112,8 +112,27 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::cgroup::tests::fake_v1;
-    use crate::cgroup::Hierarchy;
+    use crate::cgroup::{Hierarchy, V1Dirs};
+
+    /// A fake v1 tree with the group `g` (plain `tasks` files, which keep every value written).
+    fn fake_v1(root: &Path) -> Hierarchy {
+        let dir = |c: &str| {
+            let d = root.join(c).join("qm-k");
+            std::fs::create_dir_all(d.join("g")).unwrap();
+            std::fs::write(d.join("g/tasks"), "").unwrap();
+            d
+        };
+        Hierarchy::V1 {
+            dirs: V1Dirs {
+                memory: dir("memory"),
+                pids: dir("pids"),
+                cpu: dir("cpu"),
+                devices: dir("devices"),
+                freezer: dir("freezer"),
+                cpuacct: None,
+            },
+        }
+    }
 
     fn tasks(root: &Path, controller: &str) -> String {
         std::fs::read_to_string(root.join(controller).join("qm-k/g/tasks")).unwrap()
@@ -122,7 +141,7 @@ mod tests {
     #[test]
     fn a_v1_spawner_enters_the_group_before_the_spawn_which_moves_nothing_more() {
         let root = tempfile::tempdir().unwrap();
-        let group = Group::named(&fake_v1(root.path(), "g"), "g");
+        let group = Group::named(&fake_v1(root.path()), "g");
         let spawner = Spawner::start(&group).expect("v1 has spawners");
         // It enters at once, on its own thread, before any work is given to it.
         let entered = (0..200).any(|_| {
@@ -154,7 +173,7 @@ mod tests {
     #[test]
     fn without_a_spawner_the_spawning_thread_enters_at_the_spawn() {
         let root = tempfile::tempdir().unwrap();
-        let group = Group::named(&fake_v1(root.path(), "g"), "g");
+        let group = Group::named(&fake_v1(root.path()), "g");
         let mut child = spawn_apart(Command::new("true"), None, None, Some(&group), None).unwrap();
         assert!(child.wait().unwrap().success());
         assert_eq!(tasks(root.path(), "pids").lines().count(), 1);

@@ -794,4 +794,4 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -49,7 +49,7 @@ fn limits(gpus: Vec<u32>) -> Limits {
 }
 
 /// A v1 tree with a directory per controller (cpuacct apart), and the group `name` in each.
-pub(crate) fn fake_v1(root: &Path, name: &str) -> Hierarchy {
+fn fake_v1(root: &Path, name: &str) -> Hierarchy {
     let dir = |c: &str| root.join(c).join("qm-k");
     let files: [(&str, &[&str]); 6] = [
         (
