@@ -21,13 +21,12 @@ use crate::container::Runtime;
 use crate::group::signal_group;
 use crate::isolation::JobUids;
 use crate::layout::{log_file_name, JobLayout, LogStream};
-use crate::namespace;
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
-use crate::spawn::{spawn_apart, Spawner};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::Reaper;
 use crate::supervisor::{Placement, Running, Settings};
 use crate::{checkpoint, environment, LaunchSpec, Outcome, Usage};
+use crate::{isolation, namespace};
 use qm_storage::Storage;
 
 /// How long what the job left outside its hosts' process groups (a daemon, podman's conmon
@@ -109,7 +108,6 @@ pub(crate) async fn supervise(
         groups: Vec::new(),
         live: Vec::new(),
         cgroups: Vec::new(),
-        spawners: Vec::new(),
         done: false,
         started: false,
     };
@@ -177,9 +175,6 @@ struct Supervisor {
     live: Vec<Option<u32>>,
     /// Each host's control group, when the attempt is confined ([`crate::cgroup`]).
     cgroups: Vec<Group>,
-    /// Per host, under cgroup v1, a thread that entered its group while the attempt was
-    /// prepared, for its spawn ([`Spawner`]); taken by the spawn.
-    spawners: Vec<Option<Spawner>>,
     done: bool,
     /// Whether it was told to go (anything after its preparation may have run).
     started: bool,
@@ -302,7 +297,7 @@ fn spawn_all(
     hosts: &[Vec<u32>],
     uid: Option<u32>,
     settings: &Settings,
-    (cgroups, spawners): (&[Group], &mut [Option<Spawner>]),
+    cgroups: &[Group],
 ) -> Spawned {
     let mut children = Vec::with_capacity(hosts.len());
     let mut spawn_failure = None;
@@ -312,9 +307,8 @@ fn spawn_all(
             gpus,
             uid,
             cgroup: cgroups.get(host),
-            spawner: spawners.get_mut(host).and_then(Option::take),
         };
-        let r = spawn_host(spec, prepared, placed, settings);
+        let r = spawn_host(spec, prepared, &placed, settings);
         match r {
             // Reaped by the supervisor's waitpid(-1), never through the handle.
             Ok(child) => children.push(child.id()),
@@ -512,7 +506,7 @@ impl Supervisor {
             hosts,
             self.uid,
             &self.ctx.settings,
-            (&self.cgroups, &mut self.spawners),
+            &self.cgroups,
         );
         // Every process is its group's leader.
         self.groups.clone_from(&children);
@@ -637,10 +631,7 @@ impl Supervisor {
             let host = index as u32 + 1;
             let limits = confinement.limits(gpus);
             match Group::take(&confinement.hierarchy, name, &limits) {
-                Ok(group) => {
-                    self.spawners.push(Spawner::start(&group));
-                    self.cgroups.push(group);
-                }
+                Ok(group) => self.cgroups.push(group),
                 Err(e) => {
                     // Emptied with the others at the end, should anything have entered it.
                     self.cgroups
@@ -769,8 +760,6 @@ struct Placed<'a> {
     gpus: &'a [u32],
     uid: Option<u32>,
     cgroup: Option<&'a Group>,
-    /// A thread that entered `cgroup` already.
-    spawner: Option<Spawner>,
 }
 
 /// Spawns the process of a host in its own process group (and control group), logging to its
@@ -778,17 +767,13 @@ struct Placed<'a> {
 fn spawn_host(
     spec: &LaunchSpec,
     prepared: &Prepared,
-    placed: Placed<'_>,
+    placed: &Placed<'_>,
     settings: &Settings,
 ) -> std::io::Result<std::process::Child> {
     let layout = &prepared.layout;
     let Placed {
-        gpus,
-        uid,
-        cgroup,
-        spawner,
-        ..
-    } = placed;
+        gpus, uid, cgroup, ..
+    } = *placed;
     let host = placed.host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
         let path = layout.attempt_dir.join(log_file_name(stream, host));
@@ -836,8 +821,10 @@ fn spawn_host(
         (Runtime::Host, None, None, None) | (Runtime::Podman(_), _, _, None) => command.spawn(),
         // podman runs as the server; the container's processes run in podman's own group,
         // limited by `podman run`'s flags.
-        (Runtime::Podman(_), _, _, cgroup) => spawn_apart(command, None, None, cgroup, spawner),
-        (Runtime::Host, uid, binds, cgroup) => spawn_apart(command, uid, binds, cgroup, spawner),
+        (Runtime::Podman(_), _, _, cgroup) => spawn_apart(&mut command, None, None, cgroup),
+        (Runtime::Host, uid, binds, cgroup) => {
+            spawn_apart(&mut command, uid, binds.as_ref(), cgroup)
+        }
     }
 }
 
@@ -934,4 +921,41 @@ fn container_command(
         }
     }
     Ok(command)
+}
+
+/// Spawns `command` in its control group, in a mount namespace with `binds` and/or as `uid`
+/// (its group `uid`, no supplementary groups).
+///
+/// `Command::uid` (or a pre_exec hook) would make std fork rather than posix_spawn. Instead a
+/// short-lived thread enters the namespace (per thread, while still root), takes the job's
+/// identity with per-thread syscalls (the supervisor's other threads stay root) and spawns
+/// with posix_spawn; the child inherits the thread's namespace and credentials. The thread
+/// sets all three uids, so it and the job keep no capability and no way back to root.
+fn spawn_apart(
+    command: &mut Command,
+    uid: Option<u32>,
+    binds: Option<&namespace::Binds>,
+    cgroup: Option<&Group>,
+) -> std::io::Result<std::process::Child> {
+    std::thread::scope(|scope| {
+        let spawner = scope.spawn(|| {
+            if let Some(cgroup) = cgroup {
+                // First, while the thread is still root: v1 moves this thread into the group.
+                cgroup.enrol(command)?;
+            }
+            if let Some(binds) = binds {
+                namespace::enter(binds)?;
+            }
+            // Inherited by the job: a setuid program it runs (or one it made a namespace
+            // trust) gives it nothing.
+            nix::sys::prctl::set_no_new_privs().map_err(std::io::Error::from)?;
+            if let Some(uid) = uid {
+                isolation::become_job(uid)?;
+            }
+            command.spawn()
+        });
+        spawner
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
+    })
 }

@@ -43,7 +43,6 @@ pub mod namespace;
 mod outcome;
 pub mod progress;
 pub mod slurm;
-mod spawn;
 mod staging;
 pub mod supervisor;
 

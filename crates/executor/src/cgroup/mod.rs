@@ -576,7 +576,13 @@ impl Group {
     /// itself between fork and exec.
     pub fn enrol(&self, command: &mut Command) -> io::Result<()> {
         match &self.hierarchy {
-            Hierarchy::V1 { .. } => enter_thread(&self.dirs()),
+            Hierarchy::V1 { .. } => {
+                let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
+                for dir in self.dirs() {
+                    write(&dir.join("tasks"), &tid)?;
+                }
+                Ok(())
+            }
             Hierarchy::V2 { dir } => {
                 let procs = fs::OpenOptions::new()
                     .write(true)
@@ -586,16 +592,6 @@ impl Group {
                 Ok(())
             }
         }
-    }
-
-    /// Under v1, what moves the calling thread into the group (for a thread that enters ahead
-    /// of its spawn, [`crate::spawn::Spawner`]); `None` under v2, where only whole processes
-    /// move.
-    pub fn thread_entry(&self) -> Option<impl FnOnce() -> io::Result<()> + Send + 'static> {
-        matches!(self.hierarchy, Hierarchy::V1 { .. }).then(|| {
-            let dirs = self.dirs();
-            move || enter_thread(&dirs)
-        })
     }
 
     /// The pids in the group and in any group below it (podman's), this process aside (see
@@ -683,15 +679,6 @@ impl Group {
         }
         Ok(())
     }
-}
-
-/// Moves the calling thread into the v1 groups `dirs` (their `tasks` files).
-fn enter_thread(dirs: &[PathBuf]) -> io::Result<()> {
-    let tid = rustix::thread::gettid().as_raw_nonzero().to_string();
-    for dir in dirs {
-        write(&dir.join("tasks"), &tid)?;
-    }
-    Ok(())
 }
 
 /// Writes `value` to the control file `path`, as `echo value > path` would: in one write,
