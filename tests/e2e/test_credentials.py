@@ -97,8 +97,11 @@ def test_a_job_is_refused_a_bucket_its_role_may_not_read(start_server, tmp_path_
     moto = MotoServer(tmp_path_factory.mktemp("moto-policed"),
                       env={"INITIAL_NO_AUTH_ACTION_COUNT": str(POLICED_SETUP_REQUESTS)}).start()
     try:
+        # No retry: moto counts every request it lets through unchecked.
+        from botocore.config import Config
         kw = dict(endpoint_url=moto.url, region_name="us-east-1",
-                  aws_access_key_id="AKIAQMSETUP000000000", aws_secret_access_key="setup")
+                  aws_access_key_id="AKIAQMSETUP000000000", aws_secret_access_key="setup",
+                  config=Config(retries={"total_max_attempts": 1}))
         iam, s3 = boto3.client("iam", **kw), boto3.client("s3", **kw)
         allow = lambda actions, resources: json.dumps({"Version": "2012-10-17", "Statement": [
             {"Effect": "Allow", "Action": actions, "Resource": resources}]})
@@ -133,6 +136,7 @@ def test_a_job_is_refused_a_bucket_its_role_may_not_read(start_server, tmp_path_
             wait_status(batch, job, "SUCCEEDED")
             r = json.loads(out.read_text())
             assert r["method"] == "container-role", r
+            assert ":assumed-role/team-a/" in r["arn"], r
             assert r["data"] == "qm-e2e-ours data", r
             assert r["refused"] == "AccessDenied", r
         finally:

@@ -1670,38 +1670,39 @@ impl Inner {
         Some((limit, dirs))
     }
 
-    /// The checkpoint directories to scan: running attempts only.
-    /// The GPUs that running attempts (every process spawned) hold, each once.
-    pub(crate) fn gpus_in_use(&self) -> Vec<u32> {
+    /// The running attempts (every process spawned) that hold GPUs, with their GPUs.
+    pub(crate) fn gpus_in_use(&self) -> Vec<(u64, Vec<u32>)> {
         let state = self.state();
-        let gpus: std::collections::BTreeSet<u32> = state
+        state
             .attempts
-            .values()
-            .filter(|slot| !slot.pgids.is_empty())
-            .flat_map(|slot| &slot.instances)
-            .flat_map(|&id| state.inventory.gpus(id).iter().copied())
-            .collect();
-        gpus.into_iter().collect()
+            .iter()
+            .filter(|(_, slot)| !slot.pgids.is_empty())
+            .map(|(&attempt, slot)| {
+                let gpus = slot.instances.iter();
+                let gpus = gpus.flat_map(|&id| state.inventory.gpus(id).iter().copied());
+                (attempt, gpus.collect::<Vec<u32>>())
+            })
+            .filter(|(_, gpus)| !gpus.is_empty())
+            .collect()
     }
 
-    /// Adds a sample of the GPUs to the tally of each running attempt.
-    pub(crate) fn record_gpu_sample(&self, readings: &BTreeMap<u32, crate::gpu_usage::Reading>) {
+    /// Adds `readings` to the tally of each of `attempts` (as [`Inner::gpus_in_use`] gave
+    /// them before the readings were taken) that still runs: an attempt started meanwhile on
+    /// the same GPUs gets none of its predecessor's readings.
+    pub(crate) fn record_gpu_sample(
+        &self,
+        attempts: &[(u64, Vec<u32>)],
+        readings: &BTreeMap<u32, crate::gpu_usage::Reading>,
+    ) {
         let mut state = self.state();
-        let State {
-            attempts,
-            inventory,
-            ..
-        } = &mut *state;
-        for slot in attempts.values_mut().filter(|s| !s.pgids.is_empty()) {
-            let gpus: Vec<u32> = slot
-                .instances
-                .iter()
-                .flat_map(|&id| inventory.gpus(id).iter().copied())
-                .collect();
-            slot.gpu.add(&gpus, readings);
+        for (attempt, gpus) in attempts {
+            if let Some(slot) = state.attempts.get_mut(attempt) {
+                slot.gpu.add(gpus, readings);
+            }
         }
     }
 
+    /// The checkpoint directories to scan: running attempts only.
     pub(crate) fn checkpoint_targets(&self) -> Vec<(u64, PathBuf)> {
         self.state()
             .attempts

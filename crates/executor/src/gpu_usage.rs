@@ -1,7 +1,8 @@
 //! How busy each running attempt keeps its GPUs: every `gpu_sample` the server asks
-//! `nvidia-smi` once for every GPU that running attempts hold (one call for the machine, not
-//! one per attempt: each call initialises NVML, tens of milliseconds of CPU), and adds each
-//! attempt's reading to its tally. The tally goes with the attempt's usage when it ends: the
+//! `nvidia-smi` once about every GPU of the machine (one call, not one per attempt: each call
+//! initialises NVML, tens of milliseconds of CPU; and not `-i` with the GPUs in use, which
+//! fails whole when one of them fell off the bus), and adds to the tally of each attempt that
+//! ran when the call was made the readings of its GPUs. The tally goes with the attempt's usage when it ends: the
 //! mean utilisation of its GPUs over the samples and the most GPU memory they held at once.
 //!
 //! The server samples rather than the supervisor: the supervisor reaps every child it has
@@ -31,8 +32,9 @@ pub(crate) struct Reading {
 /// What was seen of one attempt's GPUs while it ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Tally {
-    samples: u32,
-    /// The sum, over samples, of the mean utilisation of the attempt's GPUs (percent).
+    /// Readings taken, one per GPU per sample.
+    readings: u64,
+    /// The sum of their utilisation (percent).
     utilization_sum: u64,
     /// The most memory its GPUs held together in one sample.
     peak_memory_bytes: u64,
@@ -50,10 +52,11 @@ impl Tally {
         else {
             return;
         };
-        let n = seen.len() as u64;
-        let utilization: u64 = seen.iter().map(|r| u64::from(r.utilization_percent)).sum();
-        self.samples += 1;
-        self.utilization_sum += utilization / n;
+        self.readings += seen.len() as u64;
+        self.utilization_sum += seen
+            .iter()
+            .map(|r| u64::from(r.utilization_percent))
+            .sum::<u64>();
         self.peak_memory_bytes = self
             .peak_memory_bytes
             .max(seen.iter().map(|r| r.memory_bytes).sum());
@@ -61,10 +64,11 @@ impl Tally {
 
     /// `usage` with the tally's figures, where it has a sample.
     pub fn apply(&self, usage: Usage) -> Usage {
-        if self.samples == 0 {
+        if self.readings == 0 {
             return usage;
         }
-        let mean = self.utilization_sum / u64::from(self.samples);
+        // Rounded to the nearest percent.
+        let mean = (self.utilization_sum * 2 + self.readings) / (self.readings * 2);
         Usage {
             gpu_utilization_percent: Some(u32::try_from(mean).unwrap_or(100).min(100)),
             peak_gpu_memory_bytes: Some(self.peak_memory_bytes),
@@ -94,25 +98,25 @@ pub(crate) fn parse(text: &str) -> BTreeMap<u32, Reading> {
         .collect()
 }
 
-/// Asks `nvidia-smi` about `gpus`; `None` when it is absent, fails or hangs.
-async fn query(gpus: &[u32]) -> Option<BTreeMap<u32, Reading>> {
-    let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+/// Asks `nvidia-smi` about every GPU; `None` when it is absent, hangs or reads nothing. A
+/// failing call still gives the GPUs it could read.
+async fn query() -> Option<BTreeMap<u32, Reading>> {
     let run = tokio::process::Command::new("nvidia-smi")
         .args([
             "--query-gpu=index,utilization.gpu,memory.used",
             "--format=csv,noheader,nounits",
-            "-i",
-            &list.join(","),
         ])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
     match tokio::time::timeout(QUERY_TIMEOUT, run).await {
-        Ok(Ok(out)) if out.status.success() => Some(parse(&String::from_utf8_lossy(&out.stdout))),
         Ok(Ok(out)) => {
-            tracing::debug!(status = %out.status, "nvidia-smi failed; no GPU sample");
-            None
+            let readings = parse(&String::from_utf8_lossy(&out.stdout));
+            if !out.status.success() {
+                tracing::debug!(status = %out.status, read = readings.len(), "nvidia-smi failed");
+            }
+            (!readings.is_empty()).then_some(readings)
         }
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "nvidia-smi cannot run; no GPU sample");
@@ -141,15 +145,15 @@ pub(crate) async fn sample_loop(inner: Weak<Inner>) {
         if every.is_zero() {
             continue;
         }
-        let Some(gpus) = inner.upgrade().map(|i| i.gpus_in_use()) else {
+        let Some(attempts) = inner.upgrade().map(|i| i.gpus_in_use()) else {
             return;
         };
-        if gpus.is_empty() {
+        if attempts.is_empty() {
             continue;
         }
-        if let Some(readings) = query(&gpus).await {
+        if let Some(readings) = query().await {
             let Some(inner) = inner.upgrade() else { return };
-            inner.record_gpu_sample(&readings);
+            inner.record_gpu_sample(&attempts, &readings);
         }
     }
 }
@@ -187,9 +191,21 @@ mod tests {
         // A sample that misses one of its GPUs does not count.
         tally.add(&[0, 1], &readings("0, 0, 0\n"));
         let usage = tally.apply(Usage::default());
-        // (75 + 25) / 2.
+        // (100 + 50 + 20 + 30) / 4.
         assert_eq!(usage.gpu_utilization_percent, Some(50));
         assert_eq!(usage.peak_gpu_memory_bytes, Some(4000 << 20));
+    }
+
+    #[test]
+    fn a_mean_below_one_percent_rounds_rather_than_truncates() {
+        let mut tally = Tally::default();
+        tally.add(&[0], &readings("0, 1, 0\n"));
+        tally.add(&[0], &readings("0, 0, 0\n"));
+        tally.add(&[0], &readings("0, 1, 0\n"));
+        assert_eq!(
+            tally.apply(Usage::default()).gpu_utilization_percent,
+            Some(1)
+        );
     }
 
     #[test]

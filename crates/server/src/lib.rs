@@ -564,12 +564,22 @@ fn job_confinement(
         &read("/proc/self/cgroup"),
         &key,
     );
+    let required =
+        config.confinement == config::Confinement::Cgroup || nix::unistd::geteuid().is_root();
     let prepared = match found {
         Found::Usable(h) => h.prepare().map(|()| h).map_err(|e| e.to_string()),
         Found::Unusable(why) => Err(why),
     };
-    let required =
-        config.confinement == config::Confinement::Cgroup || nix::unistd::geteuid().is_root();
+    // GPU nodes unfenced are a reason to refuse where confinement is required; elsewhere (a
+    // server that is not root) the memory, CPU and process limits still hold.
+    let prepared = prepared.and_then(|h| match h.fence_probe() {
+        Ok(()) => Ok(h),
+        Err(e) if required => Err(e.to_string()),
+        Err(e) => {
+            tracing::warn!("{e}");
+            Ok(h.without_device_fence())
+        }
+    });
     match prepared {
         Ok(h) => {
             let line = format!("confinement: each host of an attempt runs in a control group of its own ({}): its instance's GPUs, memory, CPUs and processes, no more", h.describe());

@@ -239,9 +239,10 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
                 let cell = cells.entry((i, key.clone())).or_default();
                 cell.cpu_ms += used.cpu_millis;
                 cell.peak_memory = cell.peak_memory.max(used.peak_memory_bytes);
-                if let Some(percent) = used.gpu_utilization_percent {
-                    let ended = a.stopped_at.unwrap_or(p.now);
-                    let hours = lost_instance_hours(a.running_at, ended, a.count) * g;
+                if let (Some(percent), Some(ended)) = (used.gpu_utilization_percent, a.stopped_at) {
+                    // Weighted by GPU-hours; by instance-hours where the type's GPUs are not
+                    // configured (it was sampled, so it has some).
+                    let hours = lost_instance_hours(a.running_at, ended, a.count) * g.max(1.0);
                     cell.gpu_busy += f64::from(percent) * hours;
                     cell.gpu_sampled_hours += hours;
                 }
@@ -706,6 +707,25 @@ mod tests {
                 (2.0, Some(3 << 30))
             ]
         );
+    }
+
+    #[test]
+    fn gpu_utilisation_is_the_mean_of_the_attempts_weighted_by_their_gpu_hours() {
+        let mut j = job("j", "A", &[(0, H, 1), (H, 3 * H, 1)]);
+        for (a, percent) in j.attempts.iter_mut().zip([90, 30]) {
+            a.usage = Some(qm_executor::Usage {
+                gpu_utilization_percent: Some(percent),
+                ..Default::default()
+            });
+        }
+        let r = report(
+            &[j],
+            &history(&[("A", 1, true)]),
+            &params(0, 4 * H, 4 * H, None),
+        );
+        let [row] = &r.rows[..] else { panic!("{r:?}") };
+        // One hour at 90 %, two at 30 %.
+        assert_eq!(row.gpu_utilization_percent, Some(50.0));
     }
 
     #[test]

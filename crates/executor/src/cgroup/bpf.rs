@@ -1,7 +1,9 @@
 //! The three `bpf(2)` commands cgroup v2's device control needs: load a device program, attach
 //! it to a group, and ask whether a group has one. The kernel's interface is a union of
 //! per-command structures (`union bpf_attr`, linux/bpf.h); each command here passes its own
-//! structure, which the kernel reads as the union's prefix (it zero-fills the rest).
+//! structure padded with zeros to [`ATTR_SIZE`] bytes, as libbpf does: the kernel requires
+//! every byte past the fields it knows to be zero, and newer kernels write fields of their own
+//! back (a query's `revision`) inside the union, which the padding holds.
 
 // One of the workspace's four unsafe sites (the others: `zygote`, `wire`, `cgroup::enter`): the
 // system call has no safe wrapper in the crates this workspace uses.
@@ -19,6 +21,10 @@ const BPF_CGROUP_DEVICE: u32 = 6;
 /// program of systemd's (or podman's, below) keeps its say.
 const BPF_F_ALLOW_MULTI: u32 = 1 << 1;
 
+/// The size passed for every command: larger than any kernel's `union bpf_attr` so far (a
+/// kernel reads what it knows and checks that the rest is zero).
+const ATTR_SIZE: usize = 192;
+
 /// One instruction (`struct bpf_insn`): an opcode, the destination and source registers in one
 /// byte (source high), an offset and an immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +36,7 @@ pub(super) struct Insn {
     pub imm: i32,
 }
 
-#[repr(C)]
+#[repr(C, align(8))]
 struct ProgLoad {
     prog_type: u32,
     insn_cnt: u32,
@@ -44,17 +50,19 @@ struct ProgLoad {
     prog_name: [u8; 16],
     prog_ifindex: u32,
     expected_attach_type: u32,
+    zero: [u8; ATTR_SIZE - 72],
 }
 
-#[repr(C)]
+#[repr(C, align(8))]
 struct ProgAttach {
     target_fd: u32,
     attach_bpf_fd: u32,
     attach_type: u32,
     attach_flags: u32,
+    zero: [u8; ATTR_SIZE - 16],
 }
 
-#[repr(C)]
+#[repr(C, align(8))]
 struct ProgQuery {
     target_fd: u32,
     attach_type: u32,
@@ -62,14 +70,21 @@ struct ProgQuery {
     attach_flags: u32,
     prog_ids: u64,
     prog_cnt: u32,
+    zero: [u8; ATTR_SIZE - 28],
 }
+
+// Every structure is the whole size, with no padding the compiler leaves uninitialised.
+const _: () = assert!(std::mem::size_of::<ProgLoad>() == ATTR_SIZE);
+const _: () = assert!(std::mem::size_of::<ProgAttach>() == ATTR_SIZE);
+const _: () = assert!(std::mem::size_of::<ProgQuery>() == ATTR_SIZE);
 
 /// `bpf(cmd, attr, size_of(attr))`.
 fn bpf<T>(cmd: nix::libc::c_long, attr: &mut T) -> io::Result<nix::libc::c_long> {
     // SAFETY: `attr` is a live, exclusively borrowed `repr(C)` structure of the layout the
-    // kernel expects for `cmd`, and its size is passed with it; the kernel writes no further
-    // than that size. Pointers inside it (instructions, license) are to memory the caller
-    // keeps alive across the call.
+    // kernel expects for `cmd`, every byte of it initialised (no implicit padding: asserted
+    // above), and its size, larger than any kernel's union, is passed with it; the kernel
+    // writes only inside the union. Pointers inside it (instructions, license) are to memory
+    // the caller keeps alive across the call.
     let r = unsafe {
         nix::libc::syscall(
             nix::libc::SYS_bpf,
@@ -103,6 +118,7 @@ pub(super) fn load_device_program(insns: &[Insn]) -> io::Result<OwnedFd> {
         prog_name: name,
         prog_ifindex: 0,
         expected_attach_type: BPF_CGROUP_DEVICE,
+        zero: [0; ATTR_SIZE - 72],
     };
     let fd = bpf(BPF_PROG_LOAD, &mut attr)?;
     let fd = i32::try_from(fd).map_err(io::Error::other)?;
@@ -121,6 +137,7 @@ pub(super) fn attach_device_program(
         attach_bpf_fd: fd_u32(program),
         attach_type: BPF_CGROUP_DEVICE,
         attach_flags: BPF_F_ALLOW_MULTI,
+        zero: [0; ATTR_SIZE - 16],
     };
     bpf(BPF_PROG_ATTACH, &mut attr).map(drop)
 }
@@ -135,6 +152,7 @@ pub(super) fn device_programs(group: BorrowedFd<'_>) -> io::Result<u32> {
         attach_flags: 0,
         prog_ids: 0,
         prog_cnt: 0,
+        zero: [0; ATTR_SIZE - 28],
     };
     bpf(BPF_PROG_QUERY, &mut attr)?;
     Ok(attr.prog_cnt)

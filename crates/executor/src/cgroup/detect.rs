@@ -31,6 +31,7 @@ pub fn detect(mountinfo: &str, self_cgroup: &str, key: &str) -> Found {
             Ok(dir) => {
                 return Found::Usable(Hierarchy::V2 {
                     dir: dir.join(&leaf),
+                    fence_devices: true,
                 })
             }
             Err(e) => why.push(e),

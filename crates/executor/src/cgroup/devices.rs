@@ -55,16 +55,27 @@ pub(crate) fn fence_v2(dir: &Path, gpus: &[u32]) -> io::Result<()> {
     bpf::attach_device_program(group.as_fd(), program.as_fd()).map_err(at)
 }
 
-/// Whether this process may fence the groups under `dir` (root, or `CAP_BPF` with
-/// `CAP_SYS_ADMIN`): loads a device program and drops it. A directory outside a cgroup v2
-/// tree (the tests' fake tree) needs none.
-pub(crate) fn can_fence_v2(dir: &Path) -> io::Result<()> {
-    let at = |e| super::at(dir, e);
-    if !in_cgroup2(&std::fs::File::open(dir).map_err(at)?).map_err(at)? {
+/// Whether this process may fence groups like `probe` (a group it makes and removes): loads
+/// a device program, attaches it to `probe` and finds it there. A directory outside a cgroup
+/// v2 tree (the tests' fake tree) needs no program.
+pub(crate) fn probe_v2(probe: &Path) -> io::Result<()> {
+    let parent = probe.parent().unwrap_or(probe);
+    let at = |e| super::at(parent, e);
+    if !in_cgroup2(&std::fs::File::open(parent).map_err(at)?).map_err(at)? {
         return Ok(());
     }
-    bpf::load_device_program(&program(&[])).map(drop).map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot load a cgroup device program, which fences the GPUs under cgroup v2 ({e}): run the server as root (or with CAP_BPF and CAP_SYS_ADMIN)"))
+    let _ = std::fs::remove_dir(probe);
+    std::fs::create_dir(probe).map_err(|e| super::at(probe, e))?;
+    let fenced = fence_v2(probe, &[]).and_then(|()| {
+        let group = std::fs::File::open(probe)?;
+        match bpf::device_programs(group.as_fd())? {
+            0 => Err(io::Error::other("the program attached is not there")),
+            _ => Ok(()),
+        }
+    });
+    let _ = std::fs::remove_dir(probe);
+    fenced.map_err(|e| {
+        io::Error::new(e.kind(), format!("cannot fence GPU device nodes with a cgroup device program ({e}): run the server as root (or with CAP_BPF, CAP_SYS_ADMIN and CAP_NET_ADMIN), in a group where no ancestor's device program forbids others"))
     })
 }
 

@@ -45,6 +45,10 @@ pub enum Hierarchy {
     V2 {
         /// `<mount>/<server's group>/qm-<key>`.
         dir: PathBuf,
+        /// Whether each group gets a device program that fences the GPU nodes: false only for
+        /// a server that may not load one and may run without ([`Hierarchy::fence_probe`]).
+        #[serde(default = "fenced")]
+        fence_devices: bool,
     },
     /// One tree per controller.
     V1 {
@@ -64,7 +68,7 @@ impl Hierarchy {
                 .all()
                 .into_iter()
                 .try_for_each(|d| make_dir(d).map(drop)),
-            Hierarchy::V2 { dir } => {
+            Hierarchy::V2 { dir, .. } => {
                 let parent = dir.parent().unwrap_or(dir);
                 let enable = "+memory +cpu +pids";
                 if write(&parent.join("cgroup.subtree_control"), enable).is_err() {
@@ -78,16 +82,45 @@ impl Hierarchy {
                     })?;
                 }
                 make_dir(dir)?;
-                devices::can_fence_v2(dir)?;
                 write(&dir.join("cgroup.subtree_control"), enable)
             }
+        }
+    }
+
+    /// Whether the server may fence GPU nodes under this interface: v1's devices hierarchy
+    /// always; under v2, a device program is loaded, attached to a new group below `qm-<key>`,
+    /// found there and removed with the group (root, or `CAP_BPF`, `CAP_SYS_ADMIN` and
+    /// `CAP_NET_ADMIN`, and no ancestor's program attached without `BPF_F_ALLOW_MULTI`).
+    /// Call it after [`Hierarchy::prepare`].
+    pub fn fence_probe(&self) -> io::Result<()> {
+        match self {
+            Hierarchy::V1 { .. } => Ok(()),
+            Hierarchy::V2 { dir, .. } => devices::probe_v2(&dir.join("qm-probe-devices")),
+        }
+    }
+
+    /// This interface without device programs (see [`Hierarchy::fence_probe`]).
+    pub fn without_device_fence(self) -> Self {
+        match self {
+            Hierarchy::V2 { dir, .. } => Hierarchy::V2 {
+                dir,
+                fence_devices: false,
+            },
+            v1 => v1,
         }
     }
 
     /// The interface, for the banner.
     pub fn describe(&self) -> String {
         match self {
-            Hierarchy::V2 { dir } => format!("cgroup v2 under {}", dir.display()),
+            Hierarchy::V2 {
+                dir,
+                fence_devices: true,
+            } => format!("cgroup v2 under {}", dir.display()),
+            Hierarchy::V2 { dir, .. } => format!(
+                "cgroup v2 under {}; GPU device nodes NOT fenced: this server may not load device programs",
+                dir.display()
+            ),
             Hierarchy::V1 { dirs } => format!("cgroup v1 under {}", dirs.memory.display()),
         }
     }
@@ -100,7 +133,7 @@ impl Hierarchy {
 /// and removed within a second, with why.
 pub(crate) fn sweep(hierarchy: &Hierarchy, keep: &[String]) -> Vec<String> {
     let dirs: Vec<PathBuf> = match hierarchy {
-        Hierarchy::V2 { dir } => vec![dir.clone()],
+        Hierarchy::V2 { dir, .. } => vec![dir.clone()],
         Hierarchy::V1 { dirs } => dirs.all().into_iter().map(Path::to_path_buf).collect(),
     };
     let mut names = std::collections::BTreeSet::new();
@@ -144,6 +177,12 @@ pub(crate) fn discard(
         }
     }
     left
+}
+
+/// Serde's default for [`Hierarchy::V2`]'s `fence_devices`: a group of an older build's
+/// settings is fenced.
+fn fenced() -> bool {
+    true
 }
 
 /// Makes `dir` unless it exists; whether it made it.
@@ -454,7 +493,7 @@ impl Group {
                     Err(_) => Peak::Unknown,
                 }
             }
-            Hierarchy::V2 { dir } => {
+            Hierarchy::V2 { dir, .. } => {
                 let file = dir.join(&self.name).join("memory.peak");
                 let reset = fs::OpenOptions::new()
                     .read(true)
@@ -473,8 +512,10 @@ impl Group {
     /// The kernel's count of the group's CPU time (ns), 0 where it cannot be read.
     fn cpu_ns(&self) -> u64 {
         match &self.hierarchy {
-            Hierarchy::V2 { dir } => read_key(&dir.join(&self.name).join("cpu.stat"), "usage_usec")
-                .map_or(0, |us| us * 1000),
+            Hierarchy::V2 { dir, .. } => {
+                read_key(&dir.join(&self.name).join("cpu.stat"), "usage_usec")
+                    .map_or(0, |us| us * 1000)
+            }
             Hierarchy::V1 { dirs } => {
                 let acct = dirs.cpuacct.as_ref().unwrap_or(&dirs.cpu);
                 read_last_u64(&acct.join(&self.name).join("cpuacct.usage")).unwrap_or(0)
@@ -499,7 +540,7 @@ impl Group {
                     .join(&self.name)
                     .join("memory.max_usage_in_bytes"),
             ),
-            (Peak::File, Hierarchy::V2 { dir }) => {
+            (Peak::File, Hierarchy::V2 { dir, .. }) => {
                 read_last_u64(&dir.join(&self.name).join("memory.peak"))
             }
         };
@@ -512,7 +553,7 @@ impl Group {
     /// The group's directories: one (v2), one per mounted v1 tree.
     pub fn dirs(&self) -> Vec<PathBuf> {
         match &self.hierarchy {
-            Hierarchy::V2 { dir } => vec![dir.join(&self.name)],
+            Hierarchy::V2 { dir, .. } => vec![dir.join(&self.name)],
             Hierarchy::V1 { dirs } => dirs.all().iter().map(|d| d.join(&self.name)).collect(),
         }
     }
@@ -525,7 +566,7 @@ impl Group {
         let memory = (limits.memory_bytes & !(PAGE - 1)).to_string();
         let quota = (limits.cpu_millis > 0).then(|| limits.cpu_millis * CPU_PERIOD_US / 1000);
         match &self.hierarchy {
-            Hierarchy::V2 { dir } => {
+            Hierarchy::V2 { dir, fence_devices } => {
                 let dir = dir.join(&self.name);
                 update(&dir.join("memory.max"), &memory)?;
                 update(&dir.join("memory.swap.max"), "0")?;
@@ -537,7 +578,10 @@ impl Group {
                 update(&dir.join("pids.max"), &limits.pids.to_string())?;
                 // Looked at every time (one system call): a group made by a build that
                 // attached no program may be taken again after an upgrade.
-                devices::fence_v2(&dir, &limits.gpus)
+                if *fence_devices {
+                    devices::fence_v2(&dir, &limits.gpus)?;
+                }
+                Ok(())
             }
             Hierarchy::V1 { dirs } => {
                 let memory_dir = dirs.memory.join(&self.name);
@@ -583,7 +627,7 @@ impl Group {
                 }
                 Ok(())
             }
-            Hierarchy::V2 { dir } => {
+            Hierarchy::V2 { dir, .. } => {
                 let procs = fs::OpenOptions::new()
                     .write(true)
                     .open(dir.join(&self.name).join("cgroup.procs"))
@@ -620,7 +664,7 @@ impl Group {
     /// (v2), its memory tree's (v1; every v1 tree lists the same).
     fn main_dir(&self) -> PathBuf {
         match &self.hierarchy {
-            Hierarchy::V2 { dir } => dir.join(&self.name),
+            Hierarchy::V2 { dir, .. } => dir.join(&self.name),
             Hierarchy::V1 { dirs } => dirs.memory.join(&self.name),
         }
     }
@@ -630,7 +674,7 @@ impl Group {
     /// reading its pids and killing them, then thawed, and the kills land.
     pub fn kill(&self) -> io::Result<()> {
         match &self.hierarchy {
-            Hierarchy::V2 { dir } => write(&dir.join(&self.name).join("cgroup.kill"), "1"),
+            Hierarchy::V2 { dir, .. } => write(&dir.join(&self.name).join("cgroup.kill"), "1"),
             Hierarchy::V1 { .. } if self.procs().is_empty() => Ok(()),
             Hierarchy::V1 { dirs } => {
                 let freezer = dirs.freezer.join(&self.name);
@@ -662,7 +706,7 @@ impl Group {
     /// The kernel's count of the group's OOM kills.
     fn oom_count(&self) -> u64 {
         let (file, key) = match &self.hierarchy {
-            Hierarchy::V2 { dir } => (dir.join(&self.name).join("memory.events"), "oom_kill"),
+            Hierarchy::V2 { dir, .. } => (dir.join(&self.name).join("memory.events"), "oom_kill"),
             Hierarchy::V1 { dirs } => (
                 dirs.memory.join(&self.name).join("memory.oom_control"),
                 "oom_kill",

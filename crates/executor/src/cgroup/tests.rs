@@ -36,6 +36,7 @@ fn read(path: PathBuf) -> String {
 fn v2(root: &Path) -> Hierarchy {
     Hierarchy::V2 {
         dir: root.join("qm-k"),
+        fence_devices: true,
     }
 }
 
@@ -251,18 +252,27 @@ fn a_v2_host_opens_its_own_gpu_node_and_is_refused_another() {
     let group = mount
         .point
         .join(format!("qm-test-devices-{}", std::process::id()));
-    fs::create_dir(&group).unwrap();
+    if let Err(e) = fs::create_dir(&group) {
+        eprintln!("skipped: cannot make a group in the v2 tree here: {e}");
+        return;
+    }
+    // Removed however the test ends.
+    struct Remove<'a>(&'a Path);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir(self.0);
+        }
+    }
+    let _remove = Remove(&group);
     let nodes = tempfile::tempdir().unwrap();
     for minor in [0, 1, 255] {
         let dev = nix::sys::stat::makedev(195, minor);
         let path = nodes.path().join(format!("nvidia{minor}"));
-        nix::sys::stat::mknod(
-            &path,
-            nix::sys::stat::SFlag::S_IFCHR,
-            nix::sys::stat::Mode::from_bits_truncate(0o666),
-            dev,
-        )
-        .unwrap();
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o666);
+        if let Err(e) = nix::sys::stat::mknod(&path, nix::sys::stat::SFlag::S_IFCHR, mode, dev) {
+            eprintln!("skipped: cannot make device nodes here: {e}");
+            return;
+        }
     }
     devices::fence_v2(&group, &[1]).unwrap();
     // Taken again: the program is there, none is added.
@@ -278,23 +288,47 @@ fn a_v2_host_opens_its_own_gpu_node_and_is_refused_another() {
         .unwrap();
     enter::move_child_v2(&mut command, procs);
     let out = command.output().unwrap();
-    let _ = fs::remove_dir(&group);
     let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 3, "{text}");
-    // No driver behind the node: the open gets past the program, then finds no device.
+    if text.contains("Permission denied") {
+        eprintln!("skipped: device nodes cannot be opened here at all (nodev): {text}");
+        return;
+    }
+    // The program refuses nvidia0; nvidia1 and nvidia255 get past it and then find no device
+    // (no driver here), or open (a driver is loaded: a shell that opens prints nothing).
     assert!(
-        lines[0].starts_with("nvidia0: ") && lines[0].contains("not permitted"),
+        text.contains("nvidia0: ") && text.contains("not permitted"),
         "{text}"
     );
-    assert!(
-        lines[1].starts_with("nvidia1: ") && lines[1].contains("No such device"),
-        "{text}"
-    );
-    assert!(
-        lines[2].starts_with("nvidia255: ") && lines[2].contains("No such device"),
-        "{text}"
-    );
+    for allowed in ["nvidia1: ", "nvidia255: "] {
+        let line = text.lines().find(|l| l.starts_with(allowed));
+        assert!(line.is_none_or(|l| l.contains("No such device")), "{text}");
+    }
+}
+
+/// The start's probe on the kernel, where this test may: it fences a group of its own, finds
+/// the program there and leaves nothing behind.
+#[test]
+fn the_start_probe_fences_a_group_of_its_own_and_removes_it() {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some(mount) = detect::parse_mounts(&mountinfo)
+        .into_iter()
+        .find(|m| m.is_v2())
+    else {
+        eprintln!("skipped: no cgroup v2 tree is mounted here");
+        return;
+    };
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: loading a device program needs root");
+        return;
+    }
+    let probe = mount
+        .point
+        .join(format!("qm-test-probe-{}", std::process::id()));
+    devices::probe_v2(&probe).unwrap();
+    assert!(!probe.exists(), "the probe's group is left behind");
+    // Outside a cgroup v2 tree (a fake tree) nothing is asked.
+    let root = tempfile::tempdir().unwrap();
+    devices::probe_v2(&root.path().join("probe")).unwrap();
 }
 
 #[test]
@@ -508,7 +542,8 @@ fn a_unified_tree_with_memory_cpu_and_pids_is_used() {
     assert_eq!(
         found,
         Found::Usable(Hierarchy::V2 {
-            dir: own.join("qm-k")
+            dir: own.join("qm-k"),
+            fence_devices: true,
         })
     );
 }
