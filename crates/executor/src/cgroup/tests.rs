@@ -233,22 +233,31 @@ fn a_v2_host_s_device_program_allows_its_own_gpus_the_shared_nodes_and_other_dev
     assert!(device_program_allows(&none, true, 195, 255));
 }
 
-/// The kernel's own answer, where this test may ask it: as root, with a cgroup v2 tree
-/// mounted (a hybrid machine's `unified` will do; device programs need no controller).
-#[test]
-fn a_v2_host_opens_its_own_gpu_node_and_is_refused_another() {
+/// The mounted cgroup v2 tree, where a test may load device programs into it (as root); else
+/// `None`, having said why the test is skipped.
+fn kernel_v2_tree() -> Option<detect::Mount> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let Some(mount) = detect::parse_mounts(&mountinfo)
         .into_iter()
         .find(|m| m.is_v2())
     else {
         eprintln!("skipped: no cgroup v2 tree is mounted here");
-        return;
+        return None;
     };
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: loading a device program needs root");
-        return;
+        return None;
     }
+    Some(mount)
+}
+
+/// The kernel's own answer, where this test may ask it: as root, with a cgroup v2 tree
+/// mounted (a hybrid machine's `unified` will do; device programs need no controller).
+#[test]
+fn a_v2_host_opens_its_own_gpu_node_and_is_refused_another() {
+    let Some(mount) = kernel_v2_tree() else {
+        return;
+    };
     let group = mount
         .point
         .join(format!("qm-test-devices-{}", std::process::id()));
@@ -309,18 +318,9 @@ fn a_v2_host_opens_its_own_gpu_node_and_is_refused_another() {
 /// the program there and leaves nothing behind.
 #[test]
 fn the_start_probe_fences_a_group_of_its_own_and_removes_it() {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let Some(mount) = detect::parse_mounts(&mountinfo)
-        .into_iter()
-        .find(|m| m.is_v2())
-    else {
-        eprintln!("skipped: no cgroup v2 tree is mounted here");
+    let Some(mount) = kernel_v2_tree() else {
         return;
     };
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: loading a device program needs root");
-        return;
-    }
     let probe = mount
         .point
         .join(format!("qm-test-probe-{}", std::process::id()));
