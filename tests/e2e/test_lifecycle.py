@@ -195,7 +195,7 @@ def test_the_process_gets_its_environment_hyperparameters_and_arguments(batch, j
     assert env.get("SM_HP_EPOCHS", env.get("SM_HP_epochs")) == "3"
     assert env.get("SM_HP_LEARNING_RATE", env.get("SM_HP_learning_rate")) == "0.01"
     assert env["SM_NUM_GPUS"] == "0"
-    assert "CUDA_VISIBLE_DEVICES" in env
+    assert "CUDA_VISIBLE_DEVICES" in env and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert env["SM_CURRENT_HOST"] in json.loads(env["SM_HOSTS"])
     for var in ("SM_CHECKPOINT_DIR", "SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR"):
         assert env[var].startswith("/"), f"{var}={env[var]!r} should be an absolute path"

@@ -87,13 +87,15 @@ pub(crate) fn common(
     vars
 }
 
-/// Variables of the 1-based host `host` holding `gpus`.
+/// Variables of the 1-based host `host` holding `gpus` (nvidia-smi's indices, which follow
+/// the PCI bus order: `CUDA_DEVICE_ORDER=PCI_BUS_ID` makes CUDA number them so too, rather
+/// than fastest first, so that `CUDA_VISIBLE_DEVICES` names the GPUs the host was given).
 pub(crate) fn per_host(
     spec: &LaunchSpec,
     layout: &JobLayout,
     host: u32,
     gpus: &[u32],
-) -> [(&'static str, String); 5] {
+) -> [(&'static str, String); 6] {
     let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
     let config = crate::input::config_dir(layout, host);
     [
@@ -105,6 +107,7 @@ pub(crate) fn per_host(
             crate::input::resource_config(spec, host).to_string(),
         ),
         ("SM_INPUT_CONFIG_DIR", config.to_string_lossy().into_owned()),
+        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string()),
     ]
 }
 
@@ -124,6 +127,7 @@ mod tests {
         let layout = JobLayout::new(Path::new("/data"), "j", 1);
         assert_eq!(per_host(&spec, &layout, 2, &[])[0].1, "");
         assert_eq!(per_host(&spec, &layout, 1, &[3, 1])[0].1, "3,1");
+        assert_eq!(per_host(&spec, &layout, 1, &[3, 1])[5].1, "PCI_BUS_ID");
         assert_eq!(per_host(&spec, &layout, 1, &[3, 1])[2].1, "algo-1");
         assert!(per_host(&spec, &layout, 1, &[])[3]
             .1

@@ -20,6 +20,45 @@ pub(crate) const NVIDIA_MAJOR: u32 = 195;
 /// below.
 const FIRST_SHARED_MINOR: u32 = 254;
 
+/// Where the NVIDIA driver lists its GPUs: a directory per PCI address, each with an
+/// `information` file that says the GPU's `Device Minor`.
+const DRIVER_GPUS: &str = "/proc/driver/nvidia/gpus";
+
+/// The device minors (`/dev/nvidia<minor>`) of the GPUs nvidia-smi numbers `indices`. Its
+/// indices follow the PCI bus order; the driver's minors usually do too, but need not, so they
+/// are read from the driver's own list where it is there (else a minor is its index).
+pub(crate) fn minors(indices: &[u32]) -> Vec<u32> {
+    minors_in(Path::new(DRIVER_GPUS), indices)
+}
+
+/// [`minors`] from the driver's list at `dir`.
+pub(crate) fn minors_in(dir: &Path, indices: &[u32]) -> Vec<u32> {
+    let mut buses: Vec<(String, Option<u32>)> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| {
+                    let info = std::fs::read_to_string(e.path().join("information"));
+                    let minor = info.ok().and_then(|text| {
+                        let line = text.lines().find(|l| l.starts_with("Device Minor:"))?;
+                        line.split(':').nth(1)?.trim().parse().ok()
+                    });
+                    (e.file_name().to_string_lossy().to_lowercase(), minor)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // PCI addresses (`0000:3b:00.0`) are fixed-width hex: their text order is the bus order.
+    buses.sort();
+    indices
+        .iter()
+        .map(|&i| {
+            let listed = usize::try_from(i).ok().and_then(|i| buses.get(i));
+            listed.and_then(|(_, minor)| *minor).unwrap_or(i)
+        })
+        .collect()
+}
+
 /// cgroup v1: denies, in the group `dir`, every NVIDIA GPU minor but `gpus`. The group starts
 /// with its parent's list (everything allowed) and v1 cannot carve an exception out of a
 /// wildcard, so each other minor is denied on its own; a host without GPUs gets one wildcard

@@ -264,13 +264,17 @@ pub struct Confinement {
 }
 
 impl Confinement {
-    /// The limits of a host with `gpus`.
+    /// The limits of a host with the GPUs nvidia-smi numbers `gpus`.
     pub(crate) fn limits(&self, gpus: &[u32]) -> Limits {
         Limits {
             memory_bytes: self.share.memory_bytes,
             cpu_millis: self.share.cpu_millis,
             pids: self.share.pids,
-            gpus: gpus.to_vec(),
+            gpus: if gpus.is_empty() {
+                Vec::new()
+            } else {
+                devices::minors(gpus)
+            },
         }
     }
 }

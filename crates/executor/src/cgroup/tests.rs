@@ -332,6 +332,33 @@ fn the_start_probe_fences_a_group_of_its_own_and_removes_it() {
 }
 
 #[test]
+fn a_gpu_s_device_minor_is_the_driver_s_in_pci_order_else_its_index() {
+    let root = tempfile::tempdir().unwrap();
+    // Probed out of bus order: the second GPU on the bus got minor 0.
+    for (bus, minor) in [
+        ("0000:3b:00.0", 1),
+        ("0000:1a:00.0", 2),
+        ("0000:5e:00.0", 0),
+    ] {
+        let dir = root.path().join(bus);
+        fs::create_dir(&dir).unwrap();
+        fs::write(
+            dir.join("information"),
+            format!("Model: \t\t NVIDIA A10G\nDevice Minor: \t {minor}\nBus Location: \t {bus}\n"),
+        )
+        .unwrap();
+    }
+    // nvidia-smi's index 0 is the lowest bus address, 1a.
+    assert_eq!(devices::minors_in(root.path(), &[0, 1, 2]), vec![2, 1, 0]);
+    // An index the driver does not list, or no driver at all: the index.
+    assert_eq!(devices::minors_in(root.path(), &[7]), vec![7]);
+    assert_eq!(
+        devices::minors_in(&root.path().join("none"), &[0, 3]),
+        vec![0, 3]
+    );
+}
+
+#[test]
 fn a_v1_host_without_gpus_may_open_no_gpu_node() {
     let root = tempfile::tempdir().unwrap();
     fake_v1(root.path(), "g");
