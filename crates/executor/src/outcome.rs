@@ -44,7 +44,7 @@ pub struct Usage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
     /// The mean utilisation of its GPUs (percent), over its GPUs and the samples the server
-    /// took of them while it ran (`nvidia-smi`, [`crate::gpu_usage`]); `None` where none was
+    /// took of them while it ran (`nvidia-smi`, module `gpu_usage`); `None` where none was
     /// taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_utilization_percent: Option<u32>,
