@@ -329,6 +329,14 @@ class Server:
         # Jobs outlive their server (their supervisors are killed above, by the token): a job
         # whose payload did not carry the token (a fixture's) is found by its data dir's marker.
         kill_marked_processes(self.data_dir)
+        # Job directories a root server kept outside its data dir (under /var/lib/qm-jobs,
+        # where the test's temporary directory does not reach) go with the test's server.
+        try:
+            jobs = self.jobs_dir
+        except (AttributeError, OSError):
+            jobs = None
+        if jobs is not None and jobs.parent.parent == Path("/var/lib/qm-jobs"):
+            shutil.rmtree(jobs.parent, ignore_errors=True)
 
     def _close_log(self) -> None:
         if self._log:
