@@ -30,6 +30,7 @@ pub mod review;
 pub mod sigv4;
 pub mod types;
 pub mod validate;
+pub mod workload;
 
 pub use arn::{decode_uri_label, Arns, Resource, ResourceKind};
 pub use channel::Channel;

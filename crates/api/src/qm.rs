@@ -4,6 +4,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The principal a server's first start creates, whose keys go to `<data-dir>/credentials`
+/// (the client looks there for them when no other credentials are given).
+pub const ADMIN: &str = "qm-admin";
+
+/// The data directory `qm serve` uses unless told (`--data-dir`), where the client also looks
+/// for the admin's credentials.
+pub const DEFAULT_DATA_DIR: &str = "./qm-data";
+
 /// One quota share's usage of one capacity unit, as `GET /qm/v1/usage` reports it
 /// (instance counts; read as numbers, since the server may write `0.0`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

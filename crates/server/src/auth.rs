@@ -31,7 +31,7 @@ use crate::error::ServerError;
 use crate::http::{error_response, App, MAX_BODY_BYTES};
 
 /// The principal the first start creates, whose keys go to `<data-dir>/credentials`.
-pub const ADMIN: &str = "qm-admin";
+pub const ADMIN: &str = qm_api::qm::ADMIN;
 /// The principal every request acts as under `--no-auth`.
 pub const ANONYMOUS: &str = "anonymous";
 /// The dashboard's session cookie.

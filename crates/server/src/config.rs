@@ -14,7 +14,7 @@ pub const DEFAULT_MAX_LOST_ATTEMPTS: u32 = 3;
 /// Default listen address (`--listen`).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7611";
 /// Default data directory (`--data-dir`).
-pub const DEFAULT_DATA_DIR: &str = "./qm-data";
+pub const DEFAULT_DATA_DIR: &str = qm_api::qm::DEFAULT_DATA_DIR;
 
 /// The config file, as written by the user. Unknown keys are refused so that a typo does not
 /// silently fall back to a default.

@@ -26,13 +26,13 @@ use ini::{Ini, ParseOption};
 use qm_api::sigv4::Credentials;
 
 /// The profile of the first admin, in the server's `<data-dir>/credentials`.
-pub const LOCAL_PROFILE: &str = qm_server::auth::ADMIN;
+pub const LOCAL_PROFILE: &str = qm_api::qm::ADMIN;
 
 /// The region when nothing names one (the server's default too).
 pub const DEFAULT_REGION: &str = "us-east-1";
 
 /// The server's default `--data-dir`, where its credentials file lives.
-pub const DEFAULT_DATA_DIR: &str = qm_server::config::DEFAULT_DATA_DIR;
+pub const DEFAULT_DATA_DIR: &str = qm_api::qm::DEFAULT_DATA_DIR;
 
 /// The profile read when `AWS_PROFILE` is unset.
 const DEFAULT_PROFILE: &str = "default";

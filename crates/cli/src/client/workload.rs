@@ -53,7 +53,7 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
-    use qm_server::workload::{write_csv, WorkloadRow};
+    use qm_api::workload::{write_csv, WorkloadRow};
 
     /// The server writes the export, the simulator reads it: the two crates must agree on
     /// every column.

@@ -1,0 +1,163 @@
+//! ARCHITECTURE.md's rules, checked rather than hoped for: each crate depends only on the
+//! workspace crates its row of the table names; the client (`qm`'s commands that talk to a
+//! server) imports nothing of the server; the scheduling core reads no clock, draws no random
+//! number, does no IO and iterates no std hash map (whose order changes from run to run).
+//! A rule that changes is changed in ARCHITECTURE.md, which this test reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// ARCHITECTURE.md's table: each crate (`qm-x`) and the workspace crates it may depend on.
+fn allowed() -> BTreeMap<String, BTreeSet<String>> {
+    let text = read(&root().join("ARCHITECTURE.md"));
+    let crate_names = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|name| name.starts_with("qm-"))
+            .map(str::to_string)
+            .collect()
+    };
+    text.lines()
+        .filter(|line| line.starts_with("| `crates/"))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
+            let name = crate_names(cells[0])
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| panic!("ARCHITECTURE.md: a row names no crate: {line}"));
+            let deps = crate_names(cells.last().unwrap_or(&""))
+                .into_iter()
+                .collect();
+            (name, deps)
+        })
+        .collect()
+}
+
+/// The crates of the workspace: (package name, the workspace crates of its `[dependencies]`).
+fn crates() -> Vec<(String, BTreeSet<String>)> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let manifest = read(&dir.join("Cargo.toml"));
+        let mut section = String::new();
+        let mut name = None;
+        let mut deps = BTreeSet::new();
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_string();
+                continue;
+            }
+            let key = line.split(['=', '.', ' ']).next().unwrap_or("");
+            if section == "[package]" && key == "name" {
+                name = line.split('"').nth(1).map(str::to_string);
+            }
+            if section == "[dependencies]" && key.starts_with("qm-") {
+                deps.insert(key.to_string());
+            }
+        }
+        let name = name.unwrap_or_else(|| panic!("{}: no package name", dir.display()));
+        out.push((name, deps));
+    }
+    out
+}
+
+#[test]
+fn every_crate_depends_only_on_the_workspace_crates_its_row_allows() {
+    let allowed = allowed();
+    for (name, deps) in crates() {
+        let Some(may) = allowed.get(&name) else {
+            panic!("{name} has no row in ARCHITECTURE.md's table of crates: add one");
+        };
+        let forbidden: Vec<&String> = deps.difference(may).collect();
+        assert!(
+            forbidden.is_empty(),
+            "{name} depends on {forbidden:?}, which ARCHITECTURE.md does not allow it (it may: {may:?})"
+        );
+    }
+}
+
+/// The `.rs` files under `dir`, with their text.
+fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push((path.clone(), read(&path)));
+            }
+        }
+    }
+    out
+}
+
+/// Lines of `text` outside comments that hold one of `words`.
+fn uses<'a>(text: &'a str, words: &[&str]) -> Vec<&'a str> {
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .filter(|line| words.iter().any(|w| line.contains(w)))
+        .collect()
+}
+
+#[test]
+fn the_client_imports_nothing_of_the_server() {
+    let client = root().join("crates/cli/src/client");
+    for (path, text) in sources(&client) {
+        let found = uses(&text, &["qm_server::", "qm_server "]);
+        assert!(
+            found.is_empty(),
+            "{}: the client talks to a server over its API and may not import it (shared types and constants go to qm-api): {found:?}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn the_core_reads_no_clock_draws_no_random_number_does_no_io_and_iterates_no_std_hash_map() {
+    let forbidden = [
+        "SystemTime",
+        "Instant",
+        "rand::",
+        "thread_rng",
+        "std::collections::HashMap",
+        "std::collections::HashSet",
+        "RandomState",
+        "std::thread",
+        "std::fs",
+        "std::net",
+        "std::process",
+        "std::env",
+        "tokio",
+    ];
+    let core = root().join("crates/core/src");
+    let files = sources(&core);
+    assert!(
+        files.len() > 5,
+        "the core's sources are not where this test looks"
+    );
+    for (path, text) in files {
+        let found = uses(&text, &forbidden);
+        assert!(
+            found.is_empty(),
+            "{}: the core is pure (DESIGN.md §3): time comes in as `now`, effects go out as actions: {found:?}",
+            path.display()
+        );
+    }
+}
