@@ -263,5 +263,23 @@ mod tests {
         assert_eq!(spec.count, 2);
         assert_eq!(spec.preemption_retries, Some(2));
         assert_eq!(spec.attempts, 1);
+
+        // The runtime limit: the lower of the payload's and the request's, either alone.
+        assert_eq!(runtime_limit_seconds(&payload, &req), None);
+        let with_timeout = |seconds: i32| -> SubmitServiceJobRequest {
+            let mut r = req.clone();
+            r.timeout_config = Some(ServiceJobTimeout {
+                attempt_duration_seconds: Some(seconds),
+            });
+            r
+        };
+        assert_eq!(runtime_limit_seconds(&payload, &with_timeout(90)), Some(90));
+        let capped = TrainingPayload {
+            max_runtime_seconds: Some(60),
+            ..payload
+        };
+        assert_eq!(runtime_limit_seconds(&capped, &req), Some(60));
+        assert_eq!(runtime_limit_seconds(&capped, &with_timeout(90)), Some(60));
+        assert_eq!(runtime_limit_seconds(&capped, &with_timeout(30)), Some(30));
     }
 }

@@ -1053,10 +1053,6 @@ fn launch_spec(l: Launch, credentials: Option<&crate::credentials::Broker>) -> L
     let credentials = credentials
         .filter(|_| l.payload.role_arn.is_some())
         .map(|b| b.for_attempt(l.attempt));
-    let runtime = match (l.payload.max_runtime_seconds, l.attempt_duration_seconds) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
     LaunchSpec {
         attempt: l.attempt,
         job_id: l.job_id,
@@ -1070,7 +1066,7 @@ fn launch_spec(l: Launch, credentials: Option<&crate::credentials::Broker>) -> L
         training_image: l.payload.training_image,
         environment: l.payload.environment,
         hyperparameters: l.payload.hyperparameters,
-        max_runtime: runtime.map(Duration::from_secs),
+        max_runtime: l.runtime_limit_seconds.map(Duration::from_secs),
         checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
         checkpoint_uri: l.payload.checkpoint_s3_uri,
         output_path: l.payload.output_path,

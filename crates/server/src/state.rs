@@ -49,8 +49,9 @@ pub struct Launch {
     pub count: u32,
     /// Parsed payload.
     pub payload: TrainingPayload,
-    /// `timeoutConfig.attemptDurationSeconds`.
-    pub attempt_duration_seconds: Option<u64>,
+    /// The longest the attempt may run ([`qm_api::runtime_limit_seconds`]: the lower of
+    /// `StoppingCondition.MaxRuntimeInSeconds` and `timeoutConfig.attemptDurationSeconds`).
+    pub runtime_limit_seconds: Option<u64>,
 }
 
 /// A service environment.
@@ -194,13 +195,8 @@ impl JobRec {
             job_name: self.request.job_name.clone(),
             instance_type: live.instance_type.clone(),
             count: live.count,
+            runtime_limit_seconds: qm_api::runtime_limit_seconds(&self.payload, &self.request),
             payload: self.payload.clone(),
-            attempt_duration_seconds: self
-                .request
-                .timeout_config
-                .as_ref()
-                .and_then(|t| t.attempt_duration_seconds)
-                .map(|s| s.max(1) as u64),
         })
     }
 }
