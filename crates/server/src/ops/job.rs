@@ -154,7 +154,6 @@ impl State {
         }
         let payload = TrainingPayload::parse(&r.service_request_payload)?;
         self.admit(&queue, &share, &payload)?;
-        let (attempts, evaluate_on_exit) = exit_rules(r.retry_strategy.as_ref());
         let core = self.next_job;
         let priority = r.scheduling_priority.unwrap_or(0);
         let class = qm_api::class::resolve(
@@ -165,25 +164,15 @@ impl State {
             r.tags.as_ref(),
             priority,
         )?;
+        // The API's spec of the submission, with what only the server knows: the share it
+        // resolved and the class's contract (the queue's and share's tags).
         self.core_apply(Input::Submit(JobSpec {
-            id: JobId(core),
-            queue: queue.clone(),
             share: share.clone(),
-            priority: priority as u32,
-            instance_type: payload.instance_type.clone(),
-            count: payload.instance_count,
-            preemption_retries: r
-                .preemption_configuration
-                .as_ref()
-                .and_then(|p| p.preemption_retries_before_termination)
-                .map(|n| n.max(0) as u32),
-            attempts,
-            evaluate_on_exit,
-            runtime_limit_ms: runtime_limit_seconds(&payload, r).map(|s| s.saturating_mul(1000)),
             interruptible: class.as_ref().is_none_or(|c| c.def.interruptible),
             borrows: class
                 .as_ref()
                 .is_none_or(|c| self.class_may_borrow(&queue, &c.name, c.def.borrow)),
+            ..qm_api::job_spec(JobId(core), &queue, r, &payload)
         }))?;
         self.next_job += 1;
         let rec = JobRec {
