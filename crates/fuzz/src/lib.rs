@@ -10,8 +10,9 @@
 
 use std::path::Path;
 
-use qm_server::command::{Command, Request};
+use qm_server::command::Command;
 use qm_server::http::parse_operation;
+use qm_server::request::Request;
 use qm_server::state::State;
 
 /// A fuzz target: a name (its corpus directory and cargo-fuzz binary) and its function.

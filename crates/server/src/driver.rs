@@ -21,9 +21,10 @@ use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::archive::{Archive, ArchivedJob};
-use crate::command::{Answer, Command, Decision, ExitRecord, Query, Request, DECISIONS_FORMAT};
+use crate::command::{Command, Decision, ExitRecord, DECISIONS_FORMAT};
 use crate::error::ServerError;
 use crate::exec::{Execute, Executor};
+use crate::request::{Answer, Query, Request};
 use crate::snapshot::{decode_image, encode_image, StateImage, SNAPSHOT_FORMAT};
 use crate::state::{Action, Launch, State};
 
@@ -494,7 +495,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
     }
 
     /// Takes a reload's settings (`crate::reload`); its audit entry is logged in the batch.
-    fn reload(&mut self, r: &crate::command::Reloaded) {
+    fn reload(&mut self, r: &crate::request::Reloaded) {
         self.cadence = r.cadence;
         // Look for retirements under the new retention at the next tick.
         self.retire_checked = 0;

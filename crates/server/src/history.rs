@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use qm_api::qm::{History, HistoryWindow, ShareHistory};
 
-use crate::command::{Answer, Query, Request};
 use crate::driver::Envelope;
+use crate::request::{Answer, Query, Request};
 
 /// How long the ring remembers.
 pub const KEEP_MS: i64 = 24 * 3_600_000;

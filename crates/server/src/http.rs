@@ -26,10 +26,11 @@ use std::time::Instant;
 use qm_executor::{log_file_name, LogStream};
 
 use crate::auth::Principal;
-use crate::command::{Answer, AuditEntry, Command, LogInfo, Query, Request};
+use crate::command::{AuditEntry, Command};
 use crate::driver::Envelope;
 use crate::exec::Executor;
 use crate::metrics::ApiLatency;
+use crate::request::{Answer, LogInfo, Query, Request};
 
 /// Largest request body accepted (a training payload with 100 hyperparameters of 2,500
 /// characters fits many times over).

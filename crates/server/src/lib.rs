@@ -40,6 +40,7 @@ pub mod limits;
 pub mod metrics;
 mod ops;
 pub mod reload;
+pub mod request;
 mod resume;
 pub mod review;
 pub mod snapshot;

@@ -21,10 +21,11 @@ use qm_api::ApiError;
 use qm_executor::{JobUids, PoolSpec, Runtime};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::command::{AuditEntry, Reloaded, Request};
+use crate::command::AuditEntry;
 use crate::config::{Config, Flags};
 use crate::driver::{Cadence, Envelope};
 use crate::exec::Executor;
+use crate::request::{Reloaded, Request};
 use crate::state::Admission;
 
 /// One configuration key: how to read it off a [`Config`] (compared, never shown: values may

@@ -15,7 +15,8 @@ use qm_api::*;
 use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Answer, Command, ExitRecord, LogInfo, Query, UsageFacts};
+use crate::command::{Command, ExitRecord};
+use crate::request::{Answer, LogInfo, Query, UsageFacts};
 
 /// How many preempted attempts `preemptionSummary.recentPreemptedAttempts` keeps.
 pub const PREEMPTED_WINDOW: usize = 10;
@@ -1022,14 +1023,14 @@ impl State {
     }
 
     /// Whose role attempt `attempt` acts as, while it holds capacity.
-    pub fn attempt_role(&self, attempt: u64) -> Option<crate::command::AttemptRole> {
+    pub fn attempt_role(&self, attempt: u64) -> Option<crate::request::AttemptRole> {
         let (launch, _) = self.live_launch(attempt)?;
         let share = self
             .jobs
             .get(self.attempt_job.get(&attempt)?)?
             .share
             .clone();
-        Some(crate::command::AttemptRole {
+        Some(crate::request::AttemptRole {
             share,
             role_arn: launch.payload.role_arn,
             job_id: launch.job_id,

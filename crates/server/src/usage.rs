@@ -118,7 +118,7 @@ pub fn period_count(since: i64, until: i64, every: Option<UsageEvery>) -> usize 
 /// The report of the state's `facts` plus the archive's jobs, for `p`.
 pub fn report_with_archive(
     archive: &crate::archive::Archive,
-    facts: crate::command::UsageFacts,
+    facts: crate::request::UsageFacts,
     p: &UsageParams,
 ) -> Result<UsageReport, qm_api::ApiError> {
     let archived = archive.read(p.since, i64::MAX).map_err(|e| {

@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use qm_api::{ApiError, Arns};
 use qm_executor::{ExecError, ExecEvent, LaunchSpec, Outcome};
-use qm_server::command::{Answer, Command, ExitRecord, Query, Request};
+use qm_server::command::{Command, ExitRecord};
 use qm_server::driver::{recover, Cadence, Channels, Driver, Envelope, Snapshotter};
 use qm_server::error::ServerError;
 use qm_server::exec::Execute;
+use qm_server::request::{Answer, Query, Request};
 use qm_server::state::State;
 use qm_store::{Batch, Log, Snapshot, SqliteLog, StoreError, Writer};
 use serde_json::{json, Value};

@@ -4,8 +4,9 @@
 //! and real processes.)
 
 use qm_api::Arns;
-use qm_server::command::{AuditEntry, Command, ExitRecord, Query};
+use qm_server::command::{AuditEntry, Command, ExitRecord};
 use qm_server::driver::{encode_decisions, recover, TimeLimits};
+use qm_server::request::Query;
 use qm_server::snapshot::{decode_image, SNAPSHOT_FORMAT};
 use qm_server::state::{Action, State};
 use qm_store::{Log, MemoryLog, Writer};
@@ -578,7 +579,7 @@ fn a_decision_another_build_took_differently_is_applied_as_it_was_taken() {
     // first pass (the next batch) is free to start it.
     assert!(state.live_attempts().is_empty());
     let j = state.query(
-        &qm_server::command::Query::DescribeServiceJob(
+        &qm_server::request::Query::DescribeServiceJob(
             serde_json::from_value(json!({"jobId": "j"})).unwrap(),
         ),
         state.now,

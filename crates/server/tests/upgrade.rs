@@ -8,9 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use qm_api::Arns;
-use qm_server::command::{Command, Request};
+use qm_server::command::Command;
 use qm_server::driver::{encode_decisions, recover, Recovered};
 use qm_server::http::parse_operation;
+use qm_server::request::Request;
 use qm_server::state::State;
 use qm_store::{Log, SqliteLog, Writer};
 use serde_json::Value;
@@ -83,17 +84,17 @@ fn snapshot_of(state: &State) -> State {
 /// What the recovered state answers to one recorded read.
 fn ask(state: &State, operation: &str, request: &Value) -> Value {
     let query = match operation {
-        "usage" => qm_server::command::Query::Usage,
-        "audit" => qm_server::command::Query::Audit {
+        "usage" => qm_server::request::Query::Usage,
+        "audit" => qm_server::request::Query::Audit {
             start: 0,
             max: usize::MAX,
         },
         // `GET /qm/v1/queues/{queue}/groups` and `GET /v1/tags/{arn}`, recorded with what
         // their paths name.
-        "groups" => qm_server::command::Query::QueueGroups {
+        "groups" => qm_server::request::Query::QueueGroups {
             queue: request["jobQueue"].as_str().expect("jobQueue").into(),
         },
-        "listtagsforresource" => qm_server::command::Query::ListTagsForResource(
+        "listtagsforresource" => qm_server::request::Query::ListTagsForResource(
             serde_json::from_value(request.clone()).expect("resourceArn"),
         ),
         op => match parse_operation(op, request.to_string().as_bytes()).expect("a read") {

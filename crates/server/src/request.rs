@@ -1,0 +1,203 @@
+//! What the driver is asked and answers: reads ([`Query`] and [`Answer`]) and the requests
+//! that carry them or a write ([`Request`]). They live apart from the logged vocabulary
+//! (`command`), which imports nothing above it; these name the facts of the modules that
+//! answer (usage, workload, review, history).
+
+use qm_api::*;
+
+use crate::command::{AuditEntry, Command};
+
+/// A read: answered from the state in memory after the batch it arrived in has committed.
+#[derive(Clone, Debug)]
+pub enum Query {
+    /// DescribeServiceEnvironments.
+    DescribeServiceEnvironments(DescribeServiceEnvironmentsRequest),
+    /// DescribeJobQueues.
+    DescribeJobQueues(DescribeJobQueuesRequest),
+    /// DescribeSchedulingPolicies.
+    DescribeSchedulingPolicies(DescribeSchedulingPoliciesRequest),
+    /// ListSchedulingPolicies.
+    ListSchedulingPolicies(ListSchedulingPoliciesRequest),
+    /// DescribeQuotaShare.
+    DescribeQuotaShare(DescribeQuotaShareRequest),
+    /// ListQuotaShares.
+    ListQuotaShares(ListQuotaSharesRequest),
+    /// DescribeServiceJob.
+    DescribeServiceJob(DescribeServiceJobRequest),
+    /// ListServiceJobs.
+    ListServiceJobs(ListServiceJobsRequest),
+    /// GetJobQueueSnapshot.
+    GetJobQueueSnapshot(GetJobQueueSnapshotRequest),
+    /// ListTagsForResource.
+    ListTagsForResource(ListTagsForResourceRequest),
+    /// `GET /qm/v1/usage`: per queue, share and type, what the core accounts.
+    Usage,
+    /// `GET /qm/v1/drain`: whether the executor is drained.
+    Drain,
+    /// `GET /qm/v1/queues/{queue}/groups`: the queue's group definitions.
+    QueueGroups {
+        /// The queue's name or ARN.
+        queue: String,
+    },
+    /// `GET /qm/v1/audit`: at most `max` entries from the `start`-th (oldest first).
+    Audit {
+        /// The first entry's index (a page token).
+        start: usize,
+        /// The page size.
+        max: usize,
+    },
+    /// `POST /qm/v1/what-if`.
+    WhatIf(qm_api::qm::WhatIfRequest),
+    /// Where an attempt's logs are: the job's id and the attempt number (latest if `None`).
+    LogInfo {
+        /// Job id.
+        job_id: String,
+        /// Attempt number.
+        attempt: Option<u32>,
+    },
+    /// `GET /qm/v1/jobs/{job}/attempt`: the attempt holding capacity now.
+    RunningAttempt {
+        /// Job id.
+        job_id: String,
+    },
+    /// Whose role attempt `attempt` acts as, while it holds capacity (the credentials
+    /// endpoint, `credentials.rs`).
+    AttemptRole {
+        /// Core attempt id.
+        attempt: u64,
+    },
+    /// `GET /metrics`, the parts the state knows.
+    Metrics,
+    /// One sample of the dashboard's history (`history.rs`).
+    Sample,
+    /// The facts usage accounting needs from the state: the jobs that may have held capacity
+    /// at or after `since`, and every share's entitlement history.
+    UsageFacts {
+        /// Window start (epoch ms).
+        since: i64,
+    },
+    /// The facts a workload export needs from the state: the jobs submitted in
+    /// `[since, until)` (to `queue` only, if given) and the queues' classes.
+    WorkloadFacts {
+        /// Window start (epoch ms).
+        since: i64,
+        /// Window end (epoch ms, exclusive).
+        until: i64,
+        /// Only this queue's jobs.
+        queue: Option<String>,
+    },
+    /// The policy review's facts (`review.rs`), answered as [`Answer::ReviewFacts`].
+    ReviewFacts {
+        /// Window start (epoch ms).
+        since: i64,
+    },
+}
+
+/// What the driver answers: a response body for the API, or a typed value for the HTTP
+/// layer's own use (so nothing is encoded to JSON only to be decoded again).
+#[derive(Debug)]
+pub enum Answer {
+    /// An API response body (JSON).
+    Body(Vec<u8>),
+    /// See [`Query::LogInfo`].
+    LogInfo(LogInfo),
+    /// See [`Query::UsageFacts`].
+    UsageFacts(Box<UsageFacts>),
+    /// See [`Query::WorkloadFacts`].
+    WorkloadFacts(Box<crate::workload::WorkloadFacts>),
+    /// See [`Query::ReviewFacts`].
+    ReviewFacts(Box<crate::review::ReviewFacts>),
+    /// See [`Query::Sample`].
+    Sample(Box<crate::history::Sample>),
+    /// See [`Query::AttemptRole`]: `None` when the attempt holds no capacity.
+    AttemptRole(Option<AttemptRole>),
+    /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
+    /// own families before encoding it.
+    Metrics(Box<prometheus_client::registry::Registry>),
+}
+
+impl Answer {
+    /// The body of an API answer; a typed answer has none (asking for one is a bug in the
+    /// HTTP layer, answered as a server error rather than a panic).
+    pub fn into_body(self) -> Result<Vec<u8>, ApiError> {
+        match self {
+            Answer::Body(b) => Ok(b),
+            other => Err(ApiError::server(format!(
+                "internal: a typed answer ({}) where a response body was expected",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Answer::Body(_) => "body",
+            Answer::LogInfo(_) => "log info",
+            Answer::UsageFacts(_) => "usage facts",
+            Answer::WorkloadFacts(_) => "workload facts",
+            Answer::ReviewFacts(_) => "review facts",
+            Answer::Sample(_) => "history sample",
+            Answer::AttemptRole(_) => "attempt role",
+            Answer::Metrics(_) => "metrics registry",
+        }
+    }
+}
+
+/// Whose role a live attempt acts as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptRole {
+    /// The payload's `RoleArn`, if it named one.
+    pub role_arn: Option<String>,
+    /// The job's id.
+    pub job_id: String,
+    /// The job's SageMaker name (the STS session is named after it).
+    pub job_name: String,
+    /// The job's quota share, whose allowed roles bound the job's.
+    pub share: String,
+}
+
+/// Where an attempt's logs are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogInfo {
+    /// The id the server issued (a UUID), never the client's spelling: no path tricks.
+    pub job_id: String,
+    /// The attempt number.
+    pub attempt: u32,
+    /// Whether the attempt has ended (its log will not grow).
+    pub finished: bool,
+}
+
+/// The state's part of a usage report.
+#[derive(Clone, Debug)]
+pub struct UsageFacts {
+    /// Jobs still in the state.
+    pub jobs: Vec<crate::usage::UsageJob>,
+    /// Entitlements over time.
+    pub history: crate::usage::ShareHistory,
+    /// The state's time.
+    pub now: i64,
+}
+
+/// Anything a client asks.
+#[derive(Clone, Debug)]
+pub enum Request {
+    /// Changes state; logged.
+    Command(Command),
+    /// Reads state.
+    Query(Query),
+    /// A reload (`crate::reload`): the driver's new settings, applied with the reload's
+    /// audit entry in one batch.
+    Reload(Box<Reloaded>),
+}
+
+/// What a reload changes in the driver: its cadence and the bounds on new submits (neither
+/// is logged: replays never depend on them), and the audit entry that records the reload.
+#[derive(Clone, Debug)]
+pub struct Reloaded {
+    /// The driver's periodic work (`since_snapshot` is ignored).
+    pub cadence: crate::driver::Cadence,
+    /// Bounds on queued jobs and `file://` roots for new submits.
+    pub admission: crate::state::Admission,
+    /// Who reloaded, and what changed.
+    pub audit: AuditEntry,
+}
