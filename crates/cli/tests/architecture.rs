@@ -2,7 +2,9 @@
 //! workspace crates its row of the table names; the client (`qm`'s commands that talk to a
 //! server) imports nothing of the server; the scheduling core reads no clock, draws no random
 //! number, does no IO and iterates no std hash map (whose order changes from run to run).
-//! A rule that changes is changed in ARCHITECTURE.md, which this test reads.
+//! No crate has an import circle of more than three modules, but for the ones still allowed
+//! by name, which may only shrink. A rule that changes is changed in ARCHITECTURE.md, which
+//! this test reads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -160,4 +162,129 @@ fn the_core_reads_no_clock_draws_no_random_number_does_no_io_and_iterates_no_std
             path.display()
         );
     }
+}
+
+/// The import circles allowed for now, by crate: the largest set of a crate's top-level
+/// modules that reach each other through `crate::` paths. Issue 41 wants none over three;
+/// these may only shrink (lower a number when a cut lands).
+const CIRCLES_ALLOWED: [(&str, usize); 3] = [("server", 20), ("executor", 5), ("core", 5)];
+
+/// Over three modules, a circle is a tangle a newcomer cannot change one part of.
+const CIRCLE_MAX: usize = 3;
+
+/// The `crate::` edges between the top-level modules of the crate at `src` (comments and
+/// `#[cfg(test)] mod tests` bodies left out).
+fn module_edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (path, text) in sources(src) {
+        let rel = path.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" || rel.ends_with("tests.rs") {
+            continue;
+        }
+        let code: String = text
+            .split("#[cfg(test)]\nmod tests {")
+            .next()
+            .unwrap_or("")
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let targets = edges.entry(module.clone()).or_default();
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + "crate::".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if !name.is_empty() && name != module {
+                targets.insert(name);
+            }
+        }
+        // `use crate::{a, b::c}`.
+        for (i, _) in code.match_indices("crate::{") {
+            let list = &code[i + "crate::{".len()..];
+            let list = &list[..list.find('}').unwrap_or(list.len())];
+            for item in list.split(',') {
+                let name = item.trim().split("::").next().unwrap_or("");
+                if !name.is_empty()
+                    && name != module
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+                {
+                    targets.insert(name.to_string());
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// The largest strongly connected set of `edges` (the modules that all reach each other).
+fn largest_circle(edges: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
+    let reach = |from: &String| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(m) = stack.pop() {
+            for next in edges.get(&m).into_iter().flatten() {
+                if edges.contains_key(next) && seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        edges.keys().map(|m| (m, reach(m))).collect();
+    let mut best = BTreeSet::new();
+    for (m, from_m) in &reaches {
+        let circle: BTreeSet<String> = from_m
+            .iter()
+            .filter(|other| reaches[other].contains(*m))
+            .cloned()
+            .collect();
+        if circle.len() > best.len() {
+            best = circle;
+        }
+    }
+    best
+}
+
+#[test]
+fn no_crate_s_import_circle_grows_past_what_is_allowed_and_new_ones_stay_within_three() {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let mut over = Vec::new();
+    for src in dirs {
+        let crate_dir = src.parent().unwrap().file_name().unwrap();
+        let name = crate_dir.to_string_lossy().to_string();
+        let allowed = CIRCLES_ALLOWED
+            .iter()
+            .find(|(c, _)| *c == name)
+            .map_or(CIRCLE_MAX, |(_, n)| *n);
+        let circle = largest_circle(&module_edges(&src));
+        if circle.len() > allowed {
+            over.push(format!(
+                "crates/{name}: {} modules import each other in a circle ({circle:?}); at most {allowed} are allowed",
+                circle.len()
+            ));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "{}\ncut an edge: a type that both sides need goes to a module that imports neither",
+        over.join("\n")
+    );
 }
