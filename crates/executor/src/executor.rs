@@ -757,19 +757,25 @@ impl LocalExecutor {
             // At start (`gone` is None only there), every group no live attempt runs in goes;
             // later, only those of the attempt whose supervisor died: other instances' groups
             // may be taken by attempts being launched meanwhile.
-            let sweep: Box<dyn FnOnce() -> Vec<String> + Send> = match gone {
+            let left = match gone {
                 None => {
                     let keep = self.live_names(None, |_, slot| slot.groups.clone());
-                    Box::new(move || crate::cgroup::sweep(&hierarchy, &keep))
+                    tokio::task::spawn_blocking(move || crate::cgroup::sweep(&hierarchy, &keep))
+                        .await
                 }
                 Some(a) => {
-                    let state = self.inner.state();
-                    let dead = state.attempts.get(&a).map(|s| s.groups.clone());
-                    drop(state);
-                    Box::new(move || crate::cgroup::discard(&hierarchy, dead.unwrap_or_default()))
+                    let dead = self
+                        .inner
+                        .state()
+                        .attempts
+                        .get(&a)
+                        .map(|s| s.groups.clone());
+                    let dead = dead.unwrap_or_default();
+                    tokio::task::spawn_blocking(move || crate::cgroup::discard(&hierarchy, dead))
+                        .await
                 }
-            };
-            let left = tokio::task::spawn_blocking(sweep).await.unwrap_or_default();
+            }
+            .unwrap_or_default();
             for group in left {
                 tracing::warn!("a control group is left behind: {group}");
             }

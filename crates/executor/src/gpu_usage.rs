@@ -136,15 +136,12 @@ pub(crate) async fn sample_loop(inner: Weak<Inner>) {
         let Some(every) = inner.upgrade().map(|i| i.cfg().gpu_sample) else {
             return;
         };
-        tokio::time::sleep(if every.is_zero() {
-            Duration::from_secs(1)
-        } else {
-            every
-        })
-        .await;
         if every.is_zero() {
+            // Off; a reload may turn it on.
+            tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
+        tokio::time::sleep(every).await;
         let Some(attempts) = inner.upgrade().map(|i| i.gpus_in_use()) else {
             return;
         };
@@ -162,13 +159,9 @@ pub(crate) async fn sample_loop(inner: Weak<Inner>) {
 mod tests {
     use super::*;
 
-    fn readings(text: &str) -> BTreeMap<u32, Reading> {
-        parse(text)
-    }
-
     #[test]
     fn nvidia_smi_lines_are_read_and_unreadable_ones_left_out() {
-        let r = readings("0, 87, 40536\n1, [N/A], 12\n 2 ,0,0\ngarbage\n");
+        let r = parse("0, 87, 40536\n1, [N/A], 12\n 2 ,0,0\ngarbage\n");
         assert_eq!(r.len(), 2);
         assert_eq!(
             r[&0],
@@ -183,13 +176,10 @@ mod tests {
     #[test]
     fn an_attempt_s_utilisation_is_the_mean_over_its_gpus_and_samples_and_its_memory_the_peak() {
         let mut tally = Tally::default();
-        tally.add(
-            &[0, 1],
-            &readings("0, 100, 1000\n1, 50, 3000\n2, 0, 9000\n"),
-        );
-        tally.add(&[0, 1], &readings("0, 20, 2000\n1, 30, 1000\n"));
+        tally.add(&[0, 1], &parse("0, 100, 1000\n1, 50, 3000\n2, 0, 9000\n"));
+        tally.add(&[0, 1], &parse("0, 20, 2000\n1, 30, 1000\n"));
         // A sample that misses one of its GPUs does not count.
-        tally.add(&[0, 1], &readings("0, 0, 0\n"));
+        tally.add(&[0, 1], &parse("0, 0, 0\n"));
         let usage = tally.apply(Usage::default());
         // (100 + 50 + 20 + 30) / 4.
         assert_eq!(usage.gpu_utilization_percent, Some(50));
@@ -199,9 +189,9 @@ mod tests {
     #[test]
     fn a_mean_below_one_percent_rounds_rather_than_truncates() {
         let mut tally = Tally::default();
-        tally.add(&[0], &readings("0, 1, 0\n"));
-        tally.add(&[0], &readings("0, 0, 0\n"));
-        tally.add(&[0], &readings("0, 1, 0\n"));
+        tally.add(&[0], &parse("0, 1, 0\n"));
+        tally.add(&[0], &parse("0, 0, 0\n"));
+        tally.add(&[0], &parse("0, 1, 0\n"));
         assert_eq!(
             tally.apply(Usage::default()).gpu_utilization_percent,
             Some(1)
@@ -216,7 +206,7 @@ mod tests {
         };
         assert_eq!(Tally::default().apply(usage), usage);
         let mut tally = Tally::default();
-        tally.add(&[], &readings("0, 10, 10\n"));
+        tally.add(&[], &parse("0, 10, 10\n"));
         assert_eq!(tally.apply(usage), usage);
     }
 }

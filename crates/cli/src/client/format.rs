@@ -338,8 +338,7 @@ pub fn job_details(
     out
 }
 
-/// What each ended attempt used.
-/// The GPU columns only where some attempt's GPUs were sampled.
+/// What each ended attempt used, with GPU columns only where some attempt's GPUs were sampled.
 fn usage(records: &[qm_api::qm::AttemptUsage]) -> String {
     let gpus = records.iter().any(|u| u.gpu_utilization_percent.is_some());
     let rows: Vec<Vec<String>> = records

@@ -26,35 +26,50 @@ const DRIVER_GPUS: &str = "/proc/driver/nvidia/gpus";
 
 /// The device minors (`/dev/nvidia<minor>`) of the GPUs nvidia-smi numbers `indices`. Its
 /// indices follow the PCI bus order; the driver's minors usually do too, but need not, so they
-/// are read from the driver's own list where it is there (else a minor is its index).
+/// are read from the driver's own list where it is there (else a minor is its index). The
+/// list is read once per process: GPUs do not move while the machine runs, and every attempt
+/// with GPUs asks.
 pub(crate) fn minors(indices: &[u32]) -> Vec<u32> {
-    minors_in(Path::new(DRIVER_GPUS), indices)
+    static LISTED: std::sync::OnceLock<Vec<Option<u32>>> = std::sync::OnceLock::new();
+    let listed = LISTED.get_or_init(|| driver_minors(Path::new(DRIVER_GPUS)));
+    pick(listed, indices)
 }
 
-/// [`minors`] from the driver's list at `dir`.
+/// [`minors`] from the driver's list at `dir`, read now (the tests' fake list).
+#[cfg(test)]
 pub(crate) fn minors_in(dir: &Path, indices: &[u32]) -> Vec<u32> {
-    let mut buses: Vec<(String, Option<u32>)> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| {
-                    let info = std::fs::read_to_string(e.path().join("information"));
-                    let minor = info.ok().and_then(|text| {
-                        let line = text.lines().find(|l| l.starts_with("Device Minor:"))?;
-                        line.split(':').nth(1)?.trim().parse().ok()
-                    });
-                    (e.file_name().to_string_lossy().to_lowercase(), minor)
-                })
-                .collect()
+    pick(&driver_minors(dir), indices)
+}
+
+/// The minor of each GPU of the driver's list at `dir`, in bus order (`None` where its
+/// `information` does not say).
+fn driver_minors(dir: &Path) -> Vec<Option<u32>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut buses: Vec<(String, Option<u32>)> = entries
+        .flatten()
+        .map(|e| {
+            let info = std::fs::read_to_string(e.path().join("information"));
+            let minor = info.ok().and_then(|text| {
+                let line = text.lines().find(|l| l.starts_with("Device Minor:"))?;
+                line.split(':').nth(1)?.trim().parse().ok()
+            });
+            (e.file_name().to_string_lossy().to_lowercase(), minor)
         })
-        .unwrap_or_default();
+        .collect();
     // PCI addresses (`0000:3b:00.0`) are fixed-width hex: their text order is the bus order.
     buses.sort();
+    buses.into_iter().map(|(_, minor)| minor).collect()
+}
+
+/// The minor of each of `indices` in `listed` (bus order), else the index itself.
+fn pick(listed: &[Option<u32>], indices: &[u32]) -> Vec<u32> {
     indices
         .iter()
         .map(|&i| {
-            let listed = usize::try_from(i).ok().and_then(|i| buses.get(i));
-            listed.and_then(|(_, minor)| *minor).unwrap_or(i)
+            let minor = usize::try_from(i).ok().and_then(|i| listed.get(i).copied());
+            minor.flatten().unwrap_or(i)
         })
         .collect()
 }

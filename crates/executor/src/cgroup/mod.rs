@@ -741,28 +741,21 @@ fn write(path: &Path, value: &str) -> io::Result<()> {
         .map_err(|e| at(path, e))
 }
 
-/// The number on the last line of `path` (a control file holds one; a fake tree's keeps every
+/// The last line of `path`, trimmed (a control file holds one value; a fake tree's keeps every
 /// value written).
-fn read_last_u64(path: &Path) -> Option<u64> {
-    fs::read_to_string(path)
-        .ok()?
-        .lines()
-        .last()?
-        .trim()
-        .parse()
-        .ok()
+fn last_line(path: &Path) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    Some(text.lines().last()?.trim().to_string())
 }
 
-/// [`write`]s `value` unless `path` holds it already (its last line: a fake tree's file keeps
-/// every value written).
+/// The number on the last line of `path`.
+fn read_last_u64(path: &Path) -> Option<u64> {
+    last_line(path)?.parse().ok()
+}
+
+/// [`write`]s `value` unless `path` holds it already (its [`last_line`]).
 fn update(path: &Path, value: &str) -> io::Result<()> {
-    let held = fs::read_to_string(path).ok();
-    if held
-        .as_deref()
-        .and_then(|t| t.lines().last())
-        .map(str::trim)
-        == Some(value)
-    {
+    if last_line(path).as_deref() == Some(value) {
         return Ok(());
     }
     write(path, value)
