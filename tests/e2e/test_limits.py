@@ -120,16 +120,28 @@ def crowded(start_server):
 
 
 def test_one_connection_beyond_the_limit_gets_503_with_retry_after(crowded):
-    held = []
-    try:
-        # Nothing times out meanwhile, and nobody else is connected: exactly 6 are refused
-        # (which ones depends on the order the server's tasks take their permits in).
-        for _ in range(30):
-            held.append(connect(crowded))
+    # Exactly 6 of 30 are refused once nobody else is connected. The harness's readiness probe
+    # may still hold its place for a moment after it closed (the server drops a connection's
+    # permit when its task ends, which a loaded machine can schedule after the next accepts),
+    # so a round that sees 7 answered is tried again; a permit that is never given back fails.
+    def one_round():
+        held = [connect(crowded) for _ in range(30)]
         time.sleep(1)
         readable, _, _ = select.select(held, [], [], 2)
-        answered = sorted(held.index(s) for s in readable)
-        assert len(answered) == 30 - 24, f"answered at once: {answered} of 30 with max_connections = 24"
+        return held, sorted(held.index(s) for s in readable)
+
+    rounds = []
+    deadline = time.time() + 20
+    while True:
+        held, answered = one_round()
+        rounds.append(answered)
+        if len(answered) == 30 - 24 or time.time() > deadline:
+            break
+        for s in held:
+            s.close()
+        time.sleep(0.5)
+    try:
+        assert len(answered) == 30 - 24, f"answered at once, round by round: {rounds} of 30 with max_connections = 24"
         refused = held[answered[0]].recv(65536).decode()
         head, _, body = refused.partition("\r\n\r\n")
         assert head.startswith("HTTP/1.1 503"), refused
