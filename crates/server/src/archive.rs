@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use crate::ops::retention::{ArchivedAttempt, ArchivedAudit, ArchivedJob};
+use serde::{Deserialize, Serialize};
 
 /// Where retired jobs go.
 #[derive(Clone, Debug)]
@@ -198,6 +198,98 @@ fn parse_lines<T: serde::de::DeserializeOwned + Send>(text: &str, path: &Path) -
             .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     })
+}
+
+/// One retired job, as the archive keeps it: what accounting needs, in a documented shape
+/// (docs/server.md, "Retention and archive").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedJob {
+    /// The job id.
+    pub job_id: String,
+    /// The job name.
+    pub job_name: String,
+    /// Queue name.
+    pub job_queue: String,
+    /// Quota share name.
+    pub quota_share_name: String,
+    /// SUCCEEDED or FAILED.
+    pub status: String,
+    /// Final status reason.
+    pub status_reason: Option<String>,
+    /// Scheduling priority at the end.
+    pub scheduling_priority: i32,
+    /// Submitted (epoch ms).
+    pub created_at: i64,
+    /// Finished (epoch ms).
+    pub stopped_at: Option<i64>,
+    /// Every attempt, preempted ones included (the latest `PREEMPTED_WINDOW` of those).
+    pub attempts: Vec<ArchivedAttempt>,
+    /// Times preempted in all.
+    pub preempted_count: u32,
+    /// The job's tags.
+    pub tags: std::collections::BTreeMap<String, String>,
+    /// Who submitted it, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+}
+
+/// One attempt of a retired job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedAttempt {
+    /// 1, 2, ... in start order.
+    pub number: u32,
+    /// Instance type.
+    pub instance_type: String,
+    /// Instances held.
+    pub count: u32,
+    /// Capacity held from (epoch ms).
+    pub started_at: i64,
+    /// Processes running from, when they got that far.
+    pub running_at: Option<i64>,
+    /// Capacity released at.
+    pub stopped_at: Option<i64>,
+    /// Ended by a preemption.
+    pub preempted: bool,
+    /// How it ended.
+    pub status_reason: Option<String>,
+    /// When the core decided to stop it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_at: Option<i64>,
+    /// The last checkpoint it reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at: Option<i64>,
+    /// For a preemption: the share and the job it was preempted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_for: Option<(String, String)>,
+    /// The steps it reported in its progress file (first, last, last checkpoint; absent in
+    /// older archives): the policy review classifies the resumes of retired jobs from them as
+    /// `resume.rs` does for live ones, and the workload export counts recomputed work.
+    #[serde(default, skip_serializing_if = "qm_executor::Steps::is_empty")]
+    pub steps: qm_executor::Steps,
+    /// Checkpoints it reported (absent in older archives, and when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoints: u32,
+    /// What it used (absent in older archives, and where the executor did not count it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<qm_executor::Usage>,
+}
+
+/// One retired audit entry, as the archive keeps it: its number in the log (a crash between
+/// archiving and retiring may write an entry twice; the number tells the copies apart).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArchivedAudit {
+    /// The entry's number (the first entry ever recorded is 0).
+    pub seq: u64,
+    /// The entry.
+    #[serde(flatten)]
+    pub entry: crate::command::AuditEntry,
+}
+
+/// For serde's `skip_serializing_if` on counters.
+pub fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
@@ -28,7 +28,8 @@ use qm_api::ApiError;
 use qm_store::{PrincipalRecord, Principals};
 
 use crate::error::ServerError;
-use crate::http::{error_response, App, MAX_BODY_BYTES};
+use crate::respond::{error_response, MAX_BODY_BYTES};
+use crate::secret::random_bytes;
 
 /// The principal the first start creates, whose keys go to `<data-dir>/credentials`.
 pub const ADMIN: &str = qm_api::qm::ADMIN;
@@ -199,7 +200,7 @@ impl Auth {
             admin,
             access_key_id: new_access_key(),
             secret: new_secret(),
-            created_ms: crate::driver::now_ms(),
+            created_ms: crate::clock::now_ms(),
         };
         let mut inner = self.inner.lock().expect("auth lock");
         inner.store.as_mut().expect("store").insert(&record)?;
@@ -370,31 +371,6 @@ fn printable(s: &str) -> String {
         .collect()
 }
 
-/// Random bytes from the OS (uuid's v4 draws them from getrandom).
-pub(crate) fn random_bytes(n: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n + 16);
-    while out.len() < n {
-        out.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes [`hex`] wrote; `None` for anything else.
-pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// `QMAK` and 16 characters of base32: the shape of an AWS access key id (`AKIA...`).
 fn new_access_key() -> String {
     const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
@@ -484,15 +460,14 @@ fn open_route(method: &Method, path: &str) -> bool {
 }
 
 /// The guard of every request (see the module docs).
-pub async fn guard(AxState(app): AxState<App>, req: Request, next: Next) -> Response {
-    match check(&app, req).await {
+pub async fn guard(AxState(auth): AxState<Arc<Auth>>, req: Request, next: Next) -> Response {
+    match check(&auth, req).await {
         Ok(req) => next.run(req).await,
         Err(e) => error_response(&e),
     }
 }
 
-async fn check(app: &App, mut req: Request) -> Result<Request, ApiError> {
-    let auth = &app.auth;
+async fn check(auth: &Auth, mut req: Request) -> Result<Request, ApiError> {
     // HTTP/2 (which TLS clients negotiate) names the host in the URI's authority, not in a
     // Host header: the checks below, and a signature over `host`, read it as one.
     if !req.headers().contains_key(header::HOST) {

@@ -158,7 +158,7 @@ impl Broker {
     pub fn for_attempt(&self, attempt: u64) -> qm_executor::RoleCredentials {
         qm_executor::RoleCredentials {
             url: format!("{}{attempt}", self.base),
-            token: crate::auth::hex(ring::hmac::sign(&self.key, &attempt.to_be_bytes()).as_ref()),
+            token: crate::secret::hex(ring::hmac::sign(&self.key, &attempt.to_be_bytes()).as_ref()),
             region: self.region.clone(),
             s3_endpoint: self.s3_endpoint.clone(),
         }
@@ -166,7 +166,7 @@ impl Broker {
 
     /// Whether `token` is attempt `attempt`'s (in constant time).
     pub fn verify(&self, attempt: u64, token: &str) -> bool {
-        crate::auth::unhex(token.trim())
+        crate::secret::unhex(token.trim())
             .is_some_and(|tag| ring::hmac::verify(&self.key, &attempt.to_be_bytes(), &tag).is_ok())
     }
 

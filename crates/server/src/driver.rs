@@ -11,22 +11,22 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use qm_api::ApiError;
 use qm_core::Effect;
-use qm_executor::slurm::{AdoptSpec, Adopted};
-use qm_executor::{ExecEvent, LaunchSpec, LocalExecutor, Outcome, Reconciled};
+use qm_executor::{ExecEvent, LaunchSpec, Outcome};
 use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::archive::{Archive, ArchivedJob};
+pub use crate::clock::now_ms;
 use crate::command::{Command, Decision, ExitRecord, DECISIONS_FORMAT};
 use crate::error::ServerError;
-use crate::exec::{Execute, Executor};
+use crate::exec::{exit_record, launch_spec, Execute, Executor};
+pub use crate::request::Cadence;
 use crate::request::{Answer, Query, Request};
 use crate::snapshot::{decode_image, encode_image, StateImage, SNAPSHOT_FORMAT};
-use crate::state::{Action, Launch, State};
+use crate::state::{Action, State};
 
 /// Most requests and reports applied in one batch (one transaction).
 pub const MAX_BATCH: usize = 2048;
@@ -40,14 +40,6 @@ pub struct Envelope {
     pub request: Request,
     /// Where the response body (or error) goes once the batch is durable.
     pub reply: Reply,
-}
-
-/// Milliseconds since the epoch on the server's clock.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// What [`recover`] found in the log.
@@ -389,25 +381,6 @@ pub struct Channels {
     pub events_tx: mpsc::UnboundedSender<ExecEvent>,
 }
 
-/// How often the driver does its periodic work.
-#[derive(Clone, Copy, Debug)]
-pub struct Cadence {
-    /// The scheduling pass runs at least this often while jobs wait.
-    pub tick: Duration,
-    /// A snapshot is written after this many logged commands (0: only at shutdown).
-    pub snapshot_every: u64,
-    /// Commands already logged since the last snapshot (those the start replayed).
-    pub since_snapshot: u64,
-    /// How long finished jobs stay before they are archived and leave the state.
-    pub retention: Duration,
-    /// Whether a retired job's directory is deleted once its retirement is durable.
-    pub delete_job_dirs: bool,
-    /// `[executor] max_lost_attempts`: lost attempts of a job in a row queued again for free.
-    pub max_lost_attempts: u32,
-    /// `[retention] audit_entries`: audit entries the state keeps; older ones are archived.
-    pub audit_entries: usize,
-}
-
 /// The running driver, over a store `L` and an executor `E` (the server's: SQLite and the
 /// local or Slurm executor; tests put fakes there).
 pub struct Driver<L = SqliteLog, E = Executor> {
@@ -436,6 +409,8 @@ pub struct Driver<L = SqliteLog, E = Executor> {
     retired_dirs: Vec<PathBuf>,
     /// Where attempts get their job's role, if they do.
     credentials: Option<std::sync::Arc<crate::credentials::Broker>>,
+    /// Scheduling pass durations, for `/metrics` (measured here: not part of the state).
+    pass_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 /// Most jobs (and most audit entries) retired in one batch: retirement catches up over
@@ -482,6 +457,19 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             retire_checked: 0,
             retired_dirs: Vec::new(),
             credentials: None,
+            pass_seconds: crate::metrics::latency_histogram(),
+        }
+    }
+
+    /// Answers a read: the state's answer, but for `/metrics`, whose registry also carries
+    /// what the driver measures.
+    fn answer(&self, q: &Query, now: i64) -> Result<Answer, ApiError> {
+        match q {
+            Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(
+                &self.state,
+                &self.pass_seconds,
+            )))),
+            q => self.state.answer(q, now),
         }
     }
 
@@ -630,112 +618,6 @@ fn stamp_lost_limit(commands: &mut [Command], max: u32) {
     }
 }
 
-/// Local attempts outlive their server under their supervisors: each one the log says was live
-/// is adopted (its supervisor answered: it goes on, as the same attempt), recorded as it ended
-/// (while no server watched), or lost (its machine rebooted or its supervisor died).
-pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec<Command> {
-    reconciled_commands(local.reconcile(state.recorded_attempts()).await)
-}
-
-/// What became of the attempts the log holds as live, from either executor, as the commands
-/// that record it: one rule for both. An adopted attempt goes on as it was (the log learns its
-/// processes only if it did not know them); an ended one is recorded as it ended; a lost one
-/// is queued again without using a retry (within `max_lost_attempts`).
-fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
-    let mut commands = Vec::new();
-    let (mut adopted, mut ended) = (0, 0);
-    for (attempt, what) in results {
-        match what {
-            Reconciled::Adopted { running } => {
-                adopted += 1;
-                // Spawned just before the previous server stopped, which did not log it.
-                if let Some((pids, gpus, identity)) = running {
-                    commands.push(Command::AttemptRunning {
-                        attempt,
-                        pids,
-                        gpus,
-                        supervisor: Some(identity),
-                        at_ms: None,
-                    });
-                }
-            }
-            Reconciled::Ended(outcome, usage) => {
-                ended += 1;
-                commands.push(Command::AttemptExited {
-                    attempt,
-                    outcome: exit_record(outcome),
-                    usage,
-                });
-            }
-            Reconciled::Lost(reason) => commands.push(Command::AttemptExited {
-                attempt,
-                outcome: ExitRecord::Lost {
-                    reason,
-                    max_in_a_row: None,
-                },
-                usage: None,
-            }),
-        }
-    }
-    if adopted > 0 {
-        eprintln!("qm: adopted {adopted} running attempt(s); they go on as they were");
-    }
-    if ended > 0 {
-        tracing::info!(
-            ended,
-            "attempts ended while no server watched; their outcomes are recorded as they were"
-        );
-    }
-    commands
-}
-
-/// Slurm jobs outlive their server: those still running are adopted, those that ended are
-/// recorded as they ended (by Slurm, else by the outcome file the job left), and attempts
-/// Slurm does not know are lost (queued again); [`reconciled_commands`] records them.
-pub(crate) async fn reconcile_slurm(
-    state: &State,
-    slurm: &qm_executor::slurm::SlurmExecutor,
-) -> Result<Vec<Command>, ServerError> {
-    let mut results = Vec::new();
-    let mut specs = Vec::new();
-    for (attempt, _) in &state.live_attempts() {
-        match state.live_launch(*attempt) {
-            Some((launch, running)) => specs.push(AdoptSpec {
-                spec: launch_spec(launch, None),
-                running_since_ms: running.map(|ms| ms.max(0) as u64),
-                // A stop the previous server had begun (a preemption, a termination) is
-                // carried on: the core still waits for this attempt to go.
-                stopping: state.attempt_stopping(*attempt),
-            }),
-            // Cannot happen for a live attempt; if it did, nothing could follow it.
-            None => results.push((*attempt, Reconciled::Lost(
-                "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
-            ))),
-        }
-    }
-    let adopted = slurm
-        .adopt(specs)
-        .await
-        .map_err(|e| ServerError::Executor(e.to_string()))?;
-    for (attempt, what) in adopted {
-        let reconciled = match what {
-            Adopted::Running => Reconciled::Adopted { running: None },
-            Adopted::Ended(o) => Reconciled::Ended(o, None),
-            Adopted::Unknown => match state
-                .attempt_identity(attempt)
-                .and_then(|(job, n)| slurm.recorded_outcome(&job, n))
-            {
-                Some(o) => Reconciled::Ended(o, None),
-                None => Reconciled::Lost(
-                    "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry".into(),
-                ),
-            },
-        };
-        results.push((attempt, reconciled));
-    }
-    Ok(reconciled_commands(results))
-}
-
 impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
     fn commit(
         &mut self,
@@ -850,7 +732,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                     reply,
                 }) = item
                 {
-                    let _ = reply.send(self.state.answer(&q, now));
+                    let _ = reply.send(self.answer(&q, now));
                 }
             }
             return Ok(());
@@ -895,9 +777,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             })
             .collect();
         let outcome = self.state.apply_batch(now, commands);
-        self.state
-            .pass_seconds
-            .observe(pass.elapsed().as_secs_f64());
+        self.pass_seconds.observe(pass.elapsed().as_secs_f64());
         let replies = repliers.into_iter().zip(outcome.results);
         let carry = self.ready(outcome.actions);
         if let Err(e) = self.commit(now, &outcome.logged, &outcome.decisions) {
@@ -920,7 +800,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         }
         let answered = now_ms();
         for (q, reply) in queries {
-            let _ = reply.send(self.state.answer(&q, answered));
+            let _ = reply.send(self.answer(&q, answered));
         }
         self.carry_out(carry);
         Ok(())
@@ -1033,59 +913,5 @@ fn event_command(ev: ExecEvent) -> Command {
             outcome: exit_record(outcome),
             usage,
         },
-    }
-}
-
-fn exit_record(outcome: Outcome) -> ExitRecord {
-    match outcome {
-        Outcome::Succeeded => ExitRecord::Succeeded,
-        Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
-        Outcome::Lost { reason } => ExitRecord::Lost {
-            reason,
-            max_in_a_row: None,
-        },
-    }
-}
-
-/// The executor's spec of launch `l`; with `credentials`, the attempt gets its job's role
-/// from the server's endpoint.
-fn launch_spec(l: Launch, credentials: Option<&crate::credentials::Broker>) -> LaunchSpec {
-    // A job that names no role keeps the server's storage for its transfers, as before.
-    let credentials = credentials
-        .filter(|_| l.payload.role_arn.is_some())
-        .map(|b| b.for_attempt(l.attempt));
-    LaunchSpec {
-        attempt: l.attempt,
-        job_id: l.job_id,
-        attempt_number: l.attempt_number,
-        // SageMaker's name for the job (TRAINING_JOB_NAME, and where its model goes).
-        job_name: l.payload.training_job_name.clone().unwrap_or(l.job_name),
-        instance_type: l.instance_type,
-        count: l.count,
-        entrypoint: l.payload.entrypoint,
-        arguments: l.payload.arguments,
-        training_image: l.payload.training_image,
-        environment: l.payload.environment,
-        hyperparameters: l.payload.hyperparameters,
-        max_runtime: l.runtime_limit_seconds.map(Duration::from_secs),
-        checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
-        checkpoint_uri: l.payload.checkpoint_s3_uri,
-        output_path: l.payload.output_path,
-        channels: l
-            .payload
-            .channels
-            .into_iter()
-            .map(|c| qm_executor::InputChannel {
-                name: c.name,
-                uri: c.uri,
-                data_type: c.data_type,
-                input_mode: c.input_mode,
-                distribution: c.distribution,
-                content_type: c.content_type,
-                compression: c.compression,
-                record_wrapper: c.record_wrapper,
-            })
-            .collect(),
-        credentials,
     }
 }

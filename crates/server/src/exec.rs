@@ -9,12 +9,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 
-use qm_executor::slurm::SlurmExecutor;
-use qm_executor::{ExecError, LaunchSpec, LocalExecutor, Outcome};
+use std::time::Duration;
 
-use crate::command::Command;
+use qm_executor::slurm::{AdoptSpec, Adopted, SlurmExecutor};
+use qm_executor::{ExecError, LaunchSpec, LocalExecutor, Outcome, Reconciled};
+
+use crate::command::{Command, ExitRecord};
 use crate::error::ServerError;
-use crate::state::State;
+use crate::state::{Launch, State};
 
 /// What the driver asks of an executor.
 pub trait Execute: Send + 'static {
@@ -152,8 +154,8 @@ impl Execute for Executor {
 
     async fn reconcile(&self, state: &State) -> Result<Vec<Command>, ServerError> {
         match self {
-            Executor::Local(local) => Ok(crate::driver::reconcile_local(state, local).await),
-            Executor::Slurm(slurm) => crate::driver::reconcile_slurm(state, slurm).await,
+            Executor::Local(local) => Ok(reconcile_local(state, local).await),
+            Executor::Slurm(slurm) => reconcile_slurm(state, slurm).await,
         }
     }
 
@@ -161,5 +163,168 @@ impl Execute for Executor {
         if let Executor::Local(local) = self {
             local.acknowledge(attempts);
         }
+    }
+}
+
+/// Local attempts outlive their server under their supervisors: each one the log says was live
+/// is adopted (its supervisor answered: it goes on, as the same attempt), recorded as it ended
+/// (while no server watched), or lost (its machine rebooted or its supervisor died).
+pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec<Command> {
+    reconciled_commands(local.reconcile(state.recorded_attempts()).await)
+}
+
+/// What became of the attempts the log holds as live, from either executor, as the commands
+/// that record it: one rule for both. An adopted attempt goes on as it was (the log learns its
+/// processes only if it did not know them); an ended one is recorded as it ended; a lost one
+/// is queued again without using a retry (within `max_lost_attempts`).
+fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
+    let mut commands = Vec::new();
+    let (mut adopted, mut ended) = (0, 0);
+    for (attempt, what) in results {
+        match what {
+            Reconciled::Adopted { running } => {
+                adopted += 1;
+                // Spawned just before the previous server stopped, which did not log it.
+                if let Some((pids, gpus, identity)) = running {
+                    commands.push(Command::AttemptRunning {
+                        attempt,
+                        pids,
+                        gpus,
+                        supervisor: Some(identity),
+                        at_ms: None,
+                    });
+                }
+            }
+            Reconciled::Ended(outcome, usage) => {
+                ended += 1;
+                commands.push(Command::AttemptExited {
+                    attempt,
+                    outcome: exit_record(outcome),
+                    usage,
+                });
+            }
+            Reconciled::Lost(reason) => commands.push(Command::AttemptExited {
+                attempt,
+                outcome: ExitRecord::Lost {
+                    reason,
+                    max_in_a_row: None,
+                },
+                usage: None,
+            }),
+        }
+    }
+    if adopted > 0 {
+        eprintln!("qm: adopted {adopted} running attempt(s); they go on as they were");
+    }
+    if ended > 0 {
+        tracing::info!(
+            ended,
+            "attempts ended while no server watched; their outcomes are recorded as they were"
+        );
+    }
+    commands
+}
+
+/// Slurm jobs outlive their server: those still running are adopted, those that ended are
+/// recorded as they ended (by Slurm, else by the outcome file the job left), and attempts
+/// Slurm does not know are lost (queued again); [`reconciled_commands`] records them.
+pub(crate) async fn reconcile_slurm(
+    state: &State,
+    slurm: &qm_executor::slurm::SlurmExecutor,
+) -> Result<Vec<Command>, ServerError> {
+    let mut results = Vec::new();
+    let mut specs = Vec::new();
+    for (attempt, _) in &state.live_attempts() {
+        match state.live_launch(*attempt) {
+            Some((launch, running)) => specs.push(AdoptSpec {
+                spec: launch_spec(launch, None),
+                running_since_ms: running.map(|ms| ms.max(0) as u64),
+                // A stop the previous server had begun (a preemption, a termination) is
+                // carried on: the core still waits for this attempt to go.
+                stopping: state.attempt_stopping(*attempt),
+            }),
+            // Cannot happen for a live attempt; if it did, nothing could follow it.
+            None => results.push((*attempt, Reconciled::Lost(
+                "Attempt lost: the server restarted and could not rebuild it; the job was queued again without using a retry".into(),
+            ))),
+        }
+    }
+    let adopted = slurm
+        .adopt(specs)
+        .await
+        .map_err(|e| ServerError::Executor(e.to_string()))?;
+    for (attempt, what) in adopted {
+        let reconciled = match what {
+            Adopted::Running => Reconciled::Adopted { running: None },
+            Adopted::Ended(o) => Reconciled::Ended(o, None),
+            Adopted::Unknown => match state
+                .attempt_identity(attempt)
+                .and_then(|(job, n)| slurm.recorded_outcome(&job, n))
+            {
+                Some(o) => Reconciled::Ended(o, None),
+                None => Reconciled::Lost(
+                    "Attempt lost: Slurm has no job for it (it was never submitted, or Slurm forgot it while the server was down); the job was queued again without using a retry".into(),
+                ),
+            },
+        };
+        results.push((attempt, reconciled));
+    }
+    Ok(reconciled_commands(results))
+}
+
+pub(crate) fn exit_record(outcome: Outcome) -> ExitRecord {
+    match outcome {
+        Outcome::Succeeded => ExitRecord::Succeeded,
+        Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
+        Outcome::Lost { reason } => ExitRecord::Lost {
+            reason,
+            max_in_a_row: None,
+        },
+    }
+}
+
+/// The executor's spec of launch `l`; with `credentials`, the attempt gets its job's role
+/// from the server's endpoint.
+pub(crate) fn launch_spec(
+    l: Launch,
+    credentials: Option<&crate::credentials::Broker>,
+) -> LaunchSpec {
+    // A job that names no role keeps the server's storage for its transfers, as before.
+    let credentials = credentials
+        .filter(|_| l.payload.role_arn.is_some())
+        .map(|b| b.for_attempt(l.attempt));
+    LaunchSpec {
+        attempt: l.attempt,
+        job_id: l.job_id,
+        attempt_number: l.attempt_number,
+        // SageMaker's name for the job (TRAINING_JOB_NAME, and where its model goes).
+        job_name: l.payload.training_job_name.clone().unwrap_or(l.job_name),
+        instance_type: l.instance_type,
+        count: l.count,
+        entrypoint: l.payload.entrypoint,
+        arguments: l.payload.arguments,
+        training_image: l.payload.training_image,
+        environment: l.payload.environment,
+        hyperparameters: l.payload.hyperparameters,
+        max_runtime: l.runtime_limit_seconds.map(Duration::from_secs),
+        checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
+        checkpoint_uri: l.payload.checkpoint_s3_uri,
+        output_path: l.payload.output_path,
+        channels: l
+            .payload
+            .channels
+            .into_iter()
+            .map(|c| qm_executor::InputChannel {
+                name: c.name,
+                uri: c.uri,
+                data_type: c.data_type,
+                input_mode: c.input_mode,
+                distribution: c.distribution,
+                content_type: c.content_type,
+                compression: c.compression,
+                record_wrapper: c.record_wrapper,
+            })
+            .collect(),
+        credentials,
     }
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use qm_api::qm::{History, HistoryWindow, ShareHistory};
 
 use crate::driver::Envelope;
+pub use crate::facts::{QueueSample, Sample, ShareSample};
 use crate::request::{Answer, Query, Request};
 
 /// How long the ring remembers.
@@ -27,40 +28,6 @@ pub const KEEP_MS: i64 = 24 * 3_600_000;
 pub const MAX_SAMPLES: usize = 8640;
 /// Most points one answer has; samples are averaged into points of equal length.
 pub const MAX_POINTS: i64 = 360;
-
-/// One share at one instant (all instance types together): 32 bytes, its name shared with the
-/// samples before it ([`Ring::push`]), so that a day of 20 shares stays near 6 MB.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ShareSample {
-    /// The share.
-    pub share: Arc<str>,
-    /// Instances held within its entitlement.
-    pub own: u32,
-    /// Instances held above it.
-    pub borrowed: u32,
-    /// Its attempts preempted since the server started (a counter).
-    pub preemptions: u64,
-}
-
-/// One queue at one instant.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueSample {
-    /// The queue.
-    pub queue: Arc<str>,
-    /// Its RUNNABLE jobs.
-    pub runnable: u32,
-    /// Its shares, in name order.
-    pub shares: Vec<ShareSample>,
-}
-
-/// Every queue at one instant.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sample {
-    /// When (epoch ms).
-    pub at: i64,
-    /// Queues in name order.
-    pub queues: Vec<QueueSample>,
-}
 
 /// The samples of the last day, oldest first, bounded in time and in count.
 #[derive(Debug)]

@@ -31,10 +31,7 @@ use crate::driver::Envelope;
 use crate::exec::Executor;
 use crate::metrics::ApiLatency;
 use crate::request::{Answer, LogInfo, Query, Request};
-
-/// Largest request body accepted (a training payload with 100 hyperparameters of 2,500
-/// characters fits many times over).
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub use crate::respond::{error_response, ok_response, MAX_BODY_BYTES};
 
 /// What handlers share.
 #[derive(Clone)]
@@ -114,13 +111,13 @@ pub fn router(app: App) -> Router {
             "/qm/v1/attempt-credentials/{attempt}",
             get(attempt_credentials),
         )
-        .merge(crate::auth::routes())
+        .merge(crate::auth::routes().with_state(app.auth.clone()))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         // Nothing is routed, parsed or answered for a request the guard refuses.
         .layer(axum::middleware::from_fn_with_state(
-            app.clone(),
+            app.auth.clone(),
             crate::auth::guard,
         ))
         // Outside the guard: limits before signatures, so that a slow or huge request costs
@@ -141,42 +138,6 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
-fn request_id() -> HeaderValue {
-    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).expect("uuid is a valid header")
-}
-
-/// The AWS error shape.
-pub fn error_response(e: &ApiError) -> Response {
-    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-    let body = serde_json::json!({"__type": e.error_type(), "message": e.message()}).to_string();
-    let mut r = (status, body).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert("x-amzn-ErrorType", HeaderValue::from_static(e.error_type()));
-    h.insert("x-amzn-RequestId", request_id());
-    r
-}
-
-/// A JSON answer (`{}` for an empty body), with AWS's request id.
-pub(crate) fn ok_response(body: Vec<u8>) -> Response {
-    let body = if body.is_empty() {
-        b"{}".to_vec()
-    } else {
-        body
-    };
-    let mut r = (StatusCode::OK, body).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert("x-amzn-RequestId", request_id());
     r
 }
 
@@ -475,7 +436,7 @@ async fn history(
         .next()
         .unwrap_or_default()
         .to_string();
-    let now = crate::driver::now_ms();
+    let now = crate::clock::now_ms();
     let history = match app.history.lock() {
         Ok(ring) => ring.history(&queue, window, now),
         Err(_) => return error_response(&ApiError::server("internal: the history is unavailable")),
@@ -542,7 +503,7 @@ async fn role_credentials(
         )));
     }
     let issued = broker
-        .issue(&arn, &role.job_id, &role.job_name, crate::driver::now_ms())
+        .issue(&arn, &role.job_id, &role.job_name, crate::clock::now_ms())
         .await
         .map_err(|e| {
             tracing::warn!(attempt, error = %e, "cannot issue an attempt's credentials");
@@ -586,7 +547,7 @@ async fn review(
     AxState(app): AxState<App>,
     params: Result<axum::extract::Query<ReviewQuery>, QueryRejection>,
 ) -> Response {
-    let now = crate::driver::now_ms();
+    let now = crate::clock::now_ms();
     let params = query_params(params).and_then(|q| {
         let p = report_params(
             ReportParams {
@@ -658,7 +619,7 @@ async fn usage_report(
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
-    let query = match report_params(params, crate::driver::now_ms()) {
+    let query = match report_params(params, crate::clock::now_ms()) {
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
@@ -762,7 +723,7 @@ async fn workload(
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
-    let (since, until) = match window(p.since, p.until, crate::driver::now_ms()) {
+    let (since, until) = match window(p.since, p.until, crate::clock::now_ms()) {
         Ok(w) => w,
         Err(e) => return error_response(&e),
     };

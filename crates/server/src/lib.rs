@@ -26,12 +26,14 @@
 
 pub mod archive;
 pub mod auth;
+pub mod clock;
 pub mod command;
 pub mod config;
 pub mod credentials;
 pub mod driver;
 pub mod error;
 pub mod exec;
+pub mod facts;
 pub mod history;
 pub mod http;
 pub mod index;
@@ -41,8 +43,10 @@ pub mod metrics;
 mod ops;
 pub mod reload;
 pub mod request;
+pub mod respond;
 mod resume;
 pub mod review;
+pub mod secret;
 pub mod snapshot;
 pub mod state;
 pub mod usage;
@@ -528,7 +532,7 @@ fn credentials_key(data_dir: &std::path::Path) -> Result<Vec<u8>, ServerError> {
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Written whole or not at all: a crash midway must not leave a short key.
-            let key = auth::random_bytes(32);
+            let key = secret::random_bytes(32);
             let tmp = path.with_extension("key.tmp");
             let written = std::fs::write(&tmp, &key)
                 .and_then(|()| std::fs::File::open(&tmp)?.sync_all())

@@ -343,7 +343,7 @@ fn counts(state: &State, r: &mut Registry) {
 }
 
 /// A registry with the families the state knows, for one scrape.
-pub fn registry_of(state: &State) -> Registry {
+pub fn registry_of(state: &State, pass_seconds: &Histogram) -> Registry {
     let mut r = Registry::default();
     let shares = ShareFamilies::default();
     shares.fill(state);
@@ -361,7 +361,7 @@ pub fn registry_of(state: &State) -> Registry {
         "qm_scheduling_pass",
         "Duration of applying a batch and its scheduling pass (one per batch)",
         Unit::Seconds,
-        state.pass_seconds.clone(),
+        pass_seconds.clone(),
     );
     r
 }

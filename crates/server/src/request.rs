@@ -3,9 +3,12 @@
 //! (`command`), which imports nothing above it; these name the facts of the modules that
 //! answer (usage, workload, review, history).
 
+use std::time::Duration;
+
 use qm_api::*;
 
 use crate::command::{AuditEntry, Command};
+pub use crate::facts::UsageFacts;
 
 /// A read: answered from the state in memory after the batch it arrived in has committed.
 #[derive(Clone, Debug)]
@@ -104,11 +107,11 @@ pub enum Answer {
     /// See [`Query::UsageFacts`].
     UsageFacts(Box<UsageFacts>),
     /// See [`Query::WorkloadFacts`].
-    WorkloadFacts(Box<crate::workload::WorkloadFacts>),
+    WorkloadFacts(Box<crate::facts::WorkloadFacts>),
     /// See [`Query::ReviewFacts`].
-    ReviewFacts(Box<crate::review::ReviewFacts>),
+    ReviewFacts(Box<crate::facts::ReviewFacts>),
     /// See [`Query::Sample`].
-    Sample(Box<crate::history::Sample>),
+    Sample(Box<crate::facts::Sample>),
     /// See [`Query::AttemptRole`]: `None` when the attempt holds no capacity.
     AttemptRole(Option<AttemptRole>),
     /// See [`Query::Metrics`]: a registry for one scrape, to which the HTTP layer adds its
@@ -167,17 +170,6 @@ pub struct LogInfo {
     pub finished: bool,
 }
 
-/// The state's part of a usage report.
-#[derive(Clone, Debug)]
-pub struct UsageFacts {
-    /// Jobs still in the state.
-    pub jobs: Vec<crate::usage::UsageJob>,
-    /// Entitlements over time.
-    pub history: crate::usage::ShareHistory,
-    /// The state's time.
-    pub now: i64,
-}
-
 /// Anything a client asks.
 #[derive(Clone, Debug)]
 pub enum Request {
@@ -195,9 +187,43 @@ pub enum Request {
 #[derive(Clone, Debug)]
 pub struct Reloaded {
     /// The driver's periodic work (`since_snapshot` is ignored).
-    pub cadence: crate::driver::Cadence,
+    pub cadence: Cadence,
     /// Bounds on queued jobs and `file://` roots for new submits.
-    pub admission: crate::state::Admission,
+    pub admission: Admission,
     /// Who reloaded, and what changed.
     pub audit: AuditEntry,
+}
+
+/// How often the driver does its periodic work.
+#[derive(Clone, Copy, Debug)]
+pub struct Cadence {
+    /// The scheduling pass runs at least this often while jobs wait.
+    pub tick: Duration,
+    /// A snapshot is written after this many logged commands (0: only at shutdown).
+    pub snapshot_every: u64,
+    /// Commands already logged since the last snapshot (those the start replayed).
+    pub since_snapshot: u64,
+    /// How long finished jobs stay before they are archived and leave the state.
+    pub retention: Duration,
+    /// Whether a retired job's directory is deleted once its retirement is durable.
+    pub delete_job_dirs: bool,
+    /// `[executor] max_lost_attempts`: lost attempts of a job in a row queued again for free.
+    pub max_lost_attempts: u32,
+    /// `[retention] audit_entries`: audit entries the state keeps; older ones are archived.
+    pub audit_entries: usize,
+}
+
+/// `[limits] queued_jobs_per_share` and `queued_jobs_per_queue`, and `[storage] file_roots`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// RUNNABLE jobs per quota share.
+    pub per_share: u64,
+    /// RUNNABLE jobs per job queue.
+    pub per_queue: u64,
+    /// The directories `file://` URIs of a payload may name (the executor checks again, links
+    /// included, when it transfers).
+    pub file_roots: Vec<std::path::PathBuf>,
+    /// Whether the executor runs images (`[executor] runtime = "podman"`): a payload without
+    /// `ContainerEntrypoint` runs the image's own entrypoint; otherwise it is refused.
+    pub runs_images: bool,
 }

@@ -14,7 +14,7 @@
 
 use qm_api::qm::{ResumeOutcome, ResumeRecord};
 
-use crate::ops::retention::ArchivedAttempt;
+use crate::archive::ArchivedAttempt;
 use crate::state::AttemptRec;
 use crate::usage::lost_instance_hours;
 

@@ -21,6 +21,7 @@ use qm_api::review::{
 use qm_api::ApiError;
 
 use crate::archive::{Archive, ArchivedAttempt, ArchivedJob};
+pub use crate::facts::{ReviewFacts, ReviewJob, ShareRules};
 use crate::usage::ShareHistory;
 
 const HOUR_MS: f64 = 3_600_000.0;
@@ -36,42 +37,6 @@ pub const LIMIT_CHANGE_WINDOW_MS: i64 = 2_000;
 /// The status reason's ending when a job failed on reaching its preemption limit (the core's
 /// words, `pass.rs`).
 const PREEMPTION_LIMIT_REASON: &str = "preemption retries exhausted";
-
-/// One job as the review sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReviewJob {
-    /// Its record, with the attempt that holds capacity now, if any.
-    pub record: ArchivedJob,
-    /// Its instance type (the payload's), for a job that has not started yet.
-    pub unit: Option<String>,
-}
-
-/// What the review needs of a share's configuration now (classes and priority ceilings are
-/// not kept over time: the review reads them as they are).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ShareRules {
-    /// `qm:default-class`.
-    pub default_class: Option<String>,
-    /// `qm:max-priority`: the highest priority submitters may give.
-    pub max_priority: Option<i32>,
-    /// The queue's classes' `max-priority`, by class name.
-    pub class_max_priority: BTreeMap<String, i32>,
-}
-
-/// Everything the review is computed from.
-#[derive(Clone, Debug, Default)]
-pub struct ReviewFacts {
-    /// Jobs, unique by id.
-    pub jobs: Vec<ReviewJob>,
-    /// Entitlements over time.
-    pub history: ShareHistory,
-    /// Audit entries (any order; those outside the window are ignored).
-    pub audit: Vec<AuditEntry>,
-    /// Per (queue, share).
-    pub shares: BTreeMap<(String, String), ShareRules>,
-    /// The time of the data.
-    pub now: i64,
-}
 
 /// What a review is asked for.
 #[derive(Clone, Debug, Default)]

@@ -53,7 +53,7 @@ pub struct StateImage {
     pub core: qm_core::Image,
     /// Entitlements over time (absent from snapshots of builds before usage accounting).
     #[serde(default)]
-    pub share_history: Vec<((String, String), Vec<crate::usage::ShareEpoch>)>,
+    pub share_history: Vec<((String, String), Vec<crate::facts::ShareEpoch>)>,
 }
 
 impl State {

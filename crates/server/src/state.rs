@@ -16,6 +16,7 @@ use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, ExitRecord};
+pub use crate::request::Admission;
 use crate::request::{Answer, LogInfo, Query, UsageFacts};
 
 /// How many preempted attempts `preemptionSummary.recentPreemptedAttempts` keeps.
@@ -181,7 +182,7 @@ pub struct AttemptRec {
     pub steps: qm_executor::Steps,
     /// Checkpoints it reported: with `checkpoint_at`, the interval at which the job really
     /// checkpoints (`qm workload export`).
-    #[serde(default, skip_serializing_if = "crate::workload::is_zero")]
+    #[serde(default, skip_serializing_if = "crate::archive::is_zero")]
     pub checkpoints: u32,
 }
 
@@ -324,9 +325,7 @@ pub struct State {
     pub by_status: crate::index::StatusIndex,
     /// Every share's entitlement over time, for usage accounting (a few entries per change
     /// of a share, never pruned).
-    pub share_history: crate::usage::ShareHistory,
-    /// Scheduling pass durations (measured by the driver; not part of the replayed state).
-    pub pass_seconds: prometheus_client::metrics::histogram::Histogram,
+    pub share_history: crate::facts::ShareHistory,
     /// The bounds on queued jobs that new submits must respect: set by the server once the
     /// log is replayed, so that a submit accepted once is accepted again on replay whatever
     /// the limits are now.
@@ -334,21 +333,6 @@ pub struct State {
     /// While a batch another build wrote is replayed: its logged decisions, which the core
     /// imposes in place of this build's rules, and the first that did not fit.
     replay: Option<(qm_core::Logged, Option<String>)>,
-}
-
-/// `[limits] queued_jobs_per_share` and `queued_jobs_per_queue`, and `[storage] file_roots`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Admission {
-    /// RUNNABLE jobs per quota share.
-    pub per_share: u64,
-    /// RUNNABLE jobs per job queue.
-    pub per_queue: u64,
-    /// The directories `file://` URIs of a payload may name (the executor checks again, links
-    /// included, when it transfers).
-    pub file_roots: Vec<std::path::PathBuf>,
-    /// Whether the executor runs images (`[executor] runtime = "podman"`): a payload without
-    /// `ContainerEntrypoint` runs the image's own entrypoint; otherwise it is refused.
-    pub runs_images: bool,
 }
 
 impl State {
@@ -376,7 +360,6 @@ impl State {
             finished: BTreeSet::new(),
             by_status: Default::default(),
             share_history: BTreeMap::new(),
-            pass_seconds: crate::metrics::latency_histogram(),
             admission: None,
             replay: None,
         }
@@ -500,7 +483,6 @@ impl State {
             Query::ReviewFacts { since } => Ok(Answer::ReviewFacts(Box::new(
                 self.review_facts(*since, now),
             ))),
-            Query::Metrics => Ok(Answer::Metrics(Box::new(crate::metrics::registry_of(self)))),
             Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
             Query::AttemptRole { attempt } => Ok(Answer::AttemptRole(self.attempt_role(*attempt))),
             q => self.query(q, now).map(Answer::Body),
@@ -534,7 +516,7 @@ impl State {
             | Query::Sample
             | Query::AttemptRole { .. }
             | Query::Metrics => Err(ApiError::server(
-                "internal: this read has a typed answer (State::answer)",
+                "internal: this read has a typed answer (State::answer, or Driver::answer for metrics)",
             )),
         }
     }
@@ -1286,8 +1268,8 @@ impl State {
     }
 
     /// Every queue's shares and depth now, for the dashboard's history.
-    pub fn sample(&self, at: i64) -> crate::history::Sample {
-        use crate::history::{QueueSample, ShareSample};
+    pub fn sample(&self, at: i64) -> crate::facts::Sample {
+        use crate::facts::{QueueSample, ShareSample};
         let queues = self.queues.values().map(|q| {
             let mut shares: BTreeMap<&str, ShareSample> = BTreeMap::new();
             for u in self.core.usage(&q.name).unwrap_or_default() {
@@ -1317,7 +1299,7 @@ impl State {
                 shares: shares.into_values().collect(),
             }
         });
-        crate::history::Sample {
+        crate::facts::Sample {
             at,
             queues: queues.collect(),
         }

@@ -12,8 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::facts::{ShareEpoch, ShareHistory, UsageAttempt, UsageJob};
 use qm_api::qm::{Percentiles, UsageBy, UsageEvery, UsageHours, UsageReport, UsageRow};
-use serde::{Deserialize, Serialize};
 
 const HOUR_MS: f64 = 3_600_000.0;
 const DAY_MS: i64 = 86_400_000;
@@ -23,63 +23,6 @@ const DAY_MS: i64 = 86_400_000;
 pub(crate) fn lost_instance_hours(worked_from: Option<i64>, ended: i64, count: u32) -> f64 {
     let lost_ms = worked_from.map_or(0, |w| (ended - w).max(0)) as f64;
     lost_ms / HOUR_MS * f64::from(count)
-}
-
-/// A share's entitlement from `from` (epoch ms) until its next epoch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShareEpoch {
-    /// When this configuration took effect.
-    pub from: i64,
-    /// Entitled instances per instance type (empty once the share is deleted).
-    pub limits: BTreeMap<String, u32>,
-    /// Whether its idle entitlement is lent (LEND, LEND_AND_BORROW).
-    pub lends: bool,
-}
-
-/// Entitlement history: per (queue, share), epochs in time order.
-pub type ShareHistory = BTreeMap<(String, String), Vec<ShareEpoch>>;
-
-/// One job, as accounting sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct UsageJob {
-    /// Job id.
-    pub id: String,
-    /// Queue.
-    pub queue: String,
-    /// Share.
-    pub share: String,
-    /// Who submitted it (`None` for jobs from before principals were recorded).
-    pub principal: Option<String>,
-    /// Submitted (epoch ms).
-    pub created_at: i64,
-    /// Every attempt that got capacity, in start order.
-    pub attempts: Vec<UsageAttempt>,
-}
-
-/// One attempt's capacity interval and how it ended.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct UsageAttempt {
-    /// Instance type.
-    pub instance_type: String,
-    /// Instances held.
-    pub count: u32,
-    /// Capacity granted (epoch ms).
-    pub started_at: i64,
-    /// Processes started.
-    pub running_at: Option<i64>,
-    /// Processes gone, capacity released; `None` while it holds capacity.
-    pub stopped_at: Option<i64>,
-    /// When the core decided to stop it.
-    pub stop_at: Option<i64>,
-    /// Last checkpoint reported during it.
-    pub checkpoint_at: Option<i64>,
-    /// Ended by a preemption.
-    pub preempted: bool,
-    /// The (share, job id) it was preempted for, when known.
-    pub preempted_for: Option<(String, String)>,
-    /// What it used, once it ended, where the executor counted it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<qm_executor::Usage>,
 }
 
 /// What a report is asked for.
@@ -576,6 +519,35 @@ impl Segment<'_> {
 struct Grouping<'a> {
     key: &'a dyn Fn(&str, &str, &str, &str) -> Key,
     share_level: bool,
+}
+
+impl crate::archive::ArchivedJob {
+    /// What usage accounting needs of it.
+    pub fn usage(&self) -> UsageJob {
+        UsageJob {
+            id: self.job_id.clone(),
+            queue: self.job_queue.clone(),
+            share: self.quota_share_name.clone(),
+            principal: self.principal.clone(),
+            created_at: self.created_at,
+            attempts: self
+                .attempts
+                .iter()
+                .map(|a| UsageAttempt {
+                    instance_type: a.instance_type.clone(),
+                    count: a.count,
+                    started_at: a.started_at,
+                    running_at: a.running_at,
+                    stopped_at: a.stopped_at,
+                    stop_at: a.stop_at,
+                    checkpoint_at: a.checkpoint_at,
+                    preempted: a.preempted,
+                    preempted_for: a.preempted_for.clone(),
+                    usage: a.usage,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]

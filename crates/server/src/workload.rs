@@ -9,22 +9,19 @@
 //! measures from the steps the attempts reported, else from their checkpoint times.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use qm_api::ApiError;
 use serde::Deserialize;
 
+pub use crate::archive::is_zero;
 use crate::archive::{ArchivedAttempt, ArchivedJob};
+pub use crate::facts::{ClassBook, WorkloadFacts};
 use crate::state::State;
 use crate::usage::lost_instance_hours;
 pub use qm_api::workload::{write_csv, WorkloadRow, COLUMNS};
 
 const HOUR_MS: f64 = 3_600_000.0;
-
-/// For serde's `skip_serializing_if` on counters.
-pub(crate) fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
 
 /// A window's export: the rows, oldest submission first, and what was left out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -35,40 +32,6 @@ pub struct WorkloadExport {
     pub unfinished: u64,
     /// Finished jobs that never ran (terminated or failed while waiting): they needed nothing.
     pub never_ran: u64,
-}
-
-/// What each queue's classes are, to give a job the contract of the class it ran in: its
-/// `qm:class` tag, else its share's default class.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClassBook {
-    /// Queue -> class name -> interruptible.
-    pub defined: BTreeMap<String, BTreeMap<String, bool>>,
-    /// (queue, share) -> the share's default class.
-    pub defaults: BTreeMap<(String, String), String>,
-}
-
-impl ClassBook {
-    /// The contract of the class of a job of `queue` and `share` tagged `class`: `None`
-    /// without a class (or one its queue no longer defines), which is interruptible.
-    pub fn interruptible(&self, queue: &str, share: &str, class: Option<&str>) -> Option<bool> {
-        let defined = self.defined.get(queue)?;
-        let name = match class {
-            Some(c) => c,
-            None => self.defaults.get(&(queue.to_string(), share.to_string()))?,
-        };
-        defined.get(name).copied()
-    }
-}
-
-/// The state's part of an export.
-#[derive(Clone, Debug, Default)]
-pub struct WorkloadFacts {
-    /// Finished jobs still in the state, submitted in the window.
-    pub jobs: Vec<ArchivedJob>,
-    /// Jobs in the state submitted in the window that have not finished.
-    pub unfinished: u64,
-    /// The classes as the queues define them now.
-    pub classes: ClassBook,
 }
 
 impl State {

@@ -2,6 +2,7 @@
 //! only) and the dashboard's login. Secrets are returned once, by create and rotate, and never
 //! logged.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -16,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use super::{Auth, Principal, ADMIN, ANONYMOUS, SESSION_COOKIE, SESSION_TTL};
-use crate::http::{error_response, ok_response, App};
+use crate::respond::{error_response, ok_response};
 
 /// The routes of this module.
-pub(crate) fn routes() -> Router<App> {
+pub(crate) fn routes() -> Router<Arc<Auth>> {
     Router::new()
         .route("/qm/v1/principals", get(list).post(create))
         .route("/qm/v1/principals/{name}", delete(remove))
@@ -120,12 +121,11 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::client(format!("the body: {e}")))
 }
 
-async fn list(AxState(app): AxState<App>, Extension(p): Extension<Principal>) -> Response {
+async fn list(AxState(auth): AxState<Arc<Auth>>, Extension(p): Extension<Principal>) -> Response {
     if let Err(e) = admin_only(&p, "list", "the principals") {
         return error_response(&e);
     }
-    let rows: Vec<Listed> = app
-        .auth
+    let rows: Vec<Listed> = auth
         .records()
         .into_iter()
         .map(|r| Listed {
@@ -140,7 +140,7 @@ async fn list(AxState(app): AxState<App>, Extension(p): Extension<Principal>) ->
 }
 
 async fn create(
-    AxState(app): AxState<App>,
+    AxState(auth): AxState<Arc<Auth>>,
     Extension(p): Extension<Principal>,
     body: Bytes,
 ) -> Response {
@@ -151,14 +151,13 @@ async fn create(
         for (i, g) in req.groups.iter().enumerate() {
             check_name(&format!("groups[{i}]"), g)?;
         }
-        if app.auth.records().iter().any(|r| r.name == req.name) {
+        if auth.records().iter().any(|r| r.name == req.name) {
             return Err(ApiError::client(format!(
                 "name: principal '{}' exists already; `qm principal rotate {}` gives it new keys",
                 req.name, req.name
             )));
         }
-        app.auth
-            .create(&req.name, req.groups, req.admin)
+        auth.create(&req.name, req.groups, req.admin)
             .map_err(|e| ApiError::server(format!("storing the principal: {e}")))
     })();
     match result {
@@ -171,12 +170,12 @@ async fn create(
 }
 
 async fn remove(
-    AxState(app): AxState<App>,
+    AxState(auth): AxState<Arc<Auth>>,
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
 ) -> Response {
-    let result = admin_only(&p, "delete", &format!("principal {name}"))
-        .and_then(|()| app.auth.delete(&name));
+    let result =
+        admin_only(&p, "delete", &format!("principal {name}")).and_then(|()| auth.delete(&name));
     match result {
         Ok(()) => {
             tracing::info!(principal = %name, by = %p.name, "principal deleted");
@@ -187,12 +186,12 @@ async fn remove(
 }
 
 async fn rotate(
-    AxState(app): AxState<App>,
+    AxState(auth): AxState<Arc<Auth>>,
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
 ) -> Response {
     let result = admin_only(&p, "rotate the keys of", &format!("principal {name}"))
-        .and_then(|()| app.auth.rotate(&name));
+        .and_then(|()| auth.rotate(&name));
     match result {
         Ok(r) => {
             tracing::info!(principal = %name, by = %p.name, "principal keys rotated");
@@ -209,8 +208,8 @@ struct Admins {
 }
 
 /// `GET /qm/v1/admins`: who is an admin besides the principals created as admins.
-async fn admins(AxState(app): AxState<App>) -> Response {
-    let admins = app.auth.inner.lock().expect("auth lock").admins.clone();
+async fn admins(AxState(auth): AxState<Arc<Auth>>) -> Response {
+    let admins = auth.inner.lock().expect("auth lock").admins.clone();
     json(&Admins { admins })
 }
 
@@ -218,7 +217,7 @@ async fn admins(AxState(app): AxState<App>) -> Response {
 /// the cluster file's `admins`). The principals created as admins stay admins whatever the
 /// list says, so no list locks everyone out.
 async fn set_admins(
-    AxState(app): AxState<App>,
+    AxState(auth): AxState<Arc<Auth>>,
     Extension(p): Extension<Principal>,
     body: Bytes,
 ) -> Response {
@@ -231,7 +230,7 @@ async fn set_admins(
                 e.strip_prefix("group:").unwrap_or(e),
             )?;
         }
-        let mut inner = app.auth.inner.lock().expect("auth lock");
+        let mut inner = auth.inner.lock().expect("auth lock");
         inner
             .store
             .as_mut()
@@ -258,8 +257,8 @@ async fn whoami(Extension(p): Extension<Principal>) -> Response {
     })
 }
 
-async fn login(AxState(app): AxState<App>, body: Bytes) -> Response {
-    let result = parse::<LoginRequest>(&body).and_then(|req| app.auth.login(&req));
+async fn login(AxState(auth): AxState<Arc<Auth>>, body: Bytes) -> Response {
+    let result = parse::<LoginRequest>(&body).and_then(|req| auth.login(&req));
     match result {
         Ok((token, name)) => {
             let mut r = json(&serde_json::json!({ "name": name }));
@@ -276,14 +275,9 @@ async fn login(AxState(app): AxState<App>, body: Bytes) -> Response {
     }
 }
 
-async fn logout(AxState(app): AxState<App>, headers: HeaderMap) -> Response {
+async fn logout(AxState(auth): AxState<Arc<Auth>>, headers: HeaderMap) -> Response {
     if let Some(token) = super::session_cookie(&headers) {
-        app.auth
-            .inner
-            .lock()
-            .expect("auth lock")
-            .sessions
-            .remove(token);
+        auth.inner.lock().expect("auth lock").sessions.remove(token);
     }
     let mut r = json(&serde_json::json!({}));
     let gone = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
@@ -362,7 +356,10 @@ impl Auth {
     /// Checks a key pair (the dashboard's login) and opens a session for its principal.
     fn login(&self, req: &LoginRequest) -> Result<(String, String), ApiError> {
         if !self.settings.enabled {
-            return Ok((super::hex(&super::random_bytes(32)), ANONYMOUS.into()));
+            return Ok((
+                crate::secret::hex(&crate::secret::random_bytes(32)),
+                ANONYMOUS.into(),
+            ));
         }
         let mut inner = self.inner.lock().expect("auth lock");
         let Some(record) = inner.by_key.get(&req.access_key_id).cloned() else {
@@ -382,7 +379,7 @@ impl Auth {
                 "the secret access key is not the one of that access key id",
             ));
         }
-        let token = super::hex(&super::random_bytes(32));
+        let token = crate::secret::hex(&crate::secret::random_bytes(32));
         inner.sessions.insert(
             token.clone(),
             (record.name.clone(), Instant::now() + SESSION_TTL),
