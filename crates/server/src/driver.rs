@@ -77,75 +77,30 @@ pub fn recover(
 ) -> Result<Recovered, ServerError> {
     let mut r = Recovered::default();
     let after = load_snapshot(state, log, running, &mut r)?;
-    // A snapshot another build wrote holds what that build's rules worked out.
-    let foreign_snapshot = !r.other_writers.is_empty();
-    let mut taken_over = false;
-    // A build that cannot name its source (no git, or uncommitted changes) may differ from a
-    // build stamped the same: its batches are never held to an exact replay.
-    let identified = !running.version.ends_with("+unknown") && !running.version.ends_with("-dirty");
+    let mut replay = Replay {
+        // A snapshot another build wrote holds what that build's rules worked out.
+        foreign_snapshot: !r.other_writers.is_empty(),
+        taken_over: false,
+        // A build that cannot name its source (no git, or uncommitted changes) may differ
+        // from a build stamped the same: its batches are never held to an exact replay.
+        identified: !running.version.ends_with("+unknown") && !running.version.ends_with("-dirty"),
+        running,
+        state,
+        r,
+    };
     log.replay(&mut |b| {
         if b.seq <= after {
             return Ok(());
         }
-        let same = b.writer.version == running.version;
-        let own = identified && same;
-        if !same && r.other_writers.last() != Some(&b.writer.version) {
-            r.other_writers.push(b.writer.version.clone());
-        }
-        let commands: Vec<Command> = serde_json::from_str(&b.commands).map_err(|e| {
-            format!("cannot decode the commands qm {} logged: {e}", b.writer.version)
-        })?;
-        let n = commands.len() as u64;
-        let decisions = logged_decisions(&b)?;
-        if own && (foreign_snapshot || r.applied_other > 0) && !taken_over {
-            // This build's first batch after another build's: it was decided after the
-            // start handed every lane to this build's rules, and is replayed so.
-            take_over(state);
-            taken_over = true;
-        }
-        let outcome = if own {
-            state.apply_batch(b.at_ms, commands)
-        } else {
-            let applied = decisions
-                .iter()
-                .map(Effect::try_from)
-                .collect::<Result<Vec<_>, _>>()
-                .and_then(|effects| state.apply_logged_batch(b.at_ms, commands, effects))
-                .map_err(|e| {
-                    format!(
-                        "batch {} that qm {} logged cannot be applied: {e}; keep the data dir as it is and report it",
-                        b.seq, b.writer.version
-                    )
-                })?;
-            r.applied_other += 1;
-            applied
-        };
-        // A logged command was accepted when it was applied, and applying it again to the
-        // same state gives the same result: a refusal means another build's rules.
-        for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
-            if own {
-                return Err(format!(
-                    "a logged command was refused on replay ({e}); the log was written by another configuration of qm"
-                ));
-            }
-            r.refused_other += 1;
-            tracing::warn!(batch = b.seq, written_by = %b.writer.version, error = %e,
-                "a command another build accepted is refused by this one; skipped");
-        }
-        let same = outcome.decisions.len() == decisions.len()
-            && decisions
-                .iter()
-                .zip(&outcome.decisions)
-                .all(|(l, e)| *l == Decision::from(e));
-        if own && !same {
-            r.diverged_own += 1;
-            tracing::error!(batch = b.seq, logged = %b.decisions,
-                "replay decided differently than this very build logged");
-        }
-        r.batches += 1;
-        r.commands += n;
-        Ok(())
+        replay.batch(&b)
     })?;
+    let Replay {
+        state,
+        r,
+        foreign_snapshot,
+        taken_over,
+        ..
+    } = replay;
     // This build's rules take over from here: after another build's snapshot or batches, its
     // first pass looks at every lane.
     // (The fair-sharing rules below are the other half of [`take_over`].)
@@ -159,6 +114,104 @@ pub fn recover(
         ))
     })?;
     Ok(r)
+}
+
+/// A recovery's replay of the batches after the snapshot, one at a time.
+struct Replay<'a> {
+    state: &'a mut State,
+    running: &'a Writer,
+    r: Recovered,
+    foreign_snapshot: bool,
+    taken_over: bool,
+    identified: bool,
+}
+
+impl Replay<'_> {
+    /// Replays batch `b`: this build's own decided again, another build's applied as logged.
+    fn batch(&mut self, b: &Batch) -> Result<(), String> {
+        let same = b.writer.version == self.running.version;
+        let own = self.identified && same;
+        if !same && self.r.other_writers.last() != Some(&b.writer.version) {
+            self.r.other_writers.push(b.writer.version.clone());
+        }
+        let commands: Vec<Command> = serde_json::from_str(&b.commands).map_err(|e| {
+            format!(
+                "cannot decode the commands qm {} logged: {e}",
+                b.writer.version
+            )
+        })?;
+        let n = commands.len() as u64;
+        let decisions = logged_decisions(b)?;
+        if own && (self.foreign_snapshot || self.r.applied_other > 0) && !self.taken_over {
+            // This build's first batch after another build's: it was decided after the
+            // start handed every lane to this build's rules, and is replayed so.
+            take_over(self.state);
+            self.taken_over = true;
+        }
+        let outcome = if own {
+            self.state.apply_batch(b.at_ms, commands)
+        } else {
+            self.apply_as_logged(b, commands, &decisions)?
+        };
+        self.check_refusals(b, own, &outcome)?;
+        let same = outcome.decisions.len() == decisions.len()
+            && decisions
+                .iter()
+                .zip(&outcome.decisions)
+                .all(|(l, e)| *l == Decision::from(e));
+        if own && !same {
+            self.r.diverged_own += 1;
+            tracing::error!(batch = b.seq, logged = %b.decisions,
+                "replay decided differently than this very build logged");
+        }
+        self.r.batches += 1;
+        self.r.commands += n;
+        Ok(())
+    }
+
+    /// Another build's batch: its commands applied, its decisions imposed.
+    fn apply_as_logged(
+        &mut self,
+        b: &Batch,
+        commands: Vec<Command>,
+        decisions: &[Decision],
+    ) -> Result<crate::state::BatchOutcome, String> {
+        let applied = decisions
+            .iter()
+            .map(Effect::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|effects| self.state.apply_logged_batch(b.at_ms, commands, effects))
+            .map_err(|e| {
+                format!(
+                    "batch {} that qm {} logged cannot be applied: {e}; keep the data dir as it is and report it",
+                    b.seq, b.writer.version
+                )
+            })?;
+        self.r.applied_other += 1;
+        Ok(applied)
+    }
+
+    /// A logged command was accepted when it was applied, and applying it again to the same
+    /// state gives the same result: a refusal means another build's rules (or, for this
+    /// build's own batch, another configuration).
+    fn check_refusals(
+        &mut self,
+        b: &Batch,
+        own: bool,
+        outcome: &crate::state::BatchOutcome,
+    ) -> Result<(), String> {
+        for e in outcome.results.iter().filter_map(|r| r.as_ref().err()) {
+            if own {
+                return Err(format!(
+                    "a logged command was refused on replay ({e}); the log was written by another configuration of qm"
+                ));
+            }
+            self.r.refused_other += 1;
+            tracing::warn!(batch = b.seq, written_by = %b.writer.version, error = %e,
+                "a command another build accepted is refused by this one; skipped");
+        }
+        Ok(())
+    }
 }
 
 /// Hands the state another build left to this build's rules: every lane is looked at by the
@@ -423,6 +476,25 @@ enum Item {
     /// Commands the clock produced (time-limit actions, retirement, and `Wake` when the core's
     /// `next_wakeup` is due). A tick that produces none runs no pass and logs nothing.
     Timed(Vec<Command>),
+}
+
+impl Item {
+    /// Whether it changes the state (anything but a read).
+    fn writes(&self) -> bool {
+        match self {
+            Item::Request(e) => !matches!(e.request, Request::Query(_)),
+            Item::Event(_) | Item::Timed(_) => true,
+        }
+    }
+}
+
+/// A batch's items sorted out ([`Driver::gather`]): `repliers[i]` is where `commands[i]`'s
+/// answer goes, if it came from a client.
+#[derive(Default)]
+struct Gathered {
+    commands: Vec<Command>,
+    repliers: Vec<Option<Reply>>,
+    queries: Vec<(Query, Reply)>,
 }
 
 impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
@@ -718,55 +790,19 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         Ok(())
     }
 
+    /// One batch: apply, commit, reply, act (ARCHITECTURE.md, "The server in one request").
     fn batch(&mut self, items: Vec<Item>) -> Result<(), ServerError> {
-        let writes = items.iter().any(|i| match i {
-            Item::Request(e) => !matches!(e.request, Request::Query(_)),
-            Item::Event(_) | Item::Timed(_) => true,
-        });
-        if !writes {
+        if !items.iter().any(Item::writes) {
             // Reads only: nothing to apply, log or decide.
-            let now = now_ms();
-            for item in items {
-                if let Item::Request(Envelope {
-                    request: Request::Query(q),
-                    reply,
-                }) = item
-                {
-                    let _ = reply.send(self.answer(&q, now));
-                }
-            }
+            self.answer_reads(items);
             return Ok(());
         }
         let now = now_ms();
-        // Commands in arrival order; `repliers[i]` is where command i's answer goes, if it
-        // came from a client.
-        let mut commands: Vec<Command> = Vec::new();
-        let mut repliers: Vec<Option<Reply>> = Vec::new();
-        let mut queries: Vec<(Query, Reply)> = Vec::new();
-        for item in items {
-            match item {
-                Item::Request(Envelope { request, reply }) => match request {
-                    Request::Command(c) => {
-                        commands.push(c);
-                        repliers.push(Some(reply));
-                    }
-                    Request::Query(q) => queries.push((q, reply)),
-                    Request::Reload(r) => {
-                        self.reload(&r);
-                        commands.push(Command::Audit(r.audit));
-                        repliers.push(Some(reply));
-                    }
-                },
-                Item::Event(ev) => {
-                    commands.push(event_command(ev));
-                    repliers.push(None);
-                }
-                Item::Timed(timed) => {
-                    repliers.extend(timed.iter().map(|_| None));
-                    commands.extend(timed);
-                }
-            }
-        }
+        let Gathered {
+            mut commands,
+            repliers,
+            queries,
+        } = self.gather(items);
         let pass = std::time::Instant::now();
         stamp_lost_limit(&mut commands, self.cadence.max_lost_attempts);
         let exited: Vec<u64> = commands
@@ -804,6 +840,52 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         }
         self.carry_out(carry);
         Ok(())
+    }
+
+    /// Answers a batch of reads only.
+    fn answer_reads(&self, items: Vec<Item>) {
+        let now = now_ms();
+        for item in items {
+            if let Item::Request(Envelope {
+                request: Request::Query(q),
+                reply,
+            }) = item
+            {
+                let _ = reply.send(self.answer(&q, now));
+            }
+        }
+    }
+
+    /// The batch's commands in arrival order, where each one's answer goes (if it came from
+    /// a client), and its reads, answered after the commit. A reload's new settings take
+    /// effect here, before the batch that records it.
+    fn gather(&mut self, items: Vec<Item>) -> Gathered {
+        let mut g = Gathered::default();
+        for item in items {
+            match item {
+                Item::Request(Envelope { request, reply }) => match request {
+                    Request::Command(c) => {
+                        g.commands.push(c);
+                        g.repliers.push(Some(reply));
+                    }
+                    Request::Query(q) => g.queries.push((q, reply)),
+                    Request::Reload(r) => {
+                        self.reload(&r);
+                        g.commands.push(Command::Audit(r.audit));
+                        g.repliers.push(Some(reply));
+                    }
+                },
+                Item::Event(ev) => {
+                    g.commands.push(event_command(ev));
+                    g.repliers.push(None);
+                }
+                Item::Timed(timed) => {
+                    g.repliers.extend(timed.iter().map(|_| None));
+                    g.commands.extend(timed);
+                }
+            }
+        }
+        g
     }
 
     /// `jobStateTimeLimitActions`: terminate share heads blocked past their time limit.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use qm_api::*;
-use qm_core::{Effect, Input, JobId, JobStatus, Scheduler};
+use qm_core::{AttemptId, Effect, Input, JobId, JobStatus, Scheduler, StopCause};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, ExitRecord};
@@ -438,26 +438,36 @@ impl State {
                 caller,
                 command,
                 audit,
-            } => {
-                self.permit(caller, command)?;
-                let Some(entry) = audit else {
-                    return self.apply(command);
-                };
-                let before = self.tags_changed_by(command);
-                let answer = self.apply(command)?;
-                let mut entry = entry.clone();
-                entry.at = self.now;
-                entry.tags = before.zip(self.tags_changed_by(command)).map(
-                    |((resource, before), (_, after))| qm_api::qm::TagChange {
-                        resource,
-                        before,
-                        after,
-                    },
-                );
-                self.audit.push(entry);
-                Ok(answer)
-            }
+            } => self.apply_as(caller, command, audit.as_ref()),
         }
+    }
+
+    /// Applies `command` for `caller` if its permissions allow it, recording `audit` (with the
+    /// tags the command changed) when it is an audited change.
+    fn apply_as(
+        &mut self,
+        caller: &crate::command::Caller,
+        command: &Command,
+        audit: Option<&crate::command::AuditEntry>,
+    ) -> Result<Vec<u8>, ApiError> {
+        self.permit(caller, command)?;
+        let Some(entry) = audit else {
+            return self.apply(command);
+        };
+        let before = self.tags_changed_by(command);
+        let answer = self.apply(command)?;
+        let mut entry = entry.clone();
+        entry.at = self.now;
+        entry.tags =
+            before
+                .zip(self.tags_changed_by(command))
+                .map(|((resource, before), (_, after))| qm_api::qm::TagChange {
+                    resource,
+                    before,
+                    after,
+                });
+        self.audit.push(entry);
+        Ok(answer)
     }
 
     /// Answers a read, typed where the HTTP layer uses the answer itself.
@@ -633,7 +643,6 @@ impl State {
 
     /// Updates job records from the core's decisions and queues the actions.
     fn absorb(&mut self, effects: Vec<Effect>) {
-        let now = self.now;
         for e in effects {
             self.decisions.push(e.clone());
             match e {
@@ -642,75 +651,12 @@ impl State {
                     attempt,
                     unit,
                     count,
-                } => {
-                    let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) else {
-                        continue;
-                    };
-                    rec.attempt_counter += 1;
-                    let name = training_job_name(rec, attempt.0);
-                    rec.latest_training_job = Some(name.clone());
-                    rec.live = Some(AttemptRec {
-                        attempt: attempt.0,
-                        number: rec.attempt_counter,
-                        training_job_name: name,
-                        started_at: now,
-                        stopped_at: None,
-                        status_reason: None,
-                        stop_reason: None,
-                        preempted: false,
-                        pids: Vec::new(),
-                        supervisor: None,
-                        running_at: None,
-                        instance_type: unit.clone(),
-                        count,
-                        checkpoint_at: None,
-                        stop_at: None,
-                        preempted_for: None,
-                        steps: qm_executor::Steps::default(),
-                        usage: None,
-                        checkpoints: 0,
-                    });
-                    rec.scheduled_at = Some(now);
-                    let launch = rec.live_launch().expect("the live attempt was just set");
-                    self.attempt_job.insert(attempt.0, job.0);
-                    self.set_status(job.0, ServiceJobStatus::Scheduled, None);
-                    self.actions.push(Action::Launch(Box::new(launch)));
-                }
+                } => self.absorb_start(job, attempt, unit, count),
                 Effect::Stop {
                     job,
                     attempt,
                     cause,
-                } => {
-                    let reason = cause.describe(|j| self.api_id(j));
-                    let preempted_for = self.preemptor(&cause);
-                    if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
-                        if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
-                            live.stop_reason = Some(reason.clone());
-                            live.stop_at = Some(now);
-                            // A drain's requeue is no preemption: the attempt ends in the
-                            // job's history with its reason, like any other.
-                            live.preempted = cause.counts_as_preemption();
-                            live.preempted_for = preempted_for;
-                            if live.preempted {
-                                *self
-                                    .preemptions
-                                    .entry((rec.queue.clone(), rec.share.clone()))
-                                    .or_default() += 1;
-                                // The job is RUNNABLE again from now on, so its summary shows
-                                // the preemption at once; `stoppedAt` follows when the
-                                // processes are gone.
-                                let mut entry = live.clone();
-                                entry.status_reason = Some(reason);
-                                rec.preempted_count += 1;
-                                // Every preempted attempt is kept (usage accounting needs
-                                // its hours); DescribeServiceJob shows the newest
-                                // PREEMPTED_WINDOW.
-                                rec.preempted.push_front(entry);
-                            }
-                        }
-                    }
-                    self.actions.push(Action::Stop { attempt: attempt.0 });
-                }
+                } => self.absorb_stop(job, attempt, &cause),
                 Effect::Requeued { job, reason } => {
                     self.set_status(job.0, ServiceJobStatus::Runnable, Some(reason));
                 }
@@ -726,12 +672,82 @@ impl State {
                     };
                     self.set_status(job.0, s, Some(reason));
                     if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
-                        rec.stopped_at = Some(now);
-                        self.finished.insert((now, job.0));
+                        rec.stopped_at = Some(self.now);
+                        self.finished.insert((self.now, job.0));
                     }
                 }
             }
         }
+    }
+
+    /// A start: the job's new live attempt, and its launch.
+    fn absorb_start(&mut self, job: JobId, attempt: AttemptId, unit: String, count: u32) {
+        let now = self.now;
+        let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) else {
+            return;
+        };
+        rec.attempt_counter += 1;
+        let name = training_job_name(rec, attempt.0);
+        rec.latest_training_job = Some(name.clone());
+        rec.live = Some(AttemptRec {
+            attempt: attempt.0,
+            number: rec.attempt_counter,
+            training_job_name: name,
+            started_at: now,
+            stopped_at: None,
+            status_reason: None,
+            stop_reason: None,
+            preempted: false,
+            pids: Vec::new(),
+            supervisor: None,
+            running_at: None,
+            instance_type: unit,
+            count,
+            checkpoint_at: None,
+            stop_at: None,
+            preempted_for: None,
+            steps: qm_executor::Steps::default(),
+            usage: None,
+            checkpoints: 0,
+        });
+        rec.scheduled_at = Some(now);
+        let launch = rec.live_launch().expect("the live attempt was just set");
+        self.attempt_job.insert(attempt.0, job.0);
+        self.set_status(job.0, ServiceJobStatus::Scheduled, None);
+        self.actions.push(Action::Launch(Box::new(launch)));
+    }
+
+    /// A stop: the live attempt learns why and when; a preemption is counted and kept in the
+    /// job's history at once.
+    fn absorb_stop(&mut self, job: JobId, attempt: AttemptId, cause: &StopCause) {
+        let now = self.now;
+        let reason = cause.describe(|j| self.api_id(j));
+        let preempted_for = self.preemptor(cause);
+        if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
+            if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
+                live.stop_reason = Some(reason.clone());
+                live.stop_at = Some(now);
+                // A drain's requeue is no preemption: the attempt ends in the job's history
+                // with its reason, like any other.
+                live.preempted = cause.counts_as_preemption();
+                live.preempted_for = preempted_for;
+                if live.preempted {
+                    *self
+                        .preemptions
+                        .entry((rec.queue.clone(), rec.share.clone()))
+                        .or_default() += 1;
+                    // The job is RUNNABLE again from now on, so its summary shows the
+                    // preemption at once; `stoppedAt` follows when the processes are gone.
+                    let mut entry = live.clone();
+                    entry.status_reason = Some(reason);
+                    rec.preempted_count += 1;
+                    // Every preempted attempt is kept (usage accounting needs its hours);
+                    // DescribeServiceJob shows the newest PREEMPTED_WINDOW.
+                    rec.preempted.push_front(entry);
+                }
+            }
+        }
+        self.actions.push(Action::Stop { attempt: attempt.0 });
     }
 
     /// The (share, job id) a preemption is for.
