@@ -111,23 +111,11 @@ pub fn check_groups(
     shares: &[ShareDecl],
     environment: &BTreeMap<String, u32>,
 ) -> Result<(), String> {
-    let max = qm_api::validate::MAX_WEIGHT;
     for (i, s) in shares.iter().enumerate() {
-        if let Some(w) = s.weight.filter(|w| !(1..=max).contains(w)) {
-            return Err(format!(
-                "shares[{i}].weight: {w} is out of range: give a whole number from 1 to {max} (default 1)"
-            ));
-        }
+        check_weight(&format!("shares[{i}]"), s.weight)?;
     }
     let mut names = BTreeSet::new();
     let mut member_of: BTreeMap<&str, &str> = BTreeMap::new();
-    let declared = || {
-        shares
-            .iter()
-            .map(|s| s.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     for (i, g) in groups.iter().enumerate() {
         if !qm_api::class::is_class_name(&g.name) {
             return Err(format!(
@@ -141,48 +129,82 @@ pub fn check_groups(
                 g.name
             ));
         }
-        if g.shares.is_empty() {
-            return Err(format!(
-                "groups[{i}].shares: the list is empty: name the shares of group `{}`",
-                g.name
-            ));
-        }
-        for (j, m) in g.shares.iter().enumerate() {
-            if !shares.iter().any(|s| &s.name == m) {
-                return Err(format!(
-                    "groups[{i}].shares[{j}]: `{m}` is not one of the shares ({})",
-                    declared()
-                ));
-            }
-            if let Some(other) = member_of.insert(m, &g.name) {
-                return Err(format!(
-                    "groups[{i}].shares[{j}]: share `{m}` is already in group `{other}`; a share belongs to at most one group"
-                ));
-            }
-        }
+        check_group_members(i, g, shares, &mut member_of)?;
         if shares.iter().any(|s| s.name == g.name) {
             return Err(format!(
                 "groups[{i}].name: `{}` is also a share's name: give the group another name",
                 g.name
             ));
         }
-        let most = qm_api::qm::MAX_GROUP_LIMIT;
-        if let Some((unit, n)) = g.limits.iter().find(|(_, n)| i64::from(**n) > most) {
+        check_group_limits(i, g, environment)?;
+        check_weight(&format!("groups[{i}]"), g.weight)?;
+    }
+    Ok(())
+}
+
+/// A share's or group's `weight` (at `path`), when given, is from 1 to
+/// [`qm_api::validate::MAX_WEIGHT`].
+fn check_weight(path: &str, weight: Option<u32>) -> Result<(), String> {
+    let max = qm_api::validate::MAX_WEIGHT;
+    if let Some(w) = weight.filter(|w| !(1..=max).contains(w)) {
+        return Err(format!(
+            "{path}.weight: {w} is out of range: give a whole number from 1 to {max} (default 1)"
+        ));
+    }
+    Ok(())
+}
+
+/// Group `i` names some members, each a declared share not in an earlier group
+/// (`member_of`, which gains them).
+fn check_group_members<'a>(
+    i: usize,
+    g: &'a GroupDecl,
+    shares: &[ShareDecl],
+    member_of: &mut BTreeMap<&'a str, &'a str>,
+) -> Result<(), String> {
+    if g.shares.is_empty() {
+        return Err(format!(
+            "groups[{i}].shares: the list is empty: name the shares of group `{}`",
+            g.name
+        ));
+    }
+    for (j, m) in g.shares.iter().enumerate() {
+        if !shares.iter().any(|s| &s.name == m) {
+            let declared = shares
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
             return Err(format!(
-                "groups[{i}].limits.{unit}: {n} is more than a server allows, {most}"
+                "groups[{i}].shares[{j}]: `{m}` is not one of the shares ({declared})"
             ));
         }
-        for unit in g.limits.keys() {
-            if !environment.contains_key(unit) {
-                return Err(format!(
-                    "groups[{i}].limits.{unit}: `{unit}` is not an instance type of the environment ({})",
-                    environment.keys().cloned().collect::<Vec<_>>().join(", ")
-                ));
-            }
-        }
-        if let Some(w) = g.weight.filter(|w| !(1..=max).contains(w)) {
+        if let Some(other) = member_of.insert(m, &g.name) {
             return Err(format!(
-                "groups[{i}].weight: {w} is out of range: give a whole number from 1 to {max} (default 1)"
+                "groups[{i}].shares[{j}]: share `{m}` is already in group `{other}`; a share belongs to at most one group"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Group `i`'s limits are within what a server allows, on instance types of the environment.
+fn check_group_limits(
+    i: usize,
+    g: &GroupDecl,
+    environment: &BTreeMap<String, u32>,
+) -> Result<(), String> {
+    let most = qm_api::qm::MAX_GROUP_LIMIT;
+    if let Some((unit, n)) = g.limits.iter().find(|(_, n)| i64::from(**n) > most) {
+        return Err(format!(
+            "groups[{i}].limits.{unit}: {n} is more than a server allows, {most}"
+        ));
+    }
+    for unit in g.limits.keys() {
+        if !environment.contains_key(unit) {
+            return Err(format!(
+                "groups[{i}].limits.{unit}: `{unit}` is not an instance type of the environment ({})",
+                environment.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
     }
@@ -349,42 +371,59 @@ impl ClassDecl {
 pub fn check_classes(classes: &[ClassDecl], shares: &[ShareDecl]) -> Result<(), String> {
     let mut names = BTreeSet::new();
     for (i, c) in classes.iter().enumerate() {
-        if !qm_api::class::is_class_name(&c.name) {
+        check_class(i, c, &mut names)?;
+    }
+    check_share_classes(&names, shares)
+}
+
+/// Class `i` has a valid name not in `names` (which gains it), and settings that fit
+/// together.
+fn check_class<'a>(
+    i: usize,
+    c: &'a ClassDecl,
+    names: &mut BTreeSet<&'a str>,
+) -> Result<(), String> {
+    if !qm_api::class::is_class_name(&c.name) {
+        return Err(format!(
+            "classes[{i}].name: `{}` is not a class name: use 1 to 64 letters, digits, `_` and `-`",
+            c.name
+        ));
+    }
+    if !names.insert(c.name.as_str()) {
+        return Err(format!(
+            "classes[{i}].name: class `{}` is declared twice",
+            c.name
+        ));
+    }
+    if let Some(p) = c.max_priority.filter(|&p| p > 9999) {
+        return Err(format!(
+            "classes[{i}].max_priority: {p} is out of range: give 0 to 9999"
+        ));
+    }
+    if c.borrow == BorrowWhen::AfterVerifiedResume && !c.interruptible {
+        return Err(format!(
+            "classes[{i}].borrow: class `{}` may not be interrupted, so it never borrows: leave `borrow` out",
+            c.name
+        ));
+    }
+    if let Some(d) = c.verify_days {
+        if c.borrow != BorrowWhen::AfterVerifiedResume {
             return Err(format!(
-                "classes[{i}].name: `{}` is not a class name: use 1 to 64 letters, digits, `_` and `-`",
-                c.name
+                "classes[{i}].verify_days: only a class with `borrow: after-verified-resume` verifies resumes"
             ));
         }
-        if !names.insert(c.name.as_str()) {
+        if !(1..=3650).contains(&d) {
             return Err(format!(
-                "classes[{i}].name: class `{}` is declared twice",
-                c.name
+                "classes[{i}].verify_days: {d} is out of range: give 1 to 3650"
             ));
-        }
-        if let Some(p) = c.max_priority.filter(|&p| p > 9999) {
-            return Err(format!(
-                "classes[{i}].max_priority: {p} is out of range: give 0 to 9999"
-            ));
-        }
-        if c.borrow == BorrowWhen::AfterVerifiedResume && !c.interruptible {
-            return Err(format!(
-                "classes[{i}].borrow: class `{}` may not be interrupted, so it never borrows: leave `borrow` out",
-                c.name
-            ));
-        }
-        if let Some(d) = c.verify_days {
-            if c.borrow != BorrowWhen::AfterVerifiedResume {
-                return Err(format!(
-                    "classes[{i}].verify_days: only a class with `borrow: after-verified-resume` verifies resumes"
-                ));
-            }
-            if !(1..=3650).contains(&d) {
-                return Err(format!(
-                    "classes[{i}].verify_days: {d} is out of range: give 1 to 3650"
-                ));
-            }
         }
     }
+    Ok(())
+}
+
+/// Every share's `classes` and `default_class` name declared classes (`names`), the default
+/// among the allowed ones.
+fn check_share_classes(names: &BTreeSet<&str>, shares: &[ShareDecl]) -> Result<(), String> {
     let declared = || names.iter().copied().collect::<Vec<_>>().join(", ");
     let unknown = |path: String, name: &str| {
         if names.is_empty() {

@@ -89,8 +89,21 @@ pub fn explain(job: &DescribeServiceJobResponse, context: Context<'_>) -> String
 
 /// The three sentences of a code: what it needs, what holds it, what would free it.
 fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
-    let s = |a: &str, b: &str, c: &str| [a.to_string(), b.to_string(), c.to_string()];
-    match code {
+    quota_sentences(code, share, asks, unit)
+        .or_else(|| waiting_sentences(code, asks))
+        .or_else(|| capacity_sentences(code, share, asks, unit))
+        .unwrap_or_else(|| {
+            [
+                format!("{asks}."),
+                format!("the server reports {code}, a code this client does not know."),
+                "see the server's reason below.".to_string(),
+            ]
+        })
+}
+
+/// The sentences of the codes about a share's own quota and what it may borrow.
+fn quota_sentences(code: &str, share: &str, asks: &str, unit: &str) -> Option<[String; 3]> {
+    Some(match code {
         "OWN_QUOTA_FULL" => [
             format!("{asks} within share {share}'s own quota."),
             format!("{share}'s own jobs use all of its entitlement, and it may neither borrow nor preempt them."),
@@ -116,15 +129,33 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             "the other shares use their capacity themselves, or have lent it already.".to_string(),
             "another share's jobs end and leave its capacity idle to lend, or capacity within the share's own quota frees up.".to_string(),
         ],
+        "RESERVED_FOR_OTHERS" => [
+            format!("{asks}, borrowed from other shares."),
+            "the idle capacity it would borrow is kept for its owner's waiting jobs, or for a job waiting for its victims to exit.".to_string(),
+            "the owners' waiting jobs start, or more capacity becomes idle.".to_string(),
+        ],
+        "BEHIND_FAIR_SHARE" => [
+            format!("{asks}, borrowed from idle capacity, which the queue shares fairly (its scheduling policy's tag qm:idle-assignment is FAIR_SHARE)."),
+            format!("a share whose weighted borrowed share (borrowed / (weight x what is lent)) would stay lower than {share}'s goes first; the server's reason below names it and the figures."),
+            format!("{share}'s borrowed jobs end, the shares ahead of it borrow more, or {share} gets a higher weight (tag qm:weight); `qm shares` shows each share's weighted share."),
+        ],
+        "GROUP_LIMIT_REACHED" => [
+            format!("{asks}, more than {share}'s group may hold."),
+            format!("the shares of {share}'s group (tag qm:group) together hold the group's limit of {unit} (PUT /qm/v1/queues/{{queue}}/groups)."),
+            "a job of the group ends, or the group's limit is raised; `qm shares` shows the group's usage against its limit.".to_string(),
+        ],
+        _ => return None,
+    })
+}
+
+/// The sentences of the codes about jobs and attempts the job waits for.
+fn waiting_sentences(code: &str, asks: &str) -> Option<[String; 3]> {
+    let s = |a: &str, b: &str, c: &str| [a.to_string(), b.to_string(), c.to_string()];
+    Some(match code {
         "WAITING_FOR_RELEASE" => [
             format!("{asks} that preempted or stopping attempts still hold."),
             "attempts that were told to stop have not exited yet.".to_string(),
             "their processes exit (at the latest after the stop grace period); then it starts.".to_string(),
-        ],
-        "ENVIRONMENT_FULL" => [
-            format!("{asks} within the service environment's limit."),
-            "other shares use the environment's whole limit within their own quotas (the shares' limits add up to more than the environment).".to_string(),
-            format!("their jobs end, or the service environment's maxCapacity for {unit} is raised."),
         ],
         "HELD_FOR_OLDER_JOB" => s(
             &format!("{asks}."),
@@ -146,26 +177,29 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             "the borrowers it would preempt; it waits for them to checkpoint so that they lose no work.",
             "each is taken as it checkpoints, capacity frees up on its own, or the reclaim patience runs out and they are preempted.",
         ),
-        "RESERVED_FOR_OTHERS" => [
-            format!("{asks}, borrowed from other shares."),
-            "the idle capacity it would borrow is kept for its owner's waiting jobs, or for a job waiting for its victims to exit.".to_string(),
-            "the owners' waiting jobs start, or more capacity becomes idle.".to_string(),
-        ],
-        "BEHIND_FAIR_SHARE" => [
-            format!("{asks}, borrowed from idle capacity, which the queue shares fairly (its scheduling policy's tag qm:idle-assignment is FAIR_SHARE)."),
-            format!("a share whose weighted borrowed share (borrowed / (weight x what is lent)) would stay lower than {share}'s goes first; the server's reason below names it and the figures."),
-            format!("{share}'s borrowed jobs end, the shares ahead of it borrow more, or {share} gets a higher weight (tag qm:weight); `qm shares` shows each share's weighted share."),
-        ],
-        "GROUP_LIMIT_REACHED" => [
-            format!("{asks}, more than {share}'s group may hold."),
-            format!("the shares of {share}'s group (tag qm:group) together hold the group's limit of {unit} (PUT /qm/v1/queues/{{queue}}/groups)."),
-            "a job of the group ends, or the group's limit is raised; `qm shares` shows the group's usage against its limit.".to_string(),
-        ],
         "PREVIOUS_ATTEMPT_STOPPING" => s(
             "its previous attempt to exit first: a job never runs twice.",
             "the previous attempt's processes are still running.",
             "they exit (at the latest after the stop grace period); then it is scheduled again.",
         ),
+        "AWAITING_PASS" => s(
+            "a scheduling decision.",
+            "nothing yet: it was submitted or changed since the last pass.",
+            "the next scheduling pass (within a second).",
+        ),
+        _ => return None,
+    })
+}
+
+/// The sentences of the codes about the environment's and the pool's capacity, and limits
+/// the job can never fit.
+fn capacity_sentences(code: &str, share: &str, asks: &str, unit: &str) -> Option<[String; 3]> {
+    Some(match code {
+        "ENVIRONMENT_FULL" => [
+            format!("{asks} within the service environment's limit."),
+            "other shares use the environment's whole limit within their own quotas (the shares' limits add up to more than the environment).".to_string(),
+            format!("their jobs end, or the service environment's maxCapacity for {unit} is raised."),
+        ],
         "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" => [
             format!("{asks} on the server's physical pool."),
             format!("the executor has no free {unit} instance (the pool is shared by every queue), or fewer than the job asks for."),
@@ -181,17 +215,8 @@ fn sentences(code: &str, share: &str, asks: &str, unit: &str) -> [String; 3] {
             "nothing: it can never run as configured.".to_string(),
             format!("lower the instance count, or raise {share}'s limit or borrow limit."),
         ],
-        "AWAITING_PASS" => s(
-            "a scheduling decision.",
-            "nothing yet: it was submitted or changed since the last pass.",
-            "the next scheduling pass (within a second).",
-        ),
-        other => [
-            format!("{asks}."),
-            format!("the server reports {other}, a code this client does not know."),
-            "see the server's reason below.".to_string(),
-        ],
-    }
+        _ => return None,
+    })
 }
 
 /// For a job larger than its service environments allow, advice that names what they

@@ -238,6 +238,23 @@ pub fn job_details(
     attempt_now: &JobAttemptNow,
     now_ms: i64,
 ) -> String {
+    let mut out = job_fields(job, now_ms);
+    if let Some(a) = &attempt_now.running {
+        out.push_str(&running_attempt(a, now_ms));
+    }
+    out.push_str(&ended_attempts(job, now_ms));
+    out.push_str(&preemptions(job, now_ms));
+    if !attempt_now.resumes.is_empty() {
+        out.push_str(&resumes(&attempt_now.resumes));
+    }
+    if !attempt_now.usage.is_empty() {
+        out.push_str(&usage(&attempt_now.usage));
+    }
+    out
+}
+
+/// The job's own fields, one `name  value` line each, the values aligned.
+fn job_fields(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
     let mut fields: Vec<(&str, String)> = vec![
         ("id", job.job_id.clone()),
         ("name", job.job_name.clone()),
@@ -259,6 +276,20 @@ pub fn job_details(
         ("started", when(Some(job.started_at), now_ms)),
         ("stopped", when(job.stopped_at, now_ms)),
     ];
+    fields.push(("capacity", capacity_of(job)));
+    if let Some(command) = command_of(job) {
+        fields.push(("command", command));
+    }
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in &fields {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+    out
+}
+
+/// The capacity the job holds, else the capacity it asks for, else `-`.
+fn capacity_of(job: &DescribeServiceJobResponse) -> String {
     let requested = demand(job).map(|(t, n)| format!("{n} × {t}"));
     let held: Vec<String> = job
         .capacity_usage
@@ -274,21 +305,13 @@ pub fn job_details(
     } else {
         Some(held.join(", "))
     };
-    fields.push(("capacity", capacity.unwrap_or_else(|| "-".to_string())));
-    if let Some(command) = command_of(job) {
-        fields.push(("command", command));
-    }
-    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in &fields {
-        out.push_str(&format!("{k:<width$}  {v}\n"));
-    }
+    capacity.unwrap_or_else(|| "-".to_string())
+}
 
-    if let Some(a) = &attempt_now.running {
-        out.push_str(&running_attempt(a, now_ms));
-    }
+/// The job's ended attempts: a heading with their count, then a table of them.
+fn ended_attempts(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
     let attempts = job.attempts.as_deref().unwrap_or_default();
-    out.push_str(&format!("\nattempts ended ({})\n", attempts.len()));
+    let mut out = format!("\nattempts ended ({})\n", attempts.len());
     if !attempts.is_empty() {
         let rows: Vec<Vec<String>> = attempts
             .iter()
@@ -304,13 +327,17 @@ pub fn job_details(
             &rows,
         )));
     }
+    out
+}
 
+/// The job's preemptions: a heading with their count, then a table of the recent ones.
+fn preemptions(job: &DescribeServiceJobResponse, now_ms: i64) -> String {
     let summary = job.preemption_summary.as_ref();
     let count = summary.and_then(|s| s.preempted_attempt_count).unwrap_or(0);
     let recent = summary
         .and_then(|s| s.recent_preempted_attempts.as_deref())
         .unwrap_or_default();
-    out.push_str(&format!("\npreemptions ({count})\n"));
+    let mut out = format!("\npreemptions ({count})\n");
     if !recent.is_empty() {
         let rows: Vec<Vec<String>> = recent
             .iter()
@@ -328,12 +355,6 @@ pub fn job_details(
             &["started", "stopped", "ran", "reason"],
             &rows,
         )));
-    }
-    if !attempt_now.resumes.is_empty() {
-        out.push_str(&resumes(&attempt_now.resumes));
-    }
-    if !attempt_now.usage.is_empty() {
-        out.push_str(&usage(&attempt_now.usage));
     }
     out
 }
@@ -514,79 +535,96 @@ pub fn shares_table(queues: &[QueueUsage]) -> String {
             out.push_str("  no quota shares\n");
             continue;
         }
-        let mut shares: Vec<&ShareUsage> = queue.shares.iter().collect();
-        shares.sort_by(|a, b| {
-            (&a.quota_share_name, &a.capacity_unit).cmp(&(&b.quota_share_name, &b.capacity_unit))
-        });
-        // The protection column only where a share has thrash protection.
-        let protected = shares.iter().any(|s| s.protection.is_some());
-        // The fair-sharing line and columns only where they say something: fair sharing
-        // on, groups, or a weight other than the default (AWS's FIFO needs no words).
-        let fair = queue.fairness.as_ref().filter(|f| {
-            f.idle_assignment != "FIFO"
-                || f.fair_reclaim
-                || !f.groups.is_empty()
-                || f.shares.iter().any(|s| s.weight != 1)
-        });
-        if let Some(f) = fair {
-            out.push_str(&format!(
-                "idle capacity: {}, fair reclaim {}\n",
-                f.idle_assignment,
-                if f.fair_reclaim { "on" } else { "off" }
-            ));
-        }
-        let standing =
-            |name: &str| fair.and_then(|f| f.shares.iter().find(|s| s.quota_share_name == name));
-        let rows: Vec<Vec<String>> = shares
-            .iter()
-            .map(|s| {
-                let mut row = vec![
-                    s.quota_share_name.clone(),
-                    s.capacity_unit.clone(),
-                    count(s.entitled),
-                    count(s.own_use),
-                    count(s.borrowed),
-                    count(s.lent_out),
-                    count(s.stopping),
-                    count(s.runnable),
-                ];
-                if protected {
-                    row.push(s.protection.clone().unwrap_or_else(|| "-".into()));
-                }
-                if fair.is_some() {
-                    let f = standing(&s.quota_share_name);
-                    row.push(f.map_or_else(|| "-".into(), |f| f.weight.to_string()));
-                    row.push(
-                        f.and_then(|f| f.group.clone())
-                            .unwrap_or_else(|| "-".into()),
-                    );
-                    row.push(f.map_or_else(|| "-".into(), |f| share_figure(f.weighted_share)));
-                    row.push(
-                        f.and_then(|f| f.fair_share.get(&s.capacity_unit))
-                            .map_or_else(|| "-".into(), |n| format!("{n:.2}")),
-                    );
-                }
-                row
-            })
-            .collect();
-        let mut head = vec![
-            "share", "type", "entitled", "own-use", "borrowed", "lent-out", "stopping", "runnable",
-        ];
-        if protected {
-            head.push("protection");
-        }
-        if fair.is_some() {
-            head.extend(["weight", "group", "weighted-share", "fair-share"]);
-        }
-        out.push_str(&table(&head, &rows));
-        if let Some(f) = fair.filter(|f| !f.groups.is_empty()) {
-            out.push_str(&groups_table(&f.groups));
-        }
-        for idle in &queue.idle_while_waiting {
-            out.push_str(&idle_line(idle));
-        }
+        out.push_str(&queue_shares(queue));
     }
     out
+}
+
+/// One queue's part of `qm shares`: its fair-sharing line, its shares' table, its groups and
+/// its idle capacity.
+fn queue_shares(queue: &QueueUsage) -> String {
+    let mut out = String::new();
+    let mut shares: Vec<&ShareUsage> = queue.shares.iter().collect();
+    shares.sort_by(|a, b| {
+        (&a.quota_share_name, &a.capacity_unit).cmp(&(&b.quota_share_name, &b.capacity_unit))
+    });
+    // The protection column only where a share has thrash protection.
+    let protected = shares.iter().any(|s| s.protection.is_some());
+    // The fair-sharing line and columns only where they say something: fair sharing
+    // on, groups, or a weight other than the default (AWS's FIFO needs no words).
+    let fair = queue.fairness.as_ref().filter(|f| {
+        f.idle_assignment != "FIFO"
+            || f.fair_reclaim
+            || !f.groups.is_empty()
+            || f.shares.iter().any(|s| s.weight != 1)
+    });
+    if let Some(f) = fair {
+        out.push_str(&format!(
+            "idle capacity: {}, fair reclaim {}\n",
+            f.idle_assignment,
+            if f.fair_reclaim { "on" } else { "off" }
+        ));
+    }
+    let rows: Vec<Vec<String>> = shares
+        .iter()
+        .map(|s| share_row(s, protected, fair))
+        .collect();
+    let mut head = vec![
+        "share", "type", "entitled", "own-use", "borrowed", "lent-out", "stopping", "runnable",
+    ];
+    if protected {
+        head.push("protection");
+    }
+    if fair.is_some() {
+        head.extend(["weight", "group", "weighted-share", "fair-share"]);
+    }
+    out.push_str(&table(&head, &rows));
+    if let Some(f) = fair.filter(|f| !f.groups.is_empty()) {
+        out.push_str(&groups_table(&f.groups));
+    }
+    for idle in &queue.idle_while_waiting {
+        out.push_str(&idle_line(idle));
+    }
+    out
+}
+
+/// One share's row of `qm shares`, with the protection column when `protected` and the
+/// fair-sharing columns when `fair` is shown.
+fn share_row(
+    s: &ShareUsage,
+    protected: bool,
+    fair: Option<&qm_api::qm::QueueFairness>,
+) -> Vec<String> {
+    let mut row = vec![
+        s.quota_share_name.clone(),
+        s.capacity_unit.clone(),
+        count(s.entitled),
+        count(s.own_use),
+        count(s.borrowed),
+        count(s.lent_out),
+        count(s.stopping),
+        count(s.runnable),
+    ];
+    if protected {
+        row.push(s.protection.clone().unwrap_or_else(|| "-".into()));
+    }
+    if let Some(fair) = fair {
+        let f = fair
+            .shares
+            .iter()
+            .find(|f| f.quota_share_name == s.quota_share_name);
+        row.push(f.map_or_else(|| "-".into(), |f| f.weight.to_string()));
+        row.push(
+            f.and_then(|f| f.group.clone())
+                .unwrap_or_else(|| "-".into()),
+        );
+        row.push(f.map_or_else(|| "-".into(), |f| share_figure(f.weighted_share)));
+        row.push(
+            f.and_then(|f| f.fair_share.get(&s.capacity_unit))
+                .map_or_else(|| "-".into(), |n| format!("{n:.2}")),
+        );
+    }
+    row
 }
 
 /// A weighted borrowed share as people read it (as status reasons write it): two decimals.

@@ -126,8 +126,18 @@ fn period(report: &UsageReport, row: &UsageRow) -> String {
 /// column, times in UTC.
 pub fn usage_csv(report: &UsageReport) -> Result<String, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(csv_headers(report.by))?;
+    for r in &report.rows {
+        w.write_record(csv_record(report.by, r))?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The CSV's header line: the period, the row's key columns, then every figure.
+fn csv_headers(by: UsageBy) -> Vec<String> {
     let mut headers: Vec<String> = vec!["period_start".into(), "period_end".into()];
-    let keys: &[&str] = match report.by {
+    let keys: &[&str] = match by {
         UsageBy::Share => &["job_queue", "quota_share"],
         UsageBy::Principal => &["principal"],
         UsageBy::InstanceType => &["instance_type"],
@@ -161,50 +171,50 @@ pub fn usage_csv(report: &UsageReport) -> Result<String, csv::Error> {
         ]
         .map(String::from),
     );
-    w.write_record(&headers)?;
-    for r in &report.rows {
-        let mut rec = vec![utc(r.period_start), utc(r.period_end)];
-        rec.extend(key_cells(report.by, r));
-        for h in [&r.instance_hours, &r.gpu_hours] {
-            for v in [
-                h.used,
-                h.within_entitlement,
-                h.borrowed,
-                h.lent_out,
-                h.idle_entitlement,
-            ] {
-                rec.push(v.to_string());
-            }
-        }
-        let q = r.queue_delay_seconds;
-        rec.extend([
-            r.preemptions_suffered.to_string(),
-            r.preemptions_caused.to_string(),
-            r.lost_instance_hours.to_string(),
-            r.lost_gpu_hours.to_string(),
-            r.starts.to_string(),
-        ]);
+    headers
+}
+
+/// One row's CSV line, in the order of `csv_headers` (an absent figure is an empty cell).
+fn csv_record(by: UsageBy, r: &UsageRow) -> Vec<String> {
+    let mut rec = vec![utc(r.period_start), utc(r.period_end)];
+    rec.extend(key_cells(by, r));
+    for h in [&r.instance_hours, &r.gpu_hours] {
         for v in [
-            q.map(|q| q.p50),
-            q.map(|q| q.p90),
-            q.map(|q| q.p99),
-            q.map(|q| q.max),
+            h.used,
+            h.within_entitlement,
+            h.borrowed,
+            h.lent_out,
+            h.idle_entitlement,
         ] {
-            rec.push(v.map(|v| v.to_string()).unwrap_or_default());
+            rec.push(v.to_string());
         }
-        rec.push(r.cpu_hours.to_string());
-        rec.push(
-            r.peak_memory_bytes
-                .map(|b| b.to_string())
-                .unwrap_or_default(),
-        );
-        rec.push(
-            r.gpu_utilization_percent
-                .map(|p| p.to_string())
-                .unwrap_or_default(),
-        );
-        w.write_record(&rec)?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    let q = r.queue_delay_seconds;
+    rec.extend([
+        r.preemptions_suffered.to_string(),
+        r.preemptions_caused.to_string(),
+        r.lost_instance_hours.to_string(),
+        r.lost_gpu_hours.to_string(),
+        r.starts.to_string(),
+    ]);
+    for v in [
+        q.map(|q| q.p50),
+        q.map(|q| q.p90),
+        q.map(|q| q.p99),
+        q.map(|q| q.max),
+    ] {
+        rec.push(v.map(|v| v.to_string()).unwrap_or_default());
+    }
+    rec.push(r.cpu_hours.to_string());
+    rec.push(
+        r.peak_memory_bytes
+            .map(|b| b.to_string())
+            .unwrap_or_default(),
+    );
+    rec.push(
+        r.gpu_utilization_percent
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+    );
+    rec
 }

@@ -3,7 +3,7 @@
 //! success), 2 changes planned, 1 error.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -101,80 +101,87 @@ fn run_inner(cmd: Command) -> anyhow::Result<ExitCode> {
             file,
             server,
             output,
-        } => {
-            let desired = Desired::load(&file)?;
-            let client = server.client()?;
-            let live = live::read(&client, &desired)?;
-            let plan = planned(&client, &desired, &live)?;
-            match output {
-                Output::Table => print!("{}", plan::render(&plan, &file.display().to_string())),
-                Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
-            }
-            Ok(ExitCode::from(if plan.is_empty() { 0 } else { 2 }))
-        }
-        Command::Apply { file, server, yes } => {
-            let desired = Desired::load(&file)?;
-            let client = server.client()?;
-            let live = live::read(&client, &desired)?;
-            let plan = planned(&client, &desired, &live)?;
-            let source = file.display().to_string();
-            let text = plan::render(&plan, &source);
-            print!("{text}");
-            if plan.is_empty() {
-                println!("Nothing to apply.");
-                return Ok(ExitCode::SUCCESS);
-            }
-            if !yes && !confirm()? {
-                anyhow::bail!(
-                    "apply cancelled: nothing was changed (pass --yes to skip the question)"
-                );
-            }
-            let applied = apply::apply(&client, &desired, &live, &plan);
-            // Whatever happened, what changed on the server is audited: a failed apply may
-            // have made some of the changes before the one that was refused.
-            let after = plan::diff(&desired, &live::read(&client, &desired)?);
-            let outcome = match (&applied, after.is_empty()) {
-                (Ok(()), true) => None,
-                (Ok(()), false) => Some(format!(
-                    "applied, but the server still differs from {source}:\n{}",
-                    plan::render(&after, &source)
-                )),
-                (Err(e), _) => Some(format!("applying the plan failed part way: {e}")),
-            };
-            let details = match &outcome {
-                None => text.clone(),
-                Some(failure) => format!(
-                    "{text}\nFAILED: {failure}\nStill to apply:\n{}",
-                    plan::render(&after, &source)
-                ),
-            };
-            apply::record(&client, &apply::actor(), &plan, &details)
-                .context("recording the apply in the audit log failed")?;
-            if let Some(failure) = outcome {
-                anyhow::bail!("{failure}");
-            }
-            println!("Applied: {}.", plan.summary());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Audit { server, output } => {
-            let (entries, archived) = audit::read(&server.client()?)?;
-            match output {
-                Output::Table => print!("{}", audit::render(&entries)),
-                Output::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "entries": entries, "archivedEntries": archived })
-                    )?
-                ),
-            }
-            if archived > 0 {
-                eprintln!(
-                    "({archived} older entries are in the server's <data-dir>/archive/audit-YYYY-MM.jsonl: [retention] audit_entries)"
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => run_plan(&file, &server, output),
+        Command::Apply { file, server, yes } => run_apply(&file, &server, yes),
+        Command::Audit { server, output } => run_audit(&server, output),
     }
+}
+
+/// `qm plan`: prints the plan; exit code 2 when it has changes.
+fn run_plan(file: &Path, server: &Server, output: Output) -> anyhow::Result<ExitCode> {
+    let desired = Desired::load(file)?;
+    let client = server.client()?;
+    let live = live::read(&client, &desired)?;
+    let plan = planned(&client, &desired, &live)?;
+    match output {
+        Output::Table => print!("{}", plan::render(&plan, &file.display().to_string())),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+    }
+    Ok(ExitCode::from(if plan.is_empty() { 0 } else { 2 }))
+}
+
+/// `qm apply`: prints the plan, asks, applies it and records what happened in the audit log.
+fn run_apply(file: &Path, server: &Server, yes: bool) -> anyhow::Result<ExitCode> {
+    let desired = Desired::load(file)?;
+    let client = server.client()?;
+    let live = live::read(&client, &desired)?;
+    let plan = planned(&client, &desired, &live)?;
+    let source = file.display().to_string();
+    let text = plan::render(&plan, &source);
+    print!("{text}");
+    if plan.is_empty() {
+        println!("Nothing to apply.");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !yes && !confirm()? {
+        anyhow::bail!("apply cancelled: nothing was changed (pass --yes to skip the question)");
+    }
+    let applied = apply::apply(&client, &desired, &live, &plan);
+    // Whatever happened, what changed on the server is audited: a failed apply may
+    // have made some of the changes before the one that was refused.
+    let after = plan::diff(&desired, &live::read(&client, &desired)?);
+    let outcome = match (&applied, after.is_empty()) {
+        (Ok(()), true) => None,
+        (Ok(()), false) => Some(format!(
+            "applied, but the server still differs from {source}:\n{}",
+            plan::render(&after, &source)
+        )),
+        (Err(e), _) => Some(format!("applying the plan failed part way: {e}")),
+    };
+    let details = match &outcome {
+        None => text.clone(),
+        Some(failure) => format!(
+            "{text}\nFAILED: {failure}\nStill to apply:\n{}",
+            plan::render(&after, &source)
+        ),
+    };
+    apply::record(&client, &apply::actor(), &plan, &details)
+        .context("recording the apply in the audit log failed")?;
+    if let Some(failure) = outcome {
+        anyhow::bail!("{failure}");
+    }
+    println!("Applied: {}.", plan.summary());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `qm audit`: lists the audit log, and says where its archived entries are.
+fn run_audit(server: &Server, output: Output) -> anyhow::Result<ExitCode> {
+    let (entries, archived) = audit::read(&server.client()?)?;
+    match output {
+        Output::Table => print!("{}", audit::render(&entries)),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "entries": entries, "archivedEntries": archived })
+            )?
+        ),
+    }
+    if archived > 0 {
+        eprintln!(
+            "({archived} older entries are in the server's <data-dir>/archive/audit-YYYY-MM.jsonl: [retention] audit_entries)"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn confirm() -> anyhow::Result<bool> {

@@ -138,24 +138,62 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if jobs.is_empty() {
         bail!("{}: the workload has no job", args.workload.display());
     }
+    let variants = variants(&args)?;
+    let reference = variants[0].1.clone();
+    eprintln!(
+        "qm simulate: {} jobs from {}, {} variant(s)",
+        jobs.len(),
+        args.workload.display(),
+        variants.len()
+    );
+    // Every variant is checked before any runs: a mistake in the last policy should not
+    // surface after minutes of simulating the first ones.
+    for (name, cluster, mode) in &variants {
+        validate(cluster, &reference, &jobs, &variant_options(&args, *mode))
+            .with_context(|| format!("variant {name}"))?;
+    }
+    let mut runs: Vec<VariantRun> = Vec::new();
+    for (name, cluster, mode) in &variants {
+        let opts = variant_options(&args, *mode);
+        runs.push(run_with_progress(name, cluster, &reference, &jobs, &opts)?);
+    }
+    write_outputs(&args, &jobs, &runs)?;
+
+    let mut out = std::io::stdout().lock();
+    write!(out, "{}", table(&runs))?;
+    writeln!(
+        out,
+        "\nwrote {} and {} in {:.1} s",
+        args.out.join("metrics.json").display(),
+        args.out.join("report.html").display(),
+        started.elapsed().as_secs_f64()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `base`, or `base-2`, `base-3`, ... when a variant already has that name.
+fn unique_name(variants: &[(String, Cluster, Mode)], base: String) -> String {
+    let taken = |n: &str| variants.iter().any(|(v, _, _)| v == n);
+    let mut name = base.clone();
+    let mut k = 2;
+    while taken(&name) {
+        name = format!("{base}-{k}");
+        k += 1;
+    }
+    name
+}
+
+/// The variants to run: each policy file, named after its stem, then each baseline once,
+/// derived from the first policy.
+fn variants(args: &Args) -> anyhow::Result<Vec<(String, Cluster, Mode)>> {
     let mut variants: Vec<(String, Cluster, Mode)> = Vec::new();
-    let unique = |variants: &[(String, Cluster, Mode)], base: String| {
-        let taken = |n: &str| variants.iter().any(|(v, _, _)| v == n);
-        let mut name = base.clone();
-        let mut k = 2;
-        while taken(&name) {
-            name = format!("{base}-{k}");
-            k += 1;
-        }
-        name
-    };
     for path in &args.policies {
         let file = qm_cli::cluster::load(path)?;
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "policy".into());
-        let name = unique(&variants, stem);
+        let name = unique_name(&variants, stem);
         variants.push((name, file.cluster(), Mode::Policy));
     }
     let reference = variants[0].1.clone();
@@ -171,71 +209,75 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Baseline::Pooled => ("pooled", reference.pooled(), Mode::Fifo),
             Baseline::PooledBackfill => ("pooled-backfill", reference.pooled(), Mode::EasyOnly),
         };
-        let name = unique(&variants, base.to_string());
+        let name = unique_name(&variants, base.to_string());
         variants.push((name, cluster, mode));
     }
-    let checkpoint = args.model.checkpoint();
-    eprintln!(
-        "qm simulate: {} jobs from {}, {} variant(s)",
-        jobs.len(),
-        args.workload.display(),
-        variants.len()
-    );
-    let options = |mode: Mode| {
-        let mut o = SimOptions {
-            ignore_priorities: mode == Mode::Fifo,
-            runtime_bounds: args.runtime_bounds,
-            ..args.model.options()
-        };
-        if mode == Mode::EasyOnly {
-            o.core.reserve_after_ms = 0;
-            o.core.preemptible_backfill = false;
-            o.runtime_bounds = true;
-        }
-        o
-    };
-    // Every variant is checked before any runs: a mistake in the last policy should not
-    // surface after minutes of simulating the first ones.
-    for (name, cluster, mode) in &variants {
-        validate(cluster, &reference, &jobs, &options(*mode))
-            .with_context(|| format!("variant {name}"))?;
-    }
-    let mut runs: Vec<VariantRun> = Vec::new();
-    for (name, cluster, mode) in &variants {
-        let opts = options(*mode);
-        let bar = ProgressBar::new(jobs.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix:>16} [{bar:30}] {pos}/{len} jobs done, {msg} ({elapsed})",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        bar.set_prefix(name.clone());
-        let t = Instant::now();
-        let run = run_variant(
-            name,
-            cluster,
-            &reference,
-            &jobs,
-            &opts,
-            &mut |events, done, _| {
-                bar.set_position(done as u64);
-                bar.set_message(format!("{events} events"));
-            },
-        )
-        .with_context(|| format!("variant {name}"))?;
-        bar.finish_and_clear();
-        eprintln!(
-            "  {name}: {} of {} jobs completed, {} preemptions, {:.2} s",
-            run.metrics.overall.completed,
-            run.metrics.overall.jobs,
-            run.metrics.overall.preemptions,
-            t.elapsed().as_secs_f64()
-        );
-        runs.push(run);
-    }
+    Ok(variants)
+}
 
+/// The options a variant of `mode` runs with.
+fn variant_options(args: &Args, mode: Mode) -> SimOptions {
+    let mut o = SimOptions {
+        ignore_priorities: mode == Mode::Fifo,
+        runtime_bounds: args.runtime_bounds,
+        ..args.model.options()
+    };
+    if mode == Mode::EasyOnly {
+        o.core.reserve_after_ms = 0;
+        o.core.preemptible_backfill = false;
+        o.runtime_bounds = true;
+    }
+    o
+}
+
+/// Runs one variant behind a progress bar, then prints its one-line outcome.
+fn run_with_progress(
+    name: &str,
+    cluster: &Cluster,
+    reference: &Cluster,
+    jobs: &[qm_sim::WorkloadJob],
+    opts: &SimOptions,
+) -> anyhow::Result<VariantRun> {
+    let bar = ProgressBar::new(jobs.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>16} [{bar:30}] {pos}/{len} jobs done, {msg} ({elapsed})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(name.to_string());
+    let t = Instant::now();
+    let run = run_variant(
+        name,
+        cluster,
+        reference,
+        jobs,
+        opts,
+        &mut |events, done, _| {
+            bar.set_position(done as u64);
+            bar.set_message(format!("{events} events"));
+        },
+    )
+    .with_context(|| format!("variant {name}"))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "  {name}: {} of {} jobs completed, {} preemptions, {:.2} s",
+        run.metrics.overall.completed,
+        run.metrics.overall.jobs,
+        run.metrics.overall.preemptions,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(run)
+}
+
+/// Writes `metrics.json` and `report.html` into the output directory.
+fn write_outputs(
+    args: &Args,
+    jobs: &[qm_sim::WorkloadJob],
+    runs: &[VariantRun],
+) -> anyhow::Result<()> {
+    let checkpoint = args.model.checkpoint();
     let metrics = Metrics {
         workload: args.workload.display().to_string(),
         jobs: jobs.len(),
@@ -247,6 +289,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     let json = serde_json::to_string_pretty(&metrics)? + "\n";
     write(&args.out.join("metrics.json"), json.as_bytes())?;
+    let notes = report_notes(args, jobs, &checkpoint);
+    let html = render_html("Quartermaster policy simulation", runs, &notes);
+    write(&args.out.join("report.html"), html.as_bytes())
+}
+
+/// The report's notes: the workload, the checkpoint model, the policies and the data's
+/// licence.
+fn report_notes(
+    args: &Args,
+    jobs: &[qm_sim::WorkloadJob],
+    checkpoint: &CheckpointSettings,
+) -> Vec<String> {
     let mut notes = vec![
         format!(
             "Workload: {} ({} jobs)",
@@ -274,19 +328,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "Workload data: Microsoft Philly trace (msr-fiddle/philly-traces), CC BY 4.0.".into(),
         );
     }
-    let html = render_html("Quartermaster policy simulation", &runs, &notes);
-    write(&args.out.join("report.html"), html.as_bytes())?;
-
-    let mut out = std::io::stdout().lock();
-    write!(out, "{}", table(&runs))?;
-    writeln!(
-        out,
-        "\nwrote {} and {} in {:.1} s",
-        args.out.join("metrics.json").display(),
-        args.out.join("report.html").display(),
-        started.elapsed().as_secs_f64()
-    )?;
-    Ok(ExitCode::SUCCESS)
+    notes
 }
 
 fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -298,8 +340,23 @@ type Cell = Box<dyn Fn(&qm_sim::Stats) -> String>;
 
 /// The side-by-side table printed at the end.
 pub fn table(runs: &[VariantRun]) -> String {
+    let rows = overall_rows();
+    let mut labels: Vec<&str> = rows.iter().map(|(l, _)| *l).collect();
+    let mut cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(_, f)| runs.iter().map(|r| f(&r.metrics.overall)).collect())
+        .collect();
+    for (label, row) in variant_rows(runs) {
+        labels.push(label);
+        cells.push(row);
+    }
+    layout(runs, &labels, &cells)
+}
+
+/// The rows that show a statistic of all the variant's jobs.
+fn overall_rows() -> Vec<(&'static str, Cell)> {
     let hours = |s: f64| format!("{:.2} h", s / 3600.0);
-    let rows: Vec<(&str, Cell)> = vec![
+    vec![
         ("jobs", Box::new(|s| s.jobs.to_string())),
         ("completed", Box::new(|s| s.completed.to_string())),
         ("never started", Box::new(|s| s.never_started.to_string())),
@@ -355,50 +412,48 @@ pub fn table(runs: &[VariantRun]) -> String {
             "utilization",
             Box::new(|s| format!("{:.1} %", s.utilization * 100.0)),
         ),
-    ];
-    let mut labels: Vec<&str> = rows.iter().map(|(l, _)| *l).collect();
-    let mut cells: Vec<Vec<String>> = rows
-        .iter()
-        .map(|(_, f)| runs.iter().map(|r| f(&r.metrics.overall)).collect())
-        .collect();
+    ]
+}
+
+/// The rows that show a property of each variant as a whole, with their cells.
+fn variant_rows(runs: &[VariantRun]) -> Vec<(&'static str, Vec<String>)> {
     // Capacity a policy wastes: a property of the variant, not of a set of jobs.
     fn idle(r: &VariantRun) -> &qm_sim::IdleStats {
         &r.metrics.idle_while_waiting
     }
-    labels.push("idle while waiting inst-h");
-    cells.push(
-        runs.iter()
-            .map(|r| {
+    let row = |f: &dyn Fn(&VariantRun) -> String| runs.iter().map(f).collect::<Vec<_>>();
+    vec![
+        (
+            "idle while waiting inst-h",
+            row(&|r| {
                 format!(
                     "{:.1} ({:.1} %)",
                     idle(r).instance_hours,
                     idle(r).fraction * 100.0
                 )
-            })
-            .collect(),
-    );
-    labels.push("idle while waiting cause");
-    cells.push(
-        runs.iter()
-            .map(|r| idle(r).cause.unwrap_or("-").to_string())
-            .collect(),
-    );
-    // How evenly idle capacity went to the shares waiting to borrow: also the variant's.
-    labels.push("Jain index run (contended)");
-    cells.push(
-        runs.iter()
-            .map(|r| {
+            }),
+        ),
+        (
+            "idle while waiting cause",
+            row(&|r| idle(r).cause.unwrap_or("-").to_string()),
+        ),
+        // How evenly idle capacity went to the shares waiting to borrow: also the variant's.
+        (
+            "Jain index run (contended)",
+            row(&|r| {
                 let f = &r.metrics.fairness;
                 format!("{:.3} ({:.3})", f.jain, f.jain_contended)
-            })
-            .collect(),
-    );
-    labels.push("contended h");
-    cells.push(
-        runs.iter()
-            .map(|r| format!("{:.1}", r.metrics.fairness.contended_hours))
-            .collect(),
-    );
+            }),
+        ),
+        (
+            "contended h",
+            row(&|r| format!("{:.1}", r.metrics.fairness.contended_hours)),
+        ),
+    ]
+}
+
+/// The labelled rows under the variants' names, each column as wide as its widest cell.
+fn layout(runs: &[VariantRun], labels: &[&str], cells: &[Vec<String>]) -> String {
     let label_w = labels.iter().map(|l| l.len()).max().unwrap_or(0);
     let col_w: Vec<usize> = runs
         .iter()
@@ -417,7 +472,7 @@ pub fn table(runs: &[VariantRun]) -> String {
         s += &format!("  {:>w$}", r.metrics.name);
     }
     s.push('\n');
-    for (label, row) in labels.iter().zip(&cells) {
+    for (label, row) in labels.iter().zip(cells) {
         s += &format!("{label:label_w$}");
         for (cell, w) in row.iter().zip(&col_w) {
             s += &format!("  {cell:>w$}");

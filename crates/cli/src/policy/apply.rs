@@ -64,117 +64,158 @@ fn on_off(b: bool) -> &'static str {
 
 /// Makes the server match `desired` by carrying out `plan` (computed from `live`).
 pub fn apply(client: &Client, desired: &Desired, live: &Live, plan: &Plan) -> Result<(), Error> {
-    let names = &desired.names;
     let mut policy_arn = live.policy_arn.clone();
     for c in &plan.changes {
         match (c.kind, c.action) {
             (Kind::SchedulingPolicy, Action::Create) => {
-                let mut body = json!({
-                    "name": names.scheduling_policy,
-                    "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"},
-                });
-                if !desired.policy_tags.is_empty() {
-                    body["tags"] = json!(desired.policy_tags);
-                }
-                let r = call(client, "createschedulingpolicy", &body)?;
-                policy_arn = r.get("arn").and_then(Value::as_str).map(str::to_string);
+                policy_arn = create_policy(client, desired)?;
             }
             // Only its fair-sharing tags change (the API's own settings are always FIFO).
-            (Kind::SchedulingPolicy, _) => {
-                let arn = policy_arn.clone().ok_or_else(|| Error::Shape {
-                    operation: "listschedulingpolicies".into(),
-                    message: format!("no ARN for scheduling policy {}", names.scheduling_policy),
-                })?;
-                let set: ShareTags = c
-                    .fields
-                    .iter()
-                    .filter_map(|f| {
-                        Some((f.field.strip_prefix("tags.")?.to_string(), f.to.clone()?))
-                    })
-                    .collect();
-                client
-                    .tag_resource(&arn, &set)
-                    .map_err(|e| Error::request("tagresource", e))?;
-            }
-            (Kind::Groups, _) => {
-                if let Some(groups) = &desired.groups {
-                    let body = qm_api::qm::QueueGroups {
-                        groups: groups.clone(),
-                    };
-                    client
-                        .set_queue_groups(&names.job_queue, &body)
-                        .map_err(|e| Error::request("groups", e))?;
-                }
-            }
-            (Kind::ServiceEnvironment, Action::Create) => {
-                call(
-                    client,
-                    "createserviceenvironment",
-                    &json!({
-                        "serviceEnvironmentName": names.service_environment,
-                        "serviceEnvironmentType": "SAGEMAKER_TRAINING",
-                        "capacityLimits": limits(&desired.environment),
-                    }),
-                )?;
-            }
-            (Kind::ServiceEnvironment, _) => {
-                call(
-                    client,
-                    "updateserviceenvironment",
-                    &json!({
-                        "serviceEnvironment": names.service_environment,
-                        "state": "ENABLED",
-                        "capacityLimits": limits(&desired.environment),
-                    }),
-                )?;
-            }
+            (Kind::SchedulingPolicy, _) => tag_policy(client, desired, policy_arn.as_deref(), c)?,
+            (Kind::Groups, _) => set_groups(client, desired)?,
+            (Kind::ServiceEnvironment, action) => environment(client, desired, action)?,
             (Kind::JobQueue, action) => {
-                let arn = policy_arn.clone().ok_or_else(|| Error::Shape {
-                    operation: "createschedulingpolicy".into(),
-                    message: format!("no ARN for scheduling policy {}", names.scheduling_policy),
-                })?;
-                let order = json!([{"order": 1, "serviceEnvironment": names.service_environment}]);
-                let queue_arn = if action == Action::Create {
-                    let r = call(
-                        client,
-                        "createjobqueue",
-                        &json!({
-                            "jobQueueName": names.job_queue,
-                            "jobQueueType": "SAGEMAKER_TRAINING",
-                            "priority": 1,
-                            "schedulingPolicyArn": arn,
-                            "serviceEnvironmentOrder": order,
-                        }),
-                    )?;
-                    r.get("jobQueueArn")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                } else {
-                    if c.fields.iter().any(|f| !f.field.starts_with("tags.")) {
-                        call(
-                            client,
-                            "updatejobqueue",
-                            &json!({
-                                "jobQueue": names.job_queue,
-                                "state": "ENABLED",
-                                "schedulingPolicyArn": arn,
-                                "serviceEnvironmentOrder": order,
-                            }),
-                        )?;
-                    }
-                    live.queue.as_ref().map(|q| q.arn.clone())
-                };
-                queue_classes(client, desired, live, queue_arn)?;
+                job_queue(client, desired, live, policy_arn.as_deref(), c, action)?;
             }
             (Kind::QuotaShare, action) => share(client, desired, live, c, action)?,
-            (Kind::Admins, _) => {
-                if let Some(admins) = &desired.admins {
-                    client
-                        .set_admins(admins)
-                        .map_err(|e| Error::request("admins", e))?;
-                }
-            }
+            (Kind::Admins, _) => set_admins(client, desired)?,
         }
+    }
+    Ok(())
+}
+
+/// Creates the scheduling policy with the file's tags; returns its ARN.
+fn create_policy(client: &Client, desired: &Desired) -> Result<Option<String>, Error> {
+    let mut body = json!({
+        "name": desired.names.scheduling_policy,
+        "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"},
+    });
+    if !desired.policy_tags.is_empty() {
+        body["tags"] = json!(desired.policy_tags);
+    }
+    let r = call(client, "createschedulingpolicy", &body)?;
+    Ok(r.get("arn").and_then(Value::as_str).map(str::to_string))
+}
+
+/// Sets the scheduling policy's fair-sharing tags that the change names.
+fn tag_policy(
+    client: &Client,
+    desired: &Desired,
+    policy_arn: Option<&str>,
+    c: &Change,
+) -> Result<(), Error> {
+    let arn = policy_arn.ok_or_else(|| Error::Shape {
+        operation: "listschedulingpolicies".into(),
+        message: format!(
+            "no ARN for scheduling policy {}",
+            desired.names.scheduling_policy
+        ),
+    })?;
+    let set: ShareTags = c
+        .fields
+        .iter()
+        .filter_map(|f| Some((f.field.strip_prefix("tags.")?.to_string(), f.to.clone()?)))
+        .collect();
+    client
+        .tag_resource(arn, &set)
+        .map_err(|e| Error::request("tagresource", e))
+}
+
+/// Sets the job queue's group definitions to the file's, when it has them.
+fn set_groups(client: &Client, desired: &Desired) -> Result<(), Error> {
+    if let Some(groups) = &desired.groups {
+        let body = qm_api::qm::QueueGroups {
+            groups: groups.clone(),
+        };
+        client
+            .set_queue_groups(&desired.names.job_queue, &body)
+            .map_err(|e| Error::request("groups", e))?;
+    }
+    Ok(())
+}
+
+/// Creates the service environment, or enables it and sets its limits.
+fn environment(client: &Client, desired: &Desired, action: Action) -> Result<(), Error> {
+    let names = &desired.names;
+    if action == Action::Create {
+        call(
+            client,
+            "createserviceenvironment",
+            &json!({
+                "serviceEnvironmentName": names.service_environment,
+                "serviceEnvironmentType": "SAGEMAKER_TRAINING",
+                "capacityLimits": limits(&desired.environment),
+            }),
+        )?;
+    } else {
+        call(
+            client,
+            "updateserviceenvironment",
+            &json!({
+                "serviceEnvironment": names.service_environment,
+                "state": "ENABLED",
+                "capacityLimits": limits(&desired.environment),
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates the job queue, or enables it and sets its policy and environment when more than
+/// its class tags change; then sets its class tags.
+fn job_queue(
+    client: &Client,
+    desired: &Desired,
+    live: &Live,
+    policy_arn: Option<&str>,
+    c: &Change,
+    action: Action,
+) -> Result<(), Error> {
+    let names = &desired.names;
+    let arn = policy_arn.ok_or_else(|| Error::Shape {
+        operation: "createschedulingpolicy".into(),
+        message: format!("no ARN for scheduling policy {}", names.scheduling_policy),
+    })?;
+    let order = json!([{"order": 1, "serviceEnvironment": names.service_environment}]);
+    let queue_arn = if action == Action::Create {
+        let r = call(
+            client,
+            "createjobqueue",
+            &json!({
+                "jobQueueName": names.job_queue,
+                "jobQueueType": "SAGEMAKER_TRAINING",
+                "priority": 1,
+                "schedulingPolicyArn": arn,
+                "serviceEnvironmentOrder": order,
+            }),
+        )?;
+        r.get("jobQueueArn")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    } else {
+        if c.fields.iter().any(|f| !f.field.starts_with("tags.")) {
+            call(
+                client,
+                "updatejobqueue",
+                &json!({
+                    "jobQueue": names.job_queue,
+                    "state": "ENABLED",
+                    "schedulingPolicyArn": arn,
+                    "serviceEnvironmentOrder": order,
+                }),
+            )?;
+        }
+        live.queue.as_ref().map(|q| q.arn.clone())
+    };
+    queue_classes(client, desired, live, queue_arn)
+}
+
+/// Sets the server's admin list to the file's, when it has one.
+fn set_admins(client: &Client, desired: &Desired) -> Result<(), Error> {
+    if let Some(admins) = &desired.admins {
+        client
+            .set_admins(admins)
+            .map_err(|e| Error::request("admins", e))?;
     }
     Ok(())
 }

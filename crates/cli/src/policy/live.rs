@@ -144,66 +144,12 @@ pub fn read(client: &Client, desired: &Desired) -> Result<Live, Error> {
     if desired.admins.is_some() {
         live.admins = Some(client.admins().map_err(|e| Error::request("admins", e))?);
     }
-
-    let op = "describeserviceenvironments";
-    let envs = call(
-        client,
-        op,
-        &json!({"serviceEnvironments": [names.service_environment]}),
-    )?;
-    live.environment = envs
-        .get("serviceEnvironments")
-        .and_then(Value::as_array)
-        .and_then(|l| {
-            l.iter()
-                .find(|e| str_of(e, "serviceEnvironmentName") == Some(&names.service_environment))
-        })
-        .map(|e| LiveEnvironment {
-            limits: limits_of(e.get("capacityLimits")),
-            state: str_of(e, "state").unwrap_or("ENABLED").to_string(),
-        });
-
+    live.environment = read_environment(client, &names.service_environment)?;
     live.policy_arn = find_policy(client, &names.scheduling_policy)?;
     if let (Some(arn), false) = (&live.policy_arn, desired.policy_tags.is_empty()) {
         live.policy_tags = read_policy_tags(client, arn)?;
     }
-
-    let op = "describejobqueues";
-    let queues = call(client, op, &json!({"jobQueues": [names.job_queue]}))?;
-    live.queue = queues
-        .get("jobQueues")
-        .and_then(Value::as_array)
-        .and_then(|l| {
-            l.iter()
-                .find(|q| str_of(q, "jobQueueName") == Some(&names.job_queue))
-        })
-        .map(|q| LiveQueue {
-            arn: str_of(q, "jobQueueArn").unwrap_or_default().to_string(),
-            classes: q
-                .get("tags")
-                .and_then(|t| serde_json::from_value(t.clone()).ok())
-                .map(|t| tags::queue_classes(&t))
-                .unwrap_or_default(),
-            state: str_of(q, "state").unwrap_or("ENABLED").to_string(),
-            policy: str_of(q, "schedulingPolicyArn").map(|a| name_of(a).to_string()),
-            environments: {
-                let mut order: Vec<(i64, String)> = q
-                    .get("serviceEnvironmentOrder")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|o| {
-                        Some((
-                            o.get("order")?.as_i64()?,
-                            name_of(o.get("serviceEnvironment")?.as_str()?).to_string(),
-                        ))
-                    })
-                    .collect();
-                order.sort();
-                order.into_iter().map(|(_, n)| n).collect()
-            },
-        });
-
+    live.queue = read_queue(client, &names.job_queue)?;
     if live.queue.is_some() {
         if desired.groups.is_some() {
             live.groups = Some(
@@ -219,6 +165,62 @@ pub fn read(client: &Client, desired: &Desired) -> Result<Live, Error> {
         live.jobs_truncated = truncated;
     }
     Ok(live)
+}
+
+/// The service environment called `name`, when there is one.
+fn read_environment(client: &Client, name: &str) -> Result<Option<LiveEnvironment>, Error> {
+    let op = "describeserviceenvironments";
+    let envs = call(client, op, &json!({"serviceEnvironments": [name]}))?;
+    Ok(envs
+        .get("serviceEnvironments")
+        .and_then(Value::as_array)
+        .and_then(|l| {
+            l.iter()
+                .find(|e| str_of(e, "serviceEnvironmentName") == Some(name))
+        })
+        .map(|e| LiveEnvironment {
+            limits: limits_of(e.get("capacityLimits")),
+            state: str_of(e, "state").unwrap_or("ENABLED").to_string(),
+        }))
+}
+
+/// The job queue called `name`, when there is one.
+fn read_queue(client: &Client, name: &str) -> Result<Option<LiveQueue>, Error> {
+    let op = "describejobqueues";
+    let queues = call(client, op, &json!({"jobQueues": [name]}))?;
+    Ok(queues
+        .get("jobQueues")
+        .and_then(Value::as_array)
+        .and_then(|l| l.iter().find(|q| str_of(q, "jobQueueName") == Some(name)))
+        .map(|q| LiveQueue {
+            arn: str_of(q, "jobQueueArn").unwrap_or_default().to_string(),
+            classes: q
+                .get("tags")
+                .and_then(|t| serde_json::from_value(t.clone()).ok())
+                .map(|t| tags::queue_classes(&t))
+                .unwrap_or_default(),
+            state: str_of(q, "state").unwrap_or("ENABLED").to_string(),
+            policy: str_of(q, "schedulingPolicyArn").map(|a| name_of(a).to_string()),
+            environments: environment_order(q),
+        }))
+}
+
+/// The names of a queue's service environments, in their order.
+fn environment_order(q: &Value) -> Vec<String> {
+    let mut order: Vec<(i64, String)> = q
+        .get("serviceEnvironmentOrder")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            Some((
+                o.get("order")?.as_i64()?,
+                name_of(o.get("serviceEnvironment")?.as_str()?).to_string(),
+            ))
+        })
+        .collect();
+    order.sort();
+    order.into_iter().map(|(_, n)| n).collect()
 }
 
 fn find_policy(client: &Client, name: &str) -> Result<Option<String>, Error> {
@@ -419,15 +421,20 @@ fn read_jobs(client: &Client, queue: &str) -> Result<(Vec<LiveJob>, bool), Error
             }
         }
     }
-    // Summaries carry no priority; DescribeServiceJob does.
-    for job in &mut jobs {
+    read_priorities(client, &mut jobs)?;
+    jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    jobs.dedup_by(|a, b| a.id == b.id);
+    Ok((jobs, truncated))
+}
+
+/// Fills in each job's scheduling priority: summaries carry none; DescribeServiceJob does.
+fn read_priorities(client: &Client, jobs: &mut [LiveJob]) -> Result<(), Error> {
+    for job in jobs {
         let d = call(client, "describeservicejob", &json!({"jobId": job.id}))?;
         job.priority = d
             .get("schedulingPriority")
             .and_then(Value::as_i64)
             .unwrap_or(0);
     }
-    jobs.sort_by(|a, b| a.id.cmp(&b.id));
-    jobs.dedup_by(|a, b| a.id == b.id);
-    Ok((jobs, truncated))
+    Ok(())
 }

@@ -360,61 +360,104 @@ fn share_fields(
 
 /// Computes the plan that makes `live` match `desired`.
 pub fn diff(desired: &Desired, live: &Live) -> Plan {
-    let names = &desired.names;
     let mut changes = Vec::new();
-    let change = |kind, name: &str, action, fields| Change {
-        kind,
-        name: name.to_string(),
-        action,
-        fields,
-        terminated_jobs: Vec::new(),
-    };
-
-    if live.policy_arn.is_none() {
-        let mut fields = vec![FieldChange {
-            field: "idleResourceAssignmentStrategy".into(),
-            from: None,
-            to: Some("FIFO".into()),
-        }];
-        for (k, v) in &desired.policy_tags {
-            push(&mut fields, &format!("tags.{k}"), None, Some(v.clone()));
-        }
-        changes.push(change(
-            Kind::SchedulingPolicy,
-            &names.scheduling_policy,
-            Action::Create,
-            fields,
-        ));
-    }
+    changes.extend(policy_create(desired, live));
     // A change of the policy's fair-sharing tags that turns fair sharing or fair reclaim on
     // comes last, after the weights and groups it is to work with; one that turns them off
     // comes first, before the weights and groups change under it (each call is a scheduling
     // pass, and a preemption in between cannot be undone).
     let mut policy_last = None;
-    if live.policy_arn.is_some() {
-        let fields = policy_tag_fields(&desired.policy_tags, &live.policy_tags);
-        if !fields.is_empty() {
-            let turns_on = fields.iter().any(|f| {
-                matches!(
-                    (f.field.as_str(), f.to.as_deref()),
-                    ("tags.qm:idle-assignment", Some("FAIR_SHARE"))
-                        | ("tags.qm:fair-reclaim", Some("true"))
-                )
-            });
-            let c = change(
-                Kind::SchedulingPolicy,
-                &names.scheduling_policy,
-                Action::Update,
-                fields,
-            );
-            if turns_on {
-                policy_last = Some(c);
-            } else {
-                changes.push(c);
-            }
+    if let Some(c) = policy_tag_update(desired, live) {
+        if turns_fair_sharing_on(&c.fields) {
+            policy_last = Some(c);
+        } else {
+            changes.push(c);
         }
     }
+    changes.extend(environment_change(desired, live));
+    changes.extend(queue_change(desired, live));
+    // Group definitions before the shares join them by their tags: a defined group without
+    // members decides nothing, a tag-only group has no ceiling yet.
+    changes.extend(groups_change(desired, live));
+    changes.extend(declared_share_changes(desired, live));
+    changes.extend(dropped_share_changes(desired, live));
+    changes.extend(policy_last);
+    changes.extend(admins_change(
+        desired.admins.as_deref(),
+        live.admins.as_deref(),
+    ));
 
+    Plan {
+        names: desired.names.clone(),
+        changes,
+        preemptible: impact(desired, live),
+        preempted: Vec::new(),
+        jobs_truncated: live.jobs_truncated,
+    }
+}
+
+impl Change {
+    /// A change that terminates no jobs.
+    fn new(kind: Kind, name: &str, action: Action, fields: Vec<FieldChange>) -> Change {
+        Change {
+            kind,
+            name: name.to_string(),
+            action,
+            fields,
+            terminated_jobs: Vec::new(),
+        }
+    }
+}
+
+/// The scheduling policy's creation, when the server has none.
+fn policy_create(desired: &Desired, live: &Live) -> Option<Change> {
+    if live.policy_arn.is_some() {
+        return None;
+    }
+    let mut fields = vec![FieldChange {
+        field: "idleResourceAssignmentStrategy".into(),
+        from: None,
+        to: Some("FIFO".into()),
+    }];
+    for (k, v) in &desired.policy_tags {
+        push(&mut fields, &format!("tags.{k}"), None, Some(v.clone()));
+    }
+    Some(Change::new(
+        Kind::SchedulingPolicy,
+        &desired.names.scheduling_policy,
+        Action::Create,
+        fields,
+    ))
+}
+
+/// The existing scheduling policy's update, when its fair-sharing tags differ.
+fn policy_tag_update(desired: &Desired, live: &Live) -> Option<Change> {
+    live.policy_arn.as_ref()?;
+    let fields = policy_tag_fields(&desired.policy_tags, &live.policy_tags);
+    (!fields.is_empty()).then(|| {
+        Change::new(
+            Kind::SchedulingPolicy,
+            &desired.names.scheduling_policy,
+            Action::Update,
+            fields,
+        )
+    })
+}
+
+/// Whether policy tag changes turn fair sharing or fair reclaim on.
+fn turns_fair_sharing_on(fields: &[FieldChange]) -> bool {
+    fields.iter().any(|f| {
+        matches!(
+            (f.field.as_str(), f.to.as_deref()),
+            ("tags.qm:idle-assignment", Some("FAIR_SHARE"))
+                | ("tags.qm:fair-reclaim", Some("true"))
+        )
+    })
+}
+
+/// The service environment's creation, or its update when its limits or state differ.
+fn environment_change(desired: &Desired, live: &Live) -> Option<Change> {
+    let name = &desired.names.service_environment;
     let mut env_fields = Vec::new();
     let empty = BTreeMap::new();
     limit_fields(
@@ -423,9 +466,9 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
         &mut env_fields,
     );
     match &live.environment {
-        None => changes.push(change(
+        None => Some(Change::new(
             Kind::ServiceEnvironment,
-            &names.service_environment,
+            name,
             Action::Create,
             env_fields,
         )),
@@ -436,17 +479,16 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
                 Some(e.state.clone()),
                 Some("ENABLED".into()),
             );
-            if !env_fields.is_empty() {
-                changes.push(change(
-                    Kind::ServiceEnvironment,
-                    &names.service_environment,
-                    Action::Update,
-                    env_fields,
-                ));
-            }
+            (!env_fields.is_empty())
+                .then(|| Change::new(Kind::ServiceEnvironment, name, Action::Update, env_fields))
         }
     }
+}
 
+/// The job queue's creation, or its update when its policy, environments, state or class
+/// tags differ.
+fn queue_change(desired: &Desired, live: &Live) -> Option<Change> {
+    let names = &desired.names;
     let mut queue_fields = Vec::new();
     let q = live.queue.as_ref();
     push(
@@ -481,50 +523,61 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
             );
         }
     }
-    if q.is_none() || !queue_fields.is_empty() {
-        let action = if q.is_none() {
-            Action::Create
-        } else {
-            Action::Update
-        };
-        changes.push(change(
-            Kind::JobQueue,
-            &names.job_queue,
-            action,
-            queue_fields,
-        ));
+    if q.is_some() && queue_fields.is_empty() {
+        return None;
     }
+    let action = if q.is_none() {
+        Action::Create
+    } else {
+        Action::Update
+    };
+    Some(Change::new(
+        Kind::JobQueue,
+        &names.job_queue,
+        action,
+        queue_fields,
+    ))
+}
 
-    // Group definitions before the shares join them by their tags: a defined group without
-    // members decides nothing, a tag-only group has no ceiling yet.
-    if let Some(groups) = &desired.groups {
-        let fields = group_fields(live.groups.as_deref().unwrap_or_default(), groups);
-        if !fields.is_empty() {
-            changes.push(change(
-                Kind::Groups,
-                &names.job_queue,
-                Action::Update,
-                fields,
-            ));
-        }
-    }
+/// The queue's group definitions' update, when the file has them and they differ.
+fn groups_change(desired: &Desired, live: &Live) -> Option<Change> {
+    let groups = desired.groups.as_ref()?;
+    let fields = group_fields(live.groups.as_deref().unwrap_or_default(), groups);
+    (!fields.is_empty()).then(|| {
+        Change::new(
+            Kind::Groups,
+            &desired.names.job_queue,
+            Action::Update,
+            fields,
+        )
+    })
+}
 
+/// The file's shares that are new or differ, in the file's order.
+fn declared_share_changes(desired: &Desired, live: &Live) -> Vec<Change> {
+    let mut changes = Vec::new();
     for s in &desired.shares {
         let name = &s.spec.name;
         let before = live.shares.get(name).map(|l| (&l.spec, &l.tags));
         let fields = share_fields(before, s);
         if before.is_none() {
-            changes.push(change(Kind::QuotaShare, name, Action::Create, fields));
+            changes.push(Change::new(Kind::QuotaShare, name, Action::Create, fields));
         } else if !fields.is_empty() {
-            changes.push(change(Kind::QuotaShare, name, Action::Update, fields));
+            changes.push(Change::new(Kind::QuotaShare, name, Action::Update, fields));
         }
     }
+    changes
+}
 
+/// The server's shares that the file no longer names: disabled, then deleted, with their
+/// unfinished jobs.
+fn dropped_share_changes(desired: &Desired, live: &Live) -> Vec<Change> {
     let declared: BTreeSet<&str> = desired
         .shares
         .iter()
         .map(|s| s.spec.name.as_str())
         .collect();
+    let mut changes = Vec::new();
     for (name, l) in &live.shares {
         if declared.contains(name.as_str()) {
             continue;
@@ -536,7 +589,7 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
             Some(on_off(l.spec.enabled)),
             Some("DISABLED".into()),
         );
-        let mut c = change(Kind::QuotaShare, name, Action::Delete, fields);
+        let mut c = Change::new(Kind::QuotaShare, name, Action::Delete, fields);
         c.terminated_jobs = live
             .jobs
             .iter()
@@ -545,20 +598,7 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
             .collect();
         changes.push(c);
     }
-
-    changes.extend(policy_last);
-
-    if let Some(c) = admins_change(desired.admins.as_deref(), live.admins.as_deref()) {
-        changes.push(c);
-    }
-
-    Plan {
-        names: names.clone(),
-        changes,
-        preemptible: impact(desired, live),
-        preempted: Vec::new(),
-        jobs_truncated: live.jobs_truncated,
-    }
+    changes
 }
 
 /// The scheduling policy's fair-sharing tags that differ, as `tags.<key>`: only the keys the
@@ -900,52 +940,7 @@ pub fn render(plan: &Plan, source: &str) -> String {
     );
     for c in &plan.changes {
         let _ = writeln!(out);
-        match c.action {
-            Action::Create => {
-                let _ = writeln!(out, "  + {} {}", c.kind.label(), c.name);
-                for f in &c.fields {
-                    let _ = writeln!(out, "      {}: {}", f.field, value(&f.to));
-                }
-            }
-            // One list, no resource name: the field is the line.
-            Action::Update if c.kind == Kind::Admins => {
-                for f in &c.fields {
-                    let _ = writeln!(
-                        out,
-                        "  ~ {}: {} -> {}",
-                        f.field,
-                        value(&f.from),
-                        value(&f.to)
-                    );
-                }
-            }
-            Action::Update => {
-                let _ = writeln!(out, "  ~ {} {}", c.kind.label(), c.name);
-                for f in &c.fields {
-                    let _ = writeln!(
-                        out,
-                        "      {}: {} -> {}",
-                        f.field,
-                        value(&f.from),
-                        value(&f.to)
-                    );
-                }
-            }
-            Action::Delete => {
-                let how = if c.fields.is_empty() {
-                    "delete"
-                } else {
-                    "disable, then delete"
-                };
-                let _ = writeln!(out, "  - {} {} ({how})", c.kind.label(), c.name);
-                if !c.terminated_jobs.is_empty() {
-                    let _ = writeln!(out, "      its unfinished jobs are terminated:");
-                    for j in &c.terminated_jobs {
-                        job_line(&mut out, j);
-                    }
-                }
-            }
-        }
+        render_change(&mut out, c);
     }
     if !plan.preemptible.is_empty() || !plan.preempted.is_empty() {
         let _ = writeln!(out);
@@ -953,44 +948,11 @@ pub fn render(plan: &Plan, source: &str) -> String {
     }
     for e in &plan.preemptible {
         let _ = writeln!(out);
-        if e.instances > 0 {
-            let _ = writeln!(
-                out,
-                "  {} ({}): {} instance(s) become preemptible; most likely picked first:",
-                e.cause, e.unit, e.instances
-            );
-            for j in &e.jobs {
-                job_line(&mut out, j);
-            }
-        }
-        if !e.kept.is_empty() {
-            let _ = writeln!(
-                out,
-                "  warning: {} ({}): these jobs run only within their share's own quota (they may not be interrupted, or may not borrow yet) and stay above the new limit until they end:",
-                e.cause, e.unit
-            );
-            for j in &e.kept {
-                job_line(&mut out, j);
-            }
-        }
+        render_exposure(&mut out, e);
     }
     for r in &plan.preempted {
         let _ = writeln!(out);
-        let when = match r.after_seconds {
-            0 => "at once".to_string(),
-            s => format!(
-                "in {} (when its patience with victims that checkpoint runs out), unless they end first",
-                crate::client::time::duration(0, s as i64 * 1000)
-            ),
-        };
-        let _ = writeln!(out, "  {}: the scheduler would preempt {when}:", r.unit);
-        for j in &r.victims {
-            job_line(&mut out, j);
-        }
-        let _ = writeln!(out, "    for:");
-        for j in &r.claimants {
-            job_line(&mut out, j);
-        }
+        render_reclaim(&mut out, r);
     }
     if plan.jobs_truncated {
         let _ = writeln!(
@@ -1002,6 +964,99 @@ pub fn render(plan: &Plan, source: &str) -> String {
     let (c, u, d) = plan.counts();
     let _ = writeln!(out, "Plan: {c} to create, {u} to change, {d} to delete.");
     out
+}
+
+/// One change: its resource and fields, or for a delete the jobs it terminates.
+fn render_change(out: &mut String, c: &Change) {
+    match c.action {
+        Action::Create => {
+            let _ = writeln!(out, "  + {} {}", c.kind.label(), c.name);
+            for f in &c.fields {
+                let _ = writeln!(out, "      {}: {}", f.field, value(&f.to));
+            }
+        }
+        // One list, no resource name: the field is the line.
+        Action::Update if c.kind == Kind::Admins => {
+            for f in &c.fields {
+                let _ = writeln!(
+                    out,
+                    "  ~ {}: {} -> {}",
+                    f.field,
+                    value(&f.from),
+                    value(&f.to)
+                );
+            }
+        }
+        Action::Update => {
+            let _ = writeln!(out, "  ~ {} {}", c.kind.label(), c.name);
+            for f in &c.fields {
+                let _ = writeln!(
+                    out,
+                    "      {}: {} -> {}",
+                    f.field,
+                    value(&f.from),
+                    value(&f.to)
+                );
+            }
+        }
+        Action::Delete => {
+            let how = if c.fields.is_empty() {
+                "delete"
+            } else {
+                "disable, then delete"
+            };
+            let _ = writeln!(out, "  - {} {} ({how})", c.kind.label(), c.name);
+            if !c.terminated_jobs.is_empty() {
+                let _ = writeln!(out, "      its unfinished jobs are terminated:");
+                for j in &c.terminated_jobs {
+                    job_line(out, j);
+                }
+            }
+        }
+    }
+}
+
+/// One exposure: the jobs that become preemptible, and those kept above the new limit.
+fn render_exposure(out: &mut String, e: &Exposure) {
+    if e.instances > 0 {
+        let _ = writeln!(
+            out,
+            "  {} ({}): {} instance(s) become preemptible; most likely picked first:",
+            e.cause, e.unit, e.instances
+        );
+        for j in &e.jobs {
+            job_line(out, j);
+        }
+    }
+    if !e.kept.is_empty() {
+        let _ = writeln!(
+            out,
+            "  warning: {} ({}): these jobs run only within their share's own quota (they may not be interrupted, or may not borrow yet) and stay above the new limit until they end:",
+            e.cause, e.unit
+        );
+        for j in &e.kept {
+            job_line(out, j);
+        }
+    }
+}
+
+/// One foreseen preemption: when, its victims, and the waiting jobs they make room for.
+fn render_reclaim(out: &mut String, r: &Reclaim) {
+    let when = match r.after_seconds {
+        0 => "at once".to_string(),
+        s => format!(
+            "in {} (when its patience with victims that checkpoint runs out), unless they end first",
+            crate::client::time::duration(0, s as i64 * 1000)
+        ),
+    };
+    let _ = writeln!(out, "  {}: the scheduler would preempt {when}:", r.unit);
+    for j in &r.victims {
+        job_line(out, j);
+    }
+    let _ = writeln!(out, "    for:");
+    for j in &r.claimants {
+        job_line(out, j);
+    }
 }
 
 #[cfg(test)]
