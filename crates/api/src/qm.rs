@@ -581,6 +581,11 @@ pub struct WhatIf {
     pub decisions: Vec<WhatIfDecision>,
     /// How far ahead it looked (ms): passes that patience brings within it are included.
     pub horizon_ms: u64,
+    /// The queue's running jobs once the change is made, per instance type, in the order the
+    /// scheduler ranks victims (the core's victim order): a preemption takes the first ones
+    /// its rules allow. `qm plan` names a change's preemptible jobs in this order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub victim_order: Vec<WhatIfJob>,
 }
 
 /// The body of `POST /qm/v1/jobs/{job}/preempt`: a drill (`qm preempt`).

@@ -314,11 +314,42 @@ fn plan_apply_and_audit_a_cluster_file_through_a_reclaim() {
     golden("plan_lower.txt", &named(out));
     let (code, out) = server.qm(&["plan", "-f", "second.yaml", "--output", "json"]);
     assert_eq!(code, 2, "{out}");
+    // The jobs named most likely to be picked are the ones the scheduler picks: its victims
+    // are the first of that list (one rule, the core's, for both).
+    let plan: Value = serde_json::from_str(&out).expect("JSON");
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| j["id"].as_str().expect("id").to_string())
+            .collect()
+    };
+    let victims = ids(&plan["preempted"][0]["victims"]);
+    let likely = ids(&plan["preemptible"][0]["jobs"]);
+    assert!(!victims.is_empty() && likely.starts_with(&victims), "{out}");
     golden("plan_lower.json", &named(out));
 
     let (code, out) = server.qm(&["apply", "-f", "second.yaml", "--yes"]);
     assert_eq!(code, 0, "{out}");
     golden("apply_second.txt", &named(out));
+    // And once applied, the scheduler preempts exactly those.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.status(&jobs[3].1) != "RUNNING" {
+        assert!(
+            Instant::now() < deadline,
+            "ops' job did not start: {}",
+            server.status(&jobs[3].1)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (_, id) in &jobs[..3] {
+        let preempted = victims.contains(id);
+        let job = server.call("describeservicejob", json!({"jobId": id}));
+        let attempts = job["preemptionSummary"]["preemptedAttemptCount"]
+            .as_u64()
+            .unwrap_or(0);
+        assert_eq!(attempts > 0, preempted, "{id}: {job}");
+    }
     let (code, out) = server.qm(&["plan", "-f", "second.yaml"]);
     assert_eq!(code, 0, "{out}");
     let shares = server.call("listquotashares", json!({"jobQueue": "training"}));

@@ -137,6 +137,54 @@ impl Scheduler {
         Ok(out)
     }
 
+    /// A queue's running attempts per instance type (types in name order), each type's in
+    /// the order the victim search ranks them ([`crate::VictimRank`], with each share's
+    /// borrowed instances as the pass projects them): a preemption on the type takes the
+    /// first ones its rules let it take that cover what it needs. `qm plan` lists a change's
+    /// preemptible jobs in this order (through the server's what-if), so that the names it
+    /// shows are the ones the scheduler would pick.
+    pub fn victim_order(&self, queue: &str) -> Option<Vec<(String, JobId)>> {
+        let (q, units) = self.units_of(queue)?;
+        let qu = &self.queues[q.0 as usize];
+        let mut out = Vec::new();
+        for u in units {
+            let Some(ul) = qu.units.get(&u) else {
+                continue;
+            };
+            let view = self.view(q, u);
+            let mut ranked: Vec<(crate::VictimRank, JobId)> = Vec::new();
+            for (x, lane) in ul.lanes.iter().enumerate() {
+                let borrowed = view
+                    .projected
+                    .get(x)
+                    .map_or(0, crate::ledger::Account::borrowed);
+                for k in &lane.running {
+                    let job = self.attempts[&k.attempt.0].job;
+                    ranked.push((crate::VictimRank::of(k, borrowed), job));
+                }
+            }
+            ranked.sort();
+            let name = self.unit_name(u);
+            out.extend(ranked.into_iter().map(|(_, j)| (name.to_string(), j)));
+        }
+        Some(out)
+    }
+
+    /// [`Scheduler::victim_order`] of `queue` once `inputs` are applied at `now`, on a copy
+    /// (this one is untouched): the order after a change, before any pass acts on it.
+    pub fn what_if_victim_order(
+        &self,
+        now: Millis,
+        inputs: impl IntoIterator<Item = Input>,
+        queue: &str,
+    ) -> Result<Vec<(String, JobId)>, CoreError> {
+        let mut copy = self.clone();
+        for input in inputs {
+            copy.apply(now, input)?;
+        }
+        Ok(copy.victim_order(queue).unwrap_or_default())
+    }
+
     /// Per share and unit accounting of a queue, shares in name order: every share on every
     /// unit that a share has a limit for or a job has used, so that a share with no job yet
     /// still shows its entitlement (and what it could lend).

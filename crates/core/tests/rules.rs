@@ -368,6 +368,50 @@ fn the_lowest_priority_victim_goes_first() {
 }
 
 #[test]
+fn the_victim_order_shells_show_is_the_order_a_reclaim_takes() {
+    // `qm plan` names preemptible jobs in `Scheduler::victim_order`; a reclaim must take them
+    // in that order, with priorities, progress and sizes all in play.
+    let mut w = World::with_policy(
+        &[(G5, 5)],
+        Policy {
+            reclaim_patience_ms: 0,
+            ..Default::default()
+        },
+    )
+    .share("B", LendAndBorrow, &[(G5, 1)])
+    .share("L", Lend, &[(G5, 4)]);
+    w.submit("b-high", "B", 9, 1);
+    w.submit("b-old", "B", 1, 1);
+    w.advance(60);
+    w.submit("b-young", "B", 1, 1);
+    w.submit("b-mid", "B", 4, 1);
+    w.advance(600);
+    w.checkpoint("b-old");
+    w.submit("b-low", "B", 0, 1);
+    w.advance(60);
+    let order: Vec<&str> =
+        w.s.victim_order(Q)
+            .expect("the queue exists")
+            .iter()
+            .map(|(unit, job)| {
+                assert_eq!(unit, G5);
+                w.name(*job)
+            })
+            .collect();
+    assert_eq!(order, ["b-low", "b-old", "b-young", "b-mid", "b-high"]);
+    let order: Vec<String> = order.into_iter().map(String::from).collect();
+    // The owner takes back 1, then 2 more: each time the next ones in the order.
+    w.submit("owner-1", "L", 0, 1);
+    assert_eq!(w.preempted(), set(&["b-low"]));
+    w.submit("owner-2", "L", 0, 2);
+    let mut taken = w.preempted();
+    taken.sort();
+    let mut expected = order[1..3].to_vec();
+    expected.sort();
+    assert_eq!(taken, expected);
+}
+
+#[test]
 fn among_equal_priorities_the_victim_that_loses_least_work_goes_first() {
     // At once (no reclaim patience), so that the order alone decides.
     let mut w = World::with_policy(

@@ -90,7 +90,7 @@ pub fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 fn planned(client: &Client, desired: &Desired, live: &live::Live) -> Result<plan::Plan, Error> {
     let mut plan = plan::diff(desired, live);
     if !plan.is_empty() && live.queue.is_some() {
-        plan.foresee(&whatif::read(client, desired)?);
+        plan.foresee(&whatif::read(client, desired)?, desired, live);
     }
     Ok(plan)
 }

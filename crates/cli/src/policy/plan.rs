@@ -13,8 +13,10 @@
 //!
 //! - **preemptible**: the jobs that make up the borrowed part after the change (of the changed
 //!   share, and — when lent capacity is withdrawn — of the borrowers whose borrowing is no
-//!   longer backed: `Σ borrowed - Σ lendable`, [`qm_core::ledger::pressure`]), lowest priority
-//!   first, then newest: the order in which they are most likely to be picked;
+//!   longer backed: `Σ borrowed - Σ lendable`, [`qm_core::ledger::pressure`]), in the order the
+//!   scheduler ranks victims once the change is made (the what-if's `victimOrder`, worked out
+//!   by the core: [`qm_core::Scheduler::victim_order`]), the order in which they are most
+//!   likely to be picked;
 //! - **preempted**: the jobs the server's scheduler would stop once the file is applied, and
 //!   for which waiting jobs. These are not worked out here: the server runs its scheduler on
 //!   a copy of its state with the file's configuration (`POST /qm/v1/what-if`, see
@@ -174,7 +176,8 @@ pub struct Plan {
     pub names: Names,
     /// The changes, in the order apply makes them.
     pub changes: Vec<Change>,
-    /// Jobs that become preemptible.
+    /// Jobs that become preemptible (their jobs named by [`Plan::foresee`], in the
+    /// scheduler's victim order).
     pub preemptible: Vec<Exposure>,
     /// Jobs the server's scheduler would preempt once the plan is applied (see
     /// [`Plan::foresee`]); empty until then.
@@ -184,8 +187,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Lists what the server's what-if says the scheduler would preempt.
-    pub fn foresee(&mut self, what_if: &qm_api::qm::WhatIf) {
+    /// Lists what the server's what-if says the scheduler would preempt, and names the jobs
+    /// the change makes preemptible in the scheduler's victim order.
+    pub fn foresee(&mut self, what_if: &qm_api::qm::WhatIf, desired: &Desired, live: &Live) {
+        self.preemptible = impact(desired, live, &VictimOrder::of(what_if));
         let job = |j: &qm_api::qm::WhatIfJob| JobRef {
             id: j.job_id.clone(),
             name: j.job_name.clone(),
@@ -390,7 +395,7 @@ pub fn diff(desired: &Desired, live: &Live) -> Plan {
     Plan {
         names: desired.names.clone(),
         changes,
-        preemptible: impact(desired, live),
+        preemptible: impact(desired, live, &VictimOrder::default()),
         preempted: Vec::new(),
         jobs_truncated: live.jobs_truncated,
     }
@@ -719,21 +724,46 @@ fn lower(a: Option<u32>, b: Option<u32>) -> bool {
 /// first: lowest priority, then newest.
 /// The order in which a share's running jobs are likely preempted: lowest priority first,
 /// then the newest (least work lost), then by id for a stable listing.
-fn victim_order(a: &LiveJob, b: &LiveJob) -> std::cmp::Ordering {
-    a.priority
-        .cmp(&b.priority)
-        .then(b.created_at.cmp(&a.created_at))
-        .then(a.id.cmp(&b.id))
+/// The scheduler's victim order: each running job's place in the what-if's `victimOrder`
+/// (the core's ranking once the change is made). Empty until the server was asked: a plan
+/// names no job the core would not rank.
+#[derive(Clone, Debug, Default)]
+pub struct VictimOrder(BTreeMap<String, usize>);
+
+impl VictimOrder {
+    /// The order of `what_if`.
+    pub fn of(what_if: &qm_api::qm::WhatIf) -> Self {
+        VictimOrder(
+            what_if
+                .victim_order
+                .iter()
+                .enumerate()
+                .map(|(i, j)| (j.job_id.clone(), i))
+                .collect(),
+        )
+    }
+
+    fn place(&self, j: &LiveJob) -> Option<usize> {
+        self.0.get(&j.id).copied()
+    }
 }
 
-fn likely_victims<'a>(jobs: &'a [LiveJob], share: Option<&str>, unit: &str) -> Vec<&'a LiveJob> {
-    let mut v: Vec<&LiveJob> = jobs
+/// A share's (or every share's) running jobs on `unit` that a reclaim may take, in the
+/// scheduler's victim order.
+fn likely_victims<'a>(
+    jobs: &'a [LiveJob],
+    share: Option<&str>,
+    unit: &str,
+    order: &VictimOrder,
+) -> Vec<&'a LiveJob> {
+    let mut v: Vec<(usize, &LiveJob)> = jobs
         .iter()
         .filter(|j| j.state == JobState::Running && j.unit == unit && j.reclaimable)
         .filter(|j| share.is_none_or(|s| j.share == s))
+        .filter_map(|j| Some((order.place(j)?, j)))
         .collect();
-    v.sort_by(|a, b| victim_order(a, b));
-    v
+    v.sort_by_key(|&(place, _)| place);
+    v.into_iter().map(|(_, j)| j).collect()
 }
 
 /// A share's running jobs on `unit` that run only within its own quota (they may not be
@@ -806,7 +836,7 @@ fn lowering_cause(p: &Position<'_>, unit: &str) -> Option<(String, bool)> {
 }
 
 /// The jobs the plan's lowering changes make preemptible.
-fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
+fn impact(desired: &Desired, live: &Live, order: &VictimOrder) -> Vec<Exposure> {
     let mut units: BTreeSet<&str> = desired.environment.keys().map(String::as_str).collect();
     if let Some(e) = &live.environment {
         units.extend(e.limits.keys().map(String::as_str));
@@ -868,7 +898,10 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
                         unit: unit.to_string(),
                         cause,
                         instances: borrowed,
-                        jobs: covering(likely_victims(&live.jobs, Some(p.name), unit), borrowed),
+                        jobs: covering(
+                            likely_victims(&live.jobs, Some(p.name), unit, order),
+                            borrowed,
+                        ),
                         kept,
                     });
                 }
@@ -886,14 +919,14 @@ fn impact(desired: &Desired, live: &Live) -> Vec<Exposure> {
             if unbacked > 0 {
                 let mut candidates = Vec::new();
                 for (p, a) in &after {
-                    let mine = likely_victims(&live.jobs, Some(p.name), unit);
+                    let mine = likely_victims(&live.jobs, Some(p.name), unit, order);
                     let ids: BTreeSet<String> = covering(mine.clone(), a.borrowed())
                         .into_iter()
                         .map(|j| j.id)
                         .collect();
                     candidates.extend(mine.into_iter().filter(|j| ids.contains(&j.id)));
                 }
-                candidates.sort_by(|a, b| victim_order(a, b));
+                candidates.sort_by_key(|j| order.place(j));
                 exposures.push(Exposure {
                     unit: unit.to_string(),
                     cause: format!(
@@ -1156,6 +1189,31 @@ mod tests {
         jobs.iter().map(|j| j.name.as_str()).collect()
     }
 
+    /// The plan once the server's what-if ranked the running jobs `order` (job names, victims
+    /// first), as the core would: the plan names jobs in that order, whatever their priority.
+    fn planned(desired: &Desired, server: &Live, order: &[&str]) -> Plan {
+        let mut plan = diff(desired, server);
+        let victim_order = order
+            .iter()
+            .map(|name| qm_api::qm::WhatIfJob {
+                job_id: format!("id-{name}"),
+                job_name: name.to_string(),
+                quota_share_name: String::new(),
+                capacity_unit: "gpu".into(),
+                instances: 1,
+                priority: 0,
+            })
+            .collect();
+        let what_if = qm_api::qm::WhatIf {
+            now: 0,
+            decisions: Vec::new(),
+            horizon_ms: 0,
+            victim_order,
+        };
+        plan.foresee(&what_if, desired, server);
+        plan
+    }
+
     #[test]
     fn a_server_that_matches_the_file_needs_no_changes() {
         let d = desired(vec![share("a", 2, Strategy::Lend, -1)]);
@@ -1165,7 +1223,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lower_borrow_limit_exposes_the_borrowed_jobs_lowest_priority_then_newest() {
+    fn a_lower_borrow_limit_exposes_the_borrowed_jobs_in_the_scheduler_s_victim_order() {
         let before = desired(vec![
             share("a", 1, Strategy::LendAndBorrow, -1),
             share("b", 3, Strategy::Lend, -1),
@@ -1182,13 +1240,17 @@ mod tests {
             share("a", 1, Strategy::LendAndBorrow, 100),
             share("b", 3, Strategy::Lend, -1),
         ]);
+        // Before the server ranked them, no job is named: the amount and the cause are.
         let plan = diff(&after, &server);
         assert_eq!(plan.preemptible.len(), 1, "{plan:?}");
         assert_eq!(plan.preemptible[0].instances, 2);
         assert!(plan.preemptible[0]
             .cause
             .contains("borrowLimit unlimited -> 100%"));
-        assert_eq!(names(&plan.preemptible[0].jobs), ["new", "old"]);
+        assert!(plan.preemptible[0].jobs.is_empty(), "{plan:?}");
+        // The core's order decides, not the priorities (`old` checkpointed later, say).
+        let plan = planned(&after, &server, &["old", "new", "own"]);
+        assert_eq!(names(&plan.preemptible[0].jobs), ["old", "new"]);
     }
 
     #[test]
@@ -1212,7 +1274,7 @@ mod tests {
             share("a", 1, Strategy::LendAndBorrow, -1),
             share("b", 3, Strategy::Lend, -1),
         ]);
-        let plan = diff(&after, &server);
+        let plan = planned(&after, &server, &["loose", "firm-1", "firm-2"]);
         assert_eq!(plan.preemptible.len(), 1, "{plan:?}");
         let e = &plan.preemptible[0];
         // The firm jobs hold 2 of a's new limit of 1: they stay, and only loose is exposed.
@@ -1277,7 +1339,7 @@ mod tests {
             share("a", 1, Strategy::LendAndBorrow, -1),
             share("b", 3, Strategy::Reserve, -1),
         ]);
-        let plan = diff(&after, &server);
+        let plan = planned(&after, &server, &["b1", "a3", "a2", "a1"]);
         let unbacked: Vec<&Exposure> = plan
             .preemptible
             .iter()
@@ -1314,10 +1376,12 @@ mod tests {
                 d(1_000, WhatIfAction::Terminate, "t", "cpu", None),
             ],
             horizon_ms: 1_800_000,
+            victim_order: Vec::new(),
         };
         let d0 = desired(vec![share("s", 1, Strategy::Lend, -1)]);
-        let mut plan = diff(&d0, &live(&d0, &[]));
-        plan.foresee(&what_if);
+        let server = live(&d0, &[]);
+        let mut plan = diff(&d0, &server);
+        plan.foresee(&what_if, &d0, &server);
         let groups: Vec<(u64, Vec<&str>, Vec<&str>)> = plan
             .preempted
             .iter()

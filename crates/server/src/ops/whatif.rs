@@ -18,6 +18,12 @@ impl State {
         let inputs = self.what_if_inputs(&queue, r)?;
         let policy = self.core.policy();
         let horizon = policy.reclaim_patience_ms.max(policy.backfill_patience_ms);
+        let victim_order = self
+            .core
+            .what_if_victim_order(self.now as u64, inputs.clone(), &queue)?
+            .into_iter()
+            .filter_map(|(_, job)| self.what_if_job(job))
+            .collect();
         let effects = self.core.what_if(self.now as u64, inputs, horizon)?;
         let decisions = effects
             .into_iter()
@@ -27,6 +33,7 @@ impl State {
             now: self.now,
             decisions,
             horizon_ms: horizon,
+            victim_order,
         })
     }
 
