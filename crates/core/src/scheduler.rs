@@ -202,7 +202,7 @@ impl PendingIndex {
 /// lower priority first, then the least work lost (the most recent checkpoint, else start),
 /// then the larger job, then the newer attempt. Across shares the victim search merges these
 /// lists, inserting "more borrowed instances of the unit" after work lost (see
-/// [`crate::pass::VictimRank`]).
+/// [`crate::victims::VictimRank`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct RunKey {
     pub(crate) priority: u32,
@@ -684,7 +684,7 @@ pub struct Scheduler {
     /// Lanes whose inputs changed since the last pass.
     pub(crate) dirty: BTreeSet<(QueueIx, UnitIx)>,
     /// The pass's working accounts, kept between passes only to reuse their allocations.
-    pub(crate) scratch: Option<crate::pass::View>,
+    pub(crate) scratch: Option<crate::view::View>,
     /// The victim search's allocations, kept between searches for the same reason.
     pub(crate) search_pool: crate::victims::SearchPool,
     /// The latest time the shell passed in: what `explain` judges thrash protection by.
