@@ -19,7 +19,7 @@ use super::report::{self, SlurmJob, SlurmNode, SINFO_FORMAT};
 use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
-use crate::executor::now_ms;
+use crate::clock::now_ms;
 use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::progress::{lock, Tail};

@@ -526,7 +526,7 @@ impl Supervisor {
                 log_dir: prepared.layout.attempt_dir.clone(),
                 checkpoint_dir,
                 checkpoint_baseline_ns: baseline_ns,
-                at_ms: crate::executor::now_ms(),
+                at_ms: crate::clock::now_ms(),
             }));
         }
         let deadline = spec.max_runtime.map(|limit| started + limit);

@@ -23,12 +23,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
+use super::attempt::{self, Ctx, Report, Reporter};
 use super::protocol::{FromSupervisor, Hello, Launch, Status, ToSupervisor, PROTOCOL};
 use super::{
     boot_id, outcome_dir, outcome_file, socket_path, sync_outcome, wire, write_outcome_as,
     Durability, Identity,
 };
-use crate::attempt::{self, Ctx, Report, Reporter};
 use crate::{Outcome, Usage};
 use qm_storage::Storage;
 
@@ -598,7 +598,7 @@ fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str
     let _ = events.send((
         Status::Exited {
             outcome,
-            at_ms: crate::executor::now_ms(),
+            at_ms: crate::clock::now_ms(),
             usage: None,
         },
         durable,
@@ -722,7 +722,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
     let usage = started.then_some(usage);
     let exited = Status::Exited {
         outcome: outcome.clone(),
-        at_ms: crate::executor::now_ms(),
+        at_ms: crate::clock::now_ms(),
         usage,
     };
     // Held and never told to go: nothing ran, and no server's log holds the start, so no
