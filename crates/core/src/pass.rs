@@ -53,7 +53,7 @@ use crate::fair::{Candidate, FairCtx};
 use crate::ledger::{self, Account, Ceiling, Pressure, Route, Violation};
 use crate::model::*;
 use crate::reason::PendingReason;
-use crate::scheduler::{Attempt, Hold, Lane, Patience, PendKey, Scheduler, Share, UnitLanes};
+use crate::scheduler::{Attempt, Hold, Job, Lane, Patience, PendKey, Scheduler, Share, UnitLanes};
 use crate::view::View;
 
 /// An hour, for `ShareSpec::max_preemptions_per_hour`.
@@ -1390,6 +1390,30 @@ impl Scheduler {
         self.find_victims_among(id, view, true)
     }
 
+    /// The job's group's ceiling, if the job's share is in a group whose limit on the unit
+    /// it would pass (`projected`: the shares' accounts) or that `violation` names.
+    fn group_limit_reached(
+        &self,
+        job: &Job,
+        projected: &[Account],
+        violation: Violation,
+    ) -> Option<PendingReason> {
+        let (s, c) = (usize::from(job.share.0), job.spec.count);
+        let queue = &self.queues[job.queue.0 as usize];
+        let g = queue.group(s)?;
+        let limit = queue.groups[g].limits.get(&job.unit).copied();
+        let members = (0..projected.len()).filter(|&x| queue.group(x) == Some(g));
+        let usage: u32 = members.map(|x| projected[x].usage).sum();
+        (limit.is_some_and(|l| usage + c > l) || violation == Violation::Group(g)).then(|| {
+            PendingReason::GroupLimitReached {
+                group: queue.groups[g].name().to_string(),
+                needs: c,
+                usage,
+                limit: limit.unwrap_or(0),
+            }
+        })
+    }
+
     /// Classifies why a job with no victim set must wait: first what its share may do (own
     /// quota, borrow limit, what is lendable), then what the unit allows (environment,
     /// physical instances).
@@ -1409,19 +1433,8 @@ impl Scheduler {
         }
         // A group's ceiling is named whenever it binds, even when another constraint was
         // found first: no reclaim from outside the group can lift it.
-        let queue = &self.queues[job.queue.0 as usize];
-        if let Some(g) = queue.group(s) {
-            let limit = queue.groups[g].limits.get(&job.unit).copied();
-            let members = (0..projected.len()).filter(|&x| queue.group(x) == Some(g));
-            let usage: u32 = members.map(|x| projected[x].usage).sum();
-            if limit.is_some_and(|l| usage + c > l) || violation == Violation::Group(g) {
-                return PendingReason::GroupLimitReached {
-                    group: queue.groups[g].name().to_string(),
-                    needs: c,
-                    usage,
-                    limit: limit.unwrap_or(0),
-                };
-            }
+        if let Some(reason) = self.group_limit_reached(job, projected, violation) {
+            return reason;
         }
         if violation == Violation::Firm {
             let (needs, held, entitlement) = (c, self.own_only_usage(job), a.entitlement);
