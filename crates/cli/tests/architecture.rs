@@ -2,9 +2,8 @@
 //! workspace crates its row of the table names; the client (`qm`'s commands that talk to a
 //! server) imports nothing of the server; the scheduling core reads no clock, draws no random
 //! number, does no IO and iterates no std hash map (whose order changes from run to run).
-//! No crate has an import circle of more than three modules, but for the ones still allowed
-//! by name, which may only shrink. A rule that changes is changed in ARCHITECTURE.md, which
-//! this test reads.
+//! No crate has an import circle of more than three modules. A rule that changes is changed
+//! in ARCHITECTURE.md, which this test reads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -164,11 +163,6 @@ fn the_core_reads_no_clock_draws_no_random_number_does_no_io_and_iterates_no_std
     }
 }
 
-/// The import circles allowed for now, by crate: the largest set of a crate's top-level
-/// modules that reach each other through `crate::` paths. Issue 41 wants none over three;
-/// these may only shrink (lower a number when a cut lands).
-const CIRCLES_ALLOWED: [(&str, usize); 2] = [("executor", 5), ("core", 5)];
-
 /// Over three modules, a circle is a tangle a newcomer cannot change one part of.
 const CIRCLE_MAX: usize = 3;
 
@@ -270,14 +264,10 @@ fn no_crate_s_import_circle_grows_past_what_is_allowed_and_new_ones_stay_within_
     for src in dirs {
         let crate_dir = src.parent().unwrap().file_name().unwrap();
         let name = crate_dir.to_string_lossy().to_string();
-        let allowed = CIRCLES_ALLOWED
-            .iter()
-            .find(|(c, _)| *c == name)
-            .map_or(CIRCLE_MAX, |(_, n)| *n);
         let circle = largest_circle(&module_edges(&src));
-        if circle.len() > allowed {
+        if circle.len() > CIRCLE_MAX {
             over.push(format!(
-                "crates/{name}: {} modules import each other in a circle ({circle:?}); at most {allowed} are allowed",
+                "crates/{name}: {} modules import each other in a circle ({circle:?}); at most {CIRCLE_MAX} are allowed",
                 circle.len()
             ));
         }

@@ -15,8 +15,8 @@
 
 use crate::ledger::{self, Account};
 use crate::model::*;
-use crate::pass::View;
 use crate::scheduler::Scheduler;
+use crate::view::View;
 
 impl Scheduler {
     /// The head's shadow on this unit (see the module doc), or `None` when there is none.

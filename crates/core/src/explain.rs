@@ -110,7 +110,7 @@ impl Scheduler {
 
     /// `VICTIMS_PROTECTED` when thrash protection alone keeps the job from preempting: it
     /// would find victims if their shares' protection were off.
-    fn protected_victims(&self, id: JobId, view: &crate::pass::View) -> Option<PendingReason> {
+    fn protected_victims(&self, id: JobId, view: &crate::view::View) -> Option<PendingReason> {
         let job = &self.jobs[&id];
         let queue = &self.queues[job.queue.0 as usize];
         if !queue.shares.iter().any(|s| s.protects()) {

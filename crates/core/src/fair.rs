@@ -33,9 +33,10 @@ use std::cmp::Ordering;
 
 use crate::ledger::{self, Account, Route};
 use crate::model::*;
-use crate::pass::{VictimRank, View};
 use crate::reason::PendingReason;
 use crate::scheduler::{Queue, Scheduler};
+use crate::victims::VictimRank;
+use crate::view::View;
 
 /// What the pass over one unit of a queue needs to rank borrowers fairly. The other units'
 /// figures do not move during the pass, so they are computed once.

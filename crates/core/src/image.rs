@@ -402,23 +402,60 @@ fn queue_image(q: &Queue) -> QueueImage {
 
 fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
     let units = s.unit_names.len();
-    let check_unit = |u: u16| {
-        if usize::from(u) < units {
-            Ok(UnitIx(u))
-        } else {
-            Err(CoreError::BadImage(format!(
-                "queue {} names unit index {u} of {units}",
-                qi.name
-            )))
-        }
-    };
     let mut environment = BTreeMap::new();
     for (u, n) in &qi.environment {
-        environment.insert(check_unit(*u)?, *n);
+        environment.insert(check_unit(units, &qi.name, *u)?, *n);
     }
+    let (shares, share_ix) = import_shares(s, &qi.shares)?;
+    let lanes = import_lanes(units, &qi, shares.len())?;
+    let spec = QueueSpec {
+        groups: qi.groups.clone(),
+        ..Default::default()
+    };
+    crate::scheduler::check_groups(&spec)
+        .map_err(|e| CoreError::BadImage(format!("queue {}: {e}", qi.name)))?;
+    let mut groups = Vec::new();
+    for g in qi.groups {
+        let mut limits = BTreeMap::new();
+        for (name, n) in &g.limits {
+            let u = s.unit_ix.get(name).copied().ok_or_else(|| {
+                CoreError::BadImage(format!("group {} names unknown unit {name}", g.name))
+            })?;
+            limits.insert(u, *n);
+        }
+        groups.push(Group { spec: g, limits });
+    }
+    let mut queue = Queue::new(qi.name);
+    queue.environment = environment;
+    queue.shares = shares;
+    queue.share_ix = share_ix;
+    queue.units = lanes;
+    queue.idle_assignment = qi.idle_assignment;
+    queue.fair_reclaim = qi.fair_reclaim;
+    queue.groups = groups;
+    queue.regroup();
+    Ok(queue)
+}
+
+/// Unit index `u` of queue `queue`, if the image has that many units.
+fn check_unit(units: usize, queue: &str, u: u16) -> Result<UnitIx, CoreError> {
+    if usize::from(u) < units {
+        Ok(UnitIx(u))
+    } else {
+        Err(CoreError::BadImage(format!(
+            "queue {queue} names unit index {u} of {units}"
+        )))
+    }
+}
+
+/// A queue's shares, in index order, and the index of each live one by name.
+fn import_shares(
+    s: &Scheduler,
+    images: &[ShareImage],
+) -> Result<(Vec<Share>, BTreeMap<String, ShareIx>), CoreError> {
     let mut shares = Vec::new();
     let mut share_ix = BTreeMap::new();
-    for (i, sh) in qi.shares.iter().enumerate() {
+    for (i, sh) in images.iter().enumerate() {
         let mut limits = BTreeMap::new();
         for (name, n) in &sh.spec.limits {
             let u = s.unit_ix.get(name).copied().ok_or_else(|| {
@@ -435,15 +472,25 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
             deleted: sh.deleted,
         });
     }
+    Ok((shares, share_ix))
+}
+
+/// A queue's lane groups, with what the last pass left on them (holds, patient jobs,
+/// wake-ups); their indexes are rebuilt from the jobs and attempts.
+fn import_lanes(
+    units: usize,
+    qi: &QueueImage,
+    nshares: usize,
+) -> Result<BTreeMap<UnitIx, UnitLanes>, CoreError> {
     let mut lanes: BTreeMap<UnitIx, UnitLanes> = BTreeMap::new();
     for ui in &qi.units {
-        if ui.held_for.len() > shares.len() {
+        if ui.held_for.len() > nshares {
             return Err(CoreError::BadImage(format!(
                 "queue {} has {} lanes on unit {} for {} shares",
                 qi.name,
                 ui.held_for.len(),
                 ui.unit,
-                shares.len()
+                nshares
             )));
         }
         let held = |h: &Option<(JobId, bool)>| {
@@ -473,35 +520,9 @@ fn import_queue(s: &Scheduler, qi: QueueImage) -> Result<Queue, CoreError> {
             patient,
             wake: ui.wake,
         };
-        lanes.insert(check_unit(ui.unit)?, ul);
+        lanes.insert(check_unit(units, &qi.name, ui.unit)?, ul);
     }
-    let spec = QueueSpec {
-        groups: qi.groups.clone(),
-        ..Default::default()
-    };
-    crate::scheduler::check_groups(&spec)
-        .map_err(|e| CoreError::BadImage(format!("queue {}: {e}", qi.name)))?;
-    let mut groups = Vec::new();
-    for g in qi.groups {
-        let mut limits = BTreeMap::new();
-        for (name, n) in &g.limits {
-            let u = s.unit_ix.get(name).copied().ok_or_else(|| {
-                CoreError::BadImage(format!("group {} names unknown unit {name}", g.name))
-            })?;
-            limits.insert(u, *n);
-        }
-        groups.push(Group { spec: g, limits });
-    }
-    let mut queue = Queue::new(qi.name);
-    queue.environment = environment;
-    queue.shares = shares;
-    queue.share_ix = share_ix;
-    queue.units = lanes;
-    queue.idle_assignment = qi.idle_assignment;
-    queue.fair_reclaim = qi.fair_reclaim;
-    queue.groups = groups;
-    queue.regroup();
-    Ok(queue)
+    Ok(lanes)
 }
 
 fn import_job(s: &Scheduler, j: JobImage) -> Result<Job, CoreError> {

@@ -21,7 +21,8 @@
 //! ([`VictimRank`]); `fair` fair sharing of idle capacity, fair reclaim and groups of shares
 //! ([`Scheduler::fairness`]); `explain` the pending reasons
 //! ([`PendingReason`]); [`idle`] the instances left idle while jobs that fit them wait, and
-//! why; `invariants` the consistency check. Nothing here reads a clock, does
+//! why; `invariants` the consistency check; `view` the accounts a pass decides against;
+//! [`logged`] a logged batch's decisions, which `replay` imposes. Nothing here reads a clock, does
 //! IO, spawns a thread, draws a random number or lets hash-map order reach a decision.
 
 mod easy;
@@ -38,9 +39,11 @@ pub mod model;
 mod pass;
 mod query;
 pub mod reason;
+mod replay;
 mod scheduler;
 pub mod time;
 mod victims;
+mod view;
 
 pub use error::CoreError;
 pub use fair::{Fairness, GroupStanding, ShareFairness};
@@ -48,9 +51,9 @@ pub use idle::{IdleCause, IdleWhileWaiting};
 pub use image::Image;
 pub use logged::Logged;
 pub use model::*;
-pub use pass::VictimRank;
 pub use query::{Borrowing, Flow, PoolUsage, ShareUsage};
 pub use reason::{Misconfiguration, PendingReason};
 pub use scheduler::{
     Attempt, Input, Job, Policy, Scheduler, MAX_LIMITS, MAX_PRIORITY, MAX_SHARES_PER_QUEUE,
 };
+pub use victims::VictimRank;

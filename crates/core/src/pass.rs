@@ -53,48 +53,11 @@ use crate::fair::{Candidate, FairCtx};
 use crate::ledger::{self, Account, Ceiling, Pressure, Route, Violation};
 use crate::model::*;
 use crate::reason::PendingReason;
-use crate::scheduler::{Attempt, Hold, Lane, Patience, PendKey, RunKey, Scheduler, Share};
+use crate::scheduler::{Attempt, Hold, Job, Lane, Patience, PendKey, Scheduler, Share, UnitLanes};
+use crate::view::View;
 
 /// An hour, for `ShareSpec::max_preemptions_per_hour`.
 const HOUR_MS: Millis = 3_600_000;
-
-/// The documented victim order (DESIGN.md §2 rule 7): a smaller rank is preempted first.
-/// Fields compare in declaration order:
-///
-/// 1. lower priority;
-/// 2. less work lost: the later the last checkpoint (else the attempt's start), the less a
-///    preemption loses;
-/// 3. more borrowed instances of the unit held (`min(count, borrowed of its share)`, computed
-///    on the state at decision time);
-/// 4. the larger job, then the newer attempt, so that the order is total.
-///
-/// The victim search (`crate::victims`) takes the valid set that is first in this order: the
-/// one whose worst victim ranks earliest, then whose second-worst does, and so on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct VictimRank {
-    /// The victim's priority.
-    pub priority: u32,
-    /// Last checkpoint or attempt start; later = ranked earlier.
-    pub progress_at: Reverse<Millis>,
-    /// Borrowed instances it holds; more = ranked earlier.
-    pub borrowed: Reverse<u32>,
-    /// Instances it holds; more = ranked earlier.
-    pub count: Reverse<u32>,
-    /// Newer attempts are ranked earlier.
-    pub attempt: Reverse<AttemptId>,
-}
-
-impl VictimRank {
-    pub(crate) fn of(k: &RunKey, share_borrowed: u32) -> Self {
-        VictimRank {
-            priority: k.priority,
-            progress_at: k.progress,
-            borrowed: Reverse(k.count.0.min(share_borrowed)),
-            count: k.count,
-            attempt: k.attempt,
-        }
-    }
-}
 
 /// What the pass does with one nominee. Waiting carries only the constraint that blocked it;
 /// the full [`PendingReason`] is built on demand by `explain`.
@@ -108,219 +71,6 @@ pub(crate) enum Decision {
     /// A job patient with the victims it could preempt (backfilled jobs, or borrowers that
     /// checkpoint) waits; when its patience runs out is in `UnitLanes::patient`.
     Drain,
-}
-
-/// The accounts of one lane group (a queue's unit), built once per pass and kept current as
-/// the pass starts jobs and preempts, so that each decision costs O(1) unless it looks for
-/// victims. `real` counts what stopping attempts still hold; `projected` leaves it out (it
-/// will come back). Both also count, as usage of their share, what its jobs that wait for
-/// their victims to exit have claimed, up to the share's idle entitlement: capacity reclaimed
-/// for an owner is not lendable to anyone else.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct View {
-    pub(crate) ceiling: Ceiling,
-    held: Vec<Account>,
-    held_projected: Vec<Account>,
-    /// Per share: instances its reclaiming jobs wait for (claims), and instances its waiting
-    /// jobs that fit its idle entitlement need (`pending_own_demand`), or all its idle
-    /// entitlement while its head is patient (reservations, which only borrowers see: see
-    /// `borrow_gate`).
-    demand: Vec<u32>,
-    reserve: Vec<u32>,
-    pub(crate) real: Vec<Account>,
-    pub(crate) projected: Vec<Account>,
-    real_pressure: Pressure,
-    projected_pressure: Pressure,
-    /// Instances held by stopping attempts.
-    pub(crate) releasing: u32,
-    /// The time decisions are made at (thrash protection depends on it).
-    pub(crate) now: Millis,
-}
-
-impl View {
-    /// Derives `real`, `projected` and the pressures from `held`, `held_projected` and the
-    /// claims, reusing the allocations.
-    fn finish(&mut self) {
-        self.real.clear();
-        self.projected.clear();
-        for s in 0..self.held.len() {
-            self.real
-                .push(Self::with_claim(self.held[s], self.demand[s]));
-            self.projected
-                .push(Self::with_claim(self.held_projected[s], self.demand[s]));
-        }
-        ledger::pressure_into(&self.ceiling, &self.real, &mut self.real_pressure);
-        ledger::pressure_into(&self.ceiling, &self.projected, &mut self.projected_pressure);
-    }
-
-    /// A reclaiming job's claim counts as usage: nobody else may take what it preempted for.
-    fn with_claim(held: Account, demand: u32) -> Account {
-        let claim = demand.min(held.entitlement.saturating_sub(held.usage));
-        Account {
-            usage: held.usage + claim,
-            ..held
-        }
-    }
-
-    fn refresh(&mut self, s: usize) {
-        self.real[s] = Self::with_claim(self.held[s], self.demand[s]);
-        self.projected[s] = Self::with_claim(self.held_projected[s], self.demand[s]);
-        ledger::pressure_into(&self.ceiling, &self.real, &mut self.real_pressure);
-        ledger::pressure_into(&self.ceiling, &self.projected, &mut self.projected_pressure);
-    }
-
-    /// What the attempts of share `s` hold, without claims.
-    pub(crate) fn held(&self, s: usize) -> Account {
-        self.held[s]
-    }
-
-    /// Every share's account, as attempts hold it.
-    pub(crate) fn accounts(&self) -> &[Account] {
-        &self.held
-    }
-
-    /// Every share's account once the stopping attempts have exited, as attempts hold it
-    /// (without the claims of reclaiming jobs).
-    pub(crate) fn held_projected(&self) -> &[Account] {
-        &self.held_projected
-    }
-
-    /// Share `s` started a job of `c` instances.
-    fn add(&mut self, s: usize, c: u32) {
-        self.held[s].usage += c;
-        self.held_projected[s].usage += c;
-        self.refresh(s);
-    }
-
-    /// Share `s`'s reclaiming jobs wait for `c` more instances (`c` < 0: fewer).
-    fn claim(&mut self, s: usize, c: i64) {
-        self.demand[s] = (i64::from(self.demand[s]) + c) as u32;
-        self.refresh(s);
-    }
-
-    /// Victims of share `s` holding `c` instances are now stopping.
-    fn stopping(&mut self, s: usize, c: u32) {
-        self.held_projected[s].usage -= c;
-        self.releasing += c;
-        self.refresh(s);
-    }
-
-    /// The view as the jobs of share `s` see it: claims protect released capacity from other
-    /// shares; within the share the usual order decides who uses it.
-    pub(crate) fn for_share(&self, s: usize) -> std::borrow::Cow<'_, View> {
-        if self.demand[s] == 0 {
-            return std::borrow::Cow::Borrowed(self);
-        }
-        let mut own = self.clone();
-        own.demand[s] = 0;
-        own.refresh(s);
-        std::borrow::Cow::Owned(own)
-    }
-
-    /// Whether share `s` may take `c` more instances by borrowing as far as other shares'
-    /// waiting jobs are concerned (`accounts` is the state the start would apply to). The
-    /// environment (and physical) room left must still cover what their waiting owners need,
-    /// and neither that room nor the lendable capacity may go to this job when another
-    /// share's job preempted for it in order to borrow: it waits for its victims to exit.
-    /// Owners ignore both: an owner may always take its own capacity (the other then waits).
-    pub(crate) fn borrow_gate(&self, accounts: &[Account], s: usize, c: u32) -> bool {
-        if accounts[s].route(c) == Route::Own {
-            return true;
-        }
-        let (mut reserved, mut claimed_borrowing) = (0u32, 0u32);
-        for x in (0..accounts.len()).filter(|&x| x != s) {
-            reserved += self.reserve[x];
-            claimed_borrowing += self.borrow_claim(x);
-        }
-        if reserved == 0 && claimed_borrowing == 0 {
-            return true;
-        }
-        let total =
-            accounts.iter().map(|a| a.usage).sum::<u32>() + c + reserved + claimed_borrowing;
-        if total > self.ceiling.environment
-            || self.ceiling.physical_for_queue.is_some_and(|p| total > p)
-        {
-            return false;
-        }
-        // What is lendable once every other share keeps the idle instances its waiting owners
-        // need, against what is borrowed with this job and what other reclaimers will borrow.
-        let grown = Account {
-            usage: accounts[s].usage + c,
-            ..accounts[s]
-        };
-        let (mut borrowed, mut lendable) = (claimed_borrowing, 0u32);
-        for (x, a) in accounts.iter().enumerate() {
-            let a = if x == s { &grown } else { a };
-            borrowed += a.borrowed();
-            lendable += if x == s {
-                a.lendable()
-            } else {
-                a.lendable().saturating_sub(self.reserve[x])
-            };
-        }
-        borrowed <= lendable
-    }
-
-    /// Instances share `x`'s reclaiming jobs wait for beyond its idle entitlement: capacity
-    /// they preempted for in order to borrow. The idle entitlement is the one they will find
-    /// once the victims exit: what the share's own victims (in-share preemption) release
-    /// comes back to it, and is not borrowed.
-    fn borrow_claim(&self, x: usize) -> u32 {
-        self.demand[x] - (self.projected[x].usage - self.held_projected[x].usage)
-    }
-
-    /// Whether share `s`'s owners compete with other shares' for the unit: the shares' limits
-    /// add up to more than the environment, a physical limit is shared with other queues, or
-    /// the share's group caps the unit below what its members are entitled to together.
-    pub(crate) fn contested_for(&self, s: usize) -> bool {
-        let entitled: u64 = self.held.iter().map(|a| u64::from(a.entitlement)).sum();
-        if entitled > u64::from(self.ceiling.environment)
-            || self.ceiling.physical_for_queue.is_some()
-        {
-            return true;
-        }
-        self.ceiling.capped_group(s).is_some_and(|g| {
-            let limit = self.ceiling.groups[g].unwrap_or(u32::MAX);
-            let members: u64 = (0..self.held.len())
-                .filter(|&x| self.ceiling.capped_group(x) == Some(g))
-                .map(|x| u64::from(self.held[x].entitlement))
-                .sum();
-            members > u64::from(limit)
-        })
-    }
-
-    /// What of share `s`'s idle entitlement its waiting owners could use now, as far as its
-    /// group's ceiling lets them: an owner the ceiling blocks keeps nothing from borrowers.
-    pub(crate) fn group_headroom(&self, s: usize, reserve: u32) -> u32 {
-        let Some(g) = self.ceiling.capped_group(s) else {
-            return reserve;
-        };
-        let limit = self.ceiling.groups[g].unwrap_or(u32::MAX);
-        let held: u32 = (0..self.held.len())
-            .filter(|&x| self.ceiling.capped_group(x) == Some(g))
-            .map(|x| self.held[x].usage)
-            .sum();
-        reserve.min(limit.saturating_sub(held))
-    }
-
-    /// Whether a job of share `s` needing `c` instances could start if every other share's
-    /// jobs were gone: only then can a reservation covering other shares' starts help it. A
-    /// job that waits for its own share's jobs alone (its share full and unable to borrow that
-    /// much) gains nothing from taking other shares' jobs back.
-    pub(crate) fn others_could_free(&self, s: usize, c: u32) -> bool {
-        let mut alone = self.projected.clone();
-        for (x, a) in alone.iter_mut().enumerate() {
-            if x != s {
-                a.usage = 0;
-            }
-        }
-        ledger::allowed_add(&ledger::pressure(&self.ceiling, &alone), &alone[s], s, c).is_ok()
-    }
-
-    /// Whether share `s` has reclaiming jobs.
-    fn claims(&self, s: usize) -> bool {
-        self.demand[s] > 0
-    }
 }
 
 /// The kinds of nominee, decided in this order: a pass decides every nominee of the lowest
@@ -410,6 +160,19 @@ impl Bound {
         self.any = 0;
         self.own = 0;
     }
+
+    /// Step 5: what the nominee's decision teaches the pass about its share's later jobs.
+    fn learn(&mut self, n: &Nominee, decision: &Decision) {
+        match decision {
+            Decision::Start => {}
+            // Like a job waiting for its victims to exit, a patient one holds its share.
+            Decision::Preempt(_) | Decision::Release(_) | Decision::Drain => self.close(),
+            // Its share's own-only usage only grows in a pass: no such job as large fits
+            // either, and the others are unaffected.
+            Decision::Wait(Violation::Firm) => self.own_only = self.own_only.min(n.count - 1),
+            Decision::Wait(_) => self.lower(n),
+        }
+    }
 }
 
 /// An aged head that the starvation guard holds capacity for on this unit. The jobs that may
@@ -469,6 +232,59 @@ fn cover(reservations: &[Reservation], n: &Nominee) -> Cover {
         Some(r) => Cover::Backfill(r.job, r.decided),
         None => Cover::None,
     }
+}
+
+/// One share's lane as `nominate` sees it.
+struct ShareLane<'a> {
+    s: usize,
+    lane: &'a Lane,
+    /// The share's head (first job in its order) and its count.
+    head: Option<(u32, PendKey)>,
+    /// What is left of the share's idle entitlement.
+    own_room: u32,
+    /// The share has in-share preemption: its jobs are offered strictly in order.
+    strict: bool,
+}
+
+impl ShareLane<'_> {
+    fn nominee(&self, count: u32, key: PendKey, kind: Kind, by_own: bool) -> Nominee {
+        Nominee {
+            share: self.s,
+            count,
+            key,
+            kind,
+            head: self.head.is_some_and(|(_, h)| h == key),
+            by_own,
+        }
+    }
+}
+
+/// One pass over a lane group, carried through its steps (module docs).
+struct UnitPass {
+    now: Millis,
+    q: QueueIx,
+    u: UnitIx,
+    view: View,
+    reservations: Vec<Reservation>,
+    /// The jobs patient with their victims after the last pass (this pass rebuilds the set).
+    patient_before: BTreeMap<JobId, Patience>,
+    bounds: Vec<Bound>,
+    /// Borrowers ranked by more than FIFO (fair sharing, groups): the figures of the units
+    /// (built on the first round that ranks two borrowers), and whether a decision of this
+    /// pass moved a share's figure, which fair reclaim on the queue's other units reads.
+    orders: bool,
+    fair: Option<FairCtx>,
+    cross_unit: bool,
+    moved: bool,
+    /// Under fair reclaim a borrower's start raises its figure and so can make its jobs
+    /// fair victims for a borrower decided earlier in the pass: capacity no longer only
+    /// shrinks within a pass, so such a pass is followed by another.
+    borrow_started: bool,
+    waited: bool,
+    /// Decisions on the view as it is: `nominate` classifies its nominees by them, and the
+    /// pass nominates every round until the view changes (a start, a preemption, a claim
+    /// or reservation that moves), when they are forgotten.
+    decided: RefCell<BTreeMap<JobId, Decision>>,
 }
 
 impl Scheduler {
@@ -566,16 +382,45 @@ impl Scheduler {
             .is_some_and(|ul| ul.lanes.iter().any(|l| !l.reclaimers.is_empty()))
     }
 
+    /// Passes the lane group (module docs): builds its view, then nominates, orders and
+    /// decides one round of nominees at a time until no share offers one.
     fn schedule_unit(&mut self, now: Millis, q: QueueIx, u: UnitIx, fx: &mut Vec<Effect>) {
+        let Some(mut pass) = self.begin_unit_pass(now, q, u) else {
+            return;
+        };
+        let mut nominees = Vec::new();
+        loop {
+            self.nominate(&pass, &mut nominees);
+            if !self.order_round(&mut pass, &mut nominees) {
+                break;
+            }
+            for &n in &nominees {
+                if self.decide_nominee(&mut pass, n, fx) {
+                    // A claim that was given up or lapsed freed capacity that the jobs decided
+                    // so far (and the round's other nominees) were decided without: every
+                    // share is offered again from its first job, so that a job that waited
+                    // for the claimed capacity is decided before the jobs behind it take it.
+                    // (A claim goes once, so this ends.)
+                    pass.bounds.fill(Bound::OPEN);
+                    break;
+                }
+            }
+        }
+        self.end_unit_pass(pass);
+    }
+
+    /// Step 1: the lane group's view and reservations, with the last pass's patient jobs and
+    /// holds cleared for this pass to rebuild; `None` if the queue has no such lane group.
+    fn begin_unit_pass(&mut self, now: Millis, q: QueueIx, u: UnitIx) -> Option<UnitPass> {
         let nshares = self.queues[q.0 as usize].shares.len();
         if !self.queues[q.0 as usize].units.contains_key(&u) {
-            return;
+            return None;
         }
         // The view is built while the last pass's patient jobs are still known: a share whose
         // head is patient keeps its idle capacity (see `fill_view`).
         let mut view = self.scratch.take().unwrap_or_default();
         self.fill_view(q, u, &mut view);
-        let mut reservations = self.reservations(now, q, u, &view);
+        let reservations = self.reservations(now, q, u, &view);
         let ul = self.queues[q.0 as usize]
             .units
             .get_mut(&u)
@@ -585,259 +430,306 @@ impl Scheduler {
         for lane in &mut ul.lanes {
             lane.held_for = None;
         }
-        let mut bounds = vec![Bound::OPEN; nshares];
-        let mut nominees = Vec::new();
-        // Borrowers ranked by more than FIFO (fair sharing, groups): the figures of the units
-        // (built on the first round that ranks two borrowers), and whether a decision of this
-        // pass moved a share's figure, which fair reclaim on the queue's other units reads.
         let queue = &self.queues[q.0 as usize];
-        let orders = queue.orders_borrowers();
-        let mut fair: Option<FairCtx> = None;
-        let cross_unit = queue.fair_reclaim;
-        let mut moved = false;
-        // Under fair reclaim a borrower's start raises its figure and so can make its jobs
-        // fair victims for a borrower decided earlier in the pass: capacity no longer only
-        // shrinks within a pass, so such a pass is followed by another.
-        let (mut borrow_started, mut waited) = (false, false);
-        // Decisions on the view as it is: `nominate` classifies its nominees by them, and the
-        // pass nominates every round until the view changes (a start, a preemption, a claim
-        // or reservation that moves), when they are forgotten.
-        let decided = RefCell::new(BTreeMap::new());
-        loop {
-            self.nominate(now, q, u, &bounds, &view, &mut nominees, &decided);
-            let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
-                break;
-            };
-            nominees.retain(|n| n.kind == kind);
-            // An aged head that other shares' later starts may not pass goes before the round's
-            // other nominees: one decided first could preempt for capacity the head then holds
-            // (its victim would restart at once, its claimant held behind the head).
-            let crossing = |n: &Nominee| reservations.iter().any(|r| r.cross && r.job == n.key.job);
-            nominees.sort_by_key(|n| (!crossing(n), n.order()));
-            if matches!(kind, Kind::Head | Kind::Rest) {
-                // One decision at a time: after each, the next share's nominee may be an older
-                // job than the ones already nominated (FIFO), or rank otherwise (`fair`).
-                if orders && nominees.len() > 1 && !crossing(&nominees[0]) {
-                    let ctx = fair
-                        .get_or_insert_with(|| FairCtx::new(self, &self.queues[q.0 as usize], u));
-                    let cands: Vec<Candidate> = nominees
-                        .iter()
-                        .map(|n| Candidate {
-                            share: n.share,
-                            count: n.count,
-                            seq: n.key.seq,
-                        })
-                        .collect();
-                    if let Some(i) = ctx.first(&view.real, &cands) {
-                        nominees.swap(0, i);
-                    }
-                }
-                nominees.truncate(1);
-            }
-            for &n in &nominees {
-                let mut gave_up = false;
-                let id = n.key.job;
-                let b = &mut bounds[n.share];
-                if n.head {
-                    b.head_seen = Some(id);
-                }
-                let reclaimer = self.jobs[&id].reclaiming;
-                if reclaimer {
-                    b.reclaim_seen = Some(n.key);
-                }
-                // A start the starvation guard would hold back goes ahead on the capacity it
-                // holds, preemptibly: backfill, never idle capacity — except while the aged
-                // head lets what is backfilled finish, when nothing new is backfilled.
-                let backfill = match cover(&reservations, &n) {
-                    Cover::Held(holder) => {
-                        b.lower(&n);
-                        self.hold_if_free(q, u, n.share, holder);
-                        continue;
-                    }
-                    Cover::Backfill(head, decided) => {
-                        let easy = self.jobs[&id].spec.runtime_limit_ms.is_some() && {
-                            let r = reservations
-                                .iter_mut()
-                                .find(|r| r.job == head)
-                                .expect("the covering reservation");
-                            let shadow = *r
-                                .shadow
-                                .get_or_insert_with(|| self.shadow(q, u, head, &view, now));
-                            self.ends_before(id, now, shadow)
-                        };
-                        if easy {
-                            // EASY: it is gone before the head could surely start.
-                            None
-                        } else if self.policy.preemptible_backfill
-                            && self.jobs[&id].spec.interruptible
-                            && !(self.jobs[&id].spec.own_only() && self.jobs[&head].spec.own_only())
-                        {
-                            Some((head, decided))
-                        } else {
-                            // (A job that may not be interrupted is never backfilled: the
-                            // head could not take its capacity back. Nor is one that runs only
-                            // within its share's quota onto a head that does too: it would
-                            // count against the quota before the head, which then could not
-                            // start, nor take it back, and its claimants would churn.)
-                            // Held; the jobs after it may still end in time.
-                            b.easy_after = b.easy_after.max(Some(n.key));
-                            b.easy_held += 1;
-                            if b.easy_held >= EASY_DEPTH {
-                                b.close();
-                            }
-                            self.hold_if_free(q, u, n.share, head);
-                            continue;
-                        }
-                    }
-                    Cover::None => None,
-                };
-                let was_patient = patient_before.contains_key(&id);
-                let (decision, patient) = {
-                    let d = self.decide_once(id, &view, &decided);
-                    self.patience(now, q, u, id, d, &patient_before)
-                };
-                if let Some(r) = reservations.iter_mut().find(|r| r.job == id) {
-                    r.draining = patient;
-                    r.decided = true;
-                }
-                let (reserved_before, started) =
-                    (view.reserve[n.share], matches!(decision, Decision::Start));
-                // Only starts and preemptions (and a reclaimer giving up its claim) change the
-                // view; a job that waits, is patient or waits for release leaves it as it was.
-                let changes_view = matches!(decision, Decision::Start | Decision::Preempt(_));
-                match decision {
-                    Decision::Start => {
-                        self.start(now, id, backfill.map(|(head, _)| head), fx);
-                        if backfill.is_some_and(|(_, decided)| decided) {
-                            // Its head, already decided, may now preempt what was a claim or
-                            // free capacity it could not use: it gets another look.
-                            self.dirty.insert((q, u));
-                        }
-                        if let Some(i) = reservations.iter().position(|r| r.job == id) {
-                            // Its reservation ends: what was backfilled onto it is ordinary.
-                            reservations.remove(i);
-                            self.untag(q, u, id);
-                        }
-                        let s = n.share;
-                        let borrowing = view.held(s).route(n.count) == Route::Borrow;
-                        moved |= borrowing;
-                        borrow_started |= borrowing;
-                        if reclaimer {
-                            // Its claim becomes usage.
-                            view.demand[s] -= n.count;
-                        } else if view.claims(s) {
-                            // A job ahead of the share's reclaimers took the capacity they
-                            // claimed: their claims lapse.
-                            self.lapse_claims(q, u, Some(s));
-                            view.demand[s] = 0;
-                            gave_up = true;
-                        }
-                        view.add(s, n.count);
-                        if n.head {
-                            // Its share has a new head, which holds capacity from now on if it
-                            // is aged: the pass's later decisions must see that reservation,
-                            // or a claimant would preempt for capacity the head then keeps.
-                            let ul = &self.queues[q.0 as usize].units[&u];
-                            let new = self.reservation(now, ul, s, &view, &patient_before);
-                            if let Some(r) =
-                                new.filter(|r| reservations.iter().all(|x| x.job != r.job))
-                            {
-                                reservations.push(r);
-                            }
-                        }
-                    }
-                    Decision::Preempt(victims) => {
-                        b.close();
-                        moved = true;
-                        for a in &victims {
-                            let att = &self.attempts[a];
-                            view.stopping(usize::from(att.share.0), att.count);
-                        }
-                        self.preempt(now, id, &victims, fx);
-                        if !reclaimer {
-                            view.claim(n.share, i64::from(n.count));
-                            // Its claim now protects what it waits for: the share keeps for
-                            // its other waiting owners only what fits beside the claims
-                            // (`Scheduler::lane_reserve`), or the claim and the reservation
-                            // would keep the same instances from borrowers twice.
-                            view.reserve[n.share] =
-                                view.group_headroom(n.share, self.reserve_of(q, u, n.share));
-                        }
-                        self.hold(q, u, n.share, id, Hold::Release);
-                    }
-                    Decision::Release(_) => {
-                        b.close();
-                        self.hold(q, u, n.share, id, Hold::Release);
-                    }
-                    Decision::Wait(v) => {
-                        waited = true;
-                        if reclaimer {
-                            // Its victims are gone and it still cannot start (the
-                            // configuration changed): it no longer holds a claim, and jobs
-                            // decided against the claim get another look in a new pass.
-                            self.clear_reclaiming(id);
-                            view.claim(n.share, -i64::from(n.count));
-                            // Without reclaimers its share reserves its idle entitlement for
-                            // its next owner again (the claim protected it until now).
-                            view.reserve[n.share] =
-                                view.group_headroom(n.share, self.reserve_of(q, u, n.share));
-                            self.dirty.insert((q, u));
-                            gave_up = true;
-                        }
-                        if v == Violation::Firm {
-                            // Its share's own-only usage only grows in a pass: no such job as
-                            // large fits either, and the others are unaffected.
-                            b.own_only = b.own_only.min(n.count - 1);
-                        } else {
-                            b.lower(&n);
-                        }
-                    }
-                    Decision::Drain => {
-                        // Like a job waiting for its victims to exit, it holds its share.
-                        b.close();
-                        self.hold(q, u, n.share, id, Hold::Starvation);
-                    }
-                }
-                let is_patient = self.queues[q.0 as usize].units[&u]
-                    .patient
-                    .contains_key(&id);
-                if changes_view || reclaimer || was_patient != is_patient {
-                    decided.borrow_mut().clear();
-                }
-                if !started && (changes_view || gave_up) {
-                    // Capacity may come free sooner than the shadows assumed.
-                    reservations.iter_mut().for_each(|r| r.shadow = None);
-                }
-                if started || was_patient != is_patient {
-                    let reserve = view.group_headroom(n.share, self.reserve_of(q, u, n.share));
-                    if reserve + if started { n.count } else { 0 } < reserved_before {
-                        // The share's reservation shrank by more than a start used (a start,
-                        // or a head no longer patient): borrowers decided against it get
-                        // another look.
-                        self.dirty.insert((q, u));
-                    }
-                    view.reserve[n.share] = reserve;
-                }
-                if started && view.ceiling.capped_group(n.share).is_some() {
-                    // A start uses its group's headroom: fellow members' owners may now keep
-                    // less from borrowers.
-                    self.shrink_group_reserves(q, u, n.share, &mut view);
-                }
-                if gave_up {
-                    // A claim that was given up or lapsed freed capacity that the jobs decided
-                    // so far (and the round's other nominees) were decided without: every
-                    // share is offered again from its first job, so that a job that waited
-                    // for the claimed capacity is decided before the jobs behind it take it.
-                    // (A claim goes once, so this ends.)
-                    bounds = vec![Bound::OPEN; nshares];
-                    break;
+        Some(UnitPass {
+            now,
+            q,
+            u,
+            view,
+            reservations,
+            patient_before,
+            bounds: vec![Bound::OPEN; nshares],
+            orders: queue.orders_borrowers(),
+            fair: None,
+            cross_unit: queue.fair_reclaim,
+            moved: false,
+            borrow_started: false,
+            waited: false,
+            decided: RefCell::new(BTreeMap::new()),
+        })
+    }
+
+    /// Step 3: keeps the round's lowest kind of nominee, in the order they are decided (one
+    /// at a time for heads and the rest); `false` when there is none and the pass is over.
+    fn order_round(&self, p: &mut UnitPass, nominees: &mut Vec<Nominee>) -> bool {
+        let Some(kind) = nominees.iter().map(|n| n.kind).min() else {
+            return false;
+        };
+        nominees.retain(|n| n.kind == kind);
+        // An aged head that other shares' later starts may not pass goes before the round's
+        // other nominees: one decided first could preempt for capacity the head then holds
+        // (its victim would restart at once, its claimant held behind the head).
+        let reservations = &p.reservations;
+        let crossing = |n: &Nominee| reservations.iter().any(|r| r.cross && r.job == n.key.job);
+        nominees.sort_by_key(|n| (!crossing(n), n.order()));
+        if matches!(kind, Kind::Head | Kind::Rest) {
+            // One decision at a time: after each, the next share's nominee may be an older
+            // job than the ones already nominated (FIFO), or rank otherwise (`fair`).
+            if p.orders && nominees.len() > 1 && !crossing(&nominees[0]) {
+                let (q, u) = (p.q, p.u);
+                let ctx = p
+                    .fair
+                    .get_or_insert_with(|| FairCtx::new(self, &self.queues[q.0 as usize], u));
+                let cands: Vec<Candidate> = nominees
+                    .iter()
+                    .map(|n| Candidate {
+                        share: n.share,
+                        count: n.count,
+                        seq: n.key.seq,
+                    })
+                    .collect();
+                if let Some(i) = ctx.first(&p.view.real, &cands) {
+                    nominees.swap(0, i);
                 }
             }
+            nominees.truncate(1);
         }
-        if cross_unit && borrow_started && waited {
+        true
+    }
+
+    /// Step 4 for nominee `n`: decides it against the view and applies the decision, which
+    /// bounds its share (step 5). Returns whether a claim was given up or lapsed.
+    fn decide_nominee(&mut self, p: &mut UnitPass, n: Nominee, fx: &mut Vec<Effect>) -> bool {
+        let (now, q, u, id) = (p.now, p.q, p.u, n.key.job);
+        let b = &mut p.bounds[n.share];
+        if n.head {
+            b.head_seen = Some(id);
+        }
+        let reclaimer = self.jobs[&id].reclaiming;
+        if reclaimer {
+            b.reclaim_seen = Some(n.key);
+        }
+        let Some(backfill) = self.backfill_or_hold(p, &n) else {
+            return false;
+        };
+        let was_patient = p.patient_before.contains_key(&id);
+        let (decision, patient) = {
+            let d = self.decide_once(id, &p.view, &p.decided);
+            self.patience(now, q, u, id, d, &p.patient_before)
+        };
+        if let Some(r) = p.reservations.iter_mut().find(|r| r.job == id) {
+            r.draining = patient;
+            r.decided = true;
+        }
+        let (reserved_before, started) =
+            (p.view.reserve[n.share], matches!(decision, Decision::Start));
+        // Only starts and preemptions (and a reclaimer giving up its claim) change the
+        // view; a job that waits, is patient or waits for release leaves it as it was.
+        let changes_view = matches!(decision, Decision::Start | Decision::Preempt(_));
+        p.bounds[n.share].learn(&n, &decision);
+        let gave_up = match decision {
+            Decision::Start => self.apply_start(p, n, reclaimer, backfill, fx),
+            Decision::Preempt(victims) => {
+                self.apply_preempt(p, n, reclaimer, &victims, fx);
+                false
+            }
+            Decision::Release(_) => {
+                self.hold(q, u, n.share, id, Hold::Release);
+                false
+            }
+            Decision::Wait(_) => {
+                p.waited = true;
+                if reclaimer {
+                    self.give_up_claim(p, n);
+                }
+                reclaimer
+            }
+            Decision::Drain => {
+                // Like a job waiting for its victims to exit, it holds its share.
+                self.hold(q, u, n.share, id, Hold::Starvation);
+                false
+            }
+        };
+        let is_patient = self.queues[q.0 as usize].units[&u]
+            .patient
+            .contains_key(&id);
+        if changes_view || reclaimer || was_patient != is_patient {
+            p.decided.borrow_mut().clear();
+        }
+        if !started && (changes_view || gave_up) {
+            // Capacity may come free sooner than the shadows assumed.
+            p.reservations.iter_mut().for_each(|r| r.shadow = None);
+        }
+        if started || was_patient != is_patient {
+            let reserve = p
+                .view
+                .group_headroom(n.share, self.reserve_of(q, u, n.share));
+            if reserve + if started { n.count } else { 0 } < reserved_before {
+                // The share's reservation shrank by more than a start used (a start,
+                // or a head no longer patient): borrowers decided against it get
+                // another look.
+                self.dirty.insert((q, u));
+            }
+            p.view.reserve[n.share] = reserve;
+        }
+        if started && p.view.ceiling.capped_group(n.share).is_some() {
+            // A start uses its group's headroom: fellow members' owners may now keep
+            // less from borrowers.
+            self.shrink_group_reserves(q, u, n.share, &mut p.view);
+        }
+        gave_up
+    }
+
+    /// What the starvation guard makes of nominee `n`: `None` when it waits behind an aged
+    /// head (held), else the head whose reservation it would start backfilled onto, if any,
+    /// and whether that head has been decided in this pass.
+    fn backfill_or_hold(&mut self, p: &mut UnitPass, n: &Nominee) -> Option<Option<(JobId, bool)>> {
+        let (now, q, u, id) = (p.now, p.q, p.u, n.key.job);
+        // A start the starvation guard would hold back goes ahead on the capacity it
+        // holds, preemptibly: backfill, never idle capacity — except while the aged
+        // head lets what is backfilled finish, when nothing new is backfilled.
+        match cover(&p.reservations, n) {
+            Cover::Held(holder) => {
+                p.bounds[n.share].lower(n);
+                self.hold_if_free(q, u, n.share, holder);
+                None
+            }
+            Cover::Backfill(head, decided) => {
+                let easy = self.jobs[&id].spec.runtime_limit_ms.is_some() && {
+                    let r = p
+                        .reservations
+                        .iter_mut()
+                        .find(|r| r.job == head)
+                        .expect("the covering reservation");
+                    let view = &p.view;
+                    let shadow = *r
+                        .shadow
+                        .get_or_insert_with(|| self.shadow(q, u, head, view, now));
+                    self.ends_before(id, now, shadow)
+                };
+                if easy {
+                    // EASY: it is gone before the head could surely start.
+                    Some(None)
+                } else if self.policy.preemptible_backfill
+                    && self.jobs[&id].spec.interruptible
+                    && !(self.jobs[&id].spec.own_only() && self.jobs[&head].spec.own_only())
+                {
+                    Some(Some((head, decided)))
+                } else {
+                    // (A job that may not be interrupted is never backfilled: the
+                    // head could not take its capacity back. Nor is one that runs only
+                    // within its share's quota onto a head that does too: it would
+                    // count against the quota before the head, which then could not
+                    // start, nor take it back, and its claimants would churn.)
+                    // Held; the jobs after it may still end in time.
+                    let b = &mut p.bounds[n.share];
+                    b.easy_after = b.easy_after.max(Some(n.key));
+                    b.easy_held += 1;
+                    if b.easy_held >= EASY_DEPTH {
+                        b.close();
+                    }
+                    self.hold_if_free(q, u, n.share, head);
+                    None
+                }
+            }
+            Cover::None => Some(None),
+        }
+    }
+
+    /// Starts nominee `n` (onto the reservation of `backfill`'s head, if any) and brings the
+    /// view and the reservations up to date. Returns whether its share's claims lapsed.
+    fn apply_start(
+        &mut self,
+        p: &mut UnitPass,
+        n: Nominee,
+        reclaimer: bool,
+        backfill: Option<(JobId, bool)>,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        let (now, q, u, id, s) = (p.now, p.q, p.u, n.key.job, n.share);
+        let mut lapsed = false;
+        self.start(now, id, backfill.map(|(head, _)| head), fx);
+        if backfill.is_some_and(|(_, decided)| decided) {
+            // Its head, already decided, may now preempt what was a claim or
+            // free capacity it could not use: it gets another look.
             self.dirty.insert((q, u));
         }
-        if moved && cross_unit {
+        if let Some(i) = p.reservations.iter().position(|r| r.job == id) {
+            // Its reservation ends: what was backfilled onto it is ordinary.
+            p.reservations.remove(i);
+            self.untag(q, u, id);
+        }
+        let view = &mut p.view;
+        let borrowing = view.held(s).route(n.count) == Route::Borrow;
+        p.moved |= borrowing;
+        p.borrow_started |= borrowing;
+        if reclaimer {
+            // Its claim becomes usage.
+            view.demand[s] -= n.count;
+        } else if view.claims(s) {
+            // A job ahead of the share's reclaimers took the capacity they
+            // claimed: their claims lapse.
+            self.lapse_claims(q, u, Some(s));
+            view.demand[s] = 0;
+            lapsed = true;
+        }
+        view.add(s, n.count);
+        if n.head {
+            // Its share has a new head, which holds capacity from now on if it
+            // is aged: the pass's later decisions must see that reservation,
+            // or a claimant would preempt for capacity the head then keeps.
+            let ul = &self.queues[q.0 as usize].units[&u];
+            let new = self.reservation(now, ul, s, &p.view, &p.patient_before);
+            if let Some(r) = new.filter(|r| p.reservations.iter().all(|x| x.job != r.job)) {
+                p.reservations.push(r);
+            }
+        }
+        lapsed
+    }
+
+    /// Preempts `victims` for nominee `n`, which holds its share while they exit and, unless
+    /// it already reclaims, claims what they release.
+    fn apply_preempt(
+        &mut self,
+        p: &mut UnitPass,
+        n: Nominee,
+        reclaimer: bool,
+        victims: &[AttemptId],
+        fx: &mut Vec<Effect>,
+    ) {
+        let (q, u, id) = (p.q, p.u, n.key.job);
+        p.moved = true;
+        for a in victims {
+            let att = &self.attempts[a];
+            p.view.stopping(usize::from(att.share.0), att.count);
+        }
+        self.preempt(p.now, id, victims, fx);
+        if !reclaimer {
+            p.view.claim(n.share, i64::from(n.count));
+            // Its claim now protects what it waits for: the share keeps for
+            // its other waiting owners only what fits beside the claims
+            // (`Scheduler::lane_reserve`), or the claim and the reservation
+            // would keep the same instances from borrowers twice.
+            p.view.reserve[n.share] = p
+                .view
+                .group_headroom(n.share, self.reserve_of(q, u, n.share));
+        }
+        self.hold(q, u, n.share, id, Hold::Release);
+    }
+
+    /// Reclaiming nominee `n` waits although its victims are gone and it still cannot start
+    /// (the configuration changed): it no longer holds a claim, and jobs decided against the
+    /// claim get another look in a new pass.
+    fn give_up_claim(&mut self, p: &mut UnitPass, n: Nominee) {
+        let (q, u) = (p.q, p.u);
+        self.clear_reclaiming(n.key.job);
+        p.view.claim(n.share, -i64::from(n.count));
+        // Without reclaimers its share reserves its idle entitlement for
+        // its next owner again (the claim protected it until now).
+        p.view.reserve[n.share] = p
+            .view
+            .group_headroom(n.share, self.reserve_of(q, u, n.share));
+        self.dirty.insert((q, u));
+    }
+
+    /// The pass is over: the queue's other units rank their borrowers anew if a share's figure
+    /// moved, the unit's wake-up is set, and claims that protect nothing any more lapse.
+    fn end_unit_pass(&mut self, p: UnitPass) {
+        let (q, u) = (p.q, p.u);
+        if p.cross_unit && p.borrow_started && p.waited {
+            self.dirty.insert((q, u));
+        }
+        if p.moved && p.cross_unit {
             // A share's figure is its largest over the queue's units: the other units rank
             // their borrowers anew.
             let queue = &self.queues[q.0 as usize];
@@ -849,14 +741,14 @@ impl Scheduler {
                 .collect();
             self.dirty.extend(others.into_iter().map(|t| (q, t)));
         }
-        self.set_wake(q, u, now);
-        if view.releasing == 0 {
+        self.set_wake(q, u, p.now);
+        if p.view.releasing == 0 {
             // Every victim has exited and this pass has handed the capacity out: a claim that
             // is left (its job was held behind a job of its share that could not start)
             // protects nothing any more.
             self.lapse_claims(q, u, None);
         }
-        self.scratch = Some(view);
+        self.scratch = Some(p.view);
     }
 
     /// After a start of share `s`, whose group caps the unit: every fellow member reserves at
@@ -1171,143 +1063,146 @@ impl Scheduler {
         ul.lane(ShareIx(s as u16)).held_for = Some((id, why));
     }
 
-    /// Each share's nominee: a job of it that preempted for its capacity, until the pass has
-    /// decided each; then its head until decided; then the first job that fits its idle
-    /// entitlement; else the first job within its bound.
-    // The pass's state travels as separate borrows (bounds, view, decisions) because the loop
-    // mutates some of it between rounds.
-    #[allow(clippy::too_many_arguments)]
-    fn nominate(
-        &self,
-        now: Millis,
-        q: QueueIx,
-        u: UnitIx,
-        bounds: &[Bound],
-        view: &View,
-        out: &mut Vec<Nominee>,
-        decided: &RefCell<BTreeMap<JobId, Decision>>,
-    ) {
+    /// Step 2: each share's nominee: a job of it that preempted for its capacity, until the
+    /// pass has decided each; then its head until decided; then the first job that fits its
+    /// idle entitlement; else the first job within its bound.
+    fn nominate(&self, p: &UnitPass, out: &mut Vec<Nominee>) {
         out.clear();
-        let queue = &self.queues[q.0 as usize];
-        let Some(ul) = queue.units.get(&u) else {
+        let queue = &self.queues[p.q.0 as usize];
+        let Some(ul) = queue.units.get(&p.u) else {
             return;
         };
-        let p = &view.projected_pressure;
+        let pressure = &p.view.projected_pressure;
         // With fair reclaim a borrower may act on a full unit: it may preempt borrowers.
-        let borrow_open = (p.lending < 0 && p.environment < 0 && p.physical < 0)
-            || (queue.fair_reclaim && view.projected.iter().any(|a| a.borrowed() > 0));
+        let borrow_open =
+            (pressure.lending < 0 && pressure.environment < 0 && pressure.physical < 0)
+                || (queue.fair_reclaim && p.view.projected.iter().any(|a| a.borrowed() > 0));
         for (s, lane) in ul.lanes.iter().enumerate() {
-            let b = bounds[s];
+            let b = p.bounds[s];
             if lane.pending.len() == 0 || (b.any == 0 && b.own == 0) {
                 continue;
             }
-            let share = &queue.shares[s];
-            let strict = share.in_share_preemption();
-            let own_room = view.real[s].entitlement.saturating_sub(lane.usage);
-            let head = lane.pending.first(u32::MAX);
-            let nominee = |count: u32, key: PendKey, kind: Kind, by_own: bool| Nominee {
-                share: s,
-                count,
-                key,
-                kind,
-                head: head.is_some_and(|(_, h)| h == key),
-                by_own,
+            let sl = ShareLane {
+                s,
+                lane,
+                head: lane.pending.first(u32::MAX),
+                own_room: p.view.real[s].entitlement.saturating_sub(lane.usage),
+                strict: queue.shares[s].in_share_preemption(),
             };
-            // In a share with in-share preemption a job may preempt any lower-priority job of
-            // its share, so its jobs are decided strictly in order (a lower-priority job
-            // started first would only be preempted); the first of them that needs to borrow
-            // goes after every owner but before other borrowers, so that its share's own
-            // jobs behind it are still decided before those borrowers take its idle capacity.
-            // A job that needs more than the idle entitlement is decided among the owners when
-            // it can do nothing now (it only waits, and the share's own jobs behind it are then
-            // still decided before other shares borrow the share's idle capacity); before the
-            // other borrowers when it would use some of that idle capacity, could preempt in
-            // its share, or is a head past the starvation guard; else with the borrowers, FIFO.
-            let kind_of = |count: u32, key: PendKey| {
-                if count <= own_room {
-                    return Kind::Own;
+            let can_borrow = queue.shares[s].strategy().borrows() && borrow_open;
+            if let Some(n) = self.nominate_share(p, ul, &sl, can_borrow) {
+                out.push(n);
+            }
+        }
+    }
+
+    /// The nominee of one share, within its bound, if it offers one this round.
+    fn nominate_share(
+        &self,
+        p: &UnitPass,
+        ul: &UnitLanes,
+        sl: &ShareLane,
+        can_borrow: bool,
+    ) -> Option<Nominee> {
+        let (lane, b) = (sl.lane, p.bounds[sl.s]);
+        let kind_of = |count: u32, key: PendKey| self.nominee_kind(p, sl, count, key);
+        let next_reclaimer = match b.reclaim_seen {
+            None => lane.reclaimers.first(),
+            Some(k) => lane.reclaimers.range((Excluded(k), Unbounded)).next(),
+        };
+        if let Some(&r) = next_reclaimer.filter(|r| self.jobs[&r.job].spec.count <= b.any) {
+            // The capacity its victims release is the share's: the reclaimer is decided
+            // before other shares can take it — after the jobs of higher priority, in a
+            // share where those could preempt it. (A job ahead of it by submission only
+            // could not: taking the room would leave the reclaimer waiting and its
+            // victims to restart on what is left, a preemption for nothing.)
+            if sl.strict {
+                let first = lane.pending.first_after(b.any, b.own_only, None);
+                if let Some((c, k)) = first.filter(|(_, k)| k.priority < r.priority) {
+                    return Some(sl.nominee(c, k, kind_of(c, k), false));
                 }
-                let aged_head = head.is_some_and(|(_, h)| h == key) && self.aged(now, key);
-                if own_room == 0 && !strict && !aged_head {
-                    return Kind::Rest;
-                }
-                let decision = self.decide_once(key.job, view, decided);
-                match &decision {
-                    // It only waits: decide it among the owners.
-                    Decision::Wait(_) | Decision::Release(_) | Decision::Drain => Kind::Own,
-                    // In-share preemption that brings it within its entitlement: an owner.
-                    Decision::Preempt(victims) => {
-                        let freed: u32 = victims
-                            .iter()
-                            .map(|a| &self.attempts[a])
-                            .filter(|a| usize::from(a.share.0) == s)
-                            .map(|a| a.count)
-                            .sum();
-                        if lane.usage - freed + count <= view.held(s).entitlement {
-                            Kind::Own
-                        } else {
-                            Kind::Head
-                        }
-                    }
-                    Decision::Start => Kind::Head,
-                }
+            }
+            let c = self.jobs[&r.job].spec.count;
+            let kind = if c <= sl.own_room {
+                Kind::Reclaim
+            } else {
+                kind_of(c, r)
             };
-            let next_reclaimer = match b.reclaim_seen {
-                None => lane.reclaimers.first(),
-                Some(k) => lane.reclaimers.range((Excluded(k), Unbounded)).next(),
-            };
-            if let Some(&r) = next_reclaimer.filter(|r| self.jobs[&r.job].spec.count <= b.any) {
-                // The capacity its victims release is the share's: the reclaimer is decided
-                // before other shares can take it — after the jobs of higher priority, in a
-                // share where those could preempt it. (A job ahead of it by submission only
-                // could not: taking the room would leave the reclaimer waiting and its
-                // victims to restart on what is left, a preemption for nothing.)
-                if strict {
-                    let first = lane.pending.first_after(b.any, b.own_only, None);
-                    if let Some((c, k)) = first.filter(|(_, k)| k.priority < r.priority) {
-                        out.push(nominee(c, k, kind_of(c, k), false));
-                        continue;
-                    }
-                }
-                let c = self.jobs[&r.job].spec.count;
-                let kind = if c <= own_room {
-                    Kind::Reclaim
+            return Some(sl.nominee(c, r, kind, false));
+        }
+        // A share with no idle entitlement, no in-share preemption and nothing it could
+        // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
+        // within a pass): skip it without looking at its jobs. This keeps a full cluster's
+        // pass O(shares).
+        // ... unless jobs were backfilled onto its head's reservation: it may preempt them.
+        let can_act = sl.own_room > 0 || sl.strict || can_borrow;
+        let backfilled = |h: PendKey| ul.lanes.iter().any(|l| l.backfill.contains_key(&h.job));
+        if !can_act && !sl.head.is_some_and(|(_, h)| backfilled(h)) {
+            return None;
+        }
+        if sl.strict {
+            let next = lane.pending.first_after(b.any, b.own_only, b.easy_after);
+            return next
+                .filter(|_| b.any > 0)
+                .map(|(c, k)| sl.nominee(c, k, kind_of(c, k), false));
+        }
+        // The head is decided before anything else of its share: a job behind it may
+        // only use capacity the head could not (best-effort FIFO).
+        if let Some((c, k)) = sl
+            .head
+            .filter(|(c, k)| b.head_seen != Some(k.job) && *c <= b.any)
+        {
+            return Some(sl.nominee(c, k, kind_of(c, k), false));
+        }
+        let own_cap = sl.own_room.min(b.own);
+        let first = |max: u32| lane.pending.first_after(max, b.own_only, b.easy_after);
+        if let Some((c, k)) = first(own_cap).filter(|_| own_cap > 0) {
+            Some(sl.nominee(c, k, Kind::Own, true))
+        } else {
+            first(b.any)
+                .filter(|_| b.any > 0)
+                .map(|(c, k)| sl.nominee(c, k, Kind::Rest, false))
+        }
+    }
+
+    /// The kind of a share's job that needs `count` instances.
+    // In a share with in-share preemption a job may preempt any lower-priority job of
+    // its share, so its jobs are decided strictly in order (a lower-priority job
+    // started first would only be preempted); the first of them that needs to borrow
+    // goes after every owner but before other borrowers, so that its share's own
+    // jobs behind it are still decided before those borrowers take its idle capacity.
+    // A job that needs more than the idle entitlement is decided among the owners when
+    // it can do nothing now (it only waits, and the share's own jobs behind it are then
+    // still decided before other shares borrow the share's idle capacity); before the
+    // other borrowers when it would use some of that idle capacity, could preempt in
+    // its share, or is a head past the starvation guard; else with the borrowers, FIFO.
+    fn nominee_kind(&self, p: &UnitPass, sl: &ShareLane, count: u32, key: PendKey) -> Kind {
+        if count <= sl.own_room {
+            return Kind::Own;
+        }
+        let aged_head = sl.head.is_some_and(|(_, h)| h == key) && self.aged(p.now, key);
+        if sl.own_room == 0 && !sl.strict && !aged_head {
+            return Kind::Rest;
+        }
+        let decision = self.decide_once(key.job, &p.view, &p.decided);
+        match &decision {
+            // It only waits: decide it among the owners.
+            Decision::Wait(_) | Decision::Release(_) | Decision::Drain => Kind::Own,
+            // In-share preemption that brings it within its entitlement: an owner.
+            Decision::Preempt(victims) => {
+                let freed: u32 = victims
+                    .iter()
+                    .map(|a| &self.attempts[a])
+                    .filter(|a| usize::from(a.share.0) == sl.s)
+                    .map(|a| a.count)
+                    .sum();
+                if sl.lane.usage - freed + count <= p.view.held(sl.s).entitlement {
+                    Kind::Own
                 } else {
-                    kind_of(c, r)
-                };
-                out.push(nominee(c, r, kind, false));
-                continue;
-            }
-            // A share with no idle entitlement, no in-share preemption and nothing it could
-            // borrow can start nothing and preempt nobody in this pass (capacity only shrinks
-            // within a pass): skip it without looking at its jobs. This keeps a full cluster's
-            // pass O(shares).
-            // ... unless jobs were backfilled onto its head's reservation: it may preempt them.
-            let can_act = own_room > 0 || strict || (share.strategy().borrows() && borrow_open);
-            let backfilled = |h: PendKey| ul.lanes.iter().any(|l| l.backfill.contains_key(&h.job));
-            if !can_act && !head.is_some_and(|(_, h)| backfilled(h)) {
-                continue;
-            }
-            if strict {
-                let next = lane.pending.first_after(b.any, b.own_only, b.easy_after);
-                if let Some((c, k)) = next.filter(|_| b.any > 0) {
-                    out.push(nominee(c, k, kind_of(c, k), false));
+                    Kind::Head
                 }
-                continue;
             }
-            // The head is decided before anything else of its share: a job behind it may
-            // only use capacity the head could not (best-effort FIFO).
-            if let Some((c, k)) = head.filter(|(c, k)| b.head_seen != Some(k.job) && *c <= b.any) {
-                out.push(nominee(c, k, kind_of(c, k), false));
-                continue;
-            }
-            let own_cap = own_room.min(b.own);
-            let first = |max: u32| lane.pending.first_after(max, b.own_only, b.easy_after);
-            if let Some((c, k)) = first(own_cap).filter(|_| own_cap > 0) {
-                out.push(nominee(c, k, Kind::Own, true));
-            } else if let Some((c, k)) = first(b.any).filter(|_| b.any > 0) {
-                out.push(nominee(c, k, Kind::Rest, false));
-            }
+            Decision::Start => Kind::Head,
         }
     }
 
@@ -1495,6 +1390,30 @@ impl Scheduler {
         self.find_victims_among(id, view, true)
     }
 
+    /// The job's group's ceiling, if the job's share is in a group whose limit on the unit
+    /// it would pass (`projected`: the shares' accounts) or that `violation` names.
+    fn group_limit_reached(
+        &self,
+        job: &Job,
+        projected: &[Account],
+        violation: Violation,
+    ) -> Option<PendingReason> {
+        let (s, c) = (usize::from(job.share.0), job.spec.count);
+        let queue = &self.queues[job.queue.0 as usize];
+        let g = queue.group(s)?;
+        let limit = queue.groups[g].limits.get(&job.unit).copied();
+        let members = (0..projected.len()).filter(|&x| queue.group(x) == Some(g));
+        let usage: u32 = members.map(|x| projected[x].usage).sum();
+        (limit.is_some_and(|l| usage + c > l) || violation == Violation::Group(g)).then(|| {
+            PendingReason::GroupLimitReached {
+                group: queue.groups[g].name().to_string(),
+                needs: c,
+                usage,
+                limit: limit.unwrap_or(0),
+            }
+        })
+    }
+
     /// Classifies why a job with no victim set must wait: first what its share may do (own
     /// quota, borrow limit, what is lendable), then what the unit allows (environment,
     /// physical instances).
@@ -1514,19 +1433,8 @@ impl Scheduler {
         }
         // A group's ceiling is named whenever it binds, even when another constraint was
         // found first: no reclaim from outside the group can lift it.
-        let queue = &self.queues[job.queue.0 as usize];
-        if let Some(g) = queue.group(s) {
-            let limit = queue.groups[g].limits.get(&job.unit).copied();
-            let members = (0..projected.len()).filter(|&x| queue.group(x) == Some(g));
-            let usage: u32 = members.map(|x| projected[x].usage).sum();
-            if limit.is_some_and(|l| usage + c > l) || violation == Violation::Group(g) {
-                return PendingReason::GroupLimitReached {
-                    group: queue.groups[g].name().to_string(),
-                    needs: c,
-                    usage,
-                    limit: limit.unwrap_or(0),
-                };
-            }
+        if let Some(reason) = self.group_limit_reached(job, projected, violation) {
+            return reason;
         }
         if violation == Violation::Firm {
             let (needs, held, entitlement) = (c, self.own_only_usage(job), a.entitlement);

@@ -264,7 +264,7 @@ impl Scheduler {
     }
 
     /// The shares whose idle capacity share `s` uses on the view's unit, most lent first.
-    fn lenders_to(&self, q: QueueIx, s: usize, view: &crate::pass::View) -> Vec<String> {
+    fn lenders_to(&self, q: QueueIx, s: usize, view: &crate::view::View) -> Vec<String> {
         let names = self.share_names(q);
         let mut lenders: Vec<(f64, &String)> = crate::ledger::flows(view.accounts())
             .into_iter()

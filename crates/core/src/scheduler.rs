@@ -202,7 +202,7 @@ impl PendingIndex {
 /// lower priority first, then the least work lost (the most recent checkpoint, else start),
 /// then the larger job, then the newer attempt. Across shares the victim search merges these
 /// lists, inserting "more borrowed instances of the unit" after work lost (see
-/// [`crate::pass::VictimRank`]).
+/// [`crate::victims::VictimRank`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct RunKey {
     pub(crate) priority: u32,
@@ -684,7 +684,7 @@ pub struct Scheduler {
     /// Lanes whose inputs changed since the last pass.
     pub(crate) dirty: BTreeSet<(QueueIx, UnitIx)>,
     /// The pass's working accounts, kept between passes only to reuse their allocations.
-    pub(crate) scratch: Option<crate::pass::View>,
+    pub(crate) scratch: Option<crate::view::View>,
     /// The victim search's allocations, kept between searches for the same reason.
     pub(crate) search_pool: crate::victims::SearchPool,
     /// The latest time the shell passed in: what `explain` judges thrash protection by.
@@ -1492,6 +1492,20 @@ impl Scheduler {
             .attempts
             .remove(&a)
             .ok_or(CoreError::UnknownAttempt(a))?;
+        self.release_attempt(&att);
+        self.jobs
+            .get_mut(&att.job)
+            .expect("attempt's job exists")
+            .count_exit(att.stopping.is_some(), &exit);
+        if self.replaying.is_some() {
+            return self.settle_logged_exit(now, &att, exit, fx);
+        }
+        self.settle_exit(now, &att, exit, fx);
+        Ok(())
+    }
+
+    /// What the exited attempt held is free: its lane's and the unit's usage drop.
+    fn release_attempt(&mut self, att: &Attempt) {
         let (q, u, s) = (att.queue, att.unit, att.share);
         {
             let lane = self.queues[q.0 as usize]
@@ -1506,20 +1520,16 @@ impl Scheduler {
             if att.stopping.is_some() {
                 lane.stopping -= att.count;
             } else {
-                lane.deactivate(&att);
+                lane.deactivate(att);
             }
         }
         self.physical_used[usize::from(u.0)] -= att.count;
         self.mark_released(q, u);
+    }
 
+    /// What the exit of `att` leads to for its job, by this build's rules.
+    fn settle_exit(&mut self, now: Millis, att: &Attempt, exit: Exit, fx: &mut Vec<Effect>) {
         let id = att.job;
-        self.jobs
-            .get_mut(&id)
-            .expect("attempt's job exists")
-            .count_exit(att.stopping.is_some(), &exit);
-        if self.replaying.is_some() {
-            return self.settle_logged_exit(now, &att, exit, fx);
-        }
         let job = self.jobs.get_mut(&id).expect("attempt's job exists");
         match (&att.stopping, exit) {
             (Some(_), _) if job.fail_on_exit.is_some() => {
@@ -1549,28 +1559,7 @@ impl Scheduler {
                 });
             }
             (None, Exit::Failed { reason, retryable }) => {
-                job.attempt = None;
-                let rule_retry = job
-                    .spec
-                    .evaluate_on_exit
-                    .iter()
-                    .find(|r| crate::glob::matches(&r.on_status_reason, &reason))
-                    .map(|r| r.retry)
-                    .unwrap_or(true);
-                job.status_reason = reason.clone();
-                if retryable && rule_retry && job.failures < job.spec.attempts {
-                    job.status = JobStatus::Runnable;
-                    job.queued_at = now;
-                    fx.push(Effect::Requeued { job: id, reason });
-                    self.enqueue(id);
-                } else {
-                    job.status = JobStatus::Failed;
-                    fx.push(Effect::Finished {
-                        job: id,
-                        status: JobStatus::Failed,
-                        reason,
-                    });
-                }
+                self.settle_failure(now, id, reason, retryable, fx);
             }
             (
                 None,
@@ -1578,25 +1567,71 @@ impl Scheduler {
                     reason,
                     max_in_a_row,
                 },
-            ) => {
-                job.attempt = None;
-                if let Some(max) = max_in_a_row.filter(|&m| job.lost_in_a_row > m) {
-                    let reason = format!(
-                        "{reason} — lost {} times in a row, more than max_lost_attempts ({max}) allows: \
-                         the job FAILED rather than run again (a job that kills its server or node ends so)",
-                        job.lost_in_a_row
-                    );
-                    job.fail(id, reason, fx);
-                    return Ok(());
-                }
-                job.status = JobStatus::Runnable;
-                job.queued_at = now;
-                job.status_reason = reason.clone();
-                fx.push(Effect::Requeued { job: id, reason });
-                self.enqueue(id);
-            }
+            ) => self.settle_lost(now, id, reason, max_in_a_row, fx),
         }
-        Ok(())
+    }
+
+    /// The job's attempt failed: it runs again if the failure is retryable, its retry rules
+    /// allow and it has attempts left, else it FAILED.
+    fn settle_failure(
+        &mut self,
+        now: Millis,
+        id: JobId,
+        reason: String,
+        retryable: bool,
+        fx: &mut Vec<Effect>,
+    ) {
+        let job = self.jobs.get_mut(&id).expect("attempt's job exists");
+        job.attempt = None;
+        let rule_retry = job
+            .spec
+            .evaluate_on_exit
+            .iter()
+            .find(|r| crate::glob::matches(&r.on_status_reason, &reason))
+            .map(|r| r.retry)
+            .unwrap_or(true);
+        job.status_reason = reason.clone();
+        if retryable && rule_retry && job.failures < job.spec.attempts {
+            job.status = JobStatus::Runnable;
+            job.queued_at = now;
+            fx.push(Effect::Requeued { job: id, reason });
+            self.enqueue(id);
+        } else {
+            job.status = JobStatus::Failed;
+            fx.push(Effect::Finished {
+                job: id,
+                status: JobStatus::Failed,
+                reason,
+            });
+        }
+    }
+
+    /// The job's attempt was lost: it runs again, unless it was lost more times in a row
+    /// than `max_in_a_row` allows.
+    fn settle_lost(
+        &mut self,
+        now: Millis,
+        id: JobId,
+        reason: String,
+        max_in_a_row: Option<u32>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let job = self.jobs.get_mut(&id).expect("attempt's job exists");
+        job.attempt = None;
+        if let Some(max) = max_in_a_row.filter(|&m| job.lost_in_a_row > m) {
+            let reason = format!(
+                "{reason} — lost {} times in a row, more than max_lost_attempts ({max}) allows: \
+                 the job FAILED rather than run again (a job that kills its server or node ends so)",
+                job.lost_in_a_row
+            );
+            job.fail(id, reason, fx);
+            return;
+        }
+        job.status = JobStatus::Runnable;
+        job.queued_at = now;
+        job.status_reason = reason.clone();
+        fx.push(Effect::Requeued { job: id, reason });
+        self.enqueue(id);
     }
 
     /// Released capacity can serve the lane, and, when the unit has a physical limit, every

@@ -42,13 +42,52 @@
 //! test checks the result against brute force over every subset on small states.
 
 use std::cell::RefCell;
+use std::cmp::Reverse;
 
 use smallvec::SmallVec;
 
 use crate::ledger::{self, Account, Pressure};
 use crate::model::*;
-use crate::pass::{VictimRank, View};
 use crate::scheduler::{RunKey, Scheduler};
+use crate::view::View;
+
+/// The documented victim order (DESIGN.md §2 rule 7): a smaller rank is preempted first.
+/// Fields compare in declaration order:
+///
+/// 1. lower priority;
+/// 2. less work lost: the later the last checkpoint (else the attempt's start), the less a
+///    preemption loses;
+/// 3. more borrowed instances of the unit held (`min(count, borrowed of its share)`, computed
+///    on the state at decision time);
+/// 4. the larger job, then the newer attempt, so that the order is total.
+///
+/// The victim search (`crate::victims`) takes the valid set that is first in this order: the
+/// one whose worst victim ranks earliest, then whose second-worst does, and so on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VictimRank {
+    /// The victim's priority.
+    pub priority: u32,
+    /// Last checkpoint or attempt start; later = ranked earlier.
+    pub progress_at: Reverse<Millis>,
+    /// Borrowed instances it holds; more = ranked earlier.
+    pub borrowed: Reverse<u32>,
+    /// Instances it holds; more = ranked earlier.
+    pub count: Reverse<u32>,
+    /// Newer attempts are ranked earlier.
+    pub attempt: Reverse<AttemptId>,
+}
+
+impl VictimRank {
+    pub(crate) fn of(k: &RunKey, share_borrowed: u32) -> Self {
+        VictimRank {
+            priority: k.priority,
+            progress_at: k.progress,
+            borrowed: Reverse(k.count.0.min(share_borrowed)),
+            count: k.count,
+            attempt: k.attempt,
+        }
+    }
+}
 
 /// A value per share (a queue has at most 20 live shares): the victim search computes these
 /// dozens of times per search, so they stay off the heap.

@@ -8,20 +8,16 @@
 //! started. That baseline, rather than the attempt's start time, keeps a previous attempt's
 //! checkpoint from counting as new work while staying exact when the file system's coarse
 //! timestamps lag the wall clock by a tick.
+//!
+//! The task itself is the executor's (`executor::background`); this module scans.
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Weak;
-use std::time::{Duration, UNIX_EPOCH};
-
-use crate::executor::Inner;
+use std::time::UNIX_EPOCH;
 
 /// At most this many directory entries are looked at per scan of one directory tree, so a job
 /// writing millions of small files cannot stall the scanner.
 pub(crate) const SCAN_ENTRY_LIMIT: usize = 10_000;
-
-/// The shortest scan period, so a zero `checkpoint_poll` cannot spin.
-const MIN_POLL: Duration = Duration::from_millis(10);
 
 /// The newest modification time (ns since the epoch) of any non-directory entry under `dir`,
 /// looking at no more than [`SCAN_ENTRY_LIMIT`] entries; symlinks are not followed.
@@ -79,40 +75,10 @@ pub(crate) struct Watched {
     pub(crate) last_seen_ns: u64,
 }
 
-/// The scanner loop (checkpoints, and logs past their limit); it ends when the executor is
-/// dropped.
-pub(crate) async fn scan_loop(inner: Weak<Inner>) {
-    loop {
-        // The period in force now: a reload may change it.
-        let Some(poll) = inner.upgrade().map(|i| i.cfg().checkpoint_poll) else {
-            return;
-        };
-        tokio::time::sleep(poll.max(MIN_POLL)).await;
-        let Some(inner) = inner.upgrade() else { return };
-        if let Some((limit, dirs)) = inner.log_targets() {
-            let _ = tokio::task::spawn_blocking(move || {
-                dirs.iter().for_each(|d| crate::logcap::cap(d, limit))
-            })
-            .await;
-        }
-        let targets = inner.checkpoint_targets();
-        if targets.is_empty() {
-            continue;
-        }
-        inner.record_checkpoints(&scan(targets).await);
-        let tails = inner.progress_targets();
-        let _ = tokio::task::spawn_blocking(move || {
-            for tail in tails {
-                crate::progress::lock(&tail).poll();
-            }
-        })
-        .await;
-        inner.record_progress();
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

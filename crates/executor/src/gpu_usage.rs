@@ -8,12 +8,11 @@
 //! The server samples rather than the supervisor: the supervisor reaps every child it has
 //! (`waitpid(-1)`) and knows its attempt ended when none is left, which a sampling child
 //! would blur. Samples are not taken while the server is down; the tally counts what it saw.
+//! The sampling task is the executor's (`executor::background`).
 
 use std::collections::BTreeMap;
-use std::sync::Weak;
 use std::time::Duration;
 
-use crate::executor::Inner;
 use crate::Usage;
 
 /// The longest a `nvidia-smi` call may take before the sample is skipped (a GPU in a bad state
@@ -100,7 +99,7 @@ pub(crate) fn parse(text: &str) -> BTreeMap<u32, Reading> {
 
 /// Asks `nvidia-smi` about every GPU; `None` when it is absent, hangs or reads nothing. A
 /// failing call still gives the GPUs it could read.
-async fn query() -> Option<BTreeMap<u32, Reading>> {
+pub(crate) async fn query() -> Option<BTreeMap<u32, Reading>> {
     let run = tokio::process::Command::new("nvidia-smi")
         .args([
             "--query-gpu=index,utilization.gpu,memory.used",
@@ -125,32 +124,6 @@ async fn query() -> Option<BTreeMap<u32, Reading>> {
         Err(_) => {
             tracing::warn!("nvidia-smi did not answer within 10 s; no GPU sample");
             None
-        }
-    }
-}
-
-/// Samples the GPUs of running attempts every `gpu_sample` (read again each round: a reload
-/// may change it; zero: no sampling) until the executor is gone.
-pub(crate) async fn sample_loop(inner: Weak<Inner>) {
-    loop {
-        let Some(every) = inner.upgrade().map(|i| i.cfg().gpu_sample) else {
-            return;
-        };
-        if every.is_zero() {
-            // Off; a reload may turn it on.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        }
-        tokio::time::sleep(every).await;
-        let Some(attempts) = inner.upgrade().map(|i| i.gpus_in_use()) else {
-            return;
-        };
-        if attempts.is_empty() {
-            continue;
-        }
-        if let Some(readings) = query().await {
-            let Some(inner) = inner.upgrade() else { return };
-            inner.record_gpu_sample(&attempts, &readings);
         }
     }
 }

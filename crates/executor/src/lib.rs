@@ -25,9 +25,9 @@
 //! [`cgroup`] (each host's control group: memory, CPU, processes, GPU nodes),
 //! `outcome` (exit reasons), `executor` (the public handle and its shared state).
 
-mod attempt;
 pub mod cgroup;
 mod checkpoint;
+mod clock;
 pub mod container;
 mod environment;
 mod error;

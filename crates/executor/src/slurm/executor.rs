@@ -19,7 +19,7 @@ use super::report::{self, SlurmJob, SlurmNode, SINFO_FORMAT};
 use super::script::{self, start_error_file};
 use super::{SlurmConfig, SlurmInstance};
 use crate::checkpoint::{self, newest_mtime_ns};
-use crate::executor::now_ms;
+use crate::clock::now_ms;
 use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::progress::{lock, Tail};
@@ -189,6 +189,36 @@ enum Ending {
     Job(SlurmJob),
     /// Slurm does not know its job any more.
     Forgotten(u64),
+}
+
+/// Plans the cancel of marked jobs of attempts this server does not run, retried every
+/// `CANCEL_RETRY` while Slurm still lists them.
+fn cancel_orphans(tag: &str, jobs: &[SlurmJob], state: &mut State, now: Instant, plan: &mut Plan) {
+    // Marked jobs of attempts this server does not run: a submit that raced a crash, or an
+    // attempt whose end was recorded while Slurm still had it.
+    let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+    let mut orphans = BTreeMap::new();
+    for j in jobs {
+        let Some((_, _, attempt)) = parse_marker(tag, &j.comment) else {
+            continue;
+        };
+        if j.is_gone() || live.contains(&attempt) {
+            continue;
+        }
+        let last = state.orphans.get(&j.id).copied();
+        if last.is_none_or(|t| now.duration_since(t) >= CANCEL_RETRY) {
+            tracing::warn!(
+                slurm_job = j.id,
+                attempt,
+                "cancelling a Slurm job of an attempt this server no longer runs"
+            );
+            plan.cancel.push(j.id);
+            orphans.insert(j.id, now);
+        } else if let Some(t) = last {
+            orphans.insert(j.id, t);
+        }
+    }
+    state.orphans = orphans;
 }
 
 /// The comment that marks attempt `attempt` (number `n` of `job_id`) as this server's.
@@ -739,32 +769,7 @@ impl Inner {
                 }
                 continue;
             }
-            let started = matches!(
-                job.state.as_str(),
-                "RUNNING" | "SUSPENDED" | "COMPLETING" | "SIGNALING" | "STAGE_OUT"
-            );
-            // Why Slurm has not started it, when that changes: "why a job waits" goes on
-            // inside Slurm (a node taken by someone else in the poll's window, a QOS limit).
-            let waiting = (!started).then(|| pending_reason(job)).flatten();
-            if !slot.starting_reported || (!started && waiting != slot.pending_reason) {
-                slot.starting_reported = true;
-                slot.pending_reason.clone_from(&waiting);
-                let _ = self.events.send(ExecEvent::Starting {
-                    attempt,
-                    reason: waiting,
-                });
-            }
-            if started && slot.running_since.is_none() {
-                slot.running_since = Some(now);
-                let _ = self.events.send(ExecEvent::Running {
-                    attempt,
-                    pids: Vec::new(),
-                    gpus: Vec::new(),
-                    log_dir: slot.log_dir.clone(),
-                    at_ms: now_ms(),
-                    supervisor: None,
-                });
-            }
+            let started = self.report_start(attempt, slot, job, now);
             if let (Some(limit), Some(since), None) =
                 (slot.max_runtime, slot.running_since, slot.stop)
             {
@@ -778,32 +783,40 @@ impl Inner {
                 plan.progress.push(slot.progress.clone());
             }
         }
-        // Marked jobs of attempts this server does not run: a submit that raced a crash, or an
-        // attempt whose end was recorded while Slurm still had it.
-        let live: BTreeSet<u64> = state.slots.keys().copied().collect();
-        let mut orphans = BTreeMap::new();
-        for j in jobs {
-            let Some((_, _, attempt)) = parse_marker(tag, &j.comment) else {
-                continue;
-            };
-            if j.is_gone() || live.contains(&attempt) {
-                continue;
-            }
-            let last = state.orphans.get(&j.id).copied();
-            if last.is_none_or(|t| now.duration_since(t) >= CANCEL_RETRY) {
-                tracing::warn!(
-                    slurm_job = j.id,
-                    attempt,
-                    "cancelling a Slurm job of an attempt this server no longer runs"
-                );
-                plan.cancel.push(j.id);
-                orphans.insert(j.id, now);
-            } else if let Some(t) = last {
-                orphans.insert(j.id, t);
-            }
-        }
-        state.orphans = orphans;
+        cancel_orphans(tag, jobs, &mut state, now, &mut plan);
         plan
+    }
+
+    /// Reports what Slurm says of the attempt's job when it changed: waiting (and why), or
+    /// running; returns whether Slurm has started it.
+    fn report_start(&self, attempt: u64, slot: &mut Slot, job: &SlurmJob, now: Instant) -> bool {
+        let started = matches!(
+            job.state.as_str(),
+            "RUNNING" | "SUSPENDED" | "COMPLETING" | "SIGNALING" | "STAGE_OUT"
+        );
+        // Why Slurm has not started it, when that changes: "why a job waits" goes on
+        // inside Slurm (a node taken by someone else in the poll's window, a QOS limit).
+        let waiting = (!started).then(|| pending_reason(job)).flatten();
+        if !slot.starting_reported || (!started && waiting != slot.pending_reason) {
+            slot.starting_reported = true;
+            slot.pending_reason.clone_from(&waiting);
+            let _ = self.events.send(ExecEvent::Starting {
+                attempt,
+                reason: waiting,
+            });
+        }
+        if started && slot.running_since.is_none() {
+            slot.running_since = Some(now);
+            let _ = self.events.send(ExecEvent::Running {
+                attempt,
+                pids: Vec::new(),
+                gpus: Vec::new(),
+                log_dir: slot.log_dir.clone(),
+                at_ms: now_ms(),
+                supervisor: None,
+            });
+        }
+        started
     }
 
     /// While Slurm's job list cannot be read, stops still go out, from what was last known of

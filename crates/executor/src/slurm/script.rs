@@ -39,6 +39,50 @@ pub(crate) fn batch_script(
 ) -> String {
     let mut s = String::new();
     let attempt_dir = layout.attempt_dir.to_string_lossy();
+    batch_step(&mut s, spec, script_path);
+    let _ = writeln!(s, "# Task: one per node.");
+    // Private names: the payload's Environment, exported below, must not change them.
+    let _ = writeln!(s, "__qm_i=$((SLURM_NODEID + 1))");
+    let out1 = log_file_name(LogStream::Stdout, 1);
+    let err1 = log_file_name(LogStream::Stderr, 1);
+    let out_n = log_file_name(LogStream::Stdout, 2).replace('2', "$__qm_i");
+    let err_n = log_file_name(LogStream::Stderr, 2).replace('2', "$__qm_i");
+    let _ = writeln!(
+        s,
+        "if [ \"$__qm_i\" -eq 1 ]; then __qm_out={out1}; __qm_err={err1}; else __qm_out={out_n}; __qm_err={err_n}; fi"
+    );
+    let _ = writeln!(
+        s,
+        "exec >>{}/\"$__qm_out\" 2>>{}/\"$__qm_err\"",
+        quote(&attempt_dir),
+        quote(&attempt_dir)
+    );
+    export_vars(&mut s, vars, gpus);
+    let _ = writeln!(s, "cd {} || exit 1", quote(&layout.work.to_string_lossy()));
+    let argv: Vec<String> = spec
+        .entrypoint
+        .iter()
+        .chain(spec.arguments.iter())
+        .map(|a| quote(a))
+        .collect();
+    let program = argv.first().cloned().unwrap_or_else(|| "''".into());
+    let _ = writeln!(s, "if ! command -v -- {program} >/dev/null 2>&1; then");
+    let _ = writeln!(
+        s,
+        "  echo \"not found or not executable on $SLURMD_NODENAME\" >{}/{}",
+        quote(&attempt_dir),
+        start_error_file(1).replace('1', "$__qm_i")
+    );
+    let _ = writeln!(s, "  exit 127");
+    let _ = writeln!(s, "fi");
+    opt_ml(&mut s, &layout.job.to_string_lossy(), &argv.join(" "));
+    let _ = writeln!(s, "exec {}", argv.join(" "));
+    s
+}
+
+/// The script's batch step: the hosts of the allocation as `SM_HOSTS`, then the script
+/// again as one task per node.
+fn batch_step(s: &mut String, spec: &LaunchSpec, script_path: &Path) {
     let _ = writeln!(s, "#!/bin/bash");
     let _ = writeln!(
         s,
@@ -68,23 +112,11 @@ pub(crate) fn batch_script(
         quote(&script_path.to_string_lossy())
     );
     let _ = writeln!(s, "fi");
-    let _ = writeln!(s, "# Task: one per node.");
-    // Private names: the payload's Environment, exported below, must not change them.
-    let _ = writeln!(s, "__qm_i=$((SLURM_NODEID + 1))");
-    let out1 = log_file_name(LogStream::Stdout, 1);
-    let err1 = log_file_name(LogStream::Stderr, 1);
-    let out_n = log_file_name(LogStream::Stdout, 2).replace('2', "$__qm_i");
-    let err_n = log_file_name(LogStream::Stderr, 2).replace('2', "$__qm_i");
-    let _ = writeln!(
-        s,
-        "if [ \"$__qm_i\" -eq 1 ]; then __qm_out={out1}; __qm_err={err1}; else __qm_out={out_n}; __qm_err={err_n}; fi"
-    );
-    let _ = writeln!(
-        s,
-        "exec >>{}/\"$__qm_out\" 2>>{}/\"$__qm_err\"",
-        quote(&attempt_dir),
-        quote(&attempt_dir)
-    );
+}
+
+/// The exports of a task: `vars` (a name a shell cannot export is skipped, saying so) and
+/// the host and GPU variables.
+fn export_vars(s: &mut String, vars: &[(String, String)], gpus: u32) {
     for (k, v) in vars {
         if valid_var(k) && !k.starts_with("__qm_") {
             let _ = writeln!(s, "export {k}={}", quote(v));
@@ -103,26 +135,6 @@ pub(crate) fn batch_script(
     if gpus == 0 {
         let _ = writeln!(s, "export CUDA_VISIBLE_DEVICES=''");
     }
-    let _ = writeln!(s, "cd {} || exit 1", quote(&layout.work.to_string_lossy()));
-    let argv: Vec<String> = spec
-        .entrypoint
-        .iter()
-        .chain(spec.arguments.iter())
-        .map(|a| quote(a))
-        .collect();
-    let program = argv.first().cloned().unwrap_or_else(|| "''".into());
-    let _ = writeln!(s, "if ! command -v -- {program} >/dev/null 2>&1; then");
-    let _ = writeln!(
-        s,
-        "  echo \"not found or not executable on $SLURMD_NODENAME\" >{}/{}",
-        quote(&attempt_dir),
-        start_error_file(1).replace('1', "$__qm_i")
-    );
-    let _ = writeln!(s, "  exit 127");
-    let _ = writeln!(s, "fi");
-    opt_ml(&mut s, &layout.job.to_string_lossy(), &argv.join(" "));
-    let _ = writeln!(s, "exec {}", argv.join(" "));
-    s
 }
 
 /// Lines that give the task its job directory at `/opt/ml` where the node allows it: a mount

@@ -21,6 +21,7 @@
 //! executed. A supervisor whose attempt is acknowledged waits free on its server's connection
 //! and runs the next attempt the server starts ([`process`]): most starts fork nothing.
 
+pub(crate) mod attempt;
 pub(crate) mod identity;
 pub(crate) mod link;
 pub mod process;

@@ -23,12 +23,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
+use super::attempt::{self, Ctx, Report, Reporter};
 use super::protocol::{FromSupervisor, Hello, Launch, Status, ToSupervisor, PROTOCOL};
 use super::{
     boot_id, outcome_dir, outcome_file, socket_path, sync_outcome, wire, write_outcome_as,
     Durability, Identity,
 };
-use crate::attempt::{self, Ctx, Report, Reporter};
 use crate::{Outcome, Usage};
 use qm_storage::Storage;
 
@@ -324,84 +324,134 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);
     let mut watch = Orphan::new(&socket);
-    let mut tracked = Tracked {
-        status: Status::Preparing,
-        durable: false,
-        acked: false,
+    let mut f = Following {
+        conn,
+        tracked: Tracked {
+            status: Status::Preparing,
+            durable: false,
+            acked: false,
+        },
+        heard: heard_tx,
+        stop: stop_tx,
+        socket,
     };
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                // A server connecting now learns the newest status: an outcome written just
-                // before it connected is told in the hello, not as an adoption.
-                while let Ok((status, durable)) = events.try_recv() {
-                    tracked.update(&mut conn, status, durable).await;
-                }
-                if let Some(c) = handshake(stream, &me, &tracked.status).await {
-                    // The newest server wins; an older connection is dropped.
-                    conn = Some(c);
+                f.accept(stream, &me, &mut events).await;
+            }
+            msg = next(&mut f.conn) => {
+                if let Some(served) = f.on_message(msg, &me) {
+                    return served;
                 }
             }
-            msg = next(&mut conn) => match msg {
-                Some(ToSupervisor::Stop) => {
-                    stop_tx.send_replace(true);
-                }
-                Some(ToSupervisor::Go) => {
-                    me.go.send_replace(true);
-                }
-                Some(ToSupervisor::Ack) => {
-                    heard_tx.send_replace(Heard::Logged);
-                    if !tracked.durable {
-                        tracked.acked = true;
-                    } else if let Some(conn) = conn.take() {
-                        return Served::Acknowledged { conn, socket };
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    conn = None;
-                    heard_tx.send_if_modified(|h| {
-                        let alone = *h == Heard::Waiting;
-                        if alone {
-                            *h = Heard::Alone;
-                        }
-                        alone
-                    });
-                }
-            },
             Some((status, durable)) = events.recv() => {
-                tracked.update(&mut conn, status, durable).await;
-                if tracked.settled() && watch.orphaned {
-                    return Served::Done(0);
-                }
-                if tracked.settled() && tracked.acked {
-                    // Acknowledged before its file was on disk; a server that has gone since
-                    // leaves no connection to wait free on.
-                    return match conn.take() {
-                        Some(conn) => Served::Acknowledged { conn, socket },
-                        None => Served::Done(0),
-                    };
+                if let Some(served) = f.on_status(status, durable, watch.orphaned).await {
+                    return served;
                 }
             }
             Some(()) = recv_signal(&mut term) => {
                 // Ended and on disk: the outcome file speaks for the attempt from now on.
-                if tracked.settled() {
+                if f.tracked.settled() {
                     return Served::Done(0);
                 }
                 signalled.store(true, Ordering::SeqCst);
-                stop_tx.send_replace(true);
+                f.stop.send_replace(true);
             }
             _ = watch.check.tick() => {
-                let exited = matches!(tracked.status, Status::Exited { .. });
-                if watch.gone(&socket) || (exited && watch.lingered()) {
+                let exited = matches!(f.tracked.status, Status::Exited { .. });
+                if watch.gone(&f.socket) || (exited && watch.lingered()) {
                     if exited {
                         return Served::Done(0);
                     }
-                    stop_tx.send_replace(true);
+                    f.stop.send_replace(true);
                 }
             }
         }
+    }
+}
+
+/// What `follow` holds while it serves one attempt: the server's connection, if there is
+/// one, what it knows of the attempt, and its channels to the attempt's task.
+struct Following {
+    conn: Option<Conn>,
+    tracked: Tracked,
+    heard: watch::Sender<Heard>,
+    stop: watch::Sender<bool>,
+    socket: PathBuf,
+}
+
+impl Following {
+    /// A server connects: it replaces an older connection once it said hello.
+    async fn accept(
+        &mut self,
+        stream: UnixStream,
+        me: &Me,
+        events: &mut mpsc::UnboundedReceiver<(Status, bool)>,
+    ) {
+        // A server connecting now learns the newest status: an outcome written just
+        // before it connected is told in the hello, not as an adoption.
+        while let Ok((status, durable)) = events.try_recv() {
+            self.tracked.update(&mut self.conn, status, durable).await;
+        }
+        if let Some(c) = handshake(stream, me, &self.tracked.status).await {
+            // The newest server wins; an older connection is dropped.
+            self.conn = Some(c);
+        }
+    }
+
+    /// What the server said (`None`: its connection is gone); `Some` when the attempt is
+    /// served.
+    fn on_message(&mut self, msg: Option<ToSupervisor>, me: &Me) -> Option<Served> {
+        match msg {
+            Some(ToSupervisor::Stop) => {
+                self.stop.send_replace(true);
+            }
+            Some(ToSupervisor::Go) => {
+                me.go.send_replace(true);
+            }
+            Some(ToSupervisor::Ack) => {
+                self.heard.send_replace(Heard::Logged);
+                if !self.tracked.durable {
+                    self.tracked.acked = true;
+                } else if let Some(conn) = self.conn.take() {
+                    let socket = std::mem::take(&mut self.socket);
+                    return Some(Served::Acknowledged { conn, socket });
+                }
+            }
+            Some(_) => {}
+            None => {
+                self.conn = None;
+                self.heard.send_if_modified(|h| {
+                    let alone = *h == Heard::Waiting;
+                    if alone {
+                        *h = Heard::Alone;
+                    }
+                    alone
+                });
+            }
+        }
+        None
+    }
+
+    /// A new status of the attempt (`durable`: its outcome is on disk); `Some` when the
+    /// attempt is served.
+    async fn on_status(&mut self, status: Status, durable: bool, orphaned: bool) -> Option<Served> {
+        self.tracked.update(&mut self.conn, status, durable).await;
+        if self.tracked.settled() && orphaned {
+            return Some(Served::Done(0));
+        }
+        if self.tracked.settled() && self.tracked.acked {
+            // Acknowledged before its file was on disk; a server that has gone since
+            // leaves no connection to wait free on.
+            let socket = std::mem::take(&mut self.socket);
+            return Some(match self.conn.take() {
+                Some(conn) => Served::Acknowledged { conn, socket },
+                None => Served::Done(0),
+            });
+        }
+        None
     }
 }
 
@@ -598,7 +648,7 @@ fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str
     let _ = events.send((
         Status::Exited {
             outcome,
-            at_ms: crate::executor::now_ms(),
+            at_ms: crate::clock::now_ms(),
             usage: None,
         },
         durable,
@@ -722,7 +772,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
     let usage = started.then_some(usage);
     let exited = Status::Exited {
         outcome: outcome.clone(),
-        at_ms: crate::executor::now_ms(),
+        at_ms: crate::clock::now_ms(),
         usage,
     };
     // Held and never told to go: nothing ran, and no server's log holds the start, so no

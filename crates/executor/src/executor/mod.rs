@@ -10,23 +10,28 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::checkpoint::{self, Watched};
+use crate::checkpoint::Watched;
 use crate::container::Runtime;
 use crate::inventory::Inventory;
 use crate::isolation::{self, JobUids, UidPool};
 use crate::layout::{self, log_file_name, JobLayout, LogStream};
 use crate::progress::{lock, Steps, Tail};
-use crate::supervisor::link::{self, Conn, Role};
+use crate::supervisor::link::Conn;
 use crate::supervisor::protocol::{Launch, Placement, Running, Settings, Status, ToSupervisor};
 use crate::supervisor::zygote::{self, Zygote};
 use crate::supervisor::{self as sup, Identity};
 use crate::{ExecError, Outcome, PoolSpec, Usage};
 use qm_storage::Storage;
+
+mod background;
+mod link;
+
+use link::Role;
 
 /// How the local executor runs attempts.
 #[derive(Debug, Clone)]
@@ -468,14 +473,6 @@ impl Slot {
 }
 
 pub use crate::supervisor::OUTCOME_FILE;
-
-/// Milliseconds since the epoch, now.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// An attempt the log says was live when the server last stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -970,8 +967,8 @@ impl Inner {
 
     fn start_scanner(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
         if !self.scanner_started.swap(true, Ordering::Relaxed) {
-            runtime.spawn(checkpoint::scan_loop(Arc::downgrade(self)));
-            runtime.spawn(crate::gpu_usage::sample_loop(Arc::downgrade(self)));
+            runtime.spawn(background::scan_loop(Arc::downgrade(self)));
+            runtime.spawn(background::sample_loop(Arc::downgrade(self)));
         }
     }
 
@@ -1313,7 +1310,7 @@ impl Inner {
         let _ = self.events.send(ExecEvent::Exited {
             attempt,
             outcome,
-            at_ms: now_ms(),
+            at_ms: crate::clock::now_ms(),
             usage,
         });
     }

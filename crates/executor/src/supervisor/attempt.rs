@@ -201,6 +201,17 @@ struct Prepared {
     program: String,
 }
 
+/// Why and how an attempt's processes are being stopped while the supervisor waits on them.
+#[derive(Default)]
+struct Stopping {
+    cause: Option<StopCause>,
+    /// When the groups get SIGKILL (again).
+    kill_at: Option<Instant>,
+    /// The first host's failure.
+    first_failure: Option<String>,
+    killed: bool,
+}
+
 /// The pids of the first hosts' processes, with the reason the next host could not be
 /// spawned if one could not.
 struct Spawned {
@@ -491,7 +502,7 @@ impl Supervisor {
         spec: &LaunchSpec,
         prepared: &Prepared,
         hosts: &[Vec<u32>],
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
         mut sync: Option<CheckpointSync>,
     ) -> (Outcome, Option<CheckpointSync>) {
         let grace = self.ctx.stop_grace();
@@ -514,11 +525,10 @@ impl Supervisor {
         // After the spawns: every child the process has from now on is the job's.
         let mut reaped = crate::supervisor::reap::start();
         let started = Instant::now();
-        let mut kill_at = None;
-        let mut cause = None;
+        let mut st = Stopping::default();
         if let Some(reason) = spawn_failure {
-            cause = Some(StopCause::SpawnFailed(reason));
-            kill_at = Some(self.terminate(grace, &reaped));
+            st.cause = Some(StopCause::SpawnFailed(reason));
+            st.kill_at = Some(self.terminate(grace, &reaped));
         } else {
             (self.ctx.report)(Report::Running(Running {
                 pids: children,
@@ -526,49 +536,13 @@ impl Supervisor {
                 log_dir: prepared.layout.attempt_dir.clone(),
                 checkpoint_dir,
                 checkpoint_baseline_ns: baseline_ns,
-                at_ms: crate::executor::now_ms(),
+                at_ms: crate::clock::now_ms(),
             }));
         }
         let deadline = spec.max_runtime.map(|limit| started + limit);
-        let mut first_failure: Option<String> = None;
-        let mut killed = false;
-        loop {
-            tokio::select! {
-                exit = reaped.next() => {
-                    // None: no process of the attempt is left.
-                    let Some((pid, status)) = exit else { break };
-                    let failure = self.reaped(pid, status, kill_at.is_some());
-                    if let Some(failure) = failure {
-                        first_failure.get_or_insert(failure);
-                        if cause.is_none() && self.live.iter().any(Option::is_some) {
-                            cause = Some(StopCause::HostFailed);
-                            kill_at = Some(self.terminate(grace, &reaped));
-                        }
-                    }
-                    if kill_at.is_none() && self.live.iter().all(Option::is_none) {
-                        // Only what left the hosts' groups is left; it does not outlive them.
-                        kill_at = Some(Instant::now() + LEFTOVER_GRACE.min(grace));
-                    }
-                }
-                _ = stop.changed(), if cause.is_none() => {
-                    // Only `true` is ever sent; a closed channel also means stop.
-                    cause = Some(StopCause::Requested);
-                    kill_at = Some(self.terminate(grace, &reaped));
-                }
-                () = sleep_until_opt(deadline), if cause.is_none() => {
-                    cause = Some(StopCause::Timeout);
-                    kill_at = Some(self.terminate(grace, &reaped));
-                }
-                () = sleep_until_opt(kill_at) => {
-                    self.signal_groups(Signal::SIGKILL, Some(&reaped));
-                    self.kill_cgroups();
-                    killed |= crate::supervisor::reap::kill_children() > 0 || cause.is_some();
-                    kill_at = Some(Instant::now() + KILL_AGAIN);
-                }
-                () = CheckpointSync::tick(&mut sync) => {}
-            }
-        }
-        if let (true, Runtime::Podman(podman)) = (killed, &self.ctx.settings.runtime) {
+        self.wait_processes(&mut reaped, &mut st, stop, deadline, grace, &mut sync)
+            .await;
+        if let (true, Runtime::Podman(podman)) = (st.killed, &self.ctx.settings.runtime) {
             // SIGKILL ended `podman run`, not the container it runs.
             for host in 1..=spec.count {
                 crate::container::remove(
@@ -578,8 +552,57 @@ impl Supervisor {
                 .await;
             }
         }
-        let outcome = self.outcome(cause, first_failure, &prepared.layout);
+        let outcome = self.outcome(st.cause, st.first_failure, &prepared.layout);
         (self.out_of_memory(outcome), sync)
+    }
+
+    /// Waits until no process of the attempt is left, stopping them when one host fails, a
+    /// stop is requested or the runtime limit passes, and killing what outlives its grace.
+    async fn wait_processes(
+        &mut self,
+        reaped: &mut Reaper,
+        st: &mut Stopping,
+        mut stop: watch::Receiver<bool>,
+        deadline: Option<Instant>,
+        grace: Duration,
+        sync: &mut Option<CheckpointSync>,
+    ) {
+        loop {
+            tokio::select! {
+                exit = reaped.next() => {
+                    // None: no process of the attempt is left.
+                    let Some((pid, status)) = exit else { break };
+                    let failure = self.reaped(pid, status, st.kill_at.is_some());
+                    if let Some(failure) = failure {
+                        st.first_failure.get_or_insert(failure);
+                        if st.cause.is_none() && self.live.iter().any(Option::is_some) {
+                            st.cause = Some(StopCause::HostFailed);
+                            st.kill_at = Some(self.terminate(grace, reaped));
+                        }
+                    }
+                    if st.kill_at.is_none() && self.live.iter().all(Option::is_none) {
+                        // Only what left the hosts' groups is left; it does not outlive them.
+                        st.kill_at = Some(Instant::now() + LEFTOVER_GRACE.min(grace));
+                    }
+                }
+                _ = stop.changed(), if st.cause.is_none() => {
+                    // Only `true` is ever sent; a closed channel also means stop.
+                    st.cause = Some(StopCause::Requested);
+                    st.kill_at = Some(self.terminate(grace, reaped));
+                }
+                () = sleep_until_opt(deadline), if st.cause.is_none() => {
+                    st.cause = Some(StopCause::Timeout);
+                    st.kill_at = Some(self.terminate(grace, reaped));
+                }
+                () = sleep_until_opt(st.kill_at) => {
+                    self.signal_groups(Signal::SIGKILL, Some(reaped));
+                    self.kill_cgroups();
+                    st.killed |= crate::supervisor::reap::kill_children() > 0 || st.cause.is_some();
+                    st.kill_at = Some(Instant::now() + KILL_AGAIN);
+                }
+                () = CheckpointSync::tick(sync) => {}
+            }
+        }
     }
 
     /// A reaped process: a host's leader (its failure, if it failed) or something the job left
