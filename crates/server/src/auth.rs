@@ -219,67 +219,12 @@ impl Auth {
         body: &[u8],
     ) -> Result<Principal, ApiError> {
         let Some(auth) = headers.get(header::AUTHORIZATION) else {
-            if reads_only(method, uri) {
-                if let Some(p) = self.session_principal(headers) {
-                    return Ok(p);
-                }
-            }
-            return Err(ApiError::forbidden(
-                "MissingAuthenticationTokenException",
-                format!(
-                    "the request is not signed: sign it with AWS Signature Version 4 (boto3, the AWS CLI and qm do), with keys of a principal of this server; the admin's are in {}: export AWS_SHARED_CREDENTIALS_FILE={} AWS_PROFILE={ADMIN}",
-                    self.credentials_path().display(),
-                    self.credentials_path().display()
-                ),
-            ));
+            return self.unsigned(method, uri, headers);
         };
-        let incomplete = |m: String| ApiError::forbidden("IncompleteSignatureException", m);
-        let auth = auth
-            .to_str()
-            .map_err(|_| incomplete("the Authorization header is not ASCII".into()))
-            .and_then(|a| sigv4::parse_authorization(a).map_err(incomplete))?;
-        let date = headers
-            .get("x-amz-date")
-            .and_then(|d| d.to_str().ok())
-            .ok_or_else(|| incomplete("the signed request has no X-Amz-Date header; sign it with SigV4 (YYYYMMDDTHHMMSSZ)".into()))?;
-        let time = sigv4::parse_amz_date(date).ok_or_else(|| {
-            incomplete(format!(
-                "X-Amz-Date '{date}' is not a time in YYYYMMDDTHHMMSSZ"
-            ))
-        })?;
-        let found = {
-            let inner = self.inner.lock().expect("auth lock");
-            inner
-                .by_key
-                .get(&auth.access_key_id)
-                .map(|r| (r.clone(), inner.principal(r)))
-        };
-        let Some((record, principal)) = found else {
-            return Err(ApiError::forbidden(
-                "UnrecognizedClientException",
-                format!(
-                    "the access key id '{}' is not a principal's key on this server (deleted, rotated, or from another server): use the keys `qm principal create` or `rotate` printed, or the admin's in {}",
-                    printable(&auth.access_key_id),
-                    self.credentials_path().display()
-                ),
-            ));
-        };
+        let (auth, date, time) = parse_signature(auth, headers)?;
+        let (record, principal) = self.key_owner(&auth.access_key_id)?;
         self.check_scope(&auth, date, time)?;
-        let mut signed: Vec<(&str, String)> = Vec::new();
-        for name in auth.signed_headers.iter().filter(|h| *h != "x-amz-date") {
-            let values: Vec<&str> = headers
-                .get_all(name.as_str())
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .collect();
-            if values.is_empty() {
-                return Err(incomplete(format!(
-                    "SignedHeaders names '{}', which the request does not have",
-                    printable(name)
-                )));
-            }
-            signed.push((name.as_str(), values.join(",")));
-        }
+        let signed = signed_headers(&auth, headers)?;
         let pairs: Vec<(&str, &str)> = signed.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let ok = sigv4::verify(
             &auth,
@@ -301,6 +246,49 @@ impl Auth {
             ));
         }
         Ok(principal)
+    }
+
+    /// A request without an `Authorization` header: a dashboard session's read, or refused.
+    fn unsigned(
+        &self,
+        method: &Method,
+        uri: &str,
+        headers: &HeaderMap,
+    ) -> Result<Principal, ApiError> {
+        if reads_only(method, uri) {
+            if let Some(p) = self.session_principal(headers) {
+                return Ok(p);
+            }
+        }
+        Err(ApiError::forbidden(
+            "MissingAuthenticationTokenException",
+            format!(
+                "the request is not signed: sign it with AWS Signature Version 4 (boto3, the AWS CLI and qm do), with keys of a principal of this server; the admin's are in {}: export AWS_SHARED_CREDENTIALS_FILE={} AWS_PROFILE={ADMIN}",
+                self.credentials_path().display(),
+                self.credentials_path().display()
+            ),
+        ))
+    }
+
+    /// The principal whose access key id `key` is, with its record (for the secret).
+    fn key_owner(&self, key: &str) -> Result<(PrincipalRecord, Principal), ApiError> {
+        let found = {
+            let inner = self.inner.lock().expect("auth lock");
+            inner
+                .by_key
+                .get(key)
+                .map(|r| (r.clone(), inner.principal(r)))
+        };
+        found.ok_or_else(|| {
+            ApiError::forbidden(
+                "UnrecognizedClientException",
+                format!(
+                    "the access key id '{}' is not a principal's key on this server (deleted, rotated, or from another server): use the keys `qm principal create` or `rotate` printed, or the admin's in {}",
+                    printable(key),
+                    self.credentials_path().display()
+                ),
+            )
+        })
     }
 
     /// AWS's checks on the credential scope and the time.
@@ -361,6 +349,54 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|c| c.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+}
+
+fn incomplete(m: String) -> ApiError {
+    ApiError::forbidden("IncompleteSignatureException", m)
+}
+
+/// The `Authorization` header parsed, with the request's `X-Amz-Date` as sent and as a time.
+fn parse_signature<'h>(
+    auth: &header::HeaderValue,
+    headers: &'h HeaderMap,
+) -> Result<(sigv4::Authorization, &'h str, SystemTime), ApiError> {
+    let auth = auth
+        .to_str()
+        .map_err(|_| incomplete("the Authorization header is not ASCII".into()))
+        .and_then(|a| sigv4::parse_authorization(a).map_err(incomplete))?;
+    let date = headers
+        .get("x-amz-date")
+        .and_then(|d| d.to_str().ok())
+        .ok_or_else(|| incomplete("the signed request has no X-Amz-Date header; sign it with SigV4 (YYYYMMDDTHHMMSSZ)".into()))?;
+    let time = sigv4::parse_amz_date(date).ok_or_else(|| {
+        incomplete(format!(
+            "X-Amz-Date '{date}' is not a time in YYYYMMDDTHHMMSSZ"
+        ))
+    })?;
+    Ok((auth, date, time))
+}
+
+/// The headers the signature names (but `X-Amz-Date`), each with its values joined.
+fn signed_headers<'a>(
+    auth: &'a sigv4::Authorization,
+    headers: &HeaderMap,
+) -> Result<Vec<(&'a str, String)>, ApiError> {
+    let mut signed: Vec<(&str, String)> = Vec::new();
+    for name in auth.signed_headers.iter().filter(|h| *h != "x-amz-date") {
+        let values: Vec<&str> = headers
+            .get_all(name.as_str())
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        if values.is_empty() {
+            return Err(incomplete(format!(
+                "SignedHeaders names '{}', which the request does not have",
+                printable(name)
+            )));
+        }
+        signed.push((name.as_str(), values.join(",")));
+    }
+    Ok(signed)
 }
 
 /// A value quoted in a message: printable ASCII only, at most 128 characters.
@@ -468,55 +504,13 @@ pub async fn guard(AxState(auth): AxState<Arc<Auth>>, req: Request, next: Next) 
 }
 
 async fn check(auth: &Auth, mut req: Request) -> Result<Request, ApiError> {
-    // HTTP/2 (which TLS clients negotiate) names the host in the URI's authority, not in a
-    // Host header: the checks below, and a signature over `host`, read it as one.
-    if !req.headers().contains_key(header::HOST) {
-        let authority = req.uri().authority().map(|a| a.as_str().to_string());
-        if let Some(v) = authority.and_then(|a| a.parse().ok()) {
-            req.headers_mut().insert(header::HOST, v);
-        }
-    }
-    let denied = |m: String| ApiError::forbidden("AccessDeniedException", m);
+    host_from_authority(&mut req);
     let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if !host_allowed(host, &auth.settings.hosts) {
-        return Err(denied(format!(
-            "requests for host '{}' are refused (DNS rebinding): address the server by IP, localhost, or a name listed in [auth] hosts of its config file",
-            printable(host)
-        )));
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let own = [format!("http://{host}"), format!("https://{host}")];
-        if !own.iter().any(|o| origin.as_bytes() == o.as_bytes()) {
-            return Err(denied(format!(
-                "cross-origin requests are refused: Origin '{}' is not this server ({})",
-                printable(origin.to_str().unwrap_or("?")),
-                own[0]
-            )));
-        }
-    }
+    check_host_and_origin(headers, &auth.settings.hosts)?;
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let with_body = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let declared_len = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    // A body-less request may say nothing about it (no Content-Length, no Content-Type); one
-    // that declares a body must declare JSON. The body's real length is checked once read.
-    if with_body && !json_content(headers, Some(declared_len.unwrap_or(0))) {
-        return Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Type '{}' is not accepted: send the body as JSON with Content-Type: application/json",
-            printable(
-                headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("(none)")
-            )
-        )));
-    }
+    check_declared_json(headers, with_body)?;
     let open = open_route(&method, &path)
         || (auth.settings.public_metrics && method == Method::GET && path == "/metrics");
     if open && path != "/qm/v1/session" {
@@ -561,6 +555,63 @@ async fn check(auth: &Auth, mut req: Request) -> Result<Request, ApiError> {
     let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(principal);
     Ok(req)
+}
+
+/// HTTP/2 (which TLS clients negotiate) names the host in the URI's authority, not in a Host
+/// header: the checks of [`check`], and a signature over `host`, read it as one.
+fn host_from_authority(req: &mut Request) {
+    if !req.headers().contains_key(header::HOST) {
+        let authority = req.uri().authority().map(|a| a.as_str().to_string());
+        if let Some(v) = authority.and_then(|a| a.parse().ok()) {
+            req.headers_mut().insert(header::HOST, v);
+        }
+    }
+}
+
+/// Refuses a host that is not this server's (DNS rebinding) and an `Origin` of another site.
+fn check_host_and_origin(headers: &HeaderMap, hosts: &[String]) -> Result<(), ApiError> {
+    let denied = |m: String| ApiError::forbidden("AccessDeniedException", m);
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !host_allowed(host, hosts) {
+        return Err(denied(format!(
+            "requests for host '{}' are refused (DNS rebinding): address the server by IP, localhost, or a name listed in [auth] hosts of its config file",
+            printable(host)
+        )));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let own = [format!("http://{host}"), format!("https://{host}")];
+        if !own.iter().any(|o| origin.as_bytes() == o.as_bytes()) {
+            return Err(denied(format!(
+                "cross-origin requests are refused: Origin '{}' is not this server ({})",
+                printable(origin.to_str().unwrap_or("?")),
+                own[0]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A body-less request may say nothing about it (no Content-Length, no Content-Type); one
+/// that declares a body must declare JSON. The body's real length is checked once read.
+fn check_declared_json(headers: &HeaderMap, with_body: bool) -> Result<(), ApiError> {
+    let declared_len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if with_body && !json_content(headers, Some(declared_len.unwrap_or(0))) {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Type '{}' is not accepted: send the body as JSON with Content-Type: application/json",
+            printable(
+                headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("(none)")
+            )
+        )));
+    }
+    Ok(())
 }
 
 /// Whether the listen address lets `--no-auth` run: loopback only.

@@ -440,105 +440,14 @@ impl Config {
 
     /// Applies defaults and flags to a parsed file; checks every value.
     pub fn resolve(file: FileConfig, flags: &Flags) -> Result<Config, ServerError> {
-        let bad = |key: &str, msg: String| ServerError::Config(format!("{key}: {msg}"));
-        let listen_text = flags
-            .listen
-            .clone()
-            .or(file.listen.clone())
-            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-        let listen: SocketAddr = listen_text.parse().map_err(|e| {
-            bad(
-                "listen",
-                format!("'{listen_text}' is not an address ({e}); write it as HOST:PORT, e.g. {DEFAULT_LISTEN}"),
-            )
-        })?;
-        let region = file.region.clone().unwrap_or_else(|| "us-east-1".into());
-        if region.is_empty()
-            || !region
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        {
-            return Err(bad(
-                "region",
-                format!("'{region}' is not a region name; use lower-case letters, digits and '-', e.g. us-east-1"),
-            ));
-        }
-        let account_id = file
-            .account_id
-            .clone()
-            .unwrap_or_else(|| "123456789012".into());
-        if account_id.len() != 12 || !account_id.chars().all(|c| c.is_ascii_digit()) {
-            return Err(bad(
-                "account_id",
-                format!("'{account_id}' is not an account id; use exactly 12 digits"),
-            ));
-        }
-        let kind = file.executor.kind.as_deref().unwrap_or("local");
-        if kind != "local" && kind != "slurm" {
-            return Err(bad(
-                "executor.kind",
-                format!("'{kind}' is not supported; use kind = \"local\" (processes on this machine) or \"slurm\""),
-            ));
-        }
-        let seconds = |key: &str, v: Option<f64>, default: f64| -> Result<Duration, ServerError> {
-            let v = v.unwrap_or(default);
-            if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
-                return Err(bad(
-                    key,
-                    format!("{v} is out of range; use 0 to 86400 seconds"),
-                ));
-            }
-            Ok(Duration::from_secs_f64(v))
-        };
-        let stop_grace = seconds(
-            "executor.stop_grace_seconds",
-            file.executor.stop_grace_seconds,
-            120.0,
-        )?;
-        let checkpoint_poll = seconds(
-            "executor.checkpoint_poll_seconds",
-            file.executor.checkpoint_poll_seconds,
-            1.0,
-        )?
-        .max(Duration::from_millis(50));
-        let tick = seconds("scheduler.tick_seconds", file.scheduler.tick_seconds, 1.0)?
-            .max(Duration::from_millis(50));
-        let history_sample = seconds(
-            "scheduler.history_sample_seconds",
-            file.scheduler.history_sample_seconds,
-            10.0,
-        )?
-        .max(Duration::from_millis(100));
-        for (i, p) in file.executor.pool.iter().enumerate() {
-            if p.instance_type.is_empty() {
-                return Err(bad(
-                    &format!("executor.pool[{i}].instance_type"),
-                    "is empty; name a SageMaker instance type, e.g. ml.g5.xlarge".into(),
-                ));
-            }
-            if p.count == 0 {
-                return Err(bad(
-                    &format!("executor.pool[{i}].count"),
-                    "is 0; give at least 1 instance or remove the entry".into(),
-                ));
-            }
-        }
-        let slurm = match (kind, &file.executor.slurm) {
-            ("local", None) => None,
-            ("local", Some(_)) => {
-                return Err(bad(
-                    "executor.slurm",
-                    "is set but executor.kind is \"local\"; set kind = \"slurm\" to use the cluster, or remove [executor.slurm]".into(),
-                ))
-            }
-            (_, None) => {
-                return Err(bad(
-                    "executor.slurm",
-                    "is missing; kind = \"slurm\" needs [[executor.slurm.instance]] entries naming the partition or feature of each instance type".into(),
-                ))
-            }
-            (_, Some(section)) => Some(resolve_slurm(section, &file.executor.pool, seconds)?),
-        };
+        let listen = resolve_listen(&file, flags)?;
+        let region = resolve_region(&file)?;
+        let account_id = resolve_account_id(&file)?;
+        let kind = resolve_kind(&file.executor)?;
+        let (stop_grace, checkpoint_poll) = resolve_attempt_periods(&file.executor)?;
+        let (tick, history_sample) = resolve_scheduler_periods(&file.scheduler)?;
+        check_pools(&file.executor.pool)?;
+        let slurm = resolve_slurm_section(kind, &file.executor)?;
         let data_dir = flags
             .data_dir
             .clone()
@@ -565,121 +474,291 @@ impl Config {
                 .executor
                 .max_lost_attempts
                 .unwrap_or(DEFAULT_MAX_LOST_ATTEMPTS),
-            isolation: match file.executor.isolation.as_deref().unwrap_or("auto") {
-                "auto" => Isolation::Auto,
-                "uid" => Isolation::Uid,
-                "none" => Isolation::None,
-                other => {
-                    return Err(bad(
-                        "executor.isolation",
-                        format!("'{other}' is not a mode; use \"auto\" (own uids when root), \"uid\" (own uids, or refuse to start) or \"none\" (jobs run as the server's user)"),
-                    ))
-                }
-            },
-            confinement: match file.executor.confinement.as_deref().unwrap_or("auto") {
-                "auto" => Confinement::Auto,
-                "cgroup" => Confinement::Cgroup,
-                "none" => Confinement::None,
-                other => {
-                    return Err(bad(
-                        "executor.confinement",
-                        format!("'{other}' is not a mode; use \"auto\" (control groups where they can be used; required when root), \"cgroup\" (or refuse to start) or \"none\" (jobs may use the whole machine)"),
-                    ))
-                }
-            },
-            job_uids: match &file.executor.job_uids {
-                None => qm_executor::JobUids::DEFAULT,
-                Some(text) => qm_executor::JobUids::parse(text).map_err(|m| bad("executor.job_uids", m))?,
-            },
+            isolation: resolve_isolation(&file.executor)?,
+            confinement: resolve_confinement(&file.executor)?,
+            job_uids: resolve_job_uids(&file.executor)?,
             work_dir: file.executor.work_dir.clone(),
-            retention: {
-                let days = file
-                    .retention
-                    .finished_jobs_days
-                    .unwrap_or(DEFAULT_RETENTION_DAYS);
-                if !(0.0..=36_500.0).contains(&days) {
-                    return Err(bad(
-                        "retention.finished_jobs_days",
-                        format!("is {days}; give a number of days from 0 to 36500, e.g. 30"),
-                    ));
-                }
-                Duration::from_secs_f64(days * 86_400.0)
-            },
+            retention: resolve_retention(&file.retention)?,
             delete_job_dirs: file.retention.delete_job_dirs.unwrap_or(false),
-            audit_entries: match file.retention.audit_entries.unwrap_or(DEFAULT_AUDIT_ENTRIES) {
-                n @ 1..=100_000_000 => n as usize,
-                n => {
-                    return Err(bad(
-                        "retention.audit_entries",
-                        format!("is {n}; give a count from 1 to 100000000, e.g. 100000"),
-                    ))
-                }
-            },
+            audit_entries: resolve_audit_entries(&file.retention)?,
             snapshot_every: file
                 .state
                 .snapshot_every_commands
                 .unwrap_or(DEFAULT_SNAPSHOT_EVERY),
             credentials: resolve_credentials(&file.credentials)?,
-            metadata_allowed: match file.credentials.metadata.as_deref().unwrap_or("block") {
-                "block" => false,
-                "allow" => true,
-                other => {
-                    return Err(bad(
-                        "credentials.metadata",
-                        format!("'{other}' is not a choice; use \"block\" (attempts under their own uids cannot reach 169.254.169.254) or \"allow\""),
-                    ))
-                }
-            },
+            metadata_allowed: resolve_metadata(&file.credentials)?,
             slurm,
             auth: !flags.no_auth,
             hosts: resolve_hosts(&file.auth.hosts)?,
             public_metrics: file.auth.public_metrics.unwrap_or(false),
-            tls: match (
-                flags.tls_cert.clone().or(file.tls.cert.clone()),
-                flags.tls_key.clone().or(file.tls.key.clone()),
-            ) {
-                (Some(c), Some(k)) => Some((c, k)),
-                (None, None) => None,
-                (Some(_), None) => {
-                    return Err(bad(
-                        "tls.key",
-                        "is missing: a certificate needs its private key (--tls-key FILE)".into(),
-                    ))
-                }
-                (None, Some(_)) => {
-                    return Err(bad(
-                        "tls.cert",
-                        "is missing: a private key needs its certificate chain (--tls-cert FILE)"
-                            .into(),
-                    ))
-                }
-            },
+            tls: resolve_tls(&file.tls, flags)?,
             limits: resolve_limits(&file.limits, seconds)?,
             storage: resolve_storage(&file.storage, seconds)?,
-            opt_ml: match file.executor.opt_ml.as_deref().unwrap_or("auto") {
-                "auto" => qm_executor::OptMl::Auto,
-                "required" => qm_executor::OptMl::Required,
-                "off" => qm_executor::OptMl::Off,
-                other => {
-                    return Err(bad(
-                        "executor.opt_ml",
-                        format!("'{other}' is not a mode; use \"auto\" (/opt/ml per attempt when root), \"required\" (or refuse to start) or \"off\""),
-                    ))
-                }
-            },
+            opt_ml: resolve_opt_ml(&file.executor)?,
             runtime: resolve_runtime(&file.executor, kind)?,
-            checkpoint_sync: seconds(
-                "executor.checkpoint_sync_seconds",
-                file.executor.checkpoint_sync_seconds,
-                30.0,
-            )?
-            .max(Duration::from_secs(1)),
-            gpu_sample: gpu_sample(seconds(
-                "executor.gpu_sample_seconds",
-                file.executor.gpu_sample_seconds,
-                qm_executor::DEFAULT_GPU_SAMPLE.as_secs_f64(),
-            )?),
+            checkpoint_sync: resolve_checkpoint_sync(&file.executor)?,
+            gpu_sample: resolve_gpu_sample(&file.executor)?,
         })
+    }
+}
+
+/// The error of a config value: the key, then what is wrong with it and what to write.
+fn bad(key: &str, msg: String) -> ServerError {
+    ServerError::Config(format!("{key}: {msg}"))
+}
+
+/// A number of seconds from 0 to 86,400, `default` where unset.
+fn seconds(key: &str, v: Option<f64>, default: f64) -> Result<Duration, ServerError> {
+    let v = v.unwrap_or(default);
+    if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+        return Err(bad(
+            key,
+            format!("{v} is out of range; use 0 to 86400 seconds"),
+        ));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// `--listen`, else `listen`, else [`DEFAULT_LISTEN`].
+fn resolve_listen(file: &FileConfig, flags: &Flags) -> Result<SocketAddr, ServerError> {
+    let listen_text = flags
+        .listen
+        .clone()
+        .or(file.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    listen_text.parse().map_err(|e| {
+        bad(
+            "listen",
+            format!("'{listen_text}' is not an address ({e}); write it as HOST:PORT, e.g. {DEFAULT_LISTEN}"),
+        )
+    })
+}
+
+/// `region`: an AWS region's name, us-east-1 where unset.
+fn resolve_region(file: &FileConfig) -> Result<String, ServerError> {
+    let region = file.region.clone().unwrap_or_else(|| "us-east-1".into());
+    if region.is_empty()
+        || !region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(bad(
+            "region",
+            format!("'{region}' is not a region name; use lower-case letters, digits and '-', e.g. us-east-1"),
+        ));
+    }
+    Ok(region)
+}
+
+/// `account_id`: 12 digits, 123456789012 where unset.
+fn resolve_account_id(file: &FileConfig) -> Result<String, ServerError> {
+    let account_id = file
+        .account_id
+        .clone()
+        .unwrap_or_else(|| "123456789012".into());
+    if account_id.len() != 12 || !account_id.chars().all(|c| c.is_ascii_digit()) {
+        return Err(bad(
+            "account_id",
+            format!("'{account_id}' is not an account id; use exactly 12 digits"),
+        ));
+    }
+    Ok(account_id)
+}
+
+/// `[executor] kind`: `local` (the default) or `slurm`.
+fn resolve_kind(e: &ExecutorSection) -> Result<&str, ServerError> {
+    let kind = e.kind.as_deref().unwrap_or("local");
+    if kind != "local" && kind != "slurm" {
+        return Err(bad(
+            "executor.kind",
+            format!("'{kind}' is not supported; use kind = \"local\" (processes on this machine) or \"slurm\""),
+        ));
+    }
+    Ok(kind)
+}
+
+/// `[executor] stop_grace_seconds` (default 120) and `checkpoint_poll_seconds` (default 1,
+/// at least 0.05).
+fn resolve_attempt_periods(e: &ExecutorSection) -> Result<(Duration, Duration), ServerError> {
+    let stop_grace = seconds("executor.stop_grace_seconds", e.stop_grace_seconds, 120.0)?;
+    let checkpoint_poll = seconds(
+        "executor.checkpoint_poll_seconds",
+        e.checkpoint_poll_seconds,
+        1.0,
+    )?
+    .max(Duration::from_millis(50));
+    Ok((stop_grace, checkpoint_poll))
+}
+
+/// `[scheduler] tick_seconds` (default 1, at least 0.05) and `history_sample_seconds`
+/// (default 10, at least 0.1).
+fn resolve_scheduler_periods(s: &SchedulerSection) -> Result<(Duration, Duration), ServerError> {
+    let tick =
+        seconds("scheduler.tick_seconds", s.tick_seconds, 1.0)?.max(Duration::from_millis(50));
+    let history_sample = seconds(
+        "scheduler.history_sample_seconds",
+        s.history_sample_seconds,
+        10.0,
+    )?
+    .max(Duration::from_millis(100));
+    Ok((tick, history_sample))
+}
+
+/// `[executor] job_uids`.
+fn resolve_job_uids(e: &ExecutorSection) -> Result<qm_executor::JobUids, ServerError> {
+    match &e.job_uids {
+        None => Ok(qm_executor::JobUids::DEFAULT),
+        Some(text) => qm_executor::JobUids::parse(text).map_err(|m| bad("executor.job_uids", m)),
+    }
+}
+
+/// `[executor] checkpoint_sync_seconds` (default 30, at least 1).
+fn resolve_checkpoint_sync(e: &ExecutorSection) -> Result<Duration, ServerError> {
+    Ok(seconds(
+        "executor.checkpoint_sync_seconds",
+        e.checkpoint_sync_seconds,
+        30.0,
+    )?
+    .max(Duration::from_secs(1)))
+}
+
+/// `[executor] gpu_sample_seconds` (default [`qm_executor::DEFAULT_GPU_SAMPLE`]).
+fn resolve_gpu_sample(e: &ExecutorSection) -> Result<Duration, ServerError> {
+    Ok(gpu_sample(seconds(
+        "executor.gpu_sample_seconds",
+        e.gpu_sample_seconds,
+        qm_executor::DEFAULT_GPU_SAMPLE.as_secs_f64(),
+    )?))
+}
+
+/// Refuses a `[[executor.pool]]` entry without an instance type or instances.
+fn check_pools(pool: &[PoolEntry]) -> Result<(), ServerError> {
+    for (i, p) in pool.iter().enumerate() {
+        if p.instance_type.is_empty() {
+            return Err(bad(
+                &format!("executor.pool[{i}].instance_type"),
+                "is empty; name a SageMaker instance type, e.g. ml.g5.xlarge".into(),
+            ));
+        }
+        if p.count == 0 {
+            return Err(bad(
+                &format!("executor.pool[{i}].count"),
+                "is 0; give at least 1 instance or remove the entry".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[executor.slurm]`: there exactly when `kind` is `slurm`.
+fn resolve_slurm_section(
+    kind: &str,
+    e: &ExecutorSection,
+) -> Result<Option<SlurmSettings>, ServerError> {
+    match (kind, &e.slurm) {
+        ("local", None) => Ok(None),
+        ("local", Some(_)) => Err(bad(
+            "executor.slurm",
+            "is set but executor.kind is \"local\"; set kind = \"slurm\" to use the cluster, or remove [executor.slurm]".into(),
+        )),
+        (_, None) => Err(bad(
+            "executor.slurm",
+            "is missing; kind = \"slurm\" needs [[executor.slurm.instance]] entries naming the partition or feature of each instance type".into(),
+        )),
+        (_, Some(section)) => Ok(Some(resolve_slurm(section, &e.pool, seconds)?)),
+    }
+}
+
+/// `[executor] isolation`.
+fn resolve_isolation(e: &ExecutorSection) -> Result<Isolation, ServerError> {
+    match e.isolation.as_deref().unwrap_or("auto") {
+        "auto" => Ok(Isolation::Auto),
+        "uid" => Ok(Isolation::Uid),
+        "none" => Ok(Isolation::None),
+        other => Err(bad(
+            "executor.isolation",
+            format!("'{other}' is not a mode; use \"auto\" (own uids when root), \"uid\" (own uids, or refuse to start) or \"none\" (jobs run as the server's user)"),
+        )),
+    }
+}
+
+/// `[executor] confinement`.
+fn resolve_confinement(e: &ExecutorSection) -> Result<Confinement, ServerError> {
+    match e.confinement.as_deref().unwrap_or("auto") {
+        "auto" => Ok(Confinement::Auto),
+        "cgroup" => Ok(Confinement::Cgroup),
+        "none" => Ok(Confinement::None),
+        other => Err(bad(
+            "executor.confinement",
+            format!("'{other}' is not a mode; use \"auto\" (control groups where they can be used; required when root), \"cgroup\" (or refuse to start) or \"none\" (jobs may use the whole machine)"),
+        )),
+    }
+}
+
+/// `[retention] finished_jobs_days`, as a duration.
+fn resolve_retention(r: &RetentionSection) -> Result<Duration, ServerError> {
+    let days = r.finished_jobs_days.unwrap_or(DEFAULT_RETENTION_DAYS);
+    if !(0.0..=36_500.0).contains(&days) {
+        return Err(bad(
+            "retention.finished_jobs_days",
+            format!("is {days}; give a number of days from 0 to 36500, e.g. 30"),
+        ));
+    }
+    Ok(Duration::from_secs_f64(days * 86_400.0))
+}
+
+/// `[retention] audit_entries`.
+fn resolve_audit_entries(r: &RetentionSection) -> Result<usize, ServerError> {
+    match r.audit_entries.unwrap_or(DEFAULT_AUDIT_ENTRIES) {
+        n @ 1..=100_000_000 => Ok(n as usize),
+        n => Err(bad(
+            "retention.audit_entries",
+            format!("is {n}; give a count from 1 to 100000000, e.g. 100000"),
+        )),
+    }
+}
+
+/// `[credentials] metadata`: whether attempts may reach the instance metadata service.
+fn resolve_metadata(c: &CredentialsSection) -> Result<bool, ServerError> {
+    match c.metadata.as_deref().unwrap_or("block") {
+        "block" => Ok(false),
+        "allow" => Ok(true),
+        other => Err(bad(
+            "credentials.metadata",
+            format!("'{other}' is not a choice; use \"block\" (attempts under their own uids cannot reach 169.254.169.254) or \"allow\""),
+        )),
+    }
+}
+
+/// `--tls-cert` and `--tls-key` over `[tls]`: both or neither.
+fn resolve_tls(tls: &TlsSection, flags: &Flags) -> Result<Option<(PathBuf, PathBuf)>, ServerError> {
+    match (
+        flags.tls_cert.clone().or(tls.cert.clone()),
+        flags.tls_key.clone().or(tls.key.clone()),
+    ) {
+        (Some(c), Some(k)) => Ok(Some((c, k))),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(bad(
+            "tls.key",
+            "is missing: a certificate needs its private key (--tls-key FILE)".into(),
+        )),
+        (None, Some(_)) => Err(bad(
+            "tls.cert",
+            "is missing: a private key needs its certificate chain (--tls-cert FILE)".into(),
+        )),
+    }
+}
+
+/// `[executor] opt_ml`.
+fn resolve_opt_ml(e: &ExecutorSection) -> Result<qm_executor::OptMl, ServerError> {
+    match e.opt_ml.as_deref().unwrap_or("auto") {
+        "auto" => Ok(qm_executor::OptMl::Auto),
+        "required" => Ok(qm_executor::OptMl::Required),
+        "off" => Ok(qm_executor::OptMl::Off),
+        other => Err(bad(
+            "executor.opt_ml",
+            format!("'{other}' is not a mode; use \"auto\" (/opt/ml per attempt when root), \"required\" (or refuse to start) or \"off\""),
+        )),
     }
 }
 

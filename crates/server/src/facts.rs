@@ -81,7 +81,8 @@ pub struct UsageFacts {
 }
 
 /// One share at one instant (all instance types together): 32 bytes, its name shared with the
-/// samples before it ([`Ring::push`]), so that a day of 20 shares stays near 6 MB.
+/// samples before it ([`Ring::push`](crate::history::Ring::push)), so that a day of 20
+/// shares stays near 6 MB.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareSample {
     /// The share.

@@ -137,21 +137,25 @@ pub fn review(facts: &ReviewFacts, p: &ReviewParams) -> ReviewReport {
                 ..w
             })
             .collect(),
-        // In the order of their keys; a group of jobs that did nothing in the window (they
-        // finished after it, say) has nothing to show.
-        groups: index
-            .into_iter()
-            .map(|(key, g)| {
-                (
-                    Group::of(key).finish(),
-                    std::mem::take(&mut acc.groups[g]).finish(),
-                )
-            })
-            .filter(|(blank, group)| group != blank)
-            .map(|(_, group)| group)
-            .collect(),
+        groups: finished_groups(index, &mut acc.groups),
         notes: acc.notes.into_iter().collect(),
     }
+}
+
+/// The groups' figures, in the order of their keys; a group of jobs that did nothing in the
+/// window (they finished after it, say) has nothing to show.
+fn finished_groups(index: BTreeMap<GroupKey, usize>, groups: &mut [Group]) -> Vec<ReviewGroup> {
+    index
+        .into_iter()
+        .map(|(key, g)| {
+            (
+                Group::of(key).finish(),
+                std::mem::take(&mut groups[g]).finish(),
+            )
+        })
+        .filter(|(blank, group)| group != blank)
+        .map(|(_, group)| group)
+        .collect()
 }
 
 /// (queue, share, class).

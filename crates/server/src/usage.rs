@@ -135,84 +135,189 @@ struct Cell {
 
 /// The report of `jobs` under `history`. Jobs must be unique by id.
 pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> UsageReport {
-    let periods = periods(p.since, p.until, p.every);
-    let mut cells: BTreeMap<(usize, Key), Cell> = BTreeMap::new();
-    let mut notes = BTreeSet::new();
-    let gpus = |t: &str, notes: &mut BTreeSet<String>| match p.gpus.get(t) {
-        Some(&g) => f64::from(g),
-        None => {
-            notes.insert(format!(
-                "{t}: no gpus_per_instance in the server's [[executor.pool]] configuration, so its GPU-hours count 0"
-            ));
-            0.0
-        }
+    let mut tally = Tally {
+        p,
+        periods: periods(p.since, p.until, p.every),
+        cells: BTreeMap::new(),
+        notes: BTreeSet::new(),
+        principal_of: jobs
+            .iter()
+            .map(|j| (j.id.as_str(), j.principal.as_deref().unwrap_or("unknown")))
+            .collect(),
     };
-    let principal_of: BTreeMap<&str, &str> = jobs
-        .iter()
-        .map(|j| (j.id.as_str(), j.principal.as_deref().unwrap_or("unknown")))
-        .collect();
-    let key_of = |queue: &str, share: &str, principal: &str, unit: &str| -> Key {
-        match p.by {
-            UsageBy::Share => (Some(queue.into()), Some(share.into()), None, None),
-            UsageBy::Principal => (None, None, Some(principal.into()), None),
-            UsageBy::InstanceType => (None, None, None, Some(unit.into())),
-        }
-    };
-    // Periods are sorted and contiguous: the one holding `t` is found by binary search.
-    let period_of = |t: i64| {
-        let i = periods.partition_point(|&(_, b)| b <= t);
-        periods.get(i).filter(|&&(a, _)| t >= a).map(|_| i)
-    };
-
     // Events: preemptions, lost work, starts and their waits.
     for job in jobs {
-        let principal = principal_of[job.id.as_str()];
+        tally.job_events(job);
+    }
+    // Hours: one sweep per (queue, instance type).
+    for (queue, unit) in &units(jobs, history) {
+        tally.hours(queue, unit, jobs, history);
+    }
+    let Tally {
+        periods,
+        cells,
+        notes,
+        ..
+    } = tally;
+    let rows = cells
+        .into_iter()
+        .map(|((i, key), c)| usage_row(periods[i], key, c))
+        .collect();
+    UsageReport {
+        since: p.since,
+        until: p.until,
+        by: p.by,
+        every: p.every,
+        rows,
+        notes: notes.into_iter().collect(),
+    }
+}
+
+/// A report's cells, per period and key, while they are gathered.
+struct Tally<'a> {
+    p: &'a UsageParams,
+    periods: Vec<(i64, i64)>,
+    cells: BTreeMap<(usize, Key), Cell>,
+    notes: BTreeSet<String>,
+    /// Who submitted each job, by id.
+    principal_of: BTreeMap<&'a str, &'a str>,
+}
+
+impl Tally<'_> {
+    /// GPUs per instance of type `t`; 0, with a note, where the config does not say.
+    fn gpus(&mut self, t: &str) -> f64 {
+        match self.p.gpus.get(t) {
+            Some(&g) => f64::from(g),
+            None => {
+                self.notes.insert(format!(
+                    "{t}: no gpus_per_instance in the server's [[executor.pool]] configuration, so its GPU-hours count 0"
+                ));
+                0.0
+            }
+        }
+    }
+
+    /// The period holding `t`, found by binary search: periods are sorted and contiguous.
+    fn period_of(&self, t: i64) -> Option<usize> {
+        let i = self.periods.partition_point(|&(_, b)| b <= t);
+        self.periods.get(i).filter(|&&(a, _)| t >= a).map(|_| i)
+    }
+
+    /// The events of `job`'s attempts: starts and the waits before them, what they used,
+    /// and their preemptions.
+    fn job_events(&mut self, job: &UsageJob) {
+        let principal = self.principal_of[job.id.as_str()];
         let mut runnable_since = job.created_at;
         for a in &job.attempts {
-            let key = key_of(&job.queue, &job.share, principal, &a.instance_type);
-            let g = gpus(&a.instance_type, &mut notes);
-            if let Some(i) = period_of(a.started_at) {
-                let cell = cells.entry((i, key.clone())).or_default();
+            let key = key_of(
+                self.p.by,
+                &job.queue,
+                &job.share,
+                principal,
+                &a.instance_type,
+            );
+            let g = self.gpus(&a.instance_type);
+            if let Some(i) = self.period_of(a.started_at) {
+                let cell = self.cells.entry((i, key.clone())).or_default();
                 cell.starts += 1;
                 cell.delays
                     .push((a.started_at - runnable_since).max(0) as f64 / 1000.0);
             }
             runnable_since = a.stop_at.or(a.stopped_at).unwrap_or(a.started_at);
-            if let Some((used, i)) = a.usage.zip(a.stopped_at.and_then(period_of)) {
-                let cell = cells.entry((i, key.clone())).or_default();
-                cell.cpu_ms += used.cpu_millis;
-                cell.peak_memory = cell.peak_memory.max(used.peak_memory_bytes);
-                if let (Some(percent), Some(ended)) = (used.gpu_utilization_percent, a.stopped_at) {
-                    // Weighted by GPU-hours; by instance-hours where the type's GPUs are not
-                    // configured (it was sampled, so it has some).
-                    let hours = lost_instance_hours(a.running_at, ended, a.count) * g.max(1.0);
-                    cell.gpu_busy += f64::from(percent) * hours;
-                    cell.gpu_sampled_hours += hours;
-                }
+            if let Some((used, i)) = a.usage.zip(a.stopped_at.and_then(|t| self.period_of(t))) {
+                self.add_use(i, key.clone(), a, used, g);
             }
-            if !a.preempted {
-                continue;
-            }
-            let ended = a.stopped_at.unwrap_or(p.now);
-            if let Some(i) = period_of(ended) {
-                let hours = lost_instance_hours(a.checkpoint_at.or(a.running_at), ended, a.count);
-                let cell = cells.entry((i, key)).or_default();
-                cell.suffered += 1;
-                cell.lost_instance += hours;
-                cell.lost_gpu += hours * g;
-                if let Some((by_share, by_job)) = &a.preempted_for {
-                    let by_principal = principal_of
-                        .get(by_job.as_str())
-                        .copied()
-                        .unwrap_or("unknown");
-                    let key = key_of(&job.queue, by_share, by_principal, &a.instance_type);
-                    cells.entry((i, key)).or_default().caused += 1;
-                }
+            if a.preempted {
+                self.preemption(job, a, key, g);
             }
         }
     }
 
-    // Hours: one sweep per (queue, instance type).
+    /// What a finished attempt used, in the period it ended in.
+    fn add_use(&mut self, i: usize, key: Key, a: &UsageAttempt, used: qm_executor::Usage, g: f64) {
+        let cell = self.cells.entry((i, key)).or_default();
+        cell.cpu_ms += used.cpu_millis;
+        cell.peak_memory = cell.peak_memory.max(used.peak_memory_bytes);
+        if let (Some(percent), Some(ended)) = (used.gpu_utilization_percent, a.stopped_at) {
+            // Weighted by GPU-hours; by instance-hours where the type's GPUs are not
+            // configured (it was sampled, so it has some).
+            let hours = lost_instance_hours(a.running_at, ended, a.count) * g.max(1.0);
+            cell.gpu_busy += f64::from(percent) * hours;
+            cell.gpu_sampled_hours += hours;
+        }
+    }
+
+    /// A preempted attempt, in the period it ended in: the work it lost, and the preemption
+    /// caused, for the job it made room for.
+    fn preemption(&mut self, job: &UsageJob, a: &UsageAttempt, key: Key, g: f64) {
+        let ended = a.stopped_at.unwrap_or(self.p.now);
+        let Some(i) = self.period_of(ended) else {
+            return;
+        };
+        let hours = lost_instance_hours(a.checkpoint_at.or(a.running_at), ended, a.count);
+        let cell = self.cells.entry((i, key)).or_default();
+        cell.suffered += 1;
+        cell.lost_instance += hours;
+        cell.lost_gpu += hours * g;
+        if let Some((by_share, by_job)) = &a.preempted_for {
+            let by_principal = self
+                .principal_of
+                .get(by_job.as_str())
+                .copied()
+                .unwrap_or("unknown");
+            let key = key_of(
+                self.p.by,
+                &job.queue,
+                by_share,
+                by_principal,
+                &a.instance_type,
+            );
+            self.cells.entry((i, key)).or_default().caused += 1;
+        }
+    }
+
+    /// The hours of one (queue, instance type), swept over the instants where anything
+    /// changes, added to each period an interval overlaps.
+    fn hours(&mut self, queue: &str, unit: &str, jobs: &[UsageJob], history: &ShareHistory) {
+        let g = self.gpus(unit);
+        let by = self.p.by;
+        let key = move |queue: &str, share: &str, principal: &str, unit: &str| {
+            key_of(by, queue, share, principal, unit)
+        };
+        let grouping = Grouping {
+            key: &key,
+            share_level: by != UsageBy::Principal,
+        };
+        let sweep = Sweep::new(queue, unit, jobs, history, self.p);
+        for seg in sweep.segments() {
+            // Only the periods the segment overlaps.
+            let first = self.periods.partition_point(|&(_, b)| b <= seg.from);
+            for (i, &(a, b)) in self.periods.iter().enumerate().skip(first) {
+                if a >= seg.to {
+                    break;
+                }
+                let (from, to) = (seg.from.max(a), seg.to.min(b));
+                if from >= to {
+                    continue;
+                }
+                let h = (to - from) as f64 / HOUR_MS;
+                seg.add(h, g, i, &mut self.cells, &grouping);
+            }
+        }
+    }
+}
+
+/// A row's key under the grouping `by`: only the parts it groups by.
+fn key_of(by: UsageBy, queue: &str, share: &str, principal: &str, unit: &str) -> Key {
+    match by {
+        UsageBy::Share => (Some(queue.into()), Some(share.into()), None, None),
+        UsageBy::Principal => (None, None, Some(principal.into()), None),
+        UsageBy::InstanceType => (None, None, None, Some(unit.into())),
+    }
+}
+
+/// Every (queue, instance type) an attempt ran on or an entitlement was given in.
+fn units(jobs: &[UsageJob], history: &ShareHistory) -> BTreeSet<(String, String)> {
     let mut units: BTreeSet<(String, String)> = BTreeSet::new();
     for job in jobs {
         for a in &job.attempts {
@@ -226,62 +331,31 @@ pub fn report(jobs: &[UsageJob], history: &ShareHistory, p: &UsageParams) -> Usa
             }
         }
     }
-    for (queue, unit) in &units {
-        let g = gpus(unit, &mut notes);
-        let grouping = Grouping {
-            key: &key_of,
-            share_level: p.by != UsageBy::Principal,
-        };
-        let sweep = Sweep::new(queue, unit, jobs, history, p);
-        for seg in sweep.segments() {
-            // Only the periods the segment overlaps.
-            let first = periods.partition_point(|&(_, b)| b <= seg.from);
-            for (i, &(a, b)) in periods.iter().enumerate().skip(first) {
-                if a >= seg.to {
-                    break;
-                }
-                let (from, to) = (seg.from.max(a), seg.to.min(b));
-                if from >= to {
-                    continue;
-                }
-                let h = (to - from) as f64 / HOUR_MS;
-                seg.add(h, g, i, &mut cells, &grouping);
-            }
-        }
-    }
+    units
+}
 
-    let rows = cells
-        .into_iter()
-        .map(
-            |((i, (job_queue, quota_share_name, principal, instance_type)), mut c)| UsageRow {
-                period_start: periods[i].0,
-                period_end: periods[i].1,
-                job_queue,
-                quota_share_name,
-                principal,
-                instance_type,
-                instance_hours: round_hours(c.instance),
-                gpu_hours: round_hours(c.gpu),
-                preemptions_suffered: c.suffered,
-                preemptions_caused: c.caused,
-                lost_instance_hours: round(c.lost_instance),
-                lost_gpu_hours: round(c.lost_gpu),
-                starts: c.starts,
-                queue_delay_seconds: Percentiles::of(&mut c.delays),
-                cpu_hours: round(c.cpu_ms as f64 / HOUR_MS),
-                peak_memory_bytes: c.peak_memory,
-                gpu_utilization_percent: (c.gpu_sampled_hours > 0.0)
-                    .then(|| (c.gpu_busy / c.gpu_sampled_hours * 10.0).round() / 10.0),
-            },
-        )
-        .collect();
-    UsageReport {
-        since: p.since,
-        until: p.until,
-        by: p.by,
-        every: p.every,
-        rows,
-        notes: notes.into_iter().collect(),
+/// The row of one cell: the figures of `key` over the period `(start, end)`.
+fn usage_row((start, end): (i64, i64), key: Key, mut c: Cell) -> UsageRow {
+    let (job_queue, quota_share_name, principal, instance_type) = key;
+    UsageRow {
+        period_start: start,
+        period_end: end,
+        job_queue,
+        quota_share_name,
+        principal,
+        instance_type,
+        instance_hours: round_hours(c.instance),
+        gpu_hours: round_hours(c.gpu),
+        preemptions_suffered: c.suffered,
+        preemptions_caused: c.caused,
+        lost_instance_hours: round(c.lost_instance),
+        lost_gpu_hours: round(c.lost_gpu),
+        starts: c.starts,
+        queue_delay_seconds: Percentiles::of(&mut c.delays),
+        cpu_hours: round(c.cpu_ms as f64 / HOUR_MS),
+        peak_memory_bytes: c.peak_memory,
+        gpu_utilization_percent: (c.gpu_sampled_hours > 0.0)
+            .then(|| (c.gpu_busy / c.gpu_sampled_hours * 10.0).round() / 10.0),
     }
 }
 

@@ -110,48 +110,12 @@ impl State {
             serde_json::to_string(&c).unwrap_or_default()
         });
         if let (Some(token), Some(canonical)) = (&r.client_token, &canonical) {
-            if let Some((core, seen)) = self.tokens.get(token) {
-                if seen == canonical {
-                    return self.submit_response(*core);
-                }
-                return Err(ApiError::client(format!(
-                    "clientToken: '{token}' was already used for a different request; send the identical request to get the original job back, or use a new token"
-                )));
+            if let Some(core) = self.token_job(token, canonical)? {
+                return self.submit_response(core);
             }
         }
-        let queue = self.queue_name("jobQueue", &r.job_queue)?;
+        let (queue, share) = self.open_queue_and_share(r)?;
         let q = &self.queues[&queue];
-        if q.state == JQState::Disabled {
-            return Err(ApiError::client(format!(
-                "jobQueue: job queue '{queue}' is DISABLED and accepts no jobs; enable it with UpdateJobQueue"
-            )));
-        }
-        if self.environments[&q.environment].state == ServiceEnvironmentState::Disabled {
-            return Err(ApiError::client(format!(
-                "jobQueue: the service environment '{}' of job queue '{queue}' is DISABLED; enable it with UpdateServiceEnvironment",
-                q.environment
-            )));
-        }
-        let Some(share) = r.quota_share_name.clone() else {
-            return Err(ApiError::client(format!(
-                "quotaShareName: job queue '{queue}' has a quota-share scheduling policy, so every job names its quota share; pass one of: {}",
-                q.shares.keys().cloned().collect::<Vec<_>>().join(", ")
-            )));
-        };
-        match q.shares.get(&share) {
-            None => {
-                return Err(ApiError::client(format!(
-                    "quotaShareName: quota share '{share}' does not exist in job queue '{queue}'; pass one of: {}",
-                    q.shares.keys().cloned().collect::<Vec<_>>().join(", ")
-                )))
-            }
-            Some(s) if s.state == QuotaShareState::Disabled => {
-                return Err(ApiError::client(format!(
-                    "quotaShareName: quota share '{share}' is DISABLED and accepts no new jobs; enable it with UpdateQuotaShare or submit to another share"
-                )))
-            }
-            Some(_) => {}
-        }
         let payload = TrainingPayload::parse(&r.service_request_payload)?;
         self.admit(&queue, &share, &payload)?;
         let core = self.next_job;
@@ -201,18 +165,76 @@ impl State {
             principal: principal.map(str::to_string),
             class: class.map(|c| c.name),
         };
+        self.insert_submitted(rec, r.client_token.clone().zip(canonical));
+        self.submit_response(core)
+    }
+
+    /// The job a client token was already used for, if it was, with the same request
+    /// (`canonical`); the same token with another request is refused.
+    fn token_job(&self, token: &str, canonical: &str) -> Result<Option<u64>, ApiError> {
+        let Some((core, seen)) = self.tokens.get(token) else {
+            return Ok(None);
+        };
+        if seen == canonical {
+            return Ok(Some(*core));
+        }
+        Err(ApiError::client(format!(
+            "clientToken: '{token}' was already used for a different request; send the identical request to get the original job back, or use a new token"
+        )))
+    }
+
+    /// The job queue and quota share a submit names, refused unless both exist and accept
+    /// jobs (the queue's service environment too).
+    fn open_queue_and_share(
+        &self,
+        r: &SubmitServiceJobRequest,
+    ) -> Result<(String, String), ApiError> {
+        let queue = self.queue_name("jobQueue", &r.job_queue)?;
+        let q = &self.queues[&queue];
+        if q.state == JQState::Disabled {
+            return Err(ApiError::client(format!(
+                "jobQueue: job queue '{queue}' is DISABLED and accepts no jobs; enable it with UpdateJobQueue"
+            )));
+        }
+        if self.environments[&q.environment].state == ServiceEnvironmentState::Disabled {
+            return Err(ApiError::client(format!(
+                "jobQueue: the service environment '{}' of job queue '{queue}' is DISABLED; enable it with UpdateServiceEnvironment",
+                q.environment
+            )));
+        }
+        let Some(share) = r.quota_share_name.clone() else {
+            return Err(ApiError::client(format!(
+                "quotaShareName: job queue '{queue}' has a quota-share scheduling policy, so every job names its quota share; pass one of: {}",
+                q.shares.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        };
+        match q.shares.get(&share) {
+            None => Err(ApiError::client(format!(
+                "quotaShareName: quota share '{share}' does not exist in job queue '{queue}'; pass one of: {}",
+                q.shares.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))),
+            Some(s) if s.state == QuotaShareState::Disabled => Err(ApiError::client(format!(
+                "quotaShareName: quota share '{share}' is DISABLED and accepts no new jobs; enable it with UpdateQuotaShare or submit to another share"
+            ))),
+            Some(_) => Ok((queue, share)),
+        }
+    }
+
+    /// Files a submitted job's record: in its queue's runnable set, under its id and its
+    /// client token (with the request it stands for), and in the status index.
+    fn insert_submitted(&mut self, rec: JobRec, token: Option<(String, String)>) {
+        let core = rec.core;
         self.queues
-            .get_mut(&queue)
+            .get_mut(&rec.queue)
             .expect("checked")
             .runnable
-            .insert((Reverse(priority), core));
+            .insert((Reverse(rec.priority), core));
         self.by_id.insert(rec.id.clone(), core);
-        if let (Some(token), Some(canonical)) = (&r.client_token, canonical) {
-            self.tokens.insert(token.clone(), (core, canonical));
+        if let Some((token, canonical)) = token {
+            self.tokens.insert(token, (core, canonical));
         }
         self.by_status.insert(&rec);
         self.jobs.insert(core, Arc::new(rec));
-        self.submit_response(core)
     }
 
     pub(crate) fn update_service_job(
@@ -570,11 +592,7 @@ impl State {
         // A queue is its name and generation: jobs of a deleted queue of the same name are not
         // listed under the new one.
         let queue = match &r.job_queue {
-            Some(q) => {
-                let name = self.queue_name("jobQueue", q)?;
-                let generation = self.queues[&name].generation;
-                Some((name, generation))
-            }
+            Some(q) => Some(self.queue_key(q)?),
             None => None,
         };
         let filter = parse_filters(r.filters.as_deref())?;
@@ -584,15 +602,7 @@ impl State {
             Some(f) if !f.keeps_status_filter() => None,
             _ => Some(r.job_status.unwrap_or(ServiceJobStatus::Running)),
         };
-        let before: Option<u64> = match &r.next_token {
-            Some(t) => Some(decode_token("nextToken", t)?.parse().map_err(|_| {
-                ApiError::client(
-                    "nextToken: is not a token this server issued; pass the nextToken of the previous response unchanged",
-                )
-            })?),
-            None => None,
-        };
-        let below = before.unwrap_or(u64::MAX);
+        let below = list_start(r.next_token.as_deref())?;
         // With a queue and a status, walk only the jobs in that status (of that share, with
         // the QUOTA_SHARE_NAME filter); otherwise every job.
         let indexed = match (&queue, status) {
@@ -617,24 +627,8 @@ impl State {
         let mut next = None;
         // Newest first.
         for (core, rec) in candidates {
-            if queue
-                .as_ref()
-                .is_some_and(|(q, g)| *q != rec.queue || *g != rec.queue_generation)
-            {
+            if !listed(rec, queue.as_ref(), status, filter.as_ref()) {
                 continue;
-            }
-            if status.as_ref().is_some_and(|s| *s != rec.status) {
-                continue;
-            }
-            if let Some(f) = &filter {
-                if !f.matches(
-                    &rec.request.job_name,
-                    rec.created_at,
-                    None,
-                    Some(rec.share.as_str()),
-                ) {
-                    continue;
-                }
             }
             if out.len() == max {
                 next = Some(encode_token(&(core + 1).to_string()));
@@ -648,6 +642,13 @@ impl State {
         })
     }
 
+    /// A job queue as jobs record it: its name and generation.
+    fn queue_key(&self, queue: &str) -> Result<(String, u64), ApiError> {
+        let name = self.queue_name("jobQueue", queue)?;
+        let generation = self.queues[&name].generation;
+        Ok((name, generation))
+    }
+
     /// Tags of a job, for the tag operations.
     pub(crate) fn job_tags_mut(&mut self, id: &str) -> Option<&mut BTreeMap<String, String>> {
         let core = *self.by_id.get(id)?;
@@ -656,6 +657,43 @@ impl State {
             .map(Arc::make_mut)
             .map(|r| &mut r.tags)
     }
+}
+
+/// The core id below which a listing starts: `nextToken`'s, else the newest job's and up.
+fn list_start(next_token: Option<&str>) -> Result<u64, ApiError> {
+    let before: Option<u64> = match next_token {
+        Some(t) => Some(decode_token("nextToken", t)?.parse().map_err(|_| {
+            ApiError::client(
+                "nextToken: is not a token this server issued; pass the nextToken of the previous response unchanged",
+            )
+        })?),
+        None => None,
+    };
+    Ok(before.unwrap_or(u64::MAX))
+}
+
+/// Whether ListServiceJobs lists `rec`: of the queue (name and generation) and in the status
+/// asked for, if any, and passing the filter.
+fn listed(
+    rec: &JobRec,
+    queue: Option<&(String, u64)>,
+    status: Option<ServiceJobStatus>,
+    filter: Option<&JobFilter>,
+) -> bool {
+    if queue.is_some_and(|(q, g)| *q != rec.queue || *g != rec.queue_generation) {
+        return false;
+    }
+    if status.is_some_and(|s| s != rec.status) {
+        return false;
+    }
+    filter.is_none_or(|f| {
+        f.matches(
+            &rec.request.job_name,
+            rec.created_at,
+            None,
+            Some(rec.share.as_str()),
+        )
+    })
 }
 
 /// Refuses a payload whose `file://` URIs lie outside `[storage] file_roots`: the executor

@@ -17,7 +17,29 @@ impl State {
         now: i64,
     ) -> Result<Vec<u8>, ApiError> {
         let queue = self.queue_name("jobQueue", &r.job_queue)?;
-        let q = &self.queues[&queue];
+        let (front, per_share) = self.fronts(&queue);
+        body(&GetJobQueueSnapshotResponse {
+            front_of_queue: Some(FrontOfQueueDetail {
+                jobs: Some(front),
+                last_updated_at: Some(now),
+            }),
+            front_of_quota_shares: Some(FrontOfQuotaSharesDetail {
+                quota_shares: Some(per_share),
+                last_updated_at: Some(now),
+            }),
+            queue_utilization: Some(self.utilization(&queue, now)),
+        })
+    }
+
+    /// The first jobs of `queue` in dispatch order, and the first of each of its shares.
+    fn fronts(
+        &self,
+        queue: &str,
+    ) -> (
+        Vec<FrontOfQueueJobSummary>,
+        BTreeMap<String, Vec<FrontOfQuotaShareJobSummary>>,
+    ) {
+        let q = &self.queues[queue];
         let mut front = Vec::new();
         let mut per_share: BTreeMap<String, Vec<FrontOfQuotaShareJobSummary>> = BTreeMap::new();
         for &(_, core) in &q.runnable {
@@ -43,7 +65,12 @@ impl State {
                 break;
             }
         }
-        let usage = self.core.usage(&queue).unwrap_or_default();
+        (front, per_share)
+    }
+
+    /// What the dispatched jobs of `queue` use: in all, and the 20 shares that use most.
+    fn utilization(&self, queue: &str, now: i64) -> QueueSnapshotUtilizationDetail {
+        let usage = self.core.usage(queue).unwrap_or_default();
         let mut total: BTreeMap<String, u32> = BTreeMap::new();
         let mut shares: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
         for u in &usage {
@@ -64,45 +91,35 @@ impl State {
         // Highest usage first, then by name for a stable order.
         top.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         top.truncate(20);
-        body(&GetJobQueueSnapshotResponse {
-            front_of_queue: Some(FrontOfQueueDetail {
-                jobs: Some(front),
-                last_updated_at: Some(now),
-            }),
-            front_of_quota_shares: Some(FrontOfQuotaSharesDetail {
-                quota_shares: Some(per_share),
-                last_updated_at: Some(now),
-            }),
-            queue_utilization: Some(QueueSnapshotUtilizationDetail {
-                total_capacity_usage: Some(
-                    total
-                        .into_iter()
-                        .map(|(unit, n)| QueueSnapshotCapacityUsage {
-                            capacity_unit: Some(unit),
-                            quantity: Some(f64::from(n)),
+        QueueSnapshotUtilizationDetail {
+            total_capacity_usage: Some(
+                total
+                    .into_iter()
+                    .map(|(unit, n)| QueueSnapshotCapacityUsage {
+                        capacity_unit: Some(unit),
+                        quantity: Some(f64::from(n)),
+                    })
+                    .collect(),
+            ),
+            fairshare_utilization: None,
+            quota_share_utilization: Some(QuotaShareUtilizationDetail {
+                top_capacity_utilization: Some(
+                    top.into_iter()
+                        .map(|(_, name, m)| QuotaShareCapacityUtilization {
+                            quota_share_name: Some(name),
+                            capacity_usage: Some(
+                                m.into_iter()
+                                    .map(|(unit, n)| QuotaShareCapacityUsage {
+                                        capacity_unit: Some(unit),
+                                        quantity: Some(f64::from(n)),
+                                    })
+                                    .collect(),
+                            ),
                         })
                         .collect(),
                 ),
-                fairshare_utilization: None,
-                quota_share_utilization: Some(QuotaShareUtilizationDetail {
-                    top_capacity_utilization: Some(
-                        top.into_iter()
-                            .map(|(_, name, m)| QuotaShareCapacityUtilization {
-                                quota_share_name: Some(name),
-                                capacity_usage: Some(
-                                    m.into_iter()
-                                        .map(|(unit, n)| QuotaShareCapacityUsage {
-                                            capacity_unit: Some(unit),
-                                            quantity: Some(f64::from(n)),
-                                        })
-                                        .collect(),
-                                ),
-                            })
-                            .collect(),
-                    ),
-                }),
-                last_updated_at: Some(now),
             }),
-        })
+            last_updated_at: Some(now),
+        }
     }
 }

@@ -4,13 +4,13 @@
 //! choice has one definition, the core's. The request is validated as the real operations
 //! would validate it; nothing is changed or logged.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use qm_api::qm::{WhatIf, WhatIfAction, WhatIfDecision, WhatIfJob, WhatIfRequest};
+use qm_api::qm::{GroupDef, WhatIf, WhatIfAction, WhatIfDecision, WhatIfJob, WhatIfRequest};
 use qm_api::*;
 use qm_core::{Effect, Input, JobId, QueueSpec, StopCause, MAX_SHARES_PER_QUEUE};
 
-use crate::state::{body, State};
+use crate::state::{body, ShareRec, State};
 
 impl State {
     pub(crate) fn what_if(&self, r: &WhatIfRequest) -> Result<Vec<u8>, ApiError> {
@@ -57,18 +57,7 @@ impl State {
         let mut policy_tags = self.policy_tags_of_queue(queue);
         policy_tags.extend(r.policy_tags.clone());
         (spec.idle_assignment, spec.fair_reclaim) = validate::idle_rules(&policy_tags);
-        let defs = match &r.groups {
-            Some(groups) => {
-                let checked = qm_api::qm::QueueGroups {
-                    groups: groups.clone(),
-                }
-                .checked(MAX_SHARES_PER_QUEUE)?
-                .groups;
-                self.groups_fit_queue(queue, &checked)?;
-                checked
-            }
-            None => q.groups.clone(),
-        };
+        let defs = self.what_if_groups(queue, r)?;
         let mut share_tags = Vec::new();
         if r.quota_shares.len() > MAX_SHARES_PER_QUEUE {
             return Err(ApiError::client(format!(
@@ -78,31 +67,8 @@ impl State {
         }
         let mut listed = BTreeSet::new();
         for (i, s) in r.quota_shares.iter().enumerate() {
-            let field = format!("quotaShares[{i}]");
-            validate_create_quota_share(s)
-                .map_err(|e| ApiError::client(format!("{field}.{}", e.message())))?;
-            if self.queue_name(&format!("{field}.jobQueue"), &s.job_queue)? != queue {
-                return Err(ApiError::client(format!(
-                    "{field}.jobQueue: names another queue than jobQueue '{queue}'; a what-if changes one queue"
-                )));
-            }
-            if !listed.insert(s.quota_share_name.as_str()) {
-                return Err(ApiError::client(format!(
-                    "{field}.quotaShareName: '{}' is listed twice; list each share once",
-                    s.quota_share_name
-                )));
-            }
-            let current = q.shares.get(&s.quota_share_name);
-            let mut tags = s
-                .tags
-                .clone()
-                .or_else(|| current.map(|c| c.tags.clone()))
-                .unwrap_or_default();
-            for key in &r.keep_tags {
-                if let Some(v) = current.and_then(|c| c.tags.get(key)) {
-                    tags.entry(key.clone()).or_insert_with(|| v.clone());
-                }
-            }
+            self.check_what_if_share(queue, i, s, &mut listed)?;
+            let tags = what_if_share_tags(q.shares.get(&s.quota_share_name), s, &r.keep_tags);
             share_tags.push((s.quota_share_name.clone(), tags.clone()));
             inputs.push(Input::PutShare {
                 queue: queue.to_string(),
@@ -121,7 +87,56 @@ impl State {
         spec.groups = Self::group_specs_from(&defs, &named);
         // Before the shares: groups may name shares not created yet, which join as they are.
         inputs.insert(inputs.len() - r.quota_shares.len(), Input::PutQueue(spec));
-        for (name, rec) in &q.shares {
+        inputs.extend(self.unlisted_shares_removed(queue, &listed));
+        Ok(inputs)
+    }
+
+    /// The fair-sharing groups of the what-if: those `r` gives, checked, else the current.
+    fn what_if_groups(&self, queue: &str, r: &WhatIfRequest) -> Result<Vec<GroupDef>, ApiError> {
+        match &r.groups {
+            Some(groups) => {
+                let checked = qm_api::qm::QueueGroups {
+                    groups: groups.clone(),
+                }
+                .checked(MAX_SHARES_PER_QUEUE)?
+                .groups;
+                self.groups_fit_queue(queue, &checked)?;
+                Ok(checked)
+            }
+            None => Ok(self.queues[queue].groups.clone()),
+        }
+    }
+
+    /// Refuses the `i`th share of a what-if unless it is a valid share of `queue` and not
+    /// already `listed`; lists it.
+    fn check_what_if_share<'r>(
+        &self,
+        queue: &str,
+        i: usize,
+        s: &'r CreateQuotaShareRequest,
+        listed: &mut BTreeSet<&'r str>,
+    ) -> Result<(), ApiError> {
+        let field = format!("quotaShares[{i}]");
+        validate_create_quota_share(s)
+            .map_err(|e| ApiError::client(format!("{field}.{}", e.message())))?;
+        if self.queue_name(&format!("{field}.jobQueue"), &s.job_queue)? != queue {
+            return Err(ApiError::client(format!(
+                "{field}.jobQueue: names another queue than jobQueue '{queue}'; a what-if changes one queue"
+            )));
+        }
+        if !listed.insert(s.quota_share_name.as_str()) {
+            return Err(ApiError::client(format!(
+                "{field}.quotaShareName: '{}' is listed twice; list each share once",
+                s.quota_share_name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every share of `queue` the what-if does not list, disabled and then deleted.
+    fn unlisted_shares_removed(&self, queue: &str, listed: &BTreeSet<&str>) -> Vec<Input> {
+        let mut inputs = Vec::new();
+        for (name, rec) in &self.queues[queue].shares {
             if listed.contains(name.as_str()) {
                 continue;
             }
@@ -136,7 +151,7 @@ impl State {
                 share: name.clone(),
             });
         }
-        Ok(inputs)
+        inputs
     }
 
     /// One core effect as a decision the client is shown (requeues and final statuses follow
@@ -175,4 +190,24 @@ impl State {
             priority: spec.priority,
         })
     }
+}
+
+/// A listed share's tags: those given, else its current ones, with the current values of the
+/// `keep` keys it does not set.
+fn what_if_share_tags(
+    current: Option<&ShareRec>,
+    s: &CreateQuotaShareRequest,
+    keep: &[String],
+) -> BTreeMap<String, String> {
+    let mut tags = s
+        .tags
+        .clone()
+        .or_else(|| current.map(|c| c.tags.clone()))
+        .unwrap_or_default();
+    for key in keep {
+        if let Some(v) = current.and_then(|c| c.tags.get(key)) {
+            tags.entry(key.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    tags
 }
