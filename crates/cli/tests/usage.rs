@@ -25,6 +25,7 @@ use std::path::Path;
 use qm_api::qm::{UsageBy, UsageEvery, UsageReport};
 use qm_api::Arns;
 use qm_cli::client::report::{usage_csv, usage_table};
+use qm_core::AttemptId;
 use qm_server::archive::{Archive, ArchivedJob};
 use qm_server::command::{Command, ExitRecord};
 use qm_server::request::{Answer, Query};
@@ -71,7 +72,7 @@ fn submit(id: &str, share: &str, principal: &str, count: u32) -> Command {
 }
 
 /// The attempt the batch launched for `job`.
-fn launched(actions: &[Action], job: &str) -> u64 {
+fn launched(actions: &[Action], job: &str) -> AttemptId {
     actions
         .iter()
         .find_map(|a| match a {
@@ -81,7 +82,7 @@ fn launched(actions: &[Action], job: &str) -> u64 {
         .unwrap_or_else(|| panic!("{job} was not launched: {actions:?}"))
 }
 
-fn running(attempt: u64) -> Command {
+fn running(attempt: AttemptId) -> Command {
     Command::AttemptRunning {
         attempt,
         pids: vec![],
@@ -91,7 +92,7 @@ fn running(attempt: u64) -> Command {
     }
 }
 
-fn exited(attempt: u64, ok: bool) -> Command {
+fn exited(attempt: AttemptId, ok: bool) -> Command {
     Command::AttemptExited {
         attempt,
         outcome: if ok {

@@ -7,6 +7,7 @@
 //! system creating each job's directory tree (8 directories, 2 log files), so the figure
 //! depends on where DATA_DIR lives (try /dev/shm for the executor's own overhead).
 
+use qm_executor::AttemptId;
 use std::time::{Duration, Instant};
 
 use qm_executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec};
@@ -35,7 +36,7 @@ async fn main() {
     let launch = |attempt: u64| {
         // A fresh job per attempt, as the server would see for distinct jobs.
         let spec = LaunchSpec::new(
-            attempt,
+            AttemptId(attempt),
             format!("job-{attempt}"),
             "ml.g5.xlarge",
             vec!["true".into()],

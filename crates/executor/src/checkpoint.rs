@@ -11,6 +11,7 @@
 //!
 //! The task itself is the executor's (`executor::background`); this module scans.
 
+use qm_core::AttemptId;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
@@ -56,7 +57,7 @@ pub(crate) fn newest_mtime_ns(dir: &Path) -> Option<u64> {
 
 /// The newest mtime of each attempt's checkpoint directory that has a file, walked on the
 /// blocking pool since directory walks block.
-pub(crate) async fn scan(targets: Vec<(u64, PathBuf)>) -> Vec<(u64, u64)> {
+pub(crate) async fn scan(targets: Vec<(AttemptId, PathBuf)>) -> Vec<(AttemptId, u64)> {
     tokio::task::spawn_blocking(move || {
         targets
             .into_iter()

@@ -7,6 +7,7 @@
 //! by name (`remove`). Images are never pulled (`--pull never`): a site maps its users' ECR
 //! URIs to images it has.
 
+use qm_core::AttemptId;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -91,7 +92,7 @@ pub(crate) fn label(data_dir: &Path) -> String {
 }
 
 /// The container's name: unique per attempt and host, so a stray one can be found and removed.
-pub(crate) fn name(job_id: &str, attempt: u64, host: u32) -> String {
+pub(crate) fn name(job_id: &str, attempt: AttemptId, host: u32) -> String {
     format!("qm-{job_id}-{attempt}-algo-{host}")
 }
 
@@ -328,7 +329,7 @@ mod tests {
         };
         let run = Run {
             podman: &podman,
-            name: name("j", 7, 2),
+            name: name("j", AttemptId(7), 2),
             image: "localhost/img".into(),
             entrypoint: &[],
             arguments: &[],

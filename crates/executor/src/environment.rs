@@ -114,6 +114,7 @@ pub(crate) fn per_host(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qm_core::AttemptId;
 
     #[test]
     fn hyperparameter_names_become_upper_case_identifiers() {
@@ -123,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_host_without_gpus_sees_an_empty_device_list() {
-        let spec = LaunchSpec::new(1, "j", "ml.g5.xlarge", vec!["true".into()]);
+        let spec = LaunchSpec::new(AttemptId(1), "j", "ml.g5.xlarge", vec!["true".into()]);
         let layout = JobLayout::new(Path::new("/data"), "j", 1);
         assert_eq!(per_host(&spec, &layout, 2, &[])[0].1, "");
         assert_eq!(per_host(&spec, &layout, 1, &[3, 1])[0].1, "3,1");

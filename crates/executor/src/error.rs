@@ -2,6 +2,7 @@
 //! configuration it cannot honour); what happens to a job's processes, spawn failures
 //! included, is never an error but an [`crate::ExecEvent::Exited`] with a reason.
 
+use qm_core::AttemptId;
 use std::path::PathBuf;
 
 /// A configuration or a call the executor refuses; nothing was started when one is returned.
@@ -34,7 +35,7 @@ pub enum ExecError {
     #[error("attempt {attempt} needs {requested} instance(s) of '{instance_type}' but only {free} are free: start attempts only within the free capacity")]
     InsufficientInstances {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// Its instance type.
         instance_type: String,
         /// Instances it asked for.
@@ -44,16 +45,16 @@ pub enum ExecError {
     },
     /// `count` was 0: there is nothing to run.
     #[error("attempt {0} asks for 0 instances: InstanceCount must be at least 1")]
-    NoInstances(u64),
+    NoInstances(AttemptId),
     /// An attempt with this id is still running.
     #[error("attempt {0} is already running: attempt ids must be unique")]
-    DuplicateAttempt(u64),
+    DuplicateAttempt(AttemptId),
     /// The job id cannot safely name a directory.
     #[error("job id '{0}' cannot name a directory: use only letters, digits, '-', '_' and '.'")]
     InvalidJobId(String),
     /// Every uid of `[executor] job_uids` is in use (check_usable makes this a bug).
     #[error("attempt {0}: every uid of job_uids is in use: make the range at least as large as the instances")]
-    NoJobUid(u64),
+    NoJobUid(AttemptId),
     /// Attempts cannot run apart from the server as configured.
     #[error("isolation: {0}")]
     Isolation(String),

@@ -194,10 +194,11 @@ pub(crate) fn variables(spec: &LaunchSpec, layout: &JobLayout) -> Vec<(String, S
 mod tests {
     use super::*;
     use crate::InputChannel;
+    use qm_core::AttemptId;
     use std::collections::BTreeMap;
 
     fn spec() -> LaunchSpec {
-        let mut s = LaunchSpec::new(7, "job-1", "ml.g5.xlarge", vec!["true".into()]);
+        let mut s = LaunchSpec::new(AttemptId(7), "job-1", "ml.g5.xlarge", vec!["true".into()]);
         s.count = 2;
         s.hyperparameters.insert("lr".into(), "0.1".into());
         s.channels.push(InputChannel {

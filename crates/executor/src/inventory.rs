@@ -4,6 +4,7 @@
 //! appended (ids of the others never change), and a removed instance that runs an attempt is
 //! *retired*: it counts no more, and goes when that attempt gives it back.
 
+use qm_core::AttemptId;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -342,7 +343,7 @@ impl Inventory {
     /// Takes `count` free instances of `instance_type`, lowest ids first.
     pub(crate) fn take(
         &mut self,
-        attempt: u64,
+        attempt: AttemptId,
         instance_type: &str,
         count: u32,
     ) -> Result<Vec<usize>, ExecError> {
@@ -586,17 +587,17 @@ mod tests {
         let mut inv = Inventory::build(&[pool("a", 2, 1)], None).unwrap();
         let held = inv.hold_placed("a", &[0], &[vec![0, 1]]);
         assert_eq!(inv.capacity()["a"], 0, "both instances' GPUs are in use");
-        assert!(inv.take(9, "a", 1).is_err());
+        assert!(inv.take(AttemptId(9), "a", 1).is_err());
         assert!(inv.any_retired(&held));
         inv.give_back(&held);
         assert_eq!(inv.capacity()["a"], 2);
-        assert_eq!(inv.take(9, "a", 2).unwrap().len(), 2);
+        assert_eq!(inv.take(AttemptId(9), "a", 2).unwrap().len(), 2);
     }
 
     #[test]
     fn a_reload_grows_pools_with_unused_gpus_and_retires_held_instances_when_given_back() {
         let mut inv = Inventory::build(&[pool("a", 2, 1), pool("b", 1, 1)], None).unwrap();
-        let held = inv.take(1, "a", 2).unwrap();
+        let held = inv.take(AttemptId(1), "a", 2).unwrap();
         inv.resize(&[pool("a", 1, 1), pool("b", 2, 1), pool("c", 1, 0)], None)
             .unwrap();
         assert_eq!(
@@ -609,7 +610,7 @@ mod tests {
             "the other instance still runs its attempt"
         );
         assert_eq!(inv.free("b"), 2);
-        let b = inv.take(2, "b", 2).unwrap();
+        let b = inv.take(AttemptId(2), "b", 2).unwrap();
         assert_eq!(inv.gpus(b[1]), &[3], "the lowest GPU no instance uses");
         inv.check_invariants(&[held.clone(), b.clone()].concat())
             .unwrap();
@@ -624,7 +625,7 @@ mod tests {
             Inventory::build(&[pool("a", 2, 1), pool("b", 2, 1)], Some(&[0, 1, 2, 3])).unwrap();
         swap.resize(&[pool("a", 3, 1), pool("b", 1, 1)], Some(&[0, 1, 2, 3]))
             .unwrap();
-        let a = swap.take(3, "a", 3).unwrap();
+        let a = swap.take(AttemptId(3), "a", 3).unwrap();
         assert_eq!(a.iter().map(|&id| swap.gpus(id)[0]).max(), Some(3));
         // Not enough GPUs in a fixed list: refused, nothing changed.
         let before = inv.capacity();
@@ -635,14 +636,14 @@ mod tests {
     #[test]
     fn taking_beyond_free_instances_fails_and_giving_back_frees_them() {
         let mut inv = Inventory::build(&[pool("a", 2, 0)], None).unwrap();
-        let held = inv.take(1, "a", 2).unwrap();
+        let held = inv.take(AttemptId(1), "a", 2).unwrap();
         inv.check_invariants(&held).unwrap();
         assert!(matches!(
-            inv.take(2, "a", 1),
+            inv.take(AttemptId(2), "a", 1),
             Err(ExecError::InsufficientInstances { free: 0, .. })
         ));
         assert!(matches!(
-            inv.take(2, "b", 1),
+            inv.take(AttemptId(2), "b", 1),
             Err(ExecError::UnknownInstanceType(_))
         ));
         inv.give_back(&held);

@@ -20,6 +20,7 @@
 //!     stdout-algo-<i>.log stderr-algo-<i>.log   algo-i, i >= 2
 //! ```
 
+use qm_core::AttemptId;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -221,7 +222,7 @@ impl JobLayout {
     pub(crate) fn checkpoint_dir(
         &self,
         requested: Option<&Path>,
-        attempt: u64,
+        attempt: AttemptId,
         owner: Option<u32>,
     ) -> PathBuf {
         let Some(requested) = requested else {
@@ -240,7 +241,7 @@ impl JobLayout {
         };
         let confined = isolation::confine(Path::new(base), requested);
         let Some(rel) = confined else {
-            tracing::warn!(attempt, requested = %requested.display(), using = %self.checkpoints.display(),
+            tracing::warn!(attempt = attempt.0, requested = %requested.display(), using = %self.checkpoints.display(),
                 "CheckpointConfig.LocalPath leaves the job's directory; using the job's checkpoint directory");
             return self.checkpoints.clone();
         };
@@ -251,12 +252,12 @@ impl JobLayout {
         };
         match made {
             Ok(()) => {
-                tracing::info!(attempt, path = %path.display(), "checkpoints go to the payload's CheckpointConfig.LocalPath");
+                tracing::info!(attempt = attempt.0, path = %path.display(), "checkpoints go to the payload's CheckpointConfig.LocalPath");
                 path
             }
             Err(e) => {
                 tracing::warn!(
-                    attempt,
+                    attempt = attempt.0,
                     requested = %path.display(),
                     using = %self.checkpoints.display(),
                     error = %e,
@@ -269,7 +270,7 @@ impl JobLayout {
 }
 
 /// Creates `dir` and writes and removes a probe file in it.
-fn probe_writable(dir: &Path, attempt: u64) -> io::Result<()> {
+fn probe_writable(dir: &Path, attempt: AttemptId) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     let probe = dir.join(format!(".qm-write-check-{attempt}"));
     fs::File::create(&probe)?;
@@ -302,12 +303,12 @@ mod tests {
         // A file where the relative path needs a directory.
         fs::write(layout.work.join("file"), "").unwrap();
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("file/sub")), 1, None),
+            layout.checkpoint_dir(Some(Path::new("file/sub")), AttemptId(1), None),
             layout.checkpoints
         );
         let wanted = layout.work.join("mine");
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("mine")), 1, None),
+            layout.checkpoint_dir(Some(Path::new("mine")), AttemptId(1), None),
             wanted
         );
         assert_eq!(
@@ -324,7 +325,7 @@ mod tests {
         layout.prepare(None).unwrap();
         for escaping in ["../../../../x", "../../other/checkpoints", "/../../x"] {
             assert_eq!(
-                layout.checkpoint_dir(Some(Path::new(escaping)), 1, None),
+                layout.checkpoint_dir(Some(Path::new(escaping)), AttemptId(1), None),
                 layout.checkpoints,
                 "{escaping}"
             );
@@ -332,29 +333,37 @@ mod tests {
         assert!(!dir.path().join("x").exists());
         assert!(!dir.path().join("jobs/other").exists());
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints")), 1, None),
+            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints")), AttemptId(1), None),
             layout.checkpoints,
             "SageMaker's default is the job's own checkpoints"
         );
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints/run-2")), 1, None),
+            layout.checkpoint_dir(
+                Some(Path::new("/opt/ml/checkpoints/run-2")),
+                AttemptId(1),
+                None
+            ),
             layout.checkpoints.join("run-2")
         );
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/opt/ml/checkpoints/../x")), 1, None),
+            layout.checkpoint_dir(
+                Some(Path::new("/opt/ml/checkpoints/../x")),
+                AttemptId(1),
+                None
+            ),
             layout.checkpoints,
             "'..' never climbs out of checkpoints/"
         );
         // The rest of /opt/ml is the server's (attempts/ holds logs and outcomes): re-rooted.
         for other in ["/opt/ml/attempts", "/opt/ml", "/opt/ml/input/config"] {
             assert_eq!(
-                layout.checkpoint_dir(Some(Path::new(other)), 1, None),
+                layout.checkpoint_dir(Some(Path::new(other)), AttemptId(1), None),
                 layout.root.join(other.trim_start_matches('/')),
                 "{other}"
             );
         }
         assert_eq!(
-            layout.checkpoint_dir(Some(Path::new("/ckpt")), 1, None),
+            layout.checkpoint_dir(Some(Path::new("/ckpt")), AttemptId(1), None),
             layout.root.join("ckpt")
         );
     }

@@ -58,6 +58,8 @@ pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
 pub use outcome::{Outcome, Usage, OUT_OF_MEMORY, TIMEOUT_REASON};
 pub use progress::Steps;
+/// The core's number of an attempt: the executor runs attempts by it.
+pub use qm_core::AttemptId;
 pub use qm_storage::{
     Location as StorageLocation, Settings as StorageSettings, Storage, StorageConfig, StorageUri,
 };

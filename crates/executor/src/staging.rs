@@ -11,6 +11,7 @@
 //! host algo-1's `stderr.log`. A failed transfer fails the attempt with the storage's error in
 //! the reason, before the entrypoint runs. A job's own files are read with the job's uid.
 
+use qm_core::AttemptId;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,13 +30,13 @@ use crate::{isolation, LaunchSpec, Outcome};
 const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// Reports why an attempt has not started yet (`ExecEvent::Starting`), by attempt.
-pub(crate) type Report = Arc<dyn Fn(u64, String) + Send + Sync>;
+pub(crate) type Report = Arc<dyn Fn(AttemptId, String) + Send + Sync>;
 
 /// One attempt's transfers.
 pub(crate) struct Stage {
     report: Report,
     storage: Arc<Storage>,
-    attempt: u64,
+    attempt: AttemptId,
     uid: Option<u32>,
     /// Host algo-1's `stderr.log`, opened at the first line said: most attempts (nothing in
     /// `model/`, no channels) never say one, and a drain of trivial jobs pays no open for it.
@@ -82,7 +83,7 @@ impl Stage {
 
     /// A `[qm]` line in the attempt's log, and the server's log.
     fn say(&mut self, line: &str) {
-        tracing::info!(attempt = self.attempt, "{line}");
+        tracing::info!(attempt = self.attempt.0, "{line}");
         if self.log.is_none() {
             // Appended: the processes' own output follows (or, on Slurm, may already be there).
             self.log = std::fs::OpenOptions::new()
@@ -288,7 +289,7 @@ impl Stage {
         // the job's is followed.
         let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
         if empty {
-            tracing::debug!(attempt = self.attempt, dir = %dir.display(), "empty: no {name} uploaded");
+            tracing::debug!(attempt = self.attempt.0, dir = %dir.display(), "empty: no {name} uploaded");
             return Ok(());
         }
         let (dir_owned, archive_owned, uid) = (dir.to_path_buf(), archive.to_path_buf(), self.uid);

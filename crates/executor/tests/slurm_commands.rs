@@ -4,6 +4,7 @@
 //! previous server left behind. The real cluster is exercised end to end in
 //! tests/e2e/test_slurm.py.
 
+use qm_executor::AttemptId;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -106,7 +107,7 @@ esac"#
 }
 
 fn spec(attempt: u64, job: &str) -> LaunchSpec {
-    LaunchSpec::new(attempt, job, "ml.g5.xlarge", vec!["true".into()])
+    LaunchSpec::new(AttemptId(attempt), job, "ml.g5.xlarge", vec!["true".into()])
 }
 
 fn marker(job: &str, n: u32, attempt: u64) -> String {
@@ -134,7 +135,7 @@ async fn exited(rx: &mut mpsc::UnboundedReceiver<ExecEvent>, attempt: u64) -> Ou
             ..
         } = next_event(rx).await
         {
-            if a == attempt {
+            if a == AttemptId(attempt) {
                 return outcome;
             }
         }
@@ -151,7 +152,11 @@ async fn a_submit_whose_answer_was_lost_is_found_by_its_comment_and_not_submitte
     ex.start(spec(1, "job-a")).unwrap();
     // The job exists (PENDING) although sbatch failed: the executor must follow it.
     loop {
-        if let ExecEvent::Starting { attempt: 1, .. } = next_event(&mut rx).await {
+        if let ExecEvent::Starting {
+            attempt: AttemptId(1),
+            ..
+        } = next_event(&mut rx).await
+        {
             break;
         }
     }
@@ -222,10 +227,10 @@ async fn adoption_follows_running_jobs_records_ended_ones_and_carries_on_a_stop(
     assert_eq!(
         got,
         vec![
-            (1, Adopted::Running),
-            (2, Adopted::Ended(Outcome::Succeeded)),
-            (3, Adopted::Unknown),
-            (4, Adopted::Unknown),
+            (AttemptId(1), Adopted::Running),
+            (AttemptId(2), Adopted::Ended(Outcome::Succeeded)),
+            (AttemptId(3), Adopted::Unknown),
+            (AttemptId(4), Adopted::Unknown),
         ]
     );
     assert_eq!(ex.recorded_outcome("job-b", 2), Some(Outcome::Succeeded));
@@ -276,9 +281,9 @@ async fn a_stop_goes_out_while_the_job_list_cannot_be_read() {
         }])
         .await
         .unwrap();
-    assert_eq!(got, vec![(1, Adopted::Running)]);
+    assert_eq!(got, vec![(AttemptId(1), Adopted::Running)]);
     std::fs::write(fake.path("squeue.fail"), "").unwrap();
-    ex.stop(1);
+    ex.stop(AttemptId(1));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let log = fake.lines("scancel.log");

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use qm_api::*;
+use qm_core::{AttemptId, JobId};
 use serde::{Deserialize, Serialize};
 
 /// Who sent a client's command: the principal the request's signature proved, with the
@@ -103,7 +104,7 @@ pub enum Command {
     /// The executor spawned every process of an attempt.
     AttemptRunning {
         /// Core attempt id.
-        attempt: u64,
+        attempt: AttemptId,
         /// Process (group) ids of its hosts.
         pids: Vec<u32>,
         /// GPU indices handed to it.
@@ -122,7 +123,7 @@ pub enum Command {
     /// the reason it waits changes.
     AttemptStarting {
         /// Core attempt id.
-        attempt: u64,
+        attempt: AttemptId,
         /// Why the cluster has not started it yet, as its status reason.
         #[serde(default)]
         reason: Option<String>,
@@ -130,13 +131,13 @@ pub enum Command {
     /// The job wrote into its checkpoint directory.
     AttemptCheckpoint {
         /// Core attempt id.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// The steps an attempt reported in its progress file moved (at most one a scan of the
     /// executor, however fast the job writes).
     AttemptProgress {
         /// Core attempt id.
-        attempt: u64,
+        attempt: AttemptId,
         /// Everything it reported so far.
         #[serde(default)]
         steps: qm_executor::Steps,
@@ -144,7 +145,7 @@ pub enum Command {
     /// Every process of an attempt is gone.
     AttemptExited {
         /// Core attempt id.
-        attempt: u64,
+        attempt: AttemptId,
         /// How it ended.
         outcome: ExitRecord,
         /// What it used, where the executor counted it (absent in logs of earlier releases).
@@ -211,9 +212,9 @@ pub enum Decision {
     /// An attempt starts.
     Start {
         /// Core job id.
-        job: u64,
+        job: JobId,
         /// The new attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// Instance type.
         unit: String,
         /// Instances.
@@ -222,16 +223,16 @@ pub enum Decision {
     /// An attempt is stopped.
     Stop {
         /// Core job id.
-        job: u64,
+        job: JobId,
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// Why.
         cause: StopRecord,
     },
     /// A job reached a final status.
     Finished {
         /// Core job id.
-        job: u64,
+        job: JobId,
         /// `SUCCEEDED` or `FAILED`.
         status: String,
         /// Status reason.
@@ -240,7 +241,7 @@ pub enum Decision {
     /// A job went back to RUNNABLE.
     Requeued {
         /// Core job id.
-        job: u64,
+        job: JobId,
         /// Why it waits again.
         reason: String,
     },
@@ -253,14 +254,14 @@ pub enum StopRecord {
     /// Another share reclaimed its capacity.
     Reclaim {
         /// The job that needed it.
-        for_job: u64,
+        for_job: JobId,
         /// The reclaiming share.
         by_share: String,
     },
     /// A higher-priority job of the same share.
     InShare {
         /// The job that preempted.
-        for_job: u64,
+        for_job: JobId,
     },
     /// Terminated by a user or a share deletion.
     Terminated {
@@ -289,8 +290,8 @@ impl From<&qm_core::Effect> for Decision {
                 unit,
                 count,
             } => Decision::Start {
-                job: job.0,
-                attempt: attempt.0,
+                job: *job,
+                attempt: *attempt,
                 unit: unit.clone(),
                 count: *count,
             },
@@ -299,14 +300,14 @@ impl From<&qm_core::Effect> for Decision {
                 attempt,
                 cause,
             } => Decision::Stop {
-                job: job.0,
-                attempt: attempt.0,
+                job: *job,
+                attempt: *attempt,
                 cause: match cause {
                     StopCause::Reclaim { for_job, by_share } => StopRecord::Reclaim {
-                        for_job: for_job.0,
+                        for_job: *for_job,
                         by_share: by_share.clone(),
                     },
-                    StopCause::InShare { for_job } => StopRecord::InShare { for_job: for_job.0 },
+                    StopCause::InShare { for_job } => StopRecord::InShare { for_job: *for_job },
                     StopCause::Terminated { reason } => StopRecord::Terminated {
                         reason: reason.clone(),
                     },
@@ -323,7 +324,7 @@ impl From<&qm_core::Effect> for Decision {
                 status,
                 reason,
             } => Decision::Finished {
-                job: job.0,
+                job: *job,
                 status: match status {
                     JobStatus::Runnable => "RUNNABLE",
                     JobStatus::Dispatched => "DISPATCHED",
@@ -334,7 +335,7 @@ impl From<&qm_core::Effect> for Decision {
                 reason: reason.clone(),
             },
             Effect::Requeued { job, reason } => Decision::Requeued {
-                job: job.0,
+                job: *job,
                 reason: reason.clone(),
             },
         }
@@ -346,7 +347,7 @@ impl TryFrom<&Decision> for qm_core::Effect {
 
     /// A logged decision as the core's effect, to impose it on replay.
     fn try_from(d: &Decision) -> Result<Self, String> {
-        use qm_core::{AttemptId, Effect, JobId, JobStatus, StopCause};
+        use qm_core::{Effect, JobStatus, StopCause};
         Ok(match d {
             Decision::Start {
                 job,
@@ -354,8 +355,8 @@ impl TryFrom<&Decision> for qm_core::Effect {
                 unit,
                 count,
             } => Effect::Start {
-                job: JobId(*job),
-                attempt: AttemptId(*attempt),
+                job: *job,
+                attempt: *attempt,
                 unit: unit.clone(),
                 count: *count,
             },
@@ -364,16 +365,14 @@ impl TryFrom<&Decision> for qm_core::Effect {
                 attempt,
                 cause,
             } => Effect::Stop {
-                job: JobId(*job),
-                attempt: AttemptId(*attempt),
+                job: *job,
+                attempt: *attempt,
                 cause: match cause {
                     StopRecord::Reclaim { for_job, by_share } => StopCause::Reclaim {
-                        for_job: JobId(*for_job),
+                        for_job: *for_job,
                         by_share: by_share.clone(),
                     },
-                    StopRecord::InShare { for_job } => StopCause::InShare {
-                        for_job: JobId(*for_job),
-                    },
+                    StopRecord::InShare { for_job } => StopCause::InShare { for_job: *for_job },
                     StopRecord::Terminated { reason } => StopCause::Terminated {
                         reason: reason.clone(),
                     },
@@ -390,7 +389,7 @@ impl TryFrom<&Decision> for qm_core::Effect {
                 status,
                 reason,
             } => Effect::Finished {
-                job: JobId(*job),
+                job: *job,
                 status: match status.as_str() {
                     "SUCCEEDED" => JobStatus::Succeeded,
                     "FAILED" => JobStatus::Failed,
@@ -399,7 +398,7 @@ impl TryFrom<&Decision> for qm_core::Effect {
                 reason: reason.clone(),
             },
             Decision::Requeued { job, reason } => Effect::Requeued {
-                job: JobId(*job),
+                job: *job,
                 reason: reason.clone(),
             },
         })

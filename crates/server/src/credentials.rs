@@ -155,19 +155,22 @@ impl Broker {
     }
 
     /// What attempt `attempt` is told: the endpoint and its token.
-    pub fn for_attempt(&self, attempt: u64) -> qm_executor::RoleCredentials {
+    pub fn for_attempt(&self, attempt: qm_core::AttemptId) -> qm_executor::RoleCredentials {
         qm_executor::RoleCredentials {
             url: format!("{}{attempt}", self.base),
-            token: crate::secret::hex(ring::hmac::sign(&self.key, &attempt.to_be_bytes()).as_ref()),
+            token: crate::secret::hex(
+                ring::hmac::sign(&self.key, &attempt.0.to_be_bytes()).as_ref(),
+            ),
             region: self.region.clone(),
             s3_endpoint: self.s3_endpoint.clone(),
         }
     }
 
     /// Whether `token` is attempt `attempt`'s (in constant time).
-    pub fn verify(&self, attempt: u64, token: &str) -> bool {
-        crate::secret::unhex(token.trim())
-            .is_some_and(|tag| ring::hmac::verify(&self.key, &attempt.to_be_bytes(), &tag).is_ok())
+    pub fn verify(&self, attempt: qm_core::AttemptId, token: &str) -> bool {
+        crate::secret::unhex(token.trim()).is_some_and(|tag| {
+            ring::hmac::verify(&self.key, &attempt.0.to_be_bytes(), &tag).is_ok()
+        })
     }
 
     /// Whether jobs of `share` may act as `role` (`[credentials.shares]`).
@@ -464,6 +467,7 @@ fn form(pairs: &[(&str, &str)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qm_core::AttemptId;
 
     #[test]
     fn a_form_encodes_every_byte_but_the_unreserved_ones_as_the_sdks_do() {
@@ -495,12 +499,12 @@ mod tests {
     #[test]
     fn an_attempt_s_token_opens_its_own_endpoint_only() {
         let b = broker("0.0.0.0:7611").unwrap();
-        let c = b.for_attempt(42);
+        let c = b.for_attempt(AttemptId(42));
         assert_eq!(c.url, "http://127.0.0.1:7611/qm/v1/attempt-credentials/42");
-        assert!(b.verify(42, &c.token));
-        assert!(!b.verify(43, &c.token));
-        assert!(!b.verify(42, ""));
-        assert!(!b.verify(42, "zz"));
+        assert!(b.verify(AttemptId(42), &c.token));
+        assert!(!b.verify(AttemptId(43), &c.token));
+        assert!(!b.verify(AttemptId(42), ""));
+        assert!(!b.verify(AttemptId(42), "zz"));
         // Another server's key (another data dir) makes other tokens.
         let other = Broker::new(
             Settings {
@@ -515,7 +519,7 @@ mod tests {
             &qm_storage::Settings::resolve(&Default::default(), &BTreeMap::new()),
         )
         .unwrap();
-        assert!(!other.verify(42, &c.token));
+        assert!(!other.verify(AttemptId(42), &c.token));
     }
 
     #[test]
@@ -527,7 +531,7 @@ mod tests {
         );
         assert!(broker("[::]:7611")
             .unwrap()
-            .for_attempt(1)
+            .for_attempt(AttemptId(1))
             .url
             .starts_with("http://[::1]:7611/"));
     }

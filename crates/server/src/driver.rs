@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use qm_api::ApiError;
-use qm_core::Effect;
+use qm_core::{AttemptId, Effect};
 use qm_executor::{ExecEvent, LaunchSpec, Outcome};
 use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
@@ -805,7 +805,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         } = self.gather(items);
         let pass = std::time::Instant::now();
         stamp_lost_limit(&mut commands, self.cadence.max_lost_attempts);
-        let exited: Vec<u64> = commands
+        let exited: Vec<AttemptId> = commands
             .iter()
             .filter_map(|c| match c {
                 Command::AttemptExited { attempt, .. } => Some(*attempt),
@@ -956,13 +956,13 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
 /// A decision of a batch, as the executor carries it out once the batch is durable.
 enum Carry {
     /// Start an attempt the executor got ready.
-    Release(u64),
+    Release(AttemptId),
     /// Start an attempt.
     Start(Box<LaunchSpec>),
     /// Stop an attempt.
-    Stop(u64),
+    Stop(AttemptId),
     /// The executor refused the launch of an attempt: it is reported failed.
-    Refused(u64, qm_executor::ExecError),
+    Refused(AttemptId, qm_executor::ExecError),
 }
 
 fn event_command(ev: ExecEvent) -> Command {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use qm_executor::slurm::{AdoptSpec, Adopted, SlurmExecutor};
-use qm_executor::{ExecError, LaunchSpec, LocalExecutor, Outcome, Reconciled};
+use qm_executor::{AttemptId, ExecError, LaunchSpec, LocalExecutor, Outcome, Reconciled};
 
 use crate::command::{Command, ExitRecord};
 use crate::error::ServerError;
@@ -32,9 +32,9 @@ pub trait Execute: Send + 'static {
         Ok(Some(spec))
     }
     /// Starts an attempt [`Execute::ready`] kept.
-    fn release(&self, _attempt: u64) {}
+    fn release(&self, _attempt: AttemptId) {}
     /// Stops an attempt; it reports `Exited` once its processes are gone.
-    fn stop(&self, attempt: u64);
+    fn stop(&self, attempt: AttemptId);
     /// How an attempt ended, as the executor recorded it before reporting it.
     fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome>;
     /// The directory that holds every attempt of `job_id`.
@@ -43,7 +43,7 @@ pub trait Execute: Send + 'static {
     /// live (adopted and still running, ended as recorded, or lost).
     fn reconcile(&self, state: &State) -> impl Future<Output = Result<Vec<Command>, ServerError>>;
     /// The log holds the exits of `attempts` (their supervisors may go).
-    fn acknowledge(&self, _attempts: &[u64]) {}
+    fn acknowledge(&self, _attempts: &[AttemptId]) {}
 }
 
 /// One of the two executors.
@@ -82,7 +82,7 @@ impl Executor {
     }
 
     /// Stops an attempt (SIGTERM, grace, then SIGKILL or cancellation).
-    pub fn stop(&self, attempt: u64) {
+    pub fn stop(&self, attempt: AttemptId) {
         match self {
             Executor::Local(e) => e.stop(attempt),
             Executor::Slurm(e) => e.stop(attempt),
@@ -134,13 +134,13 @@ impl Execute for Executor {
         }
     }
 
-    fn release(&self, attempt: u64) {
+    fn release(&self, attempt: AttemptId) {
         if let Executor::Local(local) = self {
             local.release(attempt);
         }
     }
 
-    fn stop(&self, attempt: u64) {
+    fn stop(&self, attempt: AttemptId) {
         Executor::stop(self, attempt)
     }
 
@@ -159,7 +159,7 @@ impl Execute for Executor {
         }
     }
 
-    fn acknowledge(&self, attempts: &[u64]) {
+    fn acknowledge(&self, attempts: &[AttemptId]) {
         if let Executor::Local(local) = self {
             local.acknowledge(attempts);
         }
@@ -177,7 +177,7 @@ pub(crate) async fn reconcile_local(state: &State, local: &LocalExecutor) -> Vec
 /// that record it: one rule for both. An adopted attempt goes on as it was (the log learns its
 /// processes only if it did not know them); an ended one is recorded as it ended; a lost one
 /// is queued again without using a retry (within `max_lost_attempts`).
-fn reconciled_commands(results: Vec<(u64, Reconciled)>) -> Vec<Command> {
+fn reconciled_commands(results: Vec<(AttemptId, Reconciled)>) -> Vec<Command> {
     let mut commands = Vec::new();
     let (mut adopted, mut ended) = (0, 0);
     for (attempt, what) in results {

@@ -478,9 +478,11 @@ async fn role_credentials(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    let attempt: u64 = attempt
-        .parse()
-        .map_err(|_| denied("not an attempt's credentials endpoint"))?;
+    let attempt = qm_core::AttemptId(
+        attempt
+            .parse()
+            .map_err(|_| denied("not an attempt's credentials endpoint"))?,
+    );
     if !broker.verify(attempt, token) {
         return Err(denied("the Authorization header is not this attempt's token (AWS_CONTAINER_AUTHORIZATION_TOKEN)"));
     }
@@ -506,7 +508,7 @@ async fn role_credentials(
         .issue(&arn, &role.job_id, &role.job_name, crate::clock::now_ms())
         .await
         .map_err(|e| {
-            tracing::warn!(attempt, error = %e, "cannot issue an attempt's credentials");
+            tracing::warn!(attempt = attempt.0, error = %e, "cannot issue an attempt's credentials");
             ApiError::server(e.to_string())
         })?;
     Ok(crate::credentials::Broker::answer(&issued, &arn))

@@ -3,6 +3,7 @@
 //! from the job records (kept in step by the state's one status setter, submission and
 //! retirement; rebuilt when a snapshot is loaded), so it is never logged or snapshotted.
 
+use qm_core::JobId;
 use std::collections::{BTreeMap, BTreeSet};
 
 use qm_api::ServiceJobStatus;
@@ -16,8 +17,8 @@ type QueueKey = (String, u64);
 /// Core job ids by (queue, status) and by (queue, share, status).
 #[derive(Clone, Debug, Default)]
 pub struct StatusIndex {
-    by_queue: BTreeMap<(QueueKey, ServiceJobStatus), BTreeSet<u64>>,
-    by_share: BTreeMap<(QueueKey, String, ServiceJobStatus), BTreeSet<u64>>,
+    by_queue: BTreeMap<(QueueKey, ServiceJobStatus), BTreeSet<JobId>>,
+    by_share: BTreeMap<(QueueKey, String, ServiceJobStatus), BTreeSet<JobId>>,
 }
 
 impl StatusIndex {
@@ -59,7 +60,7 @@ impl StatusIndex {
         queue: &(String, u64),
         share: Option<&str>,
         status: ServiceJobStatus,
-    ) -> Option<&BTreeSet<u64>> {
+    ) -> Option<&BTreeSet<JobId>> {
         match share {
             None => self.by_queue.get(&(queue.clone(), status)),
             Some(s) => self.by_share.get(&(queue.clone(), s.to_string(), status)),

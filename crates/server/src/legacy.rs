@@ -6,6 +6,7 @@
 //! with an error naming it: a decision is never guessed.
 
 use crate::command::{Decision, StopRecord};
+use qm_core::{AttemptId, JobId};
 
 /// One value of `Debug` text.
 #[derive(Debug, PartialEq)]
@@ -169,11 +170,11 @@ impl Value {
 }
 
 fn decision(v: &Value) -> Result<Decision, String> {
-    let job = v.number("job")?;
+    let job = JobId(v.number("job")?);
     Ok(match v.name()? {
         "Start" => Decision::Start {
             job,
-            attempt: v.number("attempt")?,
+            attempt: AttemptId(v.number("attempt")?),
             unit: v.text("unit")?,
             count: u32::try_from(v.number("count")?).map_err(|e| e.to_string())?,
         },
@@ -181,14 +182,14 @@ fn decision(v: &Value) -> Result<Decision, String> {
             let cause = v.field("cause")?;
             Decision::Stop {
                 job,
-                attempt: v.number("attempt")?,
+                attempt: AttemptId(v.number("attempt")?),
                 cause: match cause.name()? {
                     "Reclaim" => StopRecord::Reclaim {
-                        for_job: cause.number("for_job")?,
+                        for_job: JobId(cause.number("for_job")?),
                         by_share: cause.text("by_share")?,
                     },
                     "InShare" => StopRecord::InShare {
-                        for_job: cause.number("for_job")?,
+                        for_job: JobId(cause.number("for_job")?),
                     },
                     "Terminated" => StopRecord::Terminated {
                         reason: cause.text("reason")?,

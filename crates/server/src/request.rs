@@ -67,7 +67,7 @@ pub enum Query {
     /// endpoint, `credentials.rs`).
     AttemptRole {
         /// Core attempt id.
-        attempt: u64,
+        attempt: qm_core::AttemptId,
     },
     /// `GET /metrics`, the parts the state knows.
     Metrics,

@@ -131,7 +131,7 @@ mod tests {
     /// `first..=last` with its last checkpoint at `checkpoint`.
     fn attempt(number: u32, start_h: i64, steps: Steps, preempted: bool) -> AttemptRec {
         AttemptRec {
-            attempt: u64::from(number),
+            attempt: qm_core::AttemptId(u64::from(number)),
             number,
             training_job_name: format!("job-{number}"),
             started_at: start_h * HOUR,

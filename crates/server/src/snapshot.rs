@@ -32,7 +32,7 @@ pub struct StateImage {
     /// Every job record, by core id (shared with the state: see [`State::jobs`]).
     pub jobs: Vec<std::sync::Arc<JobRec>>,
     /// clientToken, core id, canonical request.
-    pub tokens: Vec<(String, u64, String)>,
+    pub tokens: Vec<(String, qm_core::JobId, String)>,
     /// Next core job id.
     pub next_job: u64,
     /// Next queue generation.
@@ -59,7 +59,7 @@ pub struct StateImage {
 impl State {
     /// The state as data, deterministic for a given state (every collection in a fixed order).
     pub fn image(&self) -> StateImage {
-        let mut tokens: Vec<(String, u64, String)> = self
+        let mut tokens: Vec<(String, qm_core::JobId, String)> = self
             .tokens
             .iter()
             .map(|(t, (core, canonical))| (t.clone(), *core, canonical.clone()))
@@ -99,7 +99,7 @@ impl State {
     ) -> Result<State, ServerError> {
         let bad = |e: String| ServerError::Recovery(format!("the snapshot cannot be loaded: {e}"));
         let mut state = State::new(arns, policy);
-        for (a, job) in image.core.attempts.iter().map(|a| (a.id.0, a.job.0)) {
+        for (a, job) in image.core.attempts.iter().map(|a| (a.id, a.job)) {
             state.attempt_job.insert(a, job);
         }
         state.core =

@@ -30,7 +30,7 @@ pub enum Action {
     /// Stop an attempt (SIGTERM, grace, SIGKILL).
     Stop {
         /// Core attempt id.
-        attempt: u64,
+        attempt: AttemptId,
     },
 }
 
@@ -38,7 +38,7 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     /// Core attempt id.
-    pub attempt: u64,
+    pub attempt: AttemptId,
     /// API job id.
     pub job_id: String,
     /// 1-based attempt number of the job.
@@ -104,7 +104,7 @@ pub struct QueueRec {
     /// Quota shares by name.
     pub shares: BTreeMap<String, ShareRec>,
     /// RUNNABLE jobs in dispatch order: priority descending, then submission order.
-    pub runnable: BTreeSet<(Reverse<i32>, u64)>,
+    pub runnable: BTreeSet<(Reverse<i32>, JobId)>,
     /// Tells this queue from an earlier, deleted queue of the same name.
     pub generation: u64,
     /// Per class that borrows only after a verified resume: when one of its jobs was last
@@ -138,7 +138,7 @@ pub struct ShareRec {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AttemptRec {
     /// Core attempt id.
-    pub attempt: u64,
+    pub attempt: AttemptId,
     /// 1-based number within the job.
     pub number: u32,
     /// The SageMaker-style training job name of this attempt.
@@ -207,7 +207,7 @@ impl JobRec {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JobRec {
     /// Core id: submission order.
-    pub core: u64,
+    pub core: JobId,
     /// API id (UUID).
     pub id: String,
     /// Queue name.
@@ -293,13 +293,13 @@ pub struct State {
     /// Jobs by core id (submission order). Shared with snapshots: a snapshot's copy of the
     /// state takes a reference to each record, and a record changed afterwards is copied
     /// then ([`Arc::make_mut`]), so a snapshot costs the driver no deep copy.
-    pub jobs: BTreeMap<u64, Arc<JobRec>>,
+    pub jobs: BTreeMap<JobId, Arc<JobRec>>,
     /// API id -> core id.
-    pub by_id: HashMap<String, u64>,
+    pub by_id: HashMap<String, JobId>,
     /// clientToken -> (core id, canonical request).
-    pub tokens: HashMap<String, (u64, String)>,
+    pub tokens: HashMap<String, (JobId, String)>,
     /// Live attempts -> core job id.
-    pub attempt_job: HashMap<u64, u64>,
+    pub attempt_job: HashMap<AttemptId, JobId>,
     /// Next core job id.
     pub next_job: u64,
     /// Next queue generation.
@@ -320,7 +320,7 @@ pub struct State {
     /// Preemptions decided, per (queue, share).
     pub preemptions: BTreeMap<(String, String), u64>,
     /// Finished jobs by (stopped at, core id): which are due for retirement.
-    pub finished: BTreeSet<(i64, u64)>,
+    pub finished: BTreeSet<(i64, JobId)>,
     /// Jobs by queue, share and status, for ListServiceJobs.
     pub by_status: crate::index::StatusIndex,
     /// Every share's entitlement over time, for usage accounting (a few entries per change
@@ -636,9 +636,9 @@ impl State {
     /// The API id of a core job.
     pub(crate) fn api_id(&self, core: JobId) -> String {
         self.jobs
-            .get(&core.0)
+            .get(&core)
             .map(|j| j.id.clone())
-            .unwrap_or_else(|| core.0.to_string())
+            .unwrap_or_else(|| core.to_string())
     }
 
     /// Updates job records from the core's decisions and queues the actions.
@@ -658,7 +658,7 @@ impl State {
                     cause,
                 } => self.absorb_stop(job, attempt, &cause),
                 Effect::Requeued { job, reason } => {
-                    self.set_status(job.0, ServiceJobStatus::Runnable, Some(reason));
+                    self.set_status(job, ServiceJobStatus::Runnable, Some(reason));
                 }
                 Effect::Finished {
                     job,
@@ -670,10 +670,10 @@ impl State {
                     } else {
                         ServiceJobStatus::Failed
                     };
-                    self.set_status(job.0, s, Some(reason));
-                    if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
+                    self.set_status(job, s, Some(reason));
+                    if let Some(rec) = self.jobs.get_mut(&job).map(Arc::make_mut) {
                         rec.stopped_at = Some(self.now);
-                        self.finished.insert((self.now, job.0));
+                        self.finished.insert((self.now, job));
                     }
                 }
             }
@@ -683,14 +683,14 @@ impl State {
     /// A start: the job's new live attempt, and its launch.
     fn absorb_start(&mut self, job: JobId, attempt: AttemptId, unit: String, count: u32) {
         let now = self.now;
-        let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) else {
+        let Some(rec) = self.jobs.get_mut(&job).map(Arc::make_mut) else {
             return;
         };
         rec.attempt_counter += 1;
-        let name = training_job_name(rec, attempt.0);
+        let name = training_job_name(rec, attempt);
         rec.latest_training_job = Some(name.clone());
         rec.live = Some(AttemptRec {
-            attempt: attempt.0,
+            attempt: attempt,
             number: rec.attempt_counter,
             training_job_name: name,
             started_at: now,
@@ -712,8 +712,8 @@ impl State {
         });
         rec.scheduled_at = Some(now);
         let launch = rec.live_launch().expect("the live attempt was just set");
-        self.attempt_job.insert(attempt.0, job.0);
-        self.set_status(job.0, ServiceJobStatus::Scheduled, None);
+        self.attempt_job.insert(attempt, job);
+        self.set_status(job, ServiceJobStatus::Scheduled, None);
         self.actions.push(Action::Launch(Box::new(launch)));
     }
 
@@ -723,8 +723,8 @@ impl State {
         let now = self.now;
         let reason = cause.describe(|j| self.api_id(j));
         let preempted_for = self.preemptor(cause);
-        if let Some(rec) = self.jobs.get_mut(&job.0).map(Arc::make_mut) {
-            if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt.0) {
+        if let Some(rec) = self.jobs.get_mut(&job).map(Arc::make_mut) {
+            if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
                 live.stop_reason = Some(reason.clone());
                 live.stop_at = Some(now);
                 // A drain's requeue is no preemption: the attempt ends in the job's history
@@ -747,7 +747,7 @@ impl State {
                 }
             }
         }
-        self.actions.push(Action::Stop { attempt: attempt.0 });
+        self.actions.push(Action::Stop { attempt: attempt });
     }
 
     /// The (share, job id) a preemption is for.
@@ -759,14 +759,14 @@ impl State {
             | qm_core::StopCause::Drill { .. }
             | qm_core::StopCause::Requeue { .. } => return None,
         };
-        let rec = self.jobs.get(&for_job.0)?;
+        let rec = self.jobs.get(&for_job)?;
         Some((rec.share.clone(), rec.id.clone()))
     }
 
     /// Moves a job to `status`, keeping the queue's RUNNABLE index in step.
     pub(crate) fn set_status(
         &mut self,
-        core: u64,
+        core: JobId,
         status: ServiceJobStatus,
         reason: Option<String>,
     ) {
@@ -793,7 +793,7 @@ impl State {
 
     fn attempt_running(
         &mut self,
-        attempt: u64,
+        attempt: AttemptId,
         pids: &[u32],
         supervisor: Option<&qm_executor::supervisor::Identity>,
         spawned_at: Option<i64>,
@@ -827,7 +827,7 @@ impl State {
 
     fn attempt_starting(
         &mut self,
-        attempt: u64,
+        attempt: AttemptId,
         reason: Option<&str>,
     ) -> Result<Vec<u8>, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
@@ -845,7 +845,7 @@ impl State {
         Ok(Vec::new())
     }
 
-    fn attempt_checkpoint(&mut self, attempt: u64) -> Result<Vec<u8>, ApiError> {
+    fn attempt_checkpoint(&mut self, attempt: AttemptId) -> Result<Vec<u8>, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
             return Ok(Vec::new());
         };
@@ -860,8 +860,8 @@ impl State {
             live.checkpoints += 1;
         }
         // A checkpoint of a job that is no longer dispatched means nothing to the core.
-        if self.core.attempt(qm_core::AttemptId(attempt)).is_some() {
-            self.core_apply(Input::Checkpoint { job: JobId(core) })?;
+        if self.core.attempt(attempt).is_some() {
+            self.core_apply(Input::Checkpoint { job: core })?;
         }
         Ok(Vec::new())
     }
@@ -870,7 +870,7 @@ impl State {
     /// are shown, and classify the resume after a preemption.
     fn attempt_progress(
         &mut self,
-        attempt: u64,
+        attempt: AttemptId,
         steps: &qm_executor::Steps,
     ) -> Result<Vec<u8>, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
@@ -894,7 +894,7 @@ impl State {
 
     fn attempt_exited(
         &mut self,
-        attempt: u64,
+        attempt: AttemptId,
         outcome: &ExitRecord,
         usage: Option<qm_executor::Usage>,
     ) -> Result<Vec<u8>, ApiError> {
@@ -902,7 +902,7 @@ impl State {
         let Some(core) = self.attempt_job.remove(&attempt) else {
             return Ok(Vec::new());
         };
-        if self.core.attempt(qm_core::AttemptId(attempt)).is_none() {
+        if self.core.attempt(attempt).is_none() {
             return Ok(Vec::new());
         }
         // Record the attempt's end first: the core's effects below may start a new one.
@@ -933,7 +933,7 @@ impl State {
             }
         }
         self.core_apply(Input::AttemptExited {
-            attempt: qm_core::AttemptId(attempt),
+            attempt: attempt,
             exit: outcome.to_core(),
         })?;
         Ok(Vec::new())
@@ -981,7 +981,7 @@ impl State {
             return Ok(Vec::new());
         }
         self.core_apply(Input::Terminate {
-            job: JobId(core),
+            job: core,
             reason: format!("Terminated by JobStateTimeLimit action due to reason: {reason}"),
         })?;
         self.mark_terminated(&[core]);
@@ -989,7 +989,7 @@ impl State {
     }
 
     /// Unfinished jobs of a share (they are terminated when the share or its queue is deleted).
-    pub(crate) fn unfinished_jobs_of(&self, queue: &str, share: &str) -> Vec<u64> {
+    pub(crate) fn unfinished_jobs_of(&self, queue: &str, share: &str) -> Vec<JobId> {
         self.jobs
             .values()
             .filter(|rec| {
@@ -1005,7 +1005,7 @@ impl State {
     }
 
     /// Sets `isTerminated` on jobs whose termination was accepted.
-    pub(crate) fn mark_terminated(&mut self, jobs: &[u64]) {
+    pub(crate) fn mark_terminated(&mut self, jobs: &[JobId]) {
         for core in jobs {
             if let Some(rec) = self.jobs.get_mut(core).map(Arc::make_mut) {
                 rec.is_terminated = true;
@@ -1014,14 +1014,14 @@ impl State {
     }
 
     /// The API job id and attempt number of a live attempt.
-    pub fn attempt_identity(&self, attempt: u64) -> Option<(String, u32)> {
+    pub fn attempt_identity(&self, attempt: AttemptId) -> Option<(String, u32)> {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         let live = rec.live.as_ref().filter(|l| l.attempt == attempt)?;
         Some((rec.id.clone(), live.number))
     }
 
     /// Whose role attempt `attempt` acts as, while it holds capacity.
-    pub fn attempt_role(&self, attempt: u64) -> Option<crate::request::AttemptRole> {
+    pub fn attempt_role(&self, attempt: AttemptId) -> Option<crate::request::AttemptRole> {
         let (launch, _) = self.live_launch(attempt)?;
         let share = self
             .jobs
@@ -1037,15 +1037,15 @@ impl State {
     }
 
     /// Whether the core has asked attempt `attempt` to stop and waits for it to go.
-    pub fn attempt_stopping(&self, attempt: u64) -> bool {
+    pub fn attempt_stopping(&self, attempt: AttemptId) -> bool {
         self.core
-            .attempt(qm_core::AttemptId(attempt))
+            .attempt(attempt)
             .is_some_and(|a| a.stopping.is_some())
     }
 
     /// What was launched for live attempt `attempt`, rebuilt from the job (the Slurm executor
     /// adopts its jobs with it after a restart), and when it was seen running, if it was.
-    pub fn live_launch(&self, attempt: u64) -> Option<(Launch, Option<i64>)> {
+    pub fn live_launch(&self, attempt: AttemptId) -> Option<(Launch, Option<i64>)> {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         let launch = rec.live_launch().filter(|l| l.attempt == attempt)?;
         let running = rec.live.as_ref().and_then(|l| l.running_at);
@@ -1074,8 +1074,8 @@ impl State {
 
     /// Attempts the core still holds capacity for, with their recorded process ids: after a
     /// replay these are the orphans of the previous server.
-    pub fn live_attempts(&self) -> Vec<(u64, Vec<u32>)> {
-        let mut out: Vec<(u64, Vec<u32>)> = self
+    pub fn live_attempts(&self) -> Vec<(AttemptId, Vec<u32>)> {
+        let mut out: Vec<(AttemptId, Vec<u32>)> = self
             .attempt_job
             .iter()
             .map(|(&a, &core)| {
@@ -1103,7 +1103,7 @@ impl State {
         );
         let head = self
             .core
-            .job(JobId(rec.core))
+            .job(rec.core)
             .and_then(|j| j.attempt)
             .and_then(|a| self.core.attempt(a))
             .and_then(|a| a.backfill_for);
@@ -1114,12 +1114,12 @@ impl State {
             ));
         }
         if active {
-            if let Some(b) = self.core.borrowing(JobId(rec.core)) {
+            if let Some(b) = self.core.borrowing(rec.core) {
                 return Some(capacity_reason(&rec.share, &b));
             }
         }
         if rec.status == ServiceJobStatus::Runnable {
-            if let Some(r) = self.core.explain(JobId(rec.core)) {
+            if let Some(r) = self.core.explain(rec.core) {
                 return Some(match r {
                     qm_core::PendingReason::HeldForOlderJob { job } => format!(
                         "HELD_FOR_OLDER_JOB - capacity is held for job {}, which is ahead of it: it has waited past the starvation guard, or waits for the jobs it would preempt to checkpoint or finish",
@@ -1146,7 +1146,7 @@ impl State {
                 if !seen.insert(rec.share.clone()) {
                     continue;
                 }
-                let Some(reason) = self.core.explain(JobId(core)) else {
+                let Some(reason) = self.core.explain(core) else {
                     continue;
                 };
                 let code = reason.code();
@@ -1178,7 +1178,7 @@ impl State {
         for &(_, core) in &q.runnable {
             let misconfigured = self
                 .core
-                .job(JobId(core))
+                .job(core)
                 .is_some_and(|j| j.misconfigured.is_some());
             if !misconfigured {
                 let rec = &self.jobs[&core];
@@ -1270,13 +1270,13 @@ impl State {
             .idle_while_waiting_in(queue)
             .into_iter()
             .map(|e| {
-                let rec = self.jobs.get(&e.job.0);
+                let rec = self.jobs.get(&e.job);
                 qm_api::qm::IdleWhileWaiting {
                     capacity_unit: e.instance_type,
                     free: e.free,
                     idle: e.wasted,
                     cause: e.cause.code().to_string(),
-                    job_id: rec.map_or_else(|| e.job.0.to_string(), |r| r.id.clone()),
+                    job_id: rec.map_or_else(|| e.job.to_string(), |r| r.id.clone()),
                     job_name: rec.map_or_else(String::new, |r| r.request.job_name.clone()),
                 }
             })
@@ -1352,14 +1352,14 @@ impl State {
 }
 
 /// SageMaker names each attempt's training job after the payload's name plus a unique suffix.
-fn training_job_name(rec: &JobRec, attempt: u64) -> String {
+fn training_job_name(rec: &JobRec, attempt: AttemptId) -> String {
     let base = rec
         .payload
         .training_job_name
         .clone()
         .unwrap_or_else(|| rec.request.job_name.clone());
     let base: String = base.chars().take(20).collect();
-    format!("AWSBatch{base}{:016x}{:016x}", rec.core, attempt)
+    format!("AWSBatch{base}{:016x}{:016x}", rec.core.0, attempt.0)
 }
 
 /// Serializes a response body.

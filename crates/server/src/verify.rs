@@ -26,7 +26,7 @@ impl State {
 
     /// The live attempt of job `core` reported its first step: when it follows a preemption
     /// and went on from the preempted attempt's checkpoint, its class is verified.
-    pub(crate) fn note_first_step(&mut self, core: u64) {
+    pub(crate) fn note_first_step(&mut self, core: JobId) {
         let Some(rec) = self.jobs.get(&core) else {
             return;
         };
@@ -115,10 +115,10 @@ impl State {
             let may = classes
                 .get(class)
                 .is_none_or(|def| self.class_may_borrow(queue, class, def.borrow));
-            let spec = self.core.job(JobId(core)).map(|j| j.spec.borrows);
+            let spec = self.core.job(core).map(|j| j.spec.borrows);
             if spec.is_some_and(|b| b != may) {
                 inputs.push(Input::SetBorrows {
-                    job: JobId(core),
+                    job: core,
                     borrows: may,
                 });
             }

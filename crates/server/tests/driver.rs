@@ -6,6 +6,7 @@
 //! and answers like a real one would, through the driver's event channel: a start is followed
 //! by `Running`, a stop by `Exited`. The store is a real SQLite log in a temporary directory.
 
+use qm_core::AttemptId;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,13 +94,13 @@ impl Execute for Fake {
         note(&self.journal, format!("ready {}", spec.attempt));
         Ok(None)
     }
-    fn release(&self, attempt: u64) {
+    fn release(&self, attempt: AttemptId) {
         let _ = self.start_now(attempt);
     }
     fn start(&self, spec: LaunchSpec) -> Result<(), ExecError> {
         self.start_now(spec.attempt)
     }
-    fn stop(&self, attempt: u64) {
+    fn stop(&self, attempt: AttemptId) {
         note(&self.journal, format!("stop {attempt}"));
         let _ = self.events.send(ExecEvent::Exited {
             attempt,
@@ -134,7 +135,7 @@ impl Execute for Fake {
 }
 
 impl Fake {
-    fn start_now(&self, attempt: u64) -> Result<(), ExecError> {
+    fn start_now(&self, attempt: AttemptId) -> Result<(), ExecError> {
         note(&self.journal, format!("start {attempt}"));
         let _ = self.events.send(ExecEvent::Running {
             attempt,
@@ -346,7 +347,7 @@ async fn a_start_is_carried_out_only_after_the_batch_deciding_it_is_durable() {
     .await;
     let j = d.journal();
     let started = position(&j, |l| l.starts_with("start "));
-    let attempt: u64 = j[started]["start ".len()..].parse().unwrap();
+    let attempt = AttemptId(j[started]["start ".len()..].parse().unwrap());
     // The batch whose decisions hold the Start of this attempt was appended before it.
     let decided = position(&j, |l| {
         l.starts_with("append ")

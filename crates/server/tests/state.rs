@@ -4,6 +4,7 @@
 //! and real processes.)
 
 use qm_api::Arns;
+use qm_core::AttemptId;
 use qm_server::command::{AuditEntry, Command, ExitRecord};
 use qm_server::driver::{encode_decisions, recover, TimeLimits};
 use qm_server::request::Query;
@@ -126,7 +127,7 @@ impl World {
     }
 }
 
-fn launched(actions: &[Action]) -> Vec<(String, u64)> {
+fn launched(actions: &[Action]) -> Vec<(String, AttemptId)> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -136,7 +137,7 @@ fn launched(actions: &[Action]) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn stopped(actions: &[Action]) -> Vec<u64> {
+fn stopped(actions: &[Action]) -> Vec<AttemptId> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -286,7 +287,7 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
         let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
         assert_eq!(replayed, w.describe(id), "job {id} after replay");
     }
-    let live: Vec<u64> = fresh.live_attempts().into_iter().map(|(a, _)| a).collect();
+    let live: Vec<AttemptId> = fresh.live_attempts().into_iter().map(|(a, _)| a).collect();
     assert_eq!(live.len(), 2, "low and qs2 hold capacity: {live:?}");
 }
 
@@ -1350,7 +1351,7 @@ fn steps(first: Option<u64>, last: Option<u64>, checkpoint: Option<u64>) -> qm_e
 
 /// A stopping attempt exits as a killed process does; its job's next attempt starts at once:
 /// that attempt.
-fn killed_and_started_again(w: &mut World, attempt: u64) -> u64 {
+fn killed_and_started_again(w: &mut World, attempt: AttemptId) -> AttemptId {
     let again = w.one(Command::AttemptExited {
         attempt,
         outcome: ExitRecord::Failed {

@@ -17,6 +17,7 @@
 //! of the data dir: two servers on one machine never touch each other's groups, and a
 //! delegated subtree (systemd's `Delegate=yes`) is all the server needs.
 
+use qm_core::AttemptId;
 mod bpf;
 pub(crate) mod detect;
 mod devices;
@@ -386,7 +387,7 @@ pub(crate) fn instance_groups(instances: &[usize]) -> Vec<String> {
 pub(crate) fn names_for<'a>(
     instances: &[usize],
     taken: impl IntoIterator<Item = &'a String>,
-    attempt: u64,
+    attempt: AttemptId,
 ) -> Vec<String> {
     let taken: std::collections::BTreeSet<&String> = taken.into_iter().collect();
     instances

@@ -701,10 +701,10 @@ fn a_vacant_group_has_no_process_of_its_own() {
 fn an_instance_s_group_is_its_own_unless_an_adopted_attempt_runs_in_it() {
     let adopted = vec![instance_group(2)];
     assert_eq!(
-        names_for(&[1, 2], &adopted, 9),
+        names_for(&[1, 2], &adopted, AttemptId(9)),
         vec!["qm-instance-1", "qm-instance-2-attempt-9"]
     );
-    assert_eq!(names_for(&[2], &[], 9), vec!["qm-instance-2"]);
+    assert_eq!(names_for(&[2], &[], AttemptId(9)), vec!["qm-instance-2"]);
 }
 
 #[test]

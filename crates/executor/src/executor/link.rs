@@ -2,6 +2,7 @@
 //! ([`crate::supervisor::link`]): it turns what the supervisor says into the executor's reports
 //! and carries the server's stop requests to it.
 
+use qm_core::AttemptId;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -24,7 +25,7 @@ pub(crate) enum Role {
 /// Serves one supervisor until it reported its exit (acknowledged) or went away.
 pub(crate) async fn run(
     inner: Arc<Inner>,
-    attempt: u64,
+    attempt: AttemptId,
     mut conn: Conn,
     first: Vec<ToSupervisor>,
     mut commands: mpsc::UnboundedReceiver<ToSupervisor>,

@@ -5,6 +5,7 @@
 //! ([`crate::supervisor::link`]). Checkpoint scanning, with the progress files, is one more
 //! task for all attempts ([`crate::checkpoint`], [`crate::progress`]).
 
+use qm_core::AttemptId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -132,7 +133,7 @@ impl LocalConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
     /// The core's attempt id: unique forever.
-    pub attempt: u64,
+    pub attempt: AttemptId,
     /// The API job id (a UUID): names the per-job directory.
     pub job_id: String,
     /// 1-based, per job; names the attempt's log directory.
@@ -244,7 +245,7 @@ impl LaunchSpec {
     /// Attempt number 1 of `job_id` on one instance, with no arguments, environment,
     /// hyperparameters, runtime limit or checkpoint path; the job name is the job id.
     pub fn new(
-        attempt: u64,
+        attempt: AttemptId,
         job_id: impl Into<String>,
         instance_type: impl Into<String>,
         entrypoint: Vec<String>,
@@ -280,7 +281,7 @@ pub enum ExecEvent {
     /// All processes of the attempt were spawned.
     Running {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// Process ids, one per host in host order; each is also its process group id, which
         /// is what [`LocalExecutor::reap_orphans`] stops when no supervisor holds it.
         pids: Vec<u32>,
@@ -297,7 +298,7 @@ pub enum ExecEvent {
     /// again when the reason it waits for changes.
     Starting {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// Why the cluster has not started it yet, e.g. `Slurm job 12 is pending: Resources`.
         reason: Option<String>,
     },
@@ -310,7 +311,7 @@ pub enum ExecEvent {
     /// The newest modification time under the checkpoint directory moved forward.
     Checkpoint {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// That modification time, in epoch milliseconds.
         at_ms: u64,
     },
@@ -318,14 +319,14 @@ pub enum ExecEvent {
     /// at most once per scan, and once more just before `Exited` if the last lines moved them.
     Progress {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// Everything it reported so far (not only the change).
         steps: Steps,
     },
     /// Every process of the attempt is gone; its instances (and GPUs) are free again.
     Exited {
         /// The attempt.
-        attempt: u64,
+        attempt: AttemptId,
         /// How it ended.
         outcome: Outcome,
         /// Epoch milliseconds.
@@ -360,7 +361,7 @@ pub(crate) struct Inner {
     supervisors: OwnedFd,
     /// Exits reported and waiting for the server's log to hold them before the supervisor is
     /// acknowledged.
-    commits: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
+    commits: Mutex<BTreeMap<AttemptId, tokio::sync::oneshot::Sender<()>>>,
     /// Acknowledgements decided and not yet written to their supervisors (a stopping server
     /// waits for them: [`LocalExecutor::settle`]).
     acks: tokio::sync::watch::Sender<u32>,
@@ -407,7 +408,7 @@ const ZYGOTE_RETRY: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 struct State {
     inventory: Inventory,
-    attempts: BTreeMap<u64, Slot>,
+    attempts: BTreeMap<AttemptId, Slot>,
     /// The uids of running attempts, when attempts run apart from the server.
     uids: Option<UidPool>,
 }
@@ -478,7 +479,7 @@ pub use crate::supervisor::OUTCOME_FILE;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     /// The attempt.
-    pub attempt: u64,
+    pub attempt: AttemptId,
     /// Its job's API id.
     pub job_id: String,
     /// Its number within the job.
@@ -658,7 +659,7 @@ impl LocalExecutor {
         let (tx, rx) = mpsc::unbounded_channel();
         let placement = self.inner.place(&spec, tx)?;
         self.inner.start_scanner(&runtime);
-        tracing::debug!(attempt = spec.attempt, job_id = %spec.job_id, count = spec.count, "starting attempt");
+        tracing::debug!(attempt = spec.attempt.0, job_id = %spec.job_id, count = spec.count, "starting attempt");
         let launch = Launch {
             settings: self.inner.settings(&spec.instance_type),
             spec,
@@ -684,7 +685,7 @@ impl LocalExecutor {
     }
 
     /// Starts an attempt [`LocalExecutor::ready`] got ready; a no-op for any other.
-    pub fn release(&self, attempt: u64) {
+    pub fn release(&self, attempt: AttemptId) {
         self.inner.tell(attempt, ToSupervisor::Go);
     }
 
@@ -692,7 +693,7 @@ impl LocalExecutor {
     /// what is left after `stop_grace`, even if the server is gone meanwhile; the `Exited`
     /// event comes once every process is gone and reports the real outcome. Idempotent; an
     /// unknown attempt is a no-op.
-    pub fn stop(&self, attempt: u64) {
+    pub fn stop(&self, attempt: AttemptId) {
         self.inner.tell(attempt, ToSupervisor::Stop);
     }
 
@@ -713,11 +714,11 @@ impl LocalExecutor {
     /// stands for an attempt whose supervisor is gone; anything else is lost, after its
     /// processes are stopped. Supervisors the log does not know are asked to stop, and every
     /// process of this data dir's attempts that no live supervisor holds is stopped too.
-    pub async fn reconcile(&self, recorded: Vec<Recorded>) -> Vec<(u64, Reconciled)> {
+    pub async fn reconcile(&self, recorded: Vec<Recorded>) -> Vec<(AttemptId, Reconciled)> {
         let runtime = tokio::runtime::Handle::current();
         self.inner.start_scanner(&runtime);
         let mut out = Vec::with_capacity(recorded.len());
-        let known: BTreeSet<u64> = recorded.iter().map(|r| r.attempt).collect();
+        let known: BTreeSet<AttemptId> = recorded.iter().map(|r| r.attempt).collect();
         for r in recorded {
             let what = self.inner.clone().reconcile_one(&r).await;
             out.push((r.attempt, what));
@@ -737,7 +738,7 @@ impl LocalExecutor {
 
     /// [`Self::reap_orphans`], where the attempt `gone` (its supervisor died) has no say in
     /// what is kept any more.
-    async fn reap_orphans_but(&self, gone: Option<u64>) {
+    async fn reap_orphans_but(&self, gone: Option<AttemptId>) {
         // A scan of /proc reads every process's environment: off the runtime's workers.
         let exec = self.clone();
         let orphans = tokio::task::spawn_blocking(move || exec.orphans())
@@ -793,8 +794,8 @@ impl LocalExecutor {
     /// the instances they hold, or their containers' name prefixes.
     fn live_names<I: IntoIterator<Item = String>>(
         &self,
-        gone: Option<u64>,
-        names: impl Fn(u64, &Slot) -> I,
+        gone: Option<AttemptId>,
+        names: impl Fn(AttemptId, &Slot) -> I,
     ) -> Vec<String> {
         let state = self.inner.state();
         let live = state.attempts.iter().filter(|(a, _)| Some(**a) != gone);
@@ -835,7 +836,7 @@ impl LocalExecutor {
 
     /// The server's log holds the exits of `attempts`: their supervisors are acknowledged (and
     /// go). Until then a supervisor keeps its report for the next server.
-    pub fn acknowledge(&self, attempts: &[u64]) {
+    pub fn acknowledge(&self, attempts: &[AttemptId]) {
         let mut commits = self
             .inner
             .commits
@@ -870,7 +871,7 @@ impl LocalExecutor {
     }
 
     /// The supervisor of a running attempt, once known.
-    pub fn supervisor(&self, attempt: u64) -> Option<Identity> {
+    pub fn supervisor(&self, attempt: AttemptId) -> Option<Identity> {
         self.inner.identity(attempt)
     }
 
@@ -934,7 +935,7 @@ impl Inner {
     }
 
     /// The short name of attempt `attempt`'s socket (through the held directory).
-    fn socket(&self, attempt: u64) -> PathBuf {
+    fn socket(&self, attempt: AttemptId) -> PathBuf {
         use std::os::fd::AsRawFd;
         PathBuf::from(format!(
             "/proc/self/fd/{}/{attempt}.sock",
@@ -1053,7 +1054,7 @@ impl Inner {
     /// A free supervisor with its socket renamed to the attempt's; else binds the attempt's
     /// socket, starts its supervisor with the listening socket as its standard input —
     /// forked from the zygote, else executed — and connects.
-    async fn spawn_supervisor(&self, attempt: u64) -> std::io::Result<(Conn, Identity)> {
+    async fn spawn_supervisor(&self, attempt: AttemptId) -> std::io::Result<(Conn, Identity)> {
         if let Some(spare) = self.take_spare(attempt) {
             return Ok(spare);
         }
@@ -1167,7 +1168,7 @@ impl Inner {
     /// The most recently freed supervisor that is still there, its socket renamed to
     /// `attempt`'s; `None` when there is none. One that is gone, or whose socket is, is let
     /// go.
-    fn take_spare(&self, attempt: u64) -> Option<(Conn, Identity)> {
+    fn take_spare(&self, attempt: AttemptId) -> Option<(Conn, Identity)> {
         loop {
             let mut spare = self
                 .spares
@@ -1189,18 +1190,18 @@ impl Inner {
     }
 
     /// The supervisor of a started (or adopted) attempt, once known.
-    pub(crate) fn identity(&self, attempt: u64) -> Option<Identity> {
+    pub(crate) fn identity(&self, attempt: AttemptId) -> Option<Identity> {
         self.state().attempts.get(&attempt)?.supervisor.clone()
     }
 
     /// Sends `msg` to a started (or adopted) attempt's supervisor; nothing for another.
-    fn tell(&self, attempt: u64, msg: ToSupervisor) {
+    fn tell(&self, attempt: AttemptId, msg: ToSupervisor) {
         if let Some(slot) = self.state().attempts.get(&attempt) {
             let _ = slot.link.send(msg);
         }
     }
 
-    fn set_supervisor(&self, attempt: u64, identity: Identity) {
+    fn set_supervisor(&self, attempt: AttemptId, identity: Identity) {
         if let Some(slot) = self.state().attempts.get_mut(&attempt) {
             slot.supervisor = Some(identity);
         }
@@ -1213,7 +1214,7 @@ impl Inner {
     }
 
     /// Waits for [`LocalExecutor::acknowledge`] of `attempt`'s exit.
-    pub(crate) fn await_commit(&self, attempt: u64) -> tokio::sync::oneshot::Receiver<()> {
+    pub(crate) fn await_commit(&self, attempt: AttemptId) -> tokio::sync::oneshot::Receiver<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.commits
             .lock()
@@ -1223,7 +1224,7 @@ impl Inner {
     }
 
     /// What a supervisor said of its attempt, before its exit.
-    pub(crate) fn report(&self, attempt: u64, status: Status) {
+    pub(crate) fn report(&self, attempt: AttemptId, status: Status) {
         match status {
             Status::Starting { reason } => self.report_starting(attempt, reason),
             Status::Running(running) => self.mark_running(attempt, running, true),
@@ -1234,7 +1235,7 @@ impl Inner {
     /// Records the spawned processes and, when `report` and it is news, reports `Running`.
     /// From now on the scanner looks at the checkpoint directory, reporting only mtimes newer
     /// than the baseline, and at the progress file.
-    fn mark_running(&self, attempt: u64, running: Running, report: bool) {
+    fn mark_running(&self, attempt: AttemptId, running: Running, report: bool) {
         let mut state = self.state();
         let Some(slot) = state.attempts.get_mut(&attempt) else {
             return;
@@ -1269,7 +1270,7 @@ impl Inner {
 
     /// Reports why a started attempt has not spawned its processes yet (its downloads); only
     /// while it has not reported `Running`.
-    fn report_starting(&self, attempt: u64, reason: String) {
+    fn report_starting(&self, attempt: AttemptId, reason: String) {
         let state = self.state();
         if state
             .attempts
@@ -1287,7 +1288,7 @@ impl Inner {
     /// (its supervisor said so, after writing the outcome). The progress file is read a last
     /// time first (a bounded read: the lines the job wrote while it was stopping say where it
     /// stopped).
-    pub(crate) fn finish(&self, attempt: u64, outcome: Outcome, usage: Option<Usage>) {
+    pub(crate) fn finish(&self, attempt: AttemptId, outcome: Outcome, usage: Option<Usage>) {
         let tail = self
             .state()
             .attempts
@@ -1305,7 +1306,7 @@ impl Inner {
             usage = usage.map(|u| slot.gpu.apply(u));
             self.give_back(&mut state, &slot);
         }
-        tracing::debug!(attempt, ?outcome, "attempt exited");
+        tracing::debug!(attempt = attempt.0, ?outcome, "attempt exited");
         // Under the lock: when the server sees Exited, the capacity is already free.
         let _ = self.events.send(ExecEvent::Exited {
             attempt,
@@ -1316,7 +1317,7 @@ impl Inner {
     }
 
     /// A stray supervisor exited: its instances are free again; nothing is reported.
-    pub(crate) fn stray_gone(&self, attempt: u64) {
+    pub(crate) fn stray_gone(&self, attempt: AttemptId) {
         let mut state = self.state();
         if let Some(slot) = state.attempts.remove(&attempt) {
             self.give_back(&mut state, &slot);
@@ -1350,7 +1351,7 @@ impl Inner {
     /// A supervisor's connection closed before it reported an exit: it died (killed, or out of
     /// memory). The attempt ended as its outcome file says, if it wrote one; otherwise it is
     /// lost, once whatever it left running is stopped.
-    pub(crate) async fn supervisor_gone(self: Arc<Self>, attempt: u64, role: Role) {
+    pub(crate) async fn supervisor_gone(self: Arc<Self>, attempt: AttemptId, role: Role) {
         let dir = self
             .state()
             .attempts
@@ -1371,7 +1372,7 @@ impl Inner {
         }
         let ended = sup::read_ended(&dir);
         tracing::warn!(
-            attempt,
+            attempt = attempt.0,
             ?pid,
             ended = ended.is_some(),
             "an attempt's supervisor went away"
@@ -1398,20 +1399,23 @@ impl Inner {
             Answer::Hello(conn, hello) => match self.verify(r, &hello) {
                 Ok(()) => return self.adopt(r, *conn, *hello),
                 Err(why) => tracing::warn!(
-                    attempt = r.attempt,
+                    attempt = r.attempt.0,
                     "not adopting what answers at its socket: {why}"
                 ),
             },
             Answer::Nobody => {}
             Answer::Silent(why) => {
-                tracing::warn!(attempt = r.attempt, "its supervisor does not answer: {why}")
+                tracing::warn!(
+                    attempt = r.attempt.0,
+                    "its supervisor does not answer: {why}"
+                )
             }
         }
         // Not adopted: nothing of it may go on running. A recorded supervisor that is alive
         // (it did not answer) is killed, and gone, before the attempt counts as ended.
         if let Some(id) = &r.supervisor {
             if id.signal(&self.boot_id, rustix::process::Signal::KILL) {
-                tracing::warn!(attempt = r.attempt, pid = id.pid, "killed its supervisor");
+                tracing::warn!(attempt = r.attempt.0, pid = id.pid, "killed its supervisor");
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
                 while id.alive(&self.boot_id) && tokio::time::Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1527,7 +1531,7 @@ impl Inner {
             tx.clone(),
             false,
         ) {
-            tracing::error!(attempt = r.attempt, "cannot adopt: {why}; stopping it");
+            tracing::error!(attempt = r.attempt.0, "cannot adopt: {why}; stopping it");
             let _ = tx.send(ToSupervisor::Stop);
         }
         let mut running = None;
@@ -1545,7 +1549,7 @@ impl Inner {
             let _ = tx.send(ToSupervisor::Stop);
         }
         tracing::info!(
-            attempt = r.attempt,
+            attempt = r.attempt.0,
             pid = hello.identity.pid,
             "adopted a running attempt"
         );
@@ -1563,7 +1567,7 @@ impl Inner {
     /// Holds the instances and uid of a supervisor that runs already.
     fn hold(
         &self,
-        attempt: u64,
+        attempt: AttemptId,
         p: &Placement,
         identity: Identity,
         link: mpsc::UnboundedSender<ToSupervisor>,
@@ -1575,7 +1579,7 @@ impl Inner {
             .hold_placed(&p.instance_type, &p.instances, &p.hosts);
         if held != p.instances {
             tracing::warn!(
-                attempt,
+                attempt = attempt.0,
                 recorded = ?p.instances,
                 held = ?held,
                 "the pools changed while the attempt ran: it keeps its GPUs on the instances it holds now"
@@ -1604,7 +1608,7 @@ impl Inner {
     /// Supervisors whose sockets are in the directory but whose attempts the log does not
     /// hold as live: asked to stop (holding their instances until they exit), or acknowledged
     /// if they ended.
-    async fn stop_strays(self: Arc<Self>, known: &BTreeSet<u64>) {
+    async fn stop_strays(self: Arc<Self>, known: &BTreeSet<AttemptId>) {
         let dir = self.cfg().data_dir.join(sup::SUPERVISORS_DIR);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
@@ -1620,6 +1624,7 @@ impl Inner {
                 .to_str()
                 .and_then(|n| n.strip_suffix(".sock"))
                 .and_then(|n| n.parse::<u64>().ok())
+                .map(AttemptId)
             else {
                 continue;
             };
@@ -1639,7 +1644,7 @@ impl Inner {
                 continue;
             }
             tracing::warn!(
-                attempt,
+                attempt = attempt.0,
                 pid = hello.identity.pid,
                 "a supervisor the log does not know runs; stopping it"
             );
@@ -1647,7 +1652,7 @@ impl Inner {
             let _ = tx.send(ToSupervisor::Stop);
             if let Some(p) = &hello.placement {
                 if let Err(why) = self.hold(attempt, p, hello.identity.clone(), tx.clone(), true) {
-                    tracing::warn!(attempt, "its instances are not free: {why}");
+                    tracing::warn!(attempt = attempt.0, "its instances are not free: {why}");
                 }
             }
             tokio::spawn(link::run(
@@ -1674,7 +1679,7 @@ impl Inner {
     }
 
     /// The running attempts (every process spawned) that hold GPUs, with their GPUs.
-    pub(crate) fn gpus_in_use(&self) -> Vec<(u64, Vec<u32>)> {
+    pub(crate) fn gpus_in_use(&self) -> Vec<(AttemptId, Vec<u32>)> {
         let state = self.state();
         state
             .attempts
@@ -1694,7 +1699,7 @@ impl Inner {
     /// the same GPUs gets none of its predecessor's readings.
     pub(crate) fn record_gpu_sample(
         &self,
-        attempts: &[(u64, Vec<u32>)],
+        attempts: &[(AttemptId, Vec<u32>)],
         readings: &BTreeMap<u32, crate::gpu_usage::Reading>,
     ) {
         let mut state = self.state();
@@ -1706,7 +1711,7 @@ impl Inner {
     }
 
     /// The checkpoint directories to scan: running attempts only.
-    pub(crate) fn checkpoint_targets(&self) -> Vec<(u64, PathBuf)> {
+    pub(crate) fn checkpoint_targets(&self) -> Vec<(AttemptId, PathBuf)> {
         self.state()
             .attempts
             .iter()
@@ -1716,7 +1721,7 @@ impl Inner {
 
     /// Reports a `Checkpoint` for each attempt, still running, whose newest mtime moved
     /// past what was last seen.
-    pub(crate) fn record_checkpoints(&self, scanned: &[(u64, u64)]) {
+    pub(crate) fn record_checkpoints(&self, scanned: &[(AttemptId, u64)]) {
         let mut state = self.state();
         for &(attempt, newest_ns) in scanned {
             let Some(watched) = state

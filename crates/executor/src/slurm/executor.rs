@@ -5,6 +5,7 @@
 //! ended jobs ended, recording outcomes, scanning checkpoints), since a shared file system that
 //! stalls must not stall `start` and `stop`, which the server's driver calls.
 
+use qm_core::AttemptId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -86,7 +87,7 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct State {
-    slots: BTreeMap<u64, Slot>,
+    slots: BTreeMap<AttemptId, Slot>,
     capacity: BTreeMap<String, u32>,
     poller_started: bool,
     /// The last poll failure reported, so a broken cluster logs once, not every poll.
@@ -174,12 +175,12 @@ enum StopCause {
 struct Plan {
     term: Vec<u64>,
     cancel: Vec<u64>,
-    scans: Vec<(u64, PathBuf)>,
+    scans: Vec<(AttemptId, PathBuf)>,
     /// The progress files of the running attempts, read with the checkpoints.
     progress: Vec<Arc<Mutex<Tail>>>,
     /// Attempts whose job Slurm reports gone, already removed from the slots: their outcome
     /// is read from the file system and reported by [`Inner::conclude`].
-    ended: Vec<(u64, Slot, Ending)>,
+    ended: Vec<(AttemptId, Slot, Ending)>,
 }
 
 /// Why an attempt ended.
@@ -196,7 +197,7 @@ enum Ending {
 fn cancel_orphans(tag: &str, jobs: &[SlurmJob], state: &mut State, now: Instant, plan: &mut Plan) {
     // Marked jobs of attempts this server does not run: a submit that raced a crash, or an
     // attempt whose end was recorded while Slurm still had it.
-    let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+    let live: BTreeSet<AttemptId> = state.slots.keys().copied().collect();
     let mut orphans = BTreeMap::new();
     for j in jobs {
         let Some((_, _, attempt)) = parse_marker(tag, &j.comment) else {
@@ -209,7 +210,7 @@ fn cancel_orphans(tag: &str, jobs: &[SlurmJob], state: &mut State, now: Instant,
         if last.is_none_or(|t| now.duration_since(t) >= CANCEL_RETRY) {
             tracing::warn!(
                 slurm_job = j.id,
-                attempt,
+                attempt = attempt.0,
                 "cancelling a Slurm job of an attempt this server no longer runs"
             );
             plan.cancel.push(j.id);
@@ -222,19 +223,19 @@ fn cancel_orphans(tag: &str, jobs: &[SlurmJob], state: &mut State, now: Instant,
 }
 
 /// The comment that marks attempt `attempt` (number `n` of `job_id`) as this server's.
-fn marker(tag: &str, job_id: &str, n: u32, attempt: u64) -> String {
+fn marker(tag: &str, job_id: &str, n: u32, attempt: AttemptId) -> String {
     format!("qm/{tag}/{job_id}/{n}/{attempt}")
 }
 
 /// `(job id, attempt number, attempt)` of a comment with this server's tag.
-fn parse_marker<'a>(tag: &str, comment: &'a str) -> Option<(&'a str, u32, u64)> {
+fn parse_marker<'a>(tag: &str, comment: &'a str) -> Option<(&'a str, u32, AttemptId)> {
     let rest = comment
         .strip_prefix("qm/")?
         .strip_prefix(tag)?
         .strip_prefix('/')?;
     let mut parts = rest.split('/');
     let (job, n, attempt) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((job, n.parse().ok()?, attempt.parse().ok()?))
+    Some((job, n.parse().ok()?, AttemptId(attempt.parse().ok()?)))
 }
 
 /// The job name Slurm shows: `qm-<job name>-<attempt number>`, kept short for `squeue`.
@@ -374,13 +375,16 @@ impl SlurmExecutor {
     /// At start-up, before any `start`: reads Slurm once (an error says what to fix when Slurm
     /// cannot be reached or two instance types share a node), takes back the attempts the log
     /// says were running, and starts the poller. Returns what became of each attempt.
-    pub async fn adopt(&self, attempts: Vec<AdoptSpec>) -> Result<Vec<(u64, Adopted)>, ExecError> {
+    pub async fn adopt(
+        &self,
+        attempts: Vec<AdoptSpec>,
+    ) -> Result<Vec<(AttemptId, Adopted)>, ExecError> {
         let jobs = self.inner.squeue().await.map_err(ExecError::Slurm)?;
         let nodes = self.inner.sinfo().await.map_err(ExecError::Slurm)?;
         let cfg = self.inner.cfg();
         check_disjoint(&cfg.instances, &nodes)?;
         let tag = cfg.tag.clone();
-        let mut by_attempt: BTreeMap<u64, SlurmJob> = BTreeMap::new();
+        let mut by_attempt: BTreeMap<AttemptId, SlurmJob> = BTreeMap::new();
         for j in &jobs {
             if let Some((_, _, attempt)) = parse_marker(&tag, &j.comment) {
                 // Two jobs of one attempt (a submit retried after a timeout): the live one wins.
@@ -452,7 +456,7 @@ impl SlurmExecutor {
     /// Stops an attempt: `scancel --signal=TERM` to its tasks at the next poll, `scancel` after
     /// the grace period (at once if it has not started). `Exited` comes when Slurm reports the
     /// job gone. Idempotent; an unknown attempt is a no-op.
-    pub fn stop(&self, attempt: u64) {
+    pub fn stop(&self, attempt: AttemptId) {
         let mut state = self.inner.state();
         if let Some(slot) = state.slots.get_mut(&attempt) {
             slot.stop.get_or_insert(StopCause::Requested);
@@ -520,8 +524,8 @@ impl Inner {
     fn adopt_one(
         &self,
         a: AdoptSpec,
-        by_attempt: &BTreeMap<u64, SlurmJob>,
-    ) -> (u64, Adopted, Option<Slot>) {
+        by_attempt: &BTreeMap<AttemptId, SlurmJob>,
+    ) -> (AttemptId, Adopted, Option<Slot>) {
         let spec = &a.spec;
         let found = by_attempt.get(&spec.attempt).filter(|j| {
             parse_marker(&self.cfg().tag, &j.comment)
@@ -556,7 +560,7 @@ impl Inner {
             slot.running_since = Some(Instant::now().checked_sub(ran).unwrap_or_else(Instant::now));
         }
         slot.checkpoint_seen_ns = newest_mtime_ns(&slot.checkpoint_dir).unwrap_or(0);
-        tracing::info!(attempt = spec.attempt, slurm_job = job.id, state = %job.state, "adopted a Slurm job the previous server started");
+        tracing::info!(attempt = spec.attempt.0, slurm_job = job.id, state = %job.state, "adopted a Slurm job the previous server started");
         (spec.attempt, Adopted::Running, Some(slot))
     }
 
@@ -568,7 +572,7 @@ impl Inner {
         nodes: &[SlurmNode],
         jobs: &[SlurmJob],
     ) -> BTreeMap<String, u32> {
-        let live: BTreeSet<u64> = state.slots.keys().copied().collect();
+        let live: BTreeSet<AttemptId> = state.slots.keys().copied().collect();
         let cfg = self.cfg();
         state.capacity = capacity(&cfg.instances, nodes, jobs, &cfg.tag, &live);
         state.capacity.clone()
@@ -640,9 +644,9 @@ impl Inner {
     /// Reports `Exited` for an attempt no longer in the slots; the outcome is written next to
     /// the logs first, so a server that dies before logging it finds it at its next start.
     /// Blocking (file system).
-    fn report_exit(&self, attempt: u64, log_dir: &Path, outcome: Outcome) {
+    fn report_exit(&self, attempt: AttemptId, log_dir: &Path, outcome: Outcome) {
         record_outcome(&log_dir.join(OUTCOME_FILE), &outcome);
-        tracing::debug!(attempt, ?outcome, "Slurm attempt exited");
+        tracing::debug!(attempt = attempt.0, ?outcome, "Slurm attempt exited");
         let _ = self.events.send(ExecEvent::Exited {
             attempt,
             outcome,
@@ -653,7 +657,7 @@ impl Inner {
 
     /// Reports how the ended attempts of a poll ended; an attempt with uploads to make
     /// reports once they are done, from a task of its own. Blocking (file system).
-    fn conclude(self: &Arc<Self>, ended: Vec<(u64, Slot, Ending)>) {
+    fn conclude(self: &Arc<Self>, ended: Vec<(AttemptId, Slot, Ending)>) {
         for (attempt, mut slot, ending) in ended {
             // The lines the job wrote while it was stopping, before `Exited`.
             let mut progress = lock(&slot.progress);
@@ -738,7 +742,7 @@ impl Inner {
         let by_id: BTreeMap<u64, &SlurmJob> = jobs.iter().map(|j| (j.id, j)).collect();
         let mut plan = Plan::default();
         let mut state = self.state();
-        let attempts: Vec<u64> = state.slots.keys().copied().collect();
+        let attempts: Vec<AttemptId> = state.slots.keys().copied().collect();
         for attempt in attempts {
             let Some(slot) = state.slots.get_mut(&attempt) else {
                 continue;
@@ -789,7 +793,13 @@ impl Inner {
 
     /// Reports what Slurm says of the attempt's job when it changed: waiting (and why), or
     /// running; returns whether Slurm has started it.
-    fn report_start(&self, attempt: u64, slot: &mut Slot, job: &SlurmJob, now: Instant) -> bool {
+    fn report_start(
+        &self,
+        attempt: AttemptId,
+        slot: &mut Slot,
+        job: &SlurmJob,
+        now: Instant,
+    ) -> bool {
         let started = matches!(
             job.state.as_str(),
             "RUNNING" | "SUSPENDED" | "COMPLETING" | "SIGNALING" | "STAGE_OUT"
@@ -844,7 +854,7 @@ impl Inner {
     }
 
     /// Reports checkpoints whose newest mtime moved forward.
-    fn record_checkpoints(&self, scanned: &[(u64, u64)]) {
+    fn record_checkpoints(&self, scanned: &[(AttemptId, u64)]) {
         let mut state = self.state();
         for &(attempt, newest) in scanned {
             if let Some(slot) = state.slots.get_mut(&attempt) {
@@ -958,7 +968,7 @@ fn capacity(
     nodes: &[SlurmNode],
     jobs: &[SlurmJob],
     tag: &str,
-    live: &BTreeSet<u64>,
+    live: &BTreeSet<AttemptId>,
 ) -> BTreeMap<String, u32> {
     let mut ours: BTreeSet<&str> = BTreeSet::new();
     let mut foreign: BTreeSet<&str> = BTreeSet::new();
@@ -1094,14 +1104,14 @@ async fn submit(inner: Arc<Inner>, spec: LaunchSpec, instance: SlurmInstance) {
                 slot.submitted_at = Some(Instant::now());
                 slot.checkpoint_dir = prepared.checkpoint_dir;
                 slot.checkpoint_seen_ns = prepared.baseline_ns;
-                tracing::debug!(attempt, slurm_job = id, "submitted");
+                tracing::debug!(attempt = attempt.0, slurm_job = id, "submitted");
             }
             drop(state);
             inner.wake.notify_one();
         }
         Err(outcome) => {
             if let Outcome::Failed { reason, .. } = &outcome {
-                tracing::warn!(attempt, %reason, "the attempt was not submitted to Slurm");
+                tracing::warn!(attempt = attempt.0, %reason, "the attempt was not submitted to Slurm");
             }
             let slot = inner.state().slots.remove(&attempt);
             if let Some(slot) = slot {
@@ -1181,7 +1191,7 @@ async fn submit_inner(
                 )))
             }
             Err(CommandError::Unreachable(e)) => {
-                tracing::warn!(attempt = spec.attempt, error = %e, retry_in = ?pause, "cannot reach Slurm to submit; trying again");
+                tracing::warn!(attempt = spec.attempt.0, error = %e, retry_in = ?pause, "cannot reach Slurm to submit; trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(SUBMIT_BACKOFF_MAX);
                 // The try that timed out may have been accepted.
@@ -1396,8 +1406,8 @@ mod tests {
 
     #[test]
     fn markers_round_trip_and_other_tags_are_not_ours() {
-        let m = marker("t1", "job-a", 2, 9);
-        assert_eq!(parse_marker("t1", &m), Some(("job-a", 2, 9)));
+        let m = marker("t1", "job-a", 2, AttemptId(9));
+        assert_eq!(parse_marker("t1", &m), Some(("job-a", 2, AttemptId(9))));
         assert_eq!(parse_marker("t2", &m), None);
         assert_eq!(parse_marker("t1", "qm/t1/job"), None);
         assert_eq!(parse_marker("t1", ""), None);
@@ -1426,12 +1436,17 @@ mod tests {
             node("n4", "idle", "debug", &[]),
         ];
         let jobs = [
-            job(1, &marker("me", "j", 1, 1), "RUNNING", &["n2"]),
+            job(1, &marker("me", "j", 1, AttemptId(1)), "RUNNING", &["n2"]),
             job(2, "someone else", "RUNNING", &["n5"]),
             job(3, "someone else", "COMPLETED", &["n4"]),
-            job(4, &marker("other-server", "j", 1, 1), "RUNNING", &["n1"]),
+            job(
+                4,
+                &marker("other-server", "j", 1, AttemptId(1)),
+                "RUNNING",
+                &["n1"],
+            ),
         ];
-        let live = BTreeSet::from([1]);
+        let live = BTreeSet::from([AttemptId(1)]);
         let cap = capacity(&instances, &nodes, &jobs, "me", &live);
         assert_eq!(
             cap["ml.p4d.24xlarge"], 1,
@@ -1444,8 +1459,8 @@ mod tests {
         // Our live attempt on a node that went down still holds it (no flapping until Slurm
         // ends the job); our job of an attempt no longer live holds its node like anyone's.
         let jobs = [
-            job(1, &marker("me", "j", 1, 1), "RUNNING", &["n3"]),
-            job(7, &marker("me", "k", 1, 7), "RUNNING", &["n1"]),
+            job(1, &marker("me", "j", 1, AttemptId(1)), "RUNNING", &["n3"]),
+            job(7, &marker("me", "k", 1, AttemptId(7)), "RUNNING", &["n1"]),
         ];
         let cap = capacity(&instances, &nodes, &jobs, "me", &live);
         assert_eq!(
@@ -1618,7 +1633,7 @@ mod tests {
     }
 
     /// Attempt `attempt` as submitted: Slurm job `id`, sbatch returned at `at`.
-    fn submitted(inner: &Inner, attempt: u64, id: u64, at: Instant) {
+    fn submitted(inner: &Inner, attempt: AttemptId, id: u64, at: Instant) {
         let spec = LaunchSpec::new(
             attempt,
             format!("job-{attempt}"),
@@ -1631,7 +1646,7 @@ mod tests {
         inner.state().slots.insert(attempt, slot);
     }
 
-    fn ours(attempt: u64, id: u64, state: &str) -> SlurmJob {
+    fn ours(attempt: AttemptId, id: u64, state: &str) -> SlurmJob {
         job(
             id,
             &marker("me", &format!("job-{attempt}"), 1, attempt),
@@ -1672,18 +1687,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
         let t0 = Instant::now();
-        submitted(&inner, 1, 10, t0);
-        step(&inner, &[ours(1, 10, "PENDING")], t0);
+        submitted(&inner, AttemptId(1), 10, t0);
+        step(&inner, &[ours(AttemptId(1), 10, "PENDING")], t0);
         assert_eq!(drain(&mut rx), ["starting 1"]);
-        step(&inner, &[ours(1, 10, "RUNNING")], t0);
-        step(&inner, &[ours(1, 10, "RUNNING")], t0);
+        step(&inner, &[ours(AttemptId(1), 10, "RUNNING")], t0);
+        step(&inner, &[ours(AttemptId(1), 10, "RUNNING")], t0);
         assert_eq!(drain(&mut rx), ["running 1"]);
-        step(&inner, &[ours(1, 10, "COMPLETING")], t0);
+        step(&inner, &[ours(AttemptId(1), 10, "COMPLETING")], t0);
         assert!(
             drain(&mut rx).is_empty(),
             "a completing job still holds its nodes"
         );
-        step(&inner, &[ours(1, 10, "COMPLETED")], t0);
+        step(&inner, &[ours(AttemptId(1), 10, "COMPLETED")], t0);
         assert_eq!(drain(&mut rx), ["exited 1 Succeeded"]);
         assert_eq!(inner.state().slots.len(), 0);
         let recorded = std::fs::read_to_string(
@@ -1703,9 +1718,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
         let t0 = Instant::now();
-        submitted(&inner, 1, 10, t0);
+        submitted(&inner, AttemptId(1), 10, t0);
         let pending = |reason: &str| {
-            let mut j = ours(1, 10, "PENDING");
+            let mut j = ours(AttemptId(1), 10, "PENDING");
             j.reason = reason.into();
             j
         };
@@ -1713,7 +1728,7 @@ mod tests {
         step(&inner, &[pending("Resources")], t0);
         step(&inner, &[pending("Resources")], t0);
         step(&inner, &[pending("QOSMaxJobsPerUserLimit")], t0);
-        step(&inner, &[ours(1, 10, "RUNNING")], t0);
+        step(&inner, &[ours(AttemptId(1), 10, "RUNNING")], t0);
         assert_eq!(
             drain(&mut rx),
             [
@@ -1730,10 +1745,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (inner, _rx) = inner(dir.path(), Duration::from_millis(50));
         let t0 = Instant::now();
-        submitted(&inner, 1, 10, t0);
-        let running = [ours(1, 10, "RUNNING")];
+        submitted(&inner, AttemptId(1), 10, t0);
+        let running = [ours(AttemptId(1), 10, "RUNNING")];
         step(&inner, &running, t0);
-        inner.state().slots.get_mut(&1).unwrap().stop = Some(StopCause::Requested);
+        inner.state().slots.get_mut(&AttemptId(1)).unwrap().stop = Some(StopCause::Requested);
         let plan = step(&inner, &running, t0);
         assert_eq!((plan.term.clone(), plan.cancel.clone()), (vec![10], vec![]));
         let plan = step(&inner, &running, t0);
@@ -1756,21 +1771,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (inner, mut rx) = inner(dir.path(), Duration::from_secs(60));
         let t0 = Instant::now();
-        submitted(&inner, 1, 10, t0);
-        inner.state().slots.get_mut(&1).unwrap().stop = Some(StopCause::Requested);
-        let plan = step(&inner, &[ours(1, 10, "PENDING")], t0);
+        submitted(&inner, AttemptId(1), 10, t0);
+        inner.state().slots.get_mut(&AttemptId(1)).unwrap().stop = Some(StopCause::Requested);
+        let plan = step(&inner, &[ours(AttemptId(1), 10, "PENDING")], t0);
         assert_eq!((plan.term, plan.cancel), (vec![], vec![10]));
 
-        submitted(&inner, 2, 11, t0);
-        inner.state().slots.get_mut(&2).unwrap().max_runtime = Some(Duration::ZERO);
+        submitted(&inner, AttemptId(2), 11, t0);
+        inner
+            .state()
+            .slots
+            .get_mut(&AttemptId(2))
+            .unwrap()
+            .max_runtime = Some(Duration::ZERO);
         let plan = step(
             &inner,
-            &[ours(2, 11, "RUNNING"), ours(1, 10, "PENDING")],
+            &[
+                ours(AttemptId(2), 11, "RUNNING"),
+                ours(AttemptId(1), 10, "PENDING"),
+            ],
             t0,
         );
         assert_eq!(plan.term, vec![11], "the runtime limit stops the attempt");
         drain(&mut rx);
-        step(&inner, &[ours(2, 11, "CANCELLED")], t0);
+        step(&inner, &[ours(AttemptId(2), 11, "CANCELLED")], t0);
         let events = drain(&mut rx);
         assert!(
             events.iter().any(|e| e.starts_with("exited 2")
@@ -1786,7 +1809,7 @@ mod tests {
         let (inner, mut rx) = inner(dir.path(), Duration::from_secs(1));
         let before = Instant::now();
         std::thread::sleep(Duration::from_millis(2));
-        submitted(&inner, 1, 10, Instant::now());
+        submitted(&inner, AttemptId(1), 10, Instant::now());
         step(&inner, &[], before);
         assert!(
             drain(&mut rx).is_empty(),
@@ -1804,7 +1827,7 @@ mod tests {
             "in case it runs where this server cannot see it"
         );
         // A job id reused by a reset cluster, under another comment, is not this attempt.
-        submitted(&inner, 2, 12, before);
+        submitted(&inner, AttemptId(2), 12, before);
         step(
             &inner,
             &[job(12, "someone's", "RUNNING", &["n1"])],
@@ -1820,15 +1843,20 @@ mod tests {
         let plan = step(
             &inner,
             &[
-                ours(7, 20, "RUNNING"),
-                ours(8, 21, "COMPLETED"),
-                job(22, &marker("other", "job-9", 1, 9), "RUNNING", &["n2"]),
+                ours(AttemptId(7), 20, "RUNNING"),
+                ours(AttemptId(8), 21, "COMPLETED"),
+                job(
+                    22,
+                    &marker("other", "job-9", 1, AttemptId(9)),
+                    "RUNNING",
+                    &["n2"],
+                ),
                 job(23, "", "RUNNING", &["n3"]),
             ],
             Instant::now(),
         );
         assert_eq!(plan.cancel, vec![20]);
-        let again = step(&inner, &[ours(7, 20, "RUNNING")], Instant::now());
+        let again = step(&inner, &[ours(AttemptId(7), 20, "RUNNING")], Instant::now());
         assert!(
             again.cancel.is_empty(),
             "not again before the retry interval"

@@ -213,11 +213,12 @@ pub(crate) fn sbatch_args(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qm_core::AttemptId;
     use std::path::PathBuf;
 
     fn spec() -> LaunchSpec {
         let mut s = LaunchSpec::new(
-            7,
+            AttemptId(7),
             "job-1",
             "ml.g5.xlarge",
             vec!["python3".into(), "it's.py".into()],

@@ -5,6 +5,7 @@
 //! requests, the runtime limit and the stop of the other hosts when one fails. The outcome is
 //! returned only after every process has been reaped.
 
+use qm_core::AttemptId;
 use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -162,7 +163,7 @@ async fn wait_for_go(go: &mut watch::Receiver<bool>, stop: &watch::Receiver<bool
 
 struct Supervisor {
     ctx: Arc<Ctx>,
-    attempt: u64,
+    attempt: AttemptId,
     /// The attempt's own uid, when it runs apart from the server.
     uid: Option<u32>,
     /// The control group of each host, in host order, when confined.
@@ -451,7 +452,7 @@ impl Supervisor {
             // one with inputs would run on empty channels.
             if spec.channels.is_empty() && spec.checkpoint_uri.is_none() {
                 tracing::warn!(
-                    attempt = spec.attempt,
+                    attempt = spec.attempt.0,
                     "no [storage]: the model and output will not be uploaded"
                 );
                 return Ok(None);
@@ -675,7 +676,7 @@ impl Supervisor {
     fn kill_cgroups(&self) {
         for group in &self.cgroups {
             if let Err(e) = group.kill() {
-                tracing::warn!(attempt = self.attempt, "cannot kill a control group: {e}");
+                tracing::warn!(attempt = self.attempt.0, "cannot kill a control group: {e}");
             }
         }
     }
@@ -690,7 +691,7 @@ impl Supervisor {
                 tries += 1;
                 if tries == VACATE_TRIES {
                     tracing::warn!(
-                        attempt = self.attempt,
+                        attempt = self.attempt.0,
                         "a process outlives its attempt in its control group; the instance's next attempt kills it before it starts, or fails"
                     );
                     break;
@@ -744,7 +745,7 @@ impl Supervisor {
     /// SIGTERM to every host's group; returns when SIGKILL is due (to the groups and to
     /// whatever the job left outside them).
     fn terminate(&mut self, grace: Duration, reaper: &Reaper) -> Instant {
-        tracing::debug!(attempt = self.attempt, "stopping attempt");
+        tracing::debug!(attempt = self.attempt.0, "stopping attempt");
         self.signal_groups(Signal::SIGTERM, Some(reaper));
         Instant::now() + grace
     }

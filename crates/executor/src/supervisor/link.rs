@@ -2,6 +2,7 @@
 //! previous server left) and the hello exchange. The task per attempt that turns what the
 //! supervisor says into the executor's reports is the executor's (`executor::link`).
 
+use qm_core::AttemptId;
 use std::path::Path;
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ impl Conn {
 
     /// Says hello for `attempt` and reads the supervisor's, within [`HELLO_TIMEOUT`]. Refuses a
     /// supervisor of a protocol this build does not adopt.
-    pub(crate) async fn hello(&mut self, attempt: u64) -> Result<Hello, String> {
+    pub(crate) async fn hello(&mut self, attempt: AttemptId) -> Result<Hello, String> {
         self.send(&ToSupervisor::Hello {
             protocol: PROTOCOL,
             attempt,

@@ -21,6 +21,7 @@
 //! executed. A supervisor whose attempt is acknowledged waits free on its server's connection
 //! and runs the next attempt the server starts ([`process`]): most starts fork nothing.
 
+use qm_core::AttemptId;
 pub(crate) mod attempt;
 pub(crate) mod identity;
 pub(crate) mod link;
@@ -53,7 +54,7 @@ pub const OUTCOME_FILE: &str = "outcome.json";
 pub const OUTCOME_VERSION: u32 = 1;
 
 /// The socket of attempt `attempt`'s supervisor.
-pub fn socket_path(data_dir: &Path, attempt: u64) -> PathBuf {
+pub fn socket_path(data_dir: &Path, attempt: AttemptId) -> PathBuf {
     data_dir.join(SUPERVISORS_DIR).join(socket_name(attempt))
 }
 
@@ -63,7 +64,7 @@ pub fn free_socket_path(data_dir: &Path, pid: u32) -> PathBuf {
 }
 
 /// The name of attempt `attempt`'s socket in [`SUPERVISORS_DIR`].
-pub(crate) fn socket_name(attempt: u64) -> String {
+pub(crate) fn socket_name(attempt: AttemptId) -> String {
     format!("{attempt}.sock")
 }
 

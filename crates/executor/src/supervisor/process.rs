@@ -13,6 +13,7 @@
 //! then reported lost (a service manager stopping the server's whole unit, not the job's
 //! doing).
 
+use qm_core::AttemptId;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,7 +119,7 @@ pub fn main() -> i32 {
 /// the next attempt's hello and launch read (the server renamed the socket to the attempt's
 /// before it sent them). `None` (the socket removed) when the server closes the connection
 /// or sends anything else, or on SIGTERM.
-async fn free(mut conn: Conn, socket: &Path) -> Option<(Conn, u64, Launch)> {
+async fn free(mut conn: Conn, socket: &Path) -> Option<(Conn, AttemptId, Launch)> {
     let spare = socket.with_file_name(super::free_socket_name(std::process::id()));
     if std::fs::rename(socket, &spare).is_err() {
         let _ = std::fs::remove_file(socket);
@@ -218,7 +219,7 @@ impl Drop for Conn {
 
 /// What the supervisor knows of itself, to introduce itself to each server.
 struct Me {
-    attempt: u64,
+    attempt: AttemptId,
     identity: Identity,
     launch: Launch,
     /// Whether the attempt may start: false while a launch with `hold` waits for `go`.
@@ -274,7 +275,7 @@ impl Tracked {
 async fn serve(
     listener: &UnixListener,
     identity: &Identity,
-    handed: Option<(Conn, u64, Launch)>,
+    handed: Option<(Conn, AttemptId, Launch)>,
 ) -> Served {
     // The server that spawned it connects at once: hello, then launch.
     let first = match handed {
@@ -291,7 +292,7 @@ async fn serve(
         go: watch::channel(!launch.hold).0,
         launch,
     };
-    let span = tracing::info_span!("supervisor", attempt);
+    let span = tracing::info_span!("supervisor", attempt = attempt.0);
     // Instrumented, not entered: the attempt's task and the connection's reader run on this
     // thread between its steps.
     follow(listener, me, conn, span.clone())
@@ -520,7 +521,7 @@ fn inode(path: &Path) -> std::io::Result<(u64, u64)> {
 
 /// The spawning server's connection, its hello and its launch. The server connects at once
 /// and says hello; if it dies first, the supervisor has nothing to do and exits.
-async fn first_connection(listener: &UnixListener) -> Option<(Conn, u64, Launch)> {
+async fn first_connection(listener: &UnixListener) -> Option<(Conn, AttemptId, Launch)> {
     let (stream, _) = tokio::time::timeout(HELLO_TIMEOUT, listener.accept())
         .await
         .ok()?
@@ -534,7 +535,7 @@ async fn first_connection(listener: &UnixListener) -> Option<(Conn, u64, Launch)
 }
 
 /// The launch that follows a spawning server's hello for `attempt`.
-async fn launch_of(conn: &mut Conn, attempt: u64) -> Option<Launch> {
+async fn launch_of(conn: &mut Conn, attempt: AttemptId) -> Option<Launch> {
     let Some(ToSupervisor::Launch(launch)) = conn.first().await else {
         eprintln!("qm supervise: the server sent no launch");
         return None;

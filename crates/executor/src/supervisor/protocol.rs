@@ -22,6 +22,7 @@
 //! message types, never change the meaning of one. `tests/supervisor_protocol.rs` keeps a
 //! transcript of each version that this build must still read.
 
+use qm_core::AttemptId;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -50,7 +51,7 @@ pub enum ToSupervisor {
         /// The server's protocol.
         protocol: u32,
         /// The attempt the server expects to find.
-        attempt: u64,
+        attempt: AttemptId,
     },
     /// What to run: only on the first connection, from the server that spawned it.
     Launch(Box<Launch>),
@@ -81,7 +82,7 @@ pub struct Hello {
     /// Its protocol.
     pub protocol: u32,
     /// The attempt it runs.
-    pub attempt: u64,
+    pub attempt: AttemptId,
     /// Who it is.
     pub identity: Identity,
     /// Where its attempt runs; `None` before its launch arrived.

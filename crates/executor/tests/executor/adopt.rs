@@ -2,6 +2,7 @@
 //! one's supervisors run, records what ended meanwhile, and never signals a process that merely
 //! took a recorded pid.
 
+use qm_executor::AttemptId;
 use std::process::Command;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ async fn gone(identity: &Identity, what: &str) {
 
 fn recorded(attempt: u64, job: &str, supervisor: Option<Identity>) -> Recorded {
     Recorded {
-        attempt,
+        attempt: AttemptId(attempt),
         job_id: job.into(),
         attempt_number: 1,
         pids: vec![1],
@@ -74,11 +75,14 @@ async fn a_new_executor_adopts_a_running_attempt_and_can_stop_it() {
         .exec
         .reconcile(vec![recorded(1, "job-a", Some(identity.clone()))])
         .await;
-    assert_eq!(out, vec![(1, Reconciled::Adopted { running: None })]);
+    assert_eq!(
+        out,
+        vec![(AttemptId(1), Reconciled::Adopted { running: None })]
+    );
     assert_eq!(w.exec.running(), 1);
     assert_eq!(w.exec.free("ml.g5.xlarge"), 1, "its instance is held again");
-    assert_eq!(w.exec.supervisor(1), Some(identity));
-    w.exec.stop(1);
+    assert_eq!(w.exec.supervisor(AttemptId(1)), Some(identity));
+    w.exec.stop(AttemptId(1));
     let outcome = w.exited(1).await;
     assert!(
         matches!(&outcome, Outcome::Failed { reason, .. } if reason.contains("code 7")),
@@ -179,7 +183,14 @@ async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
         })
         .await;
     w.wait_for("Exited", |e| {
-        matches!(e, ExecEvent::Exited { attempt: 5, .. }).then_some(())
+        matches!(
+            e,
+            ExecEvent::Exited {
+                attempt: AttemptId(5),
+                ..
+            }
+        )
+        .then_some(())
     })
     .await;
     // Reported, not yet in the server's log: the supervisor holds on to it.
@@ -188,10 +199,11 @@ async fn a_supervisor_keeps_its_exit_until_the_server_has_logged_it() {
         identity.alive(&boot_id()),
         "it waits for the acknowledgement"
     );
-    w.exec.acknowledge(&[5]);
+    w.exec.acknowledge(&[AttemptId(5)]);
     // Acknowledged, it lets the attempt go: its socket is gone (renamed while it waits free
     // for the next attempt, removed if it exits).
-    let socket = qm_executor::supervisor::socket_path(&w.dir.path().canonicalize().unwrap(), 5);
+    let socket =
+        qm_executor::supervisor::socket_path(&w.dir.path().canonicalize().unwrap(), AttemptId(5));
     let deadline = std::time::Instant::now() + crate::world::WAIT;
     while socket.exists() {
         assert!(
@@ -214,7 +226,7 @@ fn ready_and_abandon(w: &World, attempt: u64, job: &str, script: &str) -> Identi
             let identity = runtime.block_on(async {
                 old.ready(sh(attempt, job, script)).unwrap();
                 wait_for_text(&config, "algo-1").await;
-                old.supervisor(attempt)
+                old.supervisor(AttemptId(attempt))
                     .expect("its supervisor is connected")
             });
             runtime.shutdown_timeout(Duration::from_secs(5));
@@ -238,8 +250,11 @@ async fn a_held_launch_the_log_holds_is_started_by_the_server_that_adopts_it() {
         ..recorded(1, "job-held", None)
     };
     let out = w.exec.reconcile(vec![logged]).await;
-    assert_eq!(out, vec![(1, Reconciled::Adopted { running: None })]);
-    assert_eq!(w.exec.supervisor(1), Some(identity));
+    assert_eq!(
+        out,
+        vec![(AttemptId(1), Reconciled::Adopted { running: None })]
+    );
+    assert_eq!(w.exec.supervisor(AttemptId(1)), Some(identity));
     assert_eq!(w.exited(1).await, Outcome::Succeeded);
     assert!(ran.exists());
 }

@@ -2,6 +2,7 @@
 //! old checkpoint is not new work. Progress files: read at the scan period, coalesced, and
 //! read once more before `Exited`.
 
+use qm_executor::AttemptId;
 use std::fs;
 
 use qm_executor::{ExecEvent, Outcome, Steps};
@@ -20,7 +21,10 @@ async fn a_checkpoint_written_during_the_attempt_is_reported() {
         .unwrap();
     let at_ms = w
         .wait_for("Checkpoint", |e| match e {
-            ExecEvent::Checkpoint { attempt: 1, at_ms } => Some(*at_ms),
+            ExecEvent::Checkpoint {
+                attempt: AttemptId(1),
+                at_ms,
+            } => Some(*at_ms),
             _ => None,
         })
         .await;
@@ -37,7 +41,7 @@ async fn a_checkpoint_written_during_the_attempt_is_reported() {
         at_ms + 1_000 >= running_at,
         "the checkpoint's mtime is this attempt's"
     );
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
     w.exited(1).await;
     let kinds: Vec<&str> = w
         .events_of(1)
@@ -140,7 +144,7 @@ async fn progress_lines_are_reported_coalesced_and_the_last_ones_before_the_exit
         _ => None,
     })
     .await;
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
     w.exited(1).await;
     let reports: Vec<Steps> = w
         .events_of(1)

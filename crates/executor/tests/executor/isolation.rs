@@ -1,6 +1,7 @@
 //! Attempts under uids of their own (the server is root): a job cannot read the server's
 //! files or another job's directory, nor signal the server or another job.
 
+use qm_executor::AttemptId;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
@@ -78,7 +79,7 @@ async fn an_isolated_job_reaches_only_its_own_directories_and_processes() {
     let work = fs::metadata(job.join("work")).unwrap();
     assert_eq!((work.uid(), work.mode() & 0o777), (uid, 0o700));
     assert_eq!(fs::metadata(job.join("attempts")).unwrap().uid(), 0);
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
     w.exited(1).await;
 }
 

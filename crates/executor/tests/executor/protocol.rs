@@ -4,6 +4,7 @@
 //! hold its instance, and take its exit. A release that changes the protocol adds its own
 //! transcript and keeps the older ones here.
 
+use qm_executor::AttemptId;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 
@@ -61,7 +62,7 @@ async fn adopt_version(version: u32) {
         ack
     });
     let recorded = Recorded {
-        attempt: 41,
+        attempt: AttemptId(41),
         job_id: "job-v1".into(),
         attempt_number: 2,
         pids: vec![std::process::id()],
@@ -71,7 +72,7 @@ async fn adopt_version(version: u32) {
     let out = w.exec.reconcile(vec![recorded]).await;
     assert_eq!(
         out,
-        vec![(41, Reconciled::Adopted { running: None })],
+        vec![(AttemptId(41), Reconciled::Adopted { running: None })],
         "protocol {version}"
     );
     let outcome = w.exited(41).await;

@@ -1,5 +1,6 @@
 //! Starting attempts: environment, logs, exit reasons, spawn failures, several hosts.
 
+use qm_executor::AttemptId;
 use std::collections::BTreeMap;
 use std::fs;
 
@@ -227,7 +228,7 @@ async fn the_failure_file_explains_a_failure_and_is_cleared_before_the_next_atte
 async fn a_program_that_cannot_start_fails_retryably_without_running() {
     let mut w = World::new();
     let missing = LaunchSpec::new(
-        1,
+        AttemptId(1),
         "job-missing",
         "ml.g5.xlarge",
         vec!["/nonexistent/train".into()],
@@ -250,7 +251,7 @@ async fn a_program_that_cannot_start_fails_retryably_without_running() {
     let program = script.to_str().unwrap().to_string();
     w.exec
         .start(LaunchSpec::new(
-            2,
+            AttemptId(2),
             "job-noexec",
             "ml.g5.xlarge",
             vec![program.clone()],
@@ -267,7 +268,12 @@ async fn a_program_that_cannot_start_fails_retryably_without_running() {
     assert!(retryable);
 
     w.exec
-        .start(LaunchSpec::new(3, "job-noentry", "ml.g5.xlarge", vec![]))
+        .start(LaunchSpec::new(
+            AttemptId(3),
+            "job-noentry",
+            "ml.g5.xlarge",
+            vec![],
+        ))
         .unwrap();
     let Outcome::Failed { reason, retryable } = w.exited(3).await else {
         panic!("succeeded")
@@ -285,7 +291,10 @@ async fn bad_starts_are_refused_as_errors() {
     let mut w = World::new();
     let mut zero = sh(1, "job", "true");
     zero.count = 0;
-    assert!(matches!(w.exec.start(zero), Err(ExecError::NoInstances(1))));
+    assert!(matches!(
+        w.exec.start(zero),
+        Err(ExecError::NoInstances(AttemptId(1)))
+    ));
     assert!(matches!(
         w.exec.start(sh(2, "../escape", "true")),
         Err(ExecError::InvalidJobId(_))
@@ -299,9 +308,9 @@ async fn bad_starts_are_refused_as_errors() {
     w.exec.start(sh(4, "job-a", "sleep 1000")).unwrap();
     assert!(matches!(
         w.exec.start(sh(4, "job-b", "true")),
-        Err(ExecError::DuplicateAttempt(4))
+        Err(ExecError::DuplicateAttempt(AttemptId(4)))
     ));
-    w.exec.stop(4);
+    w.exec.stop(AttemptId(4));
     // Ending the test (and its runtime) while the attempt is starting could orphan it.
     w.exited(4).await;
 }
@@ -392,8 +401,8 @@ async fn an_attempt_released_and_stopped_at_once_never_runs() {
             &format!("touch {}; sleep 600", ran.display()),
         );
         w.exec.ready(spec).unwrap();
-        w.exec.release(attempt);
-        w.exec.stop(attempt);
+        w.exec.release(AttemptId(attempt));
+        w.exec.stop(AttemptId(attempt));
         match w.exited(attempt).await {
             Outcome::Failed { reason, .. } if reason.contains("stopped before it was started") => {
                 assert!(!ran.exists(), "attempt {attempt} ran after its stop")
@@ -414,7 +423,7 @@ async fn an_attempt_got_ready_takes_its_instance_at_once_and_runs_only_once_rele
     // Time enough for a supervisor to be forked, connected and (were it told) to run it.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(!ran.exists(), "it ran before it was released");
-    w.exec.release(1);
+    w.exec.release(AttemptId(1));
     assert_eq!(w.exited(1).await, Outcome::Succeeded);
     assert!(ran.exists());
     assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
@@ -432,7 +441,7 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
     for attempt in 1..=5 {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().canonicalize().unwrap();
-        let socket = socket_path(&data, attempt);
+        let socket = socket_path(&data, AttemptId(attempt));
         fs::create_dir_all(socket.parent().unwrap()).unwrap();
         let listener = UnixListener::bind(&socket).unwrap();
         let mut supervisor =
@@ -478,7 +487,7 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
             .unwrap();
         let hello = ToSupervisor::Hello {
             protocol: PROTOCOL,
-            attempt,
+            attempt: AttemptId(attempt),
         };
         let first = line(&hello) + &line(&ToSupervisor::Launch(Box::new(launch)));
         stream.write_all(first.as_bytes()).unwrap();

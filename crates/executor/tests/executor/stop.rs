@@ -1,6 +1,7 @@
 //! Stopping attempts: stop(), timeouts, a failing host stopping the others, and capacity that
 //! comes back only when every process is gone.
 
+use qm_executor::AttemptId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -20,14 +21,14 @@ async fn a_job_that_handles_sigterm_within_the_grace_reports_its_real_outcome() 
         .unwrap();
     let (_, _, log_dir) = w.running(1).await;
     wait_for_text(&log_dir.join("stdout.log"), "ready").await;
-    w.exec.stop(1);
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
+    w.exec.stop(AttemptId(1));
     assert_eq!(w.exited(1).await, Outcome::Succeeded);
     assert!(std::fs::read_to_string(log_dir.join("stdout.log"))
         .unwrap()
         .contains("saved"));
-    w.exec.stop(1);
-    w.exec.stop(99);
+    w.exec.stop(AttemptId(1));
+    w.exec.stop(AttemptId(99));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,7 +43,7 @@ async fn a_job_that_ignores_sigterm_is_killed_after_the_grace() {
         .unwrap();
     let (_, _, log_dir) = w.running(1).await;
     wait_for_text(&log_dir.join("stdout.log"), "ready").await;
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
     assert_eq!(
         w.exited(1).await,
         failed("Received status from SageMaker: AlgorithmError: process killed by signal SIGKILL")
@@ -111,7 +112,7 @@ async fn instances_are_free_again_only_after_every_process_is_gone() {
             ..
         })
     ));
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
     wait_for_text(&stdout, "term").await;
     assert_eq!(w.exec.free("ml.g5.xlarge"), 0, "stopping is not stopped");
     assert_eq!(w.exec.running(), 1);
@@ -144,7 +145,7 @@ async fn when_a_shell_leader_dies_at_sigterm_its_children_keep_the_grace_to_save
     let (_, _, _) = w.running(1).await;
     let out = w.exec.job_dir("job-leader").join("work/child.out");
     wait_for_text(&out, "ready").await;
-    w.exec.stop(1);
+    w.exec.stop(AttemptId(1));
     w.exited(1).await;
     assert!(
         std::fs::read_to_string(&out).unwrap().contains("saved"),

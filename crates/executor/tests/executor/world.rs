@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use qm_executor::AttemptId;
 use qm_executor::{
     ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec, SupervisorCommand,
 };
@@ -80,12 +81,12 @@ impl World {
                     attempt: a,
                     outcome,
                     ..
-                } if *a == attempt => Some(outcome.clone()),
+                } if *a == AttemptId(attempt) => Some(outcome.clone()),
                 _ => None,
             })
             .await;
         // As the server does once its log holds the exit: the supervisor may go.
-        self.exec.acknowledge(&[attempt]);
+        self.exec.acknowledge(&[AttemptId(attempt)]);
         self.exec.check_invariants().unwrap();
         outcome
     }
@@ -99,7 +100,7 @@ impl World {
                 gpus,
                 log_dir,
                 ..
-            } if *a == attempt => Some((pids.clone(), gpus.clone(), log_dir.clone())),
+            } if *a == AttemptId(attempt) => Some((pids.clone(), gpus.clone(), log_dir.clone())),
             _ => None,
         })
         .await
@@ -114,7 +115,7 @@ impl World {
                 | ExecEvent::Checkpoint { attempt: a, .. }
                 | ExecEvent::Progress { attempt: a, .. }
                 | ExecEvent::Exited { attempt: a, .. }
-                | ExecEvent::Starting { attempt: a, .. } => *a == attempt,
+                | ExecEvent::Starting { attempt: a, .. } => *a == AttemptId(attempt),
                 ExecEvent::Capacity { .. } => false,
             })
             .collect()
@@ -143,7 +144,7 @@ pub async fn running_in(
                 pids,
                 supervisor,
                 ..
-            })) if a == attempt => {
+            })) if a == AttemptId(attempt) => {
                 return (supervisor.expect("a local attempt has a supervisor"), pids)
             }
             Ok(Some(_)) => {}
@@ -172,7 +173,7 @@ pub fn supervisor() -> SupervisorCommand {
 /// Attempt `attempt` of `job` running `sh -c script` on one ml.g5.xlarge.
 pub fn sh(attempt: u64, job: &str, script: &str) -> LaunchSpec {
     LaunchSpec::new(
-        attempt,
+        AttemptId(attempt),
         job,
         "ml.g5.xlarge",
         vec!["sh".into(), "-c".into(), script.into()],

@@ -3,6 +3,7 @@
 //! the server's children instead, and attempts run all the same.
 
 use qm_executor::supervisor::{free_socket_path, socket_path};
+use qm_executor::AttemptId;
 use qm_executor::ExecEvent;
 use tokio::sync::mpsc;
 
@@ -29,7 +30,7 @@ async fn supervisor_of(w: &mut World, attempt: u64) -> u32 {
             attempt: a,
             supervisor,
             ..
-        } if *a == attempt => supervisor.as_ref().map(|i| i.pid),
+        } if *a == AttemptId(attempt) => supervisor.as_ref().map(|i| i.pid),
         _ => None,
     })
     .await
@@ -69,7 +70,7 @@ async fn supervisors_are_forked_from_the_zygote_and_executed_once_it_is_gone() {
         "a failed zygote is not used for a while"
     );
     for a in [1, 2] {
-        w.exec.stop(a);
+        w.exec.stop(AttemptId(a));
         w.exited(a).await;
     }
 }
@@ -85,8 +86,8 @@ async fn ended(
             .await
             .unwrap()
             .unwrap();
-        if matches!(event, ExecEvent::Exited { attempt: a, .. } if a == attempt) {
-            exec.acknowledge(&[attempt]);
+        if matches!(event, ExecEvent::Exited { attempt: a, .. } if a == AttemptId(attempt)) {
+            exec.acknowledge(&[AttemptId(attempt)]);
             return;
         }
     }
@@ -120,7 +121,7 @@ fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one_and_goes_with_i
         .await;
         assert!(spare.exists());
         assert!(
-            !socket_path(&data_dir, 1).exists(),
+            !socket_path(&data_dir, AttemptId(1)).exists(),
             "its attempt's socket is gone"
         );
         exec.start(sh(2, "job-r2", "sleep 30")).unwrap();
@@ -130,11 +131,11 @@ fn a_supervisor_whose_attempt_was_acknowledged_runs_the_next_one_and_goes_with_i
             "the free supervisor runs the next attempt"
         );
         assert!(
-            socket_path(&data_dir, 2).exists(),
+            socket_path(&data_dir, AttemptId(2)).exists(),
             "at the attempt's socket"
         );
         assert!(!spare.exists());
-        exec.stop(2);
+        exec.stop(AttemptId(2));
         ended(&exec, &mut events, 2).await;
         until("it is free again", || exec.free_supervisors() == 1).await;
         assert!(spare.exists());

@@ -13,7 +13,7 @@ use crate::state::{body, AttemptRec, JobRec, State};
 
 impl State {
     /// Core id of an existing job.
-    pub(crate) fn job_core(&self, field: &str, id: &str) -> Result<u64, ApiError> {
+    pub(crate) fn job_core(&self, field: &str, id: &str) -> Result<JobId, ApiError> {
         let id = match self.arns.parse(field, id) {
             Ok(Resource::ServiceJob(id)) => id,
             _ => id.to_string(),
@@ -25,7 +25,7 @@ impl State {
         })
     }
 
-    fn submit_response(&self, core: u64) -> Result<Vec<u8>, ApiError> {
+    fn submit_response(&self, core: JobId) -> Result<Vec<u8>, ApiError> {
         let rec = &self.jobs[&core];
         body(&SubmitServiceJobResponse {
             job_arn: Some(self.arns.service_job(&rec.id)),
@@ -118,7 +118,7 @@ impl State {
         let q = &self.queues[&queue];
         let payload = TrainingPayload::parse(&r.service_request_payload)?;
         self.admit(&queue, &share, &payload)?;
-        let core = self.next_job;
+        let core = JobId(self.next_job);
         let priority = r.scheduling_priority.unwrap_or(0);
         let class = qm_api::class::resolve(
             &queue,
@@ -136,7 +136,7 @@ impl State {
             borrows: class
                 .as_ref()
                 .is_none_or(|c| self.class_may_borrow(&queue, &c.name, c.def.borrow)),
-            ..qm_api::job_spec(JobId(core), &queue, r, &payload)
+            ..qm_api::job_spec(core, &queue, r, &payload)
         }))?;
         self.next_job += 1;
         let rec = JobRec {
@@ -171,7 +171,7 @@ impl State {
 
     /// The job a client token was already used for, if it was, with the same request
     /// (`canonical`); the same token with another request is refused.
-    fn token_job(&self, token: &str, canonical: &str) -> Result<Option<u64>, ApiError> {
+    fn token_job(&self, token: &str, canonical: &str) -> Result<Option<JobId>, ApiError> {
         let Some((core, seen)) = self.tokens.get(token) else {
             return Ok(None);
         };
@@ -267,7 +267,7 @@ impl State {
             )));
         }
         self.core_apply(Input::UpdatePriority {
-            job: JobId(core),
+            job: core,
             priority: r.scheduling_priority as u32,
         })?;
         if let Some(q) = self.queues.get_mut(&queue) {
@@ -289,7 +289,7 @@ impl State {
     }
 
     /// Terminates one job; finished jobs are left as they are.
-    fn terminate(&mut self, core: u64, reason: &str) -> Result<(), ApiError> {
+    fn terminate(&mut self, core: JobId, reason: &str) -> Result<(), ApiError> {
         let rec = self
             .jobs
             .get_mut(&core)
@@ -302,7 +302,7 @@ impl State {
             return Ok(());
         }
         self.core_apply(Input::Terminate {
-            job: JobId(core),
+            job: core,
             reason: reason.to_string(),
         })?;
         self.mark_terminated(&[core]);
@@ -351,7 +351,7 @@ impl State {
         }
         let (id, name) = (rec.id.clone(), rec.request.job_name.clone());
         self.core_apply(Input::Drill {
-            job: JobId(core),
+            job: core,
             reason: reason.to_string(),
         })?;
         body(&qm_api::qm::PreemptResponse {
@@ -615,7 +615,7 @@ impl State {
             }
             _ => None,
         };
-        let candidates: Box<dyn Iterator<Item = (u64, &JobRec)>> = match indexed {
+        let candidates: Box<dyn Iterator<Item = (JobId, &JobRec)>> = match indexed {
             Some(set) => Box::new(
                 set.into_iter()
                     .flat_map(move |s| s.range(..below).rev())
@@ -631,7 +631,7 @@ impl State {
                 continue;
             }
             if out.len() == max {
-                next = Some(encode_token(&(core + 1).to_string()));
+                next = Some(encode_token(&(core.0 + 1).to_string()));
                 break;
             }
             out.push(self.summary(rec));
@@ -660,7 +660,7 @@ impl State {
 }
 
 /// The core id below which a listing starts: `nextToken`'s, else the newest job's and up.
-fn list_start(next_token: Option<&str>) -> Result<u64, ApiError> {
+fn list_start(next_token: Option<&str>) -> Result<JobId, ApiError> {
     let before: Option<u64> = match next_token {
         Some(t) => Some(decode_token("nextToken", t)?.parse().map_err(|_| {
             ApiError::client(
@@ -669,7 +669,7 @@ fn list_start(next_token: Option<&str>) -> Result<u64, ApiError> {
         })?),
         None => None,
     };
-    Ok(before.unwrap_or(u64::MAX))
+    Ok(JobId(before.unwrap_or(u64::MAX)))
 }
 
 /// Whether ListServiceJobs lists `rec`: of the queue (name and generation) and in the status

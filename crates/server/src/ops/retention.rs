@@ -101,7 +101,7 @@ impl State {
     /// `max` of them.
     pub fn retirable(&self, before: i64, max: usize) -> Vec<&JobRec> {
         self.finished
-            .range(..=(before, u64::MAX))
+            .range(..=(before, qm_core::JobId(u64::MAX)))
             .take(max)
             .filter_map(|(_, core)| self.jobs.get(core).map(|r| &**r))
             .collect()
@@ -115,7 +115,7 @@ impl State {
             let Some(&core) = self.by_id.get(id) else {
                 continue;
             };
-            if !self.core.forget(qm_core::JobId(core)) {
+            if !self.core.forget(core) {
                 continue;
             }
             let rec = self.jobs.remove(&core).expect("by_id names a job record");

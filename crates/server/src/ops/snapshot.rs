@@ -46,7 +46,7 @@ impl State {
             let rec = &self.jobs[&core];
             let at = self
                 .core
-                .job(qm_core::JobId(core))
+                .job(core)
                 .map_or(rec.created_at, |j| j.queued_at as i64);
             let arn = self.arns.service_job(&rec.id);
             if front.len() < FRONT_OF_QUEUE_MAX {

@@ -179,7 +179,7 @@ impl State {
     }
 
     fn what_if_job(&self, job: JobId) -> Option<WhatIfJob> {
-        let rec = self.jobs.get(&job.0)?;
+        let rec = self.jobs.get(&job)?;
         let spec = &self.core.job(job)?.spec;
         Some(WhatIfJob {
             job_id: rec.id.clone(),
