@@ -1319,6 +1319,73 @@ fn idle_stats(
     }
 }
 
+/// The statistics of `members`, jobs whose usage the groups `gs` hold, over a run of
+/// `span_ms` on `capacity` instances.
+fn stats_of(members: &[&JobState], gs: &[&Group], span_ms: f64, capacity: f64) -> Stats {
+    let hours = |ms_instances: f64| round3(ms_instances / 3_600_000.0);
+    let mut jct = Vec::new();
+    let mut queue = Vec::new();
+    let mut slowdown = Vec::new();
+    let mut reclaim = Vec::new();
+    let mut never = 0;
+    for st in members {
+        if st.attempts == 0 {
+            never += 1;
+        } else {
+            reclaim.push(st.reclaim_delay_s);
+        }
+        if let Some(c) = st.completed_ms {
+            let jct_s = (c - st.submit_ms) as f64 / 1000.0;
+            jct.push(jct_s);
+            queue.push(st.queue_delay_ms as f64 / 1000.0);
+            let run_s = (st.duration_ms as f64 / 1000.0).max(SLOWDOWN_MIN_RUN_S);
+            slowdown.push(jct_s / run_s);
+        }
+    }
+    let usage: f64 = gs.iter().map(|g| g.usage_integral).sum();
+    Stats {
+        jobs: members.len() as u64,
+        completed: jct.len() as u64,
+        never_started: never,
+        jct_s: Dist::of(&mut jct),
+        queue_delay_s: Dist::of(&mut queue),
+        slowdown: Dist::of(&mut slowdown),
+        reclaim_delay_s: Dist::of(&mut reclaim),
+        preemptions: gs.iter().map(|g| g.preemptions).sum(),
+        needless_preemptions: gs.iter().map(|g| g.needless_preemptions).sum(),
+        lost_gpu_hours: hours(gs.iter().map(|g| g.lost_ms_instances).sum()),
+        restart_overhead_gpu_hours: hours(gs.iter().map(|g| g.overhead_ms_instances).sum()),
+        borrowed_gpu_hours: hours(gs.iter().map(|g| g.borrowed_integral).sum()),
+        utilization: if capacity > 0.0 && span_ms > 0.0 {
+            round3(usage / (capacity * span_ms)).min(1.0)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The report's timeline from the run's bins, up to `end_ms`.
+fn timeline_of(reference: &Cluster, timeline: Bins, end_ms: u64, capacity: f64) -> Timeline {
+    let groups_n = timeline.groups();
+    let (start_s, bin_s, mut series) = timeline.finish(end_ms);
+    let jain = series.pop().unwrap_or_default();
+    let idle_waiting = series.pop().unwrap_or_default();
+    let queued = series.split_off(2 * groups_n);
+    let borrowed = series.split_off(groups_n);
+    let own = series;
+    Timeline {
+        start_s,
+        bin_s,
+        capacity,
+        shares: reference.shares.iter().map(|s| s.name.clone()).collect(),
+        own,
+        borrowed,
+        queued,
+        idle_waiting,
+        jain,
+    }
+}
+
 fn collect(
     name: &str,
     reference: &Cluster,
@@ -1329,51 +1396,9 @@ fn collect(
     capacity: f64,
 ) -> VariantRun {
     let span_ms = end_ms.saturating_sub(first_ms) as f64;
-    let hours = |ms_instances: f64| round3(ms_instances / 3_600_000.0);
-    let stats_of = |members: &[&JobState], gs: &[&Group]| -> Stats {
-        let mut jct = Vec::new();
-        let mut queue = Vec::new();
-        let mut slowdown = Vec::new();
-        let mut reclaim = Vec::new();
-        let mut never = 0;
-        for st in members {
-            if st.attempts == 0 {
-                never += 1;
-            } else {
-                reclaim.push(st.reclaim_delay_s);
-            }
-            if let Some(c) = st.completed_ms {
-                let jct_s = (c - st.submit_ms) as f64 / 1000.0;
-                jct.push(jct_s);
-                queue.push(st.queue_delay_ms as f64 / 1000.0);
-                let run_s = (st.duration_ms as f64 / 1000.0).max(SLOWDOWN_MIN_RUN_S);
-                slowdown.push(jct_s / run_s);
-            }
-        }
-        let usage: f64 = gs.iter().map(|g| g.usage_integral).sum();
-        Stats {
-            jobs: members.len() as u64,
-            completed: jct.len() as u64,
-            never_started: never,
-            jct_s: Dist::of(&mut jct),
-            queue_delay_s: Dist::of(&mut queue),
-            slowdown: Dist::of(&mut slowdown),
-            reclaim_delay_s: Dist::of(&mut reclaim),
-            preemptions: gs.iter().map(|g| g.preemptions).sum(),
-            needless_preemptions: gs.iter().map(|g| g.needless_preemptions).sum(),
-            lost_gpu_hours: hours(gs.iter().map(|g| g.lost_ms_instances).sum()),
-            restart_overhead_gpu_hours: hours(gs.iter().map(|g| g.overhead_ms_instances).sum()),
-            borrowed_gpu_hours: hours(gs.iter().map(|g| g.borrowed_integral).sum()),
-            utilization: if capacity > 0.0 && span_ms > 0.0 {
-                round3(usage / (capacity * span_ms)).min(1.0)
-            } else {
-                0.0
-            },
-        }
-    };
     let all: Vec<&JobState> = state.iter().collect();
     let all_groups: Vec<&Group> = groups.iter().collect();
-    let overall = stats_of(&all, &all_groups);
+    let overall = stats_of(&all, &all_groups, span_ms, capacity);
     let shares = reference
         .shares
         .iter()
@@ -1382,7 +1407,7 @@ fn collect(
             let members: Vec<&JobState> = state.iter().filter(|st| st.group == g).collect();
             ShareStats {
                 name: s.name.clone(),
-                stats: stats_of(&members, &[&groups[g]]),
+                stats: stats_of(&members, &[&groups[g]], span_ms, capacity),
             }
         })
         .collect();
@@ -1392,13 +1417,6 @@ fn collect(
         .map(|st| st.queue_delay_ms as f64 / 1000.0)
         .collect();
     queue_delays.sort_by(f64::total_cmp);
-    let groups_n = timeline.groups();
-    let (start_s, bin_s, mut series) = timeline.finish(end_ms);
-    let jain = series.pop().unwrap_or_default();
-    let idle_waiting = series.pop().unwrap_or_default();
-    let queued = series.split_off(2 * groups_n);
-    let borrowed = series.split_off(groups_n);
-    let own = series;
     VariantRun {
         metrics: VariantMetrics {
             name: name.to_string(),
@@ -1407,17 +1425,7 @@ fn collect(
             idle_while_waiting: IdleStats::default(),
             fairness: FairnessStats::default(),
         },
-        timeline: Timeline {
-            start_s,
-            bin_s,
-            capacity,
-            shares: reference.shares.iter().map(|s| s.name.clone()).collect(),
-            own,
-            borrowed,
-            queued,
-            idle_waiting,
-            jain,
-        },
+        timeline: timeline_of(reference, timeline, end_ms, capacity),
         queue_delays,
     }
 }
