@@ -534,28 +534,85 @@ fn dist_rows(
         .collect()
 }
 
-fn stats_table(out: &mut String, runs: &[VariantRun]) {
+/// Whether a set of jobs has completed ones (the distributions over them have values).
+fn completed(s: &Stats) -> Option<()> {
+    (s.completed > 0).then_some(())
+}
+
+/// The table's first rows: how many jobs, completed, never started.
+fn job_rows(stats: &[&Stats]) -> Vec<Row> {
     use Better::*;
-    let stats: Vec<&Stats> = runs.iter().map(|r| &r.metrics.overall).collect();
+    vec![
+        Row::new("jobs", Neither, stats, |s| Cell::count(s.jobs)),
+        Row::new("completed", Higher, stats, |s| Cell::count(s.completed)),
+        Row::new("never started", Lower, stats, |s| {
+            Cell::count(s.never_started)
+        }),
+    ]
+}
+
+/// Slowdown's rows: p50, p95 and mean.
+fn slowdown_rows(stats: &[&Stats]) -> Vec<Row> {
+    [("p50", 0usize), ("p95", 1), ("mean", 3)]
+        .into_iter()
+        .map(|(label, i)| {
+            Row::new(label, Better::Lower, stats, |s| match completed(s) {
+                Some(()) => Cell::ratio((PERCENTILES[i].1)(&s.slowdown)),
+                None => Cell::absent("no completed job"),
+            })
+        })
+        .collect()
+}
+
+/// The fairness rows, one cell per variant.
+fn fairness_rows(runs: &[VariantRun]) -> Vec<Row> {
+    use Better::*;
     // The fairness figures belong to a variant, not to a set of jobs.
     let fairness = |label: &str, better: Better, cell: fn(&FairnessStats) -> Cell| Row {
         label: label.to_string(),
         better,
         cells: runs.iter().map(|r| cell(&r.metrics.fairness)).collect(),
     };
-    let completed = |s: &Stats| (s.completed > 0).then_some(());
+    vec![
+        fairness("Jain index, whole run", Higher, |f| Cell::index(f.jain)),
+        fairness("Jain index, contended time", Higher, |f| {
+            Cell::index(f.jain_contended)
+        }),
+        fairness("contended time", Neither, |f| {
+            Cell::duration(f.contended_hours * 3600.0)
+        }),
+    ]
+}
+
+/// Preemptions, lost work, borrowing and utilization.
+fn sharing_rows(stats: &[&Stats]) -> Vec<Row> {
+    use Better::*;
+    vec![
+        Row::new("preemptions", Lower, stats, |s| Cell::count(s.preemptions)),
+        Row::new("needless preemptions", Lower, stats, |s| {
+            Cell::count(s.needless_preemptions)
+        }),
+        Row::new("lost GPU-h", Lower, stats, |s| {
+            Cell::gpu_hours(s.lost_gpu_hours)
+        }),
+        Row::new("restart overhead GPU-h", Lower, stats, |s| {
+            Cell::gpu_hours(s.restart_overhead_gpu_hours)
+        }),
+        Row::new("borrowed GPU-h", Neither, stats, |s| {
+            Cell::gpu_hours(s.borrowed_gpu_hours)
+        }),
+        Row::new("utilization", Higher, stats, |s| {
+            Cell::percent(s.utilization)
+        }),
+    ]
+}
+
+/// The overall table's groups of rows, each under its heading.
+fn stats_groups(runs: &[VariantRun]) -> Vec<(&'static str, Vec<Row>)> {
+    let stats: Vec<&Stats> = runs.iter().map(|r| &r.metrics.overall).collect();
     let started = |s: &Stats| (s.jobs > s.never_started).then_some(());
-    let groups: Vec<(&str, Vec<Row>)> = vec![
-        (
-            "Jobs",
-            vec![
-                Row::new("jobs", Neither, &stats, |s| Cell::count(s.jobs)),
-                Row::new("completed", Higher, &stats, |s| Cell::count(s.completed)),
-                Row::new("never started", Lower, &stats, |s| {
-                    Cell::count(s.never_started)
-                }),
-            ],
-        ),
+    vec![
+        ("Jobs", job_rows(&stats)),
         (
             "Job completion time (completed jobs)",
             dist_rows(
@@ -576,27 +633,11 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
         ),
         (
             "Slowdown: completion time / run time (completed jobs)",
-            [("p50", 0usize), ("p95", 1), ("mean", 3)]
-                .into_iter()
-                .map(|(label, i)| {
-                    Row::new(label, Lower, &stats, |s| match completed(s) {
-                        Some(()) => Cell::ratio((PERCENTILES[i].1)(&s.slowdown)),
-                        None => Cell::absent("no completed job"),
-                    })
-                })
-                .collect(),
+            slowdown_rows(&stats),
         ),
         (
             "Fairness of idle capacity (shares waiting to borrow)",
-            vec![
-                fairness("Jain index, whole run", Higher, |f| Cell::index(f.jain)),
-                fairness("Jain index, contended time", Higher, |f| {
-                    Cell::index(f.jain_contended)
-                }),
-                fairness("contended time", Neither, |f| {
-                    Cell::duration(f.contended_hours * 3600.0)
-                }),
-            ],
+            fairness_rows(runs),
         ),
         (
             "Owner's reclaim delay (started jobs)",
@@ -607,29 +648,12 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
                 "no started job",
             ),
         ),
-        (
-            "Preemption and sharing",
-            vec![
-                Row::new("preemptions", Lower, &stats, |s| Cell::count(s.preemptions)),
-                Row::new("needless preemptions", Lower, &stats, |s| {
-                    Cell::count(s.needless_preemptions)
-                }),
-                Row::new("lost GPU-h", Lower, &stats, |s| {
-                    Cell::gpu_hours(s.lost_gpu_hours)
-                }),
-                Row::new("restart overhead GPU-h", Lower, &stats, |s| {
-                    Cell::gpu_hours(s.restart_overhead_gpu_hours)
-                }),
-                Row::new("borrowed GPU-h", Neither, &stats, |s| {
-                    Cell::gpu_hours(s.borrowed_gpu_hours)
-                }),
-                Row::new("utilization", Higher, &stats, |s| {
-                    Cell::percent(s.utilization)
-                }),
-            ],
-        ),
-    ];
+        ("Preemption and sharing", sharing_rows(&stats)),
+    ]
+}
 
+fn stats_table(out: &mut String, runs: &[VariantRun]) {
+    let groups = stats_groups(runs);
     out.push_str("<table class=\"stats\">\n<thead><tr><th></th>");
     for (index, run) in runs.iter().enumerate() {
         w!(
@@ -648,24 +672,29 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
             escape(group)
         );
         for row in rows {
-            w!(out, "<tr><th>{}</th>", escape(&row.label));
-            for (cell, best) in row.cells.iter().zip(row.best()) {
-                let class = match (best, cell.value.is_some()) {
-                    (true, _) => " class=\"best\"",
-                    (false, false) => " class=\"na\"",
-                    (false, true) => "",
-                };
-                w!(
-                    out,
-                    "<td{class} title=\"{}\">{}</td>",
-                    escape(&cell.exact),
-                    escape(&cell.text)
-                );
-            }
-            out.push_str("</tr>\n");
+            stats_row(out, row);
         }
     }
     out.push_str("</tbody>\n</table>\n");
+}
+
+/// One row of the overall table, its best cells marked.
+fn stats_row(out: &mut String, row: &Row) {
+    w!(out, "<tr><th>{}</th>", escape(&row.label));
+    for (cell, best) in row.cells.iter().zip(row.best()) {
+        let class = match (best, cell.value.is_some()) {
+            (true, _) => " class=\"best\"",
+            (false, false) => " class=\"na\"",
+            (false, true) => "",
+        };
+        w!(
+            out,
+            "<td{class} title=\"{}\">{}</td>",
+            escape(&cell.exact),
+            escape(&cell.text)
+        );
+    }
+    out.push_str("</tr>\n");
 }
 
 // ---------------------------------------------------------------------------------------------
