@@ -845,181 +845,170 @@ fn usage(row: Option<&Vec<f64>>, bin: usize) -> f64 {
     }
 }
 
-fn utilization_chart(
-    out: &mut String,
+/// A variant's utilization stack: its layers over the chart's columns, and what draws them.
+struct UsageStack<'a> {
+    /// The variant's index (hatch ids are unique in the page).
     index: usize,
-    run: &VariantRun,
-    all_shares: &[String],
-    axis: TimeAxis,
-) {
-    let timeline = &run.timeline;
-    let name = &run.metrics.name;
-    let bins = timeline
-        .own
-        .iter()
-        .chain(&timeline.borrowed)
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0);
-    let bin_s = bin_width(timeline);
-    let start_s = finite(timeline.start_s);
-    let capacity = finite(timeline.capacity).max(0.0);
-    let columns = bins.min(MAX_COLUMNS);
-    // Column c averages bins [c·bins/columns, (c+1)·bins/columns): equal-width bins, so the
-    // mean of their means is the mean over the column's time.
-    let bounds = |c: usize| c * bins / columns.max(1);
+    all_shares: &'a [String],
+    layers: Vec<Layer<'a>>,
+    /// Running sums: layer k's top edge.
+    tops: Vec<Vec<f64>>,
+    bins: usize,
+    columns: usize,
+    start_s: f64,
+    bin_s: f64,
+}
 
-    // Own usage of every share below all borrowed usage; empty bands are left out.
-    let mut layers: Vec<Layer> = Vec::new();
-    for borrowed in [false, true] {
-        let rows = if borrowed {
-            &timeline.borrowed
-        } else {
-            &timeline.own
+impl<'a> UsageStack<'a> {
+    fn of(index: usize, timeline: &'a Timeline, all_shares: &'a [String]) -> Self {
+        let bins = timeline
+            .own
+            .iter()
+            .chain(&timeline.borrowed)
+            .map(Vec::len)
+            .max()
+            .unwrap_or(0);
+        let mut stack = UsageStack {
+            index,
+            all_shares,
+            layers: Vec::new(),
+            tops: Vec::new(),
+            bins,
+            columns: bins.min(MAX_COLUMNS),
+            start_s: finite(timeline.start_s),
+            bin_s: bin_width(timeline),
         };
-        for (i, share) in timeline.shares.iter().enumerate() {
-            let row = rows.get(i);
-            let mut total = 0.0;
-            let mut peak: f64 = 0.0;
-            for bin in 0..bins {
-                let v = usage(row, bin);
-                total += v;
-                peak = peak.max(v);
+        stack.layers = stack.layers_of(timeline);
+        stack.tops = stack.stack_tops();
+        stack
+    }
+
+    /// Column c averages bins [c·bins/columns, (c+1)·bins/columns): equal-width bins, so the
+    /// mean of their means is the mean over the column's time.
+    fn bounds(&self, c: usize) -> usize {
+        c * self.bins / self.columns.max(1)
+    }
+
+    /// Own usage of every share below all borrowed usage; empty bands are left out.
+    fn layers_of(&self, timeline: &'a Timeline) -> Vec<Layer<'a>> {
+        let mut layers: Vec<Layer> = Vec::new();
+        for borrowed in [false, true] {
+            let rows = if borrowed {
+                &timeline.borrowed
+            } else {
+                &timeline.own
+            };
+            for (i, share) in timeline.shares.iter().enumerate() {
+                let row = rows.get(i);
+                let mut total = 0.0;
+                let mut peak: f64 = 0.0;
+                for bin in 0..self.bins {
+                    let v = usage(row, bin);
+                    total += v;
+                    peak = peak.max(v);
+                }
+                if peak == 0.0 {
+                    continue;
+                }
+                let columns = (0..self.columns)
+                    .map(|c| {
+                        let (a, b) = (self.bounds(c), self.bounds(c + 1));
+                        (a..b).map(|bin| usage(row, bin)).sum::<f64>() / (b - a) as f64
+                    })
+                    .collect();
+                layers.push(Layer {
+                    share,
+                    borrowed,
+                    columns,
+                    mean: total / self.bins as f64,
+                    peak,
+                });
             }
-            if peak == 0.0 {
-                continue;
-            }
-            let columns = (0..columns)
-                .map(|c| {
-                    let (a, b) = (bounds(c), bounds(c + 1));
-                    (a..b).map(|bin| usage(row, bin)).sum::<f64>() / (b - a) as f64
-                })
-                .collect();
-            layers.push(Layer {
-                share,
-                borrowed,
-                columns,
-                mean: total / bins as f64,
-                peak,
-            });
         }
+        layers
     }
-    // Running sums: layer k's top edge.
-    let mut tops: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
-    for layer in &layers {
-        let below = tops.last().cloned().unwrap_or_else(|| vec![0.0; columns]);
-        tops.push(
-            below
-                .iter()
-                .zip(&layer.columns)
-                .map(|(b, v)| b + v)
-                .collect(),
-        );
+
+    fn stack_tops(&self) -> Vec<Vec<f64>> {
+        let mut tops: Vec<Vec<f64>> = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let below = tops
+                .last()
+                .cloned()
+                .unwrap_or_else(|| vec![0.0; self.columns]);
+            tops.push(
+                below
+                    .iter()
+                    .zip(&layer.columns)
+                    .map(|(b, v)| b + v)
+                    .collect(),
+            );
+        }
+        tops
     }
-    let peak_total = tops
-        .last()
-        .map(|t| t.iter().copied().fold(0.0, f64::max))
-        .unwrap_or(0.0);
 
-    w!(out, "<h3>{}</h3>\n", escape(name));
-    let span_s = bins as f64 * bin_s;
-    w!(
-        out,
-        "<p class=\"caption\">Utilization {:.1} % · capacity {} instances · {} bins of {}",
-        finite(run.metrics.overall.utilization) * 100.0,
-        grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 }),
-        grouped(bins as f64, 0),
-        format_duration(bin_s)
-    );
-    if columns < bins {
-        w!(
-            out,
-            ", averaged to {} columns of {}",
-            columns,
-            format_duration(span_s / columns as f64)
-        );
+    /// The highest total usage of a column.
+    fn peak_total(&self) -> f64 {
+        self.tops
+            .last()
+            .map(|t| t.iter().copied().fold(0.0, f64::max))
+            .unwrap_or(0.0)
     }
-    out.push_str("</p>\n");
 
-    out.push_str("<div class=\"legend\">");
-    for share in &timeline.shares {
-        w!(
-            out,
-            "<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>",
-            share_colour(all_shares, share),
-            escape(share)
-        );
+    fn span_s(&self) -> f64 {
+        self.bins as f64 * self.bin_s
     }
-    out.push_str(
-        "<span><i class=\"sw\" style=\"background:repeating-linear-gradient(45deg,#666 0 2px,\
-         #ccc 2px 5px)\"></i>borrowed (hatched)</span></div>\n",
-    );
 
-    let frame = Frame {
-        width: 1140.0,
-        height: 280.0,
-        left: 64.0,
-        right: 16.0,
-        top: 12.0,
-        bottom: 40.0,
-    };
-    frame.open(
-        out,
-        "utilization",
-        &format!("Utilization over time: {name}"),
-    );
-    let (top, step) = value_axis(capacity.max(peak_total) * 1.08, 5.0);
+    fn hatch_id(&self, share: &str) -> String {
+        let j = self.all_shares.iter().position(|s| s == share).unwrap_or(0);
+        format!("hatch-{}-{j}", self.index)
+    }
 
-    // Hatches of the shares that borrow; ids are unique in the page (variant, share).
-    let hatch_id = |share: &str| {
-        let j = all_shares.iter().position(|s| s == share).unwrap_or(0);
-        format!("hatch-{index}-{j}")
-    };
-    let hatched: Vec<&Layer> = layers.iter().filter(|l| l.borrowed).collect();
-    if !hatched.is_empty() {
+    /// Hatches of the shares that borrow; ids are unique in the page (variant, share).
+    fn hatch_defs(&self, out: &mut String) {
+        let hatched: Vec<&Layer> = self.layers.iter().filter(|l| l.borrowed).collect();
+        if hatched.is_empty() {
+            return;
+        }
         out.push_str("<defs>");
         for layer in hatched {
-            let colour = share_colour(all_shares, layer.share);
+            let colour = share_colour(self.all_shares, layer.share);
             w!(
                 out,
                 "<pattern id=\"{}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
                  patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"{}\"/>\
                  <rect width=\"2.5\" height=\"6\" fill=\"{colour}\"/></pattern>",
-                hatch_id(layer.share),
+                self.hatch_id(layer.share),
                 tint(colour, 0.6)
             );
         }
         out.push_str("</defs>\n");
     }
-    frame.value_axis(out, top, step, "instances");
 
-    if bins == 0 {
-        frame.empty_note(out, "no usage recorded");
-    } else {
-        let x_of = |t: f64| axis.x(&frame, t);
-        axis.draw(&frame, out);
-
+    /// The layers as filled paths on a value axis up to `top`.
+    fn draw(&self, out: &mut String, frame: &Frame, axis: TimeAxis, top: f64) {
+        let x_of = |t: f64| axis.x(frame, t);
         // Painter's stacking: each layer is filled from the baseline to its top edge, topmost
         // first, so every path needs one edge only (half the bytes of bands).
         let base = coord(frame.base());
-        for (layer, layer_top) in layers.iter().zip(&tops).rev() {
-            let mut d = format!("M{},{base}", coord(x_of(start_s)));
+        for (layer, layer_top) in self.layers.iter().zip(&self.tops).rev() {
+            let mut d = format!("M{},{base}", coord(x_of(self.start_s)));
             let mut current = base.clone();
             for (c, &v) in layer_top.iter().enumerate() {
                 let y = coord(frame.y(v / top));
                 if y != current {
                     if c > 0 {
-                        w!(d, "H{}", coord(x_of(start_s + bounds(c) as f64 * bin_s)));
+                        let t = self.start_s + self.bounds(c) as f64 * self.bin_s;
+                        w!(d, "H{}", coord(x_of(t)));
                     }
                     w!(d, "V{y}");
                     current = y;
                 }
             }
-            w!(d, "H{}V{base}Z", coord(x_of(start_s + span_s)));
+            w!(d, "H{}V{base}Z", coord(x_of(self.start_s + self.span_s())));
             let fill = if layer.borrowed {
-                format!("url(#{})", hatch_id(layer.share))
+                format!("url(#{})", self.hatch_id(layer.share))
             } else {
-                share_colour(all_shares, layer.share).to_string()
+                share_colour(self.all_shares, layer.share).to_string()
             };
             w!(
                 out,
@@ -1036,22 +1025,107 @@ fn utilization_chart(
             );
         }
     }
+}
 
-    if capacity > 0.0 {
-        let y = coord(frame.y(capacity / top));
+/// The utilization chart's caption: utilization, capacity, and the bins drawn.
+fn utilization_caption(out: &mut String, run: &VariantRun, stack: &UsageStack, capacity: f64) {
+    let (bins, columns) = (stack.bins, stack.columns);
+    w!(
+        out,
+        "<p class=\"caption\">Utilization {:.1} % · capacity {} instances · {} bins of {}",
+        finite(run.metrics.overall.utilization) * 100.0,
+        grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 }),
+        grouped(bins as f64, 0),
+        format_duration(stack.bin_s)
+    );
+    if columns < bins {
         w!(
             out,
-            "<line x1=\"{}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#222\" stroke-width=\"1.5\" \
-             stroke-dasharray=\"6 4\"><title>capacity: {} instances</title></line>\
-             <text class=\"halo\" x=\"{}\" y=\"{y}\" dy=\"-4\" text-anchor=\"end\">capacity {}\
-             </text>\n",
-            coord(frame.x0()),
-            coord(frame.x1()),
-            grouped(capacity, 1),
-            coord(frame.x1() - 4.0),
-            grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 })
+            ", averaged to {} columns of {}",
+            columns,
+            format_duration(stack.span_s() / columns as f64)
         );
     }
+    out.push_str("</p>\n");
+}
+
+/// The shares' colours, and the hatch of borrowed usage.
+fn share_legend(out: &mut String, shares: &[String], all_shares: &[String]) {
+    out.push_str("<div class=\"legend\">");
+    for share in shares {
+        w!(
+            out,
+            "<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>",
+            share_colour(all_shares, share),
+            escape(share)
+        );
+    }
+    out.push_str(
+        "<span><i class=\"sw\" style=\"background:repeating-linear-gradient(45deg,#666 0 2px,\
+         #ccc 2px 5px)\"></i>borrowed (hatched)</span></div>\n",
+    );
+}
+
+/// The dashed capacity line, labelled.
+fn capacity_line(out: &mut String, frame: &Frame, capacity: f64, top: f64) {
+    if capacity <= 0.0 {
+        return;
+    }
+    let y = coord(frame.y(capacity / top));
+    w!(
+        out,
+        "<line x1=\"{}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#222\" stroke-width=\"1.5\" \
+         stroke-dasharray=\"6 4\"><title>capacity: {} instances</title></line>\
+         <text class=\"halo\" x=\"{}\" y=\"{y}\" dy=\"-4\" text-anchor=\"end\">capacity {}\
+         </text>\n",
+        coord(frame.x0()),
+        coord(frame.x1()),
+        grouped(capacity, 1),
+        coord(frame.x1() - 4.0),
+        grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 })
+    );
+}
+
+fn utilization_chart(
+    out: &mut String,
+    index: usize,
+    run: &VariantRun,
+    all_shares: &[String],
+    axis: TimeAxis,
+) {
+    let timeline = &run.timeline;
+    let name = &run.metrics.name;
+    let capacity = finite(timeline.capacity).max(0.0);
+    let stack = UsageStack::of(index, timeline, all_shares);
+
+    w!(out, "<h3>{}</h3>\n", escape(name));
+    utilization_caption(out, run, &stack, capacity);
+    share_legend(out, &timeline.shares, all_shares);
+
+    let frame = Frame {
+        width: 1140.0,
+        height: 280.0,
+        left: 64.0,
+        right: 16.0,
+        top: 12.0,
+        bottom: 40.0,
+    };
+    frame.open(
+        out,
+        "utilization",
+        &format!("Utilization over time: {name}"),
+    );
+    let (top, step) = value_axis(capacity.max(stack.peak_total()) * 1.08, 5.0);
+    stack.hatch_defs(out);
+    frame.value_axis(out, top, step, "instances");
+
+    if stack.bins == 0 {
+        frame.empty_note(out, "no usage recorded");
+    } else {
+        axis.draw(&frame, out);
+        stack.draw(out, &frame, axis, top);
+    }
+    capacity_line(out, &frame, capacity, top);
     out.push_str("</svg>\n");
 }
 
