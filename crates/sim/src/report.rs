@@ -1152,9 +1152,9 @@ fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
     points
 }
 
-fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
-    let delays: Vec<Vec<f64>> = runs
-        .iter()
+/// Every variant's finite queueing delays (negative ones as 0), sorted.
+fn sorted_delays(runs: &[VariantRun]) -> Vec<Vec<f64>> {
+    runs.iter()
         .map(|run| {
             let mut d: Vec<f64> = run
                 .queue_delays
@@ -1165,26 +1165,22 @@ fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
             d.sort_by(f64::total_cmp);
             d
         })
-        .collect();
-    let longest = delays
-        .iter()
-        .filter_map(|d| d.last().copied())
-        .fold(1.0, f64::max);
-    // The axis ends at the first labelled tick past the longest delay (at least 10 s).
-    let hi = LOG_TICKS
-        .iter()
-        .map(|&(t, _)| t)
-        .find(|&t| t >= longest.max(10.0))
-        .unwrap_or(longest);
-    let log_hi = hi.log10();
-    let x_fraction = |seconds: f64| seconds.max(1.0).log10() / log_hi;
+        .collect()
+}
 
+/// Where `seconds` is on the log delay axis that ends at 10^`log_hi` (under 1 s at 1 s).
+fn log_fraction(seconds: f64, log_hi: f64) -> f64 {
+    seconds.max(1.0).log10() / log_hi
+}
+
+/// The caption, and per variant its line style, how many jobs and how many waited under 1 s.
+fn cdf_legend(out: &mut String, runs: &[VariantRun], delays: &[Vec<f64>]) {
     out.push_str(
         "<p class=\"caption\">Cumulative distribution of the queueing delay of completed jobs \
          (every wait, re-queues after preemption included), log scale. Delays under 1 s, zero \
          included, are drawn at 1 s.</p>\n<div class=\"legend\">",
     );
-    for (index, (run, d)) in runs.iter().zip(&delays).enumerate() {
+    for (index, (run, d)) in runs.iter().zip(delays).enumerate() {
         let detail = if d.is_empty() {
             "no completed job".to_string()
         } else {
@@ -1209,16 +1205,10 @@ fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
         );
     }
     out.push_str("</div>\n");
+}
 
-    let frame = Frame {
-        width: 1140.0,
-        height: 360.0,
-        left: 64.0,
-        right: 24.0,
-        top: 12.0,
-        bottom: 40.0,
-    };
-    frame.open(out, "cdf", "Queueing delay CDF per variant");
+/// The CDF's axes: fractions of jobs up the side, delay ticks up to `hi` seconds along.
+fn cdf_axes(out: &mut String, frame: &Frame, hi: f64) {
     for i in 0..=4 {
         let f = f64::from(i) / 4.0;
         let y = coord(frame.y(f));
@@ -1237,45 +1227,83 @@ fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
         "<text transform=\"translate(14 {}) rotate(-90)\" text-anchor=\"middle\">jobs</text>\n",
         coord(frame.top + frame.plot_height() / 2.0)
     );
+    let log_hi = hi.log10();
     for &(t, label) in LOG_TICKS.iter().filter(|&&(t, _)| t <= hi) {
-        frame.x_tick(out, frame.x(x_fraction(t)), label);
+        frame.x_tick(out, frame.x(log_fraction(t, log_hi)), label);
     }
     frame.x_axis(out, "queueing delay (log scale)");
+}
 
+/// Variant `index`'s CDF line of its sorted delays `d`; nothing when it has none.
+fn cdf_line(
+    out: &mut String,
+    frame: &Frame,
+    log_hi: f64,
+    (index, run): (usize, &VariantRun),
+    d: &[f64],
+) {
+    let x_fraction = |seconds: f64| log_fraction(seconds, log_hi);
+    let points = cdf_points(d);
+    let Some(&(first, _)) = points.first() else {
+        return;
+    };
+    let mut path = format!(
+        "M{},{}",
+        coord(frame.x(x_fraction(first))),
+        coord(frame.y(0.0))
+    );
+    let mut last = String::new();
+    for &(v, f) in &points[1..] {
+        let p = format!("{},{}", coord(frame.x(x_fraction(v))), coord(frame.y(f)));
+        if p != last {
+            w!(path, "L{p}");
+            last = p;
+        }
+    }
+    w!(path, "L{},{}", coord(frame.x1()), coord(frame.y(1.0)));
+    let q = &run.metrics.overall.queue_delay_s;
+    w!(
+        out,
+        "<path d=\"{path}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" \
+         stroke-linejoin=\"round\"{}><title>{}: p50 {}, p95 {}, p99 {}</title></path>\n",
+        variant_colour(index),
+        variant_dash(index),
+        escape(&run.metrics.name),
+        format_duration(q.p50),
+        format_duration(q.p95),
+        format_duration(q.p99)
+    );
+}
+
+fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
+    let delays = sorted_delays(runs);
+    let longest = delays
+        .iter()
+        .filter_map(|d| d.last().copied())
+        .fold(1.0, f64::max);
+    // The axis ends at the first labelled tick past the longest delay (at least 10 s).
+    let hi = LOG_TICKS
+        .iter()
+        .map(|&(t, _)| t)
+        .find(|&t| t >= longest.max(10.0))
+        .unwrap_or(longest);
+    cdf_legend(out, runs, &delays);
+
+    let frame = Frame {
+        width: 1140.0,
+        height: 360.0,
+        left: 64.0,
+        right: 24.0,
+        top: 12.0,
+        bottom: 40.0,
+    };
+    frame.open(out, "cdf", "Queueing delay CDF per variant");
+    cdf_axes(out, &frame, hi);
     if delays.iter().all(Vec::is_empty) {
         frame.empty_note(out, "no completed job in any variant");
     }
-    for (index, (run, d)) in runs.iter().zip(&delays).enumerate() {
-        let points = cdf_points(d);
-        let Some(&(first, _)) = points.first() else {
-            continue;
-        };
-        let mut path = format!(
-            "M{},{}",
-            coord(frame.x(x_fraction(first))),
-            coord(frame.y(0.0))
-        );
-        let mut last = String::new();
-        for &(v, f) in &points[1..] {
-            let p = format!("{},{}", coord(frame.x(x_fraction(v))), coord(frame.y(f)));
-            if p != last {
-                w!(path, "L{p}");
-                last = p;
-            }
-        }
-        w!(path, "L{},{}", coord(frame.x1()), coord(frame.y(1.0)));
-        let q = &run.metrics.overall.queue_delay_s;
-        w!(
-            out,
-            "<path d=\"{path}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" \
-             stroke-linejoin=\"round\"{}><title>{}: p50 {}, p95 {}, p99 {}</title></path>\n",
-            variant_colour(index),
-            variant_dash(index),
-            escape(&run.metrics.name),
-            format_duration(q.p50),
-            format_duration(q.p95),
-            format_duration(q.p99)
-        );
+    for (variant, d) in runs.iter().enumerate().zip(&delays) {
+        cdf_line(out, &frame, hi.log10(), variant, d);
     }
     out.push_str("</svg>\n");
 }
@@ -1301,46 +1329,56 @@ impl BarKind {
     }
 }
 
-fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: BarKind) {
-    let (heading, axis, class, label, nothing) = match kind {
-        BarKind::Preemptions => (
-            "Preemptions per share",
-            "preemptions",
-            "preemptions",
-            "Preemptions per share and variant",
-            "no preemption in any variant",
-        ),
-        BarKind::LostWork => (
-            "Lost work per share",
-            "GPU-hours lost",
-            "lost-work",
-            "Lost GPU-hours per share and variant",
-            "no work lost in any variant",
-        ),
-    };
-    w!(out, "<h3>{heading}</h3>\n");
-    // values[share][variant]: None where the variant has no such share.
-    let values: Vec<Vec<Option<f64>>> = shares
-        .iter()
-        .map(|share| {
-            runs.iter()
-                .map(|run| {
-                    run.metrics
-                        .shares
-                        .iter()
-                        .find(|s| &s.name == share)
-                        .map(|s| kind.value(&s.stats))
-                })
-                .collect()
-        })
-        .collect();
-    let max = values
-        .iter()
-        .flatten()
-        .flatten()
-        .copied()
-        .fold(0.0, f64::max);
+/// The chart's heading, value axis title, CSS class, label and note when every value is 0.
+struct BarNames {
+    heading: &'static str,
+    axis: &'static str,
+    class: &'static str,
+    label: &'static str,
+    nothing: &'static str,
+}
 
+impl BarKind {
+    fn names(self) -> BarNames {
+        match self {
+            BarKind::Preemptions => BarNames {
+                heading: "Preemptions per share",
+                axis: "preemptions",
+                class: "preemptions",
+                label: "Preemptions per share and variant",
+                nothing: "no preemption in any variant",
+            },
+            BarKind::LostWork => BarNames {
+                heading: "Lost work per share",
+                axis: "GPU-hours lost",
+                class: "lost-work",
+                label: "Lost GPU-hours per share and variant",
+                nothing: "no work lost in any variant",
+            },
+        }
+    }
+
+    /// values[share][variant]: None where the variant has no such share.
+    fn values(self, runs: &[VariantRun], shares: &[String]) -> Vec<Vec<Option<f64>>> {
+        shares
+            .iter()
+            .map(|share| {
+                runs.iter()
+                    .map(|run| {
+                        run.metrics
+                            .shares
+                            .iter()
+                            .find(|s| &s.name == share)
+                            .map(|s| self.value(&s.stats))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The bar chart's frame for `shares`, and whether their labels turn.
+fn bar_frame(shares: &[String]) -> (Frame, bool) {
     let longest_label = shares.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     let frame_width = 1140.0;
     let group_width = (frame_width - 80.0) / shares.len().max(1) as f64;
@@ -1354,9 +1392,49 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
         top: 12.0,
         bottom: if rotate { 100.0 } else { 40.0 },
     };
-    frame.open(out, &format!("bars {class}"), label);
+    (frame, rotate)
+}
+
+/// A share's name under its group of bars, cut to 20 characters (the whole on hover).
+fn bar_label(out: &mut String, share: &str, (cx, ly): (String, String), rotate: bool) {
+    let shown: String = if share.chars().count() > 20 {
+        share.chars().take(19).chain(['…']).collect()
+    } else {
+        share.to_string()
+    };
+    if rotate {
+        w!(
+            out,
+            "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"end\" \
+             transform=\"rotate(-40 {cx} {ly})\"><title>{}</title>{}</text>\n",
+            escape(share),
+            escape(&shown)
+        );
+    } else {
+        w!(
+            out,
+            "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\"><title>{}</title>{}</text>\n",
+            escape(share),
+            escape(&shown)
+        );
+    }
+}
+
+fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: BarKind) {
+    let names = kind.names();
+    w!(out, "<h3>{}</h3>\n", names.heading);
+    let values = kind.values(runs, shares);
+    let max = values
+        .iter()
+        .flatten()
+        .flatten()
+        .copied()
+        .fold(0.0, f64::max);
+
+    let (frame, rotate) = bar_frame(shares);
+    frame.open(out, &format!("bars {}", names.class), names.label);
     let (top, step) = value_axis(max, 5.0);
-    frame.value_axis(out, top, step, axis);
+    frame.value_axis(out, top, step, names.axis);
     let base = frame.base();
     w!(
         out,
@@ -1368,7 +1446,7 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
     if shares.is_empty() {
         frame.empty_note(out, "no shares");
     } else if max == 0.0 {
-        frame.empty_note(out, nothing);
+        frame.empty_note(out, names.nothing);
     }
 
     let group = frame.plot_width() / shares.len().max(1) as f64;
@@ -1392,29 +1470,8 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
                 kind.text(value)
             );
         }
-        let shown: String = if share.chars().count() > 20 {
-            share.chars().take(19).chain(['…']).collect()
-        } else {
-            share.clone()
-        };
-        let cx = coord(gx + group / 2.0);
-        let ly = coord(base + 16.0);
-        if rotate {
-            w!(
-                out,
-                "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"end\" \
-                 transform=\"rotate(-40 {cx} {ly})\"><title>{}</title>{}</text>\n",
-                escape(share),
-                escape(&shown)
-            );
-        } else {
-            w!(
-                out,
-                "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\"><title>{}</title>{}</text>\n",
-                escape(share),
-                escape(&shown)
-            );
-        }
+        let label_at = (coord(gx + group / 2.0), coord(base + 16.0));
+        bar_label(out, share, label_at, rotate);
     }
     out.push_str("</svg>\n");
 }
