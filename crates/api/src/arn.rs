@@ -162,21 +162,39 @@ impl Arns {
     pub fn parse(&self, field: &str, arn: &str) -> Result<Resource, ApiError> {
         let parts: Vec<&str> = arn.splitn(6, ':').collect();
         if parts.first() != Some(&"arn") || parts.len() < 6 {
-            let hint = if arn.starts_with("arn%3A") || arn.starts_with("arn%3a") {
-                " (it is still percent-encoded: decode it first)"
-            } else if arn.starts_with("aws:") {
-                " (it lacks the leading 'arn:')"
-            } else {
-                ""
-            };
-            return Err(ApiError::client(format!(
-                "{field} must be an ARN such as {}, got {}{hint}",
-                self.example("job-queue/NAME"),
-                shown(arn)
-            )));
+            return Err(self.not_an_arn(field, arn));
         }
         let (partition, service, region, account, resource) =
             (parts[1], parts[2], parts[3], parts[4], parts[5]);
+        self.check_issuer(field, partition, service, region, account)?;
+        parse_resource(field, resource)
+    }
+
+    /// The error for a value that is not an ARN at all, with a hint at what went wrong.
+    fn not_an_arn(&self, field: &str, arn: &str) -> ApiError {
+        let hint = if arn.starts_with("arn%3A") || arn.starts_with("arn%3a") {
+            " (it is still percent-encoded: decode it first)"
+        } else if arn.starts_with("aws:") {
+            " (it lacks the leading 'arn:')"
+        } else {
+            ""
+        };
+        ApiError::client(format!(
+            "{field} must be an ARN such as {}, got {}{hint}",
+            self.example("job-queue/NAME"),
+            shown(arn)
+        ))
+    }
+
+    /// Checks that an ARN's partition, service, region and account are this server's Batch.
+    fn check_issuer(
+        &self,
+        field: &str,
+        partition: &str,
+        service: &str,
+        region: &str,
+        account: &str,
+    ) -> Result<(), ApiError> {
         if partition != self.partition {
             return Err(ApiError::client(format!(
                 "{field}: the ARN's partition {} is not this server's: use '{}' as in {}",
@@ -210,29 +228,7 @@ impl Arns {
                 self.example("job-queue/NAME")
             )));
         }
-        let segments: Vec<&str> = resource.split('/').collect();
-        let resource = match segments.as_slice() {
-            ["service-environment", name] => {
-                Resource::ServiceEnvironment(arn_name(field, "service environment", name)?)
-            }
-            ["job-queue", name] => Resource::JobQueue(arn_name(field, "job queue", name)?),
-            ["scheduling-policy", name] => {
-                Resource::SchedulingPolicy(arn_name(field, "scheduling policy", name)?)
-            }
-            ["job-queue", queue, "quota-share", share] => Resource::QuotaShare {
-                queue: arn_name(field, "job queue", queue)?,
-                share: arn_name(field, "quota share", share)?,
-            },
-            ["service-job", id] => Resource::ServiceJob(arn_name(field, "service job id", id)?),
-            _ => {
-                return Err(ApiError::client(format!(
-                    "{field}: the ARN's resource part {} is not one this server issues: expected \
-                     {RESOURCE_SHAPES}",
-                    shown(resource)
-                )))
-            }
-        };
-        Ok(resource)
+        Ok(())
     }
 
     /// Reads a field that takes the name or the ARN of a resource of `kind`, and returns the
@@ -314,6 +310,33 @@ impl Arns {
             ))),
         }
     }
+}
+
+/// Reads an ARN's resource part: one of the kinds this server issues, with valid names.
+fn parse_resource(field: &str, resource: &str) -> Result<Resource, ApiError> {
+    let segments: Vec<&str> = resource.split('/').collect();
+    let resource = match segments.as_slice() {
+        ["service-environment", name] => {
+            Resource::ServiceEnvironment(arn_name(field, "service environment", name)?)
+        }
+        ["job-queue", name] => Resource::JobQueue(arn_name(field, "job queue", name)?),
+        ["scheduling-policy", name] => {
+            Resource::SchedulingPolicy(arn_name(field, "scheduling policy", name)?)
+        }
+        ["job-queue", queue, "quota-share", share] => Resource::QuotaShare {
+            queue: arn_name(field, "job queue", queue)?,
+            share: arn_name(field, "quota share", share)?,
+        },
+        ["service-job", id] => Resource::ServiceJob(arn_name(field, "service job id", id)?),
+        _ => {
+            return Err(ApiError::client(format!(
+                "{field}: the ARN's resource part {} is not one this server issues: expected \
+                 {RESOURCE_SHAPES}",
+                shown(resource)
+            )))
+        }
+    };
+    Ok(resource)
 }
 
 fn arn_name(field: &str, what: &str, name: &str) -> Result<String, ApiError> {

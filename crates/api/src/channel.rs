@@ -158,33 +158,8 @@ fn variable_name(name: &str) -> String {
 }
 
 fn channel(at: &str, c: RawChannel, job_mode: &str) -> Result<Channel, ApiError> {
-    let name = c.channel_name.unwrap_or_default();
-    let name_ok = (1..=64).contains(&name.len())
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '_'));
-    if !name_ok {
-        return fail(format!(
-            "{at}.ChannelName {} must be 1 to 64 letters, digits, '.', '-' or '_' (and not . or ..): it names the directory /opt/ml/input/data/<ChannelName>",
-            shown(&name)
-        ));
-    }
-    let source = c.data_source.unwrap_or(DataSource {
-        s3_data_source: None,
-        file_system_data_source: None,
-    });
-    if source.file_system_data_source.is_some() {
-        return fail(format!(
-            "{at}.DataSource.FileSystemDataSource (EFS, FSx) is not supported: give an S3DataSource with an s3:// or file:// S3Uri"
-        ));
-    }
-    let Some(s3) = source.s3_data_source else {
-        return fail(format!(
-            "{at}.DataSource.S3DataSource is required: give its S3Uri (s3://bucket/prefix, or file:///path on one machine)"
-        ));
-    };
+    let name = channel_name(at, c.channel_name)?;
+    let s3 = s3_source(at, c.data_source)?;
     let uri = s3.s3_uri.unwrap_or_default();
     if !storage_uri(&uri) {
         return fail(format!(
@@ -218,13 +193,7 @@ fn channel(at: &str, c: RawChannel, job_mode: &str) -> Result<Channel, ApiError>
         c.record_wrapper_type,
         &["None", "RecordIO"],
     )?;
-    if let Some(t) = &c.content_type {
-        if t.len() > 256 || t.contains('\0') {
-            return fail(format!(
-                "{at}.ContentType must be at most 256 characters, without NUL"
-            ));
-        }
-    }
+    content_type(at, c.content_type.as_deref())?;
     Ok(Channel {
         name,
         uri,
@@ -235,6 +204,55 @@ fn channel(at: &str, c: RawChannel, job_mode: &str) -> Result<Channel, ApiError>
         compression,
         record_wrapper,
     })
+}
+
+/// `ChannelName`: it names a directory and an environment variable.
+fn channel_name(at: &str, name: Option<String>) -> Result<String, ApiError> {
+    let name = name.unwrap_or_default();
+    let name_ok = (1..=64).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '-' | '_'));
+    if !name_ok {
+        return fail(format!(
+            "{at}.ChannelName {} must be 1 to 64 letters, digits, '.', '-' or '_' (and not . or ..): it names the directory /opt/ml/input/data/<ChannelName>",
+            shown(&name)
+        ));
+    }
+    Ok(name)
+}
+
+/// `DataSource`: an `S3DataSource` is the one kind served.
+fn s3_source(at: &str, source: Option<DataSource>) -> Result<S3DataSource, ApiError> {
+    let source = source.unwrap_or(DataSource {
+        s3_data_source: None,
+        file_system_data_source: None,
+    });
+    if source.file_system_data_source.is_some() {
+        return fail(format!(
+            "{at}.DataSource.FileSystemDataSource (EFS, FSx) is not supported: give an S3DataSource with an s3:// or file:// S3Uri"
+        ));
+    }
+    let Some(s3) = source.s3_data_source else {
+        return fail(format!(
+            "{at}.DataSource.S3DataSource is required: give its S3Uri (s3://bucket/prefix, or file:///path on one machine)"
+        ));
+    };
+    Ok(s3)
+}
+
+/// `ContentType`, when given: at most 256 characters, without NUL.
+fn content_type(at: &str, content_type: Option<&str>) -> Result<(), ApiError> {
+    if let Some(t) = content_type {
+        if t.len() > 256 || t.contains('\0') {
+            return fail(format!(
+                "{at}.ContentType must be at most 256 characters, without NUL"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn one_of(

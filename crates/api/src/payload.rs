@@ -149,38 +149,12 @@ impl TrainingPayload {
         let channels = crate::channel::channels(request.input_data_config, &input_mode)?;
         let output_path = crate::channel::output_path(request.output_data_config)?;
         let entrypoint = container_entrypoint(entrypoint)?;
-        let arguments = arguments.unwrap_or_default();
-        if arguments.len() > 100 {
-            return fail(format!(
-                "{FIELD}.AlgorithmSpecification.ContainerArguments has {} entries: give at most \
-                 100",
-                arguments.len()
-            ));
-        }
-        for (i, a) in arguments.iter().enumerate() {
-            no_nul(
-                &format!("{FIELD}.AlgorithmSpecification.ContainerArguments[{i}]"),
-                a,
-            )?;
-        }
+        let arguments = container_arguments(arguments)?;
         let environment = request.environment.unwrap_or_default();
         environment_map(&environment)?;
         let hyperparameters = request.hyper_parameters.unwrap_or_default();
         hyperparameter_map(&hyperparameters)?;
-        let max_runtime_seconds = match request.stopping_condition {
-            Some(StoppingCondition {
-                max_runtime_in_seconds: Some(seconds),
-            }) => {
-                if !(1..=MAX_RUNTIME_SECONDS).contains(&seconds) {
-                    return fail(format!(
-                        "{FIELD}.StoppingCondition.MaxRuntimeInSeconds is {seconds}: give 1 to \
-                         {MAX_RUNTIME_SECONDS} seconds (28 days, SageMaker's limit)"
-                    ));
-                }
-                Some(seconds as u64)
-            }
-            _ => None,
-        };
+        let max_runtime_seconds = max_runtime_seconds(request.stopping_condition)?;
         let (checkpoint_local_path, checkpoint_s3_uri) = match request.checkpoint_config {
             Some(c) => checkpoint_config(c)?,
             None => (None, None),
@@ -312,6 +286,43 @@ fn container_entrypoint(entrypoint: Option<Vec<String>>) -> Result<Vec<String>, 
         no_nul(&format!("{at}[{i}]"), word)?;
     }
     Ok(entrypoint)
+}
+
+/// `AlgorithmSpecification.ContainerArguments`: at most 100, none with NUL.
+fn container_arguments(arguments: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
+    let arguments = arguments.unwrap_or_default();
+    if arguments.len() > 100 {
+        return fail(format!(
+            "{FIELD}.AlgorithmSpecification.ContainerArguments has {} entries: give at most \
+             100",
+            arguments.len()
+        ));
+    }
+    for (i, a) in arguments.iter().enumerate() {
+        no_nul(
+            &format!("{FIELD}.AlgorithmSpecification.ContainerArguments[{i}]"),
+            a,
+        )?;
+    }
+    Ok(arguments)
+}
+
+/// `StoppingCondition.MaxRuntimeInSeconds`, when given: 1 to 28 days.
+fn max_runtime_seconds(condition: Option<StoppingCondition>) -> Result<Option<u64>, ApiError> {
+    match condition {
+        Some(StoppingCondition {
+            max_runtime_in_seconds: Some(seconds),
+        }) => {
+            if !(1..=MAX_RUNTIME_SECONDS).contains(&seconds) {
+                return fail(format!(
+                    "{FIELD}.StoppingCondition.MaxRuntimeInSeconds is {seconds}: give 1 to \
+                     {MAX_RUNTIME_SECONDS} seconds (28 days, SageMaker's limit)"
+                ));
+            }
+            Ok(Some(seconds as u64))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// A process's argv and environment are C strings: a NUL byte cannot reach the job, so it is

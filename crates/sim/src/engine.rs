@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use qm_core::{
     AttemptId, Effect, Exit, IdleCause, Input, JobId, JobSpec, QueueSpec, Scheduler, ShareSpec,
+    StopCause,
 };
 
 use crate::error::SimError;
@@ -701,9 +702,22 @@ pub fn run_variant(
     opts: &SimOptions,
     progress: Progress<'_>,
 ) -> Result<VariantRun, SimError> {
-    let ck = &opts.checkpoint;
-    let mut core = validate(cluster, reference, jobs, opts)?;
-    // Units: every type the environment or a job names, in name order.
+    let core = validate(cluster, reference, jobs, opts)?;
+    let mut sim = Sim::new(cluster, reference, jobs, opts, core);
+    let mut next_report = 0u64;
+    while let Some(t) = sim.queue.next_time() {
+        sim.run_instant(t)?;
+        if sim.events >= next_report {
+            progress(sim.events, sim.finished, jobs.len());
+            next_report = sim.events + 65_536;
+        }
+    }
+    progress(sim.events, sim.finished, jobs.len());
+    Ok(sim.finish(name))
+}
+
+/// Every instance type the environment or a job names, in name order.
+fn collect_units(cluster: &Cluster, jobs: &[WorkloadJob], opts: &SimOptions) -> Vec<String> {
     let mut unit_names: Vec<String> = cluster.environment.keys().cloned().collect();
     for j in jobs {
         let u = j.instance_type.as_deref().unwrap_or(&opts.instance_type);
@@ -712,17 +726,14 @@ pub fn run_variant(
         }
     }
     unit_names.sort();
-    let unit_ix = |u: &str| unit_names.iter().position(|n| n == u).expect("collected");
-    let share_ix = |c: &Cluster, tenant: &str| -> usize {
-        let s = c.share_of(tenant).expect("validated");
-        c.shares
-            .iter()
-            .position(|x| x.name == s)
-            .expect("validated")
-    };
+    unit_names
+}
+
+/// The instances of the units the workload uses.
+fn used_capacity(cluster: &Cluster, jobs: &[WorkloadJob], opts: &SimOptions) -> f64 {
     // Utilization is over the units the workload uses: an environment that also lists other
     // instance types is not idle on them for this workload's sake.
-    let used_capacity: f64 = cluster
+    cluster
         .environment
         .iter()
         .filter(|(u, _)| {
@@ -730,68 +741,50 @@ pub fn run_variant(
                 .any(|j| j.instance_type.as_deref().unwrap_or(&opts.instance_type) == u.as_str())
         })
         .map(|(_, &n)| f64::from(n))
-        .sum();
+        .sum()
+}
 
-    let units = unit_names.len();
-    let mut ledger = Ledger {
-        entitlement: cluster
-            .shares
-            .iter()
-            .map(|s| {
-                unit_names
-                    .iter()
-                    .map(|u| s.limits.get(u).copied().unwrap_or(0))
-                    .collect()
-            })
-            .collect(),
-        lends: cluster.shares.iter().map(|s| s.strategy.lends()).collect(),
-        usage: vec![vec![0; units]; cluster.shares.len()],
-        group_usage: vec![vec![0; units]; reference.shares.len()],
-        split: vec![vec![vec![0; units]; reference.shares.len()]; cluster.shares.len()],
-        lent: cluster
-            .shares
-            .iter()
-            .map(|s| {
-                unit_names
-                    .iter()
-                    .map(|u| Fenwick::new(s.limits.get(u).copied().unwrap_or(0)))
-                    .collect()
-            })
-            .collect(),
-        waiting: vec![0; reference.shares.len()],
-        idle_now: Vec::new(),
-        idle_by_cause: [0.0; IdleCause::ALL.len()],
-        idle_by_unit: vec![0.0; units],
-        fair: FairLedger::new(cluster, &unit_names),
-        last_ms: 0,
-    };
-    let mut groups = vec![Group::default(); reference.shares.len()];
+/// The index in `c` of the share `tenant`'s jobs go to.
+fn share_index(c: &Cluster, tenant: &str) -> usize {
+    let s = c.share_of(tenant).expect("validated");
+    c.shares
+        .iter()
+        .position(|x| x.name == s)
+        .expect("validated")
+}
 
-    let mut state: Vec<JobState> = Vec::with_capacity(jobs.len());
-    let mut heap: BinaryHeap<Reverse<(u64, u64, EventKind)>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut push = |heap: &mut BinaryHeap<Reverse<(u64, u64, EventKind)>>, t: u64, e: EventKind| {
-        seq += 1;
-        heap.push(Reverse((t, seq, e)));
-    };
-    let first_submit_ms = jobs.iter().map(|j| j.submit_time_s).min().unwrap_or(0) * 1000;
-    for (i, j) in jobs.iter().enumerate() {
-        let interval_ms = j.checkpoint_interval_s.unwrap_or(ck.interval_s) * 1000;
+impl JobState {
+    /// Job `i`'s state before it arrives.
+    fn new(
+        i: usize,
+        j: &WorkloadJob,
+        cluster: &Cluster,
+        reference: &Cluster,
+        unit_names: &[String],
+        opts: &SimOptions,
+    ) -> Self {
+        let interval_ms = j
+            .checkpoint_interval_s
+            .unwrap_or(opts.checkpoint.interval_s)
+            * 1000;
         let phase_ms = if opts.seeded_phase {
             splitmix64(opts.seed ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)) % interval_ms
         } else {
             interval_ms
         };
-        let unit = unit_ix(j.instance_type.as_deref().unwrap_or(&opts.instance_type));
-        state.push(JobState {
+        let unit = j.instance_type.as_deref().unwrap_or(&opts.instance_type);
+        JobState {
             submit_ms: j.submit_time_s * 1000,
             duration_ms: j.duration_s * 1000,
             interval_ms,
             phase_ms: phase_ms.max(1),
             count: j.gpus,
-            unit,
-            share: share_ix(cluster, &j.tenant),
-            group: share_ix(reference, &j.tenant),
+            unit: unit_names
+                .iter()
+                .position(|n| n == unit)
+                .expect("collected"),
+            share: share_index(cluster, &j.tenant),
+            group: share_index(reference, &j.tenant),
             interruptible: j.interruptible(),
             done_work_ms: 0,
             attempts: 0,
@@ -802,278 +795,476 @@ pub fn run_variant(
             reclaim_delay_s: 0.0,
             current: None,
             preempted_gone_ms: None,
-        });
-        push(
-            &mut heap,
-            j.submit_time_s * 1000,
-            EventKind::Arrive { job: i as u32 },
-        );
+        }
     }
-    ledger.last_ms = first_submit_ms;
-    let mut timeline = Bins::new(reference.shares.len(), first_submit_ms, opts.bins);
-    let stop_grace_ms = ck.stop_grace_s * 1000;
-    let overhead_ms = ck.restart_overhead_s * 1000;
+}
 
-    let mut events = 0u64;
-    let mut next_report = 0u64;
-    let mut finished = 0usize;
-    let mut end_ms = first_submit_ms;
-    // The last wake-up pushed: one event per instant the core asks for.
-    let mut woken: Option<u64> = None;
-    while let Some(&Reverse((t, _, _))) = heap.peek() {
-        ledger.advance(t, &mut groups, &mut timeline);
+impl Ledger {
+    /// Nothing used yet: `cluster`'s shares over `unit_names`, grouped by `reference`'s
+    /// shares, integrating from `start_ms`.
+    fn new(cluster: &Cluster, reference: &Cluster, unit_names: &[String], start_ms: u64) -> Self {
+        let units = unit_names.len();
+        let limit = |s: &ShareSpec, u: &String| s.limits.get(u).copied().unwrap_or(0);
+        Ledger {
+            entitlement: cluster
+                .shares
+                .iter()
+                .map(|s| unit_names.iter().map(|u| limit(s, u)).collect())
+                .collect(),
+            lends: cluster.shares.iter().map(|s| s.strategy.lends()).collect(),
+            usage: vec![vec![0; units]; cluster.shares.len()],
+            group_usage: vec![vec![0; units]; reference.shares.len()],
+            split: vec![vec![vec![0; units]; reference.shares.len()]; cluster.shares.len()],
+            lent: cluster
+                .shares
+                .iter()
+                .map(|s| {
+                    unit_names
+                        .iter()
+                        .map(|u| Fenwick::new(limit(s, u)))
+                        .collect()
+                })
+                .collect(),
+            waiting: vec![0; reference.shares.len()],
+            idle_now: Vec::new(),
+            idle_by_cause: [0.0; IdleCause::ALL.len()],
+            idle_by_unit: vec![0.0; units],
+            fair: FairLedger::new(cluster, unit_names),
+            last_ms: start_ms,
+        }
+    }
+}
+
+/// The pending events, earliest first; those at the same instant in the order scheduled.
+struct EventQueue {
+    heap: BinaryHeap<Reverse<(u64, u64, EventKind)>>,
+    seq: u64,
+}
+
+impl EventQueue {
+    fn push(&mut self, t: u64, e: EventKind) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, e)));
+    }
+
+    /// The instant of the earliest pending event.
+    fn next_time(&self) -> Option<u64> {
+        self.heap.peek().map(|&Reverse((t, _, _))| t)
+    }
+
+    /// Takes the earliest pending event if it is at `t`.
+    fn pop_at(&mut self, t: u64) -> Option<EventKind> {
+        match self.heap.peek() {
+            Some(&Reverse((te, _, _))) if te == t => self.heap.pop().map(|Reverse((_, _, e))| e),
+            _ => None,
+        }
+    }
+}
+
+/// One variant's run in progress: the core, the jobs, the pending events and the accounting.
+struct Sim<'a> {
+    cluster: &'a Cluster,
+    reference: &'a Cluster,
+    jobs: &'a [WorkloadJob],
+    opts: &'a SimOptions,
+    core: Scheduler,
+    unit_names: Vec<String>,
+    ledger: Ledger,
+    groups: Vec<Group>,
+    state: Vec<JobState>,
+    queue: EventQueue,
+    timeline: Bins,
+    stop_grace_ms: u64,
+    overhead_ms: u64,
+    first_submit_ms: u64,
+    /// Events processed.
+    events: u64,
+    /// Jobs finished or given up.
+    finished: usize,
+    end_ms: u64,
+    /// The last wake-up pushed: one event per instant the core asks for.
+    woken: Option<u64>,
+}
+
+impl<'a> Sim<'a> {
+    /// Sets the run up: every job's state, and its arrival scheduled.
+    fn new(
+        cluster: &'a Cluster,
+        reference: &'a Cluster,
+        jobs: &'a [WorkloadJob],
+        opts: &'a SimOptions,
+        core: Scheduler,
+    ) -> Self {
+        let unit_names = collect_units(cluster, jobs, opts);
+        let first_submit_ms = jobs.iter().map(|j| j.submit_time_s).min().unwrap_or(0) * 1000;
+        let mut queue = EventQueue {
+            heap: BinaryHeap::new(),
+            seq: 0,
+        };
+        let mut state = Vec::with_capacity(jobs.len());
+        for (i, j) in jobs.iter().enumerate() {
+            state.push(JobState::new(i, j, cluster, reference, &unit_names, opts));
+            queue.push(j.submit_time_s * 1000, EventKind::Arrive { job: i as u32 });
+        }
+        Sim {
+            cluster,
+            reference,
+            jobs,
+            opts,
+            core,
+            ledger: Ledger::new(cluster, reference, &unit_names, first_submit_ms),
+            unit_names,
+            groups: vec![Group::default(); reference.shares.len()],
+            state,
+            queue,
+            timeline: Bins::new(reference.shares.len(), first_submit_ms, opts.bins),
+            stop_grace_ms: opts.checkpoint.stop_grace_s * 1000,
+            overhead_ms: opts.checkpoint.restart_overhead_s * 1000,
+            first_submit_ms,
+            events: 0,
+            finished: 0,
+            end_ms: first_submit_ms,
+            woken: None,
+        }
+    }
+
+    /// Applies the events at `t`, runs a pass if they need one, and applies its effects.
+    fn run_instant(&mut self, t: u64) -> Result<(), SimError> {
+        self.ledger.advance(t, &mut self.groups, &mut self.timeline);
         let mut effects = Vec::new();
         // Whether this instant needs a pass: capacity or the queue changed, or a checkpoint
         // may have made a preemption findable. An instant with only checkpoints and nothing
         // waiting (or nothing preemptible) needs none: the next pass sees them.
         let mut changed = false;
-        while let Some(&Reverse((te, _, e))) = heap.peek() {
-            if te != t {
-                break;
-            }
-            heap.pop();
-            events += 1;
-            match e {
-                EventKind::Arrive { job } => {
-                    changed = true;
-                    let j = &jobs[job as usize];
-                    let st = &mut state[job as usize];
-                    st.waiting_since = Some(t);
-                    ledger.waiting[st.group] += 1;
-                    ledger.fair.wait(st, true);
-                    st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
-                    let spec = JobSpec {
-                        id: JobId(u64::from(job)),
-                        queue: QUEUE.into(),
-                        share: cluster.shares[st.share].name.clone(),
-                        priority: if opts.ignore_priorities {
-                            0
-                        } else {
-                            j.priority.unwrap_or(0)
-                        },
-                        instance_type: unit_names[st.unit].clone(),
-                        count: j.gpus,
-                        preemption_retries: None,
-                        attempts: 1,
-                        evaluate_on_exit: Vec::new(),
-                        runtime_limit_ms: opts.runtime_bounds.then(|| st.duration_ms + overhead_ms),
-                        interruptible: j.interruptible(),
-                        borrows: true,
-                    };
-                    effects.extend(core.apply(t, Input::Submit(spec))?);
-                }
-                EventKind::Finish { job, attempt } | EventKind::StopDone { job, attempt } => {
-                    let st = &mut state[job as usize];
-                    let Some(r) = st.current else { continue };
-                    let finishing = matches!(e, EventKind::Finish { .. });
-                    if r.attempt != attempt || (finishing && r.stopping) {
-                        continue; // a stale event of an attempt that was preempted
-                    }
-                    let exit = if finishing {
-                        st.done_work_ms = st.duration_ms;
-                        Exit::Succeeded
-                    } else {
-                        Exit::Failed {
-                            reason: "preempted".into(),
-                            retryable: true,
-                        }
-                    };
-                    changed = true;
-                    st.current = None;
-                    st.preempted_gone_ms = (!finishing).then_some(t);
-                    ledger.usage[st.share][st.unit] -= st.count;
-                    ledger.group_usage[st.group][st.unit] -= st.count;
-                    ledger.split[st.share][st.group][st.unit] -= st.count;
-                    effects.extend(core.apply(
-                        t,
-                        Input::AttemptExited {
-                            attempt: AttemptId(attempt),
-                            exit,
-                        },
-                    )?);
-                }
-                EventKind::Wake => changed = true,
-                EventKind::Checkpoint { job, attempt } => {
-                    let st = &state[job as usize];
-                    let Some(r) = st.current else { continue };
-                    if r.attempt != attempt || r.stopping {
-                        continue;
-                    }
-                    effects.extend(core.apply(
-                        t,
-                        Input::Checkpoint {
-                            job: JobId(u64::from(job)),
-                        },
-                    )?);
-                    // The server runs a pass for every batch, checkpoints included; here a
-                    // checkpoint-only instant runs one when the core says the checkpoint can
-                    // change a decision (`Scheduler::checkpoint_matters`).
-                    if core.checkpoint_matters(AttemptId(attempt)) {
-                        changed = true;
-                    }
-                    let next = st.checkpoint_above(st.work_at(&r, t));
-                    if next < st.duration_ms {
-                        let at = r.start_ms + r.overhead_ms + (next - r.base_work_ms);
-                        push(&mut heap, at, EventKind::Checkpoint { job, attempt });
-                    }
-                }
-            }
+        while let Some(e) = self.queue.pop_at(t) {
+            self.events += 1;
+            changed |= self.on_event(t, e, &mut effects)?;
         }
         if changed {
-            effects.extend(core.schedule(t));
-            ledger.idle_now = idle_now(&core, &unit_names);
-            if let Some(w) = core.next_wakeup().filter(|&w| w > t && woken != Some(w)) {
-                woken = Some(w);
-                push(&mut heap, w, EventKind::Wake);
-            }
+            self.schedule(t, &mut effects);
         }
         // Usage or the queue may have changed: the fairness figure is measured again.
         let touched = changed || !effects.is_empty();
         for effect in effects {
-            match effect {
-                Effect::Start {
-                    job,
-                    attempt,
-                    count,
-                    ..
-                } => {
-                    let i = job.0 as u32;
-                    let st = &mut state[job.0 as usize];
-                    if let Some(since) = st.waiting_since.take() {
-                        ledger.waiting[st.group] -= 1;
-                        ledger.fair.wait(st, false);
-                        st.queue_delay_ms += t - since;
-                        st.reclaim_delay_s +=
-                            ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
-                    }
-                    if st.preempted_gone_ms.take() == Some(t) {
-                        groups[st.group].needless_preemptions += 1;
-                    }
-                    let overhead = if st.attempts > 0 { overhead_ms } else { 0 };
-                    st.attempts += 1;
-                    let r = Running {
-                        attempt: attempt.0,
-                        start_ms: t,
-                        overhead_ms: overhead,
-                        base_work_ms: st.done_work_ms,
-                        stopping: false,
-                    };
-                    st.current = Some(r);
-                    ledger.usage[st.share][st.unit] += count;
-                    ledger.group_usage[st.group][st.unit] += count;
-                    ledger.split[st.share][st.group][st.unit] += count;
-                    let finish = t + overhead + (st.duration_ms - st.done_work_ms);
-                    push(
-                        &mut heap,
-                        finish,
-                        EventKind::Finish {
-                            job: i,
-                            attempt: attempt.0,
-                        },
-                    );
-                    let next = st.checkpoint_above(st.done_work_ms);
-                    if next < st.duration_ms {
-                        let at = t + overhead + (next - st.done_work_ms);
-                        push(
-                            &mut heap,
-                            at,
-                            EventKind::Checkpoint {
-                                job: i,
-                                attempt: attempt.0,
-                            },
-                        );
-                    }
-                }
-                Effect::Stop {
-                    job,
-                    attempt,
-                    cause,
-                } => {
-                    let st = &mut state[job.0 as usize];
-                    let Some(mut r) = st.current else { continue };
-                    if r.attempt != attempt.0 || r.stopping {
-                        continue;
-                    }
-                    let reached = st.work_at(&r, t);
-                    let kept = st.checkpoint_below(reached).max(r.base_work_ms);
-                    let g = &mut groups[st.group];
-                    if cause.is_preemption() {
-                        g.preemptions += 1;
-                    }
-                    g.lost_ms_instances += (reached - kept) as f64 * f64::from(st.count);
-                    g.overhead_ms_instances +=
-                        (t - r.start_ms).min(r.overhead_ms) as f64 * f64::from(st.count);
-                    st.done_work_ms = kept;
-                    r.stopping = true;
-                    st.current = Some(r);
-                    push(
-                        &mut heap,
-                        t + stop_grace_ms,
-                        EventKind::StopDone {
-                            job: job.0 as u32,
-                            attempt: attempt.0,
-                        },
-                    );
-                }
-                Effect::Requeued { job, .. } => {
-                    let st = &mut state[job.0 as usize];
-                    if st.waiting_since.replace(t).is_none() {
-                        ledger.waiting[st.group] += 1;
-                        ledger.fair.wait(st, true);
-                    }
-                    st.lent_at_wait = ledger.lent[st.share][st.unit].at_least(st.count);
-                }
-                Effect::Finished { job, status, .. } => {
-                    let st = &mut state[job.0 as usize];
-                    if status == qm_core::JobStatus::Succeeded {
-                        st.completed_ms = Some(t);
-                        let g = &mut groups[st.group];
-                        if st.attempts > 1 {
-                            // Every attempt after the first paid the overhead in full unless
-                            // it was preempted during it (counted at the preemption).
-                            g.overhead_ms_instances += overhead_ms as f64 * f64::from(st.count);
-                        }
-                    }
-                    finished += 1;
-                    end_ms = end_ms.max(t);
-                }
-            }
+            self.on_effect(t, effect);
         }
         if touched {
-            ledger.measure_fairness();
+            self.ledger.measure_fairness();
         }
         #[cfg(debug_assertions)]
-        core.check_invariants()
+        self.check(t, touched)?;
+        Ok(())
+    }
+
+    /// Applies one event; says whether the instant needs a pass.
+    fn on_event(
+        &mut self,
+        t: u64,
+        e: EventKind,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, SimError> {
+        match e {
+            EventKind::Arrive { job } => self.on_arrive(t, job, effects),
+            EventKind::Finish { job, attempt } => self.on_finish(t, job, attempt, effects),
+            EventKind::StopDone { job, attempt } => self.on_stop_done(t, job, attempt, effects),
+            EventKind::Wake => Ok(true),
+            EventKind::Checkpoint { job, attempt } => self.on_checkpoint(t, job, attempt, effects),
+        }
+    }
+
+    /// A job is submitted: it waits from now, and the core gets its spec.
+    fn on_arrive(&mut self, t: u64, job: u32, effects: &mut Vec<Effect>) -> Result<bool, SimError> {
+        let j = &self.jobs[job as usize];
+        let st = &mut self.state[job as usize];
+        st.waiting_since = Some(t);
+        self.ledger.waiting[st.group] += 1;
+        self.ledger.fair.wait(st, true);
+        st.lent_at_wait = self.ledger.lent[st.share][st.unit].at_least(st.count);
+        let spec = JobSpec {
+            id: JobId(u64::from(job)),
+            queue: QUEUE.into(),
+            share: self.cluster.shares[st.share].name.clone(),
+            priority: if self.opts.ignore_priorities {
+                0
+            } else {
+                j.priority.unwrap_or(0)
+            },
+            instance_type: self.unit_names[st.unit].clone(),
+            count: j.gpus,
+            preemption_retries: None,
+            attempts: 1,
+            evaluate_on_exit: Vec::new(),
+            runtime_limit_ms: self
+                .opts
+                .runtime_bounds
+                .then(|| st.duration_ms + self.overhead_ms),
+            interruptible: j.interruptible(),
+            borrows: true,
+        };
+        effects.extend(self.core.apply(t, Input::Submit(spec))?);
+        Ok(true)
+    }
+
+    /// An attempt finished its work, unless it was preempted since (a stale event).
+    fn on_finish(
+        &mut self,
+        t: u64,
+        job: u32,
+        attempt: u64,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, SimError> {
+        let st = &mut self.state[job as usize];
+        let Some(r) = st.current else {
+            return Ok(false);
+        };
+        if r.attempt != attempt || r.stopping {
+            return Ok(false); // a stale event of an attempt that was preempted
+        }
+        st.done_work_ms = st.duration_ms;
+        self.attempt_gone(t, job, attempt, Exit::Succeeded, effects)?;
+        Ok(true)
+    }
+
+    /// A stopped attempt's processes are gone after their grace.
+    fn on_stop_done(
+        &mut self,
+        t: u64,
+        job: u32,
+        attempt: u64,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, SimError> {
+        let Some(r) = self.state[job as usize].current else {
+            return Ok(false);
+        };
+        if r.attempt != attempt {
+            return Ok(false);
+        }
+        let exit = Exit::Failed {
+            reason: "preempted".into(),
+            retryable: true,
+        };
+        self.attempt_gone(t, job, attempt, exit, effects)?;
+        Ok(true)
+    }
+
+    /// The attempt's instances are free again, and the core hears how it exited.
+    fn attempt_gone(
+        &mut self,
+        t: u64,
+        job: u32,
+        attempt: u64,
+        exit: Exit,
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), SimError> {
+        let st = &mut self.state[job as usize];
+        st.current = None;
+        st.preempted_gone_ms = (!matches!(exit, Exit::Succeeded)).then_some(t);
+        self.ledger.usage[st.share][st.unit] -= st.count;
+        self.ledger.group_usage[st.group][st.unit] -= st.count;
+        self.ledger.split[st.share][st.group][st.unit] -= st.count;
+        let exited = Input::AttemptExited {
+            attempt: AttemptId(attempt),
+            exit,
+        };
+        effects.extend(self.core.apply(t, exited)?);
+        Ok(())
+    }
+
+    /// A running attempt reached a checkpoint: the core hears of it, and the next one is
+    /// scheduled. Says whether the checkpoint can change a decision.
+    fn on_checkpoint(
+        &mut self,
+        t: u64,
+        job: u32,
+        attempt: u64,
+        effects: &mut Vec<Effect>,
+    ) -> Result<bool, SimError> {
+        let st = &self.state[job as usize];
+        let Some(r) = st.current else {
+            return Ok(false);
+        };
+        if r.attempt != attempt || r.stopping {
+            return Ok(false);
+        }
+        let checkpoint = Input::Checkpoint {
+            job: JobId(u64::from(job)),
+        };
+        effects.extend(self.core.apply(t, checkpoint)?);
+        // The server runs a pass for every batch, checkpoints included; here a
+        // checkpoint-only instant runs one when the core says the checkpoint can
+        // change a decision (`Scheduler::checkpoint_matters`).
+        let changed = self.core.checkpoint_matters(AttemptId(attempt));
+        let next = st.checkpoint_above(st.work_at(&r, t));
+        if next < st.duration_ms {
+            let at = r.start_ms + r.overhead_ms + (next - r.base_work_ms);
+            self.queue.push(at, EventKind::Checkpoint { job, attempt });
+        }
+        Ok(changed)
+    }
+
+    /// Runs the core's pass, notes what it leaves idle while jobs wait, and schedules the
+    /// wake-up it asks for.
+    fn schedule(&mut self, t: u64, effects: &mut Vec<Effect>) {
+        effects.extend(self.core.schedule(t));
+        self.ledger.idle_now = idle_now(&self.core, &self.unit_names);
+        let woken = self.woken;
+        if let Some(w) = self
+            .core
+            .next_wakeup()
+            .filter(|&w| w > t && woken != Some(w))
+        {
+            self.woken = Some(w);
+            self.queue.push(w, EventKind::Wake);
+        }
+    }
+
+    /// Carries out one of the core's effects.
+    fn on_effect(&mut self, t: u64, effect: Effect) {
+        match effect {
+            Effect::Start {
+                job,
+                attempt,
+                count,
+                ..
+            } => self.on_start(t, job, attempt, count),
+            Effect::Stop {
+                job,
+                attempt,
+                cause,
+            } => self.on_stop(t, job, attempt, cause),
+            Effect::Requeued { job, .. } => self.on_requeued(t, job),
+            Effect::Finished { job, status, .. } => self.on_finished(t, job, status),
+        }
+    }
+
+    /// A new attempt gets its instances: the job stops waiting, and its finish and next
+    /// checkpoint are scheduled.
+    fn on_start(&mut self, t: u64, job: JobId, attempt: AttemptId, count: u32) {
+        let i = job.0 as u32;
+        let st = &mut self.state[job.0 as usize];
+        if let Some(since) = st.waiting_since.take() {
+            self.ledger.waiting[st.group] -= 1;
+            self.ledger.fair.wait(st, false);
+            st.queue_delay_ms += t - since;
+            st.reclaim_delay_s +=
+                self.ledger.lent[st.share][st.unit].at_least(st.count) - st.lent_at_wait;
+        }
+        if st.preempted_gone_ms.take() == Some(t) {
+            self.groups[st.group].needless_preemptions += 1;
+        }
+        let overhead = if st.attempts > 0 { self.overhead_ms } else { 0 };
+        st.attempts += 1;
+        st.current = Some(Running {
+            attempt: attempt.0,
+            start_ms: t,
+            overhead_ms: overhead,
+            base_work_ms: st.done_work_ms,
+            stopping: false,
+        });
+        self.ledger.usage[st.share][st.unit] += count;
+        self.ledger.group_usage[st.group][st.unit] += count;
+        self.ledger.split[st.share][st.group][st.unit] += count;
+        let finish = t + overhead + (st.duration_ms - st.done_work_ms);
+        let attempt = attempt.0;
+        self.queue
+            .push(finish, EventKind::Finish { job: i, attempt });
+        let next = st.checkpoint_above(st.done_work_ms);
+        if next < st.duration_ms {
+            let at = t + overhead + (next - st.done_work_ms);
+            self.queue
+                .push(at, EventKind::Checkpoint { job: i, attempt });
+        }
+    }
+
+    /// The core stops an attempt: the job rolls back to its last checkpoint, and the
+    /// attempt's processes are gone after the grace.
+    fn on_stop(&mut self, t: u64, job: JobId, attempt: AttemptId, cause: StopCause) {
+        let st = &mut self.state[job.0 as usize];
+        let Some(mut r) = st.current else { return };
+        if r.attempt != attempt.0 || r.stopping {
+            return;
+        }
+        let reached = st.work_at(&r, t);
+        let kept = st.checkpoint_below(reached).max(r.base_work_ms);
+        let g = &mut self.groups[st.group];
+        if cause.is_preemption() {
+            g.preemptions += 1;
+        }
+        g.lost_ms_instances += (reached - kept) as f64 * f64::from(st.count);
+        g.overhead_ms_instances += (t - r.start_ms).min(r.overhead_ms) as f64 * f64::from(st.count);
+        st.done_work_ms = kept;
+        r.stopping = true;
+        st.current = Some(r);
+        let stop_done = EventKind::StopDone {
+            job: job.0 as u32,
+            attempt: attempt.0,
+        };
+        self.queue.push(t + self.stop_grace_ms, stop_done);
+    }
+
+    /// A job waits again.
+    fn on_requeued(&mut self, t: u64, job: JobId) {
+        let st = &mut self.state[job.0 as usize];
+        if st.waiting_since.replace(t).is_none() {
+            self.ledger.waiting[st.group] += 1;
+            self.ledger.fair.wait(st, true);
+        }
+        st.lent_at_wait = self.ledger.lent[st.share][st.unit].at_least(st.count);
+    }
+
+    /// A job reached its final status.
+    fn on_finished(&mut self, t: u64, job: JobId, status: qm_core::JobStatus) {
+        let st = &mut self.state[job.0 as usize];
+        if status == qm_core::JobStatus::Succeeded {
+            st.completed_ms = Some(t);
+            let g = &mut self.groups[st.group];
+            if st.attempts > 1 {
+                // Every attempt after the first paid the overhead in full unless
+                // it was preempted during it (counted at the preemption).
+                g.overhead_ms_instances += self.overhead_ms as f64 * f64::from(st.count);
+            }
+        }
+        self.finished += 1;
+        self.end_ms = self.end_ms.max(t);
+    }
+
+    /// Debug builds: the core's invariants hold after every instant, and the fairness
+    /// figures after every one that touched them.
+    #[cfg(debug_assertions)]
+    fn check(&self, t: u64, touched: bool) -> Result<(), SimError> {
+        self.core
+            .check_invariants()
             .and_then(|()| match touched {
-                true => ledger.check_fairness(&core),
+                true => self.ledger.check_fairness(&self.core),
                 false => Ok(()),
             })
             .map_err(|message| SimError::Invariant {
                 at_s: t as f64 / 1000.0,
                 message,
-            })?;
-        if events >= next_report {
-            progress(events, finished, jobs.len());
-            next_report = events + 65_536;
-        }
+            })
     }
-    progress(events, finished, jobs.len());
-    let mut run = collect(
-        name,
-        reference,
-        &state,
-        &groups,
-        timeline,
-        (first_submit_ms, end_ms),
-        used_capacity,
-    );
-    let used_units: Vec<bool> = (0..units)
-        .map(|u| state.iter().any(|st| st.unit == u))
-        .collect();
-    let capacity_ms = used_capacity * end_ms.saturating_sub(first_submit_ms) as f64;
-    run.metrics.idle_while_waiting = idle_stats(&ledger, &unit_names, &used_units, capacity_ms);
-    run.metrics.fairness = fairness_stats(&ledger.fair);
-    Ok(run)
+
+    /// The run's figures, once every event is processed.
+    fn finish(self, name: &str) -> VariantRun {
+        let used_capacity = used_capacity(self.cluster, self.jobs, self.opts);
+        let mut run = collect(
+            name,
+            self.reference,
+            &self.state,
+            &self.groups,
+            self.timeline,
+            (self.first_submit_ms, self.end_ms),
+            used_capacity,
+        );
+        let used_units: Vec<bool> = (0..self.unit_names.len())
+            .map(|u| self.state.iter().any(|st| st.unit == u))
+            .collect();
+        let capacity_ms = used_capacity * self.end_ms.saturating_sub(self.first_submit_ms) as f64;
+        run.metrics.idle_while_waiting =
+            idle_stats(&self.ledger, &self.unit_names, &used_units, capacity_ms);
+        run.metrics.fairness = fairness_stats(&self.ledger.fair);
+        run
+    }
 }
 
 /// The fairness integrals as means (1 over no time: nobody was behind anybody).
@@ -1128,6 +1319,73 @@ fn idle_stats(
     }
 }
 
+/// The statistics of `members`, jobs whose usage the groups `gs` hold, over a run of
+/// `span_ms` on `capacity` instances.
+fn stats_of(members: &[&JobState], gs: &[&Group], span_ms: f64, capacity: f64) -> Stats {
+    let hours = |ms_instances: f64| round3(ms_instances / 3_600_000.0);
+    let mut jct = Vec::new();
+    let mut queue = Vec::new();
+    let mut slowdown = Vec::new();
+    let mut reclaim = Vec::new();
+    let mut never = 0;
+    for st in members {
+        if st.attempts == 0 {
+            never += 1;
+        } else {
+            reclaim.push(st.reclaim_delay_s);
+        }
+        if let Some(c) = st.completed_ms {
+            let jct_s = (c - st.submit_ms) as f64 / 1000.0;
+            jct.push(jct_s);
+            queue.push(st.queue_delay_ms as f64 / 1000.0);
+            let run_s = (st.duration_ms as f64 / 1000.0).max(SLOWDOWN_MIN_RUN_S);
+            slowdown.push(jct_s / run_s);
+        }
+    }
+    let usage: f64 = gs.iter().map(|g| g.usage_integral).sum();
+    Stats {
+        jobs: members.len() as u64,
+        completed: jct.len() as u64,
+        never_started: never,
+        jct_s: Dist::of(&mut jct),
+        queue_delay_s: Dist::of(&mut queue),
+        slowdown: Dist::of(&mut slowdown),
+        reclaim_delay_s: Dist::of(&mut reclaim),
+        preemptions: gs.iter().map(|g| g.preemptions).sum(),
+        needless_preemptions: gs.iter().map(|g| g.needless_preemptions).sum(),
+        lost_gpu_hours: hours(gs.iter().map(|g| g.lost_ms_instances).sum()),
+        restart_overhead_gpu_hours: hours(gs.iter().map(|g| g.overhead_ms_instances).sum()),
+        borrowed_gpu_hours: hours(gs.iter().map(|g| g.borrowed_integral).sum()),
+        utilization: if capacity > 0.0 && span_ms > 0.0 {
+            round3(usage / (capacity * span_ms)).min(1.0)
+        } else {
+            0.0
+        },
+    }
+}
+
+/// The report's timeline from the run's bins, up to `end_ms`.
+fn timeline_of(reference: &Cluster, timeline: Bins, end_ms: u64, capacity: f64) -> Timeline {
+    let groups_n = timeline.groups();
+    let (start_s, bin_s, mut series) = timeline.finish(end_ms);
+    let jain = series.pop().unwrap_or_default();
+    let idle_waiting = series.pop().unwrap_or_default();
+    let queued = series.split_off(2 * groups_n);
+    let borrowed = series.split_off(groups_n);
+    let own = series;
+    Timeline {
+        start_s,
+        bin_s,
+        capacity,
+        shares: reference.shares.iter().map(|s| s.name.clone()).collect(),
+        own,
+        borrowed,
+        queued,
+        idle_waiting,
+        jain,
+    }
+}
+
 fn collect(
     name: &str,
     reference: &Cluster,
@@ -1138,51 +1396,9 @@ fn collect(
     capacity: f64,
 ) -> VariantRun {
     let span_ms = end_ms.saturating_sub(first_ms) as f64;
-    let hours = |ms_instances: f64| round3(ms_instances / 3_600_000.0);
-    let stats_of = |members: &[&JobState], gs: &[&Group]| -> Stats {
-        let mut jct = Vec::new();
-        let mut queue = Vec::new();
-        let mut slowdown = Vec::new();
-        let mut reclaim = Vec::new();
-        let mut never = 0;
-        for st in members {
-            if st.attempts == 0 {
-                never += 1;
-            } else {
-                reclaim.push(st.reclaim_delay_s);
-            }
-            if let Some(c) = st.completed_ms {
-                let jct_s = (c - st.submit_ms) as f64 / 1000.0;
-                jct.push(jct_s);
-                queue.push(st.queue_delay_ms as f64 / 1000.0);
-                let run_s = (st.duration_ms as f64 / 1000.0).max(SLOWDOWN_MIN_RUN_S);
-                slowdown.push(jct_s / run_s);
-            }
-        }
-        let usage: f64 = gs.iter().map(|g| g.usage_integral).sum();
-        Stats {
-            jobs: members.len() as u64,
-            completed: jct.len() as u64,
-            never_started: never,
-            jct_s: Dist::of(&mut jct),
-            queue_delay_s: Dist::of(&mut queue),
-            slowdown: Dist::of(&mut slowdown),
-            reclaim_delay_s: Dist::of(&mut reclaim),
-            preemptions: gs.iter().map(|g| g.preemptions).sum(),
-            needless_preemptions: gs.iter().map(|g| g.needless_preemptions).sum(),
-            lost_gpu_hours: hours(gs.iter().map(|g| g.lost_ms_instances).sum()),
-            restart_overhead_gpu_hours: hours(gs.iter().map(|g| g.overhead_ms_instances).sum()),
-            borrowed_gpu_hours: hours(gs.iter().map(|g| g.borrowed_integral).sum()),
-            utilization: if capacity > 0.0 && span_ms > 0.0 {
-                round3(usage / (capacity * span_ms)).min(1.0)
-            } else {
-                0.0
-            },
-        }
-    };
     let all: Vec<&JobState> = state.iter().collect();
     let all_groups: Vec<&Group> = groups.iter().collect();
-    let overall = stats_of(&all, &all_groups);
+    let overall = stats_of(&all, &all_groups, span_ms, capacity);
     let shares = reference
         .shares
         .iter()
@@ -1191,7 +1407,7 @@ fn collect(
             let members: Vec<&JobState> = state.iter().filter(|st| st.group == g).collect();
             ShareStats {
                 name: s.name.clone(),
-                stats: stats_of(&members, &[&groups[g]]),
+                stats: stats_of(&members, &[&groups[g]], span_ms, capacity),
             }
         })
         .collect();
@@ -1201,13 +1417,6 @@ fn collect(
         .map(|st| st.queue_delay_ms as f64 / 1000.0)
         .collect();
     queue_delays.sort_by(f64::total_cmp);
-    let groups_n = timeline.groups();
-    let (start_s, bin_s, mut series) = timeline.finish(end_ms);
-    let jain = series.pop().unwrap_or_default();
-    let idle_waiting = series.pop().unwrap_or_default();
-    let queued = series.split_off(2 * groups_n);
-    let borrowed = series.split_off(groups_n);
-    let own = series;
     VariantRun {
         metrics: VariantMetrics {
             name: name.to_string(),
@@ -1216,17 +1425,7 @@ fn collect(
             idle_while_waiting: IdleStats::default(),
             fairness: FairnessStats::default(),
         },
-        timeline: Timeline {
-            start_s,
-            bin_s,
-            capacity,
-            shares: reference.shares.iter().map(|s| s.name.clone()).collect(),
-            own,
-            borrowed,
-            queued,
-            idle_waiting,
-            jain,
-        },
+        timeline: timeline_of(reference, timeline, end_ms, capacity),
         queue_delays,
     }
 }

@@ -538,18 +538,13 @@ impl Rng {
     }
 }
 
-// The coefficients of this and the next two functions keep their published digits (more than
-// f64 holds) so they can be checked against the sources.
-/// The standard normal quantile, Wichura's algorithm AS 241 (PPND16, Applied Statistics 37(3),
-/// 1988): rational approximations accurate to about 1e-16, for `p` in (0, 1).
+// These coefficients and those of the next two functions keep their published digits (more
+// than f64 holds) so they can be checked against the sources.
+/// AS 241's coefficients: numerator and denominator of the rational approximation near the
+/// median (`A`, `B`), in the tails up to `r = 5` (`C`, `D`), and beyond (`E`, `F`).
 #[allow(clippy::excessive_precision)]
-fn normal_quantile(p: f64) -> f64 {
-    fn rational(x: f64, num: &[f64; 8], den: &[f64; 7]) -> f64 {
-        let n = num.iter().rev().fold(0.0, |acc, &c| acc * x + c);
-        let d = den.iter().rev().fold(0.0, |acc, &c| acc * x + c) * x + 1.0;
-        n / d
-    }
-    const A: [f64; 8] = [
+mod as241 {
+    pub(super) const A: [f64; 8] = [
         3.387_132_872_796_366_608,
         1.331_416_678_917_843_774_5e2,
         1.971_590_950_306_551_442_7e3,
@@ -559,7 +554,7 @@ fn normal_quantile(p: f64) -> f64 {
         3.343_057_558_358_812_810_5e4,
         2.509_080_928_730_122_672_7e3,
     ];
-    const B: [f64; 7] = [
+    pub(super) const B: [f64; 7] = [
         4.231_333_070_160_091_125_2e1,
         6.871_870_074_920_579_083e2,
         5.394_196_021_424_751_107_7e3,
@@ -568,7 +563,7 @@ fn normal_quantile(p: f64) -> f64 {
         2.872_908_573_572_194_267_4e4,
         5.226_495_278_852_854_561e3,
     ];
-    const C: [f64; 8] = [
+    pub(super) const C: [f64; 8] = [
         1.423_437_110_749_683_577_34,
         4.630_337_846_156_545_295_9,
         5.769_497_221_460_691_405_5,
@@ -578,7 +573,7 @@ fn normal_quantile(p: f64) -> f64 {
         2.272_384_498_926_918_458_33e-2,
         7.745_450_142_783_414_076_4e-4,
     ];
-    const D: [f64; 7] = [
+    pub(super) const D: [f64; 7] = [
         2.053_191_626_637_758_821_87,
         1.676_384_830_183_803_849_4,
         6.897_673_349_851_000_045_5e-1,
@@ -587,7 +582,7 @@ fn normal_quantile(p: f64) -> f64 {
         5.475_938_084_995_344_946e-4,
         1.050_750_071_644_416_843_24e-9,
     ];
-    const E: [f64; 8] = [
+    pub(super) const E: [f64; 8] = [
         6.657_904_643_501_103_777_2,
         5.463_784_911_164_114_369_9,
         1.784_826_539_917_291_335_8,
@@ -597,7 +592,7 @@ fn normal_quantile(p: f64) -> f64 {
         2.711_555_568_743_487_578_15e-5,
         2.010_334_399_292_288_132_65e-7,
     ];
-    const F: [f64; 7] = [
+    pub(super) const F: [f64; 7] = [
         5.998_322_065_558_879_376_9e-1,
         1.369_298_809_227_358_053_1e-1,
         1.487_536_129_085_061_485_25e-2,
@@ -606,16 +601,26 @@ fn normal_quantile(p: f64) -> f64 {
         1.421_511_758_316_445_888_7e-7,
         2.044_263_103_389_939_785_64e-15,
     ];
+}
+
+/// The standard normal quantile, Wichura's algorithm AS 241 (PPND16, Applied Statistics 37(3),
+/// 1988): rational approximations accurate to about 1e-16, for `p` in (0, 1).
+fn normal_quantile(p: f64) -> f64 {
+    fn rational(x: f64, num: &[f64; 8], den: &[f64; 7]) -> f64 {
+        let n = num.iter().rev().fold(0.0, |acc, &c| acc * x + c);
+        let d = den.iter().rev().fold(0.0, |acc, &c| acc * x + c) * x + 1.0;
+        n / d
+    }
     debug_assert!(p > 0.0 && p < 1.0, "normal_quantile({p})");
     let q = p - 0.5;
     if q.abs() <= 0.425 {
-        return q * rational(0.180_625 - q * q, &A, &B);
+        return q * rational(0.180_625 - q * q, &as241::A, &as241::B);
     }
     let r = (-ln(if q < 0.0 { p } else { 1.0 - p })).sqrt();
     let z = if r <= 5.0 {
-        rational(r - 1.6, &C, &D)
+        rational(r - 1.6, &as241::C, &as241::D)
     } else {
-        rational(r - 5.0, &E, &F)
+        rational(r - 5.0, &as241::E, &as241::F)
     };
     if q < 0.0 {
         -z

@@ -534,28 +534,85 @@ fn dist_rows(
         .collect()
 }
 
-fn stats_table(out: &mut String, runs: &[VariantRun]) {
+/// Whether a set of jobs has completed ones (the distributions over them have values).
+fn completed(s: &Stats) -> Option<()> {
+    (s.completed > 0).then_some(())
+}
+
+/// The table's first rows: how many jobs, completed, never started.
+fn job_rows(stats: &[&Stats]) -> Vec<Row> {
     use Better::*;
-    let stats: Vec<&Stats> = runs.iter().map(|r| &r.metrics.overall).collect();
+    vec![
+        Row::new("jobs", Neither, stats, |s| Cell::count(s.jobs)),
+        Row::new("completed", Higher, stats, |s| Cell::count(s.completed)),
+        Row::new("never started", Lower, stats, |s| {
+            Cell::count(s.never_started)
+        }),
+    ]
+}
+
+/// Slowdown's rows: p50, p95 and mean.
+fn slowdown_rows(stats: &[&Stats]) -> Vec<Row> {
+    [("p50", 0usize), ("p95", 1), ("mean", 3)]
+        .into_iter()
+        .map(|(label, i)| {
+            Row::new(label, Better::Lower, stats, |s| match completed(s) {
+                Some(()) => Cell::ratio((PERCENTILES[i].1)(&s.slowdown)),
+                None => Cell::absent("no completed job"),
+            })
+        })
+        .collect()
+}
+
+/// The fairness rows, one cell per variant.
+fn fairness_rows(runs: &[VariantRun]) -> Vec<Row> {
+    use Better::*;
     // The fairness figures belong to a variant, not to a set of jobs.
     let fairness = |label: &str, better: Better, cell: fn(&FairnessStats) -> Cell| Row {
         label: label.to_string(),
         better,
         cells: runs.iter().map(|r| cell(&r.metrics.fairness)).collect(),
     };
-    let completed = |s: &Stats| (s.completed > 0).then_some(());
+    vec![
+        fairness("Jain index, whole run", Higher, |f| Cell::index(f.jain)),
+        fairness("Jain index, contended time", Higher, |f| {
+            Cell::index(f.jain_contended)
+        }),
+        fairness("contended time", Neither, |f| {
+            Cell::duration(f.contended_hours * 3600.0)
+        }),
+    ]
+}
+
+/// Preemptions, lost work, borrowing and utilization.
+fn sharing_rows(stats: &[&Stats]) -> Vec<Row> {
+    use Better::*;
+    vec![
+        Row::new("preemptions", Lower, stats, |s| Cell::count(s.preemptions)),
+        Row::new("needless preemptions", Lower, stats, |s| {
+            Cell::count(s.needless_preemptions)
+        }),
+        Row::new("lost GPU-h", Lower, stats, |s| {
+            Cell::gpu_hours(s.lost_gpu_hours)
+        }),
+        Row::new("restart overhead GPU-h", Lower, stats, |s| {
+            Cell::gpu_hours(s.restart_overhead_gpu_hours)
+        }),
+        Row::new("borrowed GPU-h", Neither, stats, |s| {
+            Cell::gpu_hours(s.borrowed_gpu_hours)
+        }),
+        Row::new("utilization", Higher, stats, |s| {
+            Cell::percent(s.utilization)
+        }),
+    ]
+}
+
+/// The overall table's groups of rows, each under its heading.
+fn stats_groups(runs: &[VariantRun]) -> Vec<(&'static str, Vec<Row>)> {
+    let stats: Vec<&Stats> = runs.iter().map(|r| &r.metrics.overall).collect();
     let started = |s: &Stats| (s.jobs > s.never_started).then_some(());
-    let groups: Vec<(&str, Vec<Row>)> = vec![
-        (
-            "Jobs",
-            vec![
-                Row::new("jobs", Neither, &stats, |s| Cell::count(s.jobs)),
-                Row::new("completed", Higher, &stats, |s| Cell::count(s.completed)),
-                Row::new("never started", Lower, &stats, |s| {
-                    Cell::count(s.never_started)
-                }),
-            ],
-        ),
+    vec![
+        ("Jobs", job_rows(&stats)),
         (
             "Job completion time (completed jobs)",
             dist_rows(
@@ -576,27 +633,11 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
         ),
         (
             "Slowdown: completion time / run time (completed jobs)",
-            [("p50", 0usize), ("p95", 1), ("mean", 3)]
-                .into_iter()
-                .map(|(label, i)| {
-                    Row::new(label, Lower, &stats, |s| match completed(s) {
-                        Some(()) => Cell::ratio((PERCENTILES[i].1)(&s.slowdown)),
-                        None => Cell::absent("no completed job"),
-                    })
-                })
-                .collect(),
+            slowdown_rows(&stats),
         ),
         (
             "Fairness of idle capacity (shares waiting to borrow)",
-            vec![
-                fairness("Jain index, whole run", Higher, |f| Cell::index(f.jain)),
-                fairness("Jain index, contended time", Higher, |f| {
-                    Cell::index(f.jain_contended)
-                }),
-                fairness("contended time", Neither, |f| {
-                    Cell::duration(f.contended_hours * 3600.0)
-                }),
-            ],
+            fairness_rows(runs),
         ),
         (
             "Owner's reclaim delay (started jobs)",
@@ -607,29 +648,12 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
                 "no started job",
             ),
         ),
-        (
-            "Preemption and sharing",
-            vec![
-                Row::new("preemptions", Lower, &stats, |s| Cell::count(s.preemptions)),
-                Row::new("needless preemptions", Lower, &stats, |s| {
-                    Cell::count(s.needless_preemptions)
-                }),
-                Row::new("lost GPU-h", Lower, &stats, |s| {
-                    Cell::gpu_hours(s.lost_gpu_hours)
-                }),
-                Row::new("restart overhead GPU-h", Lower, &stats, |s| {
-                    Cell::gpu_hours(s.restart_overhead_gpu_hours)
-                }),
-                Row::new("borrowed GPU-h", Neither, &stats, |s| {
-                    Cell::gpu_hours(s.borrowed_gpu_hours)
-                }),
-                Row::new("utilization", Higher, &stats, |s| {
-                    Cell::percent(s.utilization)
-                }),
-            ],
-        ),
-    ];
+        ("Preemption and sharing", sharing_rows(&stats)),
+    ]
+}
 
+fn stats_table(out: &mut String, runs: &[VariantRun]) {
+    let groups = stats_groups(runs);
     out.push_str("<table class=\"stats\">\n<thead><tr><th></th>");
     for (index, run) in runs.iter().enumerate() {
         w!(
@@ -648,24 +672,29 @@ fn stats_table(out: &mut String, runs: &[VariantRun]) {
             escape(group)
         );
         for row in rows {
-            w!(out, "<tr><th>{}</th>", escape(&row.label));
-            for (cell, best) in row.cells.iter().zip(row.best()) {
-                let class = match (best, cell.value.is_some()) {
-                    (true, _) => " class=\"best\"",
-                    (false, false) => " class=\"na\"",
-                    (false, true) => "",
-                };
-                w!(
-                    out,
-                    "<td{class} title=\"{}\">{}</td>",
-                    escape(&cell.exact),
-                    escape(&cell.text)
-                );
-            }
-            out.push_str("</tr>\n");
+            stats_row(out, row);
         }
     }
     out.push_str("</tbody>\n</table>\n");
+}
+
+/// One row of the overall table, its best cells marked.
+fn stats_row(out: &mut String, row: &Row) {
+    w!(out, "<tr><th>{}</th>", escape(&row.label));
+    for (cell, best) in row.cells.iter().zip(row.best()) {
+        let class = match (best, cell.value.is_some()) {
+            (true, _) => " class=\"best\"",
+            (false, false) => " class=\"na\"",
+            (false, true) => "",
+        };
+        w!(
+            out,
+            "<td{class} title=\"{}\">{}</td>",
+            escape(&cell.exact),
+            escape(&cell.text)
+        );
+    }
+    out.push_str("</tr>\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -816,181 +845,170 @@ fn usage(row: Option<&Vec<f64>>, bin: usize) -> f64 {
     }
 }
 
-fn utilization_chart(
-    out: &mut String,
+/// A variant's utilization stack: its layers over the chart's columns, and what draws them.
+struct UsageStack<'a> {
+    /// The variant's index (hatch ids are unique in the page).
     index: usize,
-    run: &VariantRun,
-    all_shares: &[String],
-    axis: TimeAxis,
-) {
-    let timeline = &run.timeline;
-    let name = &run.metrics.name;
-    let bins = timeline
-        .own
-        .iter()
-        .chain(&timeline.borrowed)
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0);
-    let bin_s = bin_width(timeline);
-    let start_s = finite(timeline.start_s);
-    let capacity = finite(timeline.capacity).max(0.0);
-    let columns = bins.min(MAX_COLUMNS);
-    // Column c averages bins [c·bins/columns, (c+1)·bins/columns): equal-width bins, so the
-    // mean of their means is the mean over the column's time.
-    let bounds = |c: usize| c * bins / columns.max(1);
+    all_shares: &'a [String],
+    layers: Vec<Layer<'a>>,
+    /// Running sums: layer k's top edge.
+    tops: Vec<Vec<f64>>,
+    bins: usize,
+    columns: usize,
+    start_s: f64,
+    bin_s: f64,
+}
 
-    // Own usage of every share below all borrowed usage; empty bands are left out.
-    let mut layers: Vec<Layer> = Vec::new();
-    for borrowed in [false, true] {
-        let rows = if borrowed {
-            &timeline.borrowed
-        } else {
-            &timeline.own
+impl<'a> UsageStack<'a> {
+    fn of(index: usize, timeline: &'a Timeline, all_shares: &'a [String]) -> Self {
+        let bins = timeline
+            .own
+            .iter()
+            .chain(&timeline.borrowed)
+            .map(Vec::len)
+            .max()
+            .unwrap_or(0);
+        let mut stack = UsageStack {
+            index,
+            all_shares,
+            layers: Vec::new(),
+            tops: Vec::new(),
+            bins,
+            columns: bins.min(MAX_COLUMNS),
+            start_s: finite(timeline.start_s),
+            bin_s: bin_width(timeline),
         };
-        for (i, share) in timeline.shares.iter().enumerate() {
-            let row = rows.get(i);
-            let mut total = 0.0;
-            let mut peak: f64 = 0.0;
-            for bin in 0..bins {
-                let v = usage(row, bin);
-                total += v;
-                peak = peak.max(v);
+        stack.layers = stack.layers_of(timeline);
+        stack.tops = stack.stack_tops();
+        stack
+    }
+
+    /// Column c averages bins [c·bins/columns, (c+1)·bins/columns): equal-width bins, so the
+    /// mean of their means is the mean over the column's time.
+    fn bounds(&self, c: usize) -> usize {
+        c * self.bins / self.columns.max(1)
+    }
+
+    /// Own usage of every share below all borrowed usage; empty bands are left out.
+    fn layers_of(&self, timeline: &'a Timeline) -> Vec<Layer<'a>> {
+        let mut layers: Vec<Layer> = Vec::new();
+        for borrowed in [false, true] {
+            let rows = if borrowed {
+                &timeline.borrowed
+            } else {
+                &timeline.own
+            };
+            for (i, share) in timeline.shares.iter().enumerate() {
+                let row = rows.get(i);
+                let mut total = 0.0;
+                let mut peak: f64 = 0.0;
+                for bin in 0..self.bins {
+                    let v = usage(row, bin);
+                    total += v;
+                    peak = peak.max(v);
+                }
+                if peak == 0.0 {
+                    continue;
+                }
+                let columns = (0..self.columns)
+                    .map(|c| {
+                        let (a, b) = (self.bounds(c), self.bounds(c + 1));
+                        (a..b).map(|bin| usage(row, bin)).sum::<f64>() / (b - a) as f64
+                    })
+                    .collect();
+                layers.push(Layer {
+                    share,
+                    borrowed,
+                    columns,
+                    mean: total / self.bins as f64,
+                    peak,
+                });
             }
-            if peak == 0.0 {
-                continue;
-            }
-            let columns = (0..columns)
-                .map(|c| {
-                    let (a, b) = (bounds(c), bounds(c + 1));
-                    (a..b).map(|bin| usage(row, bin)).sum::<f64>() / (b - a) as f64
-                })
-                .collect();
-            layers.push(Layer {
-                share,
-                borrowed,
-                columns,
-                mean: total / bins as f64,
-                peak,
-            });
         }
+        layers
     }
-    // Running sums: layer k's top edge.
-    let mut tops: Vec<Vec<f64>> = Vec::with_capacity(layers.len());
-    for layer in &layers {
-        let below = tops.last().cloned().unwrap_or_else(|| vec![0.0; columns]);
-        tops.push(
-            below
-                .iter()
-                .zip(&layer.columns)
-                .map(|(b, v)| b + v)
-                .collect(),
-        );
+
+    fn stack_tops(&self) -> Vec<Vec<f64>> {
+        let mut tops: Vec<Vec<f64>> = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let below = tops
+                .last()
+                .cloned()
+                .unwrap_or_else(|| vec![0.0; self.columns]);
+            tops.push(
+                below
+                    .iter()
+                    .zip(&layer.columns)
+                    .map(|(b, v)| b + v)
+                    .collect(),
+            );
+        }
+        tops
     }
-    let peak_total = tops
-        .last()
-        .map(|t| t.iter().copied().fold(0.0, f64::max))
-        .unwrap_or(0.0);
 
-    w!(out, "<h3>{}</h3>\n", escape(name));
-    let span_s = bins as f64 * bin_s;
-    w!(
-        out,
-        "<p class=\"caption\">Utilization {:.1} % · capacity {} instances · {} bins of {}",
-        finite(run.metrics.overall.utilization) * 100.0,
-        grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 }),
-        grouped(bins as f64, 0),
-        format_duration(bin_s)
-    );
-    if columns < bins {
-        w!(
-            out,
-            ", averaged to {} columns of {}",
-            columns,
-            format_duration(span_s / columns as f64)
-        );
+    /// The highest total usage of a column.
+    fn peak_total(&self) -> f64 {
+        self.tops
+            .last()
+            .map(|t| t.iter().copied().fold(0.0, f64::max))
+            .unwrap_or(0.0)
     }
-    out.push_str("</p>\n");
 
-    out.push_str("<div class=\"legend\">");
-    for share in &timeline.shares {
-        w!(
-            out,
-            "<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>",
-            share_colour(all_shares, share),
-            escape(share)
-        );
+    fn span_s(&self) -> f64 {
+        self.bins as f64 * self.bin_s
     }
-    out.push_str(
-        "<span><i class=\"sw\" style=\"background:repeating-linear-gradient(45deg,#666 0 2px,\
-         #ccc 2px 5px)\"></i>borrowed (hatched)</span></div>\n",
-    );
 
-    let frame = Frame {
-        width: 1140.0,
-        height: 280.0,
-        left: 64.0,
-        right: 16.0,
-        top: 12.0,
-        bottom: 40.0,
-    };
-    frame.open(
-        out,
-        "utilization",
-        &format!("Utilization over time: {name}"),
-    );
-    let (top, step) = value_axis(capacity.max(peak_total) * 1.08, 5.0);
+    fn hatch_id(&self, share: &str) -> String {
+        let j = self.all_shares.iter().position(|s| s == share).unwrap_or(0);
+        format!("hatch-{}-{j}", self.index)
+    }
 
-    // Hatches of the shares that borrow; ids are unique in the page (variant, share).
-    let hatch_id = |share: &str| {
-        let j = all_shares.iter().position(|s| s == share).unwrap_or(0);
-        format!("hatch-{index}-{j}")
-    };
-    let hatched: Vec<&Layer> = layers.iter().filter(|l| l.borrowed).collect();
-    if !hatched.is_empty() {
+    /// Hatches of the shares that borrow; ids are unique in the page (variant, share).
+    fn hatch_defs(&self, out: &mut String) {
+        let hatched: Vec<&Layer> = self.layers.iter().filter(|l| l.borrowed).collect();
+        if hatched.is_empty() {
+            return;
+        }
         out.push_str("<defs>");
         for layer in hatched {
-            let colour = share_colour(all_shares, layer.share);
+            let colour = share_colour(self.all_shares, layer.share);
             w!(
                 out,
                 "<pattern id=\"{}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
                  patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"{}\"/>\
                  <rect width=\"2.5\" height=\"6\" fill=\"{colour}\"/></pattern>",
-                hatch_id(layer.share),
+                self.hatch_id(layer.share),
                 tint(colour, 0.6)
             );
         }
         out.push_str("</defs>\n");
     }
-    frame.value_axis(out, top, step, "instances");
 
-    if bins == 0 {
-        frame.empty_note(out, "no usage recorded");
-    } else {
-        let x_of = |t: f64| axis.x(&frame, t);
-        axis.draw(&frame, out);
-
+    /// The layers as filled paths on a value axis up to `top`.
+    fn draw(&self, out: &mut String, frame: &Frame, axis: TimeAxis, top: f64) {
+        let x_of = |t: f64| axis.x(frame, t);
         // Painter's stacking: each layer is filled from the baseline to its top edge, topmost
         // first, so every path needs one edge only (half the bytes of bands).
         let base = coord(frame.base());
-        for (layer, layer_top) in layers.iter().zip(&tops).rev() {
-            let mut d = format!("M{},{base}", coord(x_of(start_s)));
+        for (layer, layer_top) in self.layers.iter().zip(&self.tops).rev() {
+            let mut d = format!("M{},{base}", coord(x_of(self.start_s)));
             let mut current = base.clone();
             for (c, &v) in layer_top.iter().enumerate() {
                 let y = coord(frame.y(v / top));
                 if y != current {
                     if c > 0 {
-                        w!(d, "H{}", coord(x_of(start_s + bounds(c) as f64 * bin_s)));
+                        let t = self.start_s + self.bounds(c) as f64 * self.bin_s;
+                        w!(d, "H{}", coord(x_of(t)));
                     }
                     w!(d, "V{y}");
                     current = y;
                 }
             }
-            w!(d, "H{}V{base}Z", coord(x_of(start_s + span_s)));
+            w!(d, "H{}V{base}Z", coord(x_of(self.start_s + self.span_s())));
             let fill = if layer.borrowed {
-                format!("url(#{})", hatch_id(layer.share))
+                format!("url(#{})", self.hatch_id(layer.share))
             } else {
-                share_colour(all_shares, layer.share).to_string()
+                share_colour(self.all_shares, layer.share).to_string()
             };
             w!(
                 out,
@@ -1007,22 +1025,107 @@ fn utilization_chart(
             );
         }
     }
+}
 
-    if capacity > 0.0 {
-        let y = coord(frame.y(capacity / top));
+/// The utilization chart's caption: utilization, capacity, and the bins drawn.
+fn utilization_caption(out: &mut String, run: &VariantRun, stack: &UsageStack, capacity: f64) {
+    let (bins, columns) = (stack.bins, stack.columns);
+    w!(
+        out,
+        "<p class=\"caption\">Utilization {:.1} % · capacity {} instances · {} bins of {}",
+        finite(run.metrics.overall.utilization) * 100.0,
+        grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 }),
+        grouped(bins as f64, 0),
+        format_duration(stack.bin_s)
+    );
+    if columns < bins {
         w!(
             out,
-            "<line x1=\"{}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#222\" stroke-width=\"1.5\" \
-             stroke-dasharray=\"6 4\"><title>capacity: {} instances</title></line>\
-             <text class=\"halo\" x=\"{}\" y=\"{y}\" dy=\"-4\" text-anchor=\"end\">capacity {}\
-             </text>\n",
-            coord(frame.x0()),
-            coord(frame.x1()),
-            grouped(capacity, 1),
-            coord(frame.x1() - 4.0),
-            grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 })
+            ", averaged to {} columns of {}",
+            columns,
+            format_duration(stack.span_s() / columns as f64)
         );
     }
+    out.push_str("</p>\n");
+}
+
+/// The shares' colours, and the hatch of borrowed usage.
+fn share_legend(out: &mut String, shares: &[String], all_shares: &[String]) {
+    out.push_str("<div class=\"legend\">");
+    for share in shares {
+        w!(
+            out,
+            "<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>",
+            share_colour(all_shares, share),
+            escape(share)
+        );
+    }
+    out.push_str(
+        "<span><i class=\"sw\" style=\"background:repeating-linear-gradient(45deg,#666 0 2px,\
+         #ccc 2px 5px)\"></i>borrowed (hatched)</span></div>\n",
+    );
+}
+
+/// The dashed capacity line, labelled.
+fn capacity_line(out: &mut String, frame: &Frame, capacity: f64, top: f64) {
+    if capacity <= 0.0 {
+        return;
+    }
+    let y = coord(frame.y(capacity / top));
+    w!(
+        out,
+        "<line x1=\"{}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\" stroke=\"#222\" stroke-width=\"1.5\" \
+         stroke-dasharray=\"6 4\"><title>capacity: {} instances</title></line>\
+         <text class=\"halo\" x=\"{}\" y=\"{y}\" dy=\"-4\" text-anchor=\"end\">capacity {}\
+         </text>\n",
+        coord(frame.x0()),
+        coord(frame.x1()),
+        grouped(capacity, 1),
+        coord(frame.x1() - 4.0),
+        grouped(capacity, if capacity.fract() == 0.0 { 0 } else { 1 })
+    );
+}
+
+fn utilization_chart(
+    out: &mut String,
+    index: usize,
+    run: &VariantRun,
+    all_shares: &[String],
+    axis: TimeAxis,
+) {
+    let timeline = &run.timeline;
+    let name = &run.metrics.name;
+    let capacity = finite(timeline.capacity).max(0.0);
+    let stack = UsageStack::of(index, timeline, all_shares);
+
+    w!(out, "<h3>{}</h3>\n", escape(name));
+    utilization_caption(out, run, &stack, capacity);
+    share_legend(out, &timeline.shares, all_shares);
+
+    let frame = Frame {
+        width: 1140.0,
+        height: 280.0,
+        left: 64.0,
+        right: 16.0,
+        top: 12.0,
+        bottom: 40.0,
+    };
+    frame.open(
+        out,
+        "utilization",
+        &format!("Utilization over time: {name}"),
+    );
+    let (top, step) = value_axis(capacity.max(stack.peak_total()) * 1.08, 5.0);
+    stack.hatch_defs(out);
+    frame.value_axis(out, top, step, "instances");
+
+    if stack.bins == 0 {
+        frame.empty_note(out, "no usage recorded");
+    } else {
+        axis.draw(&frame, out);
+        stack.draw(out, &frame, axis, top);
+    }
+    capacity_line(out, &frame, capacity, top);
     out.push_str("</svg>\n");
 }
 
@@ -1049,9 +1152,9 @@ fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
     points
 }
 
-fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
-    let delays: Vec<Vec<f64>> = runs
-        .iter()
+/// Every variant's finite queueing delays (negative ones as 0), sorted.
+fn sorted_delays(runs: &[VariantRun]) -> Vec<Vec<f64>> {
+    runs.iter()
         .map(|run| {
             let mut d: Vec<f64> = run
                 .queue_delays
@@ -1062,26 +1165,22 @@ fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
             d.sort_by(f64::total_cmp);
             d
         })
-        .collect();
-    let longest = delays
-        .iter()
-        .filter_map(|d| d.last().copied())
-        .fold(1.0, f64::max);
-    // The axis ends at the first labelled tick past the longest delay (at least 10 s).
-    let hi = LOG_TICKS
-        .iter()
-        .map(|&(t, _)| t)
-        .find(|&t| t >= longest.max(10.0))
-        .unwrap_or(longest);
-    let log_hi = hi.log10();
-    let x_fraction = |seconds: f64| seconds.max(1.0).log10() / log_hi;
+        .collect()
+}
 
+/// Where `seconds` is on the log delay axis that ends at 10^`log_hi` (under 1 s at 1 s).
+fn log_fraction(seconds: f64, log_hi: f64) -> f64 {
+    seconds.max(1.0).log10() / log_hi
+}
+
+/// The caption, and per variant its line style, how many jobs and how many waited under 1 s.
+fn cdf_legend(out: &mut String, runs: &[VariantRun], delays: &[Vec<f64>]) {
     out.push_str(
         "<p class=\"caption\">Cumulative distribution of the queueing delay of completed jobs \
          (every wait, re-queues after preemption included), log scale. Delays under 1 s, zero \
          included, are drawn at 1 s.</p>\n<div class=\"legend\">",
     );
-    for (index, (run, d)) in runs.iter().zip(&delays).enumerate() {
+    for (index, (run, d)) in runs.iter().zip(delays).enumerate() {
         let detail = if d.is_empty() {
             "no completed job".to_string()
         } else {
@@ -1106,16 +1205,10 @@ fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
         );
     }
     out.push_str("</div>\n");
+}
 
-    let frame = Frame {
-        width: 1140.0,
-        height: 360.0,
-        left: 64.0,
-        right: 24.0,
-        top: 12.0,
-        bottom: 40.0,
-    };
-    frame.open(out, "cdf", "Queueing delay CDF per variant");
+/// The CDF's axes: fractions of jobs up the side, delay ticks up to `hi` seconds along.
+fn cdf_axes(out: &mut String, frame: &Frame, hi: f64) {
     for i in 0..=4 {
         let f = f64::from(i) / 4.0;
         let y = coord(frame.y(f));
@@ -1134,45 +1227,83 @@ fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
         "<text transform=\"translate(14 {}) rotate(-90)\" text-anchor=\"middle\">jobs</text>\n",
         coord(frame.top + frame.plot_height() / 2.0)
     );
+    let log_hi = hi.log10();
     for &(t, label) in LOG_TICKS.iter().filter(|&&(t, _)| t <= hi) {
-        frame.x_tick(out, frame.x(x_fraction(t)), label);
+        frame.x_tick(out, frame.x(log_fraction(t, log_hi)), label);
     }
     frame.x_axis(out, "queueing delay (log scale)");
+}
 
+/// Variant `index`'s CDF line of its sorted delays `d`; nothing when it has none.
+fn cdf_line(
+    out: &mut String,
+    frame: &Frame,
+    log_hi: f64,
+    (index, run): (usize, &VariantRun),
+    d: &[f64],
+) {
+    let x_fraction = |seconds: f64| log_fraction(seconds, log_hi);
+    let points = cdf_points(d);
+    let Some(&(first, _)) = points.first() else {
+        return;
+    };
+    let mut path = format!(
+        "M{},{}",
+        coord(frame.x(x_fraction(first))),
+        coord(frame.y(0.0))
+    );
+    let mut last = String::new();
+    for &(v, f) in &points[1..] {
+        let p = format!("{},{}", coord(frame.x(x_fraction(v))), coord(frame.y(f)));
+        if p != last {
+            w!(path, "L{p}");
+            last = p;
+        }
+    }
+    w!(path, "L{},{}", coord(frame.x1()), coord(frame.y(1.0)));
+    let q = &run.metrics.overall.queue_delay_s;
+    w!(
+        out,
+        "<path d=\"{path}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" \
+         stroke-linejoin=\"round\"{}><title>{}: p50 {}, p95 {}, p99 {}</title></path>\n",
+        variant_colour(index),
+        variant_dash(index),
+        escape(&run.metrics.name),
+        format_duration(q.p50),
+        format_duration(q.p95),
+        format_duration(q.p99)
+    );
+}
+
+fn cdf_chart(out: &mut String, runs: &[VariantRun]) {
+    let delays = sorted_delays(runs);
+    let longest = delays
+        .iter()
+        .filter_map(|d| d.last().copied())
+        .fold(1.0, f64::max);
+    // The axis ends at the first labelled tick past the longest delay (at least 10 s).
+    let hi = LOG_TICKS
+        .iter()
+        .map(|&(t, _)| t)
+        .find(|&t| t >= longest.max(10.0))
+        .unwrap_or(longest);
+    cdf_legend(out, runs, &delays);
+
+    let frame = Frame {
+        width: 1140.0,
+        height: 360.0,
+        left: 64.0,
+        right: 24.0,
+        top: 12.0,
+        bottom: 40.0,
+    };
+    frame.open(out, "cdf", "Queueing delay CDF per variant");
+    cdf_axes(out, &frame, hi);
     if delays.iter().all(Vec::is_empty) {
         frame.empty_note(out, "no completed job in any variant");
     }
-    for (index, (run, d)) in runs.iter().zip(&delays).enumerate() {
-        let points = cdf_points(d);
-        let Some(&(first, _)) = points.first() else {
-            continue;
-        };
-        let mut path = format!(
-            "M{},{}",
-            coord(frame.x(x_fraction(first))),
-            coord(frame.y(0.0))
-        );
-        let mut last = String::new();
-        for &(v, f) in &points[1..] {
-            let p = format!("{},{}", coord(frame.x(x_fraction(v))), coord(frame.y(f)));
-            if p != last {
-                w!(path, "L{p}");
-                last = p;
-            }
-        }
-        w!(path, "L{},{}", coord(frame.x1()), coord(frame.y(1.0)));
-        let q = &run.metrics.overall.queue_delay_s;
-        w!(
-            out,
-            "<path d=\"{path}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" \
-             stroke-linejoin=\"round\"{}><title>{}: p50 {}, p95 {}, p99 {}</title></path>\n",
-            variant_colour(index),
-            variant_dash(index),
-            escape(&run.metrics.name),
-            format_duration(q.p50),
-            format_duration(q.p95),
-            format_duration(q.p99)
-        );
+    for (variant, d) in runs.iter().enumerate().zip(&delays) {
+        cdf_line(out, &frame, hi.log10(), variant, d);
     }
     out.push_str("</svg>\n");
 }
@@ -1198,46 +1329,56 @@ impl BarKind {
     }
 }
 
-fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: BarKind) {
-    let (heading, axis, class, label, nothing) = match kind {
-        BarKind::Preemptions => (
-            "Preemptions per share",
-            "preemptions",
-            "preemptions",
-            "Preemptions per share and variant",
-            "no preemption in any variant",
-        ),
-        BarKind::LostWork => (
-            "Lost work per share",
-            "GPU-hours lost",
-            "lost-work",
-            "Lost GPU-hours per share and variant",
-            "no work lost in any variant",
-        ),
-    };
-    w!(out, "<h3>{heading}</h3>\n");
-    // values[share][variant]: None where the variant has no such share.
-    let values: Vec<Vec<Option<f64>>> = shares
-        .iter()
-        .map(|share| {
-            runs.iter()
-                .map(|run| {
-                    run.metrics
-                        .shares
-                        .iter()
-                        .find(|s| &s.name == share)
-                        .map(|s| kind.value(&s.stats))
-                })
-                .collect()
-        })
-        .collect();
-    let max = values
-        .iter()
-        .flatten()
-        .flatten()
-        .copied()
-        .fold(0.0, f64::max);
+/// The chart's heading, value axis title, CSS class, label and note when every value is 0.
+struct BarNames {
+    heading: &'static str,
+    axis: &'static str,
+    class: &'static str,
+    label: &'static str,
+    nothing: &'static str,
+}
 
+impl BarKind {
+    fn names(self) -> BarNames {
+        match self {
+            BarKind::Preemptions => BarNames {
+                heading: "Preemptions per share",
+                axis: "preemptions",
+                class: "preemptions",
+                label: "Preemptions per share and variant",
+                nothing: "no preemption in any variant",
+            },
+            BarKind::LostWork => BarNames {
+                heading: "Lost work per share",
+                axis: "GPU-hours lost",
+                class: "lost-work",
+                label: "Lost GPU-hours per share and variant",
+                nothing: "no work lost in any variant",
+            },
+        }
+    }
+
+    /// values[share][variant]: None where the variant has no such share.
+    fn values(self, runs: &[VariantRun], shares: &[String]) -> Vec<Vec<Option<f64>>> {
+        shares
+            .iter()
+            .map(|share| {
+                runs.iter()
+                    .map(|run| {
+                        run.metrics
+                            .shares
+                            .iter()
+                            .find(|s| &s.name == share)
+                            .map(|s| self.value(&s.stats))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// The bar chart's frame for `shares`, and whether their labels turn.
+fn bar_frame(shares: &[String]) -> (Frame, bool) {
     let longest_label = shares.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     let frame_width = 1140.0;
     let group_width = (frame_width - 80.0) / shares.len().max(1) as f64;
@@ -1251,9 +1392,49 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
         top: 12.0,
         bottom: if rotate { 100.0 } else { 40.0 },
     };
-    frame.open(out, &format!("bars {class}"), label);
+    (frame, rotate)
+}
+
+/// A share's name under its group of bars, cut to 20 characters (the whole on hover).
+fn bar_label(out: &mut String, share: &str, (cx, ly): (String, String), rotate: bool) {
+    let shown: String = if share.chars().count() > 20 {
+        share.chars().take(19).chain(['…']).collect()
+    } else {
+        share.to_string()
+    };
+    if rotate {
+        w!(
+            out,
+            "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"end\" \
+             transform=\"rotate(-40 {cx} {ly})\"><title>{}</title>{}</text>\n",
+            escape(share),
+            escape(&shown)
+        );
+    } else {
+        w!(
+            out,
+            "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\"><title>{}</title>{}</text>\n",
+            escape(share),
+            escape(&shown)
+        );
+    }
+}
+
+fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: BarKind) {
+    let names = kind.names();
+    w!(out, "<h3>{}</h3>\n", names.heading);
+    let values = kind.values(runs, shares);
+    let max = values
+        .iter()
+        .flatten()
+        .flatten()
+        .copied()
+        .fold(0.0, f64::max);
+
+    let (frame, rotate) = bar_frame(shares);
+    frame.open(out, &format!("bars {}", names.class), names.label);
     let (top, step) = value_axis(max, 5.0);
-    frame.value_axis(out, top, step, axis);
+    frame.value_axis(out, top, step, names.axis);
     let base = frame.base();
     w!(
         out,
@@ -1265,7 +1446,7 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
     if shares.is_empty() {
         frame.empty_note(out, "no shares");
     } else if max == 0.0 {
-        frame.empty_note(out, nothing);
+        frame.empty_note(out, names.nothing);
     }
 
     let group = frame.plot_width() / shares.len().max(1) as f64;
@@ -1289,29 +1470,8 @@ fn bar_chart(out: &mut String, runs: &[VariantRun], shares: &[String], kind: Bar
                 kind.text(value)
             );
         }
-        let shown: String = if share.chars().count() > 20 {
-            share.chars().take(19).chain(['…']).collect()
-        } else {
-            share.clone()
-        };
-        let cx = coord(gx + group / 2.0);
-        let ly = coord(base + 16.0);
-        if rotate {
-            w!(
-                out,
-                "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"end\" \
-                 transform=\"rotate(-40 {cx} {ly})\"><title>{}</title>{}</text>\n",
-                escape(share),
-                escape(&shown)
-            );
-        } else {
-            w!(
-                out,
-                "<text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\"><title>{}</title>{}</text>\n",
-                escape(share),
-                escape(&shown)
-            );
-        }
+        let label_at = (coord(gx + group / 2.0), coord(base + 16.0));
+        bar_label(out, share, label_at, rotate);
     }
     out.push_str("</svg>\n");
 }
