@@ -557,6 +557,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one table of refused channels, each case next to its message"
+    )]
     fn channels_that_cannot_be_served_or_would_leave_the_job_are_refused_naming_the_member() {
         let channel = |c: serde_json::Value| with(serde_json::json!({"InputDataConfig": [c]}));
         let s3 = |uri: &str| serde_json::json!({"S3DataSource": {"S3Uri": uri}});

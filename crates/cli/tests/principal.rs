@@ -4,6 +4,9 @@
 //!
 //! Keys are random, so outputs are checked line by line rather than against golden files.
 
+// A test tells one story from start to end; the length rule is for the product's code.
+#![allow(clippy::too_many_lines)]
+
 mod support;
 
 use std::net::TcpListener;

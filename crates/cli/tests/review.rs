@@ -29,6 +29,9 @@
 //! files under `tests/golden/review/` (bless an intended change of the rendering with
 //! `QM_BLESS=1 cargo test -p qm-cli --test review`), and renders the HTML page.
 
+// A test tells one story from start to end; the length rule is for the product's code.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -399,6 +399,10 @@ pub struct Fairness {
 impl Scheduler {
     /// The queue's fair-sharing standing (`qm shares`, the dashboard); `None` for an unknown
     /// queue.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over the lanes gathering every fairness figure"
+    )]
     pub fn fairness(&self, queue: &str) -> Option<Fairness> {
         let queue = &self.queues[self.queue_ix.get(queue)?.0 as usize];
         let units: std::collections::BTreeSet<UnitIx> = queue

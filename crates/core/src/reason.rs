@@ -276,6 +276,10 @@ impl PendingReason {
 }
 
 impl fmt::Display for PendingReason {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one match over the pending reasons, one arm per message"
+    )]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PendingReason::Misconfigured(m) => write!(f, "{}", m.status_reason()),

@@ -844,6 +844,10 @@ impl Scheduler {
         })
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a share's update checked and applied in one place"
+    )]
     fn put_share(&mut self, queue: &str, spec: ShareSpec) -> Result<(), CoreError> {
         let q = self.queue_by_name(queue)?;
         if spec.limits.len() > MAX_LIMITS {

@@ -2,6 +2,9 @@
 //! guarantees checked after every step by code that recomputes them from the public views
 //! (not from the core's own ledger).
 
+// A test tells one story from start to end; the length rule is for the product's code.
+#![allow(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;

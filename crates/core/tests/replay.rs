@@ -4,6 +4,9 @@
 //! batch. The differing rules are real policy switches: no preemptible backfill, an earlier
 //! reservation, no patience before a reclaim.
 
+// A test tells one story from start to end; the length rule is for the product's code.
+#![allow(clippy::too_many_lines)]
+
 use proptest::prelude::*;
 use qm_core::{
     AttemptId, CoreError, Effect, Exit, Input, JobId, JobSpec, Logged, Millis, Policy, QueueSpec,

@@ -690,7 +690,7 @@ impl State {
         let name = training_job_name(rec, attempt);
         rec.latest_training_job = Some(name.clone());
         rec.live = Some(AttemptRec {
-            attempt: attempt,
+            attempt,
             number: rec.attempt_counter,
             training_job_name: name,
             started_at: now,
@@ -747,7 +747,7 @@ impl State {
                 }
             }
         }
-        self.actions.push(Action::Stop { attempt: attempt });
+        self.actions.push(Action::Stop { attempt });
     }
 
     /// The (share, job id) a preemption is for.
@@ -933,7 +933,7 @@ impl State {
             }
         }
         self.core_apply(Input::AttemptExited {
-            attempt: attempt,
+            attempt,
             exit: outcome.to_core(),
         })?;
         Ok(Vec::new())

@@ -3,6 +3,9 @@
 //! that must come out identical. (The end-to-end tests in tests/e2e do the same through boto3
 //! and real processes.)
 
+// A test tells one story from start to end; the length rule is for the product's code.
+#![allow(clippy::too_many_lines)]
+
 use qm_api::Arns;
 use qm_core::AttemptId;
 use qm_server::command::{AuditEntry, Command, ExitRecord};

@@ -1,6 +1,9 @@
 //! `qm_store::backup`: a copy taken while another connection keeps appending is a whole prefix
 //! of the log, and the target's name only ever holds a complete, checked copy.
 
+// A test tells one story from start to end; the length rule is for the product's code.
+#![allow(clippy::too_many_lines)]
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

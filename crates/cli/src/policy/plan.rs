@@ -836,6 +836,10 @@ fn lowering_cause(p: &Position<'_>, unit: &str) -> Option<(String, bool)> {
 }
 
 /// The jobs the plan's lowering changes make preemptible.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the exposure rules per unit read as one walk over the shares"
+)]
 fn impact(desired: &Desired, live: &Live, order: &VictimOrder) -> Vec<Exposure> {
     let mut units: BTreeSet<&str> = desired.environment.keys().map(String::as_str).collect();
     if let Some(e) = &live.environment {

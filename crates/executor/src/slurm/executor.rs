@@ -997,6 +997,7 @@ fn capacity(
 
 /// How a job Slurm reports gone ended, for the attempt `slot`. Blocking: reads the attempt's
 /// start-error and failure files.
+#[expect(clippy::too_many_lines, reason = "one match over Slurm's job states")]
 fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
     let id = job.id;
     if slot.stop == Some(StopCause::Timeout) {
@@ -1125,6 +1126,7 @@ async fn submit(inner: Arc<Inner>, spec: LaunchSpec, instance: SlurmInstance) {
     }
 }
 
+#[expect(clippy::too_many_lines, reason = "a submit with its retries in order")]
 async fn submit_inner(
     inner: &Arc<Inner>,
     spec: &LaunchSpec,

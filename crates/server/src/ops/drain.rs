@@ -20,7 +20,7 @@ impl State {
         let requeued = self.decisions[from..]
             .iter()
             .filter_map(|e| match e {
-                Effect::Stop { job, .. } => self.jobs.get(&job).map(|r| PreemptResponse {
+                Effect::Stop { job, .. } => self.jobs.get(job).map(|r| PreemptResponse {
                     job_id: r.id.clone(),
                     job_name: r.request.job_name.clone(),
                 }),
