@@ -33,6 +33,27 @@ pub struct Account {
 }
 
 impl Account {
+    /// A share as accounting sees it after the fact (usage reports, the policy review):
+    /// `usage` of `entitlement`, its idle part lent (LEND) or not (RESERVE); how much it may
+    /// borrow does not matter there, since what it borrowed already happened.
+    pub fn recorded(entitlement: u32, usage: u32, lends: bool) -> Self {
+        Account {
+            entitlement,
+            usage,
+            strategy: if lends {
+                Strategy::Lend
+            } else {
+                Strategy::Reserve
+            },
+            allowance: None,
+        }
+    }
+
+    /// Entitlement its attempts do not use (lent or idle).
+    pub fn idle(&self) -> u32 {
+        self.entitlement - self.own()
+    }
+
     /// Usage within the entitlement.
     pub fn own(&self) -> u32 {
         self.usage.min(self.entitlement)

@@ -12,6 +12,7 @@
 //! applying DESIGN.md's identity (a share's use above its entitlement is borrowed) and the
 //! core's split of what is lent (`ledger::lent_out`), as the usage report does.
 
+use qm_core::ledger::Account;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use qm_api::qm::{AuditEntry, ResumeOutcome, UsageEvery};
@@ -431,13 +432,13 @@ impl Event {
     }
 }
 
-/// One share's account during the sweep.
-#[derive(Clone, Copy, Default)]
-struct Account {
-    usage: u32,
-    limit: u32,
-    lends: bool,
-}
+/// A share with no entitlement and no use, before the sweep meets it.
+const IDLE: Account = Account {
+    entitlement: 0,
+    usage: 0,
+    strategy: qm_core::Strategy::Reserve,
+    allowance: None,
+};
 
 /// Per job, in order: whether it borrowed and whether its share was lending when it was
 /// submitted.
@@ -537,9 +538,8 @@ impl UseClock {
                 if !self.counted.get(share as usize).copied().unwrap_or(false) {
                     continue;
                 }
-                let own = acct.usage.min(acct.limit);
-                self.own[i] += f64::from(own) * hours;
-                self.borrowed[i] += f64::from(acct.usage - own) * hours;
+                self.own[i] += f64::from(acct.own()) * hours;
+                self.borrowed[i] += f64::from(acct.borrowed()) * hours;
             }
         }
     }
@@ -589,22 +589,26 @@ fn sweep(
         last = t;
         match e {
             Event::End { share, count } => {
-                let a = accounts.entry(share).or_default();
+                let a = accounts.entry(share).or_insert(IDLE);
                 a.usage = a.usage.saturating_sub(count);
             }
             Event::Epoch { share, epoch } => {
                 let (unit_type, e) = epochs[epoch as usize];
-                let a = accounts.entry(share).or_default();
-                a.limit = e.limits.get(unit_type).copied().unwrap_or(0);
-                a.lends = e.lends;
+                let a = accounts.entry(share).or_insert(IDLE);
+                let usage = a.usage;
+                *a = Account::recorded(
+                    e.limits.get(unit_type).copied().unwrap_or(0),
+                    usage,
+                    e.lends,
+                );
             }
             Event::Submit { share, job } => {
                 flags[job as usize].lent_at_submit |= lends_now(&accounts, share);
             }
             Event::Start { share, count, job } => {
-                let a = accounts.entry(share).or_default();
+                let a = accounts.entry(share).or_insert(IDLE);
                 a.usage += count;
-                flags[job as usize].borrowed |= a.usage > a.limit;
+                flags[job as usize].borrowed |= a.borrowed() > 0;
             }
         }
     }
@@ -616,19 +620,7 @@ fn lends_now(accounts: &BTreeMap<u32, Account>, share: u32) -> bool {
     let Some(index) = accounts.keys().position(|&s| s == share) else {
         return false;
     };
-    let ledger: Vec<qm_core::ledger::Account> = accounts
-        .values()
-        .map(|a| qm_core::ledger::Account {
-            entitlement: a.limit,
-            usage: a.usage,
-            strategy: if a.lends {
-                qm_core::Strategy::Lend
-            } else {
-                qm_core::Strategy::Reserve
-            },
-            allowance: None,
-        })
-        .collect();
+    let ledger: Vec<Account> = accounts.values().copied().collect();
     qm_core::ledger::lent_out(&ledger)[index] > 0.0
 }
 

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::facts::{ShareEpoch, ShareHistory, UsageAttempt, UsageJob};
 use qm_api::qm::{Percentiles, UsageBy, UsageEvery, UsageHours, UsageReport, UsageRow};
+use qm_core::ledger::Account;
 
 const HOUR_MS: f64 = 3_600_000.0;
 const DAY_MS: i64 = 86_400_000;
@@ -529,22 +530,14 @@ impl Segment<'_> {
         cells: &mut BTreeMap<(usize, Key), Cell>,
         grouping: &Grouping,
     ) {
-        let used_of = |s: &ShareNow| s.by_principal.values().sum::<i64>().max(0) as f64;
         // The core's own split of what is borrowed over the lenders (`qm shares` shows the
-        // same at an instant).
-        let accounts: Vec<qm_core::ledger::Account> = self
+        // same at an instant), and its identity for own and borrowed.
+        let accounts: Vec<Account> = self
             .shares
             .values()
-            .map(|s| qm_core::ledger::Account {
-                entitlement: s.limit,
-                usage: u32::try_from(s.by_principal.values().sum::<i64>().max(0))
-                    .unwrap_or(u32::MAX),
-                strategy: if s.lends {
-                    qm_core::Strategy::Lend
-                } else {
-                    qm_core::Strategy::Reserve
-                },
-                allowance: None,
+            .map(|s| {
+                let used = s.by_principal.values().sum::<i64>().max(0);
+                Account::recorded(s.limit, u32::try_from(used).unwrap_or(u32::MAX), s.lends)
             })
             .collect();
         let lent_of = qm_core::ledger::lent_out(&accounts);
@@ -559,16 +552,16 @@ impl Segment<'_> {
                 total.idle_entitlement += part.idle_entitlement * scale;
             }
         };
-        for ((share, s), lent) in self.shares.iter().zip(lent_of) {
-            let (used, limit) = (used_of(s), f64::from(s.limit));
-            let own = used.min(limit);
-            let idle = limit - own;
+        for (((share, s), lent), account) in self.shares.iter().zip(lent_of).zip(&accounts) {
+            let used = f64::from(account.usage);
+            let own = f64::from(account.own());
+            let idle = f64::from(account.idle());
             for (principal, &n) in &s.by_principal {
                 let f = n.max(0) as f64 / used;
                 let hours = UsageHours {
                     used: used * f,
                     within_entitlement: own * f,
-                    borrowed: (used - own) * f,
+                    borrowed: f64::from(account.borrowed()) * f,
                     ..UsageHours::default()
                 };
                 add(
