@@ -76,7 +76,7 @@ fn launched(actions: &[Action], job: &str) -> AttemptId {
     actions
         .iter()
         .find_map(|a| match a {
-            Action::Launch(l) if l.job_id == job => Some(l.attempt),
+            Action::Launch { spec, .. } if spec.job_id == job => Some(spec.attempt),
             _ => None,
         })
         .unwrap_or_else(|| panic!("{job} was not launched: {actions:?}"))

@@ -363,8 +363,11 @@ impl JobStatus {
     }
 }
 
-/// How an attempt ended, as reported by the shell once its processes are really gone.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How an attempt ended, as reported by the shell once its processes are really gone: what
+/// the executor reports (and its supervisors write in their outcome files, in this shape) and
+/// the core consumes. The log keeps its own versioned encoding of it (the server's
+/// `ExitRecord`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Exit {
     /// Exit code 0.
     Succeeded,
@@ -383,6 +386,7 @@ pub enum Exit {
         /// How many attempts of a job in a row may be lost and queued again for free; the
         /// next one lost fails the job (a job that kills its server or node must not loop).
         /// `None`: no limit (logs written before the limit existed replay as they did).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         max_in_a_row: Option<u32>,
     },
 }

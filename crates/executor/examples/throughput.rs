@@ -10,7 +10,7 @@
 use qm_executor::AttemptId;
 use std::time::{Duration, Instant};
 
-use qm_executor::{ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec};
+use qm_executor::{ExecEvent, Exit, LaunchSpec, LocalConfig, LocalExecutor, PoolSpec};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -55,7 +55,7 @@ async fn main() {
         if let ExecEvent::Exited { outcome, .. } = rx.recv().await.expect("events") {
             {
                 done += 1;
-                if outcome != Outcome::Succeeded {
+                if outcome != Exit::Succeeded {
                     failed += 1;
                     if failed == 1 {
                         eprintln!("first failure: {outcome:?}");

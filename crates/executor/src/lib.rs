@@ -56,7 +56,7 @@ pub use executor::{
 pub use inventory::{default_pools, detect_gpus, instance_type_for_gpu, GpuInfo, PoolSpec};
 pub use isolation::JobUids;
 pub use layout::{log_file_name, LogStream};
-pub use outcome::{Outcome, Usage, OUT_OF_MEMORY, TIMEOUT_REASON};
+pub use outcome::{Exit, Usage, OUT_OF_MEMORY, TIMEOUT_REASON};
 pub use progress::Steps;
 /// The core's number of an attempt: the executor runs attempts by it.
 pub use qm_core::AttemptId;

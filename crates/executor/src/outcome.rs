@@ -6,6 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
+pub use qm_core::Exit;
 use serde::{Deserialize, Serialize};
 
 /// The reason of an attempt stopped for exceeding its `max_runtime` (never retried).
@@ -55,27 +56,6 @@ pub struct Usage {
 
 /// The longest failure-file message kept, in characters (SageMaker truncates too).
 const FAILURE_MESSAGE_MAX_CHARS: usize = 512;
-
-/// How an attempt ended once every process is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outcome {
-    /// Every process exited with status 0.
-    Succeeded,
-    /// Something failed; `reason` is what the API shows as the attempt's status reason.
-    Failed {
-        /// Human- and glob-readable reason, e.g.
-        /// `Received status from SageMaker: AlgorithmError: process exited with code 3`.
-        reason: String,
-        /// False only for timeouts, which are not retried.
-        retryable: bool,
-    },
-    /// The attempt was lost through no fault of the job (a node of a Slurm allocation failed):
-    /// the job goes back to RUNNABLE without using a retry.
-    Lost {
-        /// What happened, shown as the attempt's status reason.
-        reason: String,
-    },
-}
 
 /// `process exited with code <n>` or `process killed by signal <SIGNAME>`, prefixed.
 pub(crate) fn exit_reason(status: ExitStatus) -> String {

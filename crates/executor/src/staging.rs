@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::layout::{log_file_name, JobLayout};
 use crate::outcome::CLIENT_ERROR;
-use crate::{isolation, LaunchSpec, Outcome};
+use crate::{isolation, Exit, LaunchSpec};
 
 /// How often a download's progress may become the job's status reason (each is a logged
 /// command on the server).
@@ -105,7 +105,7 @@ impl Stage {
         spec: &LaunchSpec,
         layout: &JobLayout,
         checkpoint_dir: &Path,
-    ) -> Result<Option<SyncState>, Outcome> {
+    ) -> Result<Option<SyncState>, Exit> {
         for c in &spec.channels {
             let dir = crate::input::channel_dir(layout, &c.name);
             let what = format!("channel {}", c.name);
@@ -117,7 +117,7 @@ impl Stage {
             }
             self.download(&what, &c.uri, &dir, manifest)
                 .await
-                .map_err(|e| Outcome::Failed {
+                .map_err(|e| Exit::Failed {
                     reason: format!("{CLIENT_ERROR}downloading {what} from {}: {e}", c.uri),
                     retryable: !e.is_permanent(),
                 })?;
@@ -127,7 +127,7 @@ impl Stage {
         };
         self.restore(uri, layout, checkpoint_dir)
             .await
-            .map_err(|reason| Outcome::Failed {
+            .map_err(|reason| Exit::Failed {
                 reason,
                 retryable: true,
             })?;
@@ -137,7 +137,7 @@ impl Stage {
             .await
             .unwrap_or_else(|e| Err(e.to_string()))
             .map(Some)
-            .map_err(|e| Outcome::Failed {
+            .map_err(|e| Exit::Failed {
                 reason: format!("{CLIENT_ERROR}reading the restored checkpoints: {e}"),
                 retryable: true,
             })

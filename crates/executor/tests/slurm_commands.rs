@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use qm_executor::slurm::{AdoptSpec, Adopted, SlurmConfig, SlurmExecutor, SlurmInstance};
-use qm_executor::{ExecEvent, LaunchSpec, Outcome};
+use qm_executor::{ExecEvent, Exit, LaunchSpec};
 use tokio::sync::mpsc;
 
 const TAG: &str = "t1";
@@ -127,7 +127,7 @@ async fn next_event(rx: &mut mpsc::UnboundedReceiver<ExecEvent>) -> ExecEvent {
         .expect("the channel is open")
 }
 
-async fn exited(rx: &mut mpsc::UnboundedReceiver<ExecEvent>, attempt: u64) -> Outcome {
+async fn exited(rx: &mut mpsc::UnboundedReceiver<ExecEvent>, attempt: u64) -> Exit {
     loop {
         if let ExecEvent::Exited {
             attempt: a,
@@ -165,7 +165,7 @@ async fn a_submit_whose_answer_was_lost_is_found_by_its_comment_and_not_submitte
         "[{}]",
         job_json(101, &marker("job-a", 1, 1), "COMPLETED", "n1")
     ));
-    assert_eq!(exited(&mut rx, 1).await, Outcome::Succeeded);
+    assert_eq!(exited(&mut rx, 1).await, Exit::Succeeded);
     assert!(
         fake.lines("scancel.log").is_empty(),
         "{:?}",
@@ -182,7 +182,7 @@ async fn a_configuration_refusal_fails_the_job_without_retries_and_names_the_key
     std::fs::write(fake.path("sbatch.mode"), "refuse").unwrap();
     ex.start(spec(1, "job-a")).unwrap();
     match exited(&mut rx, 1).await {
-        Outcome::Failed { reason, retryable } => {
+        Exit::Failed { reason, retryable } => {
             assert!(!retryable);
             assert!(
                 reason.contains("Invalid partition") && reason.contains("executor.slurm.instance"),
@@ -228,12 +228,12 @@ async fn adoption_follows_running_jobs_records_ended_ones_and_carries_on_a_stop(
         got,
         vec![
             (AttemptId(1), Adopted::Running),
-            (AttemptId(2), Adopted::Ended(Outcome::Succeeded)),
+            (AttemptId(2), Adopted::Ended(Exit::Succeeded)),
             (AttemptId(3), Adopted::Unknown),
             (AttemptId(4), Adopted::Unknown),
         ]
     );
-    assert_eq!(ex.recorded_outcome("job-b", 2), Some(Outcome::Succeeded));
+    assert_eq!(ex.recorded_outcome("job-b", 2), Some(Exit::Succeeded));
     assert_eq!(
         ex.capacity()["ml.g5.xlarge"],
         1,
@@ -261,7 +261,7 @@ async fn adoption_follows_running_jobs_records_ended_ones_and_carries_on_a_stop(
         "[{}]",
         job_json(7, &marker("job-a", 1, 1), "CANCELLED", "n1")
     ));
-    assert!(matches!(exited(&mut rx, 1).await, Outcome::Failed { .. }));
+    assert!(matches!(exited(&mut rx, 1).await, Exit::Failed { .. }));
 }
 
 #[tokio::test]
@@ -303,5 +303,5 @@ async fn a_stop_goes_out_while_the_job_list_cannot_be_read() {
         "[{}]",
         job_json(7, &marker("job-a", 1, 1), "CANCELLED", "n1")
     ));
-    assert!(matches!(exited(&mut rx, 1).await, Outcome::Failed { .. }));
+    assert!(matches!(exited(&mut rx, 1).await, Exit::Failed { .. }));
 }

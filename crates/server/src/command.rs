@@ -405,7 +405,10 @@ impl TryFrom<&Decision> for qm_core::Effect {
     }
 }
 
-/// How an attempt ended, as logged.
+/// How an attempt ended, as logged: the versioned encoding of [`qm_core::Exit`] (the type
+/// the executor reports and the core consumes), kept apart so that a change to the core's
+/// type does not change how logs already written read back. `From<Exit>` and
+/// [`ExitRecord::to_core`] are its only conversions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind")]
 pub enum ExitRecord {
@@ -429,8 +432,25 @@ pub enum ExitRecord {
     },
 }
 
+/// The logged form of an executor's report: the one conversion into the log's encoding.
+impl From<qm_core::Exit> for ExitRecord {
+    fn from(exit: qm_core::Exit) -> Self {
+        match exit {
+            qm_core::Exit::Succeeded => ExitRecord::Succeeded,
+            qm_core::Exit::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
+            qm_core::Exit::Lost {
+                reason,
+                max_in_a_row,
+            } => ExitRecord::Lost {
+                reason,
+                max_in_a_row,
+            },
+        }
+    }
+}
+
 impl ExitRecord {
-    /// The core's view.
+    /// The core's view: the one conversion out of the log's encoding.
     pub fn to_core(&self) -> qm_core::Exit {
         match self {
             ExitRecord::Succeeded => qm_core::Exit::Succeeded,

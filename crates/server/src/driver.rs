@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use qm_api::ApiError;
 use qm_core::{AttemptId, Effect};
-use qm_executor::{ExecEvent, LaunchSpec, Outcome};
+use qm_executor::{ExecEvent, Exit, LaunchSpec};
 use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
@@ -22,7 +22,7 @@ use crate::archive::{Archive, ArchivedJob};
 pub use crate::clock::now_ms;
 use crate::command::{Command, Decision, ExitRecord, DECISIONS_FORMAT};
 use crate::error::ServerError;
-use crate::exec::{exit_record, launch_spec, Execute, Executor};
+use crate::exec::{Execute, Executor};
 pub use crate::request::Cadence;
 use crate::request::{Answer, Query, Request};
 use crate::snapshot::{decode_image, encode_image, StateImage, SNAPSHOT_FORMAT};
@@ -901,12 +901,15 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         actions
             .into_iter()
             .map(|a| match a {
-                Action::Launch(l) => {
-                    let attempt = l.attempt;
-                    match self
-                        .executor
-                        .ready(launch_spec(*l, self.credentials.as_deref()))
-                    {
+                Action::Launch { mut spec, role } => {
+                    let attempt = spec.attempt;
+                    // A job that names no role keeps the server's storage for its transfers.
+                    spec.credentials = self
+                        .credentials
+                        .as_deref()
+                        .filter(|_| role)
+                        .map(|b| b.for_attempt(attempt));
+                    match self.executor.ready(*spec) {
                         Ok(Some(spec)) => Carry::Start(Box::new(spec)),
                         Ok(None) => Carry::Release(attempt),
                         Err(e) => Carry::Refused(attempt, e),
@@ -940,7 +943,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
             };
             let _ = self.events_tx.send(ExecEvent::Exited {
                 attempt,
-                outcome: Outcome::Failed {
+                outcome: Exit::Failed {
                     reason: format!(
                         "Received status from SageMaker: InternalServerError: the executor could not start the attempt: {refused}"
                     ),
@@ -992,7 +995,7 @@ fn event_command(ev: ExecEvent) -> Command {
             ..
         } => Command::AttemptExited {
             attempt,
-            outcome: exit_record(outcome),
+            outcome: ExitRecord::from(outcome),
             usage,
         },
     }

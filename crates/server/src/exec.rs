@@ -9,14 +9,12 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 
-use std::time::Duration;
-
 use qm_executor::slurm::{AdoptSpec, Adopted, SlurmExecutor};
-use qm_executor::{AttemptId, ExecError, LaunchSpec, LocalExecutor, Outcome, Reconciled};
+use qm_executor::{AttemptId, ExecError, Exit, LaunchSpec, LocalExecutor, Reconciled};
 
 use crate::command::{Command, ExitRecord};
 use crate::error::ServerError;
-use crate::state::{Launch, State};
+use crate::state::State;
 
 /// What the driver asks of an executor.
 pub trait Execute: Send + 'static {
@@ -36,7 +34,7 @@ pub trait Execute: Send + 'static {
     /// Stops an attempt; it reports `Exited` once its processes are gone.
     fn stop(&self, attempt: AttemptId);
     /// How an attempt ended, as the executor recorded it before reporting it.
-    fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome>;
+    fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Exit>;
     /// The directory that holds every attempt of `job_id`.
     fn job_dir(&self, job_id: &str) -> PathBuf;
     /// After a restart: the commands that say what became of the attempts `state` holds as
@@ -90,7 +88,7 @@ impl Executor {
     }
 
     /// How an attempt ended, as the executor recorded it before reporting it.
-    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
+    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Exit> {
         match self {
             Executor::Local(e) => e.recorded_outcome(job_id, attempt_number),
             Executor::Slurm(e) => e.recorded_outcome(job_id, attempt_number),
@@ -144,7 +142,7 @@ impl Execute for Executor {
         Executor::stop(self, attempt)
     }
 
-    fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
+    fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Exit> {
         Executor::recorded_outcome(self, job_id, attempt_number)
     }
 
@@ -199,7 +197,7 @@ fn reconciled_commands(results: Vec<(AttemptId, Reconciled)>) -> Vec<Command> {
                 ended += 1;
                 commands.push(Command::AttemptExited {
                     attempt,
-                    outcome: exit_record(outcome),
+                    outcome: ExitRecord::from(outcome),
                     usage,
                 });
             }
@@ -237,7 +235,7 @@ pub(crate) async fn reconcile_slurm(
     for (attempt, _) in &state.live_attempts() {
         match state.live_launch(*attempt) {
             Some((launch, running)) => specs.push(AdoptSpec {
-                spec: launch_spec(launch, None),
+                spec: launch,
                 running_since_ms: running.map(|ms| ms.max(0) as u64),
                 // A stop the previous server had begun (a preemption, a termination) is
                 // carried on: the core still waits for this attempt to go.
@@ -270,61 +268,4 @@ pub(crate) async fn reconcile_slurm(
         results.push((attempt, reconciled));
     }
     Ok(reconciled_commands(results))
-}
-
-pub(crate) fn exit_record(outcome: Outcome) -> ExitRecord {
-    match outcome {
-        Outcome::Succeeded => ExitRecord::Succeeded,
-        Outcome::Failed { reason, retryable } => ExitRecord::Failed { reason, retryable },
-        Outcome::Lost { reason } => ExitRecord::Lost {
-            reason,
-            max_in_a_row: None,
-        },
-    }
-}
-
-/// The executor's spec of launch `l`; with `credentials`, the attempt gets its job's role
-/// from the server's endpoint.
-pub(crate) fn launch_spec(
-    l: Launch,
-    credentials: Option<&crate::credentials::Broker>,
-) -> LaunchSpec {
-    // A job that names no role keeps the server's storage for its transfers, as before.
-    let credentials = credentials
-        .filter(|_| l.payload.role_arn.is_some())
-        .map(|b| b.for_attempt(l.attempt));
-    LaunchSpec {
-        attempt: l.attempt,
-        job_id: l.job_id,
-        attempt_number: l.attempt_number,
-        // SageMaker's name for the job (TRAINING_JOB_NAME, and where its model goes).
-        job_name: l.payload.training_job_name.clone().unwrap_or(l.job_name),
-        instance_type: l.instance_type,
-        count: l.count,
-        entrypoint: l.payload.entrypoint,
-        arguments: l.payload.arguments,
-        training_image: l.payload.training_image,
-        environment: l.payload.environment,
-        hyperparameters: l.payload.hyperparameters,
-        max_runtime: l.runtime_limit_seconds.map(Duration::from_secs),
-        checkpoint_path: l.payload.checkpoint_local_path.map(PathBuf::from),
-        checkpoint_uri: l.payload.checkpoint_s3_uri,
-        output_path: l.payload.output_path,
-        channels: l
-            .payload
-            .channels
-            .into_iter()
-            .map(|c| qm_executor::InputChannel {
-                name: c.name,
-                uri: c.uri,
-                data_type: c.data_type,
-                input_mode: c.input_mode,
-                distribution: c.distribution,
-                content_type: c.content_type,
-                compression: c.compression,
-                record_wrapper: c.record_wrapper,
-            })
-            .collect(),
-        credentials,
-    }
 }

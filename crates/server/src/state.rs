@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use qm_api::*;
 use qm_core::{AttemptId, Effect, Input, JobId, JobStatus, Scheduler, StopCause};
+use qm_executor::LaunchSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, ExitRecord};
@@ -25,35 +26,19 @@ pub const PREEMPTED_WINDOW: usize = 10;
 /// Something the driver must do once the batch is durable.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Start an attempt.
-    Launch(Box<Launch>),
+    /// Start an attempt: the executor's spec, built once here from the job; `role` when the
+    /// payload names a role, which the driver then hands the attempt credentials for.
+    Launch {
+        /// What to run.
+        spec: Box<LaunchSpec>,
+        /// Whether the attempt acts as its job's role (`RoleArn`).
+        role: bool,
+    },
     /// Stop an attempt (SIGTERM, grace, SIGKILL).
     Stop {
         /// Core attempt id.
         attempt: AttemptId,
     },
-}
-
-/// Everything the executor needs to run an attempt.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Launch {
-    /// Core attempt id.
-    pub attempt: AttemptId,
-    /// API job id.
-    pub job_id: String,
-    /// 1-based attempt number of the job.
-    pub attempt_number: u32,
-    /// Job name.
-    pub job_name: String,
-    /// Instance type.
-    pub instance_type: String,
-    /// Instances.
-    pub count: u32,
-    /// Parsed payload.
-    pub payload: TrainingPayload,
-    /// The longest the attempt may run ([`qm_api::runtime_limit_seconds`]: the lower of
-    /// `StoppingCondition.MaxRuntimeInSeconds` and `timeoutConfig.attemptDurationSeconds`).
-    pub runtime_limit_seconds: Option<u64>,
 }
 
 /// A service environment.
@@ -187,19 +172,52 @@ pub struct AttemptRec {
 }
 
 impl JobRec {
-    /// What its live attempt runs: the launch handed to the executor.
-    fn live_launch(&self) -> Option<Launch> {
+    /// What its live attempt runs: the executor's spec, from the job's SageMaker payload
+    /// (credentials are the driver's to add).
+    fn live_launch(&self) -> Option<LaunchSpec> {
         let live = self.live.as_ref()?;
-        Some(Launch {
+        let p = &self.payload;
+        Some(LaunchSpec {
             attempt: live.attempt,
             job_id: self.id.clone(),
             attempt_number: live.number,
-            job_name: self.request.job_name.clone(),
+            // SageMaker's name for the job (TRAINING_JOB_NAME, and where its model goes).
+            job_name: p
+                .training_job_name
+                .clone()
+                .unwrap_or_else(|| self.request.job_name.clone()),
             instance_type: live.instance_type.clone(),
             count: live.count,
-            runtime_limit_seconds: qm_api::runtime_limit_seconds(&self.payload, &self.request),
-            payload: self.payload.clone(),
+            entrypoint: p.entrypoint.clone(),
+            arguments: p.arguments.clone(),
+            training_image: p.training_image.clone(),
+            environment: p.environment.clone(),
+            hyperparameters: p.hyperparameters.clone(),
+            max_runtime: qm_api::runtime_limit_seconds(p, &self.request)
+                .map(std::time::Duration::from_secs),
+            checkpoint_path: p
+                .checkpoint_local_path
+                .as_ref()
+                .map(std::path::PathBuf::from),
+            checkpoint_uri: p.checkpoint_s3_uri.clone(),
+            output_path: p.output_path.clone(),
+            channels: p.channels.iter().map(input_channel).collect(),
+            credentials: None,
         })
+    }
+}
+
+/// A payload's channel as the executor takes it.
+fn input_channel(c: &qm_api::channel::Channel) -> qm_executor::InputChannel {
+    qm_executor::InputChannel {
+        name: c.name.clone(),
+        uri: c.uri.clone(),
+        data_type: c.data_type.clone(),
+        input_mode: c.input_mode.clone(),
+        distribution: c.distribution.clone(),
+        content_type: c.content_type.clone(),
+        compression: c.compression.clone(),
+        record_wrapper: c.record_wrapper.clone(),
     }
 }
 
@@ -711,10 +729,14 @@ impl State {
             checkpoints: 0,
         });
         rec.scheduled_at = Some(now);
-        let launch = rec.live_launch().expect("the live attempt was just set");
+        let spec = rec.live_launch().expect("the live attempt was just set");
+        let role = rec.payload.role_arn.is_some();
         self.attempt_job.insert(attempt, job);
         self.set_status(job, ServiceJobStatus::Scheduled, None);
-        self.actions.push(Action::Launch(Box::new(launch)));
+        self.actions.push(Action::Launch {
+            spec: Box::new(spec),
+            role,
+        });
     }
 
     /// A stop: the live attempt learns why and when; a preemption is counted and kept in the
@@ -1022,17 +1044,17 @@ impl State {
 
     /// Whose role attempt `attempt` acts as, while it holds capacity.
     pub fn attempt_role(&self, attempt: AttemptId) -> Option<crate::request::AttemptRole> {
-        let (launch, _) = self.live_launch(attempt)?;
-        let share = self
-            .jobs
-            .get(self.attempt_job.get(&attempt)?)?
-            .share
-            .clone();
+        let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
+        rec.live.as_ref().filter(|l| l.attempt == attempt)?;
         Some(crate::request::AttemptRole {
-            share,
-            role_arn: launch.payload.role_arn,
-            job_id: launch.job_id,
-            job_name: launch.payload.training_job_name.unwrap_or(launch.job_name),
+            share: rec.share.clone(),
+            role_arn: rec.payload.role_arn.clone(),
+            job_id: rec.id.clone(),
+            job_name: rec
+                .payload
+                .training_job_name
+                .clone()
+                .unwrap_or_else(|| rec.request.job_name.clone()),
         })
     }
 
@@ -1045,7 +1067,7 @@ impl State {
 
     /// What was launched for live attempt `attempt`, rebuilt from the job (the Slurm executor
     /// adopts its jobs with it after a restart), and when it was seen running, if it was.
-    pub fn live_launch(&self, attempt: AttemptId) -> Option<(Launch, Option<i64>)> {
+    pub fn live_launch(&self, attempt: AttemptId) -> Option<(LaunchSpec, Option<i64>)> {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         let launch = rec.live_launch().filter(|l| l.attempt == attempt)?;
         let running = rec.live.as_ref().and_then(|l| l.running_at);

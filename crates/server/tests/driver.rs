@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use qm_api::{ApiError, Arns};
-use qm_executor::{ExecError, ExecEvent, LaunchSpec, Outcome};
+use qm_executor::{ExecError, ExecEvent, Exit, LaunchSpec};
 use qm_server::command::{Command, ExitRecord};
 use qm_server::driver::{recover, Cadence, Channels, Driver, Envelope, Snapshotter};
 use qm_server::error::ServerError;
@@ -104,7 +104,7 @@ impl Execute for Fake {
         note(&self.journal, format!("stop {attempt}"));
         let _ = self.events.send(ExecEvent::Exited {
             attempt,
-            outcome: Outcome::Failed {
+            outcome: Exit::Failed {
                 reason: "stopped".into(),
                 retryable: true,
             },
@@ -112,7 +112,7 @@ impl Execute for Fake {
             usage: None,
         });
     }
-    fn recorded_outcome(&self, _: &str, _: u32) -> Option<Outcome> {
+    fn recorded_outcome(&self, _: &str, _: u32) -> Option<Exit> {
         None
     }
     fn job_dir(&self, job_id: &str) -> PathBuf {

@@ -134,7 +134,7 @@ fn launched(actions: &[Action]) -> Vec<(String, AttemptId)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Launch(l) => Some((l.job_id.clone(), l.attempt)),
+            Action::Launch { spec, .. } => Some((spec.job_id.clone(), spec.attempt)),
             _ => None,
         })
         .collect()

@@ -26,7 +26,7 @@ use crate::supervisor::link::Conn;
 use crate::supervisor::protocol::{Launch, Placement, Running, Settings, Status, ToSupervisor};
 use crate::supervisor::zygote::{self, Zygote};
 use crate::supervisor::{self as sup, Identity};
-use crate::{ExecError, Outcome, PoolSpec, Usage};
+use crate::{ExecError, Exit, PoolSpec, Usage};
 use qm_storage::Storage;
 
 mod background;
@@ -328,7 +328,7 @@ pub enum ExecEvent {
         /// The attempt.
         attempt: AttemptId,
         /// How it ended.
-        outcome: Outcome,
+        outcome: Exit,
         /// Epoch milliseconds.
         at_ms: u64,
         /// What it used, where the executor counts it (the local executor's attempts that
@@ -503,7 +503,7 @@ pub enum Reconciled {
         running: Option<(Vec<u32>, Vec<u32>, Identity)>,
     },
     /// It ended: as its outcome file says.
-    Ended(Outcome, Option<Usage>),
+    Ended(Exit, Option<Usage>),
     /// Its supervisor is gone (it died, or the machine rebooted): lost, for this reason.
     Lost(String),
 }
@@ -820,7 +820,7 @@ impl LocalExecutor {
 
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event;
     /// `None` when it has not ended (or never started here).
-    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
+    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Exit> {
         sup::read_outcome(&self.log_dir(job_id, attempt_number))
     }
 
@@ -1040,7 +1040,7 @@ impl Inner {
             }
             Err(e) => self.finish(
                 attempt,
-                Outcome::Failed {
+                Exit::Failed {
                     reason: format!(
                         "Received status from SageMaker: InternalServerError: cannot start the attempt's supervisor: {e}"
                     ),
@@ -1288,7 +1288,7 @@ impl Inner {
     /// (its supervisor said so, after writing the outcome). The progress file is read a last
     /// time first (a bounded read: the lines the job wrote while it was stopping say where it
     /// stopped).
-    pub(crate) fn finish(&self, attempt: AttemptId, outcome: Outcome, usage: Option<Usage>) {
+    pub(crate) fn finish(&self, attempt: AttemptId, outcome: Exit, usage: Option<Usage>) {
         let tail = self
             .state()
             .attempts
@@ -1384,7 +1384,7 @@ impl Inner {
         if role == Role::Stray {
             return self.stray_gone(attempt);
         }
-        let (outcome, usage) = ended.unwrap_or_else(|| (Outcome::Lost {
+        let (outcome, usage) = ended.unwrap_or_else(|| (Exit::Lost { max_in_a_row: None,
             reason: format!(
                 "Attempt lost: its supervisor{} died while it ran; the job was queued again without using a retry",
                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()

@@ -26,7 +26,7 @@ use crate::outcome::{self, ALGORITHM_ERROR, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::progress::{lock, Tail};
 use crate::staging::Stage;
 use crate::supervisor::{read_outcome, record_outcome};
-use crate::{environment, ExecError, ExecEvent, LaunchSpec, Outcome, OUTCOME_FILE};
+use crate::{environment, ExecError, ExecEvent, Exit, LaunchSpec, OUTCOME_FILE};
 use qm_storage::Storage;
 
 /// At most this many `sbatch` run at once: each is a process and an RPC to slurmctld.
@@ -61,7 +61,7 @@ pub enum Adopted {
     /// Its Slurm job still runs (or waits); the executor follows it from now on.
     Running,
     /// Its Slurm job ended while no server watched it.
-    Ended(Outcome),
+    Ended(Exit),
     /// Slurm does not know it (never submitted, or forgotten after `MinJobAge`).
     Unknown,
 }
@@ -368,7 +368,7 @@ impl SlurmExecutor {
     }
 
     /// How attempt `attempt_number` of `job_id` ended, as recorded before its `Exited` event.
-    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Outcome> {
+    pub fn recorded_outcome(&self, job_id: &str, attempt_number: u32) -> Option<Exit> {
         read_outcome(&self.log_dir(job_id, attempt_number))
     }
 
@@ -644,7 +644,7 @@ impl Inner {
     /// Reports `Exited` for an attempt no longer in the slots; the outcome is written next to
     /// the logs first, so a server that dies before logging it finds it at its next start.
     /// Blocking (file system).
-    fn report_exit(&self, attempt: AttemptId, log_dir: &Path, outcome: Outcome) {
+    fn report_exit(&self, attempt: AttemptId, log_dir: &Path, outcome: Exit) {
         record_outcome(&log_dir.join(OUTCOME_FILE), &outcome);
         tracing::debug!(attempt = attempt.0, ?outcome, "Slurm attempt exited");
         let _ = self.events.send(ExecEvent::Exited {
@@ -668,7 +668,7 @@ impl Inner {
             drop(progress);
             let outcome = match &ending {
                 Ending::Job(job) => slot_outcome(&slot, job),
-                Ending::Forgotten(id) => Outcome::Lost {
+                Ending::Forgotten(id) => Exit::Lost { max_in_a_row: None,
                     reason: format!(
                         "Attempt lost: Slurm no longer knows job {id} (it was purged, or the cluster's state was reset); the job was queued again without using a retry"
                     ),
@@ -697,8 +697,8 @@ impl Inner {
         storage: Arc<Storage>,
         spec: &LaunchSpec,
         slot: &mut Slot,
-        outcome: Outcome,
-    ) -> Outcome {
+        outcome: Exit,
+    ) -> Exit {
         let layout = JobLayout::new(&self.cfg().shared_dir, &spec.job_id, spec.attempt_number);
         let mut stage = self.stage(storage, spec, &layout);
         let mut state = slot.restored.take().unwrap_or_default();
@@ -706,9 +706,9 @@ impl Inner {
             .checkpoint_uri
             .is_some()
             .then_some((slot.checkpoint_dir.as_path(), &mut state));
-        let succeeded = outcome == Outcome::Succeeded;
+        let succeeded = outcome == Exit::Succeeded;
         match stage.stage_out(spec, &layout, ckpt, succeeded).await {
-            Err(reason) if succeeded => Outcome::Failed {
+            Err(reason) if succeeded => Exit::Failed {
                 reason,
                 retryable: true,
             },
@@ -998,21 +998,21 @@ fn capacity(
 /// How a job Slurm reports gone ended, for the attempt `slot`. Blocking: reads the attempt's
 /// start-error and failure files.
 #[expect(clippy::too_many_lines, reason = "one match over Slurm's job states")]
-fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
+fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Exit {
     let id = job.id;
     if slot.stop == Some(StopCause::Timeout) {
-        return Outcome::Failed {
+        return Exit::Failed {
             reason: TIMEOUT_REASON.to_string(),
             retryable: false,
         };
     }
     let nodes = job.nodes.join(",");
-    let failed = |reason: String| Outcome::Failed {
+    let failed = |reason: String| Exit::Failed {
         reason,
         retryable: true,
     };
     match job.state.as_str() {
-        "COMPLETED" if job.exit.code == 0 && job.exit.signal == 0 => Outcome::Succeeded,
+        "COMPLETED" if job.exit.code == 0 && job.exit.signal == 0 => Exit::Succeeded,
         "COMPLETED" | "FAILED" => {
             for host in 1..=slot.nodes.len().max(1) as u32 {
                 let path = slot.log_dir.join(start_error_file(host));
@@ -1052,14 +1052,14 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Outcome {
         "CANCELLED" => failed(format!(
             "{ALGORITHM_ERROR}Slurm job {id} was cancelled outside Quartermaster (scancel)"
         )),
-        "TIMEOUT" => Outcome::Failed {
+        "TIMEOUT" => Exit::Failed {
             reason: format!("{TIMEOUT_REASON} (Slurm's time limit ended job {id})"),
             retryable: false,
         },
         "OUT_OF_MEMORY" => failed(format!(
             "{ALGORITHM_ERROR}OutOfMemory: Slurm job {id} ran out of memory on {nodes}"
         )),
-        "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED" | "REVOKED" => Outcome::Lost {
+        "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED" | "REVOKED" => Exit::Lost { max_in_a_row: None,
             reason: format!(
                 "Attempt lost: Slurm job {id} ended {} ({}) on {nodes}; the job was queued again without using a retry",
                 job.state,
@@ -1111,7 +1111,7 @@ async fn submit(inner: Arc<Inner>, spec: LaunchSpec, instance: SlurmInstance) {
             inner.wake.notify_one();
         }
         Err(outcome) => {
-            if let Outcome::Failed { reason, .. } = &outcome {
+            if let Exit::Failed { reason, .. } = &outcome {
                 tracing::warn!(attempt = attempt.0, %reason, "the attempt was not submitted to Slurm");
             }
             let slot = inner.state().slots.remove(&attempt);
@@ -1131,8 +1131,8 @@ async fn submit_inner(
     inner: &Arc<Inner>,
     spec: &LaunchSpec,
     instance: &SlurmInstance,
-) -> Result<(u64, Prepared), Outcome> {
-    let client_error = |reason: String| Outcome::Failed {
+) -> Result<(u64, Prepared), Exit> {
+    let client_error = |reason: String| Exit::Failed {
         reason,
         retryable: true,
     };
@@ -1179,7 +1179,7 @@ async fn submit_inner(
                 };
             }
             Err(CommandError::Failed(e)) if misconfigured(&e) => {
-                return Err(Outcome::Failed {
+                return Err(Exit::Failed {
                     reason: format!(
                         "{CLIENT_ERROR}Slurm refused the job: {e}; check executor.slurm.instance (partition, feature, gpus_per_instance), account and extra_sbatch_args for {}",
                         spec.instance_type
@@ -1213,12 +1213,12 @@ async fn stage_in(
     inner: &Arc<Inner>,
     spec: &LaunchSpec,
     mut prepared: Prepared,
-) -> Result<Prepared, Outcome> {
+) -> Result<Prepared, Exit> {
     if spec.channels.is_empty() && spec.checkpoint_uri.is_none() {
         return Ok(prepared);
     }
     let Some(storage) = inner.storage.clone() else {
-        return Err(Outcome::Failed {
+        return Err(Exit::Failed {
             reason: format!("{CLIENT_ERROR}the job has input channels or CheckpointConfig.S3Uri but this executor has no storage configured ([storage] in the server's config)"),
             retryable: false,
         });
@@ -1240,7 +1240,7 @@ async fn stage_in(
     };
     let staged = tokio::select! {
         staged = stage.stage_in(spec, &layout, &prepared.checkpoint_dir) => staged,
-        () = stopped => Err(Outcome::Failed {
+        () = stopped => Err(Exit::Failed {
             reason: format!("{CLIENT_ERROR}stopped while its inputs were downloading"),
             retryable: true,
         }),
@@ -1531,12 +1531,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = slot(dir.path());
         let mut j = job(5, "", "COMPLETED", &["n1"]);
-        assert_eq!(slot_outcome(&s, &j), Outcome::Succeeded);
+        assert_eq!(slot_outcome(&s, &j), Exit::Succeeded);
         j.state = "FAILED".into();
         j.exit = ExitStatus { code: 3, signal: 0 };
         assert_eq!(
             slot_outcome(&s, &j),
-            Outcome::Failed {
+            Exit::Failed {
                 reason:
                     "Received status from SageMaker: AlgorithmError: process exited with code 3"
                         .into(),
@@ -1547,7 +1547,7 @@ mod tests {
         std::fs::write(&s.failure_file, "loss is NaN\n").unwrap();
         assert_eq!(
             slot_outcome(&s, &j),
-            Outcome::Failed {
+            Exit::Failed {
                 reason: "Received status from SageMaker: AlgorithmError: loss is NaN".into(),
                 retryable: true
             }
@@ -1559,7 +1559,7 @@ mod tests {
         };
         assert_eq!(
             slot_outcome(&s, &j),
-            Outcome::Failed {
+            Exit::Failed {
                 reason: "Received status from SageMaker: AlgorithmError: process killed by signal SIGKILL".into(),
                 retryable: true
             },
@@ -1568,7 +1568,7 @@ mod tests {
         j.state = "NODE_FAIL".into();
         j.reason = "NodeDown".into();
         match slot_outcome(&s, &j) {
-            Outcome::Lost { reason } => {
+            Exit::Lost { reason, .. } => {
                 assert!(reason.contains("NODE_FAIL (NodeDown) on n1"), "{reason}")
             }
             o => panic!("{o:?}"),
@@ -1576,23 +1576,23 @@ mod tests {
         j.state = "TIMEOUT".into();
         assert!(matches!(
             slot_outcome(&s, &j),
-            Outcome::Failed {
+            Exit::Failed {
                 retryable: false,
                 ..
             }
         ));
         j.state = "OUT_OF_MEMORY".into();
         assert!(
-            matches!(slot_outcome(&s, &j), Outcome::Failed { reason, retryable: true } if reason.contains("OutOfMemory"))
+            matches!(slot_outcome(&s, &j), Exit::Failed { reason, retryable: true } if reason.contains("OutOfMemory"))
         );
         j.state = "CANCELLED".into();
         assert!(
-            matches!(slot_outcome(&s, &j), Outcome::Failed { reason, .. } if reason.contains("outside Quartermaster"))
+            matches!(slot_outcome(&s, &j), Exit::Failed { reason, .. } if reason.contains("outside Quartermaster"))
         );
         s.stop = Some(StopCause::Timeout);
         assert_eq!(
             slot_outcome(&s, &j),
-            Outcome::Failed {
+            Exit::Failed {
                 reason: TIMEOUT_REASON.into(),
                 retryable: false
             }
@@ -1615,7 +1615,7 @@ mod tests {
             signal: 0,
         };
         assert!(
-            matches!(slot_outcome(&s, &j), Outcome::Failed { reason, .. } if reason.starts_with(CLIENT_ERROR) && reason.contains("'train.py': not found"))
+            matches!(slot_outcome(&s, &j), Exit::Failed { reason, .. } if reason.starts_with(CLIENT_ERROR) && reason.contains("'train.py': not found"))
         );
     }
 

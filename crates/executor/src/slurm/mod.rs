@@ -6,7 +6,7 @@
 //!   with `sbatch --exclusive --no-requeue`, at most a few `sbatch` at a time.
 //! * One poller task runs `squeue --json` and `sinfo -N` every `poll` (never a call per job),
 //!   turns what changed into [`crate::ExecEvent`]s (PENDING → `Starting`, RUNNING → `Running`, gone →
-//!   `Exited`; NODE_FAIL and its kin → [`crate::Outcome::Lost`]), carries out stops in batches
+//!   `Exited`; NODE_FAIL and its kin → [`crate::Exit::Lost`]), carries out stops in batches
 //!   (`scancel --signal=TERM` to every step task, then SIGKILL and `scancel` after the grace
 //!   period), scans
 //!   the running attempts' checkpoint directories and reports the capacity Slurm offers

@@ -26,7 +26,7 @@ use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::Reaper;
 use crate::supervisor::{Placement, Running, Settings};
-use crate::{checkpoint, environment, LaunchSpec, Outcome, Usage};
+use crate::{checkpoint, environment, Exit, LaunchSpec, Usage};
 use crate::{isolation, namespace};
 use qm_storage::Storage;
 
@@ -89,7 +89,7 @@ pub(crate) async fn supervise(
     placement: Placement,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
-) -> (Outcome, bool, Usage) {
+) -> (Exit, bool, Usage) {
     let Placement {
         hosts,
         uid,
@@ -229,17 +229,17 @@ fn prepare(
     data_dir: &Path,
     owner: Option<(u32, JobUids)>,
     runtime: &Runtime,
-) -> Result<Prepared, Outcome> {
+) -> Result<Prepared, Exit> {
     let program = match (runtime, spec.entrypoint.first()) {
         (Runtime::Podman(p), _) if spec.training_image.as_deref().is_some_and(crate::container::valid_image) => {
             p.program.to_string_lossy().into_owned()
         }
         (Runtime::Host, Some(program)) => program.clone(),
-        (Runtime::Podman(_), _) => return Err(Outcome::Failed {
+        (Runtime::Podman(_), _) => return Err(Exit::Failed {
             reason: format!("{CLIENT_ERROR}AlgorithmSpecification.TrainingImage is missing or not an image reference: the podman runtime runs the job's image"),
             retryable: false,
         }),
-        (Runtime::Host, None) => return Err(Outcome::Failed {
+        (Runtime::Host, None) => return Err(Exit::Failed {
             reason: format!(
                 "{CLIENT_ERROR}AlgorithmSpecification.ContainerEntrypoint is missing: this executor runs \
                  host processes ([executor] runtime = \"host\") and does not run TrainingImage, so set \
@@ -249,7 +249,7 @@ fn prepare(
         }),
     };
     let program = program.as_str();
-    let failed = |path: &Path, e: std::io::Error, verb: &str| Outcome::Failed {
+    let failed = |path: &Path, e: std::io::Error, verb: &str| Exit::Failed {
         reason: outcome::spawn_reason(
             program,
             format_args!("cannot {verb} '{}': {e}", path.display()),
@@ -343,13 +343,13 @@ impl Supervisor {
         hosts: Vec<Vec<u32>>,
         mut stop: watch::Receiver<bool>,
         mut go: watch::Receiver<bool>,
-    ) -> Outcome {
+    ) -> Exit {
         let prepared = match self.prepare(&spec).await {
             Ok(prepared) => self.confine(&hosts).map(|()| prepared),
             Err(outcome) => Err(outcome),
         };
         // Prepared while the server makes the start durable; nothing else before it is.
-        let stopped_unstarted = || Outcome::Failed {
+        let stopped_unstarted = || Exit::Failed {
             reason: format!("{CLIENT_ERROR}stopped before it was started"),
             retryable: true,
         };
@@ -373,7 +373,7 @@ impl Supervisor {
         if let Some(stage) = stage.as_mut() {
             let staged = tokio::select! {
                 staged = stage.stage_in(&spec, &prepared.layout, &prepared.checkpoint_dir) => staged,
-                _ = stop.changed() => Err(Outcome::Failed {
+                _ = stop.changed() => Err(Exit::Failed {
                     reason: format!("{CLIENT_ERROR}stopped while its inputs were downloading"),
                     retryable: true,
                 }),
@@ -397,12 +397,12 @@ impl Supervisor {
         let ckpt = state
             .as_mut()
             .map(|s| (prepared.checkpoint_dir.as_path(), s));
-        let succeeded = outcome == Outcome::Succeeded;
+        let succeeded = outcome == Exit::Succeeded;
         match stage
             .stage_out(&spec, &prepared.layout, ckpt, succeeded)
             .await
         {
-            Err(reason) if succeeded => Outcome::Failed {
+            Err(reason) if succeeded => Exit::Failed {
                 reason,
                 retryable: true,
             },
@@ -414,7 +414,7 @@ impl Supervisor {
     /// the supervisor's thread; an earlier attempt's tree is walked (handed over to this
     /// attempt's uid) on the blocking pool, since it may hold any number of files and the
     /// supervisor's socket must be answered meanwhile.
-    async fn prepare(&self, spec: &LaunchSpec) -> Result<Prepared, Outcome> {
+    async fn prepare(&self, spec: &LaunchSpec) -> Result<Prepared, Exit> {
         let owner = self.uid.zip(self.ctx.settings.isolation);
         let settings = &self.ctx.settings;
         let job_dir = crate::layout::job_dir(&settings.data_dir, &spec.job_id);
@@ -429,7 +429,7 @@ impl Supervisor {
         tokio::task::spawn_blocking(move || prepare(&spec, &data_dir, owner, &runtime))
             .await
             .unwrap_or_else(|e| {
-                Err(Outcome::Failed {
+                Err(Exit::Failed {
                     reason: format!(
                         "{CLIENT_ERROR}preparing the attempt's directories failed: {e}"
                     ),
@@ -440,7 +440,7 @@ impl Supervisor {
 
     /// The attempt's transfers, if it has any: `Err` when it needs storage and none is
     /// configured.
-    fn stage(&self, spec: &LaunchSpec, prepared: &Prepared) -> Result<Option<Stage>, Outcome> {
+    fn stage(&self, spec: &LaunchSpec, prepared: &Prepared) -> Result<Option<Stage>, Exit> {
         let needs = !spec.channels.is_empty()
             || spec.checkpoint_uri.is_some()
             || spec.output_path.is_some();
@@ -457,7 +457,7 @@ impl Supervisor {
                 );
                 return Ok(None);
             }
-            return Err(Outcome::Failed {
+            return Err(Exit::Failed {
                 reason: format!("{CLIENT_ERROR}the job has input channels or CheckpointConfig.S3Uri but this executor has no storage configured ([storage] in the server's config)"),
                 retryable: false,
             });
@@ -505,7 +505,7 @@ impl Supervisor {
         hosts: &[Vec<u32>],
         stop: watch::Receiver<bool>,
         mut sync: Option<CheckpointSync>,
-    ) -> (Outcome, Option<CheckpointSync>) {
+    ) -> (Exit, Option<CheckpointSync>) {
         let grace = self.ctx.stop_grace();
         let checkpoint_dir = prepared.checkpoint_dir.clone();
         let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
@@ -625,19 +625,19 @@ impl Supervisor {
         cause: Option<StopCause>,
         first_failure: Option<String>,
         layout: &JobLayout,
-    ) -> Outcome {
+    ) -> Exit {
         match cause {
-            Some(StopCause::Timeout) => Outcome::Failed {
+            Some(StopCause::Timeout) => Exit::Failed {
                 reason: TIMEOUT_REASON.to_string(),
                 retryable: false,
             },
-            Some(StopCause::SpawnFailed(reason)) => Outcome::Failed {
+            Some(StopCause::SpawnFailed(reason)) => Exit::Failed {
                 reason,
                 retryable: true,
             },
             Some(StopCause::Requested | StopCause::HostFailed) | None => match first_failure {
-                None => Outcome::Succeeded,
-                Some(reason) => Outcome::Failed {
+                None => Exit::Succeeded,
+                Some(reason) => Exit::Failed {
                     reason: outcome::failure_file_reason(&layout.failure_file(), self.uid)
                         .unwrap_or(reason),
                     retryable: true,
@@ -647,7 +647,7 @@ impl Supervisor {
     }
 
     /// Takes each host's control group (its instance's), when the attempt is confined.
-    fn confine(&mut self, hosts: &[Vec<u32>]) -> Result<(), Outcome> {
+    fn confine(&mut self, hosts: &[Vec<u32>]) -> Result<(), Exit> {
         let Some(confinement) = &self.ctx.settings.confinement else {
             return Ok(());
         };
@@ -660,7 +660,7 @@ impl Supervisor {
                     // Emptied with the others at the end, should anything have entered it.
                     self.cgroups
                         .push(Group::named(&confinement.hierarchy, name));
-                    return Err(Outcome::Failed {
+                    return Err(Exit::Failed {
                         reason: format!(
                             "{CLIENT_ERROR}cannot set up the control group of algo-{host}: {e}"
                         ),
@@ -718,9 +718,9 @@ impl Supervisor {
 
     /// `outcome`, or `OutOfMemory` when a host failed after the kernel killed one of its
     /// processes for going over the host's memory limit.
-    fn out_of_memory(&self, outcome: Outcome) -> Outcome {
+    fn out_of_memory(&self, outcome: Exit) -> Exit {
         let (
-            Outcome::Failed {
+            Exit::Failed {
                 retryable: true, ..
             },
             Some(confinement),
@@ -731,7 +731,7 @@ impl Supervisor {
         let Some(index) = self.cgroups.iter().position(|g| g.oom_kills() > 0) else {
             return outcome;
         };
-        Outcome::Failed {
+        Exit::Failed {
             reason: format!(
                 "{}algo-{} went over its memory limit of {} (one instance's memory: [[executor.pool]] memory_gib) and the kernel killed it",
                 outcome::OUT_OF_MEMORY,

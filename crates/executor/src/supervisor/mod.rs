@@ -41,7 +41,7 @@ pub use process::main;
 pub use protocol::{Placement, Running, Settings, Status, OLDEST_ADOPTED, PROTOCOL};
 
 use crate::layout::JobLayout;
-use crate::{Outcome, Usage};
+use crate::{Exit, Usage};
 
 /// The directory of the supervisors' sockets and logs, under the data directory.
 pub const SUPERVISORS_DIR: &str = "supervisors";
@@ -87,7 +87,7 @@ pub fn outcome_file(data_dir: &Path, job_id: &str, attempt_number: u32) -> PathB
 #[derive(Serialize, Deserialize)]
 struct OutcomeFile {
     version: u32,
-    outcome: Outcome,
+    outcome: Exit,
     /// What the attempt used (absent in files of earlier releases, and of Slurm attempts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage: Option<Usage>,
@@ -96,7 +96,7 @@ struct OutcomeFile {
 /// Writes how an attempt ended so that it survives the server, the supervisor and the machine:
 /// a temporary file (created anew, never through a link), fsynced, renamed over the outcome
 /// file, and the directory fsynced.
-pub(crate) fn write_outcome(path: &Path, outcome: &Outcome) -> std::io::Result<()> {
+pub(crate) fn write_outcome(path: &Path, outcome: &Exit) -> std::io::Result<()> {
     write_outcome_as(path, outcome, None, Durability::Durable)
 }
 
@@ -113,7 +113,7 @@ pub(crate) enum Durability {
 /// [`write_outcome`], fsynced only when `sync` says it must be.
 pub(crate) fn write_outcome_as(
     path: &Path,
-    outcome: &Outcome,
+    outcome: &Exit,
     usage: Option<Usage>,
     sync: Durability,
 ) -> std::io::Result<()> {
@@ -143,7 +143,7 @@ pub(crate) fn write_outcome_as(
 }
 
 /// [`write_outcome`], a failure logged rather than returned (the outcome is reported anyway).
-pub(crate) fn record_outcome(path: &Path, outcome: &Outcome) {
+pub(crate) fn record_outcome(path: &Path, outcome: &Exit) {
     if let Err(e) = write_outcome(path, outcome) {
         tracing::warn!(path = %path.display(), error = %e, "cannot record the attempt's outcome");
     }
@@ -163,13 +163,13 @@ pub(crate) fn outcome_dir(path: &Path) -> std::io::Result<&Path> {
 }
 
 /// The outcome written in `attempt_dir`, if any (this build's files and earlier releases').
-pub(crate) fn read_outcome(attempt_dir: &Path) -> Option<Outcome> {
+pub(crate) fn read_outcome(attempt_dir: &Path) -> Option<Exit> {
     read_ended(attempt_dir).map(|(outcome, _)| outcome)
 }
 
 /// The outcome written in `attempt_dir`, if any, with what the attempt used where the file
 /// says.
-pub(crate) fn read_ended(attempt_dir: &Path) -> Option<(Outcome, Option<Usage>)> {
+pub(crate) fn read_ended(attempt_dir: &Path) -> Option<(Exit, Option<Usage>)> {
     let bytes = std::fs::read(attempt_dir.join(OUTCOME_FILE)).ok()?;
     if let Ok(file) = serde_json::from_slice::<OutcomeFile>(&bytes) {
         return Some((file.outcome, file.usage));
@@ -184,7 +184,7 @@ mod tests {
     #[test]
     fn outcomes_are_written_durably_and_read_in_both_versions() {
         let dir = tempfile::tempdir().unwrap();
-        let failed = Outcome::Failed {
+        let failed = Exit::Failed {
             reason: "exit 3".into(),
             retryable: true,
         };
@@ -194,7 +194,7 @@ mod tests {
         assert!(text.starts_with("{\"version\":1,"), "{text}");
         // What releases before supervisors wrote.
         std::fs::write(dir.path().join(OUTCOME_FILE), b"\"Succeeded\"").unwrap();
-        assert_eq!(read_outcome(dir.path()), Some(Outcome::Succeeded));
+        assert_eq!(read_outcome(dir.path()), Some(Exit::Succeeded));
         assert!(!dir.path().join("outcome.json.tmp").exists());
     }
 }

@@ -30,7 +30,7 @@ use super::{
     boot_id, outcome_dir, outcome_file, socket_path, sync_outcome, wire, write_outcome_as,
     Durability, Identity,
 };
-use crate::{Outcome, Usage};
+use crate::{Exit, Usage};
 use qm_storage::Storage;
 
 /// How long a connecting server has to say hello.
@@ -638,7 +638,7 @@ fn spawn_attempt(job: Job) {
 
 /// The attempt could not run to its end: it failed, and the job may retry.
 fn failed(path: &Path, events: &mpsc::UnboundedSender<(Status, bool)>, why: &str) {
-    let outcome = Outcome::Failed {
+    let outcome = Exit::Failed {
         reason: format!(
             "{}the attempt's supervisor failed ({why}); its processes were killed",
             crate::outcome::CLIENT_ERROR
@@ -701,7 +701,7 @@ fn sync_recorded(path: &Path) -> bool {
 }
 
 /// Writes the attempt's outcome (to `path`) as `sync` says; whether it could.
-fn record(path: &Path, outcome: &Outcome, usage: Option<Usage>, sync: Durability) -> bool {
+fn record(path: &Path, outcome: &Exit, usage: Option<Usage>, sync: Durability) -> bool {
     let written = write_outcome_as(path, outcome, usage, sync);
     succeeded(
         path,
@@ -766,7 +766,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
     let (mut outcome, started, usage) = attempt::supervise(ctx, spec, placement, stop, go).await;
     if signalled.load(Ordering::SeqCst) {
         // Stopped because its supervisor was: not the job's doing, and no retry used.
-        outcome = Outcome::Lost {
+        outcome = Exit::Lost { max_in_a_row: None,
             reason: "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry".into(),
         };
     }

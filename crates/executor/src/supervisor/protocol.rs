@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::Identity;
 use crate::container::Runtime;
 use crate::isolation::JobUids;
-use crate::{LaunchSpec, Outcome};
+use crate::{Exit, LaunchSpec};
 
 /// The protocol this build speaks.
 pub const PROTOCOL: u32 = 1;
@@ -131,7 +131,7 @@ pub enum Status {
     /// Every process is gone; the outcome is on disk.
     Exited {
         /// How it ended.
-        outcome: Outcome,
+        outcome: Exit,
         /// When (epoch ms).
         at_ms: u64,
         /// What it used (absent from supervisors of earlier releases, and where it never

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use qm_executor::supervisor::{boot_id, Identity};
-use qm_executor::{ExecEvent, Outcome, Reconciled, Recorded};
+use qm_executor::{ExecEvent, Exit, Reconciled, Recorded};
 
 use crate::world::{running_in, server_runtime, sh, wait_for_text, World};
 
@@ -85,7 +85,7 @@ async fn a_new_executor_adopts_a_running_attempt_and_can_stop_it() {
     w.exec.stop(AttemptId(1));
     let outcome = w.exited(1).await;
     assert!(
-        matches!(&outcome, Outcome::Failed { reason, .. } if reason.contains("code 7")),
+        matches!(&outcome, Exit::Failed { reason, .. } if reason.contains("code 7")),
         "{outcome:?}"
     );
     assert!(!alive(pid));
@@ -126,7 +126,7 @@ async fn an_attempt_that_ended_without_an_executor_is_recorded_as_it_ended() {
         other => panic!("{other:?}"),
     };
     assert!(
-        matches!(&outcome, Outcome::Failed { reason, .. } if reason.contains("code 3")),
+        matches!(&outcome, Exit::Failed { reason, .. } if reason.contains("code 3")),
         "{outcome:?}"
     );
     gone(&identity, "acknowledged, the supervisor exits").await;
@@ -255,7 +255,7 @@ async fn a_held_launch_the_log_holds_is_started_by_the_server_that_adopts_it() {
         vec![(AttemptId(1), Reconciled::Adopted { running: None })]
     );
     assert_eq!(w.exec.supervisor(AttemptId(1)), Some(identity));
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     assert!(ran.exists());
 }
 

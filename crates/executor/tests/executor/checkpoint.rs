@@ -5,7 +5,7 @@
 use qm_executor::AttemptId;
 use std::fs;
 
-use qm_executor::{ExecEvent, Outcome, Steps};
+use qm_executor::{ExecEvent, Exit, Steps};
 
 use crate::world::{sh, World};
 
@@ -64,7 +64,7 @@ async fn the_checkpoint_directory_survives_to_the_next_attempt_without_counting_
     let mut first = sh(1, "job-resume", "echo 41 > \"$SM_CHECKPOINT_DIR/state\"");
     first.attempt_number = 1;
     w.exec.start(first).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
 
     // Long enough for several scans (every 50 ms) while the old checkpoint sits there.
     let mut second = sh(
@@ -74,7 +74,7 @@ async fn the_checkpoint_directory_survives_to_the_next_attempt_without_counting_
     );
     second.attempt_number = 2;
     w.exec.start(second).unwrap();
-    assert_eq!(w.exited(2).await, Outcome::Succeeded);
+    assert_eq!(w.exited(2).await, Exit::Succeeded);
     assert!(
         !w.events_of(2)
             .iter()
@@ -99,7 +99,7 @@ async fn a_relative_checkpoint_local_path_counts_from_the_working_directory() {
     );
     spec.checkpoint_path = Some("my-checkpoints".into());
     w.exec.start(spec).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let (_, _, log_dir) = w.running(1).await;
     let out = fs::read_to_string(log_dir.join("stdout.log")).unwrap();
     let expected = w.exec.job_dir("job-local").join("work/my-checkpoints");
@@ -118,7 +118,7 @@ async fn an_opt_ml_checkpoint_local_path_is_the_job_s_own_so_jobs_never_share_it
         );
         spec.checkpoint_path = Some("/opt/ml/checkpoints/".into());
         w.exec.start(spec).unwrap();
-        assert_eq!(w.exited(attempt).await, Outcome::Succeeded);
+        assert_eq!(w.exited(attempt).await, Exit::Succeeded);
         // /opt/ml is the job's directory (mounted there when the server is root).
         let expected = w.exec.job_dir(job).join("checkpoints");
         let (_, _, log_dir) = w.running(attempt).await;

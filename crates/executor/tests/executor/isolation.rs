@@ -5,7 +5,7 @@ use qm_executor::AttemptId;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use qm_executor::{JobUids, Outcome};
+use qm_executor::{Exit, JobUids};
 
 use crate::world::{sh, World};
 
@@ -51,7 +51,7 @@ async fn an_isolated_job_reaches_only_its_own_directories_and_processes() {
         other = pids[0],
     );
     w.exec.start(sh(2, "probe", &probe)).unwrap();
-    assert_eq!(w.exited(2).await, Outcome::Succeeded);
+    assert_eq!(w.exited(2).await, Exit::Succeeded);
     let job = w.exec.job_dir("probe");
     let out = fs::read_to_string(job.join("attempts/1/stdout.log")).unwrap();
     let uid: u32 = out.lines().next().unwrap().parse().unwrap();
@@ -96,7 +96,7 @@ async fn a_link_left_by_an_attempt_does_not_lead_the_next_one_outside_its_direct
     let script =
         format!("rm -rf $SM_OUTPUT_DIR && ln -s {target} $SM_OUTPUT_DIR; ln -s {target} ckpt");
     w.exec.start(sh(1, "linker", &script)).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let mut again = sh(
         2,
         "linker",
@@ -105,7 +105,7 @@ async fn a_link_left_by_an_attempt_does_not_lead_the_next_one_outside_its_direct
     again.attempt_number = 2;
     again.checkpoint_path = Some("ckpt/sub".into());
     w.exec.start(again).unwrap();
-    assert_eq!(w.exited(2).await, Outcome::Succeeded);
+    assert_eq!(w.exited(2).await, Exit::Succeeded);
     assert_eq!(
         fs::read_dir(outside.path()).unwrap().count(),
         0,

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 
 use qm_executor::supervisor::{boot_id, Identity, OLDEST_ADOPTED, PROTOCOL, SUPERVISORS_DIR};
-use qm_executor::{ExecEvent, Outcome, Reconciled, Recorded};
+use qm_executor::{ExecEvent, Exit, Reconciled, Recorded};
 
 use crate::world::World;
 
@@ -78,7 +78,7 @@ async fn adopt_version(version: u32) {
     let outcome = w.exited(41).await;
     assert_eq!(
         outcome,
-        Outcome::Failed {
+        Exit::Failed {
             reason: "Received status from SageMaker: AlgorithmError: process exited with code 5"
                 .into(),
             retryable: true

@@ -4,7 +4,7 @@ use qm_executor::AttemptId;
 use std::collections::BTreeMap;
 use std::fs;
 
-use qm_executor::{ExecError, LaunchSpec, Outcome};
+use qm_executor::{ExecError, Exit, LaunchSpec};
 
 use crate::world::{failed, parse_env, pool, sh, World};
 
@@ -28,7 +28,7 @@ async fn each_host_sees_its_gpus_hyperparameters_directories_and_the_payload_env
         ("SM_CURRENT_HOST".into(), "payload-host".into()),
     ]);
     w.exec.start(spec).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let (pids, gpus, log_dir) = w.running(1).await;
     assert_eq!(pids.len(), 2);
     assert_eq!(gpus, [5, 7]);
@@ -114,7 +114,7 @@ async fn a_job_reads_sagemaker_s_config_files_and_its_channel_directories() {
         record_wrapper: None,
     }];
     w.exec.start(spec).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let work = w.exec.job_dir("job-cfg").join("work");
     let read = |name: &str| fs::read_to_string(work.join(name)).unwrap();
     let json = |name: &str| -> serde_json::Value { serde_json::from_str(&read(name)).unwrap() };
@@ -141,7 +141,7 @@ async fn a_job_reads_sagemaker_s_config_files_and_its_channel_directories() {
 async fn an_instance_without_gpu_gets_an_empty_cuda_visible_devices() {
     let mut w = World::new();
     w.exec.start(sh(1, "job-cpu", "env")).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let (_, gpus, log_dir) = w.running(1).await;
     assert!(gpus.is_empty());
     let env = parse_env(&fs::read_to_string(log_dir.join("stdout.log")).unwrap());
@@ -160,7 +160,7 @@ async fn stdout_and_stderr_are_kept_per_attempt() {
         );
         spec.attempt_number = n;
         w.exec.start(spec).unwrap();
-        assert_eq!(w.exited(u64::from(n)).await, Outcome::Succeeded);
+        assert_eq!(w.exited(u64::from(n)).await, Exit::Succeeded);
     }
     for n in 1..=2u32 {
         let dir = w.exec.log_dir("job-logs", n);
@@ -179,7 +179,7 @@ async fn stdout_and_stderr_are_kept_per_attempt() {
 async fn exit_codes_and_signals_become_algorithm_error_reasons() {
     let mut w = World::new();
     let cases = [
-        ("exit 0", Outcome::Succeeded),
+        ("exit 0", Exit::Succeeded),
         (
             "exit 3",
             failed("Received status from SageMaker: AlgorithmError: process exited with code 3"),
@@ -234,7 +234,7 @@ async fn a_program_that_cannot_start_fails_retryably_without_running() {
         vec!["/nonexistent/train".into()],
     );
     w.exec.start(missing).unwrap();
-    let Outcome::Failed { reason, retryable } = w.exited(1).await else {
+    let Exit::Failed { reason, retryable } = w.exited(1).await else {
         panic!("succeeded")
     };
     assert!(
@@ -257,7 +257,7 @@ async fn a_program_that_cannot_start_fails_retryably_without_running() {
             vec![program.clone()],
         ))
         .unwrap();
-    let Outcome::Failed { reason, retryable } = w.exited(2).await else {
+    let Exit::Failed { reason, retryable } = w.exited(2).await else {
         panic!("succeeded")
     };
     assert!(
@@ -275,7 +275,7 @@ async fn a_program_that_cannot_start_fails_retryably_without_running() {
             vec![],
         ))
         .unwrap();
-    let Outcome::Failed { reason, retryable } = w.exited(3).await else {
+    let Exit::Failed { reason, retryable } = w.exited(3).await else {
         panic!("succeeded")
     };
     assert!(
@@ -332,7 +332,7 @@ async fn the_outcome_is_recorded_next_to_the_logs_as_the_end_is_reported() {
     let mut w = World::new();
     w.exec.start(sh(1, "job-ok", "exit 0")).unwrap();
     w.exec.start(sh(2, "job-bad", "exit 4")).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let bad = w.exited(2).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while w.exec.recorded_outcome("job-bad", 1).is_none()
@@ -341,10 +341,7 @@ async fn the_outcome_is_recorded_next_to_the_logs_as_the_end_is_reported() {
         assert!(std::time::Instant::now() < deadline, "no outcome file");
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    assert_eq!(
-        w.exec.recorded_outcome("job-ok", 1),
-        Some(Outcome::Succeeded)
-    );
+    assert_eq!(w.exec.recorded_outcome("job-ok", 1), Some(Exit::Succeeded));
     assert_eq!(w.exec.recorded_outcome("job-bad", 1), Some(bad));
     assert_eq!(
         w.exec.recorded_outcome("job-ok", 2),
@@ -371,7 +368,7 @@ async fn as_root_each_host_sees_the_job_at_opt_ml_with_its_own_config_and_no_new
     let mut spec = sh(1, "job-optml", script);
     spec.count = 2;
     w.exec.start(spec).unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     let work = w.exec.job_dir("job-optml").join("work");
     for host in ["algo-1", "algo-2"] {
         let seen = fs::read_to_string(work.join(format!("seen-{host}"))).unwrap();
@@ -404,10 +401,10 @@ async fn an_attempt_released_and_stopped_at_once_never_runs() {
         w.exec.release(AttemptId(attempt));
         w.exec.stop(AttemptId(attempt));
         match w.exited(attempt).await {
-            Outcome::Failed { reason, .. } if reason.contains("stopped before it was started") => {
+            Exit::Failed { reason, .. } if reason.contains("stopped before it was started") => {
                 assert!(!ran.exists(), "attempt {attempt} ran after its stop")
             }
-            Outcome::Failed { reason, .. } if reason.contains("SIGTERM") => {}
+            Exit::Failed { reason, .. } if reason.contains("SIGTERM") => {}
             other => panic!("attempt {attempt}: {other:?}"),
         }
     }
@@ -424,7 +421,7 @@ async fn an_attempt_got_ready_takes_its_instance_at_once_and_runs_only_once_rele
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(!ran.exists(), "it ran before it was released");
     w.exec.release(AttemptId(1));
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     assert!(ran.exists());
     assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
 }

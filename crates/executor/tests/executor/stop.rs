@@ -5,7 +5,7 @@ use qm_executor::AttemptId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use qm_executor::{ExecError, Outcome, TIMEOUT_REASON};
+use qm_executor::{ExecError, Exit, TIMEOUT_REASON};
 
 use crate::world::{failed, pool, sh, wait_for_text, World};
 
@@ -23,7 +23,7 @@ async fn a_job_that_handles_sigterm_within_the_grace_reports_its_real_outcome() 
     wait_for_text(&log_dir.join("stdout.log"), "ready").await;
     w.exec.stop(AttemptId(1));
     w.exec.stop(AttemptId(1));
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     assert!(std::fs::read_to_string(log_dir.join("stdout.log"))
         .unwrap()
         .contains("saved"));
@@ -62,7 +62,7 @@ async fn an_attempt_past_its_runtime_is_stopped_as_a_timeout_that_is_not_retried
     w.exec.start(spec).unwrap();
     assert_eq!(
         w.exited(1).await,
-        Outcome::Failed {
+        Exit::Failed {
             reason: TIMEOUT_REASON.into(),
             retryable: false
         },
@@ -118,10 +118,10 @@ async fn instances_are_free_again_only_after_every_process_is_gone() {
     assert_eq!(w.exec.running(), 1);
     w.exec.check_invariants().unwrap();
     std::fs::write(w.exec.job_dir("job-a").join("work/release"), "").unwrap();
-    assert_eq!(w.exited(1).await, Outcome::Succeeded);
+    assert_eq!(w.exited(1).await, Exit::Succeeded);
     assert_eq!(w.exec.free("ml.g5.xlarge"), 1);
     w.exec.start(sh(2, "job-b", "true")).unwrap();
-    assert_eq!(w.exited(2).await, Outcome::Succeeded);
+    assert_eq!(w.exited(2).await, Exit::Succeeded);
     assert_eq!(
         w.exec.capacity(),
         BTreeMap::from([("ml.g5.xlarge".into(), 1)])
@@ -170,7 +170,7 @@ async fn a_job_with_channels_but_no_storage_fails_before_it_runs_and_says_why() 
     }];
     w.exec.start(spec).unwrap();
     match w.exited(1).await {
-        Outcome::Failed { reason, retryable } => {
+        Exit::Failed { reason, retryable } => {
             assert!(
                 reason.contains("no storage configured ([storage]"),
                 "{reason}"

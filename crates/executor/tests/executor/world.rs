@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use qm_executor::AttemptId;
 use qm_executor::{
-    ExecEvent, LaunchSpec, LocalConfig, LocalExecutor, Outcome, PoolSpec, SupervisorCommand,
+    ExecEvent, Exit, LaunchSpec, LocalConfig, LocalExecutor, PoolSpec, SupervisorCommand,
 };
 use tokio::sync::mpsc;
 
@@ -74,7 +74,7 @@ impl World {
         }
     }
 
-    pub async fn exited(&mut self, attempt: u64) -> Outcome {
+    pub async fn exited(&mut self, attempt: u64) -> Exit {
         let outcome = self
             .wait_for("Exited", |e| match e {
                 ExecEvent::Exited {
@@ -180,8 +180,8 @@ pub fn sh(attempt: u64, job: &str, script: &str) -> LaunchSpec {
     )
 }
 
-pub fn failed(reason: &str) -> Outcome {
-    Outcome::Failed {
+pub fn failed(reason: &str) -> Exit {
+    Exit::Failed {
         reason: reason.into(),
         retryable: true,
     }
