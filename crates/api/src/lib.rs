@@ -15,6 +15,8 @@
 //! * [`qm`]: Quartermaster's own `/qm/v1` wire types (usage reports);
 //! * [`review`]: the policy review's wire types (`/qm/v1/review`);
 //! * [`sigv4`]: signing requests and verifying their signatures.
+//! * [`workload`]: the workload CSV schema, which the server's export writes and the
+//!   simulator reads and writes.
 
 pub mod arn;
 pub mod channel;

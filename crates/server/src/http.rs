@@ -752,7 +752,7 @@ async fn workload(
             queue.as_deref(),
         )?;
         let mut body = Vec::with_capacity(export.rows.len() * 128 + 256);
-        crate::workload::write_csv(&export.rows, &mut body)
+        crate::workload::write_csv(&export.rows, &mut body, crate::workload::Columns::All)
             .map_err(|e| ApiError::server(format!("writing the workload: {e}")))?;
         Ok::<_, ApiError>((export, body))
     })

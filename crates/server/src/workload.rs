@@ -19,7 +19,7 @@ use crate::archive::{ArchivedAttempt, ArchivedJob};
 pub use crate::facts::{ClassBook, WorkloadFacts};
 use crate::state::State;
 use crate::usage::lost_instance_hours;
-pub use qm_api::workload::{write_csv, WorkloadRow, COLUMNS};
+pub use qm_api::workload::{write_csv, Columns, WorkloadJob, COLUMNS};
 
 const HOUR_MS: f64 = 3_600_000.0;
 
@@ -27,7 +27,7 @@ const HOUR_MS: f64 = 3_600_000.0;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadExport {
     /// The finished jobs that ran.
-    pub rows: Vec<WorkloadRow>,
+    pub rows: Vec<WorkloadJob>,
     /// Jobs submitted in the window that have not finished: what they need is not known yet.
     pub unfinished: u64,
     /// Finished jobs that never ran (terminated or failed while waiting): they needed nothing.
@@ -255,7 +255,7 @@ impl<'c> Exporter<'c> {
 }
 
 /// `job`'s row; `None` when it has not finished or no attempt of it ran.
-fn row(job: &JobView, interruptible: Option<bool>, since: i64) -> Option<WorkloadRow> {
+fn row(job: &JobView, interruptible: Option<bool>, since: i64) -> Option<WorkloadJob> {
     let stopped_at = job.stopped_at?;
     let ended: Vec<&AttemptView> = job
         .attempts
@@ -272,7 +272,7 @@ fn row(job: &JobView, interruptible: Option<bool>, since: i64) -> Option<Workloa
         .iter()
         .map(|a| i64::from(a.count) * (a.stopped_at.unwrap_or(a.started_at) - a.started_at))
         .sum();
-    Some(WorkloadRow {
+    Some(WorkloadJob {
         job_id: job.job_id.to_string(),
         tenant: job.quota_share_name.to_string(),
         submit_time_s: ms_to_u64(job.created_at - since) / 1000,
@@ -280,13 +280,13 @@ fn row(job: &JobView, interruptible: Option<bool>, since: i64) -> Option<Workloa
         duration_s: ((work_ms / 1000.0).round() as u64).max(1),
         gpus: last.count,
         status: job.status.to_string(),
-        priority: job.scheduling_priority.clamp(0, 9999) as u32,
-        instance_type: last.instance_type.to_string(),
+        priority: Some(job.scheduling_priority.clamp(0, 9999) as u32),
+        instance_type: Some(last.instance_type.to_string()),
         checkpoint_interval_s: checkpoint_interval_s(&ended),
-        interruptible,
-        real_completion_ms: ms_to_u64(stopped_at - job.created_at),
-        real_preemptions: job.preempted_count,
-        real_instance_ms: ms_to_u64(held_ms),
+        class: interruptible.map(WorkloadJob::class_of),
+        real_completion_ms: Some(ms_to_u64(stopped_at - job.created_at)),
+        real_preemptions: Some(job.preempted_count),
+        real_instance_ms: Some(ms_to_u64(held_ms)),
     })
 }
 
@@ -434,22 +434,22 @@ mod tests {
         let out = export([&preempted_once(Some(steps))], &ClassBook::default(), SINCE);
         assert_eq!(
             out.rows,
-            vec![WorkloadRow {
+            vec![WorkloadJob {
                 job_id: "j".into(),
                 tenant: "research".into(),
                 submit_time_s: 5,
                 duration_s: 1801,
                 gpus: 2,
                 status: "SUCCEEDED".into(),
-                priority: 7,
-                instance_type: "ml.g5.xlarge".into(),
+                priority: Some(7),
+                instance_type: Some("ml.g5.xlarge".into()),
                 // 800 s over 4 checkpoints, then 1,000 s over 5: 1,800 s / 9.
                 checkpoint_interval_s: Some(200),
-                interruptible: None,
-                real_completion_ms: 2_105_000,
-                real_preemptions: 1,
+                class: None,
+                real_completion_ms: Some(2_105_000),
+                real_preemptions: Some(1),
                 // 2 instances × (1,005 s + 1,010 s) of capacity held.
-                real_instance_ms: 4_030_000,
+                real_instance_ms: Some(4_030_000),
             }]
         );
     }
@@ -481,14 +481,21 @@ mod tests {
         let mut other_share = job("c", 2, Some(20), vec![attempt(1, 2, 2, 10)]);
         other_share.quota_share_name = "prod".into();
         let out = export([&other_share, &by_default, &urgent], &classes, SINCE);
-        let got: Vec<(&str, Option<bool>)> = out
+        let got: Vec<(&str, Option<&str>)> = out
             .rows
             .iter()
-            .map(|r| (r.job_id.as_str(), r.interruptible))
+            .map(|r| (r.job_id.as_str(), r.class.as_deref()))
             .collect();
-        assert_eq!(got, [("a", Some(false)), ("b", Some(true)), ("c", None)]);
+        assert_eq!(
+            got,
+            [
+                ("a", Some("non-interruptible")),
+                ("b", Some("interruptible")),
+                ("c", None)
+            ]
+        );
         let mut csv = Vec::new();
-        write_csv(&out.rows, &mut csv).unwrap();
+        write_csv(&out.rows, &mut csv, Columns::All).unwrap();
         let csv = String::from_utf8(csv).unwrap();
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines[0], COLUMNS.join(","));

@@ -2,7 +2,8 @@
 //! core (`qm-core`, the same code the server runs) on a simulated clock, for several policies,
 //! and measures what each would do to completion times, waiting, preemptions and lost work.
 //!
-//! - [`workload`]: the CSV schema of the shared traces.
+//! - [`workload`]: workload files (the schema is `qm_api::workload`'s, which the server's
+//!   export writes).
 //! - `engine`: the discrete-event loop: arrivals, attempt ends, preempted attempts' exits,
 //!   checkpoints; one scheduling pass per instant.
 //! - [`metrics`]: what is measured, in the shape of `metrics.json`.
