@@ -38,7 +38,7 @@ pub type Reply = oneshot::Sender<Result<Answer, ApiError>>;
 pub struct Envelope {
     /// What was asked.
     pub request: Request,
-    /// Where the response body (or error) goes once the batch is durable.
+    /// Where the answer (or error) goes once the batch is durable.
     pub reply: Reply,
 }
 
@@ -828,7 +828,7 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         }
         for (reply, r) in replies {
             if let Some(reply) = reply {
-                let _ = reply.send(r.map(Answer::Body));
+                let _ = reply.send(r.map(Answer::Reply));
             }
         }
         if !exited.is_empty() {

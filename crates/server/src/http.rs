@@ -155,9 +155,14 @@ async fn send(app: &App, request: Request) -> Result<Answer, ApiError> {
     })?
 }
 
-/// A request answered in the JSON / AWS-error shape.
+/// A request answered in the JSON / AWS-error shape: the driver's typed reply is encoded
+/// here, off the driver thread.
 async fn dispatch(app: &App, request: Request) -> Response {
-    match send(app, request).await.and_then(Answer::into_body) {
+    match send(app, request)
+        .await
+        .and_then(Answer::into_reply)
+        .and_then(|r| r.to_json())
+    {
         Ok(body) => ok_response(body),
         Err(e) => error_response(&e),
     }
@@ -441,7 +446,7 @@ async fn history(
         Ok(ring) => ring.history(&queue, window, now),
         Err(_) => return error_response(&ApiError::server("internal: the history is unavailable")),
     };
-    match crate::state::body(&history) {
+    match crate::reply::encode(&history) {
         Ok(b) => ok_response(b),
         Err(e) => error_response(&e),
     }
@@ -596,7 +601,7 @@ async fn review(
     .await
     .map_err(|e| ApiError::server(format!("computing the review: {e}")))
     .and_then(|r| r);
-    match report.and_then(|r| crate::state::body(&r)) {
+    match report.and_then(|r| crate::reply::encode(&r)) {
         Ok(body) => ok_response(body),
         Err(e) => error_response(&e),
     }
@@ -646,7 +651,7 @@ async fn usage_report(
     .await
     .map_err(|e| ApiError::server(format!("computing the report: {e}")))
     .and_then(|r| r);
-    match report.and_then(|r| crate::state::body(&r)) {
+    match report.and_then(|r| crate::reply::encode(&r)) {
         Ok(body) => ok_response(body),
         Err(e) => error_response(&e),
     }

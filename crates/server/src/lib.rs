@@ -44,6 +44,7 @@ pub mod limits;
 pub mod metrics;
 mod ops;
 pub mod reload;
+pub mod reply;
 pub mod request;
 pub mod respond;
 mod resume;

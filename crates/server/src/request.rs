@@ -1,7 +1,7 @@
-//! What the driver is asked and answers: reads ([`Query`] and [`Answer`]) and the requests
-//! that carry them or a write ([`Request`]). They live apart from the logged vocabulary
-//! (`command`), which imports nothing above it; these name the facts of the modules that
-//! answer (usage, workload, review, history).
+//! What the driver is asked and answers: reads ([`Query`] and [`Answer`], whose API responses
+//! are [`Reply`] values) and the requests that carry them or a write ([`Request`]). They live
+//! apart from the logged vocabulary (`command`), which imports nothing above it; these name
+//! the facts of the modules that answer (usage, workload, review, history).
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use qm_api::*;
 
 use crate::command::{AuditEntry, Command};
 pub use crate::facts::UsageFacts;
+pub use crate::reply::Reply;
 
 /// A read: answered from the state in memory after the batch it arrived in has committed.
 #[derive(Clone, Debug)]
@@ -96,12 +97,13 @@ pub enum Query {
     },
 }
 
-/// What the driver answers: a response body for the API, or a typed value for the HTTP
-/// layer's own use (so nothing is encoded to JSON only to be decoded again).
+/// What the driver answers: a typed response for the API (encoded to JSON by the HTTP
+/// layer), or a typed value for the HTTP layer's own use (so nothing is encoded to JSON only
+/// to be decoded again).
 #[derive(Debug)]
 pub enum Answer {
-    /// An API response body (JSON).
-    Body(Vec<u8>),
+    /// An API response, typed.
+    Reply(Reply),
     /// See [`Query::LogInfo`].
     LogInfo(LogInfo),
     /// See [`Query::UsageFacts`].
@@ -120,11 +122,12 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// The body of an API answer; a typed answer has none (asking for one is a bug in the
-    /// HTTP layer, answered as a server error rather than a panic).
-    pub fn into_body(self) -> Result<Vec<u8>, ApiError> {
+    /// The API response of an answer; an answer for the HTTP layer's own use has none
+    /// (asking for one is a bug in the HTTP layer, answered as a server error rather than a
+    /// panic).
+    pub fn into_reply(self) -> Result<Reply, ApiError> {
         match self {
-            Answer::Body(b) => Ok(b),
+            Answer::Reply(r) => Ok(r),
             other => Err(ApiError::server(format!(
                 "internal: a typed answer ({}) where a response body was expected",
                 other.kind()
@@ -134,7 +137,7 @@ impl Answer {
 
     fn kind(&self) -> &'static str {
         match self {
-            Answer::Body(_) => "body",
+            Answer::Reply(_) => "body",
             Answer::LogInfo(_) => "log info",
             Answer::UsageFacts(_) => "usage facts",
             Answer::WorkloadFacts(_) => "workload facts",

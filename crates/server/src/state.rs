@@ -17,6 +17,7 @@ use qm_executor::LaunchSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, ExitRecord};
+use crate::reply::{reply, Empty, Reply};
 pub use crate::request::Admission;
 use crate::request::{Answer, LogInfo, Query, UsageFacts};
 
@@ -280,8 +281,8 @@ pub struct JobRec {
     pub class: Option<String>,
 }
 
-/// One command's answer: the response body, or why it was refused.
-pub type CommandResult = Result<Vec<u8>, ApiError>;
+/// One command's answer: its typed response, or why it was refused.
+pub type CommandResult = Result<Reply, ApiError>;
 
 /// What applying a batch did ([`State::apply_batch`]).
 #[derive(Debug)]
@@ -390,8 +391,8 @@ impl State {
         self.decisions.clear();
     }
 
-    /// Applies one command; on error nothing changed. Returns the response body.
-    pub fn apply(&mut self, cmd: &Command) -> Result<Vec<u8>, ApiError> {
+    /// Applies one command; on error nothing changed. Returns the typed response.
+    pub fn apply(&mut self, cmd: &Command) -> Result<Reply, ApiError> {
         match cmd {
             Command::CreateServiceEnvironment(r) => self.create_service_environment(r),
             Command::UpdateServiceEnvironment(r) => self.update_service_environment(r),
@@ -444,13 +445,13 @@ impl State {
             Command::RetireAudit { upto } => self.retire_audit(*upto),
             Command::Wake => {
                 self.expire_verified();
-                body(&serde_json::json!({}))
+                reply(Empty {})
             }
             Command::Audit(entry) => {
                 let mut e = entry.clone();
                 e.at = self.now;
                 self.audit.push(e);
-                body(&serde_json::json!({}))
+                reply(Empty {})
             }
             Command::As {
                 caller,
@@ -467,7 +468,7 @@ impl State {
         caller: &crate::command::Caller,
         command: &Command,
         audit: Option<&crate::command::AuditEntry>,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         self.permit(caller, command)?;
         let Some(entry) = audit else {
             return self.apply(command);
@@ -513,13 +514,13 @@ impl State {
             ))),
             Query::Sample => Ok(Answer::Sample(Box::new(self.sample(now.max(self.now))))),
             Query::AttemptRole { attempt } => Ok(Answer::AttemptRole(self.attempt_role(*attempt))),
-            q => self.query(q, now).map(Answer::Body),
+            q => self.query(q, now).map(Answer::Reply),
         }
     }
 
-    /// Answers a read with a response body; `now` is only shown (`lastUpdatedAt`), never
+    /// Answers a read with a typed response; `now` is only shown (`lastUpdatedAt`), never
     /// kept.
-    pub fn query(&self, q: &Query, now: i64) -> Result<Vec<u8>, ApiError> {
+    pub fn query(&self, q: &Query, now: i64) -> Result<Reply, ApiError> {
         match q {
             Query::DescribeServiceEnvironments(r) => self.describe_service_environments(r),
             Query::DescribeJobQueues(r) => self.describe_job_queues(r),
@@ -532,11 +533,11 @@ impl State {
             Query::GetJobQueueSnapshot(r) => self.get_job_queue_snapshot(r, now),
             Query::ListTagsForResource(r) => self.list_tags_for_resource(r),
             Query::Usage => self.usage_json(),
-            Query::Drain => body(&self.drain_status()),
+            Query::Drain => reply(self.drain_status()),
             Query::QueueGroups { queue } => self.queue_groups(queue),
             Query::RunningAttempt { job_id } => self.running_attempt(job_id),
             Query::WhatIf(r) => self.what_if(r),
-            Query::Audit { start, max } => body(&self.audit_page(*start, *max)),
+            Query::Audit { start, max } => reply(self.audit_page(*start, *max)),
             Query::LogInfo { .. }
             | Query::UsageFacts { .. }
             | Query::WorkloadFacts { .. }
@@ -819,15 +820,15 @@ impl State {
         pids: &[u32],
         supervisor: Option<&qm_executor::supervisor::Identity>,
         spawned_at: Option<i64>,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let now = self.now;
         let Some(&core) = self.attempt_job.get(&attempt) else {
             // A report about an attempt that has already been accounted for (e.g. lost at a
             // restart): nothing to change.
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         let Some(rec) = self.jobs.get_mut(&core).map(Arc::make_mut) else {
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         if let Some(live) = rec.live.as_mut().filter(|l| l.attempt == attempt) {
             // The job started when its processes did, not when the report was logged; a
@@ -844,16 +845,16 @@ impl State {
                 self.set_status(core, ServiceJobStatus::Running, None);
             }
         }
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
     fn attempt_starting(
         &mut self,
         attempt: AttemptId,
         reason: Option<&str>,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         let starting = self.jobs.get(&core).is_some_and(|rec| {
             matches!(
@@ -864,12 +865,12 @@ impl State {
         if starting {
             self.set_status(core, ServiceJobStatus::Starting, reason.map(String::from));
         }
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
-    fn attempt_checkpoint(&mut self, attempt: AttemptId) -> Result<Vec<u8>, ApiError> {
+    fn attempt_checkpoint(&mut self, attempt: AttemptId) -> Result<Reply, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         let now = self.now;
         if let Some(live) = self
@@ -885,7 +886,7 @@ impl State {
         if self.core.attempt(attempt).is_some() {
             self.core_apply(Input::Checkpoint { job: core })?;
         }
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
     /// Keeps what the attempt reported of its steps; the core does not use them (yet): they
@@ -894,9 +895,9 @@ impl State {
         &mut self,
         attempt: AttemptId,
         steps: &qm_executor::Steps,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let Some(&core) = self.attempt_job.get(&attempt) else {
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         let mut first = false;
         if let Some(live) = self
@@ -911,7 +912,7 @@ impl State {
         if first {
             self.note_first_step(core);
         }
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
     fn attempt_exited(
@@ -919,13 +920,13 @@ impl State {
         attempt: AttemptId,
         outcome: &ExitRecord,
         usage: Option<qm_executor::Usage>,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let now = self.now;
         let Some(core) = self.attempt_job.remove(&attempt) else {
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         if self.core.attempt(attempt).is_none() {
-            return Ok(Vec::new());
+            return reply(Empty {});
         }
         // Record the attempt's end first: the core's effects below may start a new one.
         if let Some(rec) = self.jobs.get_mut(&core).map(Arc::make_mut) {
@@ -958,10 +959,10 @@ impl State {
             attempt,
             exit: outcome.to_core(),
         })?;
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
-    fn set_capacity(&mut self, capacity: &BTreeMap<String, u32>) -> Result<Vec<u8>, ApiError> {
+    fn set_capacity(&mut self, capacity: &BTreeMap<String, u32>) -> Result<Reply, ApiError> {
         // Types no longer offered get no physical limit... of zero: nothing may start on them.
         let old: Vec<String> = self.capacity.keys().cloned().collect();
         for t in old {
@@ -992,22 +993,22 @@ impl State {
         for (q, limits) in queues {
             self.put_queue_limits(&q, &limits)?;
         }
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
-    fn time_limit_action(&mut self, job_id: &str, reason: &str) -> Result<Vec<u8>, ApiError> {
+    fn time_limit_action(&mut self, job_id: &str, reason: &str) -> Result<Reply, ApiError> {
         let Some(&core) = self.by_id.get(job_id) else {
-            return Ok(Vec::new());
+            return reply(Empty {});
         };
         if self.jobs[&core].status != ServiceJobStatus::Runnable {
-            return Ok(Vec::new());
+            return reply(Empty {});
         }
         self.core_apply(Input::Terminate {
             job: core,
             reason: format!("Terminated by JobStateTimeLimit action due to reason: {reason}"),
         })?;
         self.mark_terminated(&[core]);
-        Ok(Vec::new())
+        reply(Empty {})
     }
 
     /// Unfinished jobs of a share (they are terminated when the share or its queue is deleted).
@@ -1214,9 +1215,9 @@ impl State {
     /// Per queue, share and instance type: entitled, used, own use, borrowed, lent out,
     /// stopping, runnable. "Lent out" splits what others borrow over the lenders in proportion
     /// to their idle entitlement (lending is pooled; no instance belongs to one lender).
-    fn usage_json(&self) -> Result<Vec<u8>, ApiError> {
+    fn usage_json(&self) -> Result<Reply, ApiError> {
         let queues = self.queues.values().map(|q| self.queue_usage(q)).collect();
-        body(&qm_api::qm::Usage { queues })
+        reply(qm_api::qm::Usage { queues })
     }
 
     /// One queue's part of `GET /qm/v1/usage`: its shares, its pool and who lends to whom.
@@ -1382,11 +1383,6 @@ fn training_job_name(rec: &JobRec, attempt: AttemptId) -> String {
         .unwrap_or_else(|| rec.request.job_name.clone());
     let base: String = base.chars().take(20).collect();
     format!("AWSBatch{base}{:016x}{:016x}", rec.core.0, attempt.0)
-}
-
-/// Serializes a response body.
-pub(crate) fn body<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(v).map_err(|e| ApiError::server(format!("encoding the response: {e}")))
 }
 
 /// `OWN_CAPACITY - ...` or `BORROWED - ...`: whether a running job can lose its capacity to a

@@ -232,7 +232,11 @@ impl Running {
 
     async fn command(&self, op: &str, body: Value) -> Result<Value, ApiError> {
         let c: Command = serde_json::from_value(json!({"op": op, "body": body})).unwrap();
-        let body = self.ask(Request::Command(c)).await?.into_body()?;
+        let body = self
+            .ask(Request::Command(c))
+            .await?
+            .into_reply()?
+            .to_json()?;
         Ok(serde_json::from_slice(&body).unwrap_or(Value::Null))
     }
 
@@ -244,7 +248,8 @@ impl Running {
             .ask(Request::Query(q))
             .await
             .unwrap()
-            .into_body()
+            .into_reply()
+            .and_then(|r| r.to_json())
             .unwrap();
         serde_json::from_slice(&body).unwrap()
     }
@@ -308,7 +313,11 @@ impl Running {
             .unwrap(),
             principal: None,
         };
-        let body = self.ask(Request::Command(c)).await?.into_body()?;
+        let body = self
+            .ask(Request::Command(c))
+            .await?
+            .into_reply()?
+            .to_json()?;
         let v: Value = serde_json::from_slice(&body).unwrap();
         Ok(v["jobId"].as_str().unwrap().to_string())
     }
@@ -435,7 +444,8 @@ async fn recovery_rebuilds_exactly_what_the_driver_committed() {
     let q = Query::ListServiceJobs(
         serde_json::from_value(json!({"jobQueue": "jq", "jobStatus": "RUNNING"})).unwrap(),
     );
-    let listed: Value = serde_json::from_slice(&state.query(&q, 0).unwrap()).unwrap();
+    let listed: Value =
+        serde_json::from_slice(&state.query(&q, 0).unwrap().to_json().unwrap()).unwrap();
     let ids = |v: &Value| {
         let mut ids: Vec<String> = v["jobSummaryList"]
             .as_array()

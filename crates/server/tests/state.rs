@@ -10,7 +10,7 @@ use qm_api::Arns;
 use qm_core::AttemptId;
 use qm_server::command::{AuditEntry, Command, ExitRecord};
 use qm_server::driver::{encode_decisions, recover, TimeLimits};
-use qm_server::request::Query;
+use qm_server::request::{Query, Reply};
 use qm_server::snapshot::{decode_image, SNAPSHOT_FORMAT};
 use qm_server::state::{Action, State};
 use qm_store::{Log, MemoryLog, Writer};
@@ -23,6 +23,11 @@ struct World {
     state: State,
     log: MemoryLog,
     now: i64,
+}
+
+/// A typed reply as the JSON the server answers, for assertions written against the wire.
+fn bytes(reply: &Reply) -> Vec<u8> {
+    reply.to_json().expect("a reply encodes")
 }
 
 fn cmd(op: &str, body: Value) -> Command {
@@ -122,7 +127,7 @@ impl World {
 
     fn describe(&self, id: &str) -> Value {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
-        serde_json::from_slice(&self.state.query(&q, self.now).expect("describe")).unwrap()
+        serde_json::from_slice(&bytes(&self.state.query(&q, self.now).expect("describe"))).unwrap()
     }
 
     fn status(&self, id: &str) -> String {
@@ -287,7 +292,8 @@ fn the_aws_demo_runs_step_by_step_and_replays_to_the_same_state() {
     assert_eq!(r.diverged_own, 0, "replay decides exactly as logged");
     for id in ["high", "med", "low", "qs2"] {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
-        let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+        let replayed: Value =
+            serde_json::from_slice(&bytes(&fresh.query(&q, w.now).unwrap())).unwrap();
         assert_eq!(replayed, w.describe(id), "job {id} after replay");
     }
     let live: Vec<AttemptId> = fresh.live_attempts().into_iter().map(|(a, _)| a).collect();
@@ -341,7 +347,7 @@ fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
     let r = recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(r.diverged_own, 0, "replay decides exactly as logged");
     let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": "drilled"})).unwrap());
-    let replayed: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+    let replayed: Value = serde_json::from_slice(&bytes(&fresh.query(&q, w.now).unwrap())).unwrap();
     assert_eq!(replayed, rec);
 }
 
@@ -374,7 +380,7 @@ fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused(
             request: req("a"),
         })
         .unwrap();
-    assert_eq!(first, again);
+    assert_eq!(bytes(&first), bytes(&again));
     let err = w
         .state
         .apply(&Command::SubmitServiceJob {
@@ -488,7 +494,7 @@ fn jobs_of_a_deleted_queue_are_not_listed_under_a_new_queue_of_the_same_name() {
     let q = Query::ListServiceJobs(
         serde_json::from_value(json!({"jobQueue": "jq", "jobStatus": "FAILED"})).unwrap(),
     );
-    let listed: Value = serde_json::from_slice(&w.state.query(&q, w.now).unwrap()).unwrap();
+    let listed: Value = serde_json::from_slice(&bytes(&w.state.query(&q, w.now).unwrap())).unwrap();
     assert_eq!(
         listed["jobSummaryList"].as_array().unwrap().len(),
         0,
@@ -588,7 +594,7 @@ fn a_decision_another_build_took_differently_is_applied_as_it_was_taken() {
         ),
         state.now,
     );
-    let j: Value = serde_json::from_slice(&j.unwrap()).unwrap();
+    let j: Value = serde_json::from_slice(&bytes(&j.unwrap())).unwrap();
     assert_eq!(j["status"], "RUNNABLE", "{j}");
 }
 
@@ -806,7 +812,7 @@ fn recovery_starts_from_the_latest_snapshot_and_replays_only_the_batches_after_i
     assert_eq!((r.snapshot, r.batches, r.diverged_own), (Some(seq), 2, 0));
     for id in DEMO_JOBS {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
-        let got: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+        let got: Value = serde_json::from_slice(&bytes(&fresh.query(&q, w.now).unwrap())).unwrap();
         assert_eq!(got, w.describe(id), "job {id}");
     }
 }
@@ -903,7 +909,8 @@ fn retired_audit_entries_leave_the_log_keep_their_numbers_and_replay_the_same() 
     w.one(Command::RetireAudit { upto: 2 });
     let now = w.now;
     let page = |s: &State, start: usize, max: usize| -> Value {
-        serde_json::from_slice(&s.query(&Query::Audit { start, max }, now).unwrap()).unwrap()
+        serde_json::from_slice(&bytes(&s.query(&Query::Audit { start, max }, now).unwrap()))
+            .unwrap()
     };
     let summaries = |v: &Value| -> Vec<String> {
         v["entries"]
@@ -967,7 +974,7 @@ fn a_latest_snapshot_that_cannot_be_loaded_falls_back_to_the_one_before_it() {
     );
     for id in ["high", "med", "low"] {
         let q = Query::DescribeServiceJob(serde_json::from_value(json!({"jobId": id})).unwrap());
-        let got: Value = serde_json::from_slice(&fresh.query(&q, w.now).unwrap()).unwrap();
+        let got: Value = serde_json::from_slice(&bytes(&fresh.query(&q, w.now).unwrap())).unwrap();
         assert_eq!(got, w.describe(id), "job {id}");
     }
 }
@@ -977,7 +984,7 @@ fn listed(state: &State, mut request: Value) -> Vec<String> {
     let mut out = Vec::new();
     loop {
         let q = Query::ListServiceJobs(serde_json::from_value(request.clone()).unwrap());
-        let page: Value = serde_json::from_slice(&state.query(&q, 0).unwrap()).unwrap();
+        let page: Value = serde_json::from_slice(&bytes(&state.query(&q, 0).unwrap())).unwrap();
         for j in page["jobSummaryList"].as_array().unwrap() {
             out.push(j["jobId"].as_str().unwrap().to_string());
         }
@@ -1149,7 +1156,7 @@ fn what_if(w: &World, request: Value) -> Result<Value, String> {
     let q = Query::WhatIf(serde_json::from_value(request).expect("a what-if request"));
     w.state
         .query(&q, w.now)
-        .map(|b| serde_json::from_slice(&b).unwrap())
+        .map(|b| serde_json::from_slice(&bytes(&b)).unwrap())
         .map_err(|e| e.to_string())
 }
 
@@ -1369,7 +1376,7 @@ fn killed_and_started_again(w: &mut World, attempt: AttemptId) -> AttemptId {
 /// The attempt-now answer (`GET /qm/v1/jobs/{job}/attempt`).
 fn attempt_now(w: &World, id: &str) -> qm_api::qm::JobAttemptNow {
     let q = Query::RunningAttempt { job_id: id.into() };
-    serde_json::from_slice(&w.state.query(&q, w.now).expect("attempt now")).unwrap()
+    serde_json::from_slice(&bytes(&w.state.query(&q, w.now).expect("attempt now"))).unwrap()
 }
 
 #[test]
@@ -1600,7 +1607,7 @@ fn policy_and_share_tags_and_group_definitions_reach_the_core_and_survive_replay
     assert_eq!(fair_rules(&w.state), want);
     // `qm shares` and the dashboard show every group, `empty` too.
     let usage: Value =
-        serde_json::from_slice(&w.state.query(&Query::Usage, w.now).unwrap()).unwrap();
+        serde_json::from_slice(&bytes(&w.state.query(&Query::Usage, w.now).unwrap())).unwrap();
     let shown: Vec<&str> = usage["queues"][0]["fairness"]["groups"]
         .as_array()
         .unwrap()

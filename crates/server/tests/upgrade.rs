@@ -108,7 +108,7 @@ fn ask(state: &State, operation: &str, request: &Value) -> Value {
     let body = state
         .query(&query, state.now)
         .unwrap_or_else(|e| panic!("{operation} {request} fails after the upgrade: {e}"));
-    serde_json::from_slice(&body).expect("the answer is JSON")
+    serde_json::from_slice(&body.to_json().unwrap()).expect("the answer is JSON")
 }
 
 /// Whether `now` says everything `then` said: the same members with the same values, lists
@@ -551,7 +551,7 @@ fn a_data_dir_of_release_0805b08_keeps_jobs_principals_classes_groups_drills_and
             "{who}: {:?}",
             outcome.results[0]
                 .as_ref()
-                .map(|b| String::from_utf8_lossy(b))
+                .map(|b| String::from_utf8_lossy(&b.to_json().unwrap()).into_owned())
         );
     }
 }

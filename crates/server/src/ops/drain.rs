@@ -7,11 +7,12 @@ use qm_api::qm::{DrainStatus, PreemptResponse};
 use qm_api::ApiError;
 use qm_core::{Effect, Input};
 
-use crate::state::{body, State};
+use crate::reply::{reply, Reply};
+use crate::state::State;
 
 impl State {
     /// Drains the executor (`Command::Drain`).
-    pub(crate) fn drain(&mut self, reason: &str, requeue: bool) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn drain(&mut self, reason: &str, requeue: bool) -> Result<Reply, ApiError> {
         let from = self.decisions.len();
         self.core_apply(Input::Drain {
             reason: reason.to_string(),
@@ -27,7 +28,7 @@ impl State {
                 _ => None,
             })
             .collect();
-        body(&DrainStatus {
+        reply(DrainStatus {
             requeued,
             ..self.drain_status()
         })
@@ -35,14 +36,14 @@ impl State {
 
     /// Ends the drain (`Command::EndDrain`); refused when the executor is not drained, so
     /// that a mistyped command says so.
-    pub(crate) fn end_drain(&mut self) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn end_drain(&mut self) -> Result<Reply, ApiError> {
         if self.core.drained().is_none() {
             return Err(ApiError::client(
                 "cancel: the executor is not drained; `qm drain` drains it".to_string(),
             ));
         }
         self.core_apply(Input::EndDrain)?;
-        body(&self.drain_status())
+        reply(self.drain_status())
     }
 
     /// Whether the executor is drained now (`GET /qm/v1/drain`).

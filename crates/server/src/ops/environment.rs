@@ -5,7 +5,8 @@ use qm_api::*;
 use qm_core::{Input, QueueSpec};
 
 use super::page;
-use crate::state::{body, EnvRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{EnvRec, State};
 
 impl State {
     pub(crate) fn env_name(&self, field: &str, value: &str) -> Result<String, ApiError> {
@@ -61,7 +62,7 @@ impl State {
     pub(crate) fn create_service_environment(
         &mut self,
         r: &CreateServiceEnvironmentRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_create_service_environment(r)?;
         if self.environments.contains_key(&r.service_environment_name) {
             return Err(ApiError::client("Object already exists"));
@@ -74,7 +75,7 @@ impl State {
             queue: None,
         };
         self.environments.insert(rec.name.clone(), rec);
-        body(&CreateServiceEnvironmentResponse {
+        reply(CreateServiceEnvironmentResponse {
             service_environment_name: r.service_environment_name.clone(),
             service_environment_arn: self.arns.service_environment(&r.service_environment_name),
         })
@@ -83,7 +84,7 @@ impl State {
     pub(crate) fn update_service_environment(
         &mut self,
         r: &UpdateServiceEnvironmentRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_update_service_environment(r)?;
         let name = self.env_name("serviceEnvironment", &r.service_environment)?;
         // Change a copy, apply it to the core, and only then keep it: on error nothing changed.
@@ -98,7 +99,7 @@ impl State {
             self.put_queue_limits(&q, &env.limits)?;
         }
         self.environments.insert(name.clone(), env);
-        body(&UpdateServiceEnvironmentResponse {
+        reply(UpdateServiceEnvironmentResponse {
             service_environment_name: name.clone(),
             service_environment_arn: self.arns.service_environment(&name),
         })
@@ -107,7 +108,7 @@ impl State {
     pub(crate) fn delete_service_environment(
         &mut self,
         r: &DeleteServiceEnvironmentRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let name = self.env_name("serviceEnvironment", &r.service_environment)?;
         let env = &self.environments[&name];
         if env.state != ServiceEnvironmentState::Disabled {
@@ -121,13 +122,13 @@ impl State {
             )));
         }
         self.environments.remove(&name);
-        body(&DeleteServiceEnvironmentResponse {})
+        reply(DeleteServiceEnvironmentResponse {})
     }
 
     pub(crate) fn describe_service_environments(
         &self,
         r: &DescribeServiceEnvironmentsRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let max = max_results("maxResults", r.max_results, 100)?;
         let wanted: Option<Vec<String>> = match &r.service_environments {
             Some(list) if !list.is_empty() => Some(
@@ -149,7 +150,7 @@ impl State {
             .filter(|(n, _)| wanted.as_ref().is_none_or(|w| w.contains(n)))
             .map(|(n, e)| (n.as_str(), self.env_detail(e)));
         let (list, next) = page(items, r.next_token.as_deref(), max)?;
-        body(&DescribeServiceEnvironmentsResponse {
+        reply(DescribeServiceEnvironmentsResponse {
             service_environments: Some(list),
             next_token: next,
         })

@@ -11,7 +11,8 @@ use qm_api::qm::{GroupDef, GroupFairness, QueueFairness, QueueGroups, ShareFairn
 use qm_api::*;
 use qm_core::{GroupSpec, Input, QueueSpec, MAX_SHARES_PER_QUEUE};
 
-use crate::state::{body, QueueRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{QueueRec, State};
 
 impl State {
     /// [`State::policy_tags_of`] for a queue by name.
@@ -158,7 +159,7 @@ impl State {
         &mut self,
         queue: &str,
         groups: &QueueGroups,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let name = self.queue_name("jobQueue", queue)?;
         let groups = groups.checked(MAX_SHARES_PER_QUEUE)?;
         self.groups_fit_queue(&name, &groups.groups)?;
@@ -216,7 +217,7 @@ impl State {
     }
 
     /// `GET /qm/v1/queues/{queue}/groups`: the definitions, weights filled in.
-    pub(crate) fn queue_groups(&self, queue: &str) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn queue_groups(&self, queue: &str) -> Result<Reply, ApiError> {
         let name = self.queue_name("jobQueue", queue)?;
         let groups = self.queues[&name]
             .groups
@@ -226,7 +227,7 @@ impl State {
                 ..g.clone()
             })
             .collect();
-        body(&QueueGroups { groups })
+        reply(QueueGroups { groups })
     }
 
     /// A queue's part of `GET /qm/v1/usage` about fair sharing, from the core's standing.

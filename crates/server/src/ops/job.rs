@@ -9,7 +9,8 @@ use std::sync::Arc;
 use qm_api::*;
 use qm_core::{Input, JobId, JobSpec};
 
-use crate::state::{body, AttemptRec, JobRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{AttemptRec, JobRec, State};
 
 impl State {
     /// Core id of an existing job.
@@ -25,9 +26,9 @@ impl State {
         })
     }
 
-    fn submit_response(&self, core: JobId) -> Result<Vec<u8>, ApiError> {
+    fn submit_response(&self, core: JobId) -> Result<Reply, ApiError> {
         let rec = &self.jobs[&core];
-        body(&SubmitServiceJobResponse {
+        reply(SubmitServiceJobResponse {
             job_arn: Some(self.arns.service_job(&rec.id)),
             job_name: rec.request.job_name.clone(),
             job_id: rec.id.clone(),
@@ -102,7 +103,7 @@ impl State {
         job_id: &str,
         r: &SubmitServiceJobRequest,
         principal: Option<&str>,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_submit_service_job(r)?;
         let canonical = r.client_token.as_ref().map(|_| {
             let mut c = r.clone();
@@ -240,7 +241,7 @@ impl State {
     pub(crate) fn update_service_job(
         &mut self,
         r: &UpdateServiceJobRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_update_service_job(r)?;
         let core = self.job_core("jobId", &r.job_id)?;
         let rec = &self.jobs[&core];
@@ -281,7 +282,7 @@ impl State {
             .map(Arc::make_mut)
             .expect("checked");
         rec.priority = r.scheduling_priority;
-        body(&UpdateServiceJobResponse {
+        reply(UpdateServiceJobResponse {
             job_arn: Some(self.arns.service_job(&rec.id)),
             job_name: Some(rec.request.job_name.clone()),
             job_id: Some(rec.id.clone()),
@@ -312,7 +313,7 @@ impl State {
     pub(crate) fn terminate_service_job(
         &mut self,
         r: &TerminateServiceJobRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         if r.reason.is_empty() {
             return Err(ApiError::client(
                 "reason: is empty; say why the job is terminated (it becomes the job's statusReason)",
@@ -320,7 +321,7 @@ impl State {
         }
         let core = self.job_core("jobId", &r.job_id)?;
         self.terminate(core, &r.reason)?;
-        body(&TerminateServiceJobResponse {})
+        reply(TerminateServiceJobResponse {})
     }
 
     /// A drill: the job's running attempt is stopped as a reclaim would stop it (SIGTERM,
@@ -329,7 +330,7 @@ impl State {
         &mut self,
         job_id: &str,
         reason: &str,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let core = self.job_core("jobId", job_id)?;
         let rec = &self.jobs[&core];
         // Only RUNNING: a job still starting (under Slurm, perhaps queued in Slurm for a long
@@ -354,7 +355,7 @@ impl State {
             job: core,
             reason: reason.to_string(),
         })?;
-        body(&qm_api::qm::PreemptResponse {
+        reply(qm_api::qm::PreemptResponse {
             job_id: id,
             job_name: name,
         })
@@ -363,7 +364,7 @@ impl State {
     pub(crate) fn terminate_service_jobs(
         &mut self,
         r: &TerminateServiceJobsRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_terminate_service_jobs(r)?;
         let mut successful = Vec::new();
         let mut errors = Vec::new();
@@ -381,7 +382,7 @@ impl State {
                 },
             }
         }
-        body(&TerminateServiceJobsResponse { successful, errors })
+        reply(TerminateServiceJobsResponse { successful, errors })
     }
 
     fn resource_id(&self, training_job: &str) -> ServiceResourceId {
@@ -410,7 +411,7 @@ impl State {
     pub(crate) fn describe_service_job(
         &self,
         r: &DescribeServiceJobRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let core = self.job_core("jobId", &r.job_id)?;
         let rec = &self.jobs[&core];
         let (unit, quantity) = Self::capacity_usage(rec);
@@ -429,7 +430,7 @@ impl State {
                     .collect(),
             ),
         });
-        body(&DescribeServiceJobResponse {
+        reply(DescribeServiceJobResponse {
             attempts: Some(
                 rec.attempts
                     .iter()
@@ -472,7 +473,7 @@ impl State {
 
     /// `GET /qm/v1/jobs/{job}/attempt`: the attempt holding capacity now (`qm job` shows it
     /// first; the AWS shapes only list ended attempts).
-    pub(crate) fn running_attempt(&self, job_id: &str) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn running_attempt(&self, job_id: &str) -> Result<Reply, ApiError> {
         let core = self.job_core("jobId", job_id)?;
         let rec = &self.jobs[&core];
         let running = rec.live.as_ref().map(|a| {
@@ -497,7 +498,7 @@ impl State {
                 checkpoint_step: a.steps.checkpoint,
             }
         });
-        body(&qm_api::qm::JobAttemptNow {
+        reply(qm_api::qm::JobAttemptNow {
             running,
             resumes: Self::resumes(rec),
             usage: Self::usage(rec),
@@ -584,10 +585,7 @@ impl State {
         }
     }
 
-    pub(crate) fn list_service_jobs(
-        &self,
-        r: &ListServiceJobsRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn list_service_jobs(&self, r: &ListServiceJobsRequest) -> Result<Reply, ApiError> {
         let max = max_results("maxResults", r.max_results, 100)?;
         // A queue is its name and generation: jobs of a deleted queue of the same name are not
         // listed under the new one.
@@ -636,7 +634,7 @@ impl State {
             }
             out.push(self.summary(rec));
         }
-        body(&ListServiceJobsResponse {
+        reply(ListServiceJobsResponse {
             job_summary_list: out,
             next_token: next,
         })

@@ -5,7 +5,8 @@
 use qm_api::*;
 
 use super::page;
-use crate::state::{body, PolicyRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{PolicyRec, State};
 
 impl State {
     pub(crate) fn policy_name(&self, field: &str, arn: &str) -> Result<String, ApiError> {
@@ -21,7 +22,7 @@ impl State {
     pub(crate) fn create_scheduling_policy(
         &mut self,
         r: &CreateSchedulingPolicyRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_create_scheduling_policy(r)?;
         if self.policies.contains_key(&r.name) {
             return Err(ApiError::client("Object already exists"));
@@ -35,7 +36,7 @@ impl State {
                 tags: r.tags.clone().unwrap_or_default(),
             },
         );
-        body(&CreateSchedulingPolicyResponse {
+        reply(CreateSchedulingPolicyResponse {
             name: r.name.clone(),
             arn: self.arns.scheduling_policy(&r.name),
         })
@@ -44,7 +45,7 @@ impl State {
     pub(crate) fn update_scheduling_policy(
         &mut self,
         r: &UpdateSchedulingPolicyRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_update_scheduling_policy(r)?;
         let name = self.policy_name("arn", &r.arn)?;
         let p = self.policies.get_mut(&name).expect("checked");
@@ -64,13 +65,13 @@ impl State {
         if let Some(f) = &r.fairshare_policy {
             p.fairshare = Some(f.clone());
         }
-        body(&UpdateSchedulingPolicyResponse {})
+        reply(UpdateSchedulingPolicyResponse {})
     }
 
     pub(crate) fn delete_scheduling_policy(
         &mut self,
         r: &DeleteSchedulingPolicyRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let name = self.policy_name("arn", &r.arn)?;
         let arn = self.arns.scheduling_policy(&name);
         if let Some(q) = self.queues.values().find(|q| q.policy_arn == arn) {
@@ -80,13 +81,13 @@ impl State {
             )));
         }
         self.policies.remove(&name);
-        body(&DeleteSchedulingPolicyResponse {})
+        reply(DeleteSchedulingPolicyResponse {})
     }
 
     pub(crate) fn describe_scheduling_policies(
         &self,
         r: &DescribeSchedulingPoliciesRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let mut out = Vec::new();
         for arn in &r.arns {
             let name = self.arns.scheduling_policy_arn("arns", arn)?;
@@ -100,7 +101,7 @@ impl State {
                 });
             }
         }
-        body(&DescribeSchedulingPoliciesResponse {
+        reply(DescribeSchedulingPoliciesResponse {
             scheduling_policies: Some(out),
         })
     }
@@ -108,7 +109,7 @@ impl State {
     pub(crate) fn list_scheduling_policies(
         &self,
         r: &ListSchedulingPoliciesRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let max = max_results("maxResults", r.max_results, 100)?;
         let items = self.policies.keys().map(|n| {
             (
@@ -119,7 +120,7 @@ impl State {
             )
         });
         let (list, next) = page(items, r.next_token.as_deref(), max)?;
-        body(&ListSchedulingPoliciesResponse {
+        reply(ListSchedulingPoliciesResponse {
             scheduling_policies: Some(list),
             next_token: next,
         })

@@ -7,7 +7,8 @@ use qm_api::*;
 use qm_core::Input;
 
 use super::page;
-use crate::state::{body, QueueRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{QueueRec, State};
 
 impl State {
     pub(crate) fn queue_name(&self, field: &str, value: &str) -> Result<String, ApiError> {
@@ -61,7 +62,7 @@ impl State {
     pub(crate) fn create_job_queue(
         &mut self,
         r: &CreateJobQueueRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_create_job_queue(r)?;
         if self.queues.contains_key(&r.job_queue_name) {
             return Err(ApiError::client("Object already exists"));
@@ -103,7 +104,7 @@ impl State {
         }
         self.next_queue_generation += 1;
         self.environments.get_mut(&env).expect("checked").queue = Some(name.clone());
-        body(&CreateJobQueueResponse {
+        reply(CreateJobQueueResponse {
             job_queue_name: name.clone(),
             job_queue_arn: self.arns.job_queue(&name),
         })
@@ -112,7 +113,7 @@ impl State {
     pub(crate) fn update_job_queue(
         &mut self,
         r: &UpdateJobQueueRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_update_job_queue(r)?;
         let name = self.queue_name("jobQueue", &r.job_queue)?;
         let policy_arn = match &r.scheduling_policy_arn {
@@ -152,7 +153,7 @@ impl State {
         }
         // Another policy may assign idle capacity differently.
         self.sync_fair_rules(&name)?;
-        body(&UpdateJobQueueResponse {
+        reply(UpdateJobQueueResponse {
             job_queue_name: Some(name.clone()),
             job_queue_arn: Some(self.arns.job_queue(&name)),
         })
@@ -161,7 +162,7 @@ impl State {
     pub(crate) fn delete_job_queue(
         &mut self,
         r: &DeleteJobQueueRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let name = self.queue_name("jobQueue", &r.job_queue)?;
         if self.queues[&name].state != JQState::Disabled {
             return Err(ApiError::client(format!(
@@ -193,13 +194,13 @@ impl State {
         if let Some(e) = self.environments.get_mut(&q.environment) {
             e.queue = None;
         }
-        body(&DeleteJobQueueResponse {})
+        reply(DeleteJobQueueResponse {})
     }
 
     pub(crate) fn describe_job_queues(
         &self,
         r: &DescribeJobQueuesRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let max = max_results("maxResults", r.max_results, 100)?;
         let wanted: Option<Vec<String>> = match &r.job_queues {
             Some(list) if !list.is_empty() => Some(
@@ -240,7 +241,7 @@ impl State {
                 )
             });
         let (list, next) = page(items, r.next_token.as_deref(), max)?;
-        body(&DescribeJobQueuesResponse {
+        reply(DescribeJobQueuesResponse {
             job_queues: Some(list),
             next_token: next,
         })

@@ -7,7 +7,8 @@
 use qm_api::ApiError;
 
 use crate::archive::{ArchivedAttempt, ArchivedAudit, ArchivedJob};
-use crate::state::{body, AttemptRec, JobRec, State};
+use crate::reply::{reply, Reply, Retired};
+use crate::state::{AttemptRec, JobRec, State};
 
 impl ArchivedAttempt {
     /// The archive's record of attempt `a`.
@@ -75,13 +76,13 @@ impl State {
     }
 
     /// Drops the audit entries numbered below `upto`.
-    pub(crate) fn retire_audit(&mut self, upto: u64) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn retire_audit(&mut self, upto: u64) -> Result<Reply, ApiError> {
         let n = upto
             .saturating_sub(self.audit_first)
             .min(self.audit.len() as u64);
         self.audit.drain(..n as usize);
         self.audit_first += n;
-        body(&serde_json::json!({ "retired": n }))
+        reply(Retired { retired: n })
     }
 
     /// The audit entries numbered from `start` (or the oldest kept, if those were retired),
@@ -109,7 +110,7 @@ impl State {
 
     /// Removes the named jobs from the state; a job that is unknown or not finished is left
     /// alone (it cannot be: the driver names only retirable jobs, but a replay must not fail).
-    pub(crate) fn retire_jobs(&mut self, ids: &[String]) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn retire_jobs(&mut self, ids: &[String]) -> Result<Reply, ApiError> {
         let mut retired = 0u64;
         for id in ids {
             let Some(&core) = self.by_id.get(id) else {
@@ -130,6 +131,6 @@ impl State {
             }
             retired += 1;
         }
-        body(&serde_json::json!({ "retired": retired }))
+        reply(Retired { retired })
     }
 }

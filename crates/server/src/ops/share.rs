@@ -5,7 +5,8 @@ use qm_api::*;
 use qm_core::{Input, ShareSpec, MAX_SHARES_PER_QUEUE};
 
 use super::page;
-use crate::state::{body, ShareRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{ShareRec, State};
 
 impl State {
     pub(crate) fn share_spec_of(&self, s: &ShareRec) -> ShareSpec {
@@ -37,7 +38,7 @@ impl State {
     pub(crate) fn create_quota_share(
         &mut self,
         r: &CreateQuotaShareRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_create_quota_share(r)?;
         let queue = self.queue_name("jobQueue", &r.job_queue)?;
         let q = &self.queues[&queue];
@@ -73,7 +74,7 @@ impl State {
             .insert(name.clone(), rec);
         // Its `qm:group` tag may make it a member of a group.
         self.sync_fair_rules(&queue)?;
-        body(&CreateQuotaShareResponse {
+        reply(CreateQuotaShareResponse {
             quota_share_name: Some(name.clone()),
             quota_share_arn: Some(self.arns.quota_share(&queue, &name)),
         })
@@ -82,7 +83,7 @@ impl State {
     pub(crate) fn update_quota_share(
         &mut self,
         r: &UpdateQuotaShareRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         validate_update_quota_share(r)?;
         let (queue, name) = self.share_ref("quotaShareArn", &r.quota_share_arn)?;
         let mut rec = self.queues[&queue].shares[&name].clone();
@@ -108,7 +109,7 @@ impl State {
             .expect("checked")
             .shares
             .insert(name.clone(), rec);
-        body(&UpdateQuotaShareResponse {
+        reply(UpdateQuotaShareResponse {
             quota_share_name: Some(name.clone()),
             quota_share_arn: Some(self.arns.quota_share(&queue, &name)),
         })
@@ -117,7 +118,7 @@ impl State {
     pub(crate) fn delete_quota_share(
         &mut self,
         r: &DeleteQuotaShareRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let (queue, name) = self.share_ref("quotaShareArn", &r.quota_share_arn)?;
         if self.queues[&queue].shares[&name].state != QuotaShareState::Disabled {
             return Err(ApiError::client(format!(
@@ -138,7 +139,7 @@ impl State {
             .remove(&name);
         // A deleted share leaves its group.
         self.sync_fair_rules(&queue)?;
-        body(&DeleteQuotaShareResponse {})
+        reply(DeleteQuotaShareResponse {})
     }
 
     fn share_detail(&self, queue: &str, s: &ShareRec) -> QuotaShareDetail {
@@ -157,11 +158,11 @@ impl State {
     pub(crate) fn describe_quota_share(
         &self,
         r: &DescribeQuotaShareRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let (queue, name) = self.share_ref("quotaShareArn", &r.quota_share_arn)?;
         let s = &self.queues[&queue].shares[&name];
         let d = self.share_detail(&queue, s);
-        body(&DescribeQuotaShareResponse {
+        reply(DescribeQuotaShareResponse {
             quota_share_name: d.quota_share_name,
             quota_share_arn: d.quota_share_arn,
             job_queue_arn: d.job_queue_arn,
@@ -174,10 +175,7 @@ impl State {
         })
     }
 
-    pub(crate) fn list_quota_shares(
-        &self,
-        r: &ListQuotaSharesRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn list_quota_shares(&self, r: &ListQuotaSharesRequest) -> Result<Reply, ApiError> {
         let max = max_results("maxResults", r.max_results, 100)?;
         let queue = self.queue_name("jobQueue", &r.job_queue)?;
         let q = &self.queues[&queue];
@@ -186,7 +184,7 @@ impl State {
             .iter()
             .map(|(n, s)| (n.as_str(), self.share_detail(&queue, s)));
         let (list, next) = page(items, r.next_token.as_deref(), max)?;
-        body(&ListQuotaSharesResponse {
+        reply(ListQuotaSharesResponse {
             quota_shares: Some(list),
             next_token: next,
         })

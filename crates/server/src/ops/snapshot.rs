@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use qm_api::*;
 
-use crate::state::{body, State};
+use crate::reply::{reply, Reply};
+use crate::state::State;
 
 /// Most jobs `frontOfQueue` lists (AWS limit).
 const FRONT_OF_QUEUE_MAX: usize = 100;
@@ -15,10 +16,10 @@ impl State {
         &self,
         r: &GetJobQueueSnapshotRequest,
         now: i64,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let queue = self.queue_name("jobQueue", &r.job_queue)?;
         let (front, per_share) = self.fronts(&queue);
-        body(&GetJobQueueSnapshotResponse {
+        reply(GetJobQueueSnapshotResponse {
             front_of_queue: Some(FrontOfQueueDetail {
                 jobs: Some(front),
                 last_updated_at: Some(now),

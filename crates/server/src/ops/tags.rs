@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use qm_api::*;
 
 use crate::command::Command;
-use crate::state::{body, State};
+use crate::reply::{reply, Reply};
+use crate::state::State;
 
 impl State {
     fn tags_mut(&mut self, arn: &str) -> Result<&mut BTreeMap<String, String>, ApiError> {
@@ -52,7 +53,7 @@ impl State {
         Some((arn.clone(), tags))
     }
 
-    pub(crate) fn tag_resource(&mut self, r: &TagResourceRequest) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn tag_resource(&mut self, r: &TagResourceRequest) -> Result<Reply, ApiError> {
         validate::tags("tags", &r.tags)?;
         let share = self.quota_share_of(&r.resource_arn)?;
         if share.is_some() {
@@ -73,7 +74,7 @@ impl State {
             *self.tags_mut(&r.resource_arn)? = old;
             return Err(e);
         }
-        body(&TagResourceResponse {})
+        reply(TagResourceResponse {})
     }
 
     /// What follows a change of a resource's tags: a share's `qm:` tags go to the core, a
@@ -118,7 +119,7 @@ impl State {
         })
     }
 
-    pub(crate) fn untag_resource(&mut self, r: &UntagResourceRequest) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn untag_resource(&mut self, r: &UntagResourceRequest) -> Result<Reply, ApiError> {
         if r.tag_keys.is_empty() {
             return Err(ApiError::client(
                 "tagKeys: is empty; name at least one tag key to remove",
@@ -134,13 +135,13 @@ impl State {
             *self.tags_mut(&r.resource_arn)? = old;
             return Err(e);
         }
-        body(&UntagResourceResponse {})
+        reply(UntagResourceResponse {})
     }
 
     pub(crate) fn list_tags_for_resource(
         &self,
         r: &ListTagsForResourceRequest,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<Reply, ApiError> {
         let arn = &r.resource_arn;
         let tags = match self.arns.parse("resourceArn", arn)? {
             Resource::ServiceEnvironment(n) => self.environments.get(&n).map(|e| &e.tags),
@@ -158,7 +159,7 @@ impl State {
                 .map(|j| &j.tags),
         }
         .ok_or_else(|| missing(arn))?;
-        body(&ListTagsForResourceResponse {
+        reply(ListTagsForResourceResponse {
             tags: Some(tags.clone()),
         })
     }

@@ -10,10 +10,11 @@ use qm_api::qm::{GroupDef, WhatIf, WhatIfAction, WhatIfDecision, WhatIfJob, What
 use qm_api::*;
 use qm_core::{Effect, Input, JobId, QueueSpec, StopCause, MAX_SHARES_PER_QUEUE};
 
-use crate::state::{body, ShareRec, State};
+use crate::reply::{reply, Reply};
+use crate::state::{ShareRec, State};
 
 impl State {
-    pub(crate) fn what_if(&self, r: &WhatIfRequest) -> Result<Vec<u8>, ApiError> {
+    pub(crate) fn what_if(&self, r: &WhatIfRequest) -> Result<Reply, ApiError> {
         let queue = self.queue_name("jobQueue", &r.job_queue)?;
         let inputs = self.what_if_inputs(&queue, r)?;
         let policy = self.core.policy();
@@ -29,7 +30,7 @@ impl State {
             .into_iter()
             .filter_map(|(at, e)| self.what_if_decision(at, e))
             .collect();
-        body(&WhatIf {
+        reply(WhatIf {
             now: self.now,
             decisions,
             horizon_ms: horizon,
