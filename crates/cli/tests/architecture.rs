@@ -154,7 +154,15 @@ fn the_core_reads_no_clock_draws_no_random_number_does_no_io_and_iterates_no_std
         "the core's sources are not where this test looks"
     );
     for (path, text) in files {
-        let found = uses(&text, &forbidden);
+        let mut found = uses(&text, &forbidden);
+        // `use std::collections::{BTreeMap, HashMap}` names it without the full path.
+        found.extend(
+            uses(&text, &["std::collections::{"])
+                .into_iter()
+                .filter(|l| {
+                    l.contains(" HashMap") || l.contains("{HashMap") || l.contains("HashSet")
+                }),
+        );
         assert!(
             found.is_empty(),
             "{}: the core is pure (DESIGN.md §3): time comes in as `now`, effects go out as actions: {found:?}",
@@ -316,14 +324,16 @@ fn long_functions_are_the_named_exceptions_only_and_at_most_twenty() {
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {
             let line = line.trim_start();
-            if in_src && line.contains("allow(clippy::too_many_lines") {
-                allowed_in_src.push(format!("{rel}:{}", i + 1));
-            }
             // rustfmt breaks a long `#[expect(..., reason = "...")]` after its parenthesis.
             let expects = line.starts_with("#[expect(clippy::too_many_lines")
                 || (line.starts_with("clippy::too_many_lines")
                     && i > 0
                     && lines[i - 1].trim() == "#[expect(");
+            // Any other mention in the product's code (an `allow`, a module's `#![expect]`,
+            // a lint list) would exempt functions the list does not name.
+            if in_src && !expects && !line.starts_with("//") && line.contains("too_many_lines") {
+                allowed_in_src.push(format!("{rel}:{}", i + 1));
+            }
             if !expects {
                 continue;
             }
@@ -339,7 +349,7 @@ fn long_functions_are_the_named_exceptions_only_and_at_most_twenty() {
     }
     assert!(
         allowed_in_src.is_empty(),
-        "the product's code does not allow too_many_lines; split the function, or `#[expect]` it and name it in LONG_FUNCTIONS: {allowed_in_src:?}"
+        "the product's code exempts functions from too_many_lines only by `#[expect]` on each, named in LONG_FUNCTIONS; split the function instead: {allowed_in_src:?}"
     );
     found.sort();
     let mut listed: Vec<(String, String)> = LONG_FUNCTIONS

@@ -99,9 +99,7 @@ impl Scheduler {
                     Some((_, Hold::Release)) => PendingReason::WaitingForRelease {
                         instances: view.releasing,
                     },
-                    Some((head, Hold::Starvation)) => {
-                        PendingReason::HeldForOlderJob { job: head.0 }
-                    }
+                    Some((head, Hold::Starvation)) => PendingReason::HeldForOlderJob { job: head },
                     None => PendingReason::AwaitingPass,
                 })
             }

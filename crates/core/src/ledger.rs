@@ -36,7 +36,7 @@ impl Account {
     /// A share as accounting sees it after the fact (usage reports, the policy review):
     /// `usage` of `entitlement`, its idle part lent (LEND) or not (RESERVE); how much it may
     /// borrow does not matter there, since what it borrowed already happened.
-    pub fn recorded(entitlement: u32, usage: u32, lends: bool) -> Self {
+    pub const fn recorded(entitlement: u32, usage: u32, lends: bool) -> Self {
         Account {
             entitlement,
             usage,

@@ -18,6 +18,11 @@ pub type Millis = u64;
 #[serde(transparent)]
 pub struct JobId(pub u64);
 
+impl JobId {
+    /// Above every job id: the end of a range over jobs.
+    pub const MAX: JobId = JobId(u64::MAX);
+}
+
 impl std::fmt::Display for JobId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)
@@ -389,6 +394,17 @@ pub enum Exit {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_in_a_row: Option<u32>,
     },
+}
+
+impl Exit {
+    /// An attempt lost through no fault of the job, as an executor reports it: the limit on
+    /// lost attempts in a row is the server's to stamp when it logs the exit.
+    pub fn lost(reason: impl Into<String>) -> Self {
+        Exit::Lost {
+            reason: reason.into(),
+            max_in_a_row: None,
+        }
+    }
 }
 
 /// Why the core asks the shell to stop an attempt.

@@ -120,11 +120,26 @@ impl Scheduler {
         inputs: impl IntoIterator<Item = Input>,
         horizon_ms: Millis,
     ) -> Result<Vec<(Millis, Effect)>, CoreError> {
+        self.foresee(now, inputs, horizon_ms, |_| ())
+            .map(|(effects, ())| effects)
+    }
+
+    /// [`Scheduler::what_if`], and `look` at the copy once the inputs are applied and before
+    /// any pass acts on them (`qm plan` reads the [`Scheduler::victim_order`] there): one copy
+    /// of the state for both.
+    pub fn foresee<T>(
+        &self,
+        now: Millis,
+        inputs: impl IntoIterator<Item = Input>,
+        horizon_ms: Millis,
+        look: impl FnOnce(&Scheduler) -> T,
+    ) -> Result<(Vec<(Millis, Effect)>, T), CoreError> {
         let mut copy = self.clone();
         let mut out = Vec::new();
         for input in inputs {
             out.extend(copy.apply(now, input)?.into_iter().map(|e| (now, e)));
         }
+        let seen = look(&copy);
         let mut at = now.max(copy.clock);
         let until = at.saturating_add(horizon_ms);
         loop {
@@ -134,15 +149,17 @@ impl Scheduler {
                 _ => break,
             }
         }
-        Ok(out)
+        Ok((out, seen))
     }
 
     /// A queue's running attempts per instance type (types in name order), each type's in
     /// the order the victim search ranks them ([`crate::VictimRank`], with each share's
-    /// borrowed instances as the pass projects them): a preemption on the type takes the
-    /// first ones its rules let it take that cover what it needs. `qm plan` lists a change's
-    /// preemptible jobs in this order (through the server's what-if), so that the names it
-    /// shows are the ones the scheduler would pick.
+    /// borrowed instances as the pass projects them). Among the sets of victims that free
+    /// enough, the search takes the one whose worst victim ranks earliest, so with equal sizes
+    /// it takes a prefix of this order; a larger victim further down may replace several
+    /// smaller ones ahead of it. `qm plan` lists a change's preemptible jobs in this order
+    /// (through the server's what-if), as the ones most likely picked; the what-if's own
+    /// decisions say which are.
     pub fn victim_order(&self, queue: &str) -> Option<Vec<(String, JobId)>> {
         let (q, units) = self.units_of(queue)?;
         let qu = &self.queues[q.0 as usize];
@@ -168,21 +185,6 @@ impl Scheduler {
             out.extend(ranked.into_iter().map(|(_, j)| (name.to_string(), j)));
         }
         Some(out)
-    }
-
-    /// [`Scheduler::victim_order`] of `queue` once `inputs` are applied at `now`, on a copy
-    /// (this one is untouched): the order after a change, before any pass acts on it.
-    pub fn what_if_victim_order(
-        &self,
-        now: Millis,
-        inputs: impl IntoIterator<Item = Input>,
-        queue: &str,
-    ) -> Result<Vec<(String, JobId)>, CoreError> {
-        let mut copy = self.clone();
-        for input in inputs {
-            copy.apply(now, input)?;
-        }
-        Ok(copy.victim_order(queue).unwrap_or_default())
     }
 
     /// Per share and unit accounting of a queue, shares in name order: every share on every

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use crate::model::JobId;
 use crate::time::utc;
 
 /// Why a job can never run with the current configuration (DESIGN.md §2 rule 10).
@@ -146,7 +147,7 @@ pub enum PendingReason {
     /// may start on it.
     HeldForOlderJob {
         /// The shell's id of that job.
-        job: u64,
+        job: JobId,
     },
     /// The job waited past the starvation guard and holds a reservation; it could start by
     /// preempting jobs backfilled onto it, and gives them until `until` to finish (taking each

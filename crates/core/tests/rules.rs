@@ -370,7 +370,8 @@ fn the_lowest_priority_victim_goes_first() {
 #[test]
 fn the_victim_order_shells_show_is_the_order_a_reclaim_takes() {
     // `qm plan` names preemptible jobs in `Scheduler::victim_order`; a reclaim must take them
-    // in that order, with priorities, progress and sizes all in play.
+    // in that order, with priorities, progress and age in play (equal sizes: with mixed sizes
+    // the search may take a larger victim instead of several ahead of it, `victims.rs`).
     let mut w = World::with_policy(
         &[(G5, 5)],
         Policy {

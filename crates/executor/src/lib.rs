@@ -10,7 +10,7 @@
 //! An attempt runs `ContainerEntrypoint` + `ContainerArguments` once per instance, each process
 //! leading its own process group, in `data_dir/jobs/<job_id>/work` (the layout is in
 //! [`layout`]). Its environment is the server's, then the payload's `Environment`, then
-//! `CUDA_VISIBLE_DEVICES`, `SM_NUM_GPUS`, `SM_CURRENT_HOST`, `SM_HOSTS`, `SM_HPS`,
+//! `CUDA_VISIBLE_DEVICES` (with `CUDA_DEVICE_ORDER=PCI_BUS_ID`), `SM_NUM_GPUS`, `SM_CURRENT_HOST`, `SM_HOSTS`, `SM_HPS`,
 //! `SM_HP_<NAME>`, `SM_CHECKPOINT_DIR`, `SM_MODEL_DIR`, `SM_OUTPUT_DIR`, `SM_OUTPUT_DATA_DIR`,
 //! `SM_TRAINING_JOB_NAME`, `QM_JOB_ID`, `QM_ATTEMPT` and `QM_PROGRESS_FILE` ([`progress`]).
 //!
@@ -20,10 +20,12 @@
 //! supervise`), which outlives the server; a restarted server adopts it.
 //!
 //! Modules: `inventory` (instances and GPUs), [`layout`] (directories and log names),
-//! `environment`, `attempt` (an attempt inside its supervisor: spawn, wait, stop, timeout), `checkpoint`
-//! (one scanner task for all attempts, which also reads [`progress`]), `group` (process-group signals and stale reaping),
-//! [`cgroup`] (each host's control group: memory, CPU, processes, GPU nodes),
-//! `outcome` (exit reasons), `executor` (the public handle and its shared state).
+//! `environment`, `supervisor::attempt` (an attempt inside its supervisor: spawn, wait, stop,
+//! timeout), `checkpoint` (the checkpoint scan, which also reads [`progress`]; the executor's
+//! background tasks run it), `group` (process-group signals and stale reaping), [`cgroup`]
+//! (each host's control group: memory, CPU, processes, GPU nodes), `outcome` (exit reasons
+//! and usage; the exit itself is the core's `Exit`), `executor` (the public handle, its
+//! shared state, its background tasks and its side of the supervisor link).
 
 pub mod cgroup;
 mod checkpoint;

@@ -1,6 +1,7 @@
-//! The server's clock, read at the edges (the HTTP layer, the driver, the key store) and
-//! handed to the core as `now`: the one place that reads the wall clock, so nothing below it
-//! depends on the module that drives batches.
+//! The server's clock in epoch milliseconds, read at the edges (the HTTP layer, the driver,
+//! the key store) and handed to the core as `now`. A leaf, so that nothing below the driver
+//! depends on it to read the time. (SigV4's clock-skew check and the STS signer read
+//! `SystemTime` themselves: they need the time as a `SystemTime`.)
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1055,6 +1055,32 @@ fn read_file(path: &Path) -> Result<FileConfig, ServerError> {
         .map_err(|e| ServerError::Config(format!("config file {}: {e}", path.display())))
 }
 
+impl Config {
+    /// The driver's periodic work under this config, `since_snapshot` commands after the last
+    /// snapshot (0 for a reload, which does not move the snapshot count).
+    pub fn cadence(&self, since_snapshot: u64) -> crate::request::Cadence {
+        crate::request::Cadence {
+            tick: self.tick,
+            snapshot_every: self.snapshot_every,
+            since_snapshot,
+            retention: self.retention,
+            delete_job_dirs: self.delete_job_dirs,
+            max_lost_attempts: self.max_lost_attempts,
+            audit_entries: self.audit_entries,
+        }
+    }
+
+    /// The bounds new submits must respect under this config.
+    pub fn admission(&self) -> crate::request::Admission {
+        crate::request::Admission {
+            per_share: self.limits.queued_per_share,
+            per_queue: self.limits.queued_per_queue,
+            file_roots: self.storage.file_roots.clone(),
+            runs_images: self.runtime.runs_images(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use qm_store::{Batch, Log, SqliteLog, Writer};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::archive::{Archive, ArchivedJob};
-pub use crate::clock::now_ms;
+use crate::clock::now_ms;
 use crate::command::{Command, Decision, ExitRecord, DECISIONS_FORMAT};
 use crate::error::ServerError;
 use crate::exec::{Execute, Executor};

@@ -19,7 +19,7 @@ use std::time::Duration;
 use qm_api::qm::{History, HistoryWindow, ShareHistory};
 
 use crate::driver::Envelope;
-pub use crate::facts::{QueueSample, Sample, ShareSample};
+use crate::facts::{QueueSample, Sample};
 use crate::request::{Answer, Query, Request};
 
 /// How long the ring remembers.
@@ -259,6 +259,7 @@ pub async fn sample_every(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::facts::ShareSample;
 
     fn sample(at: i64, own: u32, borrowed: u32, runnable: u32, preemptions: u64) -> Sample {
         Sample {

@@ -1,9 +1,10 @@
-//! The HTTP face: botocore's REST-JSON routes (`POST /v1/<operation>`, the tag routes), and
-//! the single place where an [`ApiError`] becomes the AWS error shape (status, the
-//! `x-amzn-ErrorType` header and the `{"__type", "message"}` body).
+//! The HTTP face: botocore's REST-JSON routes (`POST /v1/<operation>`, the tag routes) and the
+//! qm endpoints. Answers take their shape in [`crate::respond`] (the AWS error shape: status,
+//! the `x-amzn-ErrorType` header and the `{"__type", "message"}` body).
 //!
-//! Handlers only parse: the request is decoded (with field paths in errors) on the HTTP
-//! worker threads and handed to the driver, which answers once the batch is durable.
+//! Handlers only parse and encode: the request is decoded (with field paths in errors) on the
+//! HTTP worker threads and handed to the driver, which answers once the batch is durable, in
+//! typed replies this layer encodes to JSON.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +32,7 @@ use crate::driver::Envelope;
 use crate::exec::Executor;
 use crate::metrics::ApiLatency;
 use crate::request::{Answer, LogInfo, Query, Request};
-pub use crate::respond::{error_response, ok_response, MAX_BODY_BYTES};
+use crate::respond::{error_response, ok_response, MAX_BODY_BYTES};
 
 /// What handlers share.
 #[derive(Clone)]
@@ -330,9 +331,9 @@ async fn reload(AxState(app): AxState<App>, Extension(caller): Extension<Princip
         ));
     }
     match app.reloader.reload(&caller.name).await {
-        Ok(r) => match serde_json::to_vec(&r) {
+        Ok(r) => match crate::reply::encode(&r) {
             Ok(body) => ok_response(body),
-            Err(e) => error_response(&ApiError::server(format!("encoding the answer: {e}"))),
+            Err(e) => error_response(&e),
         },
         Err(e) => error_response(&e),
     }

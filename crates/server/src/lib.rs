@@ -2,7 +2,10 @@
 //! scheduling core, with durable state and an executor that really runs the attempts.
 //!
 //! Layout, following the request:
-//! - [`http`]: routes and the AWS error shape; decodes requests, hands them to the driver.
+//! - [`http`]: routes; decodes requests, hands them to the driver, encodes its typed replies
+//!   ([`reply`]); [`respond`]: the AWS error shape.
+//! - [`request`]: what the driver is asked and answers; [`facts`]: the plain data the state
+//!   hands to accounting, the export, the review and the history; [`archive`]: retired jobs.
 //! - [`driver`]: the one task that owns the state; batches requests and executor reports,
 //!   commits each batch to the log (`qm_store`) before answering or acting, then starts and
 //!   stops attempts through the executor (`qm_executor`).

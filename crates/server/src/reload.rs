@@ -23,10 +23,9 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::command::AuditEntry;
 use crate::config::{Config, Flags};
-use crate::driver::{Cadence, Envelope};
+use crate::driver::Envelope;
 use crate::exec::Executor;
 use crate::request::{Reloaded, Request};
-use crate::state::Admission;
 
 /// One configuration key: how to read it off a [`Config`] (compared, never shown: values may
 /// hold secrets) and whether a running server can take a change of it.
@@ -293,21 +292,8 @@ impl Current {
             keys => format!("{}: {}", path.display(), keys.join(", ")),
         };
         let reloaded = Reloaded {
-            cadence: Cadence {
-                tick: new.tick,
-                snapshot_every: new.snapshot_every,
-                since_snapshot: 0,
-                retention: new.retention,
-                delete_job_dirs: new.delete_job_dirs,
-                max_lost_attempts: new.max_lost_attempts,
-                audit_entries: new.audit_entries,
-            },
-            admission: Admission {
-                per_share: new.limits.queued_per_share,
-                per_queue: new.limits.queued_per_queue,
-                file_roots: new.storage.file_roots.clone(),
-                runs_images: new.runtime.runs_images(),
-            },
+            cadence: new.cadence(0),
+            admission: new.admission(),
             audit: AuditEntry {
                 at: 0,
                 actor: actor.to_string(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use qm_api::*;
 
 use crate::command::{AuditEntry, Command};
-pub use crate::facts::UsageFacts;
+use crate::facts::UsageFacts;
 pub use crate::reply::Reply;
 
 /// A read: answered from the state in memory after the batch it arrived in has committed.

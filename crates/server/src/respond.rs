@@ -30,13 +30,9 @@ pub fn error_response(e: &ApiError) -> Response {
     r
 }
 
-/// A JSON answer (`{}` for an empty body), with AWS's request id.
+/// A JSON answer (an encoded body: an empty answer is `{}`, `reply::Reply::Empty`), with AWS's
+/// request id.
 pub fn ok_response(body: Vec<u8>) -> Response {
-    let body = if body.is_empty() {
-        b"{}".to_vec()
-    } else {
-        body
-    };
     let mut r = (StatusCode::OK, body).into_response();
     let h = r.headers_mut();
     h.insert(

@@ -22,8 +22,8 @@ use qm_api::review::{
 use qm_api::ApiError;
 
 use crate::archive::{Archive, ArchivedAttempt, ArchivedJob};
+use crate::facts::ShareHistory;
 pub use crate::facts::{ReviewFacts, ReviewJob, ShareRules};
-use crate::usage::ShareHistory;
 
 const HOUR_MS: f64 = 3_600_000.0;
 const DAY_MS: i64 = 86_400_000;
@@ -433,12 +433,7 @@ impl Event {
 }
 
 /// A share with no entitlement and no use, before the sweep meets it.
-const IDLE: Account = Account {
-    entitlement: 0,
-    usage: 0,
-    strategy: qm_core::Strategy::Reserve,
-    allowance: None,
-};
+const IDLE: Account = Account::recorded(0, 0, false);
 
 /// Per job, in order: whether it borrowed and whether its share was lending when it was
 /// submitted.

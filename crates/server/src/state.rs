@@ -17,9 +17,10 @@ use qm_executor::LaunchSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, ExitRecord};
+use crate::facts::UsageFacts;
 use crate::reply::{reply, Empty, Reply};
-pub use crate::request::Admission;
-use crate::request::{Answer, LogInfo, Query, UsageFacts};
+use crate::request::Admission;
+use crate::request::{Answer, LogInfo, Query};
 
 /// How many preempted attempts `preemptionSummary.recentPreemptedAttempts` keeps.
 pub const PREEMPTED_WINDOW: usize = 10;
@@ -173,6 +174,15 @@ pub struct AttemptRec {
 }
 
 impl JobRec {
+    /// SageMaker's name for the job: the payload's `TrainingJobName`, else the job's name
+    /// (TRAINING_JOB_NAME, the role session's name, where its model goes).
+    fn sagemaker_name(&self) -> &str {
+        self.payload
+            .training_job_name
+            .as_deref()
+            .unwrap_or(&self.request.job_name)
+    }
+
     /// What its live attempt runs: the executor's spec, from the job's SageMaker payload
     /// (credentials are the driver's to add).
     fn live_launch(&self) -> Option<LaunchSpec> {
@@ -182,11 +192,7 @@ impl JobRec {
             attempt: live.attempt,
             job_id: self.id.clone(),
             attempt_number: live.number,
-            // SageMaker's name for the job (TRAINING_JOB_NAME, and where its model goes).
-            job_name: p
-                .training_job_name
-                .clone()
-                .unwrap_or_else(|| self.request.job_name.clone()),
+            job_name: self.sagemaker_name().to_string(),
             instance_type: live.instance_type.clone(),
             count: live.count,
             entrypoint: p.entrypoint.clone(),
@@ -1051,11 +1057,7 @@ impl State {
             share: rec.share.clone(),
             role_arn: rec.payload.role_arn.clone(),
             job_id: rec.id.clone(),
-            job_name: rec
-                .payload
-                .training_job_name
-                .clone()
-                .unwrap_or_else(|| rec.request.job_name.clone()),
+            job_name: rec.sagemaker_name().to_string(),
         })
     }
 
@@ -1146,7 +1148,7 @@ impl State {
                 return Some(match r {
                     qm_core::PendingReason::HeldForOlderJob { job } => format!(
                         "HELD_FOR_OLDER_JOB - capacity is held for job {}, which is ahead of it: it has waited past the starvation guard, or waits for the jobs it would preempt to checkpoint or finish",
-                        self.api_id(JobId(job))
+                        self.api_id(job)
                     ),
                     other => other.to_string(),
                 });
@@ -1376,12 +1378,7 @@ impl State {
 
 /// SageMaker names each attempt's training job after the payload's name plus a unique suffix.
 fn training_job_name(rec: &JobRec, attempt: AttemptId) -> String {
-    let base = rec
-        .payload
-        .training_job_name
-        .clone()
-        .unwrap_or_else(|| rec.request.job_name.clone());
-    let base: String = base.chars().take(20).collect();
+    let base: String = rec.sagemaker_name().chars().take(20).collect();
     format!("AWSBatch{base}{:016x}{:016x}", rec.core.0, attempt.0)
 }
 

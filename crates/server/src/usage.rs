@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use crate::facts::{ShareEpoch, ShareHistory, UsageAttempt, UsageJob};
+use crate::facts::{UsageAttempt, UsageJob};
+// The entitlement history is the report's input: its callers name it here.
+pub use crate::facts::{ShareEpoch, ShareHistory};
 use qm_api::qm::{Percentiles, UsageBy, UsageEvery, UsageHours, UsageReport, UsageRow};
 use qm_core::ledger::Account;
 
@@ -62,7 +64,7 @@ pub fn period_count(since: i64, until: i64, every: Option<UsageEvery>) -> usize 
 /// The report of the state's `facts` plus the archive's jobs, for `p`.
 pub fn report_with_archive(
     archive: &crate::archive::Archive,
-    facts: crate::request::UsageFacts,
+    facts: crate::facts::UsageFacts,
     p: &UsageParams,
 ) -> Result<UsageReport, qm_api::ApiError> {
     let archived = archive.read(p.since, i64::MAX).map_err(|e| {

@@ -14,9 +14,8 @@ use std::collections::HashSet;
 use qm_api::ApiError;
 use serde::Deserialize;
 
-pub use crate::archive::is_zero;
 use crate::archive::{ArchivedAttempt, ArchivedJob};
-pub use crate::facts::{ClassBook, WorkloadFacts};
+use crate::facts::{ClassBook, WorkloadFacts};
 use crate::state::State;
 use crate::usage::lost_instance_hours;
 pub use qm_api::workload::{write_csv, Columns, WorkloadJob, COLUMNS};

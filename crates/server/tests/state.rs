@@ -529,6 +529,12 @@ fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
         payload("big").replace(UNIT, "ml.p4d.24xlarge"),
     );
     assert_eq!(w.status("big"), "RUNNABLE");
+    terminated_after_600_s(&mut w, "big", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY");
+}
+
+/// The queue's 600 s time-limit action terminates RUNNABLE `job`, waiting for `reason`: not
+/// before the 600 s, and at them with the action's status reason.
+fn terminated_after_600_s(w: &mut World, job: &str, reason: &str) {
     let mut limits = TimeLimits::default();
     let t0 = w.now;
     assert!(limits.due(w.state.time_limit_candidates(), t0).is_empty());
@@ -541,11 +547,91 @@ fn a_head_job_blocked_past_its_queues_time_limit_action_is_terminated() {
     let due = limits.due(w.state.time_limit_candidates(), t0 + 600_000);
     assert_eq!(due.len(), 1, "{due:?}");
     w.batch(due);
-    let rec = w.describe("big");
+    let rec = w.describe(job);
     assert_eq!(rec["status"], "FAILED");
     assert_eq!(
         rec["statusReason"],
-        "Terminated by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+        format!("Terminated by JobStateTimeLimit action due to reason: {reason}")
+    );
+}
+
+/// DESIGN.md §2 rule 10: a job that can never run as its share is set up (it needs more than
+/// its share may ever hold) waits with a MISCONFIGURATION reason, and the queue's
+/// `jobStateTimeLimitActions` for that reason terminate it.
+#[test]
+fn a_misconfigured_job_is_terminated_by_its_queues_time_limit_action() {
+    let mut w = World::new();
+    let reason = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED";
+    fifo_queue(
+        &mut w,
+        4,
+        UNIT,
+        4,
+        json!([{"reason": reason, "state": "RUNNABLE", "maxTimeSeconds": 600, "action": "TERMINATE"}]),
+    );
+    w.one(cmd(
+        "CreateQuotaShare",
+        json!({"quotaShareName": "QS", "jobQueue": "jq",
+               "capacityLimits": [{"maxCapacity": 1, "capacityUnit": UNIT}],
+               "resourceSharingConfiguration": {"strategy": "RESERVE"},
+               "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}),
+    ));
+    w.submit_payload(
+        "wide",
+        "QS",
+        0,
+        payload("wide").replace("\"InstanceCount\":1", "\"InstanceCount\":2"),
+    );
+    let rec = w.describe("wide");
+    assert_eq!(rec["status"], "RUNNABLE");
+    assert!(
+        rec["statusReason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(reason),
+        "{rec}"
+    );
+    terminated_after_600_s(&mut w, "wide", reason);
+}
+
+/// DESIGN.md §2 rule 9: every preempted attempt is kept in the job's `preemptionSummary`,
+/// newest first, and counted.
+#[test]
+fn preempted_attempts_are_listed_newest_first_and_counted() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    let mut attempt = launched(&w.submit("twice", "QS1", 1))[0].1;
+    for _ in 0..2 {
+        w.one(Command::AttemptRunning {
+            attempt,
+            pids: vec![],
+            gpus: vec![],
+            supervisor: None,
+            at_ms: None,
+        });
+        w.one(Command::PreemptServiceJob {
+            job_id: "twice".into(),
+            reason: "drill".into(),
+        });
+        let exit = w.one(Command::AttemptExited {
+            attempt,
+            outcome: ExitRecord::Failed {
+                reason: "killed".into(),
+                retryable: true,
+            },
+            usage: None,
+        });
+        attempt = launched(&exit)[0].1;
+    }
+    let summary = &w.describe("twice")["preemptionSummary"];
+    assert_eq!(summary["preemptedAttemptCount"], 2, "{summary}");
+    let recent = summary["recentPreemptedAttempts"]
+        .as_array()
+        .expect("attempts");
+    assert_eq!(recent.len(), 2, "{summary}");
+    assert!(
+        recent[0]["startedAt"].as_i64() > recent[1]["startedAt"].as_i64(),
+        "newest first: {summary}"
     );
 }
 

@@ -6,8 +6,8 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
+pub use qm_api::workload::WorkloadJob;
 use qm_api::workload::{read_csv, write_csv, Columns};
-pub use qm_api::workload::{WorkloadJob, CLASSES};
 
 use crate::error::SimError;
 

@@ -720,10 +720,6 @@ fn lower(a: Option<u32>, b: Option<u32>) -> bool {
     }
 }
 
-/// The running jobs of `share` on `unit` that make up `amount` instances, most likely picked
-/// first: lowest priority, then newest.
-/// The order in which a share's running jobs are likely preempted: lowest priority first,
-/// then the newest (least work lost), then by id for a stable listing.
 /// The scheduler's victim order: each running job's place in the what-if's `victimOrder`
 /// (the core's ranking once the change is made). Empty until the server was asked: a plan
 /// names no job the core would not rank.
@@ -781,6 +777,8 @@ fn kept_above(jobs: &[LiveJob], share: &str, unit: &str, limit: u32) -> Vec<JobR
     firm.into_iter().map(JobRef::from).collect()
 }
 
+/// The first of `candidates` (in victim order) that make up `amount` instances: those most
+/// likely picked. The what-if's decisions, not this list, say which the scheduler takes.
 fn covering(candidates: Vec<&LiveJob>, amount: u32) -> Vec<JobRef> {
     let mut out = Vec::new();
     let mut covered = 0;

@@ -1384,12 +1384,10 @@ impl Inner {
         if role == Role::Stray {
             return self.stray_gone(attempt);
         }
-        let (outcome, usage) = ended.unwrap_or_else(|| (Exit::Lost { max_in_a_row: None,
-            reason: format!(
+        let (outcome, usage) = ended.unwrap_or_else(|| (Exit::lost(format!(
                 "Attempt lost: its supervisor{} died while it ran; the job was queued again without using a retry",
                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
-            ),
-        }, None));
+            )), None));
         self.finish(attempt, outcome, usage);
     }
 

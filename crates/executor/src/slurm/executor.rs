@@ -668,11 +668,9 @@ impl Inner {
             drop(progress);
             let outcome = match &ending {
                 Ending::Job(job) => slot_outcome(&slot, job),
-                Ending::Forgotten(id) => Exit::Lost { max_in_a_row: None,
-                    reason: format!(
+                Ending::Forgotten(id) => Exit::lost(format!(
                         "Attempt lost: Slurm no longer knows job {id} (it was purged, or the cluster's state was reset); the job was queued again without using a retry"
-                    ),
-                },
+                    )),
             };
             match (slot.stage_out.take(), self.storage.clone()) {
                 (Some(spec), Some(storage)) => {
@@ -1059,8 +1057,7 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Exit {
         "OUT_OF_MEMORY" => failed(format!(
             "{ALGORITHM_ERROR}OutOfMemory: Slurm job {id} ran out of memory on {nodes}"
         )),
-        "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED" | "REVOKED" => Exit::Lost { max_in_a_row: None,
-            reason: format!(
+        "NODE_FAIL" | "BOOT_FAIL" | "PREEMPTED" | "REVOKED" => Exit::lost(format!(
                 "Attempt lost: Slurm job {id} ended {} ({}) on {nodes}; the job was queued again without using a retry",
                 job.state,
                 if job.reason.is_empty() {
@@ -1068,8 +1065,7 @@ fn slot_outcome(slot: &Slot, job: &SlurmJob) -> Exit {
                 } else {
                     &job.reason
                 }
-            ),
-        },
+            )),
         other => failed(format!(
             "{ALGORITHM_ERROR}Slurm job {id} ended {other} ({})",
             job.reason

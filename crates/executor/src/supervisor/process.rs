@@ -766,9 +766,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
     let (mut outcome, started, usage) = attempt::supervise(ctx, spec, placement, stop, go).await;
     if signalled.load(Ordering::SeqCst) {
         // Stopped because its supervisor was: not the job's doing, and no retry used.
-        outcome = Exit::Lost { max_in_a_row: None,
-            reason: "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry".into(),
-        };
+        outcome = Exit::lost("Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry");
     }
     let usage = started.then_some(usage);
     let exited = Status::Exited {

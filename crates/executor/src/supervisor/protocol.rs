@@ -19,8 +19,9 @@
 //!
 //! Compatibility: a server adopts supervisors of every protocol version from
 //! [`OLDEST_ADOPTED`] to [`PROTOCOL`]; a later version may add fields (with defaults) and
-//! message types, never change the meaning of one. `tests/supervisor_protocol.rs` keeps a
-//! transcript of each version that this build must still read.
+//! message types, never change the meaning of one. `tests/executor/protocol.rs` reads a
+//! transcript of each version (`tests/fixtures/supervisor-protocol-<n>.jsonl`) that this build
+//! must still read.
 
 use qm_core::AttemptId;
 use std::path::PathBuf;

@@ -75,7 +75,10 @@ struct LoginRequest {
 }
 
 fn json<T: Serialize>(v: &T) -> Response {
-    ok_response(serde_json::to_vec(v).unwrap_or_default())
+    match crate::reply::encode(v) {
+        Ok(body) => ok_response(body),
+        Err(e) => error_response(&e),
+    }
 }
 
 fn created(r: &PrincipalRecord) -> Response {

@@ -667,7 +667,7 @@ fn list_start(next_token: Option<&str>) -> Result<JobId, ApiError> {
         })?),
         None => None,
     };
-    Ok(JobId(before.unwrap_or(u64::MAX)))
+    Ok(before.map_or(JobId::MAX, JobId))
 }
 
 /// Whether ListServiceJobs lists `rec`: of the queue (name and generation) and in the status

@@ -102,7 +102,7 @@ impl State {
     /// `max` of them.
     pub fn retirable(&self, before: i64, max: usize) -> Vec<&JobRec> {
         self.finished
-            .range(..=(before, qm_core::JobId(u64::MAX)))
+            .range(..=(before, qm_core::JobId::MAX))
             .take(max)
             .filter_map(|(_, core)| self.jobs.get(core).map(|r| &**r))
             .collect()

@@ -4,8 +4,8 @@
 use qm_api::QuotaShareResourceSharingStrategy;
 
 use crate::archive::{ArchivedAttempt, ArchivedJob};
+use crate::facts::{ShareEpoch, UsageJob};
 use crate::state::{JobRec, ShareRec, State};
-use crate::usage::{ShareEpoch, UsageJob};
 
 impl State {
     /// Records that share `name` of `queue` is configured as `rec` from now on (`None`: it

@@ -19,13 +19,15 @@ impl State {
         let inputs = self.what_if_inputs(&queue, r)?;
         let policy = self.core.policy();
         let horizon = policy.reclaim_patience_ms.max(policy.backfill_patience_ms);
-        let victim_order = self
+        let (effects, ranked) = self
             .core
-            .what_if_victim_order(self.now as u64, inputs.clone(), &queue)?
+            .foresee(self.now as u64, inputs, horizon, |copy| {
+                copy.victim_order(&queue).unwrap_or_default()
+            })?;
+        let victim_order = ranked
             .into_iter()
             .filter_map(|(_, job)| self.what_if_job(job))
             .collect();
-        let effects = self.core.what_if(self.now as u64, inputs, horizon)?;
         let decisions = effects
             .into_iter()
             .filter_map(|(at, e)| self.what_if_decision(at, e))

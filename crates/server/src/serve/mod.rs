@@ -71,7 +71,7 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
         },
         driver::Snapshotter::new(snapshot_log),
         config.data_dir.clone(),
-        cadence(&config, recovered.commands),
+        config.cadence(recovered.commands),
     );
     let driver_thread = start_driver(driver.with_credentials(credentials.clone())).await?;
 
@@ -133,12 +133,7 @@ fn recover(
             "qm: the executor is drained ({reason}): no attempt starts until an admin runs `qm drain --cancel`"
         );
     }
-    state.admission = Some(state::Admission {
-        per_share: config.limits.queued_per_share,
-        per_queue: config.limits.queued_per_queue,
-        file_roots: config.storage.file_roots.clone(),
-        runs_images: config.runtime.runs_images(),
-    });
+    state.admission = Some(config.admission());
     // After an upgrade, a snapshot at once: the next start (of this build or a later one) goes
     // on from this build's state instead of replaying the previous build's batches again.
     if !recovered.other_writers.is_empty() {
@@ -192,19 +187,6 @@ fn open_auth(config: &Config, db: &Path) -> Result<(auth::Auth, Vec<String>), Se
             data_dir: config.data_dir.clone(),
         },
     )
-}
-
-/// The driver's cadence under `config`, `since_snapshot` commands after the last snapshot.
-fn cadence(config: &Config, since_snapshot: u64) -> driver::Cadence {
-    driver::Cadence {
-        tick: config.tick,
-        snapshot_every: config.snapshot_every,
-        since_snapshot,
-        retention: config.retention,
-        delete_job_dirs: config.delete_job_dirs,
-        max_lost_attempts: config.max_lost_attempts,
-        audit_entries: config.audit_entries,
-    }
 }
 
 /// Reconciles `driver` with what the executor runs, then runs it on a thread of its own; a
