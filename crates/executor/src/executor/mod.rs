@@ -427,7 +427,7 @@ struct Slot {
     /// Its log directory, where the outcome is written before `Exited` is sent.
     attempt_dir: PathBuf,
     /// To its supervisor.
-    link: mpsc::UnboundedSender<ToSupervisor>,
+    link: Arc<link::Outbox>,
     /// Its supervisor, once known.
     supervisor: Option<Identity>,
     /// A supervisor the log does not know, asked to stop: nothing of it is reported.
@@ -450,7 +450,7 @@ impl Slot {
     fn new(
         data_dir: &Path,
         p: &Placement,
-        link: mpsc::UnboundedSender<ToSupervisor>,
+        link: Arc<link::Outbox>,
         supervisor: Option<Identity>,
         stray: bool,
     ) -> Slot {
@@ -656,8 +656,8 @@ impl LocalExecutor {
         if !layout::valid_job_id(&spec.job_id) {
             return Err(ExecError::InvalidJobId(spec.job_id));
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let placement = self.inner.place(&spec, tx)?;
+        let outbox = Arc::new(link::Outbox::default());
+        let placement = self.inner.place(&spec, outbox.clone())?;
         self.inner.start_scanner(&runtime);
         tracing::debug!(attempt = spec.attempt.0, job_id = %spec.job_id, count = spec.count, "starting attempt");
         let launch = Launch {
@@ -669,7 +669,7 @@ impl LocalExecutor {
         // The supervisor is found and connected off the caller's thread (the server's driver
         // starts a batch's attempts one after the other and must not wait on each one's
         // zygote round trip); stop requests meanwhile wait in the link's channel.
-        runtime.spawn(self.inner.clone().launch(launch, rx));
+        runtime.spawn(self.inner.clone().launch(launch, outbox));
         Ok(())
     }
 
@@ -974,11 +974,7 @@ impl Inner {
     }
 
     /// Takes the instances (and uid) of a new attempt and records its slot.
-    fn place(
-        &self,
-        spec: &LaunchSpec,
-        link: mpsc::UnboundedSender<ToSupervisor>,
-    ) -> Result<Placement, ExecError> {
+    fn place(&self, spec: &LaunchSpec, link: Arc<link::Outbox>) -> Result<Placement, ExecError> {
         let mut state = self.state();
         if state.attempts.contains_key(&spec.attempt) {
             return Err(ExecError::DuplicateAttempt(spec.attempt));
@@ -1024,7 +1020,7 @@ impl Inner {
 
     /// Starts `launch`'s supervisor, hands it the attempt and serves it until it is done; a
     /// supervisor that cannot be started ends the attempt as a retryable failure.
-    async fn launch(self: Arc<Self>, launch: Launch, rx: mpsc::UnboundedReceiver<ToSupervisor>) {
+    async fn launch(self: Arc<Self>, launch: Launch, outbox: Arc<link::Outbox>) {
         let attempt = launch.spec.attempt;
         match self.spawn_supervisor(attempt).await {
             Ok((conn, identity)) => {
@@ -1036,7 +1032,7 @@ impl Inner {
                     },
                     ToSupervisor::Launch(Box::new(launch)),
                 ];
-                link::run(self, attempt, conn, first, rx, Role::Attempt).await;
+                link::run(self, attempt, conn, first, outbox, Role::Attempt).await;
             }
             Err(e) => self.finish(
                 attempt,
@@ -1196,8 +1192,9 @@ impl Inner {
 
     /// Sends `msg` to a started (or adopted) attempt's supervisor; nothing for another.
     fn tell(&self, attempt: AttemptId, msg: ToSupervisor) {
-        if let Some(slot) = self.state().attempts.get(&attempt) {
-            let _ = slot.link.send(msg);
+        let outbox = self.state().attempts.get(&attempt).map(|s| s.link.clone());
+        if let Some(outbox) = outbox {
+            outbox.tell(&msg);
         }
     }
 
@@ -1521,16 +1518,16 @@ impl Inner {
             .placement
             .clone()
             .unwrap_or_else(|| unreachable!("verified"));
-        let (tx, rx) = mpsc::unbounded_channel();
+        let outbox = Arc::new(link::Outbox::default());
         if let Err(why) = self.hold(
             r.attempt,
             &placement,
             hello.identity.clone(),
-            tx.clone(),
+            outbox.clone(),
             false,
         ) {
             tracing::error!(attempt = r.attempt.0, "cannot adopt: {why}; stopping it");
-            let _ = tx.send(ToSupervisor::Stop);
+            outbox.tell(&ToSupervisor::Stop);
         }
         let mut running = None;
         if let Status::Running(run) = &hello.status {
@@ -1541,10 +1538,10 @@ impl Inner {
         }
         if hello.held {
             // Launched while the previous server wrote the start, which its log holds.
-            let _ = tx.send(ToSupervisor::Go);
+            outbox.tell(&ToSupervisor::Go);
         }
         if r.stopping {
-            let _ = tx.send(ToSupervisor::Stop);
+            outbox.tell(&ToSupervisor::Stop);
         }
         tracing::info!(
             attempt = r.attempt.0,
@@ -1556,7 +1553,7 @@ impl Inner {
             r.attempt,
             conn,
             Vec::new(),
-            rx,
+            outbox,
             Role::Attempt,
         ));
         Reconciled::Adopted { running }
@@ -1568,7 +1565,7 @@ impl Inner {
         attempt: AttemptId,
         p: &Placement,
         identity: Identity,
-        link: mpsc::UnboundedSender<ToSupervisor>,
+        link: Arc<link::Outbox>,
         stray: bool,
     ) -> Result<(), String> {
         let mut state = self.state();
@@ -1646,10 +1643,12 @@ impl Inner {
                 pid = hello.identity.pid,
                 "a supervisor the log does not know runs; stopping it"
             );
-            let (tx, rx) = mpsc::unbounded_channel();
-            let _ = tx.send(ToSupervisor::Stop);
+            let outbox = Arc::new(link::Outbox::default());
+            outbox.tell(&ToSupervisor::Stop);
             if let Some(p) = &hello.placement {
-                if let Err(why) = self.hold(attempt, p, hello.identity.clone(), tx.clone(), true) {
+                if let Err(why) =
+                    self.hold(attempt, p, hello.identity.clone(), outbox.clone(), true)
+                {
                     tracing::warn!(attempt = attempt.0, "its instances are not free: {why}");
                 }
             }
@@ -1658,7 +1657,7 @@ impl Inner {
                 attempt,
                 conn,
                 Vec::new(),
-                rx,
+                outbox,
                 Role::Stray,
             ));
         }

@@ -6,10 +6,9 @@
 //! returned only after every process has been reaped.
 
 use qm_core::AttemptId;
-use std::fs::File;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,9 +24,9 @@ use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::Reaper;
+use crate::supervisor::spawn::{self, ArmedHosts, Spawned};
 use crate::supervisor::{Placement, Running, Settings};
 use crate::{checkpoint, environment, Exit, LaunchSpec, Usage};
-use crate::{isolation, namespace};
 use qm_storage::Storage;
 
 /// How long what the job left outside its hosts' process groups (a daemon, podman's conmon
@@ -194,12 +193,18 @@ impl Drop for Supervisor {
 }
 
 /// What preparing produced: the attempt's directories, or the reason it cannot start.
-struct Prepared {
-    layout: Box<JobLayout>,
+pub(super) struct Prepared {
+    pub(super) layout: Box<JobLayout>,
     checkpoint_dir: PathBuf,
-    env: Vec<(String, String)>,
+    pub(super) env: Vec<(String, String)>,
     /// What is spawned (the entrypoint, or podman), for messages.
-    program: String,
+    pub(super) program: String,
+}
+
+/// Whether the attempt has files to move: inputs or checkpoints to download before it runs,
+/// checkpoints or a model to upload.
+fn transfers(spec: &LaunchSpec) -> bool {
+    !spec.channels.is_empty() || spec.checkpoint_uri.is_some() || spec.output_path.is_some()
 }
 
 /// Why and how an attempt's processes are being stopped while the supervisor waits on them.
@@ -211,13 +216,6 @@ struct Stopping {
     /// The first host's failure.
     first_failure: Option<String>,
     killed: bool,
-}
-
-/// The pids of the first hosts' processes, with the reason the next host could not be
-/// spawned if one could not.
-struct Spawned {
-    children: Vec<u32>,
-    spawn_failure: Option<String>,
 }
 
 /// Creates the job's directories and config files and builds the environment (blocking file
@@ -302,37 +300,23 @@ fn prepare(
     })
 }
 
-/// Spawns one process per host, each in its control group if it has one.
-fn spawn_all(
+/// Downloads the attempt's inputs and checkpoints, if it has any to download (`stage`): the
+/// checkpoints' state, or how the attempt ended when it could not or was stopped meanwhile.
+async fn stage_in(
+    stage: Option<&mut Stage>,
     spec: &LaunchSpec,
     prepared: &Prepared,
-    hosts: &[Vec<u32>],
-    uid: Option<u32>,
-    settings: &Settings,
-    cgroups: &[Group],
-) -> Spawned {
-    let mut children = Vec::with_capacity(hosts.len());
-    let mut spawn_failure = None;
-    for (host, gpus) in hosts.iter().enumerate() {
-        let placed = Placed {
-            host,
-            gpus,
-            uid,
-            cgroup: cgroups.get(host),
-        };
-        let r = spawn_host(spec, prepared, &placed, settings);
-        match r {
-            // Reaped by the supervisor's waitpid(-1), never through the handle.
-            Ok(child) => children.push(child.id()),
-            Err(e) => {
-                spawn_failure = Some(outcome::spawn_reason(&prepared.program, e));
-                break;
-            }
-        }
-    }
-    Spawned {
-        children,
-        spawn_failure,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<qm_storage::SyncState>, Exit> {
+    let Some(stage) = stage else {
+        return Ok(None);
+    };
+    tokio::select! {
+        staged = stage.stage_in(spec, &prepared.layout, &prepared.checkpoint_dir) => staged,
+        _ = stop.changed() => Err(Exit::Failed {
+            reason: format!("{CLIENT_ERROR}stopped while its inputs were downloading"),
+            retryable: true,
+        }),
     }
 }
 
@@ -348,7 +332,12 @@ impl Supervisor {
             Ok(prepared) => self.confine(&hosts).map(|()| prepared),
             Err(outcome) => Err(outcome),
         };
-        // Prepared while the server makes the start durable; nothing else before it is.
+        // Prepared while the server makes the start durable, and armed too when nothing is to
+        // be downloaded first: the go then only spawns.
+        let armed = match &prepared {
+            Ok(prepared) if !transfers(&spec) => Some(self.arm(&spec, prepared, &hosts)),
+            _ => None,
+        };
         let stopped_unstarted = || Exit::Failed {
             reason: format!("{CLIENT_ERROR}stopped before it was started"),
             retryable: true,
@@ -369,23 +358,14 @@ impl Supervisor {
             Ok(stage) => stage,
             Err(outcome) => return outcome,
         };
-        let mut checkpoints = None;
-        if let Some(stage) = stage.as_mut() {
-            let staged = tokio::select! {
-                staged = stage.stage_in(&spec, &prepared.layout, &prepared.checkpoint_dir) => staged,
-                _ = stop.changed() => Err(Exit::Failed {
-                    reason: format!("{CLIENT_ERROR}stopped while its inputs were downloading"),
-                    retryable: true,
-                }),
-            };
-            match staged {
-                Ok(state) => checkpoints = state,
-                Err(outcome) => return outcome,
-            }
-        }
+        let checkpoints = match stage_in(stage.as_mut(), &spec, &prepared, &mut stop).await {
+            Ok(checkpoints) => checkpoints,
+            Err(outcome) => return outcome,
+        };
         let sync = self.checkpoint_sync(&spec, &prepared, checkpoints);
+        let armed = armed.unwrap_or_else(|| self.arm(&spec, &prepared, &hosts));
         let (outcome, sync) = self
-            .run_processes(&spec, &prepared, &hosts, stop, sync)
+            .run_processes(&spec, &prepared, (&hosts, armed), stop, sync)
             .await;
         let Some(stage) = stage.as_mut() else {
             return outcome;
@@ -441,10 +421,7 @@ impl Supervisor {
     /// The attempt's transfers, if it has any: `Err` when it needs storage and none is
     /// configured.
     fn stage(&self, spec: &LaunchSpec, prepared: &Prepared) -> Result<Option<Stage>, Exit> {
-        let needs = !spec.channels.is_empty()
-            || spec.checkpoint_uri.is_some()
-            || spec.output_path.is_some();
-        if !needs {
+        if !transfers(spec) {
             return Ok(None);
         }
         let Some(storage) = self.ctx.storage.clone() else {
@@ -496,13 +473,25 @@ impl Supervisor {
         ))
     }
 
+    /// The hosts' processes, armed to be spawned.
+    fn arm(&self, spec: &LaunchSpec, prepared: &Prepared, hosts: &[Vec<u32>]) -> ArmedHosts {
+        spawn::arm_all(
+            spec,
+            prepared,
+            hosts,
+            self.uid,
+            &self.ctx.settings,
+            &self.cgroups,
+        )
+    }
+
     /// Spawns the hosts' processes and supervises them until every process of the attempt is
     /// gone.
     async fn run_processes(
         &mut self,
         spec: &LaunchSpec,
         prepared: &Prepared,
-        hosts: &[Vec<u32>],
+        (hosts, armed): (&[Vec<u32>], ArmedHosts),
         stop: watch::Receiver<bool>,
         mut sync: Option<CheckpointSync>,
     ) -> (Exit, Option<CheckpointSync>) {
@@ -512,14 +501,7 @@ impl Supervisor {
         let Spawned {
             children,
             spawn_failure,
-        } = spawn_all(
-            spec,
-            prepared,
-            hosts,
-            self.uid,
-            &self.ctx.settings,
-            &self.cgroups,
-        );
+        } = armed.fire(&prepared.program);
         // Every process is its group's leader.
         self.groups.clone_from(&children);
         self.live = children.iter().map(|&pid| Some(pid)).collect();
@@ -775,211 +757,4 @@ async fn sleep_until_opt(at: Option<Instant>) {
         Some(at) => sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// Where one host's process goes.
-struct Placed<'a> {
-    /// 0-based.
-    host: usize,
-    gpus: &'a [u32],
-    uid: Option<u32>,
-    cgroup: Option<&'a Group>,
-}
-
-/// Spawns the process of a host in its own process group (and control group), logging to its
-/// files in the attempt directory (made by [`prepare`], appended to).
-fn spawn_host(
-    spec: &LaunchSpec,
-    prepared: &Prepared,
-    placed: &Placed<'_>,
-    settings: &Settings,
-) -> std::io::Result<std::process::Child> {
-    let layout = &prepared.layout;
-    let Placed {
-        gpus, uid, cgroup, ..
-    } = *placed;
-    let host = placed.host as u32 + 1;
-    let open_log = |stream| -> std::io::Result<File> {
-        let path = layout.attempt_dir.join(log_file_name(stream, host));
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("cannot open log '{}': {e}", path.display()),
-                )
-            })
-    };
-    let mut env: Vec<(String, String)> = prepared.env.clone();
-    env.extend(
-        environment::per_host(spec, layout, host, gpus)
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v)),
-    );
-    let mut command = match &settings.runtime {
-        Runtime::Host => host_command(spec, layout, &env),
-        Runtime::Podman(podman) => {
-            let run = Container {
-                podman,
-                host,
-                gpus,
-                uid,
-                data_dir: &settings.data_dir,
-                share: settings.confinement.as_ref().map(|c| c.share),
-            };
-            container_command(spec, layout, &run, &mut env)?
-        }
-    };
-    use std::os::unix::process::CommandExt;
-    command
-        .stdin(Stdio::null())
-        .stdout(open_log(LogStream::Stdout)?)
-        .stderr(open_log(LogStream::Stderr)?)
-        .process_group(0);
-    let binds = settings.opt_ml.then(|| namespace::Binds {
-        job: layout.job.clone(),
-        config: (host > 1).then(|| crate::input::config_dir(layout, host)),
-    });
-    match (&settings.runtime, uid, binds, cgroup) {
-        (Runtime::Host, None, None, None) | (Runtime::Podman(_), _, _, None) => command.spawn(),
-        // podman runs as the server; the container's processes run in podman's own group,
-        // limited by `podman run`'s flags.
-        (Runtime::Podman(_), _, _, cgroup) => spawn_apart(&mut command, None, None, cgroup),
-        (Runtime::Host, uid, binds, cgroup) => {
-            spawn_apart(&mut command, uid, binds.as_ref(), cgroup)
-        }
-    }
-}
-
-/// `ContainerEntrypoint` + `ContainerArguments` in the job's `work/`, with the supervisor's
-/// environment (the server's) less its own settings and credentials (the marker, QM_DATA_DIR,
-/// is set again in `env`), then `env`.
-fn host_command(spec: &LaunchSpec, layout: &JobLayout, env: &[(String, String)]) -> Command {
-    let mut command = Command::new(&spec.entrypoint[0]);
-    command
-        .args(&spec.entrypoint[1..])
-        .args(&spec.arguments)
-        .current_dir(&layout.work);
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if k.starts_with("QM_") || k.starts_with("AWS_") {
-            command.env_remove(&key);
-        }
-    }
-    command.envs(env.iter().map(|(k, v)| (k, v)));
-    command
-}
-
-/// Where one host's container runs.
-struct Container<'a> {
-    podman: &'a crate::container::Podman,
-    host: u32,
-    gpus: &'a [u32],
-    uid: Option<u32>,
-    data_dir: &'a Path,
-    share: Option<crate::cgroup::Share>,
-}
-
-/// What of the server's environment podman (root) gets: where to find itself and its
-/// settings, nothing of the job's (an `LD_PRELOAD` or `PATH` of the payload would run the
-/// job's code as root).
-const PODMAN_ENV: [&str; 5] = [
-    "PATH",
-    "HOME",
-    "TMPDIR",
-    "XDG_RUNTIME_DIR",
-    "CONTAINERS_CONF",
-];
-
-/// `podman run` of the job's image. The variables' paths are the container's (`/opt/ml/...`),
-/// `CUDA_VISIBLE_DEVICES` counts the GPUs it was given from 0, and the podman process runs as
-/// the server (root), the container's process as `uid`.
-fn container_command(
-    spec: &LaunchSpec,
-    layout: &JobLayout,
-    c: &Container<'_>,
-    env: &mut [(String, String)],
-) -> std::io::Result<Command> {
-    let Container {
-        podman,
-        host,
-        gpus,
-        uid,
-        data_dir,
-        share,
-    } = *c;
-    let job = layout.job.to_string_lossy().into_owned();
-    for (k, v) in env.iter_mut() {
-        if let Some(rest) = v.strip_prefix(job.as_str()) {
-            *v = format!("{}{rest}", namespace::OPT_ML);
-        }
-        if k == "CUDA_VISIBLE_DEVICES" {
-            *v = (0..gpus.len())
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
-        }
-    }
-    let image = spec.training_image.as_deref().unwrap_or_default();
-    let config = crate::input::config_dir(layout, host);
-    let run = crate::container::Run {
-        podman,
-        name: crate::container::name(&spec.job_id, spec.attempt, host),
-        image: podman.image_for(image),
-        entrypoint: &spec.entrypoint,
-        arguments: &spec.arguments,
-        job_dir: &layout.job,
-        config_dir: (host > 1).then_some(config.as_path()),
-        gpus,
-        uid,
-        env_file: crate::container::write_env_file(&layout.attempt_dir, host, env)?,
-        label: crate::container::label(data_dir),
-        share,
-    };
-    let mut command = run.command();
-    command.current_dir(&layout.work).env_clear();
-    for key in PODMAN_ENV {
-        if let Some(value) = std::env::var_os(key) {
-            command.env(key, value);
-        }
-    }
-    Ok(command)
-}
-
-/// Spawns `command` in its control group, in a mount namespace with `binds` and/or as `uid`
-/// (its group `uid`, no supplementary groups).
-///
-/// `Command::uid` (or a pre_exec hook) would make std fork rather than posix_spawn. Instead a
-/// short-lived thread enters the namespace (per thread, while still root), takes the job's
-/// identity with per-thread syscalls (the supervisor's other threads stay root) and spawns
-/// with posix_spawn; the child inherits the thread's namespace and credentials. The thread
-/// sets all three uids, so it and the job keep no capability and no way back to root.
-fn spawn_apart(
-    command: &mut Command,
-    uid: Option<u32>,
-    binds: Option<&namespace::Binds>,
-    cgroup: Option<&Group>,
-) -> std::io::Result<std::process::Child> {
-    std::thread::scope(|scope| {
-        let spawner = scope.spawn(|| {
-            if let Some(cgroup) = cgroup {
-                // First, while the thread is still root: v1 moves this thread into the group.
-                cgroup.enrol(command)?;
-            }
-            if let Some(binds) = binds {
-                namespace::enter(binds)?;
-            }
-            // Inherited by the job: a setuid program it runs (or one it made a namespace
-            // trust) gives it nothing.
-            nix::sys::prctl::set_no_new_privs().map_err(std::io::Error::from)?;
-            if let Some(uid) = uid {
-                isolation::become_job(uid)?;
-            }
-            command.spawn()
-        });
-        spawner
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
-    })
 }

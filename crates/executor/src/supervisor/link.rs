@@ -39,6 +39,16 @@ impl Conn {
         self.send_all(std::slice::from_ref(msg)).await
     }
 
+    /// The sending half, for an [`crate::executor::link::Outbox`] to write through.
+    pub(crate) fn sender(&self) -> wire::Sender {
+        self.tx.clone()
+    }
+
+    /// Writes `bytes` (whole lines) as they are.
+    pub(crate) async fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.tx.send(bytes).await
+    }
+
     /// Sends `msgs` in one write.
     pub(crate) async fn send_all(&mut self, msgs: &[ToSupervisor]) -> std::io::Result<()> {
         self.tx.send_lines(msgs).await

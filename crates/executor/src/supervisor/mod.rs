@@ -28,6 +28,7 @@ pub(crate) mod link;
 pub mod process;
 pub mod protocol;
 pub(crate) mod reap;
+pub(crate) mod spawn;
 pub(crate) mod wire;
 pub mod zygote;
 

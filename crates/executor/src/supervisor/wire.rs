@@ -24,8 +24,10 @@ use super::protocol::MAX_LINE;
 /// How much is read from the socket at a time.
 const READ_CHUNK: usize = 8192;
 
-/// The sending half (one per connection: two writers could interleave partial writes).
-#[derive(Debug)]
+/// The sending half. One writer at a time per connection (two could interleave partial
+/// writes): the executor's link writes its first lines, then hands the connection's writes
+/// to its [`crate::executor::link::Outbox`], which holds a clone.
+#[derive(Debug, Clone)]
 pub(crate) struct Sender {
     fd: Arc<AsyncFd<UnixStream>>,
 }
@@ -74,6 +76,21 @@ impl Sender {
             lines.push(b'\n');
         }
         self.send(&lines).await
+    }
+
+    /// Writes as much of `bytes` as the socket's buffer takes now, without waiting, from any
+    /// thread; how much that was.
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match rustix::net::send(self.fd.get_ref(), &bytes[sent..], SendFlags::NOSIGNAL) {
+                Ok(n) => sent += n,
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(sent)
     }
 
     /// Writes all of `bytes`, waiting for room only when the socket's buffer is full.
