@@ -440,7 +440,7 @@ impl ThreadEntry {
         // `0`, the calling thread, rather than its tid: the kernel then moves the thread
         // without taking the global threadgroup lock, whose first write after a quiet spell
         // waits out an RCU grace period (about 1 ms per tree on this 2-core VM, 6 ms a spawn;
-        // `0` costs 0.07 ms).
+        // `0` costs 0.07 ms a tree).
         self.0.iter().try_for_each(|tasks| write(tasks, "0"))
     }
 }

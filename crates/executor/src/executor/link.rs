@@ -132,18 +132,17 @@ impl Outbox {
     /// Tells the supervisor `msg`: at once if nothing waits before it and the socket has
     /// room, else through the link's task. Never waits.
     pub(crate) fn tell(&self, msg: &ToSupervisor) {
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        if out.closed {
-            return;
-        }
-        let mut line = match serde_json::to_vec(msg) {
+        let line = match wire::lines(std::slice::from_ref(msg)) {
             Ok(line) => line,
             Err(e) => {
                 tracing::error!(error = %e, "cannot encode a message to a supervisor");
                 return;
             }
         };
-        line.push(b'\n');
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        if out.closed {
+            return;
+        }
         let sent = match (&out.direct, out.behind) {
             (Some(direct), false) => match direct.try_send(&line) {
                 Ok(n) => n,
@@ -182,5 +181,52 @@ impl Outbox {
         out.closed = true;
         out.direct = None;
         out.queued.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn line(msg: ToSupervisor) -> Vec<u8> {
+        wire::lines(&[msg]).unwrap()
+    }
+
+    /// Before the link said its first lines, and while anything waits for its task, a message
+    /// queues in order; otherwise it goes straight to the socket; once closed, nowhere.
+    #[tokio::test]
+    async fn an_outbox_queues_in_order_writes_at_once_when_free_and_nothing_once_closed() {
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let (sender, _receiver) = wire::split(ours).unwrap();
+        let outbox = Outbox::default();
+
+        outbox.tell(&ToSupervisor::Go);
+        outbox.open(sender);
+        outbox.tell(&ToSupervisor::Stop);
+        let mut both = line(ToSupervisor::Go);
+        both.extend(line(ToSupervisor::Stop));
+        assert_eq!(
+            outbox.take_queued(),
+            both,
+            "queued behind the first, in order"
+        );
+        assert!(outbox.take_queued().is_empty());
+
+        outbox.tell(&ToSupervisor::Stop);
+        let mut buf = [0u8; 64];
+        let n = theirs.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], line(ToSupervisor::Stop), "written at once");
+
+        outbox.close();
+        outbox.tell(&ToSupervisor::Go);
+        assert!(outbox.take_queued().is_empty());
+        let err = theirs.read(&mut buf).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock,
+            "nothing once closed"
+        );
     }
 }

@@ -668,7 +668,7 @@ impl LocalExecutor {
         };
         // The supervisor is found and connected off the caller's thread (the server's driver
         // starts a batch's attempts one after the other and must not wait on each one's
-        // zygote round trip); stop requests meanwhile wait in the link's channel.
+        // zygote round trip); a go or stop told meanwhile waits in the attempt's outbox.
         runtime.spawn(self.inner.clone().launch(launch, outbox));
         Ok(())
     }

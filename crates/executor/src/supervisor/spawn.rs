@@ -19,7 +19,7 @@ use crate::{environment, outcome, LaunchSpec};
 use crate::{isolation, namespace};
 
 /// One host's process, set up to be spawned.
-pub(super) enum Armed {
+enum Armed {
     /// Spawned by the supervisor's own thread, as it is.
     Direct(Command),
     /// Spawned by a thread of its own, set up and waiting for `fire`. Dropped unfired, the

@@ -25,8 +25,9 @@ use super::protocol::MAX_LINE;
 const READ_CHUNK: usize = 8192;
 
 /// The sending half. One writer at a time per connection (two could interleave partial
-/// writes): the executor's link writes its first lines, then hands the connection's writes
-/// to its [`crate::executor::link::Outbox`], which holds a clone.
+/// writes): the executor's link writes its first lines, then leaves the writes to its
+/// [`crate::executor::link::Outbox`] (which holds a clone) until the attempt has ended, and
+/// closes it before it writes the acknowledgement itself.
 #[derive(Debug, Clone)]
 pub(crate) struct Sender {
     fd: Arc<AsyncFd<UnixStream>>,
@@ -67,15 +68,20 @@ fn register(stream: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixSt
     unsafe { AsyncFd::register_with_interest(stream, interest) }.map_err(io::Error::from)
 }
 
+/// `msgs` as the connection carries them: one JSON line each.
+pub(crate) fn lines<T: serde::Serialize>(msgs: &[T]) -> io::Result<Vec<u8>> {
+    let mut lines = Vec::new();
+    for msg in msgs {
+        serde_json::to_writer(&mut lines, msg).map_err(io::Error::other)?;
+        lines.push(b'\n');
+    }
+    Ok(lines)
+}
+
 impl Sender {
     /// Sends `msgs` as JSON lines, in one write (the peer reads them in one wakeup).
     pub(crate) async fn send_lines<T: serde::Serialize>(&self, msgs: &[T]) -> io::Result<()> {
-        let mut lines = Vec::new();
-        for msg in msgs {
-            serde_json::to_writer(&mut lines, msg).map_err(io::Error::other)?;
-            lines.push(b'\n');
-        }
-        self.send(&lines).await
+        self.send(&lines(msgs)?).await
     }
 
     /// Writes as much of `bytes` as the socket's buffer takes now, without waiting, from any
