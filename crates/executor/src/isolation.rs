@@ -376,14 +376,19 @@ pub(crate) fn real_dirs(
             Err(e) => return Err(e),
         }
         if let Some(uid) = owner {
-            // Through the directory itself: a path-based chmod would follow a link put there
-            // since the mkdir.
-            let dir = open_dir(&path)?;
-            std::os::unix::fs::fchown(&dir, Some(uid), Some(uid))?;
-            dir.set_permissions(fs::Permissions::from_mode(0o700))?;
+            own_dir(&path, uid)?;
         }
     }
     Ok(())
+}
+
+/// Hands the directory `path` (never a link's target) to `uid`, its owner's only (0700).
+pub(crate) fn own_dir(path: &Path, uid: u32) -> io::Result<()> {
+    // Through the directory itself: a path-based chmod would follow a link put there since
+    // the directory was made.
+    let dir = open_dir(path)?;
+    std::os::unix::fs::fchown(&dir, Some(uid), Some(uid))?;
+    dir.set_permissions(fs::Permissions::from_mode(0o700))
 }
 
 /// Opens the directory `path` itself, never a link's target.

@@ -725,6 +725,7 @@ impl LocalExecutor {
         }
         self.inner.clone().stop_strays(&known).await;
         self.reap_orphans().await;
+        crate::layout::remove_spares(&self.inner.cfg().data_dir);
         out
     }
 

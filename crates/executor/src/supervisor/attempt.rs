@@ -24,7 +24,7 @@ use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::Reaper;
-use crate::supervisor::spawn::{self, ArmedHosts, Spawned};
+use crate::supervisor::spawn::{self, ArmedHosts, Namespaces, Spawned, Spawner};
 use crate::supervisor::{Placement, Running, Settings};
 use crate::{checkpoint, environment, Exit, LaunchSpec, Usage};
 use qm_storage::Storage;
@@ -88,7 +88,7 @@ pub(crate) async fn supervise(
     placement: Placement,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
-) -> (Exit, bool, Usage) {
+) -> Supervised {
     let Placement {
         hosts,
         uid,
@@ -110,12 +110,32 @@ pub(crate) async fn supervise(
         cgroups: Vec::new(),
         done: false,
         started: false,
+        namespaces: Namespaces::default(),
+        spawners: Vec::new(),
     };
     let outcome = supervisor.run(spec, hosts, stop, go).await;
+    // Ended long since (they end at the spawn): out of the hosts' groups before the groups
+    // are vacated and the end reported.
+    supervisor.spawners.clear();
     let usage = supervisor.usage();
     supervisor.vacate_cgroups().await;
     supervisor.done = true;
-    (outcome, supervisor.started, usage)
+    Supervised {
+        outcome,
+        started: supervisor.started,
+        usage,
+        namespaces: std::mem::take(&mut supervisor.namespaces),
+    }
+}
+
+/// How a supervised attempt ended.
+pub(crate) struct Supervised {
+    pub(crate) outcome: Exit,
+    /// Whether it was told to go (anything after its preparation may have run).
+    pub(crate) started: bool,
+    pub(crate) usage: Usage,
+    /// Its processes' mount namespaces, to [`Namespaces::release`] once the end is reported.
+    pub(crate) namespaces: Namespaces,
 }
 
 /// What the processes this supervisor reaped used (its only children are the attempt's, and
@@ -178,6 +198,10 @@ struct Supervisor {
     done: bool,
     /// Whether it was told to go (anything after its preparation may have run).
     started: bool,
+    /// The hosts' mount namespaces, held until the end is reported.
+    namespaces: Namespaces,
+    /// The threads that spawned the hosts' processes, joined once they are gone.
+    spawners: Vec<Spawner>,
 }
 
 impl Drop for Supervisor {
@@ -501,7 +525,11 @@ impl Supervisor {
         let Spawned {
             children,
             spawn_failure,
+            namespaces,
+            spawners,
         } = armed.fire(&prepared.program);
+        self.namespaces = namespaces;
+        self.spawners = spawners;
         // Every process is its group's leader.
         self.groups.clone_from(&children);
         self.live = children.iter().map(|&pid| Some(pid)).collect();

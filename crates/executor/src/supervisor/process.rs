@@ -53,6 +53,8 @@ enum Served {
         conn: Conn,
         /// The attempt's socket (to be renamed while free).
         socket: PathBuf,
+        /// Where the supervisor makes its spare job directory while free.
+        spare: PathBuf,
     },
     /// Gone otherwise (never launched, orphaned, stopped by a signal): the process exits.
     Done(i32),
@@ -104,7 +106,11 @@ pub fn main() -> i32 {
         let mut next = None;
         loop {
             match serve(&listener, &identity, next.take()).await {
-                Served::Acknowledged { conn, socket } => match free(conn, &socket).await {
+                Served::Acknowledged {
+                    conn,
+                    socket,
+                    spare,
+                } => match free(conn, &socket, spare).await {
                     Some(launch) => next = Some(launch),
                     None => return 0,
                 },
@@ -117,15 +123,26 @@ pub fn main() -> i32 {
 /// Waits, free, on the connection of the server that acknowledged the last attempt: its
 /// socket renamed to `free-<pid>.sock` (no scan takes it for an attempt's), `free` said, and
 /// the next attempt's hello and launch read (the server renamed the socket to the attempt's
-/// before it sent them). `None` (the socket removed) when the server closes the connection
-/// or sends anything else, or on SIGTERM.
-async fn free(mut conn: Conn, socket: &Path) -> Option<(Conn, AttemptId, Launch)> {
-    let spare = socket.with_file_name(super::free_socket_name(std::process::id()));
-    if std::fs::rename(socket, &spare).is_err() {
+/// before it sent them). Meanwhile it makes its `spare` job directory, which the next
+/// attempt takes if its job is new ([`crate::layout::spare_dir`]). `None` (the socket and the
+/// spare removed) when the server closes the connection or sends anything else, or on
+/// SIGTERM.
+async fn free(mut conn: Conn, socket: &Path, spare: PathBuf) -> Option<(Conn, AttemptId, Launch)> {
+    let free_socket = socket.with_file_name(super::free_socket_name(std::process::id()));
+    if std::fs::rename(socket, &free_socket).is_err() {
         let _ = std::fs::remove_file(socket);
         return None;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    // On the blocking pool, so that a launch is read while it is made; awaited before the
+    // launch is served or the spare removed, so that neither finds it half made. One the last
+    // attempt did not take (its job had a directory) is kept.
+    let making = spare.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        if std::fs::symlink_metadata(&making).is_err() {
+            let _ = crate::layout::make_spare(&making);
+        }
+    });
     let next = async {
         conn.send(&FromSupervisor::Free).await.ok()?;
         let Some(ToSupervisor::Hello { attempt, .. }) = conn.incoming.recv().await else {
@@ -139,12 +156,14 @@ async fn free(mut conn: Conn, socket: &Path) -> Option<(Conn, AttemptId, Launch)
         got = next => got,
         Some(()) = recv_signal(&mut term) => None,
     };
+    let _ = made.await;
     match got {
         Some((attempt, launch)) => Some((conn, attempt, launch)),
         None => {
             // Renamed to an attempt's socket by a server that then went: that one is
             // removed by the next server, which finds nothing listening on it.
-            let _ = std::fs::remove_file(&spare);
+            let _ = std::fs::remove_file(&free_socket);
+            let _ = std::fs::remove_dir_all(&spare);
             None
         }
     }
@@ -335,6 +354,7 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
         heard: heard_tx,
         stop: stop_tx,
         socket,
+        spare: crate::layout::spare_dir(&me.launch.settings.data_dir, std::process::id()),
     };
     loop {
         tokio::select! {
@@ -381,6 +401,8 @@ struct Following {
     heard: watch::Sender<Heard>,
     stop: watch::Sender<bool>,
     socket: PathBuf,
+    /// This process's spare job directory, made when it is free.
+    spare: PathBuf,
 }
 
 impl Following {
@@ -418,7 +440,11 @@ impl Following {
                     self.tracked.acked = true;
                 } else if let Some(conn) = self.conn.take() {
                     let socket = std::mem::take(&mut self.socket);
-                    return Some(Served::Acknowledged { conn, socket });
+                    return Some(Served::Acknowledged {
+                        conn,
+                        socket,
+                        spare: std::mem::take(&mut self.spare),
+                    });
                 }
             }
             Some(_) => {}
@@ -448,7 +474,11 @@ impl Following {
             // leaves no connection to wait free on.
             let socket = std::mem::take(&mut self.socket);
             return Some(match self.conn.take() {
-                Some(conn) => Served::Acknowledged { conn, socket },
+                Some(conn) => Served::Acknowledged {
+                    conn,
+                    socket,
+                    spare: std::mem::take(&mut self.spare),
+                },
                 None => Served::Done(0),
             });
         }
@@ -721,6 +751,40 @@ fn succeeded(path: &Path, done: std::io::Result<()>, what: &str) -> bool {
     }
 }
 
+/// What the attempt's steps share: its settings, its storage client when it transfers
+/// anything (a client costs a trivial job its start), and where its statuses go.
+fn attempt_ctx(
+    settings: super::Settings,
+    spec: &crate::LaunchSpec,
+    path: &Path,
+    events: &mpsc::UnboundedSender<(Status, bool)>,
+) -> Arc<Ctx> {
+    let transfers =
+        !spec.channels.is_empty() || spec.checkpoint_uri.is_some() || spec.output_path.is_some();
+    let storage = settings
+        .storage
+        .clone()
+        .filter(|_| transfers)
+        .map(|s| match &spec.credentials {
+            Some(role) => as_role(s, role, path),
+            None => s,
+        })
+        .map(|s| Arc::new(Storage::new(s)));
+    let reports = events.clone();
+    let report: Reporter = Arc::new(move |r| {
+        let status = match r {
+            Report::Starting(reason) => Status::Starting { reason },
+            Report::Running(running) => Status::Running(running),
+        };
+        let _ = reports.send((status, false));
+    });
+    Arc::new(Ctx {
+        settings,
+        storage,
+        report,
+    })
+}
+
 /// Runs the attempt, says it exited, then writes its outcome (to `path`) and says so.
 async fn run_attempt(job: Job, path: PathBuf) {
     let Job {
@@ -738,32 +802,13 @@ async fn run_attempt(job: Job, path: PathBuf) {
         settings,
         ..
     } = launch;
-    // Only for an attempt that transfers something: a client costs a trivial job its start.
-    let transfers =
-        !spec.channels.is_empty() || spec.checkpoint_uri.is_some() || spec.output_path.is_some();
-    let storage = settings
-        .storage
-        .clone()
-        .filter(|_| transfers)
-        .map(|s| match &spec.credentials {
-            Some(role) => as_role(s, role, &path),
-            None => s,
-        })
-        .map(|s| Arc::new(Storage::new(s)));
-    let reports = events.clone();
-    let report: Reporter = Arc::new(move |r| {
-        let status = match r {
-            Report::Starting(reason) => Status::Starting { reason },
-            Report::Running(running) => Status::Running(running),
-        };
-        let _ = reports.send((status, false));
-    });
-    let ctx = Arc::new(Ctx {
-        settings,
-        storage,
-        report,
-    });
-    let (mut outcome, started, usage) = attempt::supervise(ctx, spec, placement, stop, go).await;
+    let ctx = attempt_ctx(settings, &spec, &path, &events);
+    let attempt::Supervised {
+        mut outcome,
+        started,
+        usage,
+        namespaces,
+    } = attempt::supervise(ctx, spec, placement, stop, go).await;
     if signalled.load(Ordering::SeqCst) {
         // Stopped because its supervisor was: not the job's doing, and no retry used.
         outcome = Exit::lost("Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry");
@@ -779,6 +824,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
     // it).
     if !started {
         let _ = events.send((exited, true));
+        namespaces.release();
         return;
     }
     // Told at once, written meanwhile: the server acts on an exit only once its own log holds
@@ -787,6 +833,11 @@ async fn run_attempt(job: Job, path: PathBuf) {
     // two fsyncs on the path from a reclaim's victim exiting to its owner running; and once a
     // server's log holds the end, the file needs none.
     let _ = events.send((exited.clone(), false));
+    // The main loop sends it before the file is made (the file's inode, on a busy disk, is a
+    // good part of a millisecond): both run on this one thread, and the main loop was woken
+    // by the send, so yielding lets it run first.
+    tokio::task::yield_now().await;
+    namespaces.release();
     // Written at once, while the server writes its log, so that the acknowledgement finds
     // nothing left to do: it comes as the freed capacity's next attempt starts.
     let written = record(&path, &outcome, usage, Durability::Plain);

@@ -22,25 +22,49 @@ use crate::{isolation, namespace};
 enum Armed {
     /// Spawned by the supervisor's own thread, as it is.
     Direct(Command),
-    /// Spawned by a thread of its own, set up and waiting for `fire`. Dropped unfired, the
-    /// thread ends and spawns nothing.
+    /// Spawned by a thread of its own, set up and waiting for `fire`, which answers on
+    /// `spawned` as soon as the process is spawned (not when the thread has ended: its exit is
+    /// not on the path to the job running). Dropped unfired, the thread ends and spawns
+    /// nothing.
     Apart {
+        // Dropped before `thread`: an unfired thread then ends, and is joined.
         fire: std::sync::mpsc::SyncSender<()>,
-        thread: std::thread::JoinHandle<std::io::Result<Child>>,
+        spawned: std::sync::mpsc::Receiver<std::io::Result<(Child, Option<File>)>>,
+        thread: Spawner,
     },
 }
 
+/// The thread of a host armed apart, joined when dropped. Under cgroup v1 it sits in the
+/// host's control group, listed there under the supervisor's pid, until it has ended: gone
+/// before the attempt's end is reported, it is never found there by the supervisor of the
+/// instance's next attempt (which kills what it finds in the group it takes).
+pub(super) struct Spawner(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        if let Some(thread) = self.0.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl Armed {
-    /// Spawns the process (for a thread whose set-up failed: that failure).
-    fn fire(self) -> std::io::Result<Child> {
+    /// Spawns the process (for a thread whose set-up failed: that failure), with the mount
+    /// namespace it runs in when it has one of its own, and the thread that spawned it.
+    fn fire(self) -> (std::io::Result<(Child, Option<File>)>, Option<Spawner>) {
         match self {
-            Armed::Direct(mut command) => command.spawn(),
-            Armed::Apart { fire, thread } => {
-                // A thread whose set-up failed is gone, and its error is what it returned.
+            Armed::Direct(mut command) => (command.spawn().map(|child| (child, None)), None),
+            Armed::Apart {
+                fire,
+                spawned,
+                thread,
+            } => {
+                // A thread whose set-up failed has answered with that failure already.
                 let _ = fire.send(());
-                thread
-                    .join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
+                let answer = spawned
+                    .recv()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")));
+                (answer, Some(thread))
             }
         }
     }
@@ -54,6 +78,32 @@ pub(super) struct ArmedHosts(Vec<std::io::Result<Armed>>);
 pub(super) struct Spawned {
     pub(super) children: Vec<u32>,
     pub(super) spawn_failure: Option<String>,
+    /// The mount namespaces the processes run in, held open by the supervisor: see
+    /// [`Namespaces`].
+    pub(super) namespaces: Namespaces,
+    /// The threads that spawned them, to be dropped (joined) before the attempt's end is
+    /// reported: see [`Spawner`].
+    pub(super) spawners: Vec<Spawner>,
+}
+
+/// The mount namespaces of an attempt's processes, held open until its end is reported.
+///
+/// A mount namespace goes when its last user does, and its mounts with it; the kernel then
+/// waits out an RCU grace period (`synchronize_rcu_expedited` in `namespace_unlock`), which
+/// on a busy 2-core VM is a millisecond or more. Were the job's last process the last user,
+/// that wait would come between its SIGTERM and its exit, on the path from a reclaim to the
+/// owner's job running. Held here, the namespaces go when these files are dropped, after
+/// the end is reported, on a thread that may wait ([`Namespaces::release`]).
+#[derive(Default)]
+pub(crate) struct Namespaces(Vec<File>);
+
+impl Namespaces {
+    /// Lets the namespaces go, off the caller's thread.
+    pub(crate) fn release(self) {
+        if !self.0.is_empty() {
+            tokio::task::spawn_blocking(move || drop(self));
+        }
+    }
 }
 
 /// Arms one process per host, each in its control group if it has one.
@@ -83,10 +133,19 @@ impl ArmedHosts {
     pub(super) fn fire(self, program: &str) -> Spawned {
         let mut children = Vec::with_capacity(self.0.len());
         let mut spawn_failure = None;
+        let mut namespaces = Namespaces::default();
+        let mut spawners = Vec::with_capacity(self.0.len());
         for armed in self.0 {
-            match armed.and_then(Armed::fire) {
+            let fired = armed.map(Armed::fire).and_then(|(answer, spawner)| {
+                spawners.extend(spawner);
+                answer
+            });
+            match fired {
                 // Reaped by the supervisor's waitpid(-1), never through the handle.
-                Ok(child) => children.push(child.id()),
+                Ok((child, namespace)) => {
+                    children.push(child.id());
+                    namespaces.0.extend(namespace);
+                }
                 Err(e) => {
                     spawn_failure = Some(outcome::spawn_reason(program, e));
                     break;
@@ -96,6 +155,8 @@ impl ArmedHosts {
         Spawned {
             children,
             spawn_failure,
+            namespaces,
+            spawners,
         }
     }
 }
@@ -287,27 +348,40 @@ fn arm_apart(
 ) -> std::io::Result<Armed> {
     let entry = cgroup.map(|g| g.enrol(&mut command)).transpose()?;
     let (fire, fired) = std::sync::mpsc::sync_channel::<()>(1);
+    let (answer, spawned) = std::sync::mpsc::sync_channel(1);
+    let mut set_up_and_spawn = move || -> std::io::Result<(Child, Option<File>)> {
+        // First, while the thread is still root: v1 moves this thread into the group.
+        if let Some(entry) = &entry {
+            entry.enter()?;
+        }
+        let namespace = match &binds {
+            Some(binds) => {
+                namespace::enter(binds)?;
+                Some(File::open("/proc/thread-self/ns/mnt")?)
+            }
+            None => None,
+        };
+        // Inherited by the job: a setuid program it runs (or one it made a namespace trust)
+        // gives it nothing.
+        nix::sys::prctl::set_no_new_privs().map_err(std::io::Error::from)?;
+        if let Some(uid) = uid {
+            isolation::become_job(uid)?;
+        }
+        // An attempt that ends before its go drops the sender: nothing is spawned.
+        fired
+            .recv()
+            .map_err(|_| std::io::Error::other("the attempt ended before its go"))?;
+        Ok((command.spawn()?, namespace))
+    };
+    // Its answer is what `fire` waits for; its end, what dropping the `Spawner` does.
     let thread = std::thread::Builder::new()
         .name("qm-spawn".into())
         .spawn(move || {
-            // First, while the thread is still root: v1 moves this thread into the group.
-            if let Some(entry) = &entry {
-                entry.enter()?;
-            }
-            if let Some(binds) = &binds {
-                namespace::enter(binds)?;
-            }
-            // Inherited by the job: a setuid program it runs (or one it made a namespace
-            // trust) gives it nothing.
-            nix::sys::prctl::set_no_new_privs().map_err(std::io::Error::from)?;
-            if let Some(uid) = uid {
-                isolation::become_job(uid)?;
-            }
-            // An attempt that ends before its go drops the sender: nothing is spawned.
-            fired
-                .recv()
-                .map_err(|_| std::io::Error::other("the attempt ended before its go"))?;
-            command.spawn()
+            let _ = answer.send(set_up_and_spawn());
         })?;
-    Ok(Armed::Apart { fire, thread })
+    Ok(Armed::Apart {
+        fire,
+        spawned,
+        thread: Spawner(Some(thread)),
+    })
 }
