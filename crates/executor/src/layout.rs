@@ -94,20 +94,33 @@ pub(crate) fn spare_dir(data_dir: &Path, pid: u32) -> PathBuf {
     data_dir.join("jobs").join(format!("{SPARE_PREFIX}{pid}"))
 }
 
-/// Removes every spare job directory under `data_dir` (at a server's start: the free
-/// supervisors of the one before exit with their connections, and one killed leaves its
-/// spare behind). Only plain directories of the server are there.
+/// Removes every spare job directory under `data_dir`, at a server's start: a killed
+/// supervisor leaves its spare behind, and one that outlived its server keeps one it no
+/// longer needs. Each is first renamed out of the way, so that a supervisor taking it for a
+/// new job at that moment either gets it whole or not at all, and this never empties the
+/// job's directory it became. Only directories of the server are there.
 pub(crate) fn remove_spares(data_dir: &Path) {
-    let Ok(entries) = fs::read_dir(data_dir.join("jobs")) else {
+    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+    let jobs = data_dir.join("jobs");
+    let Ok(entries) = fs::read_dir(&jobs) else {
         return;
     };
     for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(SPARE_PREFIX)
-        {
-            let _ = fs::remove_dir_all(entry.path());
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with(SPARE_PREFIX) {
+            continue;
+        }
+        let away = jobs.join(format!(".removing{name}-{}", std::process::id()));
+        let moved = renameat2(
+            AT_FDCWD,
+            &entry.path(),
+            AT_FDCWD,
+            &away,
+            RenameFlags::RENAME_NOREPLACE,
+        );
+        if moved.is_ok() {
+            let _ = fs::remove_dir_all(&away);
         }
     }
 }
@@ -150,8 +163,8 @@ fn take_spare(spare: &Path, job: &Path) -> bool {
 pub(crate) fn valid_job_id(job_id: &str) -> bool {
     !job_id.is_empty()
         && job_id.len() <= 128
-        && job_id != "."
-        && job_id != ".."
+        // Nor a hidden name: the spares' (`.spare-<pid>`) among them.
+        && !job_id.starts_with('.')
         && job_id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -256,20 +269,15 @@ impl JobLayout {
             }
         };
         let uid = owner.map(|(uid, _)| uid);
-        for dir in std::iter::once(&self.attempt_dir).chain(self.job_dirs()) {
-            let rel = dir
-                .strip_prefix(&self.job)
-                .expect("the layout's directories are in the job's");
-            let mine = dir == &self.attempt_dir;
-            isolation::real_dirs(&self.job, rel, true, if mine { None } else { uid })
-                .map_err(|e| (dir.clone(), e))?;
+        if let Err(e) = self.make_dirs(uid, from_spare) {
+            if from_spare {
+                // Nothing of the job is in it yet. Left, the next attempt would find the
+                // spare's directories still the server's, and hand over only the top ones.
+                let _ = fs::remove_dir_all(&self.job);
+            }
+            return Err(e);
         }
         if let Some((uid, range)) = owner {
-            if from_spare {
-                // Made by the server, as `real_dirs` makes a new job's before it hands them
-                // over, and found there: handed over here.
-                self.own_spare(uid)?;
-            }
             isolation::set_mode(&self.job, 0o711).map_err(|e| (self.job.clone(), e))?;
             if fresh {
                 // Every directory of it was made just now by `real_dirs`, the job's and 0700:
@@ -289,6 +297,23 @@ impl JobLayout {
             isolation::hand_over(&dirs, uid, range).map_err(|e| (self.job.clone(), e))?;
         }
         self.remove_stale()
+    }
+
+    /// Makes the attempt's directory and the job's (handed to `uid` as they are made, or, made
+    /// from a spare, found there and handed over after).
+    fn make_dirs(&self, uid: Option<u32>, from_spare: bool) -> Result<(), (PathBuf, io::Error)> {
+        for dir in std::iter::once(&self.attempt_dir).chain(self.job_dirs()) {
+            let rel = dir
+                .strip_prefix(&self.job)
+                .expect("the layout's directories are in the job's");
+            let mine = dir == &self.attempt_dir;
+            isolation::real_dirs(&self.job, rel, true, if mine { None } else { uid })
+                .map_err(|e| (dir.clone(), e))?;
+        }
+        match uid {
+            Some(uid) if from_spare => self.own_spare(uid),
+            _ => Ok(()),
+        }
     }
 
     /// Hands the job's directories, made from a spare, to `uid`: each of [`Self::job_dirs`]
@@ -452,10 +477,30 @@ mod tests {
         assert_eq!(fs::metadata(&layout.job).unwrap().mode() & 0o777, 0o711);
     }
 
+    /// The same without root: handed to this process's own uid, every directory the job
+    /// writes is still made 0700 (a spare's are made with the umask's mode).
+    #[test]
+    fn a_spare_is_handed_over_with_the_jobs_mode_by_any_user() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        prepare_root(dir.path()).unwrap();
+        make_spare(&spare_dir(dir.path(), std::process::id())).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let layout = JobLayout::new(dir.path(), "j", 1);
+        layout.prepare(Some((me, JobUids::DEFAULT))).unwrap();
+        for d in [&layout.output, &layout.input]
+            .into_iter()
+            .chain(layout.job_dirs())
+        {
+            let m = fs::metadata(d).unwrap();
+            assert_eq!((m.uid(), m.mode() & 0o777), (me, 0o700), "{}", d.display());
+        }
+    }
+
     #[test]
     fn job_ids_that_could_escape_the_jobs_directory_are_invalid() {
         assert!(valid_job_id("0b9d7c1e-3f3a-4c55-9a57-2f0f1d3c6a11"));
-        for bad in ["", ".", "..", "a/b", "../x", "a b"] {
+        for bad in ["", ".", "..", "a/b", "../x", "a b", ".spare-12"] {
             assert!(!valid_job_id(bad), "{bad:?}");
         }
     }
