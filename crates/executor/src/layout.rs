@@ -18,6 +18,8 @@
 //!   attempts/<n>/           the log directory of attempt number n
 //!     stdout.log stderr.log                 algo-1
 //!     stdout-algo-<i>.log stderr-algo-<i>.log   algo-i, i >= 2
+//! data_dir/jobs/.spare-<pid>/  a free supervisor's spare: a new job's directories, made
+//!                           ahead and renamed into place (spare_dir)
 //! ```
 
 use qm_core::AttemptId;
@@ -100,7 +102,6 @@ pub(crate) fn spare_dir(data_dir: &Path, pid: u32) -> PathBuf {
 /// new job at that moment either gets it whole or not at all, and this never empties the
 /// job's directory it became. Only directories of the server are there.
 pub(crate) fn remove_spares(data_dir: &Path) {
-    use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
     let jobs = data_dir.join("jobs");
     let Ok(entries) = fs::read_dir(&jobs) else {
         return;
@@ -112,14 +113,7 @@ pub(crate) fn remove_spares(data_dir: &Path) {
             continue;
         }
         let away = jobs.join(format!(".removing{name}-{}", std::process::id()));
-        let moved = renameat2(
-            AT_FDCWD,
-            &entry.path(),
-            AT_FDCWD,
-            &away,
-            RenameFlags::RENAME_NOREPLACE,
-        );
-        if moved.is_ok() {
+        if rename_new(&entry.path(), &away) {
             let _ = fs::remove_dir_all(&away);
         }
     }
@@ -127,7 +121,8 @@ pub(crate) fn remove_spares(data_dir: &Path) {
 
 /// Makes the spare job directory `spare` (see [`spare_dir`]), as [`JobLayout::prepare`] would
 /// make a new job's directories before handing them over: the server's, 0700 at the top. A
-/// spare that cannot be made whole is removed.
+/// spare already there is left as it is (`AlreadyExists`); one that cannot be made whole is
+/// removed.
 pub(crate) fn make_spare(spare: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     fs::DirBuilder::new().mode(0o700).create(spare)?;
@@ -145,17 +140,11 @@ pub(crate) fn make_spare(spare: &Path) -> io::Result<()> {
     made
 }
 
-/// Moves `spare` to `job` unless something is there already; whether it did.
-fn take_spare(spare: &Path, job: &Path) -> bool {
+/// Moves `from` to `to` unless something is there already; whether it did. Atomic: of two
+/// processes renaming one spare (a supervisor taking it, a server removing it), one wins.
+fn rename_new(from: &Path, to: &Path) -> bool {
     use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
-    renameat2(
-        AT_FDCWD,
-        spare,
-        AT_FDCWD,
-        job,
-        RenameFlags::RENAME_NOREPLACE,
-    )
-    .is_ok()
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE).is_ok()
 }
 
 /// Whether a job id can name a directory without escaping `data_dir/jobs` (ids are UUIDs, but
@@ -255,10 +244,11 @@ impl JobLayout {
             .parent()
             .and_then(Path::parent)
             .map(|data_dir| spare_dir(data_dir, std::process::id()));
-        let from_spare = spare.is_some_and(|spare| take_spare(&spare, &self.job));
-        let made = match from_spare {
-            true => Ok(()),
-            false => fs::DirBuilder::new().mode(0o700).create(&self.job),
+        let from_spare = spare.is_some_and(|spare| rename_new(&spare, &self.job));
+        let made = if from_spare {
+            Ok(())
+        } else {
+            fs::DirBuilder::new().mode(0o700).create(&self.job)
         };
         let fresh = match made {
             Ok(()) => true,
@@ -466,13 +456,7 @@ mod tests {
         let uid = JobUids::DEFAULT.first + 7;
         let layout = JobLayout::new(dir.path(), "j", 1);
         layout.prepare(Some((uid, JobUids::DEFAULT))).unwrap();
-        for d in [&layout.output, &layout.input]
-            .into_iter()
-            .chain(layout.job_dirs())
-        {
-            let m = fs::metadata(d).unwrap();
-            assert_eq!((m.uid(), m.mode() & 0o777), (uid, 0o700), "{}", d.display());
-        }
+        assert_job_writes_as(&layout, uid);
         assert_eq!(fs::metadata(&layout.attempt_dir).unwrap().uid(), 0);
         assert_eq!(fs::metadata(&layout.job).unwrap().mode() & 0o777, 0o711);
     }
@@ -481,19 +465,24 @@ mod tests {
     /// writes is still made 0700 (a spare's are made with the umask's mode).
     #[test]
     fn a_spare_is_handed_over_with_the_jobs_mode_by_any_user() {
-        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         prepare_root(dir.path()).unwrap();
         make_spare(&spare_dir(dir.path(), std::process::id())).unwrap();
         let me = nix::unistd::geteuid().as_raw();
         let layout = JobLayout::new(dir.path(), "j", 1);
         layout.prepare(Some((me, JobUids::DEFAULT))).unwrap();
+        assert_job_writes_as(&layout, me);
+    }
+
+    /// Every directory the job writes (and those above them in the job's) is `uid`'s, 0700.
+    fn assert_job_writes_as(layout: &JobLayout, uid: u32) {
+        use std::os::unix::fs::MetadataExt;
         for d in [&layout.output, &layout.input]
             .into_iter()
             .chain(layout.job_dirs())
         {
             let m = fs::metadata(d).unwrap();
-            assert_eq!((m.uid(), m.mode() & 0o777), (me, 0o700), "{}", d.display());
+            assert_eq!((m.uid(), m.mode() & 0o777), (uid, 0o700), "{}", d.display());
         }
     }
 

@@ -10,7 +10,8 @@
 //! died is lost.
 //!
 //! On disk, under the data directory: `supervisors/<attempt>.sock` (the socket, removed when
-//! the supervisor exits; `free-<pid>.sock` while a supervisor waits for its next attempt) and
+//! the supervisor exits; `free-<pid>.sock` while a supervisor waits for its next attempt, with
+//! its spare job directory `jobs/.spare-<pid>` beside the jobs') and
 //! the attempt's `outcome.json` ([`OUTCOME_FILE`]), written while the end is reported —
 //! durably unless a server's log holds the end by then — and the supervisor lets the attempt
 //! go only once the file is written and a server's log holds the end. The supervisor's own

@@ -136,13 +136,9 @@ async fn free(mut conn: Conn, socket: &Path, spare: PathBuf) -> Option<(Conn, At
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     // On the blocking pool, so that a launch is read while it is made; awaited before the
     // launch is served or the spare removed, so that neither finds it half made. One the last
-    // attempt did not take (its job had a directory) is kept.
+    // attempt did not take (its job had a directory) is kept: `make_spare` finds it there.
     let making = spare.clone();
-    let made = tokio::task::spawn_blocking(move || {
-        if std::fs::symlink_metadata(&making).is_err() {
-            let _ = crate::layout::make_spare(&making);
-        }
-    });
+    let made = tokio::task::spawn_blocking(move || crate::layout::make_spare(&making));
     let next = async {
         conn.send(&FromSupervisor::Free).await.ok()?;
         let Some(ToSupervisor::Hello { attempt, .. }) = conn.incoming.recv().await else {
