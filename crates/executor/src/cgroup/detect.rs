@@ -56,7 +56,6 @@ pub fn detect(mountinfo: &str, self_cgroup: &str, key: &str) -> Found {
             cpu: v1("cpu")?,
             devices: v1("devices")?,
             freezer: v1("freezer")?,
-            cpuacct: v1("cpuacct").ok(),
         })
     })();
     match dirs {

@@ -8,8 +8,9 @@
 //! struck.
 //!
 //! Both interfaces are supported: cgroup v2 (one unified tree, what current distributions
-//! mount) and cgroup v1 (one tree per controller: memory, pids, cpu, devices, freezer, and
-//! cpuacct where mounted). [`detect`] finds which one this machine offers, from
+//! mount) and cgroup v1 (one tree per controller: memory, pids, cpu, devices, freezer). The
+//! attempt's CPU time is not read from a group: its supervisor sums it as it reaps each process
+//! (`wait4`), which also spares v1 a sixth tree (`cpuacct`, where mounted apart) to join. [`detect`] finds which one this machine offers, from
 //! `/proc/self/mountinfo` and `/proc/self/cgroup`. Every file is written through a directory
 //! path, so the tests run the module over a fake tree of plain files.
 //!
@@ -209,17 +210,18 @@ pub struct V1Dirs {
     pub devices: PathBuf,
     /// `freezer`: a group is frozen before it is killed, so that nothing forks meanwhile.
     pub freezer: PathBuf,
-    /// `cpuacct`, where mounted apart from `cpu`: joined, so that the host's CPU time can be
-    /// read from it (`cpuacct.usage`; in `cpu`'s directory where the two share one).
-    pub cpuacct: Option<PathBuf>,
 }
 
 impl V1Dirs {
     /// Every directory, each once, in a fixed order.
     fn all(&self) -> Vec<&Path> {
-        let mut dirs: Vec<&Path> = vec![&self.memory, &self.pids, &self.cpu, &self.devices];
-        dirs.extend(self.cpuacct.as_deref());
-        dirs.push(&self.freezer);
+        let dirs: [&Path; 5] = [
+            &self.memory,
+            &self.pids,
+            &self.cpu,
+            &self.devices,
+            &self.freezer,
+        ];
         let mut unique: Vec<&Path> = Vec::with_capacity(dirs.len());
         for dir in dirs {
             if !unique.contains(&dir) {
@@ -410,8 +412,6 @@ pub(crate) struct Group {
     name: String,
     /// The group's OOM kills when it was taken: the kernel's count never goes back.
     oom_baseline: u64,
-    /// The group's CPU time (ns) when it was taken: the kernel's count never goes back.
-    cpu_baseline: u64,
     /// Where the attempt's peak memory is read: the group's peak since it was taken.
     peak: Peak,
 }
@@ -445,15 +445,6 @@ impl ThreadEntry {
     }
 }
 
-/// What a group's processes used since it was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GroupUsage {
-    /// CPU time, user and system (ns).
-    pub cpu_ns: u64,
-    /// The most memory it held at once (bytes), where the kernel says.
-    pub peak_memory_bytes: Option<u64>,
-}
-
 impl Group {
     /// The group `name` under `hierarchy`, made or not.
     pub fn named(hierarchy: &Hierarchy, name: &str) -> Self {
@@ -461,7 +452,6 @@ impl Group {
             hierarchy: hierarchy.clone(),
             name: name.to_string(),
             oom_baseline: 0,
-            cpu_baseline: 0,
             peak: Peak::Unknown,
         }
     }
@@ -497,7 +487,6 @@ impl Group {
             }
         }
         group.oom_baseline = group.oom_count();
-        group.cpu_baseline = group.cpu_ns();
         group.peak = group.reset_peak(new);
         Ok(group)
     }
@@ -531,23 +520,10 @@ impl Group {
         }
     }
 
-    /// The kernel's count of the group's CPU time (ns), 0 where it cannot be read.
-    fn cpu_ns(&self) -> u64 {
-        match &self.hierarchy {
-            Hierarchy::V2 { dir, .. } => {
-                read_key(&dir.join(&self.name).join("cpu.stat"), "usage_usec")
-                    .map_or(0, |us| us * 1000)
-            }
-            Hierarchy::V1 { dirs } => {
-                let acct = dirs.cpuacct.as_ref().unwrap_or(&dirs.cpu);
-                read_last_u64(&acct.join(&self.name).join("cpuacct.usage")).unwrap_or(0)
-            }
-        }
-    }
-
-    /// What the group's processes used since it was taken.
-    pub fn usage(&self) -> GroupUsage {
-        let peak_memory_bytes = match (&self.peak, &self.hierarchy) {
+    /// The most memory the group's processes held at once since it was taken (bytes), where
+    /// the kernel says.
+    pub fn peak_memory_bytes(&self) -> Option<u64> {
+        match (&self.peak, &self.hierarchy) {
             (Peak::Unknown, _) => None,
             (Peak::Reset(f), _) => {
                 let mut buf = [0u8; 32];
@@ -565,10 +541,6 @@ impl Group {
             (Peak::File, Hierarchy::V2 { dir, .. }) => {
                 read_last_u64(&dir.join(&self.name).join("memory.peak"))
             }
-        };
-        GroupUsage {
-            cpu_ns: self.cpu_ns().saturating_sub(self.cpu_baseline),
-            peak_memory_bytes,
         }
     }
 

@@ -49,10 +49,10 @@ fn limits(gpus: Vec<u32>) -> Limits {
     }
 }
 
-/// A v1 tree with a directory per controller (cpuacct apart), and the group `name` in each.
+/// A v1 tree with a directory per controller, and the group `name` in each.
 fn fake_v1(root: &Path, name: &str) -> Hierarchy {
     let dir = |c: &str| root.join(c).join("qm-k");
-    let files: [(&str, &[&str]); 6] = [
+    let files: [(&str, &[&str]); 5] = [
         (
             "memory",
             &[
@@ -76,7 +76,6 @@ fn fake_v1(root: &Path, name: &str) -> Hierarchy {
         ),
         ("devices", &["cgroup.procs", "tasks", "devices.deny"]),
         ("freezer", &["cgroup.procs", "tasks", "freezer.state"]),
-        ("cpuacct", &["cgroup.procs", "tasks", "cpuacct.usage"]),
     ];
     for (controller, files) in files {
         fake_group(&dir(controller).join(name), files);
@@ -88,7 +87,6 @@ fn fake_v1(root: &Path, name: &str) -> Hierarchy {
             cpu: dir("cpu"),
             devices: dir("devices"),
             freezer: dir("freezer"),
-            cpuacct: Some(dir("cpuacct")),
         },
     }
 }
@@ -373,18 +371,21 @@ fn a_v1_thread_enrols_in_every_tree_once_even_where_two_controllers_share_one() 
     let Hierarchy::V1 { mut dirs } = fake_v1(root.path(), "g") else {
         unreachable!()
     };
-    // `cpu,cpuacct` mounted together.
-    dirs.cpuacct = Some(dirs.cpu.clone());
+    // `memory` and `pids` mounted together (`cpu,cpuacct` is the common case; cpuacct is not
+    // joined).
+    dirs.pids = dirs.memory.clone();
     let h = Hierarchy::V1 { dirs };
     let g = Group::named(&h, "g");
-    assert_eq!(g.dirs().len(), 5);
+    assert_eq!(g.dirs().len(), 4);
     let entry = g.enrol(&mut std::process::Command::new("true")).unwrap();
     entry.enter().unwrap();
     // `0`, the calling thread: the kernel's fast path for a thread moving itself.
-    for c in ["memory", "pids", "cpu", "devices", "freezer"] {
+    for c in ["memory", "cpu", "devices", "freezer"] {
         let tasks = root.path().join(c).join("qm-k/g/tasks");
         assert_eq!(read(tasks), "0\n", "{c}");
     }
+    // Entered through memory's directory, once.
+    assert_eq!(read(root.path().join("pids/qm-k/g/tasks")), "");
 }
 
 #[test]
@@ -501,7 +502,6 @@ fn prepare_makes_every_v1_directory() {
             cpu: dir("cpu"),
             devices: dir("devices"),
             freezer: dir("freezer"),
-            cpuacct: None,
         },
     };
     h.prepare().unwrap();
@@ -546,7 +546,6 @@ fn a_hybrid_machine_without_v2_controllers_uses_v1_with_the_servers_own_groups()
                 cpu: p("/sys/fs/cgroup/cpu,cpuacct/qm-k"),
                 devices: p("/sys/fs/cgroup/devices/qm-k"),
                 freezer: p("/sys/fs/cgroup/freezer/qm-k"),
-                cpuacct: Some(p("/sys/fs/cgroup/cpu,cpuacct/qm-k")),
             }
         })
     );
@@ -682,7 +681,7 @@ fn a_new_group_that_cannot_be_limited_is_removed_so_the_next_take_makes_it_whole
     let err = Group::take(&h, "new", &limits(vec![])).unwrap_err();
     assert!(err.to_string().contains("memory.limit_in_bytes"), "{err}");
     // Not left half-made (its device rules unwritten) for the next take to reuse.
-    for c in ["memory", "pids", "cpu", "devices", "freezer", "cpuacct"] {
+    for c in ["memory", "pids", "cpu", "devices", "freezer"] {
         assert!(!root.path().join(c).join("qm-k/new").exists(), "{c}");
     }
 }
@@ -745,50 +744,29 @@ fn a_reused_group_that_still_holds_a_process_after_a_kill_is_refused() {
 }
 
 #[test]
-fn a_v1_attempt_s_usage_counts_from_its_take_and_its_peak_is_reset_then() {
+fn a_v1_attempt_s_peak_is_reset_at_its_take() {
     let root = tempfile::tempdir().unwrap();
     let h = fake_v1(root.path(), "g");
-    let acct = root.path().join("cpuacct/qm-k/g/cpuacct.usage");
     let peak = root.path().join("memory/qm-k/g/memory.max_usage_in_bytes");
-    fs::write(&acct, "5000000000\n").unwrap();
     fs::write(&peak, "999999999\n").unwrap();
     let g = Group::take(&h, "g", &limits(vec![])).unwrap();
     // The earlier attempt's peak was reset by a write of 0.
     assert_eq!(read(peak.clone()), "999999999\n0\n");
-    fs::write(&acct, "7500000000\n").unwrap();
     fs::write(&peak, "123456789\n").unwrap();
-    assert_eq!(
-        g.usage(),
-        GroupUsage {
-            cpu_ns: 2_500_000_000,
-            peak_memory_bytes: Some(123_456_789)
-        }
-    );
+    assert_eq!(g.peak_memory_bytes(), Some(123_456_789));
 }
 
 #[test]
-fn a_v2_attempt_s_usage_counts_from_its_take_through_a_reset_peak() {
+fn a_v2_attempt_s_peak_is_read_through_the_descriptor_that_reset_it() {
     let root = tempfile::tempdir().unwrap();
     let h = v2(root.path());
     let g = root.path().join("qm-k/qm-instance-0");
     fake_group(&g, &V2_FILES);
-    fs::write(g.join("cpu.stat"), "usage_usec 1000\nuser_usec 600\n").unwrap();
     fs::write(g.join("memory.peak"), "888888\n").unwrap();
     let group = Group::take(&h, "qm-instance-0", &limits(vec![])).unwrap();
     assert!(read(g.join("memory.peak")).starts_with("reset"));
-    fs::write(
-        g.join("cpu.stat"),
-        "usage_usec 3001000\nuser_usec 2000000\n",
-    )
-    .unwrap();
     fs::write(g.join("memory.peak"), "4096\n").unwrap();
-    assert_eq!(
-        group.usage(),
-        GroupUsage {
-            cpu_ns: 3_000_000_000,
-            peak_memory_bytes: Some(4096)
-        }
-    );
+    assert_eq!(group.peak_memory_bytes(), Some(4096));
 }
 
 #[test]
@@ -804,7 +782,7 @@ fn a_v2_group_taken_again_whose_peak_cannot_be_reset_reports_no_peak() {
     let group = Group::take(&h, "qm-instance-0", &limits(vec![])).unwrap();
     // An older kernel's peak is the group's since it was made: another attempt's, maybe.
     fs::write(g.join("memory.peak"), "4096\n").unwrap();
-    assert_eq!(group.usage().peak_memory_bytes, None);
+    assert_eq!(group.peak_memory_bytes(), None);
 }
 
 #[test]

@@ -23,7 +23,7 @@ use crate::isolation::JobUids;
 use crate::layout::{log_file_name, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
-use crate::supervisor::reap::Reaper;
+use crate::supervisor::reap::{Reaped, Reaper};
 use crate::supervisor::spawn::{self, ArmedHosts, Namespaces, Spawned, Spawner};
 use crate::supervisor::{Placement, Running, Settings};
 use crate::{checkpoint, environment, Exit, LaunchSpec, Usage};
@@ -112,6 +112,7 @@ pub(crate) async fn supervise(
         started: false,
         namespaces: Namespaces::default(),
         spawners: Vec::new(),
+        reaped: Reaped::default(),
     };
     let outcome = supervisor.run(spec, hosts, stop, go).await;
     // Ended long since (they end at the spawn): out of the hosts' groups before the groups
@@ -136,28 +137,6 @@ pub(crate) struct Supervised {
     pub(crate) usage: Usage,
     /// Its processes' mount namespaces, to [`Namespaces::release`] once the end is reported.
     pub(crate) namespaces: Namespaces,
-}
-
-/// What the processes this supervisor reaped used (its only children are the attempt's, and
-/// it reaps every orphan of theirs): user and system time, and the largest resident set.
-fn reaped_usage() -> Usage {
-    use nix::sys::resource::{getrusage, UsageWho};
-    let Ok(r) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
-        return Usage::default();
-    };
-    let millis = |t: nix::sys::time::TimeVal| {
-        u64::try_from(t.tv_sec()).unwrap_or(0) * 1000
-            + u64::try_from(t.tv_usec()).unwrap_or(0) / 1000
-    };
-    Usage {
-        cpu_millis: millis(r.user_time()) + millis(r.system_time()),
-        // Linux counts it in KiB; 0 means nothing ran.
-        peak_memory_bytes: u64::try_from(r.max_rss())
-            .ok()
-            .filter(|&k| k > 0)
-            .map(|k| k * 1024),
-        ..Usage::default()
-    }
 }
 
 /// Waits for `go`; false if a stop (or the end of either channel) comes first. It watches a
@@ -202,6 +181,8 @@ struct Supervisor {
     namespaces: Namespaces,
     /// The threads that spawned the hosts' processes, joined once they are gone.
     spawners: Vec<Spawner>,
+    /// What the attempt's processes used, once they are all reaped.
+    reaped: Reaped,
 }
 
 impl Drop for Supervisor {
@@ -553,6 +534,7 @@ impl Supervisor {
         let deadline = spec.max_runtime.map(|limit| started + limit);
         self.wait_processes(&mut reaped, &mut st, stop, deadline, grace, &mut sync)
             .await;
+        self.reaped = reaped.used();
         if let (true, Runtime::Podman(podman)) = (st.killed, &self.ctx.settings.runtime) {
             // SIGKILL ended `podman run`, not the container it runs.
             for host in 1..=spec.count {
@@ -712,16 +694,21 @@ impl Supervisor {
         }
     }
 
-    /// What the attempt used: its hosts' control groups summed (CPU) and the largest host's
-    /// peak (memory), where it was confined; else what its reaped processes used.
+    /// What the attempt used: the CPU time of the processes it reaped, and the largest host
+    /// group's peak memory where it was confined, else the largest resident set of one of
+    /// its processes.
     fn usage(&self) -> Usage {
-        if self.cgroups.is_empty() {
-            return reaped_usage();
-        }
-        let hosts: Vec<_> = self.cgroups.iter().map(|g| g.usage()).collect();
+        let peak_memory_bytes = if self.cgroups.is_empty() {
+            Some(self.reaped.max_rss_kib * 1024).filter(|&b| b > 0)
+        } else {
+            self.cgroups
+                .iter()
+                .filter_map(Group::peak_memory_bytes)
+                .max()
+        };
         Usage {
-            cpu_millis: hosts.iter().map(|u| u.cpu_ns / 1_000_000).sum(),
-            peak_memory_bytes: hosts.iter().filter_map(|u| u.peak_memory_bytes).max(),
+            cpu_millis: self.reaped.cpu_micros / 1000,
+            peak_memory_bytes,
             ..Usage::default()
         }
     }

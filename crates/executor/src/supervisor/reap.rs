@@ -1,13 +1,26 @@
 //! The supervisor's children: it is the child subreaper of everything its attempt starts, so
 //! whatever the job forks, however it daemonizes, comes back to it as a child when its parent
-//! dies. At each SIGCHLD it collects every exited child (`waitpid(-1, WNOHANG)`) and reports
+//! dies. At each SIGCHLD it collects every exited child (`wait4(-1, WNOHANG)`) and reports
 //! each exit; when the kernel says there is no child left, nothing of the attempt runs any more.
-//! No polling: the end of the last process is known when it happens.
+//! No polling: the end of the last process is known when it happens. Each child is collected
+//! with `wait4`, whose resource usage covers the child and every descendant it waited for, so
+//! that what the attempt used is summed as its processes end: exact for this attempt even
+//! though the supervisor ran others before it (`RUSAGE_CHILDREN` counts its whole life).
+#![allow(unsafe_code)]
 
 use nix::errno::Errno;
+use nix::libc;
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+
+/// What the reaped processes used, summed as they are collected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Reaped {
+    /// User and system CPU time, in microseconds.
+    pub(crate) cpu_micros: u64,
+    /// The largest resident set of one process (KiB); 0 when nothing ran.
+    pub(crate) max_rss_kib: u64,
+}
 
 /// Every child of this process, as it exits.
 pub(crate) struct Reaper {
@@ -15,6 +28,7 @@ pub(crate) struct Reaper {
     /// Exits collected but not yet returned.
     ready: std::collections::VecDeque<(u32, i32)>,
     done: bool,
+    used: Reaped,
 }
 
 /// Starts reaping every child of this process. Call it after the attempt's processes are
@@ -28,6 +42,7 @@ pub(crate) fn start() -> Reaper {
         sigchld: sigchld.ok(),
         ready: std::collections::VecDeque::new(),
         done: false,
+        used: Reaped::default(),
     }
 }
 
@@ -60,14 +75,21 @@ impl Reaper {
         self.ready.iter().any(|(p, _)| *p == pid)
     }
 
+    /// What the processes collected so far used.
+    pub(crate) fn used(&self) -> Reaped {
+        self.used
+    }
+
     /// Collects every child that has exited, without waiting.
     fn collect(&mut self) {
         loop {
-            match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => return,
-                Ok(status) => {
-                    if let Some(exit) = raw_status(status) {
-                        self.ready.push_back(exit);
+            match wait_any() {
+                Ok(None) => return,
+                Ok(Some((pid, status, usage))) => {
+                    self.used.add(&usage);
+                    // Only exits come: stopped or continued children are not asked for.
+                    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                        self.ready.push_back((pid, status));
                     }
                 }
                 Err(Errno::EINTR) => {}
@@ -81,16 +103,31 @@ impl Reaper {
     }
 }
 
-/// A wait status as the raw number `ExitStatus::from_raw` reads (exit code in the second
-/// byte, else the signal, with 0x80 for a core dump).
-fn raw_status(status: WaitStatus) -> Option<(u32, i32)> {
-    match status {
-        WaitStatus::Exited(pid, code) => Some((pid.as_raw() as u32, (code & 0xff) << 8)),
-        WaitStatus::Signaled(pid, signal, core) => Some((
-            pid.as_raw() as u32,
-            signal as i32 | if core { 0x80 } else { 0 },
-        )),
-        _ => None,
+impl Reaped {
+    fn add(&mut self, r: &libc::rusage) {
+        let micros = |t: libc::timeval| {
+            u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec).unwrap_or(0)
+        };
+        self.cpu_micros += micros(r.ru_utime) + micros(r.ru_stime);
+        self.max_rss_kib = self
+            .max_rss_kib
+            .max(u64::try_from(r.ru_maxrss).unwrap_or(0));
+    }
+}
+
+/// `wait4(-1, WNOHANG)` (nix has no `wait4`): the next exited child, its raw wait status
+/// (what `ExitStatus::from_raw` reads) and what it and the descendants it waited for used;
+/// `None` while children remain but none exited.
+fn wait_any() -> Result<Option<(u32, i32, libc::rusage)>, Errno> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: all-zero is a valid `rusage` (integers and timevals only).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals of the right types for the call's duration.
+    let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+    match pid {
+        -1 => Err(Errno::last()),
+        0 => Ok(None),
+        pid => Ok(Some((pid.unsigned_abs(), status, usage))),
     }
 }
 

@@ -4,7 +4,7 @@ use qm_executor::AttemptId;
 use std::collections::BTreeMap;
 use std::fs;
 
-use qm_executor::{ExecError, Exit, LaunchSpec};
+use qm_executor::{ExecError, ExecEvent, Exit, LaunchSpec};
 
 use crate::world::{failed, parse_env, pool, sh, World};
 
@@ -519,5 +519,39 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
         assert!(status.success(), "attempt {attempt}: {status}");
+    }
+}
+
+/// The usage the `Exited` event of `attempt` reported.
+async fn usage_of(w: &mut World, attempt: u64) -> qm_executor::Usage {
+    let usage = w
+        .wait_for("Exited", |e| match e {
+            ExecEvent::Exited {
+                attempt: a, usage, ..
+            } if *a == AttemptId(attempt) => Some(*usage),
+            _ => None,
+        })
+        .await;
+    w.exec.acknowledge(&[AttemptId(attempt)]);
+    usage.expect("a started attempt's usage")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_s_usage_is_its_own_though_its_supervisor_ran_an_earlier_one() {
+    let mut w = World::new();
+    // About a second of CPU, in a grandchild the shell waits for: counted through it.
+    let busy = "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done'";
+    w.exec.start(sh(1, "job-busy", busy)).unwrap();
+    let first = usage_of(&mut w, 1).await;
+    assert!(first.cpu_millis >= 100, "{first:?}");
+    assert!(first.peak_memory_bytes.is_some_and(|b| b > 0), "{first:?}");
+    // The next attempts go to the free supervisor of the first: each reports only its own.
+    for attempt in 2..=3 {
+        w.exec.start(sh(attempt, "job-idle", "true")).unwrap();
+        let idle = usage_of(&mut w, attempt).await;
+        assert!(
+            idle.cpu_millis < first.cpu_millis / 4,
+            "{idle:?} after {first:?}"
+        );
     }
 }
