@@ -246,8 +246,9 @@ def test_an_adopted_job_keeps_its_group_when_the_pools_changed_across_a_restart(
 
 
 def test_what_an_attempt_used_is_counted_by_its_group_and_shown(server, jobs, queue):
-    """Issue 40, item 5: CPU time and the host's peak memory, from the instance's group as
-    the attempt left it (counted from its take: the group outlives attempts)."""
+    """Issue 40, item 5: CPU time (summed by the supervisor as it reaps the attempt's
+    processes) and the host's peak memory (from the instance's group as the attempt left it,
+    counted from its take: the group outlives attempts)."""
     job, out = probe(jobs, queue, "burn", "burn", ALLOC_MIB=120, SPIN_SECONDS=1.0)
     wait_status(jobs.batch, job, "SUCCEEDED")
     assert result(out)["held_mib"] == 120
@@ -264,3 +265,34 @@ def test_what_an_attempt_used_is_counted_by_its_group_and_shown(server, jobs, qu
     [small] = attempt_usage(server, again)
     assert small["cpuSeconds"] < used["cpuSeconds"], (small, used)
     assert small["peakMemoryBytes"] < 120 << 20, small
+
+
+def test_a_server_stopped_with_nothing_running_leaves_no_control_group(start_server, tmp_path):
+    """A server stopped while no attempt runs removes its instances' groups and its own
+    `qm-<key>` directories: servers come and go (a test's, a data dir removed) and the
+    kernel's groups would otherwise pile up, each one a step of every CFS quota write."""
+    config = config_toml(count=2, gpus=0).replace(
+        'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
+    s = start_server(config=config + f"memory_gib = {MEMORY_GIB}\n", name="leaves")
+    try:
+        batch = s.client()
+        jobs = Jobs(batch, s, tmp_path)
+        q = make_queue(batch, "leaves", [ShareSpec("A", "RESERVE", 2)], env_max=2)
+        job, out = probe(jobs, q, "last", "sleep")
+        group = group_dir(result(out, "pid")["pid"])
+        server_dir = group.parent
+        assert server_dir.name.startswith("qm-"), server_dir
+        batch.terminate_service_job(jobId=job, reason="test")
+        wait_status(batch, job, "FAILED")
+        assert group.exists(), "kept for the instance's next attempt while the server runs"
+        s.stop()
+        assert not server_dir.exists(), sorted(p.name for p in server_dir.iterdir())
+        # The next start makes them again as attempts take them.
+        s.start()
+        again, again_out = probe(jobs, q, "again", "sleep")
+        assert group_dir(result(again_out, "pid")["pid"]).parent == server_dir
+        batch.terminate_service_job(jobId=again, reason="test")
+        wait_status(batch, again, "FAILED")
+        jobs.cleanup()
+    finally:
+        s.close()

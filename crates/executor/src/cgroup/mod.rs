@@ -128,6 +128,35 @@ impl Hierarchy {
     }
 }
 
+/// Removes what of the server's `qm-<key>` directories is empty, and those directories if
+/// they are left empty: at a stop with no attempt running, so that a server whose data dir
+/// goes (or a test's) leaves no tree behind in the kernel, where every group costs each CFS
+/// quota write a step. Nothing is killed: a group that holds a process, or anything else the
+/// server did not make, stays, and so does its `qm-<key>` directory. Returns how many groups
+/// went. A group is made again, whole, when an attempt next takes it.
+pub(crate) fn remove_empty(hierarchy: &Hierarchy) -> usize {
+    let dirs: Vec<&Path> = match hierarchy {
+        Hierarchy::V2 { dir, .. } => vec![dir],
+        Hierarchy::V1 { dirs } => dirs.all(),
+    };
+    let mut removed = 0;
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let ours = entry.file_name().to_string_lossy().starts_with("qm-")
+                && entry.file_type().is_ok_and(|t| t.is_dir());
+            // A group with a process, or with a group below it, is busy: rmdir refuses.
+            if ours && fs::remove_dir(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        let _ = fs::remove_dir(dir);
+    }
+    removed
+}
+
 /// Kills and removes every group of the server's but `keep` (the groups live attempts run
 /// in), at start, before any attempt is launched: what a server or supervisor that died left,
 /// and groups of instances the config may have changed (a group is made again, with its

@@ -804,3 +804,35 @@ fn a_group_taken_again_with_the_same_limits_is_not_written_again() {
     // In whole pages, as the kernel keeps it.
     assert_eq!(read(memory), "2147483648\n3221225472\n");
 }
+
+#[test]
+fn a_stop_removes_the_empty_groups_and_keeps_a_busy_one_with_its_parent() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "qm-instance-0");
+    // An empty plain directory stands for an empty group (rmdir removes it, as the kernel
+    // would); one with a file in it, for a group that holds a process (rmdir refuses).
+    for c in ["memory", "pids", "cpu", "devices", "freezer"] {
+        let dir = root.path().join(c).join("qm-k");
+        for f in fs::read_dir(dir.join("qm-instance-0")).unwrap() {
+            fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        fs::create_dir(dir.join("qm-instance-1")).unwrap();
+        fs::create_dir(dir.join("other")).unwrap();
+    }
+    fs::write(root.path().join("cpu/qm-k/qm-instance-1/tasks"), "77\n").unwrap();
+    assert_eq!(remove_empty(&h), 9);
+    for c in ["memory", "pids", "devices", "freezer"] {
+        let left: Vec<_> = fs::read_dir(root.path().join(c).join("qm-k"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        // Not the server's: left, and its `qm-k` with it.
+        assert_eq!(left, vec!["other"], "{c}");
+    }
+    fs::remove_dir(root.path().join("cpu/qm-k/other")).unwrap();
+    assert_eq!(remove_empty(&h), 0);
+    assert!(root.path().join("cpu/qm-k/qm-instance-1").is_dir());
+    fs::remove_file(root.path().join("cpu/qm-k/qm-instance-1/tasks")).unwrap();
+    assert_eq!(remove_empty(&h), 1);
+    assert!(!root.path().join("cpu/qm-k").exists());
+}

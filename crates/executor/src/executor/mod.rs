@@ -860,6 +860,24 @@ impl LocalExecutor {
     pub async fn settle(&self, within: Duration) {
         let mut acks = self.inner.acks.subscribe();
         let _ = tokio::time::timeout(within, acks.wait_for(|n| *n == 0)).await;
+        self.remove_idle_groups();
+    }
+
+    /// A stopping server with no attempt: its control groups go (see
+    /// [`crate::cgroup::remove_empty`]). With one, they stay as they are: its supervisor may
+    /// be taking its group at this moment, and the next server sweeps at its start anyway.
+    fn remove_idle_groups(&self) {
+        let Some(hierarchy) = self.inner.cfg().confinement.clone() else {
+            return;
+        };
+        if !self.inner.state().attempts.is_empty() {
+            return;
+        }
+        let removed = crate::cgroup::remove_empty(&hierarchy);
+        tracing::debug!(
+            removed,
+            "removed the control groups of this server's idle instances"
+        );
     }
 
     /// How many supervisors wait free for the next attempt.
