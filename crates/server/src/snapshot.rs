@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use qm_api::{Arns, TrainingPayload};
+use qm_api::Arns;
 use serde::{Deserialize, Serialize};
 
 use crate::command::AuditEntry;
@@ -106,15 +106,12 @@ impl State {
             qm_core::Scheduler::from_image(policy, image.core).map_err(|e| bad(e.to_string()))?;
         for mut shared in image.jobs {
             let rec = std::sync::Arc::make_mut(&mut shared);
-            // Accepted when it was submitted: a build whose parsing is stricter keeps the job
-            // (and says so) rather than refusing the whole snapshot.
-            rec.payload = match TrainingPayload::parse(&rec.request.service_request_payload) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(job = %rec.id, error = %e, "this build cannot read the job's payload; it keeps the job, whose next attempt may fail");
-                    TrainingPayload::default()
-                }
-            };
+            if rec.instance_type.is_empty() {
+                // A snapshot of a build that did not keep the unit: from the payload, once.
+                let payload = rec.payload();
+                rec.instance_type = payload.instance_type;
+                rec.instance_count = payload.instance_count;
+            }
             state.by_id.insert(rec.id.clone(), rec.core);
             if matches!(
                 rec.status,

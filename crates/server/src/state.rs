@@ -174,25 +174,38 @@ pub struct AttemptRec {
 }
 
 impl JobRec {
+    /// Its payload, parsed from its request. It was accepted at submission: a build whose
+    /// parsing is stricter keeps the job (and says so), and its attempts may fail.
+    pub fn payload(&self) -> TrainingPayload {
+        TrainingPayload::parse(&self.request.service_request_payload).unwrap_or_else(|e| {
+            tracing::warn!(job = %self.id, error = %e, "this build cannot read the job's payload; it keeps the job, whose attempts may fail");
+            TrainingPayload::default()
+        })
+    }
+
     /// SageMaker's name for the job: the payload's `TrainingJobName`, else the job's name
     /// (TRAINING_JOB_NAME, the role session's name, where its model goes).
-    fn sagemaker_name(&self) -> &str {
-        self.payload
+    fn sagemaker_name(&self, payload: &TrainingPayload) -> String {
+        payload
             .training_job_name
-            .as_deref()
-            .unwrap_or(&self.request.job_name)
+            .clone()
+            .unwrap_or_else(|| self.request.job_name.clone())
     }
 
     /// What its live attempt runs: the executor's spec, from the job's SageMaker payload
     /// (credentials are the driver's to add).
     fn live_launch(&self) -> Option<LaunchSpec> {
+        self.launch_of(&self.payload())
+    }
+
+    /// [`JobRec::live_launch`], from its payload `p` parsed already.
+    fn launch_of(&self, p: &TrainingPayload) -> Option<LaunchSpec> {
         let live = self.live.as_ref()?;
-        let p = &self.payload;
         Some(LaunchSpec {
             attempt: live.attempt,
             job_id: self.id.clone(),
             attempt_number: live.number,
-            job_name: self.sagemaker_name().to_string(),
+            job_name: self.sagemaker_name(p),
             instance_type: live.instance_type.clone(),
             count: live.count,
             entrypoint: p.entrypoint.clone(),
@@ -242,12 +255,16 @@ pub struct JobRec {
     /// Share name.
     pub share: String,
     /// The request as submitted (shared, so that a snapshot's copy of the records does not
-    /// copy every payload).
+    /// copy every payload). The rest of its payload is parsed from it when an attempt starts
+    /// ([`JobRec::payload`]): a waiting job holds nothing parsed but its unit.
     pub request: std::sync::Arc<SubmitServiceJobRequest>,
-    /// Its parsed payload: parsed from `request` on submission, and again when a snapshot
-    /// is loaded (so a snapshot never holds a second copy of the payload).
-    #[serde(skip)]
-    pub payload: TrainingPayload,
+    /// `ResourceConfig.InstanceType` of its payload: its capacity unit, which reports show.
+    /// Empty in a snapshot of a build before it (the snapshot's load parses the payload).
+    #[serde(default)]
+    pub instance_type: String,
+    /// `ResourceConfig.InstanceCount` of its payload.
+    #[serde(default)]
+    pub instance_count: u32,
     /// Current priority.
     pub priority: i32,
     /// Submission time.
@@ -264,8 +281,9 @@ pub struct JobRec {
     pub status_reason: Option<String>,
     /// Finished attempts that were not preempted, oldest first.
     pub attempts: Vec<AttemptRec>,
-    /// The attempt holding capacity, if any (it may be stopping).
-    pub live: Option<AttemptRec>,
+    /// The attempt holding capacity, if any (it may be stopping); boxed, so that a waiting
+    /// job does not hold the room of one.
+    pub live: Option<Box<AttemptRec>>,
     /// Every preempted attempt, newest first (DescribeServiceJob shows the newest
     /// [`PREEMPTED_WINDOW`]); an entry is added when the preemption is decided.
     pub preempted: VecDeque<AttemptRec>,
@@ -712,9 +730,11 @@ impl State {
             return;
         };
         rec.attempt_counter += 1;
-        let name = training_job_name(rec, attempt);
+        // Parsed once for the start: a waiting job keeps only its request.
+        let payload = rec.payload();
+        let name = training_job_name(rec, &payload, attempt);
         rec.latest_training_job = Some(name.clone());
-        rec.live = Some(AttemptRec {
+        rec.live = Some(Box::new(AttemptRec {
             attempt,
             number: rec.attempt_counter,
             training_job_name: name,
@@ -734,10 +754,12 @@ impl State {
             steps: qm_executor::Steps::default(),
             usage: None,
             checkpoints: 0,
-        });
+        }));
         rec.scheduled_at = Some(now);
-        let spec = rec.live_launch().expect("the live attempt was just set");
-        let role = rec.payload.role_arn.is_some();
+        let spec = rec
+            .launch_of(&payload)
+            .expect("the live attempt was just set");
+        let role = payload.role_arn.is_some();
         self.attempt_job.insert(attempt, job);
         self.set_status(job, ServiceJobStatus::Scheduled, None);
         self.actions.push(Action::Launch {
@@ -767,7 +789,7 @@ impl State {
                         .or_default() += 1;
                     // The job is RUNNABLE again from now on, so its summary shows the
                     // preemption at once; `stoppedAt` follows when the processes are gone.
-                    let mut entry = live.clone();
+                    let mut entry = AttemptRec::clone(live);
                     entry.status_reason = Some(reason);
                     rec.preempted_count += 1;
                     // Every preempted attempt is kept (usage accounting needs its hours);
@@ -957,7 +979,7 @@ impl State {
                         Some(stop) => stop.clone(),
                         None => outcome_reason,
                     });
-                    rec.attempts.push(live);
+                    rec.attempts.push(*live);
                 }
             }
         }
@@ -1053,11 +1075,12 @@ impl State {
     pub fn attempt_role(&self, attempt: AttemptId) -> Option<crate::request::AttemptRole> {
         let rec = self.jobs.get(self.attempt_job.get(&attempt)?)?;
         rec.live.as_ref().filter(|l| l.attempt == attempt)?;
+        let payload = rec.payload();
         Some(crate::request::AttemptRole {
             share: rec.share.clone(),
-            role_arn: rec.payload.role_arn.clone(),
+            job_name: rec.sagemaker_name(&payload),
+            role_arn: payload.role_arn,
             job_id: rec.id.clone(),
-            job_name: rec.sagemaker_name().to_string(),
         })
     }
 
@@ -1207,7 +1230,7 @@ impl State {
                 .is_some_and(|j| j.misconfigured.is_some());
             if !misconfigured {
                 let rec = &self.jobs[&core];
-                *out.entry((rec.share.clone(), rec.payload.instance_type.clone()))
+                *out.entry((rec.share.clone(), rec.instance_type.clone()))
                     .or_default() += 1;
             }
         }
@@ -1377,8 +1400,8 @@ impl State {
 }
 
 /// SageMaker names each attempt's training job after the payload's name plus a unique suffix.
-fn training_job_name(rec: &JobRec, attempt: AttemptId) -> String {
-    let base: String = rec.sagemaker_name().chars().take(20).collect();
+fn training_job_name(rec: &JobRec, payload: &TrainingPayload, attempt: AttemptId) -> String {
+    let base: String = rec.sagemaker_name(payload).chars().take(20).collect();
     format!("AWSBatch{base}{:016x}{:016x}", rec.core.0, attempt.0)
 }
 

@@ -41,7 +41,8 @@ impl State {
         let Some(previous) = previous else {
             return;
         };
-        if crate::resume::classify(&previous.into(), &live.into()).outcome != ResumeOutcome::Resumed
+        if crate::resume::classify(&previous.into(), &(&**live).into()).outcome
+            != ResumeOutcome::Resumed
         {
             return;
         }

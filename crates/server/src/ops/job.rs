@@ -147,7 +147,8 @@ impl State {
             queue_generation: self.queues[&queue].generation,
             share,
             request: std::sync::Arc::new(r.clone()),
-            payload,
+            instance_type: payload.instance_type,
+            instance_count: payload.instance_count,
             priority,
             created_at: self.now,
             scheduled_at: None,
@@ -393,10 +394,7 @@ impl State {
     }
 
     fn capacity_usage(rec: &JobRec) -> (String, f64) {
-        (
-            rec.payload.instance_type.clone(),
-            f64::from(rec.payload.instance_count),
-        )
+        (rec.instance_type.clone(), f64::from(rec.instance_count))
     }
 
     fn attempt_detail(&self, a: &AttemptRec) -> ServiceJobAttemptDetail {
@@ -537,7 +535,8 @@ impl State {
         // of it taken when the preemption was decided, without the steps reported since.
         let all: Vec<&AttemptRec> = rec
             .live
-            .iter()
+            .as_deref()
+            .into_iter()
             .chain(&rec.preempted)
             .chain(&rec.attempts)
             .collect();
