@@ -31,7 +31,9 @@ pub struct StateImage {
     pub queues: BTreeMap<String, QueueRec>,
     /// Every job record, by core id (shared with the state: see [`State::jobs`]).
     pub jobs: Vec<std::sync::Arc<JobRec>>,
-    /// clientToken, core id, canonical request.
+    /// clientToken, core id, canonical request: written by builds before the map was
+    /// rebuilt from the jobs' own requests at load, and no longer read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<(String, qm_core::JobId, String)>,
     /// Next core job id.
     pub next_job: u64,
@@ -59,18 +61,12 @@ pub struct StateImage {
 impl State {
     /// The state as data, deterministic for a given state (every collection in a fixed order).
     pub fn image(&self) -> StateImage {
-        let mut tokens: Vec<(String, qm_core::JobId, String)> = self
-            .tokens
-            .iter()
-            .map(|(t, (core, canonical))| (t.clone(), *core, canonical.clone()))
-            .collect();
-        tokens.sort();
         StateImage {
             environments: self.environments.clone(),
             policies: self.policies.clone(),
             queues: self.queues.clone(),
             jobs: self.jobs.values().cloned().collect(),
-            tokens,
+            tokens: Vec::new(),
             next_job: self.next_job,
             next_queue_generation: self.next_queue_generation,
             capacity: self.capacity.clone(),
@@ -121,10 +117,10 @@ impl State {
                 state.finished.insert((stopped, rec.core));
             }
             state.by_status.insert(rec);
+            if let Some(token) = &rec.request.client_token {
+                state.tokens.insert(token.clone(), rec.core);
+            }
             state.jobs.insert(rec.core, shared);
-        }
-        for (token, core, canonical) in image.tokens {
-            state.tokens.insert(token, (core, canonical));
         }
         state.environments = image.environments;
         state.policies = image.policies;

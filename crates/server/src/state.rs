@@ -339,8 +339,10 @@ pub struct State {
     pub jobs: BTreeMap<JobId, Arc<JobRec>>,
     /// API id -> core id.
     pub by_id: HashMap<String, JobId>,
-    /// clientToken -> (core id, canonical request).
-    pub tokens: HashMap<String, (JobId, String)>,
+    /// clientToken -> core id. The request a token stands for is its job's own
+    /// (`JobRec::request`), so a waiting job holds no second copy of it; a snapshot's load
+    /// rebuilds the map from the jobs' requests.
+    pub tokens: HashMap<String, JobId>,
     /// Live attempts -> core job id.
     pub attempt_job: HashMap<AttemptId, JobId>,
     /// Next core job id.

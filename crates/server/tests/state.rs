@@ -355,42 +355,35 @@ fn a_drill_requeues_a_running_job_and_replays_to_the_same_state() {
 fn a_client_token_replay_returns_the_original_job_and_a_changed_body_is_refused() {
     let mut w = World::new();
     demo_setup(&mut w);
-    let req = |name: &str| {
-        serde_json::from_value(json!({
+    // Job `job_id` of a request named `name`, always with the token t-1.
+    let submit = |w: &mut World, job_id: &str, name: &str| {
+        let request = serde_json::from_value(json!({
             "jobName": name, "jobQueue": "jq", "serviceJobType": "SAGEMAKER_TRAINING",
             "quotaShareName": "QS2", "serviceRequestPayload": payload(name), "clientToken": "t-1"
         }))
-        .unwrap()
+        .unwrap();
+        w.state.apply(&Command::SubmitServiceJob {
+            job_id: job_id.into(),
+            principal: None,
+            request,
+        })
     };
     w.now += 1;
     w.state.begin(w.now);
-    let first = w
-        .state
-        .apply(&Command::SubmitServiceJob {
-            job_id: "j1".into(),
-            principal: None,
-            request: req("a"),
-        })
-        .unwrap();
-    let again = w
-        .state
-        .apply(&Command::SubmitServiceJob {
-            job_id: "j2".into(),
-            principal: None,
-            request: req("a"),
-        })
-        .unwrap();
+    let first = submit(&mut w, "j1", "a").unwrap();
+    let again = submit(&mut w, "j2", "a").unwrap();
     assert_eq!(bytes(&first), bytes(&again));
-    let err = w
-        .state
-        .apply(&Command::SubmitServiceJob {
-            job_id: "j3".into(),
-            principal: None,
-            request: req("b"),
-        })
-        .unwrap_err();
+    let err = submit(&mut w, "j3", "b").unwrap_err();
     assert!(err.to_string().contains("clientToken"), "{err}");
     assert_eq!(w.state.jobs.len(), 1);
+    // A snapshot keeps no copy of the request: the token is found again through its job's.
+    let mut copy = rebuilt_from_snapshot(&w);
+    copy.now += 1;
+    copy.state.begin(copy.now);
+    let after = submit(&mut copy, "j4", "a").unwrap();
+    assert_eq!(bytes(&first), bytes(&after));
+    let err = submit(&mut copy, "j5", "b").unwrap_err();
+    assert!(err.to_string().contains("clientToken"), "{err}");
 }
 
 #[test]

@@ -105,13 +105,8 @@ impl State {
         principal: Option<&str>,
     ) -> Result<Reply, ApiError> {
         validate_submit_service_job(r)?;
-        let canonical = r.client_token.as_ref().map(|_| {
-            let mut c = r.clone();
-            c.client_token = None;
-            serde_json::to_string(&c).unwrap_or_default()
-        });
-        if let (Some(token), Some(canonical)) = (&r.client_token, &canonical) {
-            if let Some(core) = self.token_job(token, canonical)? {
+        if let Some(token) = &r.client_token {
+            if let Some(core) = self.token_job(token, r)? {
                 return self.submit_response(core);
             }
         }
@@ -167,17 +162,29 @@ impl State {
             principal: principal.map(str::to_string),
             class: class.map(|c| c.name),
         };
-        self.insert_submitted(rec, r.client_token.clone().zip(canonical));
+        self.insert_submitted(rec);
         self.submit_response(core)
     }
 
     /// The job a client token was already used for, if it was, with the same request
-    /// (`canonical`); the same token with another request is refused.
-    fn token_job(&self, token: &str, canonical: &str) -> Result<Option<JobId>, ApiError> {
-        let Some((core, seen)) = self.tokens.get(token) else {
+    /// (`r`, its token aside); the same token with another request is refused.
+    fn token_job(
+        &self,
+        token: &str,
+        r: &SubmitServiceJobRequest,
+    ) -> Result<Option<JobId>, ApiError> {
+        let Some(core) = self.tokens.get(token) else {
             return Ok(None);
         };
-        if seen == canonical {
+        let Some(rec) = self.jobs.get(core) else {
+            // Retired with its job: the token is free again.
+            return Ok(None);
+        };
+        let untokened = |r: &SubmitServiceJobRequest| SubmitServiceJobRequest {
+            client_token: None,
+            ..r.clone()
+        };
+        if untokened(&rec.request) == untokened(r) {
             return Ok(Some(*core));
         }
         Err(ApiError::client(format!(
@@ -223,8 +230,8 @@ impl State {
     }
 
     /// Files a submitted job's record: in its queue's runnable set, under its id and its
-    /// client token (with the request it stands for), and in the status index.
-    fn insert_submitted(&mut self, rec: JobRec, token: Option<(String, String)>) {
+    /// client token, and in the status index.
+    fn insert_submitted(&mut self, rec: JobRec) {
         let core = rec.core;
         self.queues
             .get_mut(&rec.queue)
@@ -232,8 +239,8 @@ impl State {
             .runnable
             .insert((Reverse(rec.priority), core));
         self.by_id.insert(rec.id.clone(), core);
-        if let Some((token, canonical)) = token {
-            self.tokens.insert(token, (core, canonical));
+        if let Some(token) = &rec.request.client_token {
+            self.tokens.insert(token.clone(), core);
         }
         self.by_status.insert(&rec);
         self.jobs.insert(core, Arc::new(rec));

@@ -125,7 +125,7 @@ impl State {
             self.finished
                 .remove(&(rec.stopped_at.unwrap_or(rec.created_at), core));
             if let Some(token) = &rec.request.client_token {
-                if self.tokens.get(token).is_some_and(|(c, _)| *c == core) {
+                if self.tokens.get(token) == Some(&core) {
                     self.tokens.remove(token);
                 }
             }
