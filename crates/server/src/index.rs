@@ -5,6 +5,7 @@
 
 use qm_core::JobId;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use qm_api::ServiceJobStatus;
 
@@ -12,13 +13,13 @@ use crate::state::JobRec;
 
 /// A queue as ListServiceJobs names it: its name and generation (a re-created queue of the
 /// same name lists none of the old one's jobs).
-type QueueKey = (String, u64);
+type QueueKey = (Arc<str>, u64);
 
 /// Core job ids by (queue, status) and by (queue, share, status).
 #[derive(Clone, Debug, Default)]
 pub struct StatusIndex {
     by_queue: BTreeMap<(QueueKey, ServiceJobStatus), BTreeSet<JobId>>,
-    by_share: BTreeMap<(QueueKey, String, ServiceJobStatus), BTreeSet<JobId>>,
+    by_share: BTreeMap<(QueueKey, Arc<str>, ServiceJobStatus), BTreeSet<JobId>>,
 }
 
 impl StatusIndex {
@@ -61,9 +62,10 @@ impl StatusIndex {
         share: Option<&str>,
         status: ServiceJobStatus,
     ) -> Option<&BTreeSet<JobId>> {
+        let queue = (Arc::from(queue.0.as_str()), queue.1);
         match share {
-            None => self.by_queue.get(&(queue.clone(), status)),
-            Some(s) => self.by_share.get(&(queue.clone(), s.to_string(), status)),
+            None => self.by_queue.get(&(queue, status)),
+            Some(s) => self.by_share.get(&(queue, Arc::from(s), status)),
         }
     }
 }

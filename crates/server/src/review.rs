@@ -872,7 +872,7 @@ impl crate::state::State {
                 }
                 ReviewJob {
                     record,
-                    unit: Some(r.instance_type.clone()),
+                    unit: Some(r.instance_type.to_string()),
                 }
             })
             .collect();

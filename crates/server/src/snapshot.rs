@@ -105,9 +105,10 @@ impl State {
             if rec.instance_type.is_empty() {
                 // A snapshot of a build that did not keep the unit: from the payload, once.
                 let payload = rec.payload();
-                rec.instance_type = payload.instance_type;
+                rec.instance_type = payload.instance_type.into();
                 rec.instance_count = payload.instance_count;
             }
+            state.intern_names(rec);
             state.by_id.insert(rec.id.clone(), rec.core);
             if matches!(
                 rec.status,

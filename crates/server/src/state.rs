@@ -173,6 +173,26 @@ pub struct AttemptRec {
     pub checkpoints: u32,
 }
 
+impl State {
+    /// `name` as the one allocation every job that names it shares.
+    pub fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(name);
+        self.names.insert(shared.clone());
+        shared
+    }
+
+    /// The record's names as the ones its other jobs share (a snapshot's load makes each
+    /// job its own).
+    pub(crate) fn intern_names(&mut self, rec: &mut JobRec) {
+        rec.queue = self.intern(&rec.queue);
+        rec.share = self.intern(&rec.share);
+        rec.instance_type = self.intern(&rec.instance_type);
+    }
+}
+
 impl JobRec {
     /// Its payload, parsed from its request. It was accepted at submission: a build whose
     /// parsing is stricter keeps the job (and says so), and its attempts may fail.
@@ -248,12 +268,12 @@ pub struct JobRec {
     pub core: JobId,
     /// API id (UUID).
     pub id: String,
-    /// Queue name.
-    pub queue: String,
+    /// Queue name (one allocation for all its jobs: [`State::intern`]).
+    pub queue: Arc<str>,
     /// The queue's generation when the job was submitted.
     pub queue_generation: u64,
-    /// Share name.
-    pub share: String,
+    /// Share name (interned).
+    pub share: Arc<str>,
     /// The request as submitted (shared, so that a snapshot's copy of the records does not
     /// copy every payload). The rest of its payload is parsed from it when an attempt starts
     /// ([`JobRec::payload`]): a waiting job holds nothing parsed but its unit.
@@ -261,7 +281,7 @@ pub struct JobRec {
     /// `ResourceConfig.InstanceType` of its payload: its capacity unit, which reports show.
     /// Empty in a snapshot of a build before it (the snapshot's load parses the payload).
     #[serde(default)]
-    pub instance_type: String,
+    pub instance_type: Arc<str>,
     /// `ResourceConfig.InstanceCount` of its payload.
     #[serde(default)]
     pub instance_count: u32,
@@ -339,6 +359,8 @@ pub struct State {
     pub jobs: BTreeMap<JobId, Arc<JobRec>>,
     /// API id -> core id.
     pub by_id: HashMap<String, JobId>,
+    /// The names jobs share (queues, shares, instance types), one allocation each.
+    pub names: std::collections::HashSet<Arc<str>>,
     /// clientToken -> core id. The request a token stands for is its job's own
     /// (`JobRec::request`), so a waiting job holds no second copy of it; a snapshot's load
     /// rebuilds the map from the jobs' requests.
@@ -392,6 +414,7 @@ impl State {
             jobs: BTreeMap::new(),
             by_id: HashMap::new(),
             tokens: HashMap::new(),
+            names: std::collections::HashSet::new(),
             attempt_job: HashMap::new(),
             next_job: 1,
             next_queue_generation: 1,
@@ -787,7 +810,7 @@ impl State {
                 if live.preempted {
                     *self
                         .preemptions
-                        .entry((rec.queue.clone(), rec.share.clone()))
+                        .entry((rec.queue.to_string(), rec.share.to_string()))
                         .or_default() += 1;
                     // The job is RUNNABLE again from now on, so its summary shows the
                     // preemption at once; `stoppedAt` follows when the processes are gone.
@@ -813,7 +836,7 @@ impl State {
             | qm_core::StopCause::Requeue { .. } => return None,
         };
         let rec = self.jobs.get(&for_job)?;
-        Some((rec.share.clone(), rec.id.clone()))
+        Some((rec.share.to_string(), rec.id.clone()))
     }
 
     /// Moves a job to `status`, keeping the queue's RUNNABLE index in step.
@@ -827,7 +850,7 @@ impl State {
             return;
         };
         let key = (Reverse(rec.priority), core);
-        if let Some(q) = self.queues.get_mut(&rec.queue) {
+        if let Some(q) = self.queues.get_mut(&*rec.queue) {
             if status == ServiceJobStatus::Runnable {
                 q.runnable.insert(key);
             } else {
@@ -1046,8 +1069,8 @@ impl State {
         self.jobs
             .values()
             .filter(|rec| {
-                rec.queue == queue
-                    && rec.share == share
+                *rec.queue == *queue
+                    && *rec.share == *share
                     && !matches!(
                         rec.status,
                         ServiceJobStatus::Succeeded | ServiceJobStatus::Failed
@@ -1079,7 +1102,7 @@ impl State {
         rec.live.as_ref().filter(|l| l.attempt == attempt)?;
         let payload = rec.payload();
         Some(crate::request::AttemptRole {
-            share: rec.share.clone(),
+            share: rec.share.to_string(),
             job_name: rec.sagemaker_name(&payload),
             role_arn: payload.role_arn,
             job_id: rec.id.clone(),
@@ -1232,7 +1255,7 @@ impl State {
                 .is_some_and(|j| j.misconfigured.is_some());
             if !misconfigured {
                 let rec = &self.jobs[&core];
-                *out.entry((rec.share.clone(), rec.instance_type.clone()))
+                *out.entry((rec.share.to_string(), rec.instance_type.to_string()))
                     .or_default() += 1;
             }
         }

@@ -47,7 +47,7 @@ impl State {
             return;
         }
         let queue = rec.queue.clone();
-        let Some(q) = self.queues.get_mut(&queue) else {
+        let Some(q) = self.queues.get_mut(&*queue) else {
             return;
         };
         let rule = defined(&q.tags).get(&class).map(|d| d.borrow);
@@ -107,7 +107,7 @@ impl State {
         let classes = defined(&q.tags);
         let mut inputs = Vec::new();
         for (&core, rec) in &self.jobs {
-            if rec.queue != queue || rec.is_terminated {
+            if *rec.queue != *queue || rec.is_terminated {
                 continue;
             }
             let Some(class) = rec.class.as_ref() else {

@@ -41,7 +41,7 @@ impl State {
         for rec in self.jobs.values() {
             if rec.created_at < since
                 || rec.created_at >= until
-                || queue.is_some_and(|q| q != rec.queue)
+                || queue.is_some_and(|q| q != &*rec.queue)
             {
                 continue;
             }

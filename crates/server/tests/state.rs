@@ -12,7 +12,7 @@ use qm_server::command::{AuditEntry, Command, ExitRecord};
 use qm_server::driver::{encode_decisions, recover, TimeLimits};
 use qm_server::request::{Query, Reply};
 use qm_server::snapshot::{decode_image, SNAPSHOT_FORMAT};
-use qm_server::state::{Action, State};
+use qm_server::state::{Action, JobRec, State};
 use qm_store::{Log, MemoryLog, Writer};
 use serde_json::{json, Value};
 
@@ -1827,4 +1827,27 @@ fn a_tag_change_and_its_audit_entry_are_one_logged_command_with_the_tags_before_
     let mut fresh = fresh_state();
     recover(&mut fresh, &w.log, &this_build()).unwrap();
     assert_eq!(fresh.audit, w.state.audit);
+}
+
+#[test]
+fn jobs_share_one_copy_of_their_queue_share_and_unit_names_before_and_after_a_snapshot() {
+    let mut w = World::new();
+    demo_setup(&mut w);
+    w.submit("one", "QS1", 1);
+    w.submit("two", "QS1", 2);
+    let same = |w: &World| {
+        let [a, b]: [&JobRec; 2] = w
+            .state
+            .jobs
+            .values()
+            .map(|r| &**r)
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("two jobs");
+        std::sync::Arc::ptr_eq(&a.queue, &b.queue)
+            && std::sync::Arc::ptr_eq(&a.share, &b.share)
+            && std::sync::Arc::ptr_eq(&a.instance_type, &b.instance_type)
+    };
+    assert!(same(&w));
+    assert!(same(&rebuilt_from_snapshot(&w)));
 }

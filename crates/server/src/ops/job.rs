@@ -138,11 +138,11 @@ impl State {
         let rec = JobRec {
             core,
             id: job_id.to_string(),
-            queue: queue.clone(),
+            queue: self.intern(&queue),
             queue_generation: self.queues[&queue].generation,
-            share,
+            share: self.intern(&share),
             request: std::sync::Arc::new(r.clone()),
-            instance_type: payload.instance_type,
+            instance_type: self.intern(&payload.instance_type),
             instance_count: payload.instance_count,
             priority,
             created_at: self.now,
@@ -234,7 +234,7 @@ impl State {
     fn insert_submitted(&mut self, rec: JobRec) {
         let core = rec.core;
         self.queues
-            .get_mut(&rec.queue)
+            .get_mut(&*rec.queue)
             .expect("checked")
             .runnable
             .insert((Reverse(rec.priority), core));
@@ -266,7 +266,7 @@ impl State {
         let (old, queue) = (rec.priority, rec.queue.clone());
         // The class's maximum holds for a change as at submission.
         let class_max = rec.class.as_ref().and_then(|c| {
-            let def = qm_api::class::defined(&self.queues.get(&queue)?.tags).remove(c)?;
+            let def = qm_api::class::defined(&self.queues.get(&*queue)?.tags).remove(c)?;
             def.max_priority.map(|m| (c.clone(), m))
         });
         if let Some((class, max)) = class_max.filter(|(_, m)| r.scheduling_priority > *m as i32) {
@@ -279,7 +279,7 @@ impl State {
             job: core,
             priority: r.scheduling_priority as u32,
         })?;
-        if let Some(q) = self.queues.get_mut(&queue) {
+        if let Some(q) = self.queues.get_mut(&*queue) {
             if q.runnable.remove(&(Reverse(old), core)) {
                 q.runnable.insert((Reverse(r.scheduling_priority), core));
             }
@@ -401,7 +401,7 @@ impl State {
     }
 
     fn capacity_usage(rec: &JobRec) -> (String, f64) {
-        (rec.instance_type.clone(), f64::from(rec.instance_count))
+        (rec.instance_type.to_string(), f64::from(rec.instance_count))
     }
 
     fn attempt_detail(&self, a: &AttemptRec) -> ServiceJobAttemptDetail {
@@ -464,7 +464,7 @@ impl State {
             service_request_payload: Some(rec.request.service_request_payload.clone()),
             service_job_type: ServiceJobType::SagemakerTraining,
             share_identifier: None,
-            quota_share_name: Some(rec.share.clone()),
+            quota_share_name: Some(rec.share.to_string()),
             preemption_configuration: rec.request.preemption_configuration.clone(),
             preemption_summary,
             started_at: rec.started_at.unwrap_or(0),
@@ -580,7 +580,7 @@ impl State {
             scheduled_at: rec.scheduled_at,
             service_job_type: ServiceJobType::SagemakerTraining,
             share_identifier: None,
-            quota_share_name: Some(rec.share.clone()),
+            quota_share_name: Some(rec.share.to_string()),
             status: Some(rec.status),
             status_reason: self.status_reason(rec),
             started_at: rec.started_at,
@@ -684,7 +684,7 @@ fn listed(
     status: Option<ServiceJobStatus>,
     filter: Option<&JobFilter>,
 ) -> bool {
-    if queue.is_some_and(|(q, g)| *q != rec.queue || *g != rec.queue_generation) {
+    if queue.is_some_and(|(q, g)| **q != *rec.queue || *g != rec.queue_generation) {
         return false;
     }
     if status.is_some_and(|s| s != rec.status) {
@@ -695,7 +695,7 @@ fn listed(
             &rec.request.job_name,
             rec.created_at,
             None,
-            Some(rec.share.as_str()),
+            Some(&*rec.share),
         )
     })
 }

@@ -46,8 +46,8 @@ impl ArchivedJob {
         ArchivedJob {
             job_id: rec.id.clone(),
             job_name: rec.request.job_name.clone(),
-            job_queue: rec.queue.clone(),
-            quota_share_name: rec.share.clone(),
+            job_queue: rec.queue.to_string(),
+            quota_share_name: rec.share.to_string(),
             status: rec.status.as_str().to_string(),
             status_reason: rec.status_reason.clone(),
             scheduling_priority: rec.priority,

@@ -56,7 +56,7 @@ impl State {
                     earliest_time_at_position: Some(at),
                 });
             }
-            per_share.entry(rec.share.clone()).or_insert_with(|| {
+            per_share.entry(rec.share.to_string()).or_insert_with(|| {
                 vec![FrontOfQuotaShareJobSummary {
                     job_arn: Some(arn),
                     earliest_time_at_position: Some(at),

@@ -187,8 +187,8 @@ impl State {
         Some(WhatIfJob {
             job_id: rec.id.clone(),
             job_name: rec.request.job_name.clone(),
-            quota_share_name: rec.share.clone(),
-            capacity_unit: rec.instance_type.clone(),
+            quota_share_name: rec.share.to_string(),
+            capacity_unit: rec.instance_type.to_string(),
             instances: spec.count,
             priority: spec.priority,
         })
