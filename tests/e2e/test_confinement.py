@@ -245,7 +245,7 @@ def test_an_adopted_job_keeps_its_group_when_the_pools_changed_across_a_restart(
         s.close()
 
 
-def test_what_an_attempt_used_is_counted_by_its_group_and_shown(server, jobs, queue):
+def test_what_an_attempt_used_is_counted_from_its_take_and_shown(server, jobs, queue):
     """Issue 40, item 5: CPU time (summed by the supervisor as it reaps the attempt's
     processes) and the host's peak memory (from the instance's group as the attempt left it,
     counted from its take: the group outlives attempts)."""

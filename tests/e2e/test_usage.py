@@ -103,9 +103,8 @@ def test_usage_reports_real_runs_and_survives_retirement_and_restart(server, tmp
 
 def test_an_unconfined_attempt_s_usage_comes_from_its_reaped_processes_and_reaches_the_report(
         start_server, tmp_path):
-    """Without control groups (`confinement = "none"`) the supervisor's
-    getrusage(RUSAGE_CHILDREN) counts what the job's processes used; the usage report adds it
-    up per share."""
+    """Without control groups (`confinement = "none"`) the supervisor counts what the job's
+    processes used as it reaps them (wait4); the usage report adds it up per share."""
     config = config_toml().replace('kind = "local"\n', 'kind = "local"\nconfinement = "none"\n')
     server = start_server(config=config, name="usage-rusage")
     try:

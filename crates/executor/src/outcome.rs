@@ -33,9 +33,9 @@ pub(crate) fn bytes(bytes: u64) -> String {
     format!("{} GiB", text.trim_end_matches('0').trim_end_matches('.'))
 }
 
-/// What an attempt used, as the kernel counted it: from its hosts' control groups where it
-/// was confined (every process, however it left the supervisor's tree), else from the
-/// processes its supervisor reaped (`getrusage(RUSAGE_CHILDREN)`).
+/// What an attempt used, as the kernel counted it: the CPU time of the processes its
+/// supervisor reaped (`wait4`, each with the descendants it waited for), and the peak memory
+/// of its largest host's control group where it was confined, else of its largest process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// CPU time of its processes, user and system, summed over its hosts (ms).

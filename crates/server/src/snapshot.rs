@@ -31,9 +31,10 @@ pub struct StateImage {
     pub queues: BTreeMap<String, QueueRec>,
     /// Every job record, by core id (shared with the state: see [`State::jobs`]).
     pub jobs: Vec<std::sync::Arc<JobRec>>,
-    /// clientToken, core id, canonical request: written by builds before the map was
-    /// rebuilt from the jobs' own requests at load, and no longer read.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// clientToken, core id, canonical request: filled by builds before the map was rebuilt
+    /// from the jobs' own requests at load, and no longer read. Written empty, so that the
+    /// build before this one still loads a snapshot of this one (without its tokens).
+    #[serde(default)]
     pub tokens: Vec<(String, qm_core::JobId, String)>,
     /// Next core job id.
     pub next_job: u64,

@@ -5,7 +5,7 @@
 //! every byte past the fields it knows to be zero, and newer kernels write fields of their own
 //! back (a query's `revision`) inside the union, which the padding holds.
 
-// One of the workspace's four unsafe sites (the others: `zygote`, `wire`, `cgroup::enter`): the
+// One of the workspace's five unsafe sites (the others: `zygote`, `wire`, `reap`, `cgroup::enter`): the
 // system call has no safe wrapper in the crates this workspace uses.
 #![allow(unsafe_code)]
 

@@ -1,7 +1,7 @@
 //! How a child enters its group under cgroup v2, where only whole processes move: between
 //! fork and exec, the child writes itself into the group's `cgroup.procs`.
 
-// One of the workspace's four unsafe sites (the others: `zygote`, `wire`, `cgroup::bpf`): a
+// One of the workspace's five unsafe sites (the others: `zygote`, `wire`, `reap`, `cgroup::bpf`): a
 // `pre_exec` hook, the child's move into its v2 group between fork and exec.
 #![allow(unsafe_code)]
 

@@ -399,7 +399,7 @@ pub(crate) fn share(pools: &[crate::PoolSpec], machine: Machine, instance_type: 
 
 /// The control group of the server's instance `id`. A host runs in its instance's group; the
 /// group outlives the attempt, empty, and the next attempt on the instance takes it over: a
-/// cgroup v1 group is a directory of dozens of files in each of six trees, and making and
+/// cgroup v1 group is a directory of dozens of files in each of five trees, and making and
 /// removing one per attempt cost the supervisor about 0.7 ms of CPU (perf, in a drain of
 /// trivial jobs).
 pub(crate) fn instance_group(id: usize) -> String {

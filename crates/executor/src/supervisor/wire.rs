@@ -57,7 +57,7 @@ pub(crate) fn split(stream: UnixStream) -> io::Result<(Sender, Receiver)> {
 }
 
 /// Registers `stream` with the current runtime for `interest` alone.
-// One of the workspace's four unsafe sites (the others: the zygote's fork, `cgroup::enter`,
+// One of the workspace's five unsafe sites (the others: the zygote's fork, `reap`'s `wait4`, `cgroup::enter`,
 // `cgroup::bpf`).
 // Tokio's safe constructors register readability and writability both, which is what this
 // module exists to avoid.

@@ -20,7 +20,7 @@
 //! This is the one module that forks without exec: the zygote never starts a thread (no
 //! runtime, no thread pool; `main` checks), so its children get a consistent copy of it.
 
-// One of the workspace's four unsafe sites (the others: registering a socket with tokio for
+// One of the workspace's five unsafe sites (the others: `reap`'s `wait4`, registering a socket with tokio for
 // reading only, `wire`; a v2 child entering its control group, `cgroup::enter`; the device
 // program's system calls, `cgroup::bpf`): `fork` in
 // a process that is provably single-threaded.

@@ -6,7 +6,7 @@ use std::fs;
 
 use qm_executor::{ExecError, ExecEvent, Exit, LaunchSpec};
 
-use crate::world::{failed, parse_env, pool, sh, World};
+use crate::world::{failed, parse_env, pool, sh, until, World};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_host_sees_its_gpus_hyperparameters_directories_and_the_payload_environment() {
@@ -522,6 +522,19 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
     }
 }
 
+/// The supervisor's pid the `Running` event of `attempt` named.
+async fn supervisor_of(w: &mut World, attempt: u64) -> u32 {
+    w.wait_for("Running", |e| match e {
+        ExecEvent::Running {
+            attempt: a,
+            supervisor: Some(s),
+            ..
+        } if *a == AttemptId(attempt) => Some(s.pid),
+        _ => None,
+    })
+    .await
+}
+
 /// The usage the `Exited` event of `attempt` reported.
 async fn usage_of(w: &mut World, attempt: u64) -> qm_executor::Usage {
     let usage = w
@@ -545,10 +558,16 @@ async fn an_attempt_s_usage_is_its_own_though_its_supervisor_ran_an_earlier_one(
     let first = usage_of(&mut w, 1).await;
     assert!(first.cpu_millis >= 100, "{first:?}");
     assert!(first.peak_memory_bytes.is_some_and(|b| b > 0), "{first:?}");
+    let supervisor = supervisor_of(&mut w, 1).await;
     // The next attempts go to the free supervisor of the first: each reports only its own.
     for attempt in 2..=3 {
+        until("the supervisor waits free", || {
+            w.exec.free_supervisors() == 1
+        })
+        .await;
         w.exec.start(sh(attempt, "job-idle", "true")).unwrap();
         let idle = usage_of(&mut w, attempt).await;
+        assert_eq!(supervisor_of(&mut w, attempt).await, supervisor);
         assert!(
             idle.cpu_millis < first.cpu_millis / 4,
             "{idle:?} after {first:?}"

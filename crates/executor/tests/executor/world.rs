@@ -210,3 +210,12 @@ pub async fn wait_for_text(path: &Path, needle: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Waits (at most [`WAIT`]) until `done`, failing with `what`.
+pub async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -7,7 +7,7 @@ use qm_executor::AttemptId;
 use qm_executor::ExecEvent;
 use tokio::sync::mpsc;
 
-use crate::world::{running_in, server_runtime, sh, World, WAIT};
+use crate::world::{running_in, server_runtime, sh, until, World, WAIT};
 
 fn parent_of(pid: u32) -> u32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -90,14 +90,6 @@ async fn ended(
             exec.acknowledge(&[AttemptId(attempt)]);
             return;
         }
-    }
-}
-
-async fn until(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + WAIT;
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "{what}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
