@@ -872,7 +872,7 @@ impl crate::state::State {
                 }
                 ReviewJob {
                     record,
-                    unit: Some(r.instance_type.to_string()),
+                    unit: Some(self.unit_of(r).0),
                 }
             })
             .collect();

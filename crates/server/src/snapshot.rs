@@ -103,12 +103,6 @@ impl State {
             qm_core::Scheduler::from_image(policy, image.core).map_err(|e| bad(e.to_string()))?;
         for mut shared in image.jobs {
             let rec = std::sync::Arc::make_mut(&mut shared);
-            if rec.instance_type.is_empty() {
-                // A snapshot of a build that did not keep the unit: from the payload, once.
-                let payload = rec.payload();
-                rec.instance_type = payload.instance_type.into();
-                rec.instance_count = payload.instance_count;
-            }
             state.intern_names(rec);
             state.by_id.insert(rec.id.clone(), rec.core);
             if matches!(

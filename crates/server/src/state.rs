@@ -189,7 +189,19 @@ impl State {
     pub(crate) fn intern_names(&mut self, rec: &mut JobRec) {
         rec.queue = self.intern(&rec.queue);
         rec.share = self.intern(&rec.share);
-        rec.instance_type = self.intern(&rec.instance_type);
+    }
+
+    /// A job's capacity unit and instance count (its payload's `ResourceConfig`), as the core
+    /// holds them in the job's spec for as long as the record lives; from the payload for a
+    /// record the core does not know.
+    pub(crate) fn unit_of(&self, rec: &JobRec) -> (String, u32) {
+        match self.core.job(rec.core) {
+            Some(job) => (job.spec.instance_type.clone(), job.spec.count),
+            None => {
+                let payload = rec.payload();
+                (payload.instance_type, payload.instance_count)
+            }
+        }
     }
 }
 
@@ -275,16 +287,10 @@ pub struct JobRec {
     /// Share name (interned).
     pub share: Arc<str>,
     /// The request as submitted (shared, so that a snapshot's copy of the records does not
-    /// copy every payload). The rest of its payload is parsed from it when an attempt starts
-    /// ([`JobRec::payload`]): a waiting job holds nothing parsed but its unit.
+    /// copy every payload). Its payload is parsed from it when an attempt starts
+    /// ([`JobRec::payload`]): a waiting job holds nothing parsed (the core's spec of the job
+    /// holds its unit and size: `State::unit_of`).
     pub request: std::sync::Arc<SubmitServiceJobRequest>,
-    /// `ResourceConfig.InstanceType` of its payload: its capacity unit, which reports show.
-    /// Empty in a snapshot of a build before it (the snapshot's load parses the payload).
-    #[serde(default)]
-    pub instance_type: Arc<str>,
-    /// `ResourceConfig.InstanceCount` of its payload.
-    #[serde(default)]
-    pub instance_count: u32,
     /// Current priority.
     pub priority: i32,
     /// Submission time.
@@ -359,7 +365,7 @@ pub struct State {
     pub jobs: BTreeMap<JobId, Arc<JobRec>>,
     /// API id -> core id.
     pub by_id: HashMap<String, JobId>,
-    /// The names jobs share (queues, shares, instance types), one allocation each.
+    /// The queue and share names jobs share, one allocation each.
     pub names: std::collections::HashSet<Arc<str>>,
     /// clientToken -> core id. The request a token stands for is its job's own
     /// (`JobRec::request`), so a waiting job holds no second copy of it; a snapshot's load
@@ -1255,7 +1261,7 @@ impl State {
                 .is_some_and(|j| j.misconfigured.is_some());
             if !misconfigured {
                 let rec = &self.jobs[&core];
-                *out.entry((rec.share.to_string(), rec.instance_type.to_string()))
+                *out.entry((rec.share.to_string(), self.unit_of(rec).0))
                     .or_default() += 1;
             }
         }

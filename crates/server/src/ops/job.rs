@@ -142,8 +142,6 @@ impl State {
             queue_generation: self.queues[&queue].generation,
             share: self.intern(&share),
             request: std::sync::Arc::new(r.clone()),
-            instance_type: self.intern(&payload.instance_type),
-            instance_count: payload.instance_count,
             priority,
             created_at: self.now,
             scheduled_at: None,
@@ -400,8 +398,9 @@ impl State {
         }
     }
 
-    fn capacity_usage(rec: &JobRec) -> (String, f64) {
-        (rec.instance_type.to_string(), f64::from(rec.instance_count))
+    fn capacity_usage(&self, rec: &JobRec) -> (String, f64) {
+        let (unit, count) = self.unit_of(rec);
+        (unit, f64::from(count))
     }
 
     fn attempt_detail(&self, a: &AttemptRec) -> ServiceJobAttemptDetail {
@@ -419,7 +418,7 @@ impl State {
     ) -> Result<Reply, ApiError> {
         let core = self.job_core("jobId", &r.job_id)?;
         let rec = &self.jobs[&core];
-        let (unit, quantity) = Self::capacity_usage(rec);
+        let (unit, quantity) = self.capacity_usage(rec);
         let preemption_summary = (rec.preempted_count > 0).then(|| ServiceJobPreemptionSummary {
             preempted_attempt_count: Some(rec.preempted_count as i32),
             recent_preempted_attempts: Some(
@@ -561,7 +560,7 @@ impl State {
     }
 
     fn summary(&self, rec: &JobRec) -> ServiceJobSummary {
-        let (unit, quantity) = Self::capacity_usage(rec);
+        let (unit, quantity) = self.capacity_usage(rec);
         ServiceJobSummary {
             latest_attempt: rec
                 .latest_training_job

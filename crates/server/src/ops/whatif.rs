@@ -188,7 +188,7 @@ impl State {
             job_id: rec.id.clone(),
             job_name: rec.request.job_name.clone(),
             quota_share_name: rec.share.to_string(),
-            capacity_unit: rec.instance_type.to_string(),
+            capacity_unit: spec.instance_type.clone(),
             instances: spec.count,
             priority: spec.priority,
         })
