@@ -25,6 +25,11 @@ use crate::error::ServerError;
 use crate::{archive, auth, credentials, exec, history, http, reload, state};
 use crate::{writer, INBOX, VERSION};
 
+/// What the write-ahead log is extended to at start: SQLite checkpoints it at 1,000 pages
+/// (4,120,032 bytes with their frame headers) and then writes it again from its start, so
+/// that most commits never grow it.
+const WAL_RESERVE: u64 = 4 << 20;
+
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
     refuse_open_no_auth(&config)?;
@@ -41,6 +46,8 @@ pub async fn serve(config: Config, flags: Flags) -> Result<(), ServerError> {
     };
     let db = config.data_dir.join("qm.sqlite3");
     let mut log = SqliteLog::open(&db)?;
+    // Under the data directory's lock, before any append: see `reserve_wal`.
+    log.reserve_wal(WAL_RESERVE)?;
     pinned::pin_settings(&mut log, &config)?;
     let (state, recovered) = recover(&config, &mut log)?;
     let (auth, auth_lines) = open_auth(&config, &db)?;
