@@ -831,6 +831,9 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
                 let _ = reply.send(r.map(Answer::Reply));
             }
         }
+        // Before the reads are answered: a stop or a go is a message on a socket, and on a
+        // reclaim the owner's job waits for both (a read's answer costs far more).
+        self.carry_out(carry);
         if !exited.is_empty() {
             self.executor.acknowledge(&exited);
         }
@@ -838,7 +841,6 @@ impl<L: Log + Send + 'static, E: Execute> Driver<L, E> {
         for (q, reply) in queries {
             let _ = reply.send(self.answer(&q, answered));
         }
-        self.carry_out(carry);
         Ok(())
     }
 
