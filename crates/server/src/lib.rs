@@ -111,6 +111,7 @@ pub(crate) fn local_config(
         runtime: config.runtime.clone(),
         supervisor: qm_executor::SupervisorCommand::default(),
         gpu_sample: config.gpu_sample,
+        orphan_check: qm_executor::supervisor::DEFAULT_ORPHAN_CHECK,
     }
 }
 

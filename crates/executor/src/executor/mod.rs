@@ -70,6 +70,9 @@ pub struct LocalConfig {
     /// How often the GPUs of running attempts are sampled with `nvidia-smi` for their usage
     /// (zero: never).
     pub gpu_sample: Duration,
+    /// How often a supervisor looks whether its socket is still there (tests shorten it;
+    /// [`crate::supervisor::DEFAULT_ORPHAN_CHECK`] otherwise).
+    pub orphan_check: Duration,
 }
 
 /// The program that runs a supervisor, and its arguments: `qm supervise` in the server (the
@@ -125,6 +128,7 @@ impl LocalConfig {
             supervisor: SupervisorCommand::default(),
             confinement: None,
             gpu_sample: DEFAULT_GPU_SAMPLE,
+            orphan_check: crate::supervisor::DEFAULT_ORPHAN_CHECK,
         }
     }
 }
@@ -982,6 +986,7 @@ impl Inner {
             runtime: cfg.runtime.clone(),
             storage: cfg.storage.as_ref().map(|s| s.settings().clone()),
             checkpoint_sync_ms: cfg.checkpoint_sync.as_millis() as u64,
+            orphan_check_ms: cfg.orphan_check.as_millis() as u64,
         }
     }
 

@@ -40,7 +40,9 @@ use serde::{Deserialize, Serialize};
 
 pub use identity::{boot_id, Identity};
 pub use process::main;
-pub use protocol::{Placement, Running, Settings, Status, OLDEST_ADOPTED, PROTOCOL};
+pub use protocol::{
+    Placement, Running, Settings, Status, DEFAULT_ORPHAN_CHECK, OLDEST_ADOPTED, PROTOCOL,
+};
 
 use crate::layout::JobLayout;
 use crate::{Exit, Usage};
@@ -121,7 +123,12 @@ pub(crate) fn write_outcome_as(
 ) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = outcome_dir(path)?;
-    std::fs::create_dir_all(dir)?;
+    // The attempt's directory only, never the ones above it: a data dir (or job directory)
+    // removed under a supervisor stays removed, and the outcome has nowhere to go.
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
     let tmp = path.with_extension("json.tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -144,9 +151,14 @@ pub(crate) fn write_outcome_as(
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// [`write_outcome`], a failure logged rather than returned (the outcome is reported anyway).
+/// [`write_outcome`] by the server itself (a Slurm attempt's), its directories made if they
+/// are missing (the server holds its data dir); a failure logged rather than returned (the
+/// outcome is reported anyway).
 pub(crate) fn record_outcome(path: &Path, outcome: &Exit) {
-    if let Err(e) = write_outcome(path, outcome) {
+    let written = outcome_dir(path)
+        .and_then(std::fs::create_dir_all)
+        .and_then(|()| write_outcome(path, outcome));
+    if let Err(e) = written {
         tracing::warn!(path = %path.display(), error = %e, "cannot record the attempt's outcome");
     }
 }

@@ -36,10 +36,6 @@ use qm_storage::Storage;
 /// How long a connecting server has to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How often the supervisor looks whether its socket is still there: a data dir deleted under
-/// it (a test's, an admin's) means no server will ever ask for the attempt.
-const ORPHAN_CHECK: Duration = Duration::from_secs(60);
-
 /// How long an ended attempt's supervisor waits for a server to acknowledge it. After that
 /// the outcome file alone tells the next server (it records an attempt whose supervisor is
 /// gone as its outcome file says).
@@ -254,7 +250,8 @@ impl Me {
     }
 }
 
-/// The attempt as the main loop follows it.
+/// The attempt as the main loop follows it: preparing at first.
+#[derive(Default)]
 struct Tracked {
     /// The status as of the last event.
     status: Status,
@@ -263,8 +260,12 @@ struct Tracked {
     /// server has it in its log, or the socket goes).
     durable: bool,
     /// Whether a server acknowledged the end before its outcome was on disk: the supervisor
-    /// goes once it is.
+    /// goes once it is, or once the attempt's task is done (the file could not be written,
+    /// and the server's log holds the end anyway).
     acked: bool,
+    /// Whether the attempt's task is done: its last status sent, its outcome file written or
+    /// found impossible to write.
+    ended: bool,
 }
 
 impl Tracked {
@@ -282,6 +283,11 @@ impl Tracked {
     /// Whether the attempt ended and its outcome is on disk.
     fn settled(&self) -> bool {
         self.durable && matches!(self.status, Status::Exited { .. })
+    }
+
+    /// Whether nothing more will come of the attempt: settled, or its task done.
+    fn finished(&self) -> bool {
+        self.settled() || self.ended
     }
 }
 
@@ -339,14 +345,10 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);
-    let mut watch = Orphan::new(&socket);
+    let mut watch = Orphan::new(&socket, me.launch.settings.orphan_check());
     let mut f = Following {
         conn,
-        tracked: Tracked {
-            status: Status::Preparing,
-            durable: false,
-            acked: false,
-        },
+        tracked: Tracked::default(),
         heard: heard_tx,
         stop: stop_tx,
         socket,
@@ -363,8 +365,13 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
                     return served;
                 }
             }
-            Some((status, durable)) = events.recv() => {
-                if let Some(served) = f.on_status(status, durable, watch.orphaned).await {
+            event = events.recv(), if !f.tracked.ended => {
+                // `None`: the attempt's task is done.
+                let served = match event {
+                    Some((status, durable)) => f.on_status(status, durable, watch.orphaned).await,
+                    None => f.on_end(watch.orphaned),
+                };
+                if let Some(served) = served {
                     return served;
                 }
             }
@@ -377,12 +384,8 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
                 f.stop.send_replace(true);
             }
             _ = watch.check.tick() => {
-                let exited = matches!(f.tracked.status, Status::Exited { .. });
-                if watch.gone(&f.socket) || (exited && watch.lingered()) {
-                    if exited {
-                        return Served::Done(0);
-                    }
-                    f.stop.send_replace(true);
+                if let Some(served) = f.on_check(&mut watch) {
+                    return served;
                 }
             }
         }
@@ -432,15 +435,9 @@ impl Following {
             }
             Some(ToSupervisor::Ack) => {
                 self.heard.send_replace(Heard::Logged);
-                if !self.tracked.durable {
-                    self.tracked.acked = true;
-                } else if let Some(conn) = self.conn.take() {
-                    let socket = std::mem::take(&mut self.socket);
-                    return Some(Served::Acknowledged {
-                        conn,
-                        socket,
-                        spare: std::mem::take(&mut self.spare),
-                    });
+                self.tracked.acked = true;
+                if self.tracked.finished() {
+                    return Some(self.acknowledged());
                 }
             }
             Some(_) => {}
@@ -465,20 +462,46 @@ impl Following {
         if self.tracked.settled() && orphaned {
             return Some(Served::Done(0));
         }
-        if self.tracked.settled() && self.tracked.acked {
-            // Acknowledged before its file was on disk; a server that has gone since
-            // leaves no connection to wait free on.
-            let socket = std::mem::take(&mut self.socket);
-            return Some(match self.conn.take() {
-                Some(conn) => Served::Acknowledged {
-                    conn,
-                    socket,
-                    spare: std::mem::take(&mut self.spare),
-                },
-                None => Served::Done(0),
-            });
+        // Acknowledged before its file was on disk.
+        (self.tracked.settled() && self.tracked.acked).then(|| self.acknowledged())
+    }
+
+    /// The attempt's task is done; `Some` when the attempt is served: acknowledged (its file
+    /// may not be on disk, a server's log holds the end), or orphaned (no server will ever
+    /// ask for it, and its directory may be gone with its socket).
+    fn on_end(&mut self, orphaned: bool) -> Option<Served> {
+        self.tracked.ended = true;
+        if orphaned {
+            return Some(Served::Done(0));
+        }
+        self.tracked.acked.then(|| self.acknowledged())
+    }
+
+    /// The periodic look at the socket: an orphan's attempt is stopped, and an ended one's
+    /// supervisor goes (as one does that waited long enough for an acknowledgement).
+    fn on_check(&mut self, watch: &mut Orphan) -> Option<Served> {
+        let exited = matches!(self.tracked.status, Status::Exited { .. });
+        if watch.gone(&self.socket) || (exited && watch.lingered()) {
+            if exited || self.tracked.ended {
+                return Some(Served::Done(0));
+            }
+            self.stop.send_replace(true);
         }
         None
+    }
+
+    /// Served and acknowledged: free on the server's connection, or gone when a server that
+    /// acknowledged went since.
+    fn acknowledged(&mut self) -> Served {
+        let socket = std::mem::take(&mut self.socket);
+        match self.conn.take() {
+            Some(conn) => Served::Acknowledged {
+                conn,
+                socket,
+                spare: std::mem::take(&mut self.spare),
+            },
+            None => Served::Done(0),
+        }
     }
 }
 
@@ -503,10 +526,10 @@ struct Orphan {
 }
 
 impl Orphan {
-    fn new(socket: &Path) -> Orphan {
+    fn new(socket: &Path, every: Duration) -> Orphan {
         let start = tokio::time::Instant::now();
         Orphan {
-            check: tokio::time::interval_at(start + ORPHAN_CHECK, ORPHAN_CHECK),
+            check: tokio::time::interval_at(start + every, every),
             inode: inode(socket).ok(),
             since: start,
             missing: 0,

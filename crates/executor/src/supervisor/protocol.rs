@@ -25,6 +25,7 @@
 
 use qm_core::AttemptId;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -117,10 +118,11 @@ pub struct Placement {
 }
 
 /// An attempt's status as its supervisor knows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Status {
     /// Launched, preparing its directories.
+    #[default]
     Preparing,
     /// Downloading its inputs.
     Starting {
@@ -196,4 +198,23 @@ pub struct Settings {
     /// The control groups its hosts run in, and what each may use (`None`: unconfined).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<crate::cgroup::Confinement>,
+    /// How often the supervisor looks whether its socket is still there, in milliseconds:
+    /// a data dir deleted under it (a test's, an admin's) means no server will ever ask for
+    /// the attempt, which is stopped, and the supervisor goes.
+    #[serde(default = "default_orphan_check_ms")]
+    pub orphan_check_ms: u64,
+}
+
+/// [`Settings::orphan_check_ms`] unless a launch says otherwise: a minute.
+pub const DEFAULT_ORPHAN_CHECK: Duration = Duration::from_secs(60);
+
+fn default_orphan_check_ms() -> u64 {
+    DEFAULT_ORPHAN_CHECK.as_millis() as u64
+}
+
+impl Settings {
+    /// [`Settings::orphan_check_ms`], at least 10 ms.
+    pub fn orphan_check(&self) -> Duration {
+        Duration::from_millis(self.orphan_check_ms.max(10))
+    }
 }

@@ -426,34 +426,39 @@ async fn an_attempt_got_ready_takes_its_instance_at_once_and_runs_only_once_rele
     assert_eq!(w.exec.free("ml.g5.xlarge"), 2);
 }
 
-/// A go and a stop in one write, as the server's link sends what it finds queued: the
-/// supervisor reads both before its attempt runs again, and carries out the stop before any
-/// spawn, every time. Driven over the socket, as a server would.
-#[test]
-fn a_go_and_a_stop_in_one_write_never_start_the_job() {
-    use qm_executor::supervisor::protocol::{Launch, ToSupervisor};
-    use qm_executor::supervisor::{socket_path, Placement, Settings, PROTOCOL};
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::unix::net::{UnixListener, UnixStream};
-    for attempt in 1..=5 {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().canonicalize().unwrap();
-        let socket = socket_path(&data, AttemptId(attempt));
+/// A supervisor started and driven over its socket, as a server would: the tests below need
+/// to say what no executor would (a go and a stop in one write) or to vanish as a killed
+/// server does.
+struct Direct {
+    supervisor: std::process::Child,
+    stream: std::os::unix::net::UnixStream,
+    lines: std::io::Lines<std::io::BufReader<std::os::unix::net::UnixStream>>,
+}
+
+impl Direct {
+    /// Spawns a supervisor on `attempt`'s socket under `data` and launches `script` there,
+    /// held for a go when `hold`; returns once it said hello.
+    fn launch(
+        data: &std::path::Path,
+        attempt: u64,
+        script: &str,
+        hold: bool,
+        orphan_check_ms: u64,
+    ) -> Direct {
+        use qm_executor::supervisor::protocol::{Launch, ToSupervisor};
+        use qm_executor::supervisor::{socket_path, Placement, Settings, PROTOCOL};
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let socket = socket_path(data, AttemptId(attempt));
         fs::create_dir_all(socket.parent().unwrap()).unwrap();
         let listener = UnixListener::bind(&socket).unwrap();
-        let mut supervisor =
-            std::process::Command::new(env!("CARGO_BIN_EXE_qm-executor-supervise"))
-                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-                    listener,
-                )))
-                .spawn()
-                .unwrap();
-        let ran = data.join("ran");
-        let spec = sh(
-            attempt,
-            "job-gs",
-            &format!("touch {}; sleep 600", ran.display()),
-        );
+        let supervisor = std::process::Command::new(env!("CARGO_BIN_EXE_qm-executor-supervise"))
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                listener,
+            )))
+            .spawn()
+            .unwrap();
+        let spec = sh(attempt, "job-direct", script);
         let launch = Launch {
             placement: Placement {
                 job_id: spec.job_id.clone(),
@@ -466,7 +471,7 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
             },
             spec,
             settings: Settings {
-                data_dir: data.clone(),
+                data_dir: data.to_path_buf(),
                 stop_grace_ms: 300,
                 isolation: None,
                 opt_ml: false,
@@ -474,10 +479,10 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
                 storage: None,
                 checkpoint_sync_ms: 1000,
                 confinement: None,
+                orphan_check_ms,
             },
-            hold: true,
+            hold,
         };
-        let line = |msg: &ToSupervisor| format!("{}\n", serde_json::to_string(msg).unwrap());
         let mut stream = UnixStream::connect(&socket).unwrap();
         stream
             .set_read_timeout(Some(std::time::Duration::from_secs(30)))
@@ -486,39 +491,135 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
             protocol: PROTOCOL,
             attempt: AttemptId(attempt),
         };
-        let first = line(&hello) + &line(&ToSupervisor::Launch(Box::new(launch)));
+        let first = Direct::line(&hello) + &Direct::line(&ToSupervisor::Launch(Box::new(launch)));
         stream.write_all(first.as_bytes()).unwrap();
         let mut lines = BufReader::new(stream.try_clone().unwrap()).lines();
         let answer = lines.next().unwrap().unwrap();
         assert!(answer.contains("\"type\":\"hello\""), "{answer}");
-        let both = line(&ToSupervisor::Go) + &line(&ToSupervisor::Stop);
-        stream.write_all(both.as_bytes()).unwrap();
-        let exited = lines
+        Direct {
+            supervisor,
+            stream,
+            lines,
+        }
+    }
+
+    fn line(msg: &qm_executor::supervisor::protocol::ToSupervisor) -> String {
+        format!("{}\n", serde_json::to_string(msg).unwrap())
+    }
+
+    fn send(&mut self, msgs: &[qm_executor::supervisor::protocol::ToSupervisor]) {
+        use std::io::Write;
+        let all: String = msgs.iter().map(Direct::line).collect();
+        self.stream.write_all(all.as_bytes()).unwrap();
+    }
+
+    /// The first status line that contains `what`.
+    fn status(&mut self, what: &str) -> String {
+        self.lines
+            .by_ref()
             .map(Result::unwrap)
-            .find(|l| l.contains("\"status\":\"exited\""))
-            .expect("the supervisor reports the end");
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("the supervisor never reported {what}"))
+    }
+
+    /// The supervisor's exit status, after at most `within`; it is killed and the test fails
+    /// if it is still there.
+    /// The connection is closed first, as a server that goes closes it.
+    fn exits(self, within: std::time::Duration, why: &str) -> std::process::ExitStatus {
+        let Direct {
+            mut supervisor,
+            stream,
+            lines,
+        } = self;
+        drop((stream, lines));
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = supervisor.try_wait().unwrap() {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = supervisor.kill();
+                let _ = supervisor.wait();
+                panic!("the supervisor did not exit within {within:?} {why}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// A go and a stop in one write, as the server's link sends what it finds queued: the
+/// supervisor reads both before its attempt runs again, and carries out the stop before any
+/// spawn, every time. Driven over the socket, as a server would.
+#[test]
+fn a_go_and_a_stop_in_one_write_never_start_the_job() {
+    use qm_executor::supervisor::protocol::ToSupervisor;
+    for attempt in 1..=5 {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().canonicalize().unwrap();
+        let ran = data.join("ran");
+        let script = format!("touch {}; sleep 600", ran.display());
+        let mut direct = Direct::launch(&data, attempt, &script, true, 60_000);
+        direct.send(&[ToSupervisor::Go, ToSupervisor::Stop]);
+        let exited = direct.status("\"status\":\"exited\"");
         assert!(
             exited.contains("stopped before it was started"),
             "attempt {attempt}: {exited}"
         );
         assert!(!ran.exists(), "attempt {attempt} ran after its stop");
         // Acknowledged, then its server goes: the supervisor exits.
-        stream
-            .write_all(line(&ToSupervisor::Ack).as_bytes())
-            .unwrap();
-        drop(stream);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = supervisor.try_wait().unwrap() {
-                break status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = supervisor.kill();
-                panic!("attempt {attempt}: the supervisor did not exit once its server went");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        direct.send(&[ToSupervisor::Ack]);
+        let status = direct.exits(std::time::Duration::from_secs(30), "once its server went");
         assert!(status.success(), "attempt {attempt}: {status}");
+    }
+}
+
+/// The data dir of a running attempt is deleted after its server was killed (a test's
+/// cleanup, an admin's `rm -rf`): no server can ever ask for the attempt. Its supervisor
+/// stops the job and goes, though the outcome file it would write has nowhere to go; it
+/// neither makes the data dir again to write it (it used to) nor waits a day for an
+/// acknowledgement.
+#[test]
+fn a_running_attempt_whose_data_dir_is_deleted_is_stopped_and_its_supervisor_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().canonicalize().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let pid_file = elsewhere.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let mut direct = Direct::launch(&data, 1, &script, false, 100);
+    direct.status("\"status\":\"running\"");
+    until_blocking(|| fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')));
+    let pid: i32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The server is killed (its connection goes: `exits` closes it), then its data dir is
+    // removed.
+    fs::remove_dir_all(&data).unwrap();
+    let status = direct.exits(
+        std::time::Duration::from_secs(20),
+        "once its data dir was deleted",
+    );
+    assert!(status.success(), "{status}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the job (pid {pid}) outlived its supervisor"
+    );
+    assert!(
+        !data.exists(),
+        "the supervisor made the removed data dir again to write the outcome in it"
+    );
+}
+
+/// Polls `ready` every 20 ms for up to 10 s.
+fn until_blocking(ready: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
