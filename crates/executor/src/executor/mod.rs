@@ -70,9 +70,12 @@ pub struct LocalConfig {
     /// How often the GPUs of running attempts are sampled with `nvidia-smi` for their usage
     /// (zero: never).
     pub gpu_sample: Duration,
-    /// How often a supervisor looks whether its socket is still there (tests shorten it;
-    /// [`crate::supervisor::DEFAULT_ORPHAN_CHECK`] otherwise).
+    /// How often a supervisor looks whether its socket (and `server_dir`) is still there
+    /// (tests shorten it; [`crate::supervisor::DEFAULT_ORPHAN_CHECK`] otherwise).
     pub orphan_check: Duration,
+    /// The server's data dir, where it is not `data_dir` (job directories kept elsewhere):
+    /// supervisors watch it too, and go (stopping their attempts) once it is removed.
+    pub server_dir: Option<PathBuf>,
 }
 
 /// The program that runs a supervisor, and its arguments: `qm supervise` in the server (the
@@ -129,6 +132,7 @@ impl LocalConfig {
             confinement: None,
             gpu_sample: DEFAULT_GPU_SAMPLE,
             orphan_check: crate::supervisor::DEFAULT_ORPHAN_CHECK,
+            server_dir: None,
         }
     }
 }
@@ -987,6 +991,7 @@ impl Inner {
             storage: cfg.storage.as_ref().map(|s| s.settings().clone()),
             checkpoint_sync_ms: cfg.checkpoint_sync.as_millis() as u64,
             orphan_check_ms: cfg.orphan_check.as_millis() as u64,
+            server_dir: cfg.server_dir.clone(),
         }
     }
 

@@ -345,7 +345,7 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
     });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let socket = socket_path(&me.launch.settings.data_dir, attempt);
-    let mut watch = Orphan::new(&socket, me.launch.settings.orphan_check());
+    let mut watch = Orphan::new(&socket, &me.launch.settings);
     let mut f = Following {
         conn,
         tracked: Tracked::default(),
@@ -514,10 +514,12 @@ async fn send(conn: &mut Option<Conn>, msg: &FromSupervisor) {
     }
 }
 
-/// Whether the supervisor's socket is still the one it was started with.
+/// Whether the supervisor's socket is still the one it was started with, and its server's
+/// data dir (where job directories live apart from it) still there.
 struct Orphan {
     check: tokio::time::Interval,
     inode: Option<(u64, u64)>,
+    server_dir: Option<PathBuf>,
     since: tokio::time::Instant,
     /// Checks in a row that found the socket missing.
     missing: u32,
@@ -526,32 +528,41 @@ struct Orphan {
 }
 
 impl Orphan {
-    fn new(socket: &Path, every: Duration) -> Orphan {
+    fn new(socket: &Path, settings: &super::Settings) -> Orphan {
         let start = tokio::time::Instant::now();
+        let every = settings.orphan_check();
         Orphan {
             check: tokio::time::interval_at(start + every, every),
             inode: inode(socket).ok(),
+            server_dir: settings.server_dir.clone(),
             since: start,
             missing: 0,
             orphaned: false,
         }
     }
 
-    /// True, once, when the socket was removed or replaced: seen so at two checks in a row
-    /// (an error other than "no such file", a stale NFS handle say, does not count).
+    /// True, once, when the socket was removed or replaced, or the server's data dir removed:
+    /// seen so at two checks in a row (an error other than "no such file", a stale NFS handle
+    /// say, does not count).
     fn gone(&mut self, socket: &Path) -> bool {
         if self.orphaned {
             return false;
         }
-        let gone = match inode(socket) {
+        let missing = |e: std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+        let socket_gone = match inode(socket) {
             Ok(now) => Some(now) != self.inode,
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            Err(e) => missing(e),
         };
+        let server_gone = self
+            .server_dir
+            .as_deref()
+            .is_some_and(|dir| std::fs::symlink_metadata(dir).is_err_and(missing));
+        let gone = socket_gone || server_gone;
         self.missing = if gone { self.missing + 1 } else { 0 };
         if self.missing < 2 {
             return false;
         }
-        tracing::warn!(socket = %socket.display(), "the attempt's socket is gone (its data dir was removed?): stopping the attempt; no server can ask for it");
+        tracing::warn!(socket = %socket.display(), server_dir = ?self.server_dir, "the attempt's socket or its server's data dir is gone (removed?): stopping the attempt; no server can ask for it");
         self.orphaned = true;
         true
     }

@@ -203,6 +203,11 @@ pub struct Settings {
     /// the attempt, which is stopped, and the supervisor goes.
     #[serde(default = "default_orphan_check_ms")]
     pub orphan_check_ms: u64,
+    /// The server's own data dir, where job directories live elsewhere (`[executor]
+    /// work_dir`, `/var/lib/qm-jobs/<key>`): once it is gone no server will ask for the
+    /// attempt either, though its socket is still there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_dir: Option<PathBuf>,
 }
 
 /// [`Settings::orphan_check_ms`] unless a launch says otherwise: a minute.

@@ -437,13 +437,15 @@ struct Direct {
 
 impl Direct {
     /// Spawns a supervisor on `attempt`'s socket under `data` and launches `script` there,
-    /// held for a go when `hold`; returns once it said hello.
+    /// held for a go when `hold`, for a server whose own data dir is `server_dir` when it is
+    /// not `data`; returns once it said hello.
     fn launch(
         data: &std::path::Path,
         attempt: u64,
         script: &str,
         hold: bool,
         orphan_check_ms: u64,
+        server_dir: Option<&std::path::Path>,
     ) -> Direct {
         use qm_executor::supervisor::protocol::{Launch, ToSupervisor};
         use qm_executor::supervisor::{socket_path, Placement, Settings, PROTOCOL};
@@ -480,6 +482,7 @@ impl Direct {
                 checkpoint_sync_ms: 1000,
                 confinement: None,
                 orphan_check_ms,
+                server_dir: server_dir.map(std::path::Path::to_path_buf),
             },
             hold,
         };
@@ -558,7 +561,7 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
         let data = dir.path().canonicalize().unwrap();
         let ran = data.join("ran");
         let script = format!("touch {}; sleep 600", ran.display());
-        let mut direct = Direct::launch(&data, attempt, &script, true, 60_000);
+        let mut direct = Direct::launch(&data, attempt, &script, true, 60_000, None);
         direct.send(&[ToSupervisor::Go, ToSupervisor::Stop]);
         let exited = direct.status("\"status\":\"exited\"");
         assert!(
@@ -577,38 +580,51 @@ fn a_go_and_a_stop_in_one_write_never_start_the_job() {
 /// cleanup, an admin's `rm -rf`): no server can ever ask for the attempt. Its supervisor
 /// stops the job and goes, though the outcome file it would write has nowhere to go; it
 /// neither makes the data dir again to write it (it used to) nor waits a day for an
-/// acknowledgement.
+/// acknowledgement. So too where the job directories live apart from the server's data dir
+/// (`/var/lib/qm-jobs/<key>`) and only the data dir is removed: its supervisors used to stay.
 #[test]
 fn a_running_attempt_whose_data_dir_is_deleted_is_stopped_and_its_supervisor_goes() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().canonicalize().unwrap();
-    let elsewhere = tempfile::tempdir().unwrap();
-    let pid_file = elsewhere.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
-    let mut direct = Direct::launch(&data, 1, &script, false, 100);
-    direct.status("\"status\":\"running\"");
-    until_blocking(|| fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')));
-    let pid: i32 = fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    // The server is killed (its connection goes: `exits` closes it), then its data dir is
-    // removed.
-    fs::remove_dir_all(&data).unwrap();
-    let status = direct.exits(
-        std::time::Duration::from_secs(20),
-        "once its data dir was deleted",
-    );
-    assert!(status.success(), "{status}");
-    assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "the job (pid {pid}) outlived its supervisor"
-    );
-    assert!(
-        !data.exists(),
-        "the supervisor made the removed data dir again to write the outcome in it"
-    );
+    for apart in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().canonicalize().unwrap();
+        let server_dir = tempfile::tempdir().unwrap();
+        let server = server_dir.path().canonicalize().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let pid_file = elsewhere.path().join("pid");
+        let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+        let mut direct = Direct::launch(
+            &work,
+            1,
+            &script,
+            false,
+            100,
+            apart.then_some(server.as_path()),
+        );
+        direct.status("\"status\":\"running\"");
+        until_blocking(|| fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n')));
+        let pid: i32 = fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The server is killed (its connection goes: `exits` closes it), then its data dir
+        // is removed.
+        let removed = if apart { &server } else { &work };
+        fs::remove_dir_all(removed).unwrap();
+        let status = direct.exits(
+            std::time::Duration::from_secs(20),
+            &format!("once its data dir was deleted (apart: {apart})"),
+        );
+        assert!(status.success(), "{status}");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "the job (pid {pid}) outlived its supervisor (apart: {apart})"
+        );
+        assert!(
+            !removed.exists(),
+            "the supervisor made the removed data dir again to write the outcome in it"
+        );
+    }
 }
 
 /// Polls `ready` every 20 ms for up to 10 s.
