@@ -112,7 +112,8 @@ pub(crate) fn local_config(
         supervisor: qm_executor::SupervisorCommand::default(),
         gpu_sample: config.gpu_sample,
         orphan_check: qm_executor::supervisor::DEFAULT_ORPHAN_CHECK,
-        // Absolute: a supervisor does not share the server's working directory.
+        // Absolute, as every path of a launch is: supervisors outlive the server's working
+        // directory's meaning.
         server_dir: (found.work_dir != config.data_dir)
             .then(|| std::fs::canonicalize(&config.data_dir).unwrap_or(config.data_dir.clone())),
     }

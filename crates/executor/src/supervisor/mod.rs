@@ -123,12 +123,7 @@ pub(crate) fn write_outcome_as(
 ) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = outcome_dir(path)?;
-    // The attempt's directory only, never the ones above it: a data dir (or job directory)
-    // removed under a supervisor stays removed, and the outcome has nowhere to go.
-    match std::fs::create_dir(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-        _ => {}
-    }
+    make_attempt_dir(dir)?;
     let tmp = path.with_extension("json.tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -149,6 +144,23 @@ pub(crate) fn write_outcome_as(
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Makes the attempt directory `dir` (`<data dir>/jobs/<job>/attempts/<n>`) and what is missing
+/// of it below `jobs` (an attempt that failed before its directories were made), never `jobs`
+/// or above: a data dir removed under a supervisor stays removed, and the outcome has nowhere
+/// to go. A directory that is not an attempt's needs only its parent.
+fn make_attempt_dir(dir: &Path) -> std::io::Result<()> {
+    let made = match dir.ancestors().nth(3) {
+        Some(jobs) if jobs.file_name() == Some(std::ffi::OsStr::new("jobs")) => {
+            std::fs::symlink_metadata(jobs).and_then(|_| std::fs::create_dir_all(dir))
+        }
+        _ => std::fs::create_dir(dir),
+    };
+    match made {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// [`write_outcome`] by the server itself (a Slurm attempt's), its directories made if they
@@ -210,5 +222,21 @@ mod tests {
         std::fs::write(dir.path().join(OUTCOME_FILE), b"\"Succeeded\"").unwrap();
         assert_eq!(read_outcome(dir.path()), Some(Exit::Succeeded));
         assert!(!dir.path().join("outcome.json.tmp").exists());
+    }
+
+    /// An attempt that failed before its directories were made still gets its outcome file,
+    /// under a data dir that is there; under a removed one, nothing is made again.
+    #[test]
+    fn an_outcome_makes_its_attempt_directory_but_never_the_data_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("jobs")).unwrap();
+        let path = data.join("jobs/j-1/attempts/1").join(OUTCOME_FILE);
+        write_outcome(&path, &Exit::Succeeded).unwrap();
+        assert_eq!(read_outcome(path.parent().unwrap()), Some(Exit::Succeeded));
+        std::fs::remove_dir_all(&data).unwrap();
+        let err = write_outcome(&path, &Exit::Succeeded).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+        assert!(!data.exists(), "the removed data dir was made again");
     }
 }

@@ -16,8 +16,7 @@
 use qm_core::AttemptId;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::net::{UnixListener, UnixStream};
@@ -333,13 +332,13 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
     });
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let signalled = Arc::new(AtomicBool::new(false));
+    let stopped_by = Arc::new(OnceLock::new());
     spawn_attempt(Job {
         launch: me.launch.clone(),
         events: events_tx,
         stop: stop_rx,
         go: me.go.subscribe(),
-        signalled: signalled.clone(),
+        stopped_by: stopped_by.clone(),
         heard,
         span,
     });
@@ -351,6 +350,7 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
         tracked: Tracked::default(),
         heard: heard_tx,
         stop: stop_tx,
+        stopped_by,
         socket,
         spare: crate::layout::spare_dir(&me.launch.settings.data_dir, std::process::id()),
     };
@@ -380,8 +380,7 @@ async fn follow(listener: &UnixListener, me: Me, conn: Conn, span: tracing::Span
                 if f.tracked.settled() {
                     return Served::Done(0);
                 }
-                signalled.store(true, Ordering::SeqCst);
-                f.stop.send_replace(true);
+                f.stop_by(SelfStop::Signalled);
             }
             _ = watch.check.tick() => {
                 if let Some(served) = f.on_check(&mut watch) {
@@ -399,6 +398,8 @@ struct Following {
     tracked: Tracked,
     heard: watch::Sender<Heard>,
     stop: watch::Sender<bool>,
+    /// Why the supervisor stopped the attempt on its own, if it did.
+    stopped_by: Arc<OnceLock<SelfStop>>,
     socket: PathBuf,
     /// This process's spare job directory, made when it is free.
     spare: PathBuf,
@@ -477,17 +478,28 @@ impl Following {
         self.tracked.acked.then(|| self.acknowledged())
     }
 
-    /// The periodic look at the socket: an orphan's attempt is stopped, and an ended one's
-    /// supervisor goes (as one does that waited long enough for an acknowledgement).
+    /// The periodic look at the socket: an orphan's attempt is stopped, and a finished one's
+    /// supervisor goes (as one does that waited long enough for an acknowledgement). One that
+    /// ended but is still writing its outcome goes when it is done (`on_status`, `on_end`:
+    /// orphaned), or at a later look.
     fn on_check(&mut self, watch: &mut Orphan) -> Option<Served> {
         let exited = matches!(self.tracked.status, Status::Exited { .. });
         if watch.gone(&self.socket) || (exited && watch.lingered()) {
-            if exited || self.tracked.ended {
+            if self.tracked.finished() {
                 return Some(Served::Done(0));
             }
-            self.stop.send_replace(true);
+            if !exited {
+                self.stop_by(SelfStop::Orphaned);
+            }
         }
         None
+    }
+
+    /// Stops the attempt on the supervisor's own account: its outcome says so (lost, no retry
+    /// used), whatever the job's exit.
+    fn stop_by(&mut self, why: SelfStop) {
+        let _ = self.stopped_by.set(why);
+        self.stop.send_replace(true);
     }
 
     /// Served and acknowledged: free on the server's connection, or gone when a server that
@@ -532,7 +544,12 @@ impl Orphan {
         let start = tokio::time::Instant::now();
         let every = settings.orphan_check();
         Orphan {
-            check: tokio::time::interval_at(start + every, every),
+            check: {
+                // Two looks in a row must be a period apart, even after the loop was held up.
+                let mut check = tokio::time::interval_at(start + every, every);
+                check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                check
+            },
             inode: inode(socket).ok(),
             server_dir: settings.server_dir.clone(),
             since: start,
@@ -637,16 +654,25 @@ async fn recv_signal(signal: &mut Option<tokio::signal::unix::Signal>) -> Option
     }
 }
 
-/// What the supervisor runs: one attempt, with where its statuses go, its stop request, whether
-/// the supervisor itself was signalled and what it heard of the servers.
+/// What the supervisor runs: one attempt, with where its statuses go, its stop request, why
+/// the supervisor stopped it on its own (if it did) and what it heard of the servers.
 struct Job {
     launch: Launch,
     events: mpsc::UnboundedSender<(Status, bool)>,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
-    signalled: Arc<AtomicBool>,
+    stopped_by: Arc<OnceLock<SelfStop>>,
     heard: watch::Receiver<Heard>,
     span: tracing::Span,
+}
+
+/// Why a supervisor stopped its attempt on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SelfStop {
+    /// It was sent SIGTERM.
+    Signalled,
+    /// Its socket, or its server's data dir, was removed.
+    Orphaned,
 }
 
 /// What the supervisor heard of the servers since it reported its attempt's end.
@@ -822,7 +848,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
         events,
         stop,
         go,
-        signalled,
+        stopped_by,
         heard,
         ..
     } = job;
@@ -839,9 +865,11 @@ async fn run_attempt(job: Job, path: PathBuf) {
         usage,
         namespaces,
     } = attempt::supervise(ctx, spec, placement, stop, go).await;
-    if signalled.load(Ordering::SeqCst) {
-        // Stopped because its supervisor was: not the job's doing, and no retry used.
-        outcome = Exit::lost("Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry");
+    // Stopped on the supervisor's own account: not the job's doing, and no retry used.
+    match stopped_by.get() {
+        Some(SelfStop::Signalled) => outcome = Exit::lost("Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry"),
+        Some(SelfStop::Orphaned) => outcome = Exit::lost("Attempt lost: its supervisor found its socket or its server's data dir removed, so no server could ask for it, and stopped it; the job was queued again without using a retry"),
+        None => {}
     }
     let usage = started.then_some(usage);
     let exited = Status::Exited {

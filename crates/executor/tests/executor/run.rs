@@ -607,8 +607,7 @@ fn a_running_attempt_whose_data_dir_is_deleted_is_stopped_and_its_supervisor_goe
             .trim()
             .parse()
             .unwrap();
-        // The server is killed (its connection goes: `exits` closes it), then its data dir
-        // is removed.
+        // Its data dir is removed, and its server killed (`exits` closes the connection).
         let removed = if apart { &server } else { &work };
         fs::remove_dir_all(removed).unwrap();
         let status = direct.exits(
@@ -624,6 +623,17 @@ fn a_running_attempt_whose_data_dir_is_deleted_is_stopped_and_its_supervisor_goe
             !removed.exists(),
             "the supervisor made the removed data dir again to write the outcome in it"
         );
+        if apart {
+            // The job directories are still there: the outcome says the attempt was lost (no
+            // retry used), not how the job answered SIGTERM.
+            let outcome = work.join("jobs/job-direct/attempts/1/outcome.json");
+            let text = fs::read_to_string(&outcome).unwrap_or_default();
+            assert!(
+                text.contains("lost") && text.contains("removed"),
+                "{}: {text}",
+                outcome.display()
+            );
+        }
     }
 }
 
