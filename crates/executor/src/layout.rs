@@ -83,6 +83,24 @@ pub(crate) fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("jobs").join(job_id)
 }
 
+/// Makes the attempt directory `dir` ([`JobLayout`]'s `attempt_dir`,
+/// `<data dir>/jobs/<job>/attempts/<n>`) and what is missing of it below `jobs` (an attempt
+/// that failed before its directories were made), never `jobs` or above: a data dir removed
+/// under a supervisor stays removed, and the outcome has nowhere to go. A directory of another
+/// shape needs its parent.
+pub(crate) fn make_attempt_dir(dir: &Path) -> io::Result<()> {
+    let made = match dir.ancestors().nth(3) {
+        Some(jobs) if jobs.file_name() == Some(std::ffi::OsStr::new("jobs")) => {
+            fs::symlink_metadata(jobs).and_then(|_| fs::create_dir_all(dir))
+        }
+        _ => fs::create_dir(dir),
+    };
+    match made {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// The name prefix of spare job directories (`jobs/.spare-<pid>`): never a job id, which the
 /// server makes a UUID.
 pub(crate) const SPARE_PREFIX: &str = ".spare-";

@@ -123,7 +123,7 @@ pub(crate) fn write_outcome_as(
 ) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = outcome_dir(path)?;
-    make_attempt_dir(dir)?;
+    crate::layout::make_attempt_dir(dir)?;
     let tmp = path.with_extension("json.tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -144,23 +144,6 @@ pub(crate) fn write_outcome_as(
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
-}
-
-/// Makes the attempt directory `dir` (`<data dir>/jobs/<job>/attempts/<n>`) and what is missing
-/// of it below `jobs` (an attempt that failed before its directories were made), never `jobs`
-/// or above: a data dir removed under a supervisor stays removed, and the outcome has nowhere
-/// to go. A directory that is not an attempt's needs only its parent.
-fn make_attempt_dir(dir: &Path) -> std::io::Result<()> {
-    let made = match dir.ancestors().nth(3) {
-        Some(jobs) if jobs.file_name() == Some(std::ffi::OsStr::new("jobs")) => {
-            std::fs::symlink_metadata(jobs).and_then(|_| std::fs::create_dir_all(dir))
-        }
-        _ => std::fs::create_dir(dir),
-    };
-    match made {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// [`write_outcome`] by the server itself (a Slurm attempt's), its directories made if they

@@ -533,7 +533,7 @@ struct Orphan {
     inode: Option<(u64, u64)>,
     server_dir: Option<PathBuf>,
     since: tokio::time::Instant,
-    /// Checks in a row that found the socket missing.
+    /// Checks in a row that found the socket (or the server's data dir) missing.
     missing: u32,
     /// Its socket is gone: the attempt is being stopped, and the supervisor goes when it ends.
     orphaned: bool,
@@ -673,6 +673,17 @@ enum SelfStop {
     Signalled,
     /// Its socket, or its server's data dir, was removed.
     Orphaned,
+}
+
+impl SelfStop {
+    /// The attempt's outcome, whatever the job's exit: not the job's doing, so lost (no retry
+    /// used).
+    fn outcome(self) -> Exit {
+        Exit::lost(match self {
+            SelfStop::Signalled => "Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry",
+            SelfStop::Orphaned => "Attempt lost: its supervisor found its socket or its server's data dir removed, so no server could ask for it, and stopped it; the job was queued again without using a retry",
+        })
+    }
 }
 
 /// What the supervisor heard of the servers since it reported its attempt's end.
@@ -865,11 +876,8 @@ async fn run_attempt(job: Job, path: PathBuf) {
         usage,
         namespaces,
     } = attempt::supervise(ctx, spec, placement, stop, go).await;
-    // Stopped on the supervisor's own account: not the job's doing, and no retry used.
-    match stopped_by.get() {
-        Some(SelfStop::Signalled) => outcome = Exit::lost("Attempt lost: its supervisor was sent SIGTERM (a service manager stopping the server's unit? set KillMode=process); the job was queued again without using a retry"),
-        Some(SelfStop::Orphaned) => outcome = Exit::lost("Attempt lost: its supervisor found its socket or its server's data dir removed, so no server could ask for it, and stopped it; the job was queued again without using a retry"),
-        None => {}
+    if let Some(why) = stopped_by.get() {
+        outcome = why.outcome();
     }
     let usage = started.then_some(usage);
     let exited = Status::Exited {

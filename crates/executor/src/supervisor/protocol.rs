@@ -198,9 +198,9 @@ pub struct Settings {
     /// The control groups its hosts run in, and what each may use (`None`: unconfined).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<crate::cgroup::Confinement>,
-    /// How often the supervisor looks whether its socket is still there, in milliseconds:
-    /// a data dir deleted under it (a test's, an admin's) means no server will ever ask for
-    /// the attempt, which is stopped, and the supervisor goes.
+    /// How often the supervisor looks whether its socket (and `server_dir`) is still there, in
+    /// milliseconds: a data dir deleted under it (a test's, an admin's) means no server will
+    /// ever ask for the attempt, which is stopped, and the supervisor goes.
     #[serde(default = "default_orphan_check_ms")]
     pub orphan_check_ms: u64,
     /// The server's own data dir, where job directories live elsewhere (`[executor]

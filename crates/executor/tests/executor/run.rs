@@ -6,7 +6,7 @@ use std::fs;
 
 use qm_executor::{ExecError, ExecEvent, Exit, LaunchSpec};
 
-use crate::world::{failed, parse_env, pool, sh, until, World};
+use crate::world::{failed, parse_env, pool, sh, until, until_blocking, World};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_host_sees_its_gpus_hyperparameters_directories_and_the_payload_environment() {
@@ -526,8 +526,7 @@ impl Direct {
     }
 
     /// The supervisor's exit status, after at most `within`; it is killed and the test fails
-    /// if it is still there.
-    /// The connection is closed first, as a server that goes closes it.
+    /// if it is still there. The connection is closed first, as a server that goes closes it.
     fn exits(self, within: std::time::Duration, why: &str) -> std::process::ExitStatus {
         let Direct {
             mut supervisor,
@@ -634,18 +633,6 @@ fn a_running_attempt_whose_data_dir_is_deleted_is_stopped_and_its_supervisor_goe
                 outcome.display()
             );
         }
-    }
-}
-
-/// Polls `ready` every 20 ms for up to 10 s.
-fn until_blocking(ready: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !ready() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not ready within 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

@@ -211,6 +211,18 @@ pub async fn wait_for_text(path: &Path, needle: &str) {
     }
 }
 
+/// [`until`] for a test without a runtime: polls `ready` every 20 ms for up to 10 s.
+pub fn until_blocking(ready: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits (at most [`WAIT`]) until `done`, failing with `what`.
 pub async fn until(what: &str, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + WAIT;
