@@ -7,6 +7,7 @@ Everything waits with a deadline and says what it was waiting for; no test asser
 
 from __future__ import annotations
 
+import atexit
 import configparser
 import contextlib
 import datetime
@@ -78,6 +79,7 @@ def run_qm(server, *args: str, ok: bool = True, timeout: float = 120) -> subproc
 # checkpoints to ([storage] file_roots): one per test process, readable by job uids.
 STORAGE_ROOT = Path(tempfile.mkdtemp(prefix="qm-e2e-storage-"))
 STORAGE_ROOT.chmod(0o755)
+atexit.register(shutil.rmtree, STORAGE_ROOT, ignore_errors=True)
 
 
 def storage_uri(*parts: str) -> str:

@@ -13,6 +13,7 @@
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -251,3 +252,4 @@ def test_a_job_under_its_own_uid_cannot_reach_the_metadata_service(metadata_serv
         assert int(out.splitlines()[1]) >= 1000, out
     finally:
         server.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -96,6 +96,8 @@ def isolated():
     server = Server(workdir, config, name="isolated").start()
     yield server
     server.close()
+    # Outside pytest's own temporary directories, which it prunes: gone with the test.
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def submit_sh(batch, q, share, name, script, env=None, checkpoint=None):

@@ -4,7 +4,8 @@ $RESULT_FILE (written once the probe is done; `daemon` writes before it exits):
 - `oom`: allocates $ALLOC_MIB MiB, touching every page (the kernel should kill it first).
 - `fork`: forks children that sleep until 200 are running or a fork fails; the count.
 - `devices`: opens each path of $DEVICES (comma separated); each one's errno name or "ok".
-- `quota`: its CPU quota and period, from its own group's files.
+- `quota`: its CPU quota and period, from its own group's files, and the CPU weight of its
+  parent (all the server's attempts together).
 - `daemon`: starts a `setsid` daemon (a double fork) that sleeps, records its pid, exits 0
   (or, with $HOLD set, sleeps until stopped).
 - `orphan`: kills its supervisor (its parent), then sleeps until stopped.
@@ -87,11 +88,18 @@ elif mode == "quota":
                     result["quota_us"] = int(f.read())
                 with open(base + "/cpu.cfs_period_us") as f:
                     result["period_us"] = int(f.read())
+                # The weight of the server's attempts together: their parent, `qm-<key>`.
+                with open(os.path.dirname(base) + "/cpu.shares") as f:
+                    result["parent_weight"] = int(f.read())
+                result["interface"] = "v1"
                 break
     if "quota_us" not in result:
-        with open("/sys/fs/cgroup" + own_group("") + "/cpu.max") as f:
+        base = "/sys/fs/cgroup" + own_group("")
+        with open(base + "/cpu.max") as f:
             quota, period = f.read().split()
-            result = {"quota_us": int(quota), "period_us": int(period)}
+            result = {"quota_us": int(quota), "period_us": int(period), "interface": "v2"}
+        with open(os.path.dirname(base) + "/cpu.weight") as f:
+            result["parent_weight"] = int(f.read())
     write(result)
 elif mode == "daemon":
     pid = os.fork()

@@ -505,10 +505,43 @@ fn prepare_makes_every_v1_directory() {
         },
     };
     h.prepare().unwrap();
+    // Without fair group scheduling (no `cpu.shares`) there is no weight to set.
+    assert!(!dir("cpu").join("cpu.shares").exists());
+    fs::write(dir("cpu").join("cpu.shares"), "1024\n").unwrap();
     h.prepare().unwrap();
     for c in ["memory", "pids", "cpu", "devices", "freezer"] {
         assert!(dir(c).is_dir(), "{c}");
     }
+    let shares = v1_shares(Machine::this().cpu_millis).to_string();
+    assert_eq!(
+        read(dir("cpu").join("cpu.shares")),
+        format!("1024\n{shares}\n")
+    );
+}
+
+#[test]
+fn the_servers_attempts_together_weigh_four_default_tasks_per_cpu_of_the_machine() {
+    // Four default tasks per CPU: a 2-core VM's jobs weigh as eight busy threads of the
+    // server's group, a 64-CPU box's as many as v1 allows; v2 counts in hundreds.
+    assert_eq!(v1_shares(2_000), 8_192);
+    assert_eq!(v1_shares(16_000), 65_536);
+    assert_eq!(v1_shares(64_000), 262_144);
+    assert_eq!(v1_shares(1), 4);
+    assert_eq!(v2_weight(2_000), 800);
+    assert_eq!(v2_weight(1), 1);
+    assert_eq!(v2_weight(64_000), 10_000);
+    let root = tempfile::tempdir().unwrap();
+    fake_group(root.path(), &["cgroup.subtree_control", "cgroup.procs"]);
+    fake_group(
+        &root.path().join("qm-k"),
+        &["cgroup.subtree_control", "cpu.weight"],
+    );
+    v2(root.path()).prepare().unwrap();
+    let weight = v2_weight(Machine::this().cpu_millis);
+    assert_eq!(
+        read(root.path().join("qm-k/cpu.weight")),
+        format!("{weight}\n")
+    );
 }
 
 /// This test machine's table: v1 controllers, and a unified tree with no controller of use.
