@@ -251,5 +251,7 @@ def test_a_job_under_its_own_uid_cannot_reach_the_metadata_service(metadata_serv
         assert out.splitlines()[0] == "REFUSED", out
         assert int(out.splitlines()[1]) >= 1000, out
     finally:
-        server.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        try:
+            server.close()
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)

@@ -94,10 +94,12 @@ def isolated():
     workdir.chmod(0o711)
     config = config_toml(isolation="uid")
     server = Server(workdir, config, name="isolated").start()
-    yield server
-    server.close()
-    # Outside pytest's own temporary directories, which it prunes: gone with the test.
-    shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        yield server
+    finally:
+        server.close()
+        # Outside pytest's own temporary directories, which it prunes: gone with the test.
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def submit_sh(batch, q, share, name, script, env=None, checkpoint=None):

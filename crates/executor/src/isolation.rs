@@ -391,6 +391,14 @@ pub(crate) fn own_dir(path: &Path, uid: u32) -> io::Result<()> {
     dir.set_permissions(fs::Permissions::from_mode(0o700))
 }
 
+/// Hands the directory `path` to `uid`, its owner's only (0700), by its path: only for a
+/// directory in a tree no one but the server can have reached since it was made (see
+/// [`own_dir`] for any other).
+pub(crate) fn own_private_dir(path: &Path, uid: u32) -> io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+    set_mode(path, 0o700)
+}
+
 /// Opens the directory `path` itself, never a link's target.
 fn open_dir(path: &Path) -> io::Result<fs::File> {
     use std::os::unix::fs::OpenOptionsExt;

@@ -310,6 +310,12 @@ impl JobLayout {
     /// Makes the attempt's directory and the job's (handed to `uid` as they are made, or, made
     /// from a spare, found there and handed over after).
     fn make_dirs(&self, uid: Option<u32>, from_spare: bool) -> Result<(), (PathBuf, io::Error)> {
+        if let (Some(uid), true) = (uid, from_spare) {
+            match self.own_whole_spare(uid) {
+                Err((_, e)) if e.kind() == io::ErrorKind::NotFound => {}
+                done => return done,
+            }
+        }
         for dir in std::iter::once(&self.attempt_dir).chain(self.job_dirs()) {
             let rel = dir
                 .strip_prefix(&self.job)
@@ -322,6 +328,34 @@ impl JobLayout {
             Some(uid) if from_spare => self.own_spare(uid),
             _ => Ok(()),
         }
+    }
+
+    /// Makes the attempt's directory in a job directory just taken from this process's spare
+    /// and hands the spare's directories to `uid` by their paths: the spare was made whole by
+    /// this process (or removed), and the job's directory is still the server's and 0700, so
+    /// nothing else can have put a link or a file in it. Two system calls a directory, where
+    /// [`Self::own_spare`] (through each directory, after looking at each) makes six: a
+    /// tenth of the supervisor's system calls for a trivial job. `NotFound` if the spare
+    /// was not whole after all (one a process of the same pid left half-made): then the
+    /// careful way makes what is missing.
+    fn own_whole_spare(&self, uid: u32) -> Result<(), (PathBuf, io::Error)> {
+        let rel = |dir: &Path| {
+            dir.strip_prefix(&self.job)
+                .expect("the layout's directories are in the job's")
+                .to_path_buf()
+        };
+        isolation::real_dirs(&self.job, &rel(&self.attempt_dir), true, None)
+            .map_err(|e| (self.attempt_dir.clone(), e))?;
+        let mut owned: Vec<&Path> = Vec::with_capacity(8);
+        for dir in self.job_dirs() {
+            for sub in dir.ancestors().take_while(|a| *a != self.job) {
+                if !owned.contains(&sub) {
+                    isolation::own_private_dir(sub, uid).map_err(|e| (sub.to_path_buf(), e))?;
+                    owned.push(sub);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Hands the job's directories, made from a spare, to `uid`: each of [`Self::job_dirs`]
@@ -489,6 +523,24 @@ mod tests {
         let me = nix::unistd::geteuid().as_raw();
         let layout = JobLayout::new(dir.path(), "j", 1);
         layout.prepare(Some((me, JobUids::DEFAULT))).unwrap();
+        assert_job_writes_as(&layout, me);
+    }
+
+    /// A spare left half-made (by a process of the same pid that died making it) is made
+    /// whole the careful way when it is taken: the job gets every directory, handed over.
+    #[test]
+    fn a_half_made_spare_is_made_whole_when_it_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        prepare_root(dir.path()).unwrap();
+        let spare = spare_dir(dir.path(), std::process::id());
+        make_spare(&spare).unwrap();
+        fs::remove_dir_all(spare.join("output")).unwrap();
+        fs::remove_dir(spare.join("work")).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let layout = JobLayout::new(dir.path(), "j", 1);
+        layout.prepare(Some((me, JobUids::DEFAULT))).unwrap();
+        assert!(!spare.exists(), "the spare became the job's directory");
+        assert!(layout.attempt_dir.is_dir());
         assert_job_writes_as(&layout, me);
     }
 

@@ -64,6 +64,8 @@ impl Hierarchy {
     /// forked. Under v2 a group hands controllers to its children only while it holds no
     /// process itself, so the server moves into a leaf beside them (`qm-<key>-server`) and
     /// enables memory, cpu and pids for `qm-<key>` and for the instances' groups below it.
+    /// Then it weighs `qm-<key>`'s CPU share (v1 `cpu.shares`, v2 `cpu.weight`; why and how
+    /// much: docs/security.md, "CPU").
     pub fn prepare(&self) -> io::Result<()> {
         let cpus = Machine::this().cpu_millis;
         match self {
@@ -71,7 +73,8 @@ impl Hierarchy {
                 dirs.all()
                     .into_iter()
                     .try_for_each(|d| make_dir(d).map(drop))?;
-                weigh(&dirs.cpu.join("cpu.shares"), v1_shares(cpus))
+                weigh(&dirs.cpu.join("cpu.shares"), v1_shares(cpus));
+                Ok(())
             }
             Hierarchy::V2 { dir, .. } => {
                 let parent = dir.parent().unwrap_or(dir);
@@ -88,7 +91,8 @@ impl Hierarchy {
                 }
                 make_dir(dir)?;
                 write(&dir.join("cgroup.subtree_control"), enable)?;
-                weigh(&dir.join("cpu.weight"), v2_weight(cpus))
+                weigh(&dir.join("cpu.weight"), v2_weight(cpus));
+                Ok(())
             }
         }
     }
@@ -220,30 +224,37 @@ fn fenced() -> bool {
     true
 }
 
-/// The CPU weight of all the server's attempts together, against what runs beside them: the
-/// server, the supervisors and the rest of the machine, each task at the kernel's default
-/// (1024 in v1, where the server's group holds tasks; 100 for each sibling group in v2).
-/// Four default tasks' worth per CPU of the machine, so that a busy thread of the server's
-/// still gets a fifth of a CPU the jobs fill, and the jobs, the machine's work, lose little
-/// to the bursts of the server and its supervisors. At the kernel's default the jobs of every
-/// instance together weighed as much as one task: a drain of 2,000 trivial jobs on 64
+/// The v1 CPU weight of all the server's attempts together, against the other tasks of the
+/// server's own group (the server's threads and its supervisors among them), each at the
+/// kernel's default of 1024: four such tasks per CPU of the machine, so that a busy thread of
+/// the server's still gets a fifth of a CPU the jobs fill, and the jobs, the machine's work,
+/// lose little to the bursts of the server and its supervisors. At the kernel's default the
+/// jobs of every instance together weighed as one task: a drain of 2,000 trivial jobs on 64
 /// instances of a 2-core machine waited 20 ms a spawn for its turn (ratio 0.30 against raw
 /// spawns; 0.42 at this weight, 0.33 at one task per CPU, kubelet's weight for its pods).
 fn v1_shares(cpu_millis: u64) -> u64 {
     (cpu_millis * 4096 / 1000).clamp(2, 262_144)
 }
 
-/// [`v1_shares`] in v2's units (default 100, at most 10,000).
+/// The v2 CPU weight of all the server's attempts together, against the sibling groups in
+/// the server's own group, each at the default of 100: one such group per CPU. Not v1's four:
+/// under v2 the server and all its supervisors share one group (`qm-<key>-server`, or the
+/// server's own), which v1's reasoning per task would leave a ninth of a 2-core machine the
+/// jobs fill; kubelet weighs its pods so. (No v2 machine measured it.)
 fn v2_weight(cpu_millis: u64) -> u64 {
-    (cpu_millis * 400 / 1000).clamp(1, 10_000)
+    (cpu_millis * 100 / 1000).clamp(1, 10_000)
 }
 
-/// Writes a CPU weight unless the kernel has no weights (no fair group scheduling: the file
-/// is missing), where there is nothing to weigh.
-fn weigh(file: &Path, weight: u64) -> io::Result<()> {
+/// Writes a CPU weight where the kernel has weights (fair group scheduling: the file exists).
+/// A weight the server may not write is said and left: it tunes who waits for a contended CPU,
+/// and limits nothing the server promises.
+fn weigh(file: &Path, weight: u64) {
     match update(file, &weight.to_string()) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        other => other,
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot set the CPU weight of the jobs' control group; they weigh the kernel's default")
+        }
     }
 }
 
@@ -378,7 +389,7 @@ impl Machine {
 /// Memory kept for the server (and the system) when instances are sized by default: 1 GiB,
 /// or a quarter of a machine under 4 GiB. No CPU is kept: a quota is a ceiling, and the
 /// kernel's scheduler gives the server its turn however busy the jobs are (their weight,
-/// [`v1_shares`], leaves a busy server thread a fifth of a CPU they fill).
+/// [`v1_shares`], [`v2_weight`], leaves the server a share of a CPU they fill).
 fn server_reserve(memory_bytes: u64) -> u64 {
     (1u64 << 30).min(memory_bytes / 4)
 }

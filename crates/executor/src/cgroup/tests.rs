@@ -517,19 +517,38 @@ fn prepare_makes_every_v1_directory() {
         read(dir("cpu").join("cpu.shares")),
         format!("1024\n{shares}\n")
     );
+    // A start that finds the weight set writes nothing.
+    h.prepare().unwrap();
+    assert_eq!(
+        read(dir("cpu").join("cpu.shares")),
+        format!("1024\n{shares}\n")
+    );
 }
 
 #[test]
-fn the_servers_attempts_together_weigh_four_default_tasks_per_cpu_of_the_machine() {
-    // Four default tasks per CPU: a 2-core VM's jobs weigh as eight busy threads of the
-    // server's group, a 64-CPU box's as many as v1 allows; v2 counts in hundreds.
+fn a_weight_the_server_may_not_write_is_left_and_confinement_goes_on() {
+    // A directory where the file should be: the write fails (not NotFound); `prepare` does
+    // not, since the weight limits nothing.
+    let root = tempfile::tempdir().unwrap();
+    fake_group(root.path(), &["cgroup.subtree_control", "cgroup.procs"]);
+    fake_group(&root.path().join("qm-k"), &["cgroup.subtree_control"]);
+    fs::create_dir(root.path().join("qm-k/cpu.weight")).unwrap();
+    v2(root.path()).prepare().unwrap();
+    assert!(root.path().join("qm-k/cpu.weight").is_dir());
+}
+
+#[test]
+fn the_servers_attempts_together_weigh_in_proportion_to_the_machines_cpus() {
+    // v1: four default tasks per CPU, a 2-core VM's jobs as eight busy threads of the
+    // server's group, a 64-CPU box's as many as v1 allows. v2: one default group per CPU
+    // against the server's, which holds all its supervisors too.
     assert_eq!(v1_shares(2_000), 8_192);
     assert_eq!(v1_shares(16_000), 65_536);
     assert_eq!(v1_shares(64_000), 262_144);
     assert_eq!(v1_shares(1), 4);
-    assert_eq!(v2_weight(2_000), 800);
+    assert_eq!(v2_weight(2_000), 200);
     assert_eq!(v2_weight(1), 1);
-    assert_eq!(v2_weight(64_000), 10_000);
+    assert_eq!(v2_weight(128_000), 10_000);
     let root = tempfile::tempdir().unwrap();
     fake_group(root.path(), &["cgroup.subtree_control", "cgroup.procs"]);
     fake_group(
