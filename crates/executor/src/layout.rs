@@ -346,26 +346,25 @@ impl JobLayout {
         };
         isolation::real_dirs(&self.job, &rel(&self.attempt_dir), true, None)
             .map_err(|e| (self.attempt_dir.clone(), e))?;
-        let mut owned: Vec<&Path> = Vec::with_capacity(8);
-        for dir in self.job_dirs() {
-            for sub in dir.ancestors().take_while(|a| *a != self.job) {
-                if !owned.contains(&sub) {
-                    isolation::own_private_dir(sub, uid).map_err(|e| (sub.to_path_buf(), e))?;
-                    owned.push(sub);
-                }
-            }
-        }
-        Ok(())
+        self.spare_dirs(|dir| isolation::own_private_dir(dir, uid))
     }
 
-    /// Hands the job's directories, made from a spare, to `uid`: each of [`Self::job_dirs`]
-    /// and the directories between it and the job's.
+    /// Hands the job's directories, made from a spare, to `uid` (see [`Self::spare_dirs`]).
     fn own_spare(&self, uid: u32) -> Result<(), (PathBuf, io::Error)> {
+        self.spare_dirs(|dir| isolation::own_dir(dir, uid))
+    }
+
+    /// Calls `own` on each of [`Self::job_dirs`] and the directories between it and the
+    /// job's, once each; the first error, with its directory.
+    fn spare_dirs(
+        &self,
+        own: impl Fn(&Path) -> io::Result<()>,
+    ) -> Result<(), (PathBuf, io::Error)> {
         let mut owned: Vec<&Path> = Vec::with_capacity(8);
         for dir in self.job_dirs() {
             for sub in dir.ancestors().take_while(|a| *a != self.job) {
                 if !owned.contains(&sub) {
-                    isolation::own_dir(sub, uid).map_err(|e| (sub.to_path_buf(), e))?;
+                    own(sub).map_err(|e| (sub.to_path_buf(), e))?;
                     owned.push(sub);
                 }
             }
