@@ -288,9 +288,9 @@ impl JobLayout {
         if let Some((uid, range)) = owner {
             isolation::set_mode(&self.job, 0o711).map_err(|e| (self.job.clone(), e))?;
             if fresh {
-                // Every directory of it was made just now by `real_dirs`, the job's and 0700:
-                // there is nothing to hand over (a walk of them all is a third of a trivial
-                // job's set-up calls).
+                // Every directory of it was made just now by `real_dirs`, or taken from a
+                // spare and handed over by `make_dirs`, the job's and 0700: there is nothing
+                // to hand over (a walk of them all is a third of a trivial job's set-up calls).
                 return self.remove_stale();
             }
             let dirs = [
@@ -312,7 +312,11 @@ impl JobLayout {
     fn make_dirs(&self, uid: Option<u32>, from_spare: bool) -> Result<(), (PathBuf, io::Error)> {
         if let (Some(uid), true) = (uid, from_spare) {
             match self.own_whole_spare(uid) {
-                Err((_, e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err((_, e))
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                    ) => {}
                 done => return done,
             }
         }
@@ -331,13 +335,13 @@ impl JobLayout {
     }
 
     /// Makes the attempt's directory in a job directory just taken from this process's spare
-    /// and hands the spare's directories to `uid` by their paths: the spare was made whole by
-    /// this process (or removed), and the job's directory is still the server's and 0700, so
-    /// nothing else can have put a link or a file in it. Two system calls a directory, where
-    /// [`Self::own_spare`] (through each directory, after looking at each) makes six: a
-    /// tenth of the supervisor's system calls for a trivial job. `NotFound` if the spare
-    /// was not whole after all (one a process of the same pid left half-made): then the
-    /// careful way makes what is missing.
+    /// and hands the spare's directories to `uid` by their paths: only root ever wrote in the
+    /// spare, and the job's directory is still the server's and 0700 (a process of another
+    /// uid can look up nothing below it), so nothing else can have put a link or a file in
+    /// it. Two system calls a directory, where [`Self::own_spare`] (through each directory,
+    /// after looking at each) makes six. `NotFound` (or `NotADirectory`, below something that
+    /// is not a directory) if the spare was not whole after all (one a process of the same pid
+    /// left half-made or half-removed): then the careful way makes what is missing.
     fn own_whole_spare(&self, uid: u32) -> Result<(), (PathBuf, io::Error)> {
         let rel = |dir: &Path| {
             dir.strip_prefix(&self.job)
