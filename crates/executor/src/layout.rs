@@ -309,9 +309,18 @@ impl JobLayout {
 
     /// Makes the attempt's directory and the job's (handed to `uid` as they are made, or, made
     /// from a spare, found there and handed over after).
+    ///
+    /// A spare's directories are handed over by their paths: only root ever wrote in the
+    /// spare, and the job's directory is still the server's and 0700 (a process of another
+    /// uid can look up nothing below it), so nothing else can have put a link or a file in
+    /// it. Two system calls a directory, where [`Self::own_spare`] (through each directory,
+    /// after looking at each) makes six. A spare that was not whole after all (one a process
+    /// of the same pid left half-made or half-removed: `NotFound`, or `NotADirectory` below
+    /// something that is not a directory) takes the careful way, which makes what is missing.
     fn make_dirs(&self, uid: Option<u32>, from_spare: bool) -> Result<(), (PathBuf, io::Error)> {
+        self.real_dir(&self.attempt_dir, None)?;
         if let (Some(uid), true) = (uid, from_spare) {
-            match self.own_whole_spare(uid) {
+            match self.spare_dirs(|dir| isolation::own_private_dir(dir, uid)) {
                 Err((_, e))
                     if matches!(
                         e.kind(),
@@ -320,13 +329,8 @@ impl JobLayout {
                 done => return done,
             }
         }
-        for dir in std::iter::once(&self.attempt_dir).chain(self.job_dirs()) {
-            let rel = dir
-                .strip_prefix(&self.job)
-                .expect("the layout's directories are in the job's");
-            let mine = dir == &self.attempt_dir;
-            isolation::real_dirs(&self.job, rel, true, if mine { None } else { uid })
-                .map_err(|e| (dir.clone(), e))?;
+        for dir in self.job_dirs() {
+            self.real_dir(dir, uid)?;
         }
         match uid {
             Some(uid) if from_spare => self.own_spare(uid),
@@ -334,23 +338,13 @@ impl JobLayout {
         }
     }
 
-    /// Makes the attempt's directory in a job directory just taken from this process's spare
-    /// and hands the spare's directories to `uid` by their paths: only root ever wrote in the
-    /// spare, and the job's directory is still the server's and 0700 (a process of another
-    /// uid can look up nothing below it), so nothing else can have put a link or a file in
-    /// it. Two system calls a directory, where [`Self::own_spare`] (through each directory,
-    /// after looking at each) makes six. `NotFound` (or `NotADirectory`, below something that
-    /// is not a directory) if the spare was not whole after all (one a process of the same pid
-    /// left half-made or half-removed): then the careful way makes what is missing.
-    fn own_whole_spare(&self, uid: u32) -> Result<(), (PathBuf, io::Error)> {
-        let rel = |dir: &Path| {
-            dir.strip_prefix(&self.job)
-                .expect("the layout's directories are in the job's")
-                .to_path_buf()
-        };
-        isolation::real_dirs(&self.job, &rel(&self.attempt_dir), true, None)
-            .map_err(|e| (self.attempt_dir.clone(), e))?;
-        self.spare_dirs(|dir| isolation::own_private_dir(dir, uid))
+    /// Makes `dir`, one of the layout's, and what is missing between it and the job's
+    /// directory ([`isolation::real_dirs`], handed to `owner` as they are made).
+    fn real_dir(&self, dir: &Path, owner: Option<u32>) -> Result<(), (PathBuf, io::Error)> {
+        let rel = dir
+            .strip_prefix(&self.job)
+            .expect("the layout's directories are in the job's");
+        isolation::real_dirs(&self.job, rel, true, owner).map_err(|e| (dir.to_path_buf(), e))
     }
 
     /// Hands the job's directories, made from a spare, to `uid` (see [`Self::spare_dirs`]).
@@ -462,14 +456,21 @@ mod tests {
         assert_eq!(log_file_name(LogStream::Stderr, 2), "stderr-algo-2.log");
     }
 
-    /// A new job's directory is this process's spare, renamed; a job that has one keeps it
-    /// and the spare waits for the next new job. Either way the job has every directory.
-    #[test]
-    fn a_spare_becomes_a_new_jobs_directory_and_an_existing_job_keeps_its_own() {
+    /// A data dir's job root with this process's spare made in it: the root (kept alive by
+    /// the returned directory) and the spare.
+    fn root_with_spare() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         prepare_root(dir.path()).unwrap();
         let spare = spare_dir(dir.path(), std::process::id());
         make_spare(&spare).unwrap();
+        (dir, spare)
+    }
+
+    /// A new job's directory is this process's spare, renamed; a job that has one keeps it
+    /// and the spare waits for the next new job. Either way the job has every directory.
+    #[test]
+    fn a_spare_becomes_a_new_jobs_directory_and_an_existing_job_keeps_its_own() {
+        let (dir, spare) = root_with_spare();
         let has_all = |layout: &JobLayout| {
             std::iter::once(&layout.attempt_dir)
                 .chain(layout.job_dirs())
@@ -505,9 +506,7 @@ mod tests {
             eprintln!("skipped: needs root to hand directories over");
             return;
         }
-        let dir = tempfile::tempdir().unwrap();
-        prepare_root(dir.path()).unwrap();
-        make_spare(&spare_dir(dir.path(), std::process::id())).unwrap();
+        let (dir, _) = root_with_spare();
         let uid = JobUids::DEFAULT.first + 7;
         let layout = JobLayout::new(dir.path(), "j", 1);
         layout.prepare(Some((uid, JobUids::DEFAULT))).unwrap();
@@ -520,9 +519,7 @@ mod tests {
     /// writes is still made 0700 (a spare's are made with the umask's mode).
     #[test]
     fn a_spare_is_handed_over_with_the_jobs_mode_by_any_user() {
-        let dir = tempfile::tempdir().unwrap();
-        prepare_root(dir.path()).unwrap();
-        make_spare(&spare_dir(dir.path(), std::process::id())).unwrap();
+        let (dir, _) = root_with_spare();
         let me = nix::unistd::geteuid().as_raw();
         let layout = JobLayout::new(dir.path(), "j", 1);
         layout.prepare(Some((me, JobUids::DEFAULT))).unwrap();
@@ -533,10 +530,7 @@ mod tests {
     /// whole the careful way when it is taken: the job gets every directory, handed over.
     #[test]
     fn a_half_made_spare_is_made_whole_when_it_is_taken() {
-        let dir = tempfile::tempdir().unwrap();
-        prepare_root(dir.path()).unwrap();
-        let spare = spare_dir(dir.path(), std::process::id());
-        make_spare(&spare).unwrap();
+        let (dir, spare) = root_with_spare();
         fs::remove_dir_all(spare.join("output")).unwrap();
         fs::remove_dir(spare.join("work")).unwrap();
         let me = nix::unistd::geteuid().as_raw();
