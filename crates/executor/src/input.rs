@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::environment::host_name;
-use crate::layout::JobLayout;
+use crate::layout::{JobDir, JobLayout};
 use crate::{isolation, LaunchSpec};
 
 /// `inputdataconfig.json`: one object per channel, in SageMaker's member names.
@@ -71,15 +71,19 @@ pub(crate) fn config_dir(layout: &JobLayout, host: u32) -> PathBuf {
 
 /// Writes the config directories afresh, one per host of `hosts` with its
 /// `resourceconfig.json` (`None`: one directory without it, where the executor does not name
-/// the hosts), and makes the channel directories; all handed to `owner` when given. Returns
-/// the path that failed.
+/// the hosts), and makes the channel directories; all handed to `owner` when given. An
+/// earlier attempt's config directories are removed first (a fresh job directory has none).
+/// Returns the path that failed.
 pub(crate) fn prepare(
     layout: &JobLayout,
     spec: &LaunchSpec,
     hosts: Option<u32>,
+    job_dir: JobDir,
     owner: Option<u32>,
 ) -> Result<(), (PathBuf, io::Error)> {
-    remove_config_dirs(layout).map_err(|e| (layout.input.clone(), e))?;
+    if job_dir == JobDir::Earlier {
+        remove_config_dirs(layout).map_err(|e| (layout.input.clone(), e))?;
+    }
     for host in 1..=hosts.unwrap_or(1).max(1) {
         let dir = config_dir(layout, host);
         let rel = dir
@@ -233,13 +237,13 @@ mod tests {
     fn prepare_writes_the_files_and_replaces_a_link_instead_of_following_it() {
         let dir = tempfile::tempdir().unwrap();
         let layout = JobLayout::new(dir.path(), "job-1", 1);
-        layout.prepare(None).unwrap();
+        let job_dir = layout.prepare(None).unwrap();
         let outside = dir.path().join("outside");
         fs::write(&outside, "keep").unwrap();
         let hp = layout.input_config.join("hyperparameters.json");
         fs::create_dir_all(&layout.input_config).unwrap();
         std::os::unix::fs::symlink(&outside, &hp).unwrap();
-        prepare(&layout, &spec(), Some(2), None).unwrap();
+        prepare(&layout, &spec(), Some(2), job_dir, None).unwrap();
         assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
         let written: Value = serde_json::from_str(&fs::read_to_string(&hp).unwrap()).unwrap();
         assert_eq!(written, json!({"lr": "0.1"}));
@@ -254,7 +258,7 @@ mod tests {
         fs::create_dir(layout.input_config.join("x")).unwrap();
         fs::remove_file(&hp).unwrap();
         fs::create_dir(&hp).unwrap();
-        prepare(&layout, &spec(), None, None).unwrap();
+        prepare(&layout, &spec(), None, JobDir::Earlier, None).unwrap();
         assert!(hp.is_file());
         assert!(!layout.input_config.join("resourceconfig.json").exists());
         assert!(!config_dir(&layout, 2).exists());

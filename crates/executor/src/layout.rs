@@ -177,6 +177,17 @@ pub(crate) fn valid_job_id(job_id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// What [`JobLayout::prepare`] found of the job's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobDir {
+    /// Made just now, or taken from a spare: it holds the directories `prepare` made and
+    /// nothing else (no file of an earlier attempt, no config directory, no checkpoint), so
+    /// nothing need be looked for in it.
+    Fresh,
+    /// An earlier attempt's: whatever that attempt left may be there.
+    Earlier,
+}
+
 /// The paths of one attempt of one job.
 #[derive(Debug, Clone)]
 pub(crate) struct JobLayout {
@@ -250,7 +261,7 @@ impl JobLayout {
     pub(crate) fn prepare(
         &self,
         owner: Option<(u32, JobUids)>,
-    ) -> Result<(), (PathBuf, io::Error)> {
+    ) -> Result<JobDir, (PathBuf, io::Error)> {
         // A job directory made now holds only what is made below, already the job's.
         // 0700 until its mode is set below: nobody else may put anything in it meanwhile,
         // whatever the process's umask.
@@ -290,8 +301,9 @@ impl JobLayout {
             if fresh {
                 // Every directory of it was made just now by `real_dirs`, or taken from a
                 // spare and handed over by `make_dirs`, the job's and 0700: there is nothing
-                // to hand over (a walk of them all is a third of a trivial job's set-up calls).
-                return self.remove_stale();
+                // to hand over (a walk of them all is a third of a trivial job's set-up
+                // calls), and no earlier attempt's file to remove.
+                return Ok(JobDir::Fresh);
             }
             let dirs = [
                 &self.checkpoints,
@@ -304,7 +316,11 @@ impl JobLayout {
             let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
             isolation::hand_over(&dirs, uid, range).map_err(|e| (self.job.clone(), e))?;
         }
-        self.remove_stale()
+        if fresh {
+            return Ok(JobDir::Fresh);
+        }
+        self.remove_stale()?;
+        Ok(JobDir::Earlier)
     }
 
     /// Makes the attempt's directory and the job's (handed to `uid` as they are made, or, made

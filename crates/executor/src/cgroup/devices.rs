@@ -94,7 +94,7 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 /// cgroup v2: attaches to the group `dir` a device program that denies every NVIDIA GPU minor
 /// but `gpus`, unless a program is attached already (the group was made with it, and its
-/// instance's GPUs have not changed since: see [`super::Group::take`]). A directory that is not
+/// instance's GPUs have not changed since: see [`super::Group::take_kept`]). A directory that is not
 /// in a cgroup v2 tree (the tests' fake tree) gets none.
 pub(crate) fn fence_v2(dir: &Path, gpus: &[u32]) -> io::Result<()> {
     let at = |e| super::at(dir, e);

@@ -528,19 +528,39 @@ impl Group {
         }
     }
 
+    /// [`Group::take_kept`] of a group whose limits nobody vouches for.
+    #[cfg(test)]
+    pub(crate) fn take(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> io::Result<Self> {
+        Self::take_kept(hierarchy, name, limits, false)
+    }
+
     /// Takes the group `name` for a host: makes it if it is new, sets `limits` and notes its
     /// OOM count. The device rules go with a new group only: they follow the instance, whose
     /// GPUs never change while the group exists (a start removes every group no attempt holds,
     /// and a group taken half-way is removed). A group that still holds a process (something
     /// an earlier attempt left, that outlived its kills) is killed first, and refused if it
     /// does not empty: the host would share its limits with it.
-    pub fn take(hierarchy: &Hierarchy, name: &str, limits: &Limits) -> io::Result<Self> {
+    ///
+    /// With `kept`, the server knows the group to hold `limits` already
+    /// ([`crate::supervisor::protocol::Launch::limits_kept`]): unless it has to be made, it is
+    /// left as it is (no limit file read back or written).
+    pub fn take_kept(
+        hierarchy: &Hierarchy,
+        name: &str,
+        limits: &Limits,
+        kept: bool,
+    ) -> io::Result<Self> {
         let mut group = Self::named(hierarchy, name);
         let mut new = false;
         for dir in group.dirs() {
             new |= make_dir(&dir)?;
         }
-        if let Err(e) = group.limit(limits, new) {
+        let limited = if new || !kept {
+            group.limit(limits, new)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = limited {
             if new {
                 let _ = group.remove();
             }

@@ -725,6 +725,25 @@ fn a_group_taken_again_keeps_its_device_rules_and_counts_oom_kills_from_then() {
     assert_eq!(g.oom_kills(), 1);
 }
 
+/// A group its server knows to hold the attempt's limits is left as it is (nothing read back
+/// or written), but a group that has to be made is limited all the same.
+#[test]
+fn a_group_whose_limits_are_kept_is_left_as_it_is_and_a_new_one_is_limited_all_the_same() {
+    let root = tempfile::tempdir().unwrap();
+    let h = fake_v1(root.path(), "g");
+    let limit = root.path().join("memory/qm-k/g/memory.limit_in_bytes");
+    fs::write(&limit, "1\n").unwrap();
+    Group::take_kept(&h, "g", &limits(vec![1]), true).unwrap();
+    assert_eq!(read(limit.clone()), "1\n", "kept: not written");
+    Group::take_kept(&h, "g", &limits(vec![1]), false).unwrap();
+    // The fake file keeps what was written after what was there (the kernel's replaces it).
+    assert_eq!(read(limit), "1\n2147483648\n", "not kept: limited");
+
+    // The fake kernel makes no files in a new directory: a take that limits it fails.
+    let err = Group::take_kept(&h, "new", &limits(vec![]), true).unwrap_err();
+    assert!(err.to_string().contains("memory.limit_in_bytes"), "{err}");
+}
+
 #[test]
 fn a_new_group_that_cannot_be_limited_is_removed_so_the_next_take_makes_it_whole() {
     let root = tempfile::tempdir().unwrap();

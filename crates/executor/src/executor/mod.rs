@@ -419,6 +419,37 @@ struct State {
     attempts: BTreeMap<AttemptId, Slot>,
     /// The uids of running attempts, when attempts run apart from the server.
     uids: Option<UidPool>,
+    /// What this server knows its control groups to be limited to.
+    limited: Limited,
+}
+
+/// The share each control group was last limited to by an attempt this server started,
+/// known once that attempt ran: the next attempt in the group under the same share need not
+/// have its supervisor read the limits back ([`Launch::limits_kept`]). Forgotten when an
+/// attempt is placed in the group, until that one runs (a supervisor that failed half-way
+/// may have left any limits); empty after a restart, and an adopted attempt adds nothing
+/// (it may run under the share of a config since changed).
+#[derive(Debug, Default)]
+struct Limited(BTreeMap<String, crate::cgroup::Share>);
+
+impl Limited {
+    /// Whether every one of `groups` holds `share`'s limits, for an attempt placed in them
+    /// now (under its own uid: an attempt of the server's uid could write its group's
+    /// files). Each group is forgotten until the attempt runs.
+    fn kept(&mut self, groups: &[String], share: Option<crate::cgroup::Share>, uid: bool) -> bool {
+        let mut kept = uid && share.is_some() && !groups.is_empty();
+        for group in groups {
+            kept &= self.0.remove(group) == share;
+        }
+        kept
+    }
+
+    /// An attempt started under `share` ran in `groups`: its supervisor limited them.
+    fn ran(&mut self, groups: Vec<String>, share: crate::cgroup::Share) {
+        for group in groups {
+            self.0.insert(group, share);
+        }
+    }
 }
 
 /// A started (or adopted) attempt, until its `Exited` event.
@@ -444,6 +475,9 @@ struct Slot {
     pgids: Vec<u32>,
     /// The uid the attempt runs as, when isolated.
     uid: Option<u32>,
+    /// The share its groups are limited to, until it runs (see [`Limited`]); `None` for an
+    /// adopted attempt.
+    share: Option<crate::cgroup::Share>,
     /// Set once every process is spawned; the scanner skips the attempt before.
     checkpoints: Option<Watched>,
     /// The reader of its progress file, set with `checkpoints`; shared with the scanner,
@@ -474,6 +508,7 @@ impl Slot {
             stray,
             pgids: Vec::new(),
             uid: p.uid,
+            share: None,
             checkpoints: None,
             progress: None,
             gpu: crate::gpu_usage::Tally::default(),
@@ -561,6 +596,7 @@ impl LocalExecutor {
                     inventory,
                     attempts: BTreeMap::new(),
                     uids,
+                    limited: Limited::default(),
                 }),
                 scanner_started: AtomicBool::new(false),
                 boot_id: sup::boot_id(),
@@ -665,14 +701,17 @@ impl LocalExecutor {
             return Err(ExecError::InvalidJobId(spec.job_id));
         }
         let outbox = Arc::new(link::Outbox::default());
-        let placement = self.inner.place(&spec, outbox.clone())?;
+        let settings = self.inner.settings(&spec.instance_type);
+        let share = settings.confinement.as_ref().map(|c| c.share);
+        let (placement, limits_kept) = self.inner.place(&spec, outbox.clone(), share)?;
         self.inner.start_scanner(&runtime);
         tracing::debug!(attempt = spec.attempt.0, job_id = %spec.job_id, count = spec.count, "starting attempt");
         let launch = Launch {
-            settings: self.inner.settings(&spec.instance_type),
+            settings,
             spec,
             placement,
             hold,
+            limits_kept,
         };
         // The supervisor is found and connected off the caller's thread (the server's driver
         // starts a batch's attempts one after the other and must not wait on each one's
@@ -1002,8 +1041,15 @@ impl Inner {
         }
     }
 
-    /// Takes the instances (and uid) of a new attempt and records its slot.
-    fn place(&self, spec: &LaunchSpec, link: Arc<link::Outbox>) -> Result<Placement, ExecError> {
+    /// Takes the instances (and uid) of a new attempt, to be confined under `share`, and
+    /// records its slot; whether its groups hold that share's limits already
+    /// ([`Launch::limits_kept`]).
+    fn place(
+        &self,
+        spec: &LaunchSpec,
+        link: Arc<link::Outbox>,
+        share: Option<crate::cgroup::Share>,
+    ) -> Result<(Placement, bool), ExecError> {
         let mut state = self.state();
         if state.attempts.contains_key(&spec.attempt) {
             return Err(ExecError::DuplicateAttempt(spec.attempt));
@@ -1033,6 +1079,7 @@ impl Inner {
             }
             None => Vec::new(),
         };
+        let limits_kept = state.limited.kept(&groups, share, uid.is_some());
         let placement = Placement {
             job_id: spec.job_id.clone(),
             attempt_number: spec.attempt_number,
@@ -1042,9 +1089,10 @@ impl Inner {
             uid,
             groups,
         };
-        let slot = Slot::new(&self.cfg().data_dir, &placement, link, None, false);
+        let mut slot = Slot::new(&self.cfg().data_dir, &placement, link, None, false);
+        slot.share = share;
         state.attempts.insert(spec.attempt, slot);
-        Ok(placement)
+        Ok((placement, limits_kept))
     }
 
     /// Starts `launch`'s supervisor, hands it the attempt and serves it until it is done; a
@@ -1270,6 +1318,14 @@ impl Inner {
         let cfg = self.cfg();
         let layout = JobLayout::new(&cfg.data_dir, &slot.job_id, slot.attempt_number);
         slot.pgids = running.pids.clone();
+        // Its supervisor limited its groups before it spawned anything.
+        if let Some(share) = slot.share.take() {
+            let groups = slot.groups.clone();
+            state.limited.ran(groups, share);
+        }
+        let Some(slot) = state.attempts.get_mut(&attempt) else {
+            return;
+        };
         if slot.checkpoints.is_none() {
             slot.checkpoints = Some(Watched {
                 dir: running.checkpoint_dir,
@@ -1785,5 +1841,58 @@ impl Inner {
                 let _ = self.events.send(ExecEvent::Progress { attempt, steps });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::Share;
+
+    const SHARE: Share = Share {
+        memory_bytes: 1 << 30,
+        cpu_millis: 1000,
+        pids: 4096,
+    };
+
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// A group's limits are vouched for only after an attempt placed in it under the same
+    /// share ran, never for an attempt of the server's own uid, and not for the attempt after
+    /// one that did not run.
+    #[test]
+    fn limits_are_kept_after_an_attempt_ran_under_the_same_share_and_forgotten_meanwhile() {
+        let mut limited = Limited::default();
+        let g = names(&["qm-instance-1", "qm-instance-2"]);
+        assert!(!limited.kept(&g, Some(SHARE), true), "never limited");
+        limited.ran(g.clone(), SHARE);
+        assert!(
+            !limited.kept(&g, Some(SHARE), false),
+            "the server's own uid"
+        );
+        limited.ran(g.clone(), SHARE);
+        assert!(limited.kept(&g, Some(SHARE), true));
+        assert!(
+            !limited.kept(&g, Some(SHARE), true),
+            "the last attempt placed there has not run"
+        );
+        limited.ran(g.clone(), SHARE);
+        let bigger = Share {
+            memory_bytes: 2 << 30,
+            ..SHARE
+        };
+        assert!(
+            !limited.kept(&g, Some(bigger), true),
+            "a reload changed the share"
+        );
+        limited.ran(names(&["qm-instance-1"]), SHARE);
+        assert!(
+            !limited.kept(&g, Some(SHARE), true),
+            "one of two groups only"
+        );
+        assert!(!limited.kept(&[], Some(SHARE), true), "no group");
+        assert!(!limited.kept(&g, None, true), "not confined");
     }
 }

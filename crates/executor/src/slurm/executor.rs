@@ -1254,14 +1254,14 @@ async fn stage_in(
 /// `sbatch` arguments. Blocking (file system).
 fn prepare(inner: &Inner, spec: &LaunchSpec, instance: &SlurmInstance) -> Result<Prepared, String> {
     let layout = JobLayout::new(&inner.cfg().shared_dir, &spec.job_id, spec.attempt_number);
-    layout.prepare(None).map_err(|(path, e)| {
+    let job_dir = layout.prepare(None).map_err(|(path, e)| {
         format!(
             "{CLIENT_ERROR}cannot create '{}': {e}; check executor.slurm.shared_dir",
             path.display()
         )
     })?;
     // Without resourceconfig.json: the hosts are the allocation's nodes, known on the node.
-    crate::input::prepare(&layout, spec, None, None).map_err(|(path, e)| {
+    crate::input::prepare(&layout, spec, None, job_dir, None).map_err(|(path, e)| {
         format!(
             "{CLIENT_ERROR}cannot write '{}': {e}; check executor.slurm.shared_dir",
             path.display()

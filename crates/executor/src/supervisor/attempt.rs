@@ -20,7 +20,7 @@ use crate::cgroup::Group;
 use crate::container::Runtime;
 use crate::group::signal_group;
 use crate::isolation::JobUids;
-use crate::layout::{log_file_name, JobLayout, LogStream};
+use crate::layout::{log_file_name, JobDir, JobLayout, LogStream};
 use crate::outcome::{self, CLIENT_ERROR, TIMEOUT_REASON};
 use crate::staging::{CheckpointSync, Stage};
 use crate::supervisor::reap::{Reaped, Reaper};
@@ -85,7 +85,7 @@ enum StopCause {
 pub(crate) async fn supervise(
     ctx: Arc<Ctx>,
     spec: LaunchSpec,
-    placement: Placement,
+    (placement, limits_kept): (Placement, bool),
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
 ) -> Supervised {
@@ -105,6 +105,7 @@ pub(crate) async fn supervise(
         attempt: spec.attempt,
         uid,
         cgroup_names: groups,
+        limits_kept,
         groups: Vec::new(),
         live: Vec::new(),
         cgroups: Vec::new(),
@@ -166,6 +167,8 @@ struct Supervisor {
     uid: Option<u32>,
     /// The control group of each host, in host order, when confined.
     cgroup_names: Vec<String>,
+    /// The server knows those groups to hold this attempt's limits already.
+    limits_kept: bool,
     /// The process group of each spawned host, whether its leader lives or not: the rest of a
     /// group keeps the grace period after its leader exits (a shell leader dies at SIGTERM at
     /// once, while the training script it started is still saving its checkpoint).
@@ -200,6 +203,10 @@ impl Drop for Supervisor {
 /// What preparing produced: the attempt's directories, or the reason it cannot start.
 pub(super) struct Prepared {
     pub(super) layout: Box<JobLayout>,
+    /// Whether the job's directory was made for this attempt.
+    job_dir: JobDir,
+    /// Each host's standard output and error logs, open for appending.
+    pub(super) logs: Vec<[std::fs::File; 2]>,
     checkpoint_dir: PathBuf,
     pub(super) env: Vec<(String, String)>,
     /// What is spawned (the entrypoint, or podman), for messages.
@@ -260,19 +267,21 @@ fn prepare(
         retryable: true,
     };
     let layout = JobLayout::new(data_dir, &spec.job_id, spec.attempt_number);
-    layout
+    let job_dir = layout
         .prepare(owner)
         .map_err(|(path, e)| failed(&path, e, "create"))?;
     let uid = owner.map(|(uid, _)| uid);
-    crate::input::prepare(&layout, spec, Some(spec.count), uid)
+    crate::input::prepare(&layout, spec, Some(spec.count), job_dir, uid)
         .map_err(|(path, e)| failed(&path, e, "write"))?;
     // Every host's logs exist from here on: the downloads write their progress to algo-1's
-    // stderr before the processes start.
+    // stderr before the processes start. Kept open for the spawn (a dup, not an open again).
+    let mut logs = Vec::with_capacity(spec.count as usize);
     for host in 1..=spec.count {
-        for stream in [LogStream::Stdout, LogStream::Stderr] {
+        let create = |stream| {
             let path = layout.attempt_dir.join(log_file_name(stream, host));
-            crate::logcap::create(&path).map_err(|e| failed(&path, e, "open log"))?;
-        }
+            crate::logcap::create(&path).map_err(|e| failed(&path, e, "open log"))
+        };
+        logs.push([create(LogStream::Stdout)?, create(LogStream::Stderr)?]);
     }
     let checkpoint_dir = layout.checkpoint_dir(spec.checkpoint_path.as_deref(), spec.attempt, uid);
     let mut env = environment::common(spec, &layout, &checkpoint_dir);
@@ -299,6 +308,8 @@ fn prepare(
     ));
     Ok(Prepared {
         layout: Box::new(layout),
+        job_dir,
+        logs,
         checkpoint_dir,
         env,
         program: program.to_string(),
@@ -502,7 +513,13 @@ impl Supervisor {
     ) -> (Exit, Option<CheckpointSync>) {
         let grace = self.ctx.stop_grace();
         let checkpoint_dir = prepared.checkpoint_dir.clone();
-        let baseline_ns = checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0);
+        // A job directory made for this attempt, with nothing downloaded into it, holds no
+        // checkpoint: there is nothing to look at (on the path from a go to the spawn).
+        let baseline_ns = if prepared.job_dir == JobDir::Fresh && !transfers(spec) {
+            0
+        } else {
+            checkpoint::newest_mtime_ns(&checkpoint_dir).unwrap_or(0)
+        };
         let Spawned {
             children,
             spawn_failure,
@@ -646,7 +663,7 @@ impl Supervisor {
         for (index, (gpus, name)) in hosts.iter().zip(&self.cgroup_names).enumerate() {
             let host = index as u32 + 1;
             let limits = confinement.limits(gpus);
-            match Group::take(&confinement.hierarchy, name, &limits) {
+            match Group::take_kept(&confinement.hierarchy, name, &limits, self.limits_kept) {
                 Ok(group) => self.cgroups.push(group),
                 Err(e) => {
                     // Emptied with the others at the end, should anything have entered it.

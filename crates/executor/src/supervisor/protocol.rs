@@ -176,6 +176,13 @@ pub struct Launch {
     /// and never told to go writes no outcome (nothing ran).
     #[serde(default)]
     pub hold: bool,
+    /// The server knows every group of the placement to hold this launch's limits already:
+    /// the last attempt started in each, under the same share, ran, and attempts cannot write
+    /// their groups' files (they run under uids of their own). The supervisor then reads none
+    /// of them back (five files a host, on every attempt) and writes none; a group it has to
+    /// make is limited all the same. A supervisor of an earlier release ignores it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub limits_kept: bool,
 }
 
 /// The executor's settings an attempt runs under, as they were when it was launched.

@@ -185,15 +185,20 @@ fn arm_host(
     let host = placed.host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
         let path = layout.attempt_dir.join(log_file_name(stream, host));
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("cannot open log '{}': {e}", path.display()),
-                )
-            })
+        let made = prepared.logs.get(placed.host).map(|logs| match stream {
+            LogStream::Stdout => &logs[0],
+            LogStream::Stderr => &logs[1],
+        });
+        let opened = match made {
+            Some(log) => log.try_clone(),
+            None => std::fs::OpenOptions::new().append(true).open(&path),
+        };
+        opened.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot open log '{}': {e}", path.display()),
+            )
+        })
     };
     let mut env: Vec<(String, String)> = prepared.env.clone();
     env.extend(

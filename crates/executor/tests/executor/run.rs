@@ -485,6 +485,7 @@ impl Direct {
                 server_dir: server_dir.map(std::path::Path::to_path_buf),
             },
             hold,
+            limits_kept: false,
         };
         let mut stream = UnixStream::connect(&socket).unwrap();
         stream
