@@ -305,3 +305,34 @@ def test_a_server_stopped_with_nothing_running_leaves_no_control_group(start_ser
         jobs.cleanup()
     finally:
         s.close()
+
+
+def test_a_reload_that_changes_the_share_reaches_the_next_attempt_in_a_kept_group(
+        start_server, tmp_path):
+    """A supervisor leaves the limits of a group as they are when its server knows the group
+    holds them (the last attempt there ran, under the same share and a uid of its own): two
+    jobs in a row on the one instance see its CPU quota, and after a reload that halves the
+    instance's CPUs the next job in the same group sees the new quota."""
+    config = config_toml(count=1, gpus=0).replace(
+        'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
+    s = start_server(config=config + f"memory_gib = {MEMORY_GIB}\nvcpus = 0.5\n", name="kept")
+    try:
+        batch = s.client()
+        jobs = Jobs(batch, s, tmp_path)
+        q = make_queue(batch, "kept", [ShareSpec("A", "RESERVE", 1)], env_max=1)
+        seen = []
+        for i in range(2):
+            job, out = probe(jobs, q, f"kept{i}", "quota")
+            wait_status(batch, job, "SUCCEEDED")
+            r = result(out)
+            seen.append((r["group"], r["group_ino"], r["quota_us"]))
+        assert seen[0] == seen[1] and seen[0][2] == 50_000, seen
+        s.config_path.write_text(config + f"memory_gib = {MEMORY_GIB}\nvcpus = 0.25\n")
+        run_qm(s, "reload")
+        job, out = probe(jobs, q, "halved", "quota")
+        wait_status(batch, job, "SUCCEEDED")
+        r = result(out)
+        assert (r["group"], r["group_ino"]) == seen[0][:2], (r, seen)
+        assert r["quota_us"] == 25_000, r
+    finally:
+        s.close()

@@ -237,13 +237,14 @@ mod tests {
     fn prepare_writes_the_files_and_replaces_a_link_instead_of_following_it() {
         let dir = tempfile::tempdir().unwrap();
         let layout = JobLayout::new(dir.path(), "job-1", 1);
-        let job_dir = layout.prepare(None).unwrap();
+        layout.prepare(None).unwrap();
         let outside = dir.path().join("outside");
         fs::write(&outside, "keep").unwrap();
         let hp = layout.input_config.join("hyperparameters.json");
         fs::create_dir_all(&layout.input_config).unwrap();
         std::os::unix::fs::symlink(&outside, &hp).unwrap();
-        prepare(&layout, &spec(), Some(2), job_dir, None).unwrap();
+        // An earlier attempt's directory, which the link was planted in.
+        prepare(&layout, &spec(), Some(2), JobDir::Earlier, None).unwrap();
         assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
         let written: Value = serde_json::from_str(&fs::read_to_string(&hp).unwrap()).unwrap();
         assert_eq!(written, json!({"lr": "0.1"}));

@@ -250,9 +250,10 @@ impl JobLayout {
         self.output.join(crate::progress::PROGRESS_FILE)
     }
 
-    /// Creates the directories and removes the previous attempt's failure and progress files,
-    /// so a stale message never explains this attempt's failure and the previous attempt's
-    /// steps never count as this one's. Returns the path that failed.
+    /// Creates the directories and, in a job directory of an earlier attempt, removes that
+    /// attempt's failure and progress files, so a stale message never explains this attempt's
+    /// failure and the previous attempt's steps never count as this one's. Says whether the job
+    /// directory is fresh; returns the path that failed.
     ///
     /// A link or a file the previous attempt left where a directory belongs is replaced, never
     /// followed: the server may be root, and the job must not point it elsewhere. With

@@ -662,8 +662,9 @@ impl Group {
                 };
                 update(&dir.join("cpu.max"), &cpu)?;
                 update(&dir.join("pids.max"), &limits.pids.to_string())?;
-                // Looked at every time (one system call): a group made by a build that
-                // attached no program may be taken again after an upgrade.
+                // Looked at whenever the limits are (one system call): a group made by a
+                // build that attached no program may be taken again after an upgrade, whose
+                // restart leaves no limits vouched for (`Launch::limits_kept`).
                 if *fence_devices {
                     devices::fence_v2(&dir, &limits.gpus)?;
                 }

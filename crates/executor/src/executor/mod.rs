@@ -1090,7 +1090,8 @@ impl Inner {
             groups,
         };
         let mut slot = Slot::new(&self.cfg().data_dir, &placement, link, None, false);
-        slot.share = share;
+        // Only an attempt of a uid of its own leaves its groups' limits as it found them.
+        slot.share = share.filter(|_| uid.is_some());
         state.attempts.insert(spec.attempt, slot);
         Ok((placement, limits_kept))
     }
@@ -1320,7 +1321,11 @@ impl Inner {
         slot.pgids = running.pids.clone();
         // Its supervisor limited its groups before it spawned anything.
         if let Some(share) = slot.share.take() {
-            let groups = slot.groups.clone();
+            // The instances' own groups only: a group named for one attempt (its instance's
+            // was still held) is not taken again.
+            let own = crate::cgroup::instance_groups(&slot.instances);
+            let groups = slot.groups.iter().filter(|g| own.contains(g)).cloned();
+            let groups: Vec<String> = groups.collect();
             state.limited.ran(groups, share);
         }
         let Some(slot) = state.attempts.get_mut(&attempt) else {

@@ -1,5 +1,5 @@
 //! Spawning an attempt's processes, one per host, in two steps: each is *armed* (its command
-//! built, its log files opened and, where it runs apart from the supervisor, a thread of its
+//! built, its log files (opened by its preparation) duplicated and, where it runs apart from the supervisor, a thread of its
 //! own put into the host's control group, mount namespace and uid) while the server makes the
 //! attempt's start durable, and *fired* at the go, which then costs one posix_spawn per
 //! host. On the path from a reclaim to the owner's job running, the set-up (a thread, six
