@@ -276,13 +276,18 @@ def test_what_an_attempt_used_is_counted_from_its_take_and_shown(server, jobs, q
     assert small["peakMemoryBytes"] < 120 << 20, small
 
 
+def confined_config(count: int, pool: str) -> str:
+    """A confined server's config with `count` instances and the pool lines `pool`."""
+    config = config_toml(count=count, gpus=0).replace(
+        'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
+    return config + f"memory_gib = {MEMORY_GIB}\n" + pool
+
+
 def test_a_server_stopped_with_nothing_running_leaves_no_control_group(start_server, tmp_path):
     """A server stopped while no attempt runs removes its instances' groups and its own
     `qm-<key>` directories: servers come and go (a test's, a data dir removed) and the
     kernel's groups would otherwise pile up, each one a step of every CFS quota write."""
-    config = config_toml(count=2, gpus=0).replace(
-        'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
-    s = start_server(config=config + f"memory_gib = {MEMORY_GIB}\n", name="leaves")
+    s = start_server(config=confined_config(2, ""), name="leaves")
     try:
         batch = s.client()
         jobs = Jobs(batch, s, tmp_path)
@@ -313,9 +318,7 @@ def test_a_reload_that_changes_the_share_reaches_the_next_attempt_in_a_kept_grou
     holds them (the last attempt there ran, under the same share and a uid of its own): two
     jobs in a row on the one instance see its CPU quota, and after a reload that halves the
     instance's CPUs the next job in the same group sees the new quota."""
-    config = config_toml(count=1, gpus=0).replace(
-        'kind = "local"\n', 'kind = "local"\nconfinement = "cgroup"\n')
-    s = start_server(config=config + f"memory_gib = {MEMORY_GIB}\nvcpus = 0.5\n", name="kept")
+    s = start_server(config=confined_config(1, "vcpus = 0.5\n"), name="kept")
     try:
         batch = s.client()
         jobs = Jobs(batch, s, tmp_path)
@@ -327,7 +330,7 @@ def test_a_reload_that_changes_the_share_reaches_the_next_attempt_in_a_kept_grou
             r = result(out)
             seen.append((r["group"], r["group_ino"], r["quota_us"]))
         assert seen[0] == seen[1] and seen[0][2] == 50_000, seen
-        s.config_path.write_text(config + f"memory_gib = {MEMORY_GIB}\nvcpus = 0.25\n")
+        s.config_path.write_text(confined_config(1, "vcpus = 0.25\n"))
         run_qm(s, "reload")
         job, out = probe(jobs, q, "halved", "quota")
         wait_status(batch, job, "SUCCEEDED")
