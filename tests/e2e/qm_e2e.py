@@ -35,6 +35,8 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from qm_cgroups import remove_cgroups
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 JOBS = HERE / "jobs"
@@ -458,43 +460,6 @@ def kill_marked_processes(data_dir: Path) -> list[int]:
     except OSError:
         return []
     return kill_all(processes_with(marker))
-
-
-def cgroup_key(data_dir: Path) -> str:
-    """The key of a server's control groups (`qm-<key>`): FNV-1a 64 of its canonical data dir,
-    as `cgroup::key_for` computes it."""
-    h = 0xCBF29CE484222325
-    for b in os.fsencode(Path(data_dir).resolve()):
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
-
-
-def remove_cgroups(data_dir: Path, root: Path = Path("/sys/fs/cgroup")) -> None:
-    """Removes the control groups of the server of `data_dir` (`qm-<key>` and `qm-<key>-server`
-    in every hierarchy, their groups first), once its processes are gone: a server that stops
-    with attempts running leaves them for its next start, which a test's server never has, and
-    every such tree left behind slows the machine's later runs. Only empty groups go (`rmdir`
-    refuses the others)."""
-    names = {f"qm-{cgroup_key(data_dir)}", f"qm-{cgroup_key(data_dir)}-server"}
-    found = []
-    for dirpath, dirnames, _ in os.walk(root):
-        depth = len(Path(dirpath).relative_to(root).parts)
-        found += [Path(dirpath) / d for d in dirnames if d in names]
-        # The server's group is at most a few levels down (v1: memory/process_api/<id>/).
-        dirnames[:] = [d for d in dirnames if d not in names and depth < 4 and not d.startswith("qm-")]
-    for tree in found:
-        for sub in sorted(tree.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if sub.is_dir():
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
-        for _ in range(20):  # processes SIGKILLed just now may take a moment to leave it
-            try:
-                tree.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.05)
 
 
 def pid_alive(pid: int) -> bool:
