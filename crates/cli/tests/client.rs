@@ -130,31 +130,9 @@ impl Server {
     }
 }
 
-impl Server {
-    /// Stops the running attempts (the `sleep`s; jobs outlive a stopped server) and waits, a
-    /// few seconds at most, until none runs: each attempt's socket in `supervisors/` is
-    /// renamed `free-<pid>.sock` once its end is acknowledged. A server that then stops with
-    /// no attempt removes its control groups, which no later server of this data dir would.
-    fn stop_attempts(&self) {
-        let _ = self.qm(&["drain", "--requeue", "--reason", "the test ends"]);
-        let sockets = self.dir.join("data").join("supervisors");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            let attempts = std::fs::read_dir(&sockets).into_iter().flatten().flatten();
-            let live = attempts
-                .filter(|e| !e.file_name().to_string_lossy().starts_with("free-"))
-                .count();
-            if live == 0 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
 impl Drop for Server {
     fn drop(&mut self) {
-        self.stop_attempts();
+        support::stop_attempts(&self.endpoint, self.admin.as_ref(), &self.dir.join("data"));
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())

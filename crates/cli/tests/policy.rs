@@ -204,6 +204,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let data = self.dir.path().join("data");
+        support::stop_attempts(&self.endpoint, self.admin.as_ref(), &data);
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
             .status();

@@ -74,6 +74,36 @@ pub fn qm(profile: Option<&Profile>) -> Command {
     cmd
 }
 
+/// Stops the running attempts of the server of `endpoint` and `data_dir` (`qm drain
+/// --requeue` as `admin`: jobs outlive a stopped server) and waits, a few seconds at most,
+/// until none runs: each attempt's socket in `supervisors/` is renamed `free-<pid>.sock` once
+/// its end is acknowledged. A server that then stops with no attempt removes its control
+/// groups, which no later server of this data dir would.
+pub fn stop_attempts(endpoint: &str, admin: Option<&Profile>, data_dir: &Path) {
+    let _ = qm(admin)
+        .args([
+            "drain",
+            "--endpoint",
+            endpoint,
+            "--requeue",
+            "--reason",
+            "the test ends",
+        ])
+        .output();
+    let sockets = data_dir.join("supervisors");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let attempts = std::fs::read_dir(&sockets).into_iter().flatten().flatten();
+        let live = attempts
+            .filter(|e| !e.file_name().to_string_lossy().starts_with("free-"))
+            .count();
+        if live == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// An in-process client of `endpoint` signing as `profile` (unsigned without one).
 pub fn client(endpoint: &str, profile: Option<&Profile>) -> Client {
     let client = Client::new(endpoint);
