@@ -297,15 +297,17 @@ impl JobLayout {
             }
             return Err(e);
         }
-        if let Some((uid, range)) = owner {
+        if owner.is_some() {
             isolation::set_mode(&self.job, 0o711).map_err(|e| (self.job.clone(), e))?;
-            if fresh {
-                // Every directory of it was made just now by `real_dirs`, or taken from a
-                // spare and handed over by `make_dirs`, the job's and 0700: there is nothing
-                // to hand over (a walk of them all is a third of a trivial job's set-up
-                // calls), and no earlier attempt's file to remove.
-                return Ok(JobDir::Fresh);
-            }
+        }
+        if fresh {
+            // Every directory of it was made just now by `real_dirs`, or taken from a spare
+            // and handed over by `make_dirs` (the job's and 0700 where it has a uid): there
+            // is nothing to hand over (a walk of them all is a third of a trivial job's
+            // set-up calls), and no earlier attempt's file to remove.
+            return Ok(JobDir::Fresh);
+        }
+        if let Some((uid, range)) = owner {
             let dirs = [
                 &self.checkpoints,
                 &self.model,
@@ -316,9 +318,6 @@ impl JobLayout {
             ];
             let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
             isolation::hand_over(&dirs, uid, range).map_err(|e| (self.job.clone(), e))?;
-        }
-        if fresh {
-            return Ok(JobDir::Fresh);
         }
         self.remove_stale()?;
         Ok(JobDir::Earlier)

@@ -95,7 +95,10 @@ pub fn stop_attempts(endpoint: &str, admin: Option<&Profile>, data_dir: &Path) {
     while std::time::Instant::now() < deadline {
         let attempts = std::fs::read_dir(&sockets).into_iter().flatten().flatten();
         let live = attempts
-            .filter(|e| !e.file_name().to_string_lossy().starts_with("free-"))
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with(".sock") && !name.starts_with("free-")
+            })
             .count();
         if live == 0 {
             return;

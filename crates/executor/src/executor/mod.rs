@@ -444,10 +444,13 @@ impl Limited {
         kept
     }
 
-    /// An attempt started under `share` ran in `groups`: its supervisor limited them.
-    fn ran(&mut self, groups: Vec<String>, share: crate::cgroup::Share) {
-        for group in groups {
-            self.0.insert(group, share);
+    /// An attempt started under `share` on `instances` ran in `groups`: its supervisor
+    /// limited them. Only the instances' own groups are kept: a group named for one attempt
+    /// (its instance's was still held) is never taken again.
+    fn ran(&mut self, groups: &[String], instances: &[usize], share: crate::cgroup::Share) {
+        let own = crate::cgroup::instance_groups(instances);
+        for group in groups.iter().filter(|g| own.contains(g)) {
+            self.0.insert(group.clone(), share);
         }
     }
 }
@@ -1312,7 +1315,10 @@ impl Inner {
     /// than the baseline, and at the progress file.
     fn mark_running(&self, attempt: AttemptId, running: Running, report: bool) {
         let mut state = self.state();
-        let Some(slot) = state.attempts.get_mut(&attempt) else {
+        let State {
+            attempts, limited, ..
+        } = &mut *state;
+        let Some(slot) = attempts.get_mut(&attempt) else {
             return;
         };
         let news = slot.pgids.is_empty();
@@ -1321,16 +1327,8 @@ impl Inner {
         slot.pgids = running.pids.clone();
         // Its supervisor limited its groups before it spawned anything.
         if let Some(share) = slot.share.take() {
-            // The instances' own groups only: a group named for one attempt (its instance's
-            // was still held) is not taken again.
-            let own = crate::cgroup::instance_groups(&slot.instances);
-            let groups = slot.groups.iter().filter(|g| own.contains(g)).cloned();
-            let groups: Vec<String> = groups.collect();
-            state.limited.ran(groups, share);
+            limited.ran(&slot.groups, &slot.instances, share);
         }
-        let Some(slot) = state.attempts.get_mut(&attempt) else {
-            return;
-        };
         if slot.checkpoints.is_none() {
             slot.checkpoints = Some(Watched {
                 dir: running.checkpoint_dir,
@@ -1872,18 +1870,18 @@ mod tests {
         let mut limited = Limited::default();
         let g = names(&["qm-instance-1", "qm-instance-2"]);
         assert!(!limited.kept(&g, Some(SHARE), true), "never limited");
-        limited.ran(g.clone(), SHARE);
+        limited.ran(&g, &[1, 2], SHARE);
         assert!(
             !limited.kept(&g, Some(SHARE), false),
             "the server's own uid"
         );
-        limited.ran(g.clone(), SHARE);
+        limited.ran(&g, &[1, 2], SHARE);
         assert!(limited.kept(&g, Some(SHARE), true));
         assert!(
             !limited.kept(&g, Some(SHARE), true),
             "the last attempt placed there has not run"
         );
-        limited.ran(g.clone(), SHARE);
+        limited.ran(&g, &[1, 2], SHARE);
         let bigger = Share {
             memory_bytes: 2 << 30,
             ..SHARE
@@ -1892,7 +1890,7 @@ mod tests {
             !limited.kept(&g, Some(bigger), true),
             "a reload changed the share"
         );
-        limited.ran(names(&["qm-instance-1"]), SHARE);
+        limited.ran(&names(&["qm-instance-1"]), &[1], SHARE);
         assert!(
             !limited.kept(&g, Some(SHARE), true),
             "one of two groups only"

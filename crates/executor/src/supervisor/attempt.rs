@@ -85,7 +85,8 @@ enum StopCause {
 pub(crate) async fn supervise(
     ctx: Arc<Ctx>,
     spec: LaunchSpec,
-    (placement, limits_kept): (Placement, bool),
+    placement: Placement,
+    limits_kept: bool,
     stop: watch::Receiver<bool>,
     go: watch::Receiver<bool>,
 ) -> Supervised {
@@ -205,12 +206,25 @@ pub(super) struct Prepared {
     pub(super) layout: Box<JobLayout>,
     /// Whether the job's directory was made for this attempt.
     job_dir: JobDir,
-    /// Each host's standard output and error logs, open for appending.
-    pub(super) logs: Vec<[std::fs::File; 2]>,
+    /// Each host's standard output and error logs, open for appending ([`Prepared::log`]).
+    logs: Vec<[std::fs::File; 2]>,
     checkpoint_dir: PathBuf,
     pub(super) env: Vec<(String, String)>,
     /// What is spawned (the entrypoint, or podman), for messages.
     pub(super) program: String,
+}
+
+impl Prepared {
+    /// A handle of host `host`'s (0-based) log of `stream`, opened by the preparation.
+    pub(super) fn log(&self, host: usize, stream: LogStream) -> std::io::Result<std::fs::File> {
+        let logs = self.logs.get(host).ok_or_else(|| {
+            std::io::Error::other(format!("no log was opened for algo-{}", host + 1))
+        })?;
+        match stream {
+            LogStream::Stdout => logs[0].try_clone(),
+            LogStream::Stderr => logs[1].try_clone(),
+        }
+    }
 }
 
 /// Whether the attempt has files to move: inputs or checkpoints to download before it runs,

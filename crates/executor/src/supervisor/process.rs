@@ -876,7 +876,7 @@ async fn run_attempt(job: Job, path: PathBuf) {
         started,
         usage,
         namespaces,
-    } = attempt::supervise(ctx, spec, (placement, limits_kept), stop, go).await;
+    } = attempt::supervise(ctx, spec, placement, limits_kept, stop, go).await;
     if let Some(why) = stopped_by.get() {
         outcome = why.outcome();
     }

@@ -1,6 +1,7 @@
 //! Spawning an attempt's processes, one per host, in two steps: each is *armed* (its command
-//! built, its log files (opened by its preparation) duplicated and, where it runs apart from the supervisor, a thread of its
-//! own put into the host's control group, mount namespace and uid) while the server makes the
+//! built, the log files its preparation opened duplicated and, where it runs apart from the
+//! supervisor, a thread of its own put into the host's control group, mount namespace and
+//! uid) while the server makes the
 //! attempt's start durable, and *fired* at the go, which then costs one posix_spawn per
 //! host. On the path from a reclaim to the owner's job running, the set-up (a thread, six
 //! control group writes, a namespace, a bind mount, the uid) was half a millisecond or more
@@ -185,15 +186,7 @@ fn arm_host(
     let host = placed.host as u32 + 1;
     let open_log = |stream| -> std::io::Result<File> {
         let path = layout.attempt_dir.join(log_file_name(stream, host));
-        let made = prepared.logs.get(placed.host).map(|logs| match stream {
-            LogStream::Stdout => &logs[0],
-            LogStream::Stderr => &logs[1],
-        });
-        let opened = match made {
-            Some(log) => log.try_clone(),
-            None => std::fs::OpenOptions::new().append(true).open(&path),
-        };
-        opened.map_err(|e| {
+        prepared.log(placed.host, stream).map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("cannot open log '{}': {e}", path.display()),
